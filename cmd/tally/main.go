@@ -1,0 +1,14 @@
+// Command tally runs the Tally service locally and administers brands and
+// API keys. Run `tally` without arguments for usage.
+package main
+
+import (
+	"context"
+	"os"
+
+	"github.com/tally-hq/tally/internal/cli"
+)
+
+func main() {
+	os.Exit(cli.Run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}

@@ -1,0 +1,10 @@
+// Command offers is the Lambda function behind the offer routes:
+// GET and POST /api/v1/offers, GET /api/v1/offers/{id}.
+package main
+
+import (
+	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/lambdafn"
+)
+
+func main() { lambdafn.ServeAPI(httpapi.GroupOffers) }

@@ -1,0 +1,240 @@
+// Package cli is the tally command: the local server and the admin commands
+// that create brands and API keys.
+//
+// Admin commands are requests to the admin API. When a local server holds
+// the embedded store (bbolt allows one process at a time), they go to that
+// server over loopback, authenticated with the token it leaves in the data
+// folder; otherwise the command opens the store itself and serves the same
+// requests in-process.
+package cli
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/tally-hq/tally/internal/app"
+	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/store/bolt"
+	"github.com/tally-hq/tally/internal/store/dynamo"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+const usage = `Usage:
+  tally serve [--addr 127.0.0.1:8080] [--data DIR]   run every function in one local server
+  tally brands create --name NAME [--data DIR]       create a brand
+  tally keys create --brand BRAND_ID [--data DIR]     create an API key (the secret is shown once)
+  tally keys list --brand BRAND_ID [--data DIR]       list a brand's keys
+  tally keys revoke KEY_ID [--data DIR]               revoke a key
+  tally table create                                  create the DynamoDB table TALLY_TABLE
+
+The embedded store lives in --data (or $TALLY_DATA, default ./.tally). With
+TALLY_TABLE set, every command uses that DynamoDB table instead, at the
+endpoint the AWS SDK is configured for (AWS_ENDPOINT_URL for local emulators).
+`
+
+// Run runs the command line args (without the program name) and returns the
+// exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	err := run(ctx, args, stdout, stderr)
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	fmt.Fprintln(stderr, "tally:", err)
+	return 1
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cmd := func(n int) string {
+		if len(args) > n {
+			return args[n]
+		}
+		return ""
+	}
+	switch cmd(0) + " " + cmd(1) {
+	case "brands create":
+		fs, data := flags("brands create")
+		name := fs.String("name", "", "brand name")
+		if err := fs.Parse(args[2:]); err != nil {
+			return err
+		}
+		return adminCall(ctx, *data, stdout, "POST", "/_admin/brands", map[string]string{"name": *name})
+	case "keys create":
+		fs, data := flags("keys create")
+		brand := fs.String("brand", "", "brand id")
+		if err := fs.Parse(args[2:]); err != nil {
+			return err
+		}
+		if *brand == "" {
+			return errors.New("keys create needs --brand")
+		}
+		return adminCall(ctx, *data, stdout, "POST", "/_admin/keys", map[string]string{"brandId": *brand})
+	case "keys list":
+		fs, data := flags("keys list")
+		brand := fs.String("brand", "", "brand id")
+		if err := fs.Parse(args[2:]); err != nil {
+			return err
+		}
+		if *brand == "" {
+			return errors.New("keys list needs --brand")
+		}
+		return adminCall(ctx, *data, stdout, "GET", "/_admin/keys?limit=100&brandId="+url.QueryEscape(*brand), nil)
+	case "keys revoke":
+		fs, data := flags("keys revoke")
+		positional, err := parseInterspersed(fs, args[2:])
+		if err != nil {
+			return err
+		}
+		if len(positional) != 1 {
+			return errors.New("keys revoke needs the key id: tally keys revoke KEY_ID")
+		}
+		return adminCall(ctx, *data, stdout, "POST", "/_admin/keys/"+url.PathEscape(positional[0])+"/revoke", nil)
+	case "table create":
+		return createTable(ctx, stdout)
+	}
+	if cmd(0) == "serve" {
+		return serve(ctx, args[1:], stderr)
+	}
+	return flag.ErrHelp
+}
+
+func flags(name string) (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	data := fs.String("data", "", "embedded store folder (default $TALLY_DATA or ./.tally)")
+	return fs, data
+}
+
+// parseInterspersed parses flags wherever they stand among the positional
+// arguments (the flag package stops at the first positional one) and
+// returns the positional arguments.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return positional, nil
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// serverInfo is what a running local server leaves in its data folder so
+// that admin commands can reach it.
+type serverInfo struct {
+	Addr  string `json:"addr"`
+	Token string `json:"token"`
+}
+
+func serverInfoPath(dataDir string) string { return filepath.Join(dataDir, "server.json") }
+
+// adminCall performs one admin API request and prints its JSON answer.
+func adminCall(ctx context.Context, dataFlag string, stdout io.Writer, method, path string, body any) error {
+	var payload []byte
+	if body != nil {
+		payload, _ = json.Marshal(body)
+	}
+	dataDir := app.DataDir(dataFlag)
+	status, answer, err := adminLocal(ctx, dataDir, method, path, payload)
+	if errors.Is(err, bolt.ErrLocked) {
+		status, answer, err = adminRemote(ctx, dataDir, method, path, payload)
+	}
+	if err != nil {
+		return err
+	}
+	if status >= 300 {
+		var e struct {
+			Error struct{ Code, Message string }
+		}
+		if json.Unmarshal(answer, &e) == nil && e.Error.Message != "" {
+			return fmt.Errorf("%s (%s)", e.Error.Message, e.Error.Code)
+		}
+		return fmt.Errorf("the server answered %d: %s", status, answer)
+	}
+	_, err = stdout.Write(answer)
+	return err
+}
+
+// adminLocal opens the store and serves the request in-process.
+func adminLocal(ctx context.Context, dataDir, method, path string, payload []byte) (int, []byte, error) {
+	st, err := app.OpenStore(ctx, dataDir)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer st.Close()
+	token := newToken()
+	api := httpapi.New(tracking.New(st), httpapi.Config{AdminToken: token, Logger: discardLogger()})
+	req := httptest.NewRequestWithContext(ctx, method, path, bytes.NewReader(payload))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	api.Handler(httpapi.GroupAdmin).ServeHTTP(rec, req)
+	return rec.Code, rec.Body.Bytes(), nil
+}
+
+// adminRemote sends the request to the local server that holds the store.
+func adminRemote(ctx context.Context, dataDir, method, path string, payload []byte) (int, []byte, error) {
+	raw, err := os.ReadFile(serverInfoPath(dataDir))
+	if err != nil {
+		return 0, nil, fmt.Errorf("the store in %s is in use by another process, and no local server there can be reached (%v)", dataDir, err)
+	}
+	var info serverInfo
+	if err := json.Unmarshal(raw, &info); err != nil {
+		return 0, nil, fmt.Errorf("read %s: %w", serverInfoPath(dataDir), err)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+info.Addr+path, bytes.NewReader(payload))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+info.Token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("the store in %s is in use by the local server at %s, which did not answer: %w", dataDir, info.Addr, err)
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, answer, err
+}
+
+func newToken() string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	return hex.EncodeToString(b)
+}
+
+func createTable(ctx context.Context, stdout io.Writer) error {
+	table := os.Getenv(app.EnvTable)
+	if table == "" {
+		return fmt.Errorf("set %s to the table's name (and AWS_ENDPOINT_URL for a local endpoint)", app.EnvTable)
+	}
+	client, err := dynamo.NewClientFromEnv(ctx)
+	if err != nil {
+		return err
+	}
+	if err := dynamo.CreateTable(ctx, client, table); err != nil {
+		return err
+	}
+	return json.NewEncoder(stdout).Encode(map[string]string{"table": table, "status": "ACTIVE"})
+}

@@ -1,0 +1,228 @@
+// Package dynamotest gives tests a DynamoDB to talk to: the endpoint named
+// by TALLY_TEST_DYNAMODB_ENDPOINT (scripts/test.sh starts one DynamoDB Local
+// for the whole run and sets it), or else a DynamoDB Local that the test
+// binary starts itself from the jar that `make dynamodb-local` fetches.
+//
+// A package whose tests use it calls Main from its TestMain:
+//
+//	func TestMain(m *testing.M) { dynamotest.Main(m) }
+package dynamotest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/logging"
+
+	"github.com/tally-hq/tally/internal/store/dynamo"
+)
+
+// EndpointEnv names the variable that points tests at a running DynamoDB.
+const EndpointEnv = "TALLY_TEST_DYNAMODB_ENDPOINT"
+
+// startTimeout bounds how long DynamoDB Local may take to open its port; it
+// usually needs about two seconds.
+const startTimeout = 30 * time.Second
+
+var (
+	inMain bool // Main is running the tests, so it will stop what we start
+
+	once  sync.Once
+	local struct {
+		endpoint string
+		missing  string // why there is nothing to start, if so
+		err      error
+		cmd      *exec.Cmd
+		exited   chan error
+	}
+)
+
+// Main runs the tests and then stops the DynamoDB Local that Endpoint may
+// have started.
+func Main(m *testing.M) {
+	inMain = true
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+// Endpoint returns the URL of a DynamoDB for tests. Without
+// TALLY_TEST_DYNAMODB_ENDPOINT it starts DynamoDB Local once per test
+// binary; when the jar is not there it skips the test, or fails it when the
+// CI variable is set, since CI must not silently skip.
+func Endpoint(t testing.TB) string {
+	t.Helper()
+	if e := os.Getenv(EndpointEnv); e != "" {
+		return e
+	}
+	if !inMain {
+		t.Fatalf("dynamotest: call dynamotest.Main from TestMain, so that the DynamoDB Local this test starts is stopped (or set %s)", EndpointEnv)
+	}
+	once.Do(start)
+	switch {
+	case local.missing != "" && os.Getenv("CI") != "":
+		t.Fatal(local.missing)
+	case local.missing != "":
+		t.Skip(local.missing)
+	case local.err != nil:
+		t.Fatal(local.err)
+	}
+	return local.endpoint
+}
+
+func start() {
+	root, err := repoRoot()
+	if err != nil {
+		local.err = err
+		return
+	}
+	dir := filepath.Join(root, ".cache", "dynamodb-local")
+	jar := filepath.Join(dir, "DynamoDBLocal.jar")
+	if _, err := os.Stat(jar); err != nil {
+		local.missing = fmt.Sprintf("dynamotest: no DynamoDB Local at %s: run `make dynamodb-local` first", jar)
+		return
+	}
+	port, err := freePort()
+	if err != nil {
+		local.err = err
+		return
+	}
+	var out bytes.Buffer
+	cmd := exec.Command("java",
+		"-Djava.library.path="+filepath.Join(dir, "DynamoDBLocal_lib"),
+		"-jar", jar, "-inMemory", "-disableTelemetry", "-port", port)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = procAttr()
+	if err := cmd.Start(); err != nil {
+		local.err = fmt.Errorf("dynamotest: start DynamoDB Local: %w", err)
+		return
+	}
+	local.cmd, local.exited = cmd, make(chan error, 1)
+	go func() { local.exited <- cmd.Wait() }()
+
+	addr := net.JoinHostPort("127.0.0.1", port)
+	deadline := time.Now().Add(startTimeout)
+	for {
+		select {
+		case err := <-local.exited:
+			local.cmd = nil
+			local.err = fmt.Errorf("dynamotest: DynamoDB Local exited (%v):\n%s", err, out.String())
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			local.endpoint = "http://" + addr
+			return
+		}
+		if time.Now().After(deadline) {
+			stop()
+			local.err = fmt.Errorf("dynamotest: DynamoDB Local did not open %s within %v:\n%s", addr, startTimeout, out.String())
+			return
+		}
+	}
+}
+
+func stop() {
+	if local.cmd == nil {
+		return
+	}
+	local.cmd.Process.Kill()
+	<-local.exited
+	local.cmd = nil
+}
+
+// repoRoot walks up from the working directory, which go test sets to the
+// package's, to the directory holding go.mod.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("dynamotest: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("dynamotest: find a free port: %w", err)
+	}
+	defer l.Close()
+	_, port, err := net.SplitHostPort(l.Addr().String())
+	return port, err
+}
+
+// newClient returns a client for endpoint with the dummy credentials and
+// region DynamoDB Local accepts. SDK log output goes to the test log.
+func newClient(t testing.TB, endpoint string) *dynamodb.Client {
+	return dynamodb.New(dynamodb.Options{
+		Region:       "us-east-1",
+		Credentials:  credentials.NewStaticCredentialsProvider("tally", "tally", ""),
+		BaseEndpoint: aws.String(endpoint),
+		Logger: logging.LoggerFunc(func(c logging.Classification, format string, v ...any) {
+			t.Logf("aws sdk %s: "+format, append([]any{c}, v...)...)
+		}),
+		// DynamoDB Local sends no X-Amz-Crc32 header with error responses
+		// (such as a failed condition), which the SDK checks against 0 and
+		// then logs a warning about. Real DynamoDB always sends it.
+		DisableValidateResponseChecksum: true,
+	})
+}
+
+// NewTable creates a table of its own for the test, laid out by
+// dynamo.CreateTable, and deletes it when the test ends.
+func NewTable(t testing.TB) (client *dynamodb.Client, table string) {
+	t.Helper()
+	client = newClient(t, Endpoint(t))
+	table = tableName(t.Name())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := dynamo.CreateTable(ctx, client, table); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(table)}); err != nil {
+			t.Errorf("dynamotest: delete table %s: %v", table, err)
+		}
+	})
+	return client, table
+}
+
+var unsafeChars = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
+
+// tableName makes a valid, unique table name that shows which test made it.
+// The random part keeps runs against a long-lived endpoint apart.
+func tableName(test string) string {
+	name := strings.Trim(unsafeChars.ReplaceAllString(test, "_"), "_")
+	if len(name) > 200 {
+		name = name[:200]
+	}
+	return "tally_" + name + "_" + rand.Text()[:12]
+}

@@ -1,0 +1,126 @@
+package httpapi_test
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/testenv"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+func TestUnauthenticatedRequestsAreRefused(t *testing.T) {
+	e := newEnv(t, testenv.Bolt(t), httpapi.Config{})
+	_, key := e.brand()
+	for name, auth := range map[string]string{
+		"missing":      "",
+		"wrong scheme": "Basic " + key,
+		"unknown key":  "Bearer tally_sk_" + strings.Repeat("0", 48),
+		"garbage":      "Bearer 12345",
+	} {
+		for _, path := range []string{"/api/v1/offers", "/api/v1/partners", "/api/v1/conversions", "/api/v1/reports"} {
+			req := e.call("GET", path, "", nil)
+			if auth != "" {
+				r, err := rawGet(e, path, auth)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req = r
+			}
+			if req.status != 401 || req.errorCode() != "unauthorized" {
+				t.Errorf("%s key on %s: %d %s, want 401 unauthorized", name, path, req.status, req.body)
+			}
+		}
+	}
+}
+
+func rawGet(e *env, path, authorization string) (response, error) {
+	req, err := http.NewRequest("GET", e.srv.URL+path, nil)
+	if err != nil {
+		return response{}, err
+	}
+	req.Header.Set("Authorization", authorization)
+	return e.send(req)
+}
+
+func TestRevokedKeyStopsWorkingOnEveryInstance(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		clock := testenv.NewClock(time.Now())
+		a := newEnv(t, st, httpapi.Config{}, tracking.WithClock(clock.Now))
+		b := newEnv(t, st, httpapi.Config{}, tracking.WithClock(clock.Now)) // another instance, same table
+		brandID, key := a.brand()
+		b.must(200, b.call("GET", "/api/v1/offers", key, nil)) // b now has the key cached
+
+		keys, _, err := a.svc.APIKeys(context.Background(), brandID, tracking.ListParams{})
+		if err != nil || len(keys) != 1 {
+			t.Fatalf("keys = %v, %v", keys, err)
+		}
+		if _, err := a.svc.RevokeAPIKey(context.Background(), keys[0].ID); err != nil {
+			t.Fatal(err)
+		}
+		a.must(401, a.call("GET", "/api/v1/offers", key, nil)) // the revoking instance: at once
+		clock.Advance(60 * time.Second)
+		b.must(401, b.call("GET", "/api/v1/offers", key, nil)) // any other: within 60 s
+	})
+}
+
+func TestRateLimitIsExactUnderConcurrency(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		// Mid-window, so the race cannot straddle two windows.
+		clock := testenv.NewClock(time.Now().Truncate(time.Minute).Add(20 * time.Second))
+		e := newEnv(t, st, httpapi.Config{}, tracking.WithClock(clock.Now))
+		_, key := e.brand()
+		_, other := e.brand()
+
+		var mu sync.Mutex
+		statuses := map[int]int{}
+		var limited []response
+		race(130, func(int) {
+			r, err := e.try("GET", "/api/v1/offers", key, nil)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			statuses[r.status]++
+			if r.status == 429 {
+				limited = append(limited, r)
+			}
+		})
+		if statuses[200] != 100 || statuses[429] != 30 {
+			t.Errorf("statuses = %v, want exactly 100 200s and 30 429s", statuses)
+		}
+		for _, r := range limited {
+			if r.errorCode() != "rate_limit_exceeded" || r.header.Get("Retry-After") != "40" || r.header.Get("X-RateLimit-Remaining") != "0" {
+				t.Errorf("429 answer: code %q Retry-After %q remaining %q, want rate_limit_exceeded, 40, 0",
+					r.errorCode(), r.header.Get("Retry-After"), r.header.Get("X-RateLimit-Remaining"))
+				break
+			}
+		}
+		ok := e.must(200, e.call("GET", "/api/v1/offers", other, nil))
+		if ok.header.Get("X-RateLimit-Limit") != "100" || ok.header.Get("X-RateLimit-Remaining") != "99" ||
+			ok.header.Get("X-RateLimit-Reset") != strconv.FormatInt(clock.Now().Truncate(time.Minute).Add(time.Minute).Unix(), 10) {
+			t.Errorf("another key's headers: %v", ok.header)
+		}
+		clock.Advance(40 * time.Second) // the next window
+		e.must(200, e.call("GET", "/api/v1/offers", key, nil))
+	})
+}
+
+func TestApplicationsAreRateLimitedPerClientIP(t *testing.T) {
+	e := newEnv(t, testenv.Bolt(t), httpapi.Config{ApplicationRateLimit: 3})
+	brandID, _ := e.brand()
+	for i := range 4 {
+		r := e.call("POST", "/api/public/brands/"+brandID+"/applications", "", map[string]any{"name": "P", "email": "p" + strconv.Itoa(i) + "@example.com"})
+		if want := map[bool]int{true: 201, false: 429}[i < 3]; r.status != want {
+			t.Errorf("application %d: %d %s, want %d", i+1, r.status, r.body, want)
+		}
+	}
+}

@@ -1,0 +1,169 @@
+package httpapi_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/testenv"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+// eventCount counts a brand's events with the given name.
+func eventCount(t *testing.T, svc *tracking.Service, brandID, name string) int {
+	t.Helper()
+	n := 0
+	p := tracking.ListParams{Limit: tracking.MaxLimit}
+	for {
+		evts, next, err := svc.Events(context.Background(), brandID, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evts {
+			if e.Event == name {
+				n++
+			}
+		}
+		if next == "" {
+			return n
+		}
+		p.Cursor = next
+	}
+}
+
+// listAll pages through a list endpoint and returns every item's id.
+func (e *env) listAll(path, secret string) []string {
+	e.t.Helper()
+	var ids []string
+	cursor := ""
+	for {
+		url := path + "?limit=100"
+		if cursor != "" {
+			url += "&cursor=" + cursor
+		}
+		var page struct {
+			Data       []struct{ ID string }
+			NextCursor *string
+		}
+		e.must(200, e.call("GET", url, secret, nil)).decode(e.t, &page)
+		for _, it := range page.Data {
+			ids = append(ids, it.ID)
+		}
+		if page.NextCursor == nil {
+			return ids
+		}
+		cursor = *page.NextCursor
+	}
+}
+
+func TestSameTransactionPostedConcurrentlyIsRecordedOnce(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, httpapi.Config{RateLimit: 10_000})
+		brandID, key := e.brand()
+		offerID := e.offer(key, nil)
+		partnerID := e.activePartner(brandID, key)
+
+		var mu sync.Mutex
+		statuses, convIDs := map[int]int{}, map[string]bool{}
+		race(50, func(int) {
+			r, err := e.try("POST", "/api/v1/conversions", key, map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": "order-1001"})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			statuses[r.status]++
+			convIDs[r.field(t, "id")] = true
+		})
+		if statuses[201] != 1 || statuses[200] != 49 {
+			t.Errorf("statuses = %v, want one 201 and 49 200s", statuses)
+		}
+		if len(convIDs) != 1 {
+			t.Errorf("answers named %d conversions, want 1: %v", len(convIDs), convIDs)
+		}
+		if got := e.listAll("/api/v1/conversions", key); len(got) != 1 {
+			t.Errorf("%d conversions stored, want 1", len(got))
+		}
+		if n := eventCount(t, e.svc, brandID, tally.EventConversionCreated); n != 1 {
+			t.Errorf("%d conversion.created events, want 1", n)
+		}
+		// The same transaction id on another offer is another conversion.
+		other := e.offer(key, nil)
+		e.must(201, e.call("POST", "/api/v1/conversions", key, map[string]any{"offerId": other, "partnerId": partnerID, "externalTxnId": "order-1001"}))
+	})
+}
+
+func TestDailyCapUnderConcurrency(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, httpapi.Config{RateLimit: 10_000})
+		brandID, key := e.brand()
+		offerID := e.offer(key, map[string]any{"caps": map[string]any{"daily": 50}})
+		partnerID := e.activePartner(brandID, key)
+
+		var mu sync.Mutex
+		statuses, codes := map[int]int{}, map[string]int{}
+		race(200, func(i int) {
+			r, err := e.try("POST", "/api/v1/conversions", key, map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": fmt.Sprint("order-", i)})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			statuses[r.status]++
+			codes[r.errorCode()]++
+		})
+		if statuses[201] != 50 || statuses[422] != 150 || codes["cap_reached"] != 150 {
+			t.Errorf("statuses = %v, codes = %v; want 50 201s and 150 422 cap_reached", statuses, codes)
+		}
+		if got := e.listAll("/api/v1/conversions", key); len(got) != 50 {
+			t.Errorf("%d conversions stored, want 50", len(got))
+		}
+		if n := eventCount(t, e.svc, brandID, tally.EventCapReached); n != 1 {
+			t.Errorf("%d cap.reached events, want exactly 1", n)
+		}
+		if n := eventCount(t, e.svc, brandID, tally.EventConversionCreated); n != 50 {
+			t.Errorf("%d conversion.created events, want 50", n)
+		}
+		var report struct{ Data []tally.ReportRow }
+		e.must(200, e.call("GET", "/api/v1/reports", key, nil)).decode(t, &report)
+		if len(report.Data) != 1 || report.Data[0].Conversions != 50 || report.Data[0].RevenueCents != 50*1000 {
+			t.Errorf("report = %+v, want 50 conversions worth 50000", report.Data)
+		}
+	})
+}
+
+func TestConversionStatusFollowsOfferAndPartner(t *testing.T) {
+	e := newEnv(t, testenv.Bolt(t), httpapi.Config{})
+	brandID, key := e.brand()
+	partnerID := e.activePartner(brandID, key)
+	manual := e.offer(key, map[string]any{"approval": "manual", "holdHours": 48})
+	r := e.must(201, e.call("POST", "/api/v1/conversions", key, map[string]any{"offerId": manual, "partnerId": partnerID, "revenueCents": 500, "currency": "EUR"}))
+	var c tally.Conversion
+	r.decode(t, &c)
+	if c.Status != "pending" || c.ApproveAt == nil || c.RevenueCents != 500 || c.PayoutCents != 300 || c.Currency != "EUR" {
+		t.Errorf("conversion on a manual offer = %+v; want pending with approveAt, given revenue and currency, the offer's payout", c)
+	}
+	e.must(200, e.call("POST", "/api/v1/conversions/"+c.ID+"/approve", key, nil))
+	if r := e.call("POST", "/api/v1/conversions/"+c.ID+"/reject", key, nil); r.status != 409 || r.errorCode() != "invalid_transition" {
+		t.Errorf("rejecting an approved conversion: %d %s", r.status, r.body)
+	}
+
+	paused := e.offer(key, map[string]any{"status": "paused"})
+	if r := e.call("POST", "/api/v1/conversions", key, map[string]any{"offerId": paused, "partnerId": partnerID}); r.status != 422 {
+		t.Errorf("conversion on a paused offer: %d %s", r.status, r.body)
+	}
+	auto := e.offer(key, nil)
+	e.must(200, e.call("POST", "/api/v1/partners/"+partnerID+"/ban", key, nil))
+	if r := e.call("POST", "/api/v1/conversions", key, map[string]any{"offerId": auto, "partnerId": partnerID}); r.status != 422 || r.errorCode() != "validation_error" {
+		t.Errorf("conversion for a banned partner: %d %s", r.status, r.body)
+	}
+	if got := e.listAll("/api/v1/conversions", key); len(got) != 1 {
+		t.Errorf("%d conversions stored, want only the first", len(got))
+	}
+}

@@ -1,0 +1,197 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+// query returns the request's query parameters after checking that each is
+// one the endpoint knows and appears once, so typos fail loudly instead of
+// silently widening a list.
+func query(r *http.Request, known ...string) (url.Values, error) {
+	q := r.URL.Query()
+	for name, vs := range q {
+		if !slices.Contains(known, name) {
+			return nil, tally.Errorf(tally.ECodeValidation, "Unknown query parameter %q.", name)
+		}
+		if len(vs) > 1 {
+			return nil, tally.Errorf(tally.ECodeValidation, "Query parameter %q is given more than once.", name)
+		}
+	}
+	return q, nil
+}
+
+// listQuery reads the paging parameters plus the endpoint's filters.
+func listQuery(r *http.Request, filters ...string) (url.Values, tracking.ListParams, error) {
+	q, err := query(r, append(filters, "limit", "cursor")...)
+	if err != nil {
+		return nil, tracking.ListParams{}, err
+	}
+	p := tracking.ListParams{Cursor: q.Get("cursor")}
+	if s := q.Get("limit"); s != "" {
+		if p.Limit, err = strconv.Atoi(s); err != nil || p.Limit < 1 {
+			return nil, p, tally.Errorf(tally.ECodeValidation, "limit must be an integer from 1 to %d.", tracking.MaxLimit)
+		}
+	}
+	return q, p, nil
+}
+
+func (a *API) listOffers(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+	_, lp, err := listQuery(r)
+	if err != nil {
+		return err
+	}
+	offers, next, err := a.svc.Offers(r.Context(), p.BrandID, lp)
+	if err != nil {
+		return err
+	}
+	writeList(w, offers, next)
+	return nil
+}
+
+func (a *API) createOffer(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+	var in tracking.OfferInput
+	if err := decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	o, err := a.svc.CreateOffer(r.Context(), p.BrandID, in)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, o)
+	return nil
+}
+
+func (a *API) getOffer(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+	o, err := a.svc.Offer(r.Context(), p.BrandID, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, o)
+	return nil
+}
+
+func (a *API) listPartners(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+	q, lp, err := listQuery(r, "status")
+	if err != nil {
+		return err
+	}
+	partners, next, err := a.svc.Partners(r.Context(), p.BrandID, q.Get("status"), lp)
+	if err != nil {
+		return err
+	}
+	writeList(w, partners, next)
+	return nil
+}
+
+func (a *API) getPartner(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+	partner, err := a.svc.Partner(r.Context(), p.BrandID, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, partner)
+	return nil
+}
+
+// action is a state transition of one of a brand's records.
+type action[T any] func(ctx context.Context, brandID, id string) (T, error)
+
+// transition serves POST /<records>/{id}/<action>. The request takes no body.
+func transition[T any](do action[T]) func(http.ResponseWriter, *http.Request, tracking.Principal) error {
+	return func(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+		v, err := do(r.Context(), p.BrandID, r.PathValue("id"))
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, v)
+		return nil
+	}
+}
+
+func (a *API) partnerAction(do action[tally.Partner]) func(http.ResponseWriter, *http.Request, tracking.Principal) error {
+	return transition(do)
+}
+
+func (a *API) conversionAction(do action[tally.Conversion]) func(http.ResponseWriter, *http.Request, tracking.Principal) error {
+	return transition(do)
+}
+
+func (a *API) createConversion(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+	var in tracking.ConversionInput
+	if err := decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	c, created, err := a.svc.RecordConversion(r.Context(), p.BrandID, in)
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, c)
+	return nil
+}
+
+func (a *API) listConversions(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+	q, lp, err := listQuery(r, "status", "offerId", "partnerId", "externalTxnId", "from", "to")
+	if err != nil {
+		return err
+	}
+	f := tracking.ConversionFilter{
+		Status: q.Get("status"), OfferID: q.Get("offerId"), PartnerID: q.Get("partnerId"),
+		ExternalTxnID: q.Get("externalTxnId"), From: q.Get("from"), To: q.Get("to"),
+	}
+	cs, next, err := a.svc.Conversions(r.Context(), p.BrandID, f, lp)
+	if err != nil {
+		return err
+	}
+	writeList(w, cs, next)
+	return nil
+}
+
+func (a *API) getConversion(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+	c, err := a.svc.Conversion(r.Context(), p.BrandID, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, c)
+	return nil
+}
+
+func (a *API) report(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+	q, err := query(r, "from", "to", "offerId", "partnerId", "groupBy")
+	if err != nil {
+		return err
+	}
+	rq := tracking.ReportQuery{From: q.Get("from"), To: q.Get("to"), OfferID: q.Get("offerId"), PartnerID: q.Get("partnerId"), GroupBy: []string{}}
+	if g := q.Get("groupBy"); g != "" {
+		rq.GroupBy = strings.Split(g, ",")
+	}
+	report, err := a.svc.Report(r.Context(), p.BrandID, rq)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, report)
+	return nil
+}
+
+func (a *API) apply(w http.ResponseWriter, r *http.Request, _ tracking.Principal) error {
+	var in tracking.ApplicationInput
+	if err := decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	partner, err := a.svc.Apply(r.Context(), r.PathValue("brandId"), in)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, partner)
+	return nil
+}

@@ -1,0 +1,773 @@
+package httpapi_test
+
+// The contract test: docs/openapi.yaml against the real handler.
+//
+// Validator: github.com/getkin/kin-openapi, pinned at v0.152.0 in go.mod. It
+// supports OpenAPI 3.1 fully enough for a strict check: its loader keeps the
+// 3.1 schema keywords (type arrays with "null", const, if/then, examples),
+// (*openapi3.T).Validate checks a 3.1 document by 3.1 rules, and for 3.1
+// documents openapi3filter validates bodies, parameters and headers with a
+// JSON Schema 2020-12 validator (santhosh-tekuri/jsonschema/v6) that asserts
+// the formats kin-openapi knows (date, date-time). So the document is loaded
+// strictly, as the 3.1 document it is, with no lenient mode. routers/gorillamux
+// maps requests to operations.
+//
+// Every request of the session is checked with ValidateRequest (and must
+// pass, or must fail when the call is meant to break the document) and every
+// answer with ValidateResponse, with IncludeResponseStatus so that a status
+// the document does not list fails too. Response schemas are closed
+// (additionalProperties: false) and list their required fields, so a field
+// added or dropped by a handler fails the test. At the end, every (operation,
+// status) pair the document lists must have been seen, except 500, which a
+// healthy server cannot be made to answer.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/testenv"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+// oasPath is the document, relative to this package.
+const oasPath = "../../docs/openapi.yaml"
+
+// oasHeaders are response headers that must appear only where the document
+// lists them (ValidateResponse checks only that listed ones are present).
+var oasHeaders = []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After", "Allow"}
+
+// oasContract is the loaded document and what a session has checked against it.
+type oasContract struct {
+	t      *testing.T
+	doc    *openapi3.T
+	router routers.Router
+	server string // the document's server URL, which validation requests use
+	opts   *openapi3filter.Options
+	seen   map[string]map[int]bool // operationId -> statuses answered
+}
+
+func loadOASContract(t *testing.T) *oasContract {
+	t.Helper()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromFile(oasPath)
+	if err != nil {
+		t.Fatalf("load %s: %v", oasPath, err)
+	}
+	if !doc.IsOpenAPI31OrLater() {
+		t.Fatalf("%s is OpenAPI %s; want 3.1", oasPath, doc.OpenAPI)
+	}
+	if err := doc.Validate(loader.Context, openapi3.EnableExamplesValidation()); err != nil {
+		t.Fatalf("%s is not a valid OpenAPI document: %v", oasPath, err)
+	}
+	if len(doc.Servers) != 1 {
+		t.Fatalf("%s: want one server, got %d", oasPath, len(doc.Servers))
+	}
+	router, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &oasContract{
+		t: t, doc: doc, router: router, server: doc.Servers[0].URL,
+		seen: map[string]map[int]bool{},
+		opts: &openapi3filter.Options{
+			IncludeResponseStatus:             true,
+			RejectWhenRequestBodyNotSpecified: true,
+			SkipSettingDefaults:               true,
+			AuthenticationFunc:                oasBearer,
+		},
+	}
+}
+
+// oasBearer accepts any request that carries a bearer token: whether the
+// key is good is the server's business, answered with the documented 401.
+func oasBearer(_ context.Context, in *openapi3filter.AuthenticationInput) error {
+	if in.SecuritySchemeName != "bearerAuth" {
+		return fmt.Errorf("unexpected security scheme %q", in.SecuritySchemeName)
+	}
+	token, ok := strings.CutPrefix(in.RequestValidationInput.Request.Header.Get("Authorization"), "Bearer ")
+	if !ok || strings.TrimSpace(token) == "" {
+		return errors.New("no bearer token")
+	}
+	return nil
+}
+
+// oasRaw is a request body sent exactly as written.
+type oasRaw string
+
+// oasCall is one request of the session and what it must produce.
+type oasCall struct {
+	srv         *httptest.Server
+	method      string
+	path        string // from the host root, with the query
+	key         string // API key; "" sends no Authorization
+	body        any    // nil, oasRaw, or a value sent as JSON
+	contentType string // default application/json when there is a body
+	status      int    // the status the server must answer
+	code        string // the error code it must answer; "" for success
+	invalid     bool   // the request breaks the document on purpose
+}
+
+type oasAnswer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (a oasAnswer) into(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(a.body, v); err != nil {
+		t.Fatalf("decode %s: %v", a.body, err)
+	}
+}
+
+func oasAs[T any](t *testing.T, a oasAnswer) T {
+	t.Helper()
+	var v T
+	a.into(t, &v)
+	return v
+}
+
+func (c oasCall) String() string {
+	s := c.method + " " + c.path
+	if c.key == "" {
+		s += " (no key)"
+	}
+	return s
+}
+
+func (c oasCall) bodyBytes() ([]byte, error) {
+	switch b := c.body.(type) {
+	case nil:
+		return nil, nil
+	case oasRaw:
+		return []byte(b), nil
+	default:
+		return json.Marshal(b)
+	}
+}
+
+func (c oasCall) request(base string) (*http.Request, error) {
+	body, err := c.bodyBytes()
+	if err != nil {
+		return nil, err
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(c.method, base+c.path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		ct := c.contentType
+		if ct == "" {
+			ct = "application/json"
+		}
+		req.Header.Set("Content-Type", ct)
+	}
+	if c.key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.key)
+	}
+	return req, nil
+}
+
+// do sends c to its server and checks request and answer against the
+// document. It fails the test at once when the answer is not the expected
+// one, since later calls depend on it.
+func (o *oasContract) do(c oasCall) oasAnswer {
+	t := o.t
+	t.Helper()
+	ctx := t.Context()
+
+	vreq, err := c.request(o.server)
+	if err != nil {
+		t.Fatalf("%s: %v", c, err)
+	}
+	route, params, routeErr := o.router.FindRoute(vreq)
+	var in *openapi3filter.RequestValidationInput
+	if routeErr == nil {
+		in = &openapi3filter.RequestValidationInput{Request: vreq, PathParams: params, Route: route, Options: o.opts}
+		err := openapi3filter.ValidateRequest(ctx, in)
+		switch {
+		case err != nil && !c.invalid:
+			t.Errorf("%s: the request should match the document: %v", c, err)
+		case err == nil && c.invalid:
+			t.Errorf("%s: the request should break the document, but it matches it", c)
+		}
+	}
+
+	req, err := c.request(c.srv.URL)
+	if err != nil {
+		t.Fatalf("%s: %v", c, err)
+	}
+	resp, err := c.srv.Client().Do(req)
+	if err != nil {
+		t.Fatalf("%s: %v", c, err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("%s: read answer: %v", c, err)
+	}
+	a := oasAnswer{status: resp.StatusCode, header: resp.Header, body: body}
+
+	if a.status != c.status {
+		t.Fatalf("%s: status %d, want %d: %s", c, a.status, c.status, body)
+	}
+	var e struct{ Error struct{ Code string } }
+	_ = json.Unmarshal(body, &e)
+	if e.Error.Code != c.code {
+		t.Fatalf("%s: error code %q, want %q: %s", c, e.Error.Code, c.code, body)
+	}
+
+	if routeErr != nil {
+		o.checkUndocumented(c, vreq, routeErr, a)
+		return a
+	}
+	if err := o.checkAnswer(in, a); err != nil {
+		t.Errorf("%s: the answer does not match the document: %v\nbody: %s", c, err, body)
+	}
+	op := route.Operation.OperationID
+	if o.seen[op] == nil {
+		o.seen[op] = map[int]bool{}
+	}
+	o.seen[op][a.status] = true
+	return a
+}
+
+// checkAnswer validates an answer to the request in, and checks that it has
+// none of oasHeaders that the document does not list for it.
+func (o *oasContract) checkAnswer(in *openapi3filter.RequestValidationInput, a oasAnswer) error {
+	rin := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: a.status, Header: a.header, Options: o.opts}
+	rin.SetBodyBytes(a.body)
+	if err := openapi3filter.ValidateResponse(o.t.Context(), rin); err != nil {
+		return err
+	}
+	documented := in.Route.Operation.Responses.Status(a.status).Value.Headers
+	for _, h := range oasHeaders {
+		if _, listed := documented[h]; !listed && a.header.Get(h) != "" {
+			return fmt.Errorf("header %s is not documented for status %d", h, a.status)
+		}
+	}
+	return nil
+}
+
+// checkUndocumented validates the answer to a path the document does not
+// have (an UnknownRoute 404) or a method it does not have there (a
+// MethodNotAllowed 405), against those components.
+func (o *oasContract) checkUndocumented(c oasCall, vreq *http.Request, routeErr error, a oasAnswer) {
+	t := o.t
+	t.Helper()
+	name, status := "UnknownRoute", http.StatusNotFound
+	if errors.Is(routeErr, routers.ErrMethodNotAllowed) {
+		name, status = "MethodNotAllowed", http.StatusMethodNotAllowed
+	} else if !errors.Is(routeErr, routers.ErrPathNotFound) {
+		t.Fatalf("%s: find route: %v", c, routeErr)
+	}
+	if a.status != status {
+		t.Errorf("%s: the document does not have this operation (%v), so the answer must be %d, not %d", c, routeErr, status, a.status)
+		return
+	}
+	ref := o.doc.Components.Responses[name]
+	if ref == nil {
+		t.Fatalf("the document has no components.responses.%s", name)
+	}
+	in := &openapi3filter.RequestValidationInput{
+		Request: vreq,
+		Route:   &routers.Route{Spec: o.doc, Operation: &openapi3.Operation{Responses: openapi3.NewResponses(openapi3.WithStatus(status, ref))}},
+		Options: o.opts,
+	}
+	if err := o.checkAnswer(in, a); err != nil {
+		t.Errorf("%s: the answer does not match components.responses.%s: %v\nbody: %s", c, name, err, a.body)
+	}
+}
+
+// unseen lists the documented (operation, status) pairs the session never
+// produced, and the operations with no operationId.
+func (o *oasContract) unseen() []string {
+	var missing []string
+	for path, item := range o.doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			if op.OperationID == "" {
+				missing = append(missing, method+" "+path+": no operationId")
+				continue
+			}
+			for code := range op.Responses.Map() {
+				if code == "500" {
+					continue // internal errors cannot be provoked from outside
+				}
+				status, err := strconv.Atoi(code)
+				if err != nil || !o.seen[op.OperationID][status] {
+					missing = append(missing, op.OperationID+" "+code)
+				}
+			}
+		}
+	}
+	slices.Sort(missing)
+	return missing
+}
+
+func (o *oasContract) operations() []string {
+	var ops []string
+	for _, item := range o.doc.Paths.Map() {
+		for _, op := range item.Operations() {
+			ops = append(ops, op.OperationID)
+		}
+	}
+	slices.Sort(ops)
+	return ops
+}
+
+// oasBig is a JSON object just over the 1 MiB body limit.
+func oasBig() oasRaw {
+	return oasRaw(`{"name":"` + strings.Repeat("a", httpapi.MaxBodyBytes) + `"}`)
+}
+
+func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
+	o := loadOASContract(t)
+	ctx := t.Context()
+	st := testenv.Bolt(t)
+	quiet := slog.New(slog.DiscardHandler)
+
+	svc := tracking.New(st)
+	srv := httptest.NewServer(httpapi.New(svc, httpapi.Config{RateLimit: 1_000_000, ApplicationRateLimit: 1_000_000, Logger: quiet}).Handler())
+	t.Cleanup(srv.Close)
+	// A second instance over the same store with limits of one request per
+	// minute, for the 429s. Its clock stands still, so that its window does
+	// not roll over halfway through, and an hour ahead, so that it shares no
+	// window with the first instance (the client IP bucket is the same).
+	frozen := time.Now().Add(time.Hour)
+	limitedSvc := tracking.New(st, tracking.WithClock(func() time.Time { return frozen }))
+	limited := httptest.NewServer(httpapi.New(limitedSvc, httpapi.Config{RateLimit: 1, ApplicationRateLimit: 1, Logger: quiet}).Handler())
+	t.Cleanup(limited.Close)
+
+	brand, err := svc.CreateBrand(ctx, "Acme Shoes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, key, err := svc.CreateAPIKey(ctx, brand.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, limitedKey, err := svc.CreateAPIKey(ctx, brand.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := svc.CreateBrand(ctx, "Other Brand")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, otherKey, err := svc.CreateAPIKey(ctx, other.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	badKey := "tally_sk_" + strings.Repeat("0", 48)
+	now := time.Now().UTC()
+	today := now.Format(time.DateOnly)
+	noOffer, noPartner, noConversion, noBrand := ids.New("off_", now), ids.New("prt_", now), ids.New("cnv_", now), ids.New("brd_", now)
+
+	// call runs a request against the main instance with the brand's key.
+	call := func(c oasCall) oasAnswer {
+		t.Helper()
+		if c.srv == nil {
+			c.srv = srv
+		}
+		return o.do(c)
+	}
+	withKey := func(c oasCall) oasAnswer {
+		t.Helper()
+		c.key = key
+		return call(c)
+	}
+
+	// --- The public application form.
+	apply := "/api/public/brands/" + brand.ID + "/applications"
+	p1 := oasAs[tally.Partner](t, call(oasCall{method: "POST", path: apply, status: 201, body: map[string]any{
+		"name": "  Deal Hunters ", "email": "team@dealhunters.example", "website": "https://dealhunters.example", "message": "Coupons, 200k visitors a month.",
+	}}))
+	p2 := oasAs[tally.Partner](t, call(oasCall{method: "POST", path: apply, status: 201, body: map[string]any{"name": "Blog Network", "email": "hi@blognet.example"}}))
+	p3 := oasAs[tally.Partner](t, call(oasCall{method: "POST", path: apply, status: 201, body: map[string]any{"name": "Spammy", "email": "x@spam.example"}}))
+	if p1.Name != "Deal Hunters" || p1.Status != tally.PartnerApplied || p2.Website != "" {
+		t.Errorf("applications: got %+v and %+v", p1, p2)
+	}
+	call(oasCall{method: "POST", path: apply, status: 409, code: "conflict", body: map[string]any{"name": "Again", "email": "TEAM@dealhunters.example"}})
+	call(oasCall{method: "POST", path: "/api/public/brands/" + noBrand + "/applications", status: 404, code: "not_found", body: map[string]any{"name": "A", "email": "a@b.example"}})
+	call(oasCall{method: "POST", path: "/api/public/brands/brd_nope/applications", status: 404, code: "not_found", invalid: true, body: map[string]any{"name": "A", "email": "a@b.example"}})
+	for _, body := range []any{
+		map[string]any{"name": "A", "email": "not-an-address"},
+		map[string]any{"name": "A", "email": "Pat <pat@b.example>"},
+		map[string]any{"name": "A", "email": "a@b.example", "website": "ftp://files.example"},
+		map[string]any{"name": "   ", "email": "a@b.example"},
+		map[string]any{"email": "a@b.example"},
+		map[string]any{"name": "A", "email": "a@b.example", "phone": "555"},
+		map[string]any{"name": "A", "email": "a@b.example", "message": strings.Repeat("m", 2001)},
+		map[string]any{"name": 7, "email": "a@b.example"},
+		oasRaw(`[]`),
+	} {
+		call(oasCall{method: "POST", path: apply, status: 422, code: "validation_error", invalid: true, body: body})
+	}
+	call(oasCall{method: "POST", path: apply, status: 400, code: "invalid_json", invalid: true, body: oasRaw(`{"name":`)})
+	call(oasCall{method: "POST", path: apply, status: 400, code: "invalid_json", invalid: true, body: oasRaw(``)})
+	call(oasCall{method: "POST", path: apply, status: 415, code: "unsupported_media_type", invalid: true, body: oasRaw(`name=A`), contentType: "application/x-www-form-urlencoded"})
+	call(oasCall{method: "POST", path: apply, status: 413, code: "payload_too_large", invalid: true, body: oasBig()})
+
+	// --- Partners.
+	all := oasAs[struct{ Data []tally.Partner }](t, withKey(oasCall{method: "GET", path: "/api/v1/partners", status: 200}))
+	if len(all.Data) != 3 || all.Data[0].ID != p3.ID {
+		t.Errorf("partners: want 3, newest first; got %+v", all.Data)
+	}
+	type page struct {
+		Data       []json.RawMessage
+		NextCursor *string
+	}
+	first := oasAs[page](t, withKey(oasCall{method: "GET", path: "/api/v1/partners?status=applied&limit=2", status: 200}))
+	if len(first.Data) != 2 || first.NextCursor == nil {
+		t.Fatalf("partners page 1: %+v", first)
+	}
+	partnersCursor := *first.NextCursor
+	second := oasAs[page](t, withKey(oasCall{method: "GET", path: "/api/v1/partners?status=applied&limit=2&cursor=" + url.QueryEscape(partnersCursor), status: 200}))
+	if len(second.Data) != 1 || second.NextCursor != nil {
+		t.Errorf("partners page 2: %+v", second)
+	}
+	withKey(oasCall{method: "GET", path: "/api/v1/partners/" + p1.ID, status: 200})
+	withKey(oasCall{method: "GET", path: "/api/v1/partners/" + noPartner, status: 404, code: "not_found"})
+	withKey(oasCall{method: "GET", path: "/api/v1/partners/prt_nope", status: 404, code: "not_found", invalid: true})
+	call(oasCall{method: "GET", path: "/api/v1/partners/" + p1.ID, key: otherKey, status: 404, code: "not_found"})
+	for _, q := range []string{"status=bogus", "limit=0", "limit=101", "limit=ten"} {
+		withKey(oasCall{method: "GET", path: "/api/v1/partners?" + q, status: 422, code: "validation_error", invalid: true})
+	}
+	// Faults the document cannot express: unknown parameters, foreign cursors.
+	withKey(oasCall{method: "GET", path: "/api/v1/partners?sort=name", status: 422, code: "validation_error"})
+	withKey(oasCall{method: "GET", path: "/api/v1/partners?cursor=bm90LWEtY3Vyc29y", status: 422, code: "validation_error"})
+	withKey(oasCall{method: "GET", path: "/api/v1/partners?status=active&limit=2&cursor=" + url.QueryEscape(partnersCursor), status: 422, code: "validation_error"})
+
+	p1 = oasAs[tally.Partner](t, withKey(oasCall{method: "POST", path: "/api/v1/partners/" + p1.ID + "/approve", status: 200}))
+	p2 = oasAs[tally.Partner](t, withKey(oasCall{method: "POST", path: "/api/v1/partners/" + p2.ID + "/reject", status: 200}))
+	p3 = oasAs[tally.Partner](t, withKey(oasCall{method: "POST", path: "/api/v1/partners/" + p3.ID + "/ban", status: 200}))
+	if p1.Status != tally.PartnerActive || p2.Status != tally.PartnerRejected || p3.Status != tally.PartnerBanned {
+		t.Errorf("partner transitions: %s %s %s", p1.Status, p2.Status, p3.Status)
+	}
+	for _, action := range []struct{ id, verb string }{{p1.ID, "approve"}, {p1.ID, "reject"}, {p2.ID, "reject"}, {p3.ID, "ban"}} {
+		withKey(oasCall{method: "POST", path: "/api/v1/partners/" + action.id + "/" + action.verb, status: 409, code: "invalid_transition"})
+	}
+	for _, verb := range []string{"approve", "reject", "ban"} {
+		withKey(oasCall{method: "POST", path: "/api/v1/partners/" + noPartner + "/" + verb, status: 404, code: "not_found"})
+		call(oasCall{method: "POST", path: "/api/v1/partners/" + p1.ID + "/" + verb, key: otherKey, status: 404, code: "not_found"})
+	}
+
+	// --- Offers.
+	newOffer := func(extra map[string]any) map[string]any {
+		body := map[string]any{"name": "Running shoes", "destinationUrl": "https://shop.example/run?click={click_id}", "revenueCents": 5000, "payoutCents": 1500, "currency": "USD"}
+		for k, v := range extra {
+			if v == nil {
+				delete(body, k)
+			} else {
+				body[k] = v
+			}
+		}
+		return body
+	}
+	createOffer := func(extra map[string]any) tally.Offer {
+		t.Helper()
+		return oasAs[tally.Offer](t, withKey(oasCall{method: "POST", path: "/api/v1/offers", status: 201, body: newOffer(extra)}))
+	}
+	autoOffer := createOffer(nil)
+	manualOffer := createOffer(map[string]any{"currency": "EUR", "approval": "manual", "holdHours": 72, "caps": map[string]any{"daily": 2, "weekly": nil}})
+	onceOffer := createOffer(map[string]any{"status": "active", "approval": "auto", "holdHours": 0, "caps": map[string]any{"global": 1}})
+	pausedOffer := createOffer(map[string]any{"status": "paused", "name": "Winter sale", "revenueCents": 0, "payoutCents": 0})
+	if autoOffer.Status != tally.OfferActive || autoOffer.Approval != tally.ApprovalAuto || manualOffer.Caps.Daily == nil || *manualOffer.Caps.Daily != 2 {
+		t.Errorf("offers: got %+v and %+v", autoOffer, manualOffer)
+	}
+	for _, extra := range []map[string]any{
+		{"name": nil},
+		{"name": " "},
+		{"name": strings.Repeat("n", 201)},
+		{"destinationUrl": "shop.example/run"},
+		{"revenueCents": nil},
+		{"revenueCents": -1},
+		{"revenueCents": 1_000_000_000_001},
+		{"payoutCents": "300"},
+		{"payoutCents": 2.5},
+		{"currency": "usd"},
+		{"currency": "XXX"},
+		{"status": "archived"},
+		{"approval": "sometimes"},
+		{"holdHours": 24},
+		{"holdHours": 24, "approval": "auto"},
+		{"holdHours": 9000, "approval": "manual"},
+		{"holdHours": -1},
+		{"caps": map[string]any{"daily": 0}},
+		{"caps": map[string]any{"hourly": 5}},
+		{"caps": []int{1}},
+		{"color": "red"},
+	} {
+		withKey(oasCall{method: "POST", path: "/api/v1/offers", status: 422, code: "validation_error", invalid: true, body: newOffer(extra)})
+	}
+	withKey(oasCall{method: "POST", path: "/api/v1/offers", status: 422, code: "validation_error", invalid: true, body: oasRaw(`"an offer"`)})
+	withKey(oasCall{method: "POST", path: "/api/v1/offers", status: 400, code: "invalid_json", invalid: true, body: oasRaw(`{"name": "x",}`)})
+	withKey(oasCall{method: "POST", path: "/api/v1/offers", status: 415, code: "unsupported_media_type", invalid: true, body: oasRaw(`{}`), contentType: "text/plain"})
+	withKey(oasCall{method: "POST", path: "/api/v1/offers", status: 413, code: "payload_too_large", invalid: true, body: oasBig()})
+
+	offers := oasAs[struct{ Data []tally.Offer }](t, withKey(oasCall{method: "GET", path: "/api/v1/offers", status: 200}))
+	if len(offers.Data) != 4 || offers.Data[0].ID != pausedOffer.ID {
+		t.Errorf("offers: want 4, newest first; got %d", len(offers.Data))
+	}
+	offersPage := oasAs[page](t, withKey(oasCall{method: "GET", path: "/api/v1/offers?limit=3", status: 200}))
+	if offersPage.NextCursor == nil {
+		t.Fatal("offers page 1 has no cursor")
+	}
+	withKey(oasCall{method: "GET", path: "/api/v1/offers?limit=3&cursor=" + url.QueryEscape(*offersPage.NextCursor), status: 200})
+	withKey(oasCall{method: "GET", path: "/api/v1/offers?cursor=" + url.QueryEscape(partnersCursor), status: 422, code: "validation_error"})
+	withKey(oasCall{method: "GET", path: "/api/v1/offers?limit=-5", status: 422, code: "validation_error", invalid: true})
+	withKey(oasCall{method: "GET", path: "/api/v1/offers/" + autoOffer.ID, status: 200})
+	withKey(oasCall{method: "GET", path: "/api/v1/offers/" + noOffer, status: 404, code: "not_found"})
+	call(oasCall{method: "GET", path: "/api/v1/offers/" + autoOffer.ID, key: otherKey, status: 404, code: "not_found"})
+
+	// --- Conversions.
+	postConversion := func(status int, code string, body map[string]any) oasAnswer {
+		t.Helper()
+		return withKey(oasCall{method: "POST", path: "/api/v1/conversions", status: status, code: code, body: body})
+	}
+	c1 := oasAs[tally.Conversion](t, postConversion(201, "", map[string]any{"offerId": autoOffer.ID, "partnerId": p1.ID, "externalTxnId": "order-1", "sub1": "newsletter"}))
+	replay := oasAs[tally.Conversion](t, postConversion(200, "", map[string]any{"offerId": autoOffer.ID, "partnerId": p1.ID, "externalTxnId": "order-1", "revenueCents": 1}))
+	if c1.Status != tally.ConversionApproved || replay.ID != c1.ID || replay.RevenueCents != 5000 {
+		t.Errorf("conversion %+v, replay %+v", c1, replay)
+	}
+	c2 := oasAs[tally.Conversion](t, postConversion(201, "", map[string]any{"offerId": manualOffer.ID, "partnerId": p1.ID, "revenueCents": 1000, "payoutCents": 100}))
+	c3 := oasAs[tally.Conversion](t, postConversion(201, "", map[string]any{"offerId": manualOffer.ID, "partnerId": p1.ID,
+		"sub1": "a", "sub2": "b", "sub3": "c", "sub4": "d", "sub5": "e", "externalTxnId": "order-2"}))
+	if c2.Status != tally.ConversionPending || c2.ApproveAt == nil || c2.Currency != "EUR" {
+		t.Errorf("pending conversion: %+v", c2)
+	}
+	postConversion(422, "cap_reached", map[string]any{"offerId": manualOffer.ID, "partnerId": p1.ID})
+	postConversion(201, "", map[string]any{"offerId": onceOffer.ID, "partnerId": p1.ID, "currency": "GBP", "revenueCents": 0})
+	postConversion(422, "cap_reached", map[string]any{"offerId": onceOffer.ID, "partnerId": p1.ID})
+	for _, body := range []map[string]any{
+		{"offerId": pausedOffer.ID, "partnerId": p1.ID},  // offer not active
+		{"offerId": autoOffer.ID, "partnerId": p2.ID},    // partner rejected
+		{"offerId": autoOffer.ID, "partnerId": p3.ID},    // partner banned
+		{"offerId": noOffer, "partnerId": p1.ID},         // no such offer
+		{"offerId": autoOffer.ID, "partnerId": noPartner}, // no such partner
+		{"offerId": autoOffer.ID, "clickId": "clk_unknown"},
+	} {
+		postConversion(422, "validation_error", body)
+	}
+	for _, body := range []any{
+		map[string]any{"offerId": autoOffer.ID},
+		map[string]any{"offerId": autoOffer.ID, "partnerId": p1.ID, "clickId": "clk_x"},
+		map[string]any{"partnerId": p1.ID},
+		map[string]any{"offerId": "off_123", "partnerId": p1.ID},
+		map[string]any{"offerId": autoOffer.ID, "partnerId": "partner-1"},
+		map[string]any{"offerId": autoOffer.ID, "partnerId": p1.ID, "externalTxnId": "order\x01"},
+		map[string]any{"offerId": autoOffer.ID, "partnerId": p1.ID, "sub3": strings.Repeat("s", 256)},
+		map[string]any{"offerId": autoOffer.ID, "partnerId": p1.ID, "currency": "EURO"},
+		map[string]any{"offerId": autoOffer.ID, "partnerId": p1.ID, "payoutCents": -10},
+		map[string]any{"offerId": autoOffer.ID, "partnerId": p1.ID, "status": "approved"},
+		oasRaw(`42`),
+	} {
+		withKey(oasCall{method: "POST", path: "/api/v1/conversions", status: 422, code: "validation_error", invalid: true, body: body})
+	}
+	withKey(oasCall{method: "POST", path: "/api/v1/conversions", status: 400, code: "invalid_json", invalid: true, body: oasRaw(`{"offerId": "x"} {}`)})
+	withKey(oasCall{method: "POST", path: "/api/v1/conversions", status: 415, code: "unsupported_media_type", invalid: true, body: oasRaw(`{}`), contentType: ""})
+	withKey(oasCall{method: "POST", path: "/api/v1/conversions", status: 413, code: "payload_too_large", invalid: true, body: oasBig()})
+
+	c2 = oasAs[tally.Conversion](t, withKey(oasCall{method: "POST", path: "/api/v1/conversions/" + c2.ID + "/approve", status: 200}))
+	c3 = oasAs[tally.Conversion](t, withKey(oasCall{method: "POST", path: "/api/v1/conversions/" + c3.ID + "/reject", status: 200}))
+	if c2.Status != tally.ConversionApproved || c2.ApproveAt != nil || c3.Status != tally.ConversionRejected {
+		t.Errorf("decided conversions: %+v %+v", c2, c3)
+	}
+	for _, id := range []string{c1.ID, c2.ID, c3.ID} {
+		for _, verb := range []string{"approve", "reject"} {
+			withKey(oasCall{method: "POST", path: "/api/v1/conversions/" + id + "/" + verb, status: 409, code: "invalid_transition"})
+		}
+	}
+	for _, verb := range []string{"approve", "reject"} {
+		withKey(oasCall{method: "POST", path: "/api/v1/conversions/" + noConversion + "/" + verb, status: 404, code: "not_found"})
+		call(oasCall{method: "POST", path: "/api/v1/conversions/" + c1.ID + "/" + verb, key: otherKey, status: 404, code: "not_found"})
+	}
+	withKey(oasCall{method: "GET", path: "/api/v1/conversions/" + c1.ID, status: 200})
+	withKey(oasCall{method: "GET", path: "/api/v1/conversions/" + noConversion, status: 404, code: "not_found"})
+	withKey(oasCall{method: "GET", path: "/api/v1/conversions/cnv_", status: 404, code: "not_found", invalid: true})
+	call(oasCall{method: "GET", path: "/api/v1/conversions/" + c1.ID, key: otherKey, status: 404, code: "not_found"})
+
+	conversions := oasAs[struct{ Data []tally.Conversion }](t, withKey(oasCall{method: "GET", path: "/api/v1/conversions", status: 200}))
+	if len(conversions.Data) != 4 {
+		t.Errorf("conversions: want 4, got %d", len(conversions.Data))
+	}
+	for _, q := range []string{
+		"status=approved",
+		"offerId=" + manualOffer.ID,
+		"partnerId=" + p1.ID + "&status=rejected",
+		"externalTxnId=order-1",
+		"from=" + today + "&to=" + today,
+		"from=" + url.QueryEscape(now.Add(-time.Hour).Format(time.RFC3339)) + "&to=" + url.QueryEscape(now.Add(time.Hour).Format(time.RFC3339Nano)),
+	} {
+		withKey(oasCall{method: "GET", path: "/api/v1/conversions?" + q, status: 200})
+	}
+	convPage := oasAs[page](t, withKey(oasCall{method: "GET", path: "/api/v1/conversions?limit=3", status: 200}))
+	if len(convPage.Data) != 3 || convPage.NextCursor == nil {
+		t.Fatalf("conversions page 1: %+v", convPage)
+	}
+	last := oasAs[page](t, withKey(oasCall{method: "GET", path: "/api/v1/conversions?limit=3&cursor=" + url.QueryEscape(*convPage.NextCursor), status: 200}))
+	if len(last.Data) != 1 || last.NextCursor != nil {
+		t.Errorf("conversions page 2: %+v", last)
+	}
+	for _, q := range []string{"status=held", "from=yesterday", "to=2026-13-01", "limit=500", "offerId=123"} {
+		withKey(oasCall{method: "GET", path: "/api/v1/conversions?" + q, status: 422, code: "validation_error", invalid: true})
+	}
+	withKey(oasCall{method: "GET", path: "/api/v1/conversions?from=2026-02-30", status: 422, code: "validation_error"})
+	withKey(oasCall{method: "GET", path: "/api/v1/conversions?page=2", status: 422, code: "validation_error"})
+
+	// --- Reports.
+	report := oasAs[tracking.Report](t, withKey(oasCall{method: "GET", path: "/api/v1/reports", status: 200}))
+	if report.To != today || len(report.Data) != 3 { // one row per currency: USD, EUR, GBP
+		t.Errorf("report: %+v", report)
+	}
+	for _, q := range []string{
+		"groupBy=day,offer,partner",
+		"groupBy=week,month&from=" + now.AddDate(0, 0, -7).Format(time.DateOnly) + "&to=" + today,
+		"groupBy=offer&offerId=" + autoOffer.ID + "&partnerId=" + p1.ID,
+		"from=" + now.AddDate(0, 0, -365).Format(time.DateOnly) + "&to=" + today,
+	} {
+		withKey(oasCall{method: "GET", path: "/api/v1/reports?" + q, status: 200})
+	}
+	for _, q := range []string{"groupBy=year", "groupBy=day,,offer", "from=last-week", "to=" + now.Format(time.RFC3339), "limit=10"} {
+		withKey(oasCall{method: "GET", path: "/api/v1/reports?" + q, status: 422, code: "validation_error", invalid: q != "limit=10"})
+	}
+	withKey(oasCall{method: "GET", path: "/api/v1/reports?from=" + today + "&to=" + now.AddDate(0, 0, -1).Format(time.DateOnly), status: 422, code: "validation_error"})
+	withKey(oasCall{method: "GET", path: "/api/v1/reports?from=2020-01-01&to=" + today, status: 422, code: "validation_error"})
+
+	// --- Every operation that needs a key, without one and with a bad one.
+	keyed := []oasCall{
+		{method: "GET", path: "/api/v1/offers"},
+		{method: "POST", path: "/api/v1/offers", body: newOffer(nil)},
+		{method: "GET", path: "/api/v1/offers/" + autoOffer.ID},
+		{method: "GET", path: "/api/v1/partners"},
+		{method: "GET", path: "/api/v1/partners/" + p1.ID},
+		{method: "POST", path: "/api/v1/partners/" + p1.ID + "/approve"},
+		{method: "POST", path: "/api/v1/partners/" + p1.ID + "/reject"},
+		{method: "POST", path: "/api/v1/partners/" + p1.ID + "/ban"},
+		{method: "POST", path: "/api/v1/conversions", body: map[string]any{"offerId": autoOffer.ID, "partnerId": p1.ID}},
+		{method: "GET", path: "/api/v1/conversions"},
+		{method: "GET", path: "/api/v1/conversions/" + c1.ID},
+		{method: "POST", path: "/api/v1/conversions/" + c1.ID + "/approve"},
+		{method: "POST", path: "/api/v1/conversions/" + c1.ID + "/reject"},
+		{method: "GET", path: "/api/v1/reports"},
+	}
+	for _, c := range keyed {
+		c.srv, c.status, c.code = srv, 401, "unauthorized"
+		c.invalid = true
+		o.do(c)
+		c.key, c.invalid = badKey, false
+		o.do(c)
+	}
+
+	// --- Unknown paths and methods, in the error shape.
+	for _, c := range []oasCall{
+		{method: "GET", path: "/", status: 404, code: "not_found"},
+		{method: "GET", path: "/api/v1/webhooks", key: key, status: 404, code: "not_found"},
+		{method: "GET", path: "/api/v1/offers/" + autoOffer.ID + "/clicks", key: key, status: 404, code: "not_found"},
+		{method: "POST", path: "/_admin/brands", body: map[string]any{"name": "x"}, status: 404, code: "not_found"}, // not mounted without an admin token
+		{method: "DELETE", path: "/api/v1/offers/" + autoOffer.ID, key: key, status: 405, code: "method_not_allowed"},
+		{method: "PUT", path: "/api/v1/offers", key: key, body: newOffer(nil), status: 405, code: "method_not_allowed"},
+		{method: "GET", path: "/api/v1/partners/" + p1.ID + "/approve", key: key, status: 405, code: "method_not_allowed"},
+		{method: "GET", path: apply, status: 405, code: "method_not_allowed"},
+	} {
+		c.srv = srv
+		a := o.do(c)
+		if c.status == 405 && !strings.Contains(a.header.Get("Allow"), map[bool]string{true: "POST", false: "GET"}[c.method == "GET"]) {
+			t.Errorf("%s: Allow %q", c, a.header.Get("Allow"))
+		}
+	}
+
+	// --- Rate limits, on the instance that allows one request a minute.
+	o.do(oasCall{srv: limited, method: "GET", path: "/api/v1/offers", key: limitedKey, status: 200})
+	for _, c := range keyed {
+		c.srv, c.key, c.status, c.code = limited, limitedKey, 429, "rate_limit_exceeded"
+		a := o.do(c)
+		if a.header.Get("X-RateLimit-Remaining") != "0" || a.header.Get("X-RateLimit-Limit") != "1" {
+			t.Errorf("%s: rate-limit headers %v", c, a.header)
+		}
+	}
+	o.do(oasCall{srv: limited, method: "POST", path: apply, status: 201, body: map[string]any{"name": "Late", "email": "late@example.com"}})
+	o.do(oasCall{srv: limited, method: "POST", path: apply, status: 429, code: "rate_limit_exceeded", body: map[string]any{"name": "Later", "email": "later@example.com"}})
+
+	// --- The session covered the whole document.
+	if missing := o.unseen(); len(missing) > 0 {
+		t.Errorf("documented answers the session never produced (operationId status):\n  %s", strings.Join(missing, "\n  "))
+	}
+	if ops := o.operations(); len(ops) != 15 {
+		t.Errorf("the document has %d operations, want the 15 routes of the API besides /_admin: %v", len(ops), ops)
+	}
+
+	// --- The check is strict: a drifted answer fails it.
+	good := withKey(oasCall{method: "GET", path: "/api/v1/offers/" + autoOffer.ID, status: 200})
+	drifts := map[string]func(m map[string]any){
+		"added field":       func(m map[string]any) { m["clicks"] = 0 },
+		"missing field":     func(m map[string]any) { delete(m, "currency") },
+		"null caps":         func(m map[string]any) { m["caps"] = nil },
+		"cap set to zero":   func(m map[string]any) { m["caps"].(map[string]any)["daily"] = 0 },
+		"seconds timestamp": func(m map[string]any) { m["createdAt"] = "2026-01-02T03:04:05Z" },
+		"uppercase id":      func(m map[string]any) { m["id"] = strings.ToUpper(m["id"].(string)) },
+		"unknown status":    func(m map[string]any) { m["status"] = "archived" },
+	}
+	for name, drift := range drifts {
+		var m map[string]any
+		good.into(t, &m)
+		drift(m)
+		body, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := o.recheck("GET", "/api/v1/offers/"+autoOffer.ID, oasAnswer{status: 200, header: good.header, body: body}); err == nil {
+			t.Errorf("an Offer with a drift (%s) passes the document", name)
+		}
+	}
+	noLimitHeaders := good.header.Clone()
+	noLimitHeaders.Del("X-RateLimit-Remaining")
+	if err := o.recheck("GET", "/api/v1/offers/"+autoOffer.ID, oasAnswer{status: 200, header: noLimitHeaders, body: good.body}); err == nil {
+		t.Error("an answer without X-RateLimit-Remaining passes the document")
+	}
+	if err := o.recheck("GET", "/api/v1/offers/"+autoOffer.ID, oasAnswer{status: 418, header: good.header, body: good.body}); err == nil {
+		t.Error("an undocumented status passes the document")
+	}
+	if err := o.recheck("GET", "/api/v1/offers/"+noOffer, oasAnswer{status: 404, header: good.header,
+		body: []byte(`{"error":{"code":"validation_error","message":"No offer."}}`)}); err == nil {
+		t.Error("a 404 with another code than not_found passes the document")
+	}
+}
+
+// recheck validates a made-up answer to a request, for the drift checks.
+func (o *oasContract) recheck(method, path string, a oasAnswer) error {
+	req, err := http.NewRequest(method, o.server+path, nil)
+	if err != nil {
+		return err
+	}
+	route, params, err := o.router.FindRoute(req)
+	if err != nil {
+		return err
+	}
+	return o.checkAnswer(&openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: o.opts}, a)
+}

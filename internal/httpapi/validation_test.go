@@ -1,0 +1,124 @@
+package httpapi_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/testenv"
+)
+
+func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
+	e := newEnv(t, testenv.Bolt(t), httpapi.Config{RateLimit: 10_000})
+	brandID, key := e.brand()
+	offerID := e.offer(key, nil)
+	partnerID := e.activePartner(brandID, key)
+	valid := map[string]any{"name": "Shoes", "destinationUrl": "https://shop.example/p", "revenueCents": 1000, "payoutCents": 300, "currency": "USD"}
+	with := func(k string, v any) map[string]any {
+		m := map[string]any{}
+		for kk, vv := range valid {
+			m[kk] = vv
+		}
+		if v == nil {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
+		return m
+	}
+
+	for _, tc := range []struct {
+		name, path string
+		body       any
+		status     int
+		code       string
+		mentions   string // the message names the field
+	}{
+		{"missing name", "/api/v1/offers", with("name", nil), 422, "validation_error", "name"},
+		{"blank name", "/api/v1/offers", with("name", "  "), 422, "validation_error", "name"},
+		{"long name", "/api/v1/offers", with("name", strings.Repeat("x", 201)), 422, "validation_error", "name"},
+		{"name not a string", "/api/v1/offers", with("name", 5), 422, "validation_error", "name"},
+		{"relative url", "/api/v1/offers", with("destinationUrl", "/p"), 422, "validation_error", "destinationUrl"},
+		{"ftp url", "/api/v1/offers", with("destinationUrl", "ftp://x.example/"), 422, "validation_error", "destinationUrl"},
+		{"negative revenue", "/api/v1/offers", with("revenueCents", -1), 422, "validation_error", "revenueCents"},
+		{"fractional payout", "/api/v1/offers", with("payoutCents", 1.5), 422, "validation_error", "payoutCents"},
+		{"revenue as string", "/api/v1/offers", with("revenueCents", "100"), 422, "validation_error", "revenueCents"},
+		{"lowercase currency", "/api/v1/offers", with("currency", "usd"), 422, "validation_error", "currency"},
+		{"unknown currency", "/api/v1/offers", with("currency", "ABC"), 422, "validation_error", "currency"},
+		{"bad status", "/api/v1/offers", with("status", "live"), 422, "validation_error", "status"},
+		{"bad approval", "/api/v1/offers", with("approval", "sometimes"), 422, "validation_error", "approval"},
+		{"hold on auto offer", "/api/v1/offers", with("holdHours", 24), 422, "validation_error", "holdHours"},
+		{"zero cap", "/api/v1/offers", with("caps", map[string]any{"daily": 0}), 422, "validation_error", "caps.daily"},
+		{"unknown cap", "/api/v1/offers", with("caps", map[string]any{"hourly": 5}), 422, "validation_error", "hourly"},
+		{"unknown field", "/api/v1/offers", with("colour", "red"), 422, "validation_error", "colour"},
+		{"array body", "/api/v1/offers", "[]", 422, "validation_error", "object"},
+		{"malformed json", "/api/v1/offers", `{"name": "x",`, 400, "invalid_json", "JSON"},
+		{"trailing data", "/api/v1/offers", `{} {}`, 400, "invalid_json", "JSON"},
+		{"empty body", "/api/v1/offers", "", 400, "invalid_json", "empty"},
+		{"conversion without offer", "/api/v1/conversions", map[string]any{"partnerId": partnerID}, 422, "validation_error", "offerId"},
+		{"conversion without partner", "/api/v1/conversions", map[string]any{"offerId": offerID}, 422, "validation_error", "partnerId"},
+		{"conversion on unknown offer", "/api/v1/conversions", map[string]any{"offerId": "off_01jd0000000000000000000000", "partnerId": partnerID}, 422, "validation_error", "offerId"},
+		{"conversion with long sub1", "/api/v1/conversions", map[string]any{"offerId": offerID, "partnerId": partnerID, "sub1": strings.Repeat("s", 256)}, 422, "validation_error", "sub1"},
+		{"conversion with bad currency", "/api/v1/conversions", map[string]any{"offerId": offerID, "partnerId": partnerID, "currency": "EURO"}, 422, "validation_error", "currency"},
+		{"conversion with control characters", "/api/v1/conversions", map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": "a\nb"}, 422, "validation_error", "externalTxnId"},
+		{"application with bad email", "/api/public/brands/" + brandID + "/applications", map[string]any{"name": "P", "email": "nope"}, 422, "validation_error", "email"},
+	} {
+		r := e.call("POST", tc.path, key, tc.body)
+		if r.status != tc.status || r.errorCode() != tc.code {
+			t.Errorf("%s: %d %s, want %d %s", tc.name, r.status, r.body, tc.status, tc.code)
+			continue
+		}
+		var body struct{ Error struct{ Message string } }
+		r.decode(t, &body)
+		if !strings.Contains(body.Error.Message, tc.mentions) {
+			t.Errorf("%s: message %q does not mention %q", tc.name, body.Error.Message, tc.mentions)
+		}
+	}
+
+	// Wrong content type and oversized bodies.
+	req, _ := http.NewRequest("POST", e.srv.URL+"/api/v1/offers", strings.NewReader(`{}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "text/plain")
+	if r, err := e.send(req); err != nil || r.status != 415 || r.errorCode() != "unsupported_media_type" {
+		t.Errorf("text/plain body: %d %s %v, want 415", r.status, r.body, err)
+	}
+	big := `{"name": "` + strings.Repeat("x", httpapi.MaxBodyBytes) + `"}`
+	if r := e.call("POST", "/api/v1/offers", key, big); r.status != 413 || r.errorCode() != "payload_too_large" {
+		t.Errorf("oversized body: %d %.200s, want 413", r.status, r.body)
+	}
+	// Query parameters are checked too.
+	for _, path := range []string{"/api/v1/offers?limit=0", "/api/v1/offers?limit=abc", "/api/v1/offers?limit=101",
+		"/api/v1/conversions?sort=asc", "/api/v1/conversions?status=done", "/api/v1/conversions?from=yesterday",
+		"/api/v1/partners?status=a&status=b", "/api/v1/reports?groupBy=hour"} {
+		if r := e.call("GET", path, key, nil); r.status != 422 || r.errorCode() != "validation_error" {
+			t.Errorf("GET %s: %d %s, want 422", path, r.status, r.body)
+		}
+	}
+
+	// Nothing was created by any of it.
+	if got := e.listAll("/api/v1/offers", key); len(got) != 1 {
+		t.Errorf("%d offers after bad requests, want only the first", len(got))
+	}
+	if got := e.listAll("/api/v1/conversions", key); len(got) != 0 {
+		t.Errorf("%d conversions after bad requests, want none", len(got))
+	}
+}
+
+func TestUnknownRoutesAndMethodsAnswerInTheErrorShape(t *testing.T) {
+	e := newEnv(t, testenv.Bolt(t), httpapi.Config{})
+	_, key := e.brand()
+	if r := e.call("GET", "/api/v1/nothing", key, nil); r.status != 404 || r.errorCode() != "not_found" {
+		t.Errorf("unknown route: %d %s", r.status, r.body)
+	}
+	if r := e.call("GET", "/api/v1/offers/off_01jd0000000000000000000000", key, nil); r.status != 404 || r.errorCode() != "not_found" {
+		t.Errorf("unknown offer: %d %s", r.status, r.body)
+	}
+	r := e.call("DELETE", "/api/v1/offers", key, nil)
+	if r.status != 405 || r.errorCode() != "method_not_allowed" || r.header.Get("Allow") != "GET, POST" {
+		t.Errorf("DELETE /offers: %d %s Allow=%q", r.status, r.body, r.header.Get("Allow"))
+	}
+	if r := e.call("GET", "/_admin/brands", "", nil); r.status != 404 {
+		t.Errorf("admin API without a token configured: %d, want 404", r.status)
+	}
+}

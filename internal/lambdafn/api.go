@@ -1,0 +1,156 @@
+package lambdafn
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambdacontext"
+	"github.com/awslabs/aws-lambda-go-api-proxy/core"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+// APIFunc is a Lambda handler for API Gateway HTTP API events (payload
+// format 2.0).
+type APIFunc func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error)
+
+// APIHandler returns the handler of a function that serves the routes of
+// groups. Requests for any other route answer 404 in the API's error shape.
+//
+// The request is converted by aws-lambda-go-api-proxy, which sets
+// r.RemoteAddr to requestContext.http.sourceIp: the address API Gateway saw
+// the connection come from, which the per-IP rate limit of the application
+// form counts by (X-Forwarded-For is not trusted; a client can write it).
+//
+// Each request's log line carries apigwRequestId (requestContext.requestId,
+// which API Gateway also returns to the client as the apigw-requestid
+// header) and awsRequestId (the Lambda invocation), next to the API's own
+// requestId (X-Request-Id).
+func APIHandler(svc *tracking.Service, cfg httpapi.Config, groups ...string) (APIFunc, error) {
+	if err := checkGroups(groups); err != nil {
+		return nil, err
+	}
+	groups = slices.Clone(groups)
+	base := cfg.Logger
+	if base == nil {
+		base = slog.Default()
+	}
+	return func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+		stripStage(&ev)
+		log := base.With(requestAttrs(ctx, ev)...)
+		// httpapi logs with the Config's logger, so the ids of this
+		// invocation go in through a Config of its own. Building the API is
+		// a few allocations; all state (caches, store) lives in svc.
+		c := cfg
+		c.Logger = log
+		handler := httpapi.New(svc, c).Handler(groups...)
+
+		var accessor core.RequestAccessorV2
+		req, err := accessor.EventToRequestWithContext(ctx, ev)
+		if err != nil {
+			log.Warn("cannot turn the API Gateway event into a request", "err", err.Error(),
+				"method", ev.RequestContext.HTTP.Method, "rawPath", ev.RawPath)
+			return unreadableEvent(ev), nil
+		}
+		w := core.NewProxyResponseWriterV2()
+		handler.ServeHTTP(w, req)
+		resp, err := w.GetProxyResponse()
+		if err != nil {
+			log.Error("the handler wrote no response", "err", err.Error())
+			return errorResponse(http.StatusInternalServerError, err), nil
+		}
+		return resp, nil
+	}, nil
+}
+
+// checkGroups accepts one or more of httpapi's groups, except admin: that
+// API exists only in the local server.
+func checkGroups(groups []string) error {
+	if len(groups) == 0 {
+		return fmt.Errorf("%w: name at least one of the groups a function serves", errUnknownGroup)
+	}
+	for _, g := range groups {
+		if g == httpapi.GroupAdmin || !slices.Contains(httpapi.AllGroups, g) {
+			return fmt.Errorf("%w %q: a function serves any of %s", errUnknownGroup, g, strings.Join(lambdaGroups(), ", "))
+		}
+	}
+	return nil
+}
+
+func lambdaGroups() []string {
+	return slices.DeleteFunc(slices.Clone(httpapi.AllGroups), func(g string) bool { return g == httpapi.GroupAdmin })
+}
+
+// stripStage removes a named stage's segment from the path. Through the
+// execute-api endpoint of a stage other than $default, API Gateway puts
+// "/<stage>" in front of rawPath and requestContext.http.path; through a
+// custom domain (API mapping) there is no such segment, so those paths are
+// left alone even when they happen to start with the stage's name.
+func stripStage(ev *events.APIGatewayV2HTTPRequest) {
+	rc := &ev.RequestContext
+	if rc.Stage == "" || rc.Stage == "$default" || !strings.Contains(rc.DomainName, ".execute-api.") {
+		return
+	}
+	prefix := "/" + rc.Stage
+	for _, p := range []*string{&ev.RawPath, &rc.HTTP.Path} {
+		if rest, ok := strings.CutPrefix(*p, prefix); ok && (rest == "" || rest[0] == '/') {
+			*p = "/" + strings.TrimPrefix(rest, "/")
+		}
+	}
+}
+
+// requestAttrs are the ids that tie a log line to API Gateway's access log
+// and to the Lambda invocation.
+func requestAttrs(ctx context.Context, ev events.APIGatewayV2HTTPRequest) []any {
+	var attrs []any
+	if id := ev.RequestContext.RequestID; id != "" {
+		_ = id
+	}
+	if lc, ok := lambdacontext.FromContext(ctx); ok && lc.AwsRequestID != "" {
+		attrs = append(attrs, "awsRequestId", lc.AwsRequestID)
+	}
+	return attrs
+}
+
+// unreadableEvent answers an event that does not make an http.Request: a
+// body that is not the base64 it claims to be, or a path that is not a URL
+// path. API Gateway does not send such events; the answer is still in the
+// API's error shape rather than a Lambda error (which API Gateway would turn
+// into a bare 500).
+func unreadableEvent(ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
+	if ev.IsBase64Encoded {
+		if _, err := base64.StdEncoding.DecodeString(ev.Body); err != nil {
+			return errorResponse(http.StatusBadRequest,
+				tally.Errorf(tally.ECodeInvalidJSON, "The body could not be read: it is marked base64 but is not."))
+		}
+	}
+	return errorResponse(http.StatusNotFound,
+		tally.Errorf(tally.ECodeNotFound, "No such endpoint: %s %s.", ev.RequestContext.HTTP.Method, ev.RawPath))
+}
+
+// errorResponse answers with the API's error shape; errors other than a
+// *tally.Error say nothing about internals.
+func errorResponse(status int, err error) events.APIGatewayV2HTTPResponse {
+	var body struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	body.Error.Code, body.Error.Message = tally.ErrorCode(err), tally.ErrorMessage(err)
+	b, _ := json.Marshal(body) // two strings cannot fail to marshal
+	return events.APIGatewayV2HTTPResponse{
+		StatusCode: status,
+		Headers:    map[string]string{"Content-Type": "application/json"},
+		Body:       string(b) + "\n",
+	}
+}

@@ -1,0 +1,922 @@
+package lambdafn_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambdacontext"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/dynamotest"
+	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/testenv"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+func TestMain(m *testing.M) { dynamotest.Main(m) }
+
+const (
+	functionsDir = "../../functions"
+	eventsDir    = "../../events"
+)
+
+// function is what a functions/<name>/main.go serves, read from its source,
+// so the test runs exactly the groups the deployed function mounts.
+type function struct {
+	name     string
+	approver bool     // lambdafn.ServeApprover
+	groups   []string // lambdafn.ServeAPI(groups...)
+}
+
+// groupNames resolves httpapi.Group* in a main. A group added to httpapi
+// without a line here fails TestFunctionsAreCovered, not silently.
+var groupNames = map[string]string{
+	"GroupOffers":       httpapi.GroupOffers,
+	"GroupPartners":     httpapi.GroupPartners,
+	"GroupConversions":  httpapi.GroupConversions,
+	"GroupReports":      httpapi.GroupReports,
+	"GroupApplications": httpapi.GroupApplications,
+	"GroupAdmin":        httpapi.GroupAdmin,
+}
+
+// functions parses every functions/*/main.go for its call of lambdafn.
+func functions(t *testing.T) []function {
+	t.Helper()
+	dirs, err := os.ReadDir(functionsDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fns []function
+	for _, d := range dirs {
+		if !d.IsDir() {
+			continue
+		}
+		fn := function{name: d.Name()}
+		path := filepath.Join(functionsDir, d.Name(), "main.go")
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+		if err != nil {
+			t.Fatalf("functions/%s: %v", d.Name(), err)
+		}
+		calls := 0
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok || !isIdent(sel.X, "lambdafn") {
+				return true
+			}
+			calls++
+			switch sel.Sel.Name {
+			case "ServeApprover":
+				fn.approver = true
+			case "ServeAPI":
+				for _, arg := range call.Args {
+					fn.groups = append(fn.groups, groupArg(t, fn.name, arg))
+				}
+			default:
+				t.Errorf("functions/%s calls lambdafn.%s, which this test does not know", fn.name, sel.Sel.Name)
+			}
+			return true
+		})
+		if calls != 1 {
+			t.Fatalf("functions/%s/main.go must call lambdafn.ServeAPI or lambdafn.ServeApprover once; it makes %d such calls", fn.name, calls)
+		}
+		fns = append(fns, fn)
+	}
+	if len(fns) == 0 {
+		t.Fatal("no functions in functions/")
+	}
+	return fns
+}
+
+func isIdent(e ast.Expr, name string) bool {
+	id, ok := e.(*ast.Ident)
+	return ok && id.Name == name
+}
+
+func groupArg(t *testing.T, fn string, arg ast.Expr) string {
+	switch a := arg.(type) {
+	case *ast.SelectorExpr:
+		if g, ok := groupNames[a.Sel.Name]; ok && isIdent(a.X, "httpapi") {
+			return g
+		}
+	case *ast.BasicLit:
+		if s, err := strconv.Unquote(a.Value); err == nil && a.Kind == token.STRING {
+			return s
+		}
+	}
+	t.Fatalf("functions/%s: cannot resolve the group argument %T of lambdafn.ServeAPI; name an httpapi.Group* constant", fn, arg)
+	return ""
+}
+
+// samples returns events/*.json by name without the extension.
+func samples(t *testing.T) map[string][]byte {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(eventsDir, "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]byte{}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[strings.TrimSuffix(filepath.Base(p), ".json")] = b
+	}
+	return out
+}
+
+// samplesOf returns the names of fn's samples, <function>-<action>.
+func samplesOf(fn string, all map[string][]byte) []string {
+	var names []string
+	for name := range all {
+		if strings.HasPrefix(name, fn+"-") {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// placeholder is the events/README.md convention: ${NAME}, as envsubst reads it.
+var placeholder = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// substitute fills the placeholders in a sample; one it has no value for
+// fails the test.
+func substitute(t *testing.T, raw []byte, vars map[string]string) []byte {
+	t.Helper()
+	return placeholder.ReplaceAllFunc(raw, func(m []byte) []byte {
+		name := string(placeholder.FindSubmatch(m)[1])
+		v, ok := vars[name]
+		if !ok {
+			t.Fatalf("the sample uses the placeholder ${%s}, which the test does not fill (and events/README.md should describe)", name)
+		}
+		return []byte(v)
+	})
+}
+
+// clock is the services' time, moved by the approver tests.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// logBuffer collects the JSON log lines of a handler.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// take returns the lines written since the last take.
+func (l *logBuffer) take(t *testing.T) []map[string]any {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var lines []map[string]any
+	sc := bufio.NewScanner(&l.buf)
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("log line is not JSON: %s", sc.Text())
+		}
+		lines = append(lines, m)
+	}
+	l.buf.Reset()
+	return lines
+}
+
+// fixture is one brand with what the samples refer to, on a fresh store:
+// an active offer with automatic approval, an active partner and one
+// approved conversion.
+type fixture struct {
+	st    store.Store
+	clock *clock
+	svc   *tracking.Service
+	logs  *logBuffer
+	cfg   httpapi.Config
+
+	brand      tally.Brand
+	key        string
+	offer      tally.Offer
+	partner    tally.Partner
+	conversion tally.Conversion
+	vars       map[string]string
+}
+
+func newFixture(t *testing.T, st store.Store) *fixture {
+	t.Helper()
+	ctx := t.Context()
+	f := &fixture{st: st, clock: &clock{now: time.Now().UTC()}, logs: &logBuffer{}}
+	f.svc = tracking.New(st, tracking.WithClock(f.clock.Now))
+	f.cfg = httpapi.Config{Logger: slog.New(slog.NewJSONHandler(f.logs, nil))}
+	var err error
+	if f.brand, err = f.svc.CreateBrand(ctx, "Northwind Running"); err != nil {
+		t.Fatal(err)
+	}
+	if _, f.key, err = f.svc.CreateAPIKey(ctx, f.brand.ID); err != nil {
+		t.Fatal(err)
+	}
+	f.offer = f.createOffer(t, tally.ApprovalAuto, 0)
+	f.partner = f.activePartner(t, "Trail Deals", "hello@traildeals.example")
+	f.conversion = f.recordConversion(t, f.offer, "fixture-1")
+	f.vars = map[string]string{
+		"TALLY_API_KEY":       f.key,
+		"TALLY_BRAND_ID":      f.brand.ID,
+		"TALLY_OFFER_ID":      f.offer.ID,
+		"TALLY_PARTNER_ID":    f.partner.ID,
+		"TALLY_CONVERSION_ID": f.conversion.ID,
+	}
+	return f
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func (f *fixture) createOffer(t *testing.T, approval string, holdHours int) tally.Offer {
+	t.Helper()
+	o, err := f.svc.CreateOffer(t.Context(), f.brand.ID, tracking.OfferInput{
+		Name: ptr("Trail Shoes " + approval), DestinationURL: ptr("https://shop.example.com/trail?click={click_id}"),
+		RevenueCents: ptr[int64](4500), PayoutCents: ptr[int64](1200), Currency: ptr("EUR"),
+		Approval: ptr(approval), HoldHours: ptr(holdHours),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func (f *fixture) appliedPartner(t *testing.T, name, email string) tally.Partner {
+	t.Helper()
+	p, err := f.svc.Apply(t.Context(), f.brand.ID, tracking.ApplicationInput{Name: ptr(name), Email: ptr(email)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (f *fixture) activePartner(t *testing.T, name, email string) tally.Partner {
+	t.Helper()
+	p, err := f.svc.ApprovePartner(t.Context(), f.brand.ID, f.appliedPartner(t, name, email).ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (f *fixture) recordConversion(t *testing.T, o tally.Offer, txn string) tally.Conversion {
+	t.Helper()
+	c, _, err := f.svc.RecordConversion(t.Context(), f.brand.ID, tracking.ConversionInput{
+		OfferID: ptr(o.ID), PartnerID: ptr(f.partner.ID), ExternalTxnID: ptr(txn),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// response is an API answer as a client sees it.
+type response struct {
+	status  int
+	headers map[string]string
+	body    map[string]any
+	logs    []map[string]any
+}
+
+func (r response) header(name string) string {
+	for k, v := range r.headers {
+		if strings.EqualFold(k, name) {
+			return v
+		}
+	}
+	return ""
+}
+
+func (r response) errorCode() string {
+	e, _ := r.body["error"].(map[string]any)
+	code, _ := e["code"].(string)
+	return code
+}
+
+func (r response) list() []map[string]any {
+	var out []map[string]any
+	items, _ := r.body["data"].([]any)
+	for _, it := range items {
+		m, _ := it.(map[string]any)
+		out = append(out, m)
+	}
+	return out
+}
+
+// lambdaContext is the context the Lambda runtime gives a handler.
+func lambdaContext(t *testing.T, id string) context.Context {
+	return lambdacontext.NewContext(t.Context(), &lambdacontext.LambdaContext{AwsRequestID: id})
+}
+
+// invokeAPI runs an event through h the way the Lambda runtime does: the
+// event decoded from JSON, the answer encoded to JSON and read back.
+func invokeAPI(t *testing.T, f *fixture, h lambdafn.APIFunc, ev events.APIGatewayV2HTTPRequest) response {
+	t.Helper()
+	f.logs.take(t)
+	out, err := h(lambdaContext(t, "5c1f0e52-7f1b-4d2f-9a55-0c1d2e3f4a5b"), ev)
+	if err != nil {
+		t.Fatalf("the handler returned an error (API Gateway would answer a bare 500): %v", err)
+	}
+	raw, err := json.Marshal(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wire events.APIGatewayV2HTTPResponse
+	if err := json.Unmarshal(raw, &wire); err != nil {
+		t.Fatal(err)
+	}
+	r := response{status: wire.StatusCode, headers: wire.Headers, logs: f.logs.take(t)}
+	if wire.IsBase64Encoded {
+		t.Fatalf("JSON answer is base64-encoded: %q", wire.Body)
+	}
+	if err := json.Unmarshal([]byte(wire.Body), &r.body); err != nil {
+		t.Fatalf("status %d: body is not a JSON object: %q", r.status, wire.Body)
+	}
+	if ct := r.header("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type = %q, want application/json", ct)
+	}
+	return r
+}
+
+func decodeEvent[T any](t *testing.T, raw []byte) T {
+	t.Helper()
+	var ev T
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if err := dec.Decode(&ev); err != nil {
+		t.Fatalf("sample does not decode: %v", err)
+	}
+	return ev
+}
+
+func apiHandler(t *testing.T, f *fixture, groups []string) lambdafn.APIFunc {
+	t.Helper()
+	h, err := lambdafn.APIHandler(f.svc, f.cfg, groups...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// sampleCase is what one sample must do through its function.
+type sampleCase struct {
+	// setup adjusts the fixture (and f.vars) before the sample is filled in.
+	setup func(t *testing.T, f *fixture)
+	// api checks an API sample; call invokes it (again).
+	api func(t *testing.T, f *fixture, call func() response)
+	// approver checks the scheduled sample.
+	approver func(t *testing.T, f *fixture, call func() (lambdafn.ApproverResult, error))
+}
+
+func wantStatus(t *testing.T, r response, status int) {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status = %d, want %d; body %v", r.status, status, r.body)
+	}
+}
+
+func wantField(t *testing.T, obj map[string]any, field string, want any) {
+	t.Helper()
+	got := obj[field]
+	if n, ok := want.(int); ok {
+		want = float64(n)
+	}
+	if got != want {
+		t.Errorf("%s = %v, want %v", field, got, want)
+	}
+}
+
+func wantPrefix(t *testing.T, obj map[string]any, field, prefix string) string {
+	t.Helper()
+	s, _ := obj[field].(string)
+	if !strings.HasPrefix(s, prefix) {
+		t.Errorf("%s = %q, want an id starting with %q", field, s, prefix)
+	}
+	return s
+}
+
+func wantInList(t *testing.T, r response, id string) map[string]any {
+	t.Helper()
+	wantStatus(t, r, 200)
+	if _, ok := r.body["nextCursor"]; !ok {
+		t.Error("list answer has no nextCursor")
+	}
+	for _, it := range r.list() {
+		if it["id"] == id {
+			return it
+		}
+	}
+	t.Fatalf("%s is not in the list: %v", id, r.body)
+	return nil
+}
+
+var cases = map[string]sampleCase{
+	"offers-create": {api: func(t *testing.T, f *fixture, call func() response) {
+		r := call()
+		wantStatus(t, r, 201)
+		id := wantPrefix(t, r.body, "id", "off_")
+		wantField(t, r.body, "brandId", f.brand.ID)
+		wantField(t, r.body, "name", "Spring Sale – Trail Running Shoes")
+		wantField(t, r.body, "approval", "manual")
+		wantField(t, r.body, "holdHours", 72)
+		wantField(t, r.body, "currency", "EUR")
+		if _, err := f.svc.Offer(t.Context(), f.brand.ID, id); err != nil {
+			t.Errorf("the created offer cannot be read back: %v", err)
+		}
+	}},
+	"offers-list": {api: func(t *testing.T, f *fixture, call func() response) {
+		wantInList(t, call(), f.offer.ID)
+	}},
+	"offers-get": {api: func(t *testing.T, f *fixture, call func() response) {
+		r := call()
+		wantStatus(t, r, 200)
+		wantField(t, r.body, "id", f.offer.ID)
+		wantField(t, r.body, "status", "active")
+	}},
+	"partners-list": {api: func(t *testing.T, f *fixture, call func() response) {
+		p := wantInList(t, call(), f.partner.ID)
+		wantField(t, p, "status", "active")
+	}},
+	"partners-get": {api: func(t *testing.T, f *fixture, call func() response) {
+		r := call()
+		wantStatus(t, r, 200)
+		wantField(t, r.body, "id", f.partner.ID)
+		wantField(t, r.body, "email", "hello@traildeals.example")
+	}},
+	"partners-approve": {
+		setup: func(t *testing.T, f *fixture) {
+			f.vars["TALLY_PARTNER_ID"] = f.appliedPartner(t, "Run Reviews", "team@runreviews.example").ID
+		},
+		api: func(t *testing.T, f *fixture, call func() response) {
+			r := call()
+			wantStatus(t, r, 200)
+			wantField(t, r.body, "id", f.vars["TALLY_PARTNER_ID"])
+			wantField(t, r.body, "status", "active")
+			r = call()
+			wantStatus(t, r, 409)
+			if r.errorCode() != "invalid_transition" {
+				t.Errorf("approving again: code %q, want invalid_transition", r.errorCode())
+			}
+		},
+	},
+	"conversions-create": {api: func(t *testing.T, f *fixture, call func() response) {
+		r := call()
+		wantStatus(t, r, 201)
+		id := wantPrefix(t, r.body, "id", "cnv_")
+		wantField(t, r.body, "offerId", f.offer.ID)
+		wantField(t, r.body, "partnerId", f.partner.ID)
+		wantField(t, r.body, "status", "approved")
+		wantField(t, r.body, "revenueCents", 8990)
+		wantField(t, r.body, "externalTxnId", "order-100234")
+		wantField(t, r.body, "sub1", "newsletter-nov")
+		// The advertiser's retry of the same postback creates nothing.
+		r = call()
+		wantStatus(t, r, 200)
+		wantField(t, r.body, "id", id)
+	}},
+	"conversions-list": {api: func(t *testing.T, f *fixture, call func() response) {
+		c := wantInList(t, call(), f.conversion.ID)
+		wantField(t, c, "status", "approved")
+	}},
+	"conversions-get": {api: func(t *testing.T, f *fixture, call func() response) {
+		r := call()
+		wantStatus(t, r, 200)
+		wantField(t, r.body, "id", f.conversion.ID)
+		wantField(t, r.body, "externalTxnId", "fixture-1")
+	}},
+	"conversions-approve": {
+		setup: func(t *testing.T, f *fixture) {
+			c := f.recordConversion(t, f.createOffer(t, tally.ApprovalManual, 0), "manual-1")
+			if c.Status != tally.ConversionPending {
+				t.Fatalf("setup: conversion is %s, want pending", c.Status)
+			}
+			f.vars["TALLY_CONVERSION_ID"] = c.ID
+		},
+		api: func(t *testing.T, f *fixture, call func() response) {
+			r := call()
+			wantStatus(t, r, 200)
+			wantField(t, r.body, "id", f.vars["TALLY_CONVERSION_ID"])
+			wantField(t, r.body, "status", "approved")
+			r = call()
+			wantStatus(t, r, 409)
+			if r.errorCode() != "invalid_transition" {
+				t.Errorf("approving again: code %q, want invalid_transition", r.errorCode())
+			}
+		},
+	},
+	"reports-get": {api: func(t *testing.T, f *fixture, call func() response) {
+		r := call()
+		wantStatus(t, r, 200)
+		if g := fmt.Sprint(r.body["groupBy"]); g != "[day offer]" {
+			t.Errorf("groupBy = %s, want [day offer]", g)
+		}
+		rows := r.list()
+		if len(rows) != 1 {
+			t.Fatalf("rows = %v, want the fixture's one conversion", rows)
+		}
+		wantField(t, rows[0], "offerId", f.offer.ID)
+		wantField(t, rows[0], "day", f.conversion.CreatedAt.Time.Format(time.DateOnly))
+		wantField(t, rows[0], "conversions", 1)
+		wantField(t, rows[0], "approved", 1)
+		wantField(t, rows[0], "revenueCents", 4500)
+		wantField(t, rows[0], "profitCents", 4500-1200)
+	}},
+	"applications-create": {api: func(t *testing.T, f *fixture, call func() response) {
+		r := call()
+		wantStatus(t, r, 201)
+		id := wantPrefix(t, r.body, "id", "prt_")
+		wantField(t, r.body, "brandId", f.brand.ID)
+		wantField(t, r.body, "status", "applied")
+		wantField(t, r.body, "email", "jane@runner-media.example")
+		if got := r.header("X-RateLimit-Limit"); got != strconv.Itoa(httpapi.DefaultApplicationRateLimit) {
+			t.Errorf("X-RateLimit-Limit = %q, want the per-IP application limit %d", got, httpapi.DefaultApplicationRateLimit)
+		}
+		if p, err := f.svc.Partner(t.Context(), f.brand.ID, id); err != nil || p.Status != tally.PartnerApplied {
+			t.Errorf("the brand does not see the application: %v %v", p, err)
+		}
+		r = call()
+		wantStatus(t, r, 409)
+		if r.errorCode() != "conflict" {
+			t.Errorf("applying again: code %q, want conflict", r.errorCode())
+		}
+	}},
+	"approver-scheduled": {
+		setup: func(t *testing.T, f *fixture) {
+			o := f.createOffer(t, tally.ApprovalManual, 2)
+			f.conversion = f.recordConversion(t, o, "held-1")
+			if f.conversion.ApproveAt == nil {
+				t.Fatal("setup: a conversion of a 2-hour hold offer has no approveAt")
+			}
+		},
+		approver: func(t *testing.T, f *fixture, call func() (lambdafn.ApproverResult, error)) {
+			status := func() string {
+				c, err := f.svc.Conversion(t.Context(), f.brand.ID, f.conversion.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return c.Status
+			}
+			f.clock.Add(time.Hour)
+			if res, err := call(); err != nil || res.Approved != 0 {
+				t.Fatalf("an hour into a 2-hour hold: approved %d (err %v), want 0", res.Approved, err)
+			}
+			if s := status(); s != tally.ConversionPending {
+				t.Fatalf("an hour into a 2-hour hold the conversion is %s", s)
+			}
+			f.clock.Add(time.Hour + time.Second)
+			res, err := call()
+			if err != nil || res.Approved != 1 {
+				t.Fatalf("after the hold: approved %d (err %v), want 1", res.Approved, err)
+			}
+			if s := status(); s != tally.ConversionApproved {
+				t.Errorf("after the hold the conversion is %s, want approved", s)
+			}
+			lines := f.logs.take(t)
+			last := lines[len(lines)-1]
+			if last["msg"] != "hold-time approval" || last["approved"] != float64(1) {
+				t.Errorf("log line = %v, want msg \"hold-time approval\" with approved 1", last)
+			}
+			if last["eventId"] != "53dc4d37-cffa-4f76-80c9-8b7d4a4d2eaa" || last["awsRequestId"] == nil {
+				t.Errorf("log line = %v, want the scheduled event's id and the invocation's awsRequestId", last)
+			}
+		},
+	},
+}
+
+// TestFunctionsAreCovered checks that the functions, the samples and this
+// test agree: every function has a sample, every sample belongs to a
+// function and has a case here, and every route group is served by exactly
+// one function.
+func TestFunctionsAreCovered(t *testing.T) {
+	fns := functions(t)
+	all := samples(t)
+	names := map[string]bool{}
+	served := map[string][]string{}
+	for _, fn := range fns {
+		names[fn.name] = true
+		if len(samplesOf(fn.name, all)) == 0 {
+			t.Errorf("functions/%s has no sample: add events/%s-<action>.json and a case in this test", fn.name, fn.name)
+		}
+		if !fn.approver {
+			if _, err := lambdafn.APIHandler(tracking.New(nil), httpapi.Config{}, fn.groups...); err != nil {
+				t.Errorf("functions/%s: %v", fn.name, err)
+			}
+		}
+		for _, g := range fn.groups {
+			served[g] = append(served[g], fn.name)
+		}
+	}
+	for name := range all {
+		fn, _, _ := strings.Cut(name, "-")
+		if !names[fn] {
+			t.Errorf("events/%s.json belongs to no function (name it <function>-<action>.json)", name)
+		}
+		if _, ok := cases[name]; !ok {
+			t.Errorf("events/%s.json has no case in this test", name)
+		}
+	}
+	for name := range cases {
+		if _, ok := all[name]; !ok {
+			t.Errorf("the case %q has no events/%s.json", name, name)
+		}
+	}
+	for _, g := range httpapi.AllGroups {
+		if g == httpapi.GroupAdmin {
+			continue
+		}
+		if len(served[g]) != 1 {
+			t.Errorf("route group %q is served by functions %v, want exactly one", g, served[g])
+		}
+	}
+	if len(groupNames) != len(httpapi.AllGroups) {
+		t.Errorf("httpapi has %d groups and this test resolves %d: add the new group to groupNames", len(httpapi.AllGroups), len(groupNames))
+	}
+
+	// Every placeholder the samples use is described in events/README.md.
+	readme, err := os.ReadFile(filepath.Join(eventsDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, raw := range all {
+		for _, m := range placeholder.FindAllSubmatch(raw, -1) {
+			if !bytes.Contains(readme, m[0]) {
+				t.Errorf("events/%s.json uses %s, which events/README.md does not describe", name, m[0])
+			}
+		}
+	}
+}
+
+// TestSamples runs every sample through the handler its function's main
+// builds, on both stores.
+func TestSamples(t *testing.T) {
+	all := samples(t)
+	for _, fn := range functions(t) {
+		for _, name := range samplesOf(fn.name, all) {
+			c, ok := cases[name]
+			if !ok {
+				t.Errorf("events/%s.json has no case in this test", name)
+				continue
+			}
+			t.Run(name, func(t *testing.T) {
+				testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+					f := newFixture(t, st)
+					if c.setup != nil {
+						c.setup(t, f)
+					}
+					raw := substitute(t, all[name], f.vars)
+					switch {
+					case fn.approver && c.approver != nil:
+						h := lambdafn.ApproverHandler(f.svc, f.cfg.Logger)
+						ev := decodeEvent[events.EventBridgeEvent](t, raw)
+						f.logs.take(t)
+						c.approver(t, f, func() (lambdafn.ApproverResult, error) {
+							return h(lambdaContext(t, "approver-invocation"), ev)
+						})
+					case !fn.approver && c.api != nil:
+						h := apiHandler(t, f, fn.groups)
+						ev := decodeEvent[events.APIGatewayV2HTTPRequest](t, raw)
+						c.api(t, f, func() response {
+							r := invokeAPI(t, f, h, ev)
+							checkCommon(t, r, ev)
+							return r
+						})
+					default:
+						t.Fatalf("the case for %s does not fit functions/%s", name, fn.name)
+					}
+				})
+			})
+		}
+	}
+}
+
+// checkCommon checks what every API answer through a function carries.
+func checkCommon(t *testing.T, r response, ev events.APIGatewayV2HTTPRequest) {
+	t.Helper()
+	if !strings.HasPrefix(r.header("X-Request-Id"), "req_") {
+		t.Errorf("X-Request-Id = %q", r.header("X-Request-Id"))
+	}
+	if r.header("X-RateLimit-Limit") == "" {
+		t.Error("no X-RateLimit-Limit header")
+	}
+	var line map[string]any
+	for _, l := range r.logs {
+		if l["msg"] == "request" {
+			line = l
+		}
+	}
+	switch {
+	case line == nil:
+		t.Errorf("no request log line in %v", r.logs)
+	case line["apigwRequestId"] != ev.RequestContext.RequestID:
+		t.Errorf("log line apigwRequestId = %v, want requestContext.requestId %q", line["apigwRequestId"], ev.RequestContext.RequestID)
+	case line["awsRequestId"] == nil || line["requestId"] != r.header("X-Request-Id"):
+		t.Errorf("log line %v lacks the invocation's awsRequestId or the X-Request-Id", line)
+	case line["status"] != float64(r.status):
+		t.Errorf("log line status %v, answer %d", line["status"], r.status)
+	}
+}
+
+// TestOtherFunctionsRoutes checks that a function answers only its own
+// routes: every API sample of another function answers 404 through it.
+func TestOtherFunctionsRoutes(t *testing.T) {
+	all := samples(t)
+	fns := functions(t)
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		f := newFixture(t, st)
+		for _, fn := range fns {
+			if fn.approver {
+				continue
+			}
+			h := apiHandler(t, f, fn.groups)
+			for _, other := range fns {
+				if other.name == fn.name || other.approver {
+					continue
+				}
+				for _, name := range samplesOf(other.name, all) {
+					ev := decodeEvent[events.APIGatewayV2HTTPRequest](t, substitute(t, all[name], f.vars))
+					r := invokeAPI(t, f, h, ev)
+					if r.status != 404 || r.errorCode() != "not_found" {
+						t.Errorf("%s through functions/%s: %d %v, want 404 not_found", name, fn.name, r.status, r.body)
+					}
+				}
+			}
+		}
+	})
+}
+
+// TestApplicationRateLimitBySourceIP checks that the application form's
+// limit counts requestContext.http.sourceIp, IPv4 and IPv6, and not the
+// X-Forwarded-For header a client can write.
+func TestApplicationRateLimitBySourceIP(t *testing.T) {
+	raw := samples(t)["applications-create"]
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		f := newFixture(t, st)
+		f.cfg.ApplicationRateLimit = 2
+		h := apiHandler(t, f, []string{httpapi.GroupApplications})
+		n := 0
+		apply := func(sourceIP, forwardedFor string) response {
+			t.Helper()
+			n++
+			ev := decodeEvent[events.APIGatewayV2HTTPRequest](t, substitute(t, raw, f.vars))
+			ev.RequestContext.HTTP.SourceIP = sourceIP
+			ev.Headers["x-forwarded-for"] = forwardedFor
+			ev.Body = strings.Replace(ev.Body, "jane@", fmt.Sprintf("jane%d@", n), 1)
+			return invokeAPI(t, f, h, ev)
+		}
+		for _, ip := range []string{"192.0.2.41", "2001:db8::41"} {
+			for i := range 2 {
+				if r := apply(ip, ip); r.status != 201 {
+					t.Fatalf("application %d from %s: %d %v, want 201", i+1, ip, r.status, r.body)
+				}
+			}
+			r := apply(ip, "198.51.100."+strconv.Itoa(n))
+			if r.status != 429 || r.errorCode() != "rate_limit_exceeded" || r.header("Retry-After") == "" {
+				t.Errorf("third application from %s (another X-Forwarded-For): %d %v Retry-After %q, want 429 rate_limit_exceeded",
+					ip, r.status, r.body, r.header("Retry-After"))
+			}
+			if got := r.header("X-RateLimit-Remaining"); got != "0" {
+				t.Errorf("X-RateLimit-Remaining = %q, want 0", got)
+			}
+		}
+	})
+}
+
+// TestNamedStage checks that a stage's segment in front of the path (the
+// execute-api endpoint of a stage other than $default) is stripped, and
+// that a custom domain's path is left alone.
+func TestNamedStage(t *testing.T) {
+	f := newFixture(t, testenv.Bolt(t))
+	h := apiHandler(t, f, []string{httpapi.GroupOffers})
+	raw := substitute(t, samples(t)["offers-get"], f.vars)
+	path := "/api/v1/offers/" + f.offer.ID
+
+	ev := decodeEvent[events.APIGatewayV2HTTPRequest](t, raw)
+	ev.RequestContext.Stage = "prod"
+	ev.RawPath, ev.RequestContext.HTTP.Path = "/prod"+path, "/prod"+path
+	r := invokeAPI(t, f, h, ev)
+	wantStatus(t, r, 200)
+	wantField(t, r.body, "id", f.offer.ID)
+	if line := r.logs[len(r.logs)-1]; line["path"] != path {
+		t.Errorf("logged path %v, want %s", line["path"], path)
+	}
+
+	ev = decodeEvent[events.APIGatewayV2HTTPRequest](t, raw)
+	ev.RequestContext.Stage = "api"
+	ev.RequestContext.DomainName = "track.example.com"
+	wantStatus(t, invokeAPI(t, f, h, ev), 200)
+}
+
+// TestUnreadableEvent checks that events that make no HTTP request still
+// answer in the API's error shape instead of failing the invocation.
+func TestUnreadableEvent(t *testing.T) {
+	f := newFixture(t, testenv.Bolt(t))
+	h := apiHandler(t, f, []string{httpapi.GroupOffers})
+	raw := substitute(t, samples(t)["offers-create"], f.vars)
+
+	ev := decodeEvent[events.APIGatewayV2HTTPRequest](t, raw)
+	ev.IsBase64Encoded = true
+	r := invokeAPI(t, f, h, ev)
+	if r.status != 400 || r.errorCode() != "invalid_json" {
+		t.Errorf("body marked base64 that is not: %d %v, want 400 invalid_json", r.status, r.body)
+	}
+
+	ev = decodeEvent[events.APIGatewayV2HTTPRequest](t, raw)
+	ev.RawPath = "/api/v1/offers/%zz"
+	r = invokeAPI(t, f, h, ev)
+	if r.status != 404 || r.errorCode() != "not_found" {
+		t.Errorf("path with a bad escape: %d %v, want 404 not_found", r.status, r.body)
+	}
+}
+
+func TestAPIHandlerGroups(t *testing.T) {
+	svc := tracking.New(nil)
+	for _, groups := range [][]string{nil, {httpapi.GroupAdmin}, {"offer"}, {httpapi.GroupOffers, "reprots"}} {
+		if _, err := lambdafn.APIHandler(svc, httpapi.Config{}, groups...); err == nil {
+			t.Errorf("APIHandler(%q) accepted the groups", groups)
+		}
+	}
+}
+
+// TestSetup checks the environment a function starts from: TALLY_TABLE is
+// required, settings are checked, and a table reached through the standard
+// AWS variables works.
+func TestSetup(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(home, "config"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(home, "credentials"))
+	t.Setenv("AWS_REGION", "us-east-1")
+	t.Setenv("AWS_ACCESS_KEY_ID", "tally")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "tally")
+	log := slog.New(slog.DiscardHandler)
+
+	t.Setenv("TALLY_TABLE", "")
+	if _, _, err := lambdafn.Setup(t.Context(), log); err == nil || !strings.Contains(err.Error(), "TALLY_TABLE") {
+		t.Errorf("without TALLY_TABLE: err %v, want one naming TALLY_TABLE", err)
+	}
+	t.Setenv("TALLY_TABLE", "tally")
+	t.Setenv("TALLY_RATE_LIMIT", "lots")
+	if _, _, err := lambdafn.Setup(t.Context(), log); err == nil || !strings.Contains(err.Error(), "TALLY_RATE_LIMIT") {
+		t.Errorf("with TALLY_RATE_LIMIT=lots: err %v, want one naming TALLY_RATE_LIMIT", err)
+	}
+	t.Setenv("TALLY_RATE_LIMIT", "250")
+
+	_, table := dynamotest.NewTable(t)
+	t.Setenv("TALLY_TABLE", table)
+	t.Setenv("AWS_ENDPOINT_URL_DYNAMODB", dynamotest.Endpoint(t))
+	svc, cfg, err := lambdafn.Setup(t.Context(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.RateLimit != 250 {
+		t.Errorf("RateLimit = %d, want 250 from TALLY_RATE_LIMIT", cfg.RateLimit)
+	}
+	b, err := svc.CreateBrand(t.Context(), "Setup Check")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Brand(t.Context(), b.ID); err != nil {
+		t.Errorf("the brand written through the function's store cannot be read: %v", err)
+	}
+}

@@ -1,0 +1,278 @@
+// Package bolt implements store.Store on an embedded bbolt file, for local
+// development and single-node deployments.
+//
+// Layout: bucket "items" maps pk 0x00 sk to the encoded item; buckets "gsi1",
+// "gsi2" and "gsi3" hold one empty-valued entry per indexed item, keyed
+// indexPK 0x00 indexSK 0x00 pk 0x00 sk, so an index partition is a
+// contiguous, correctly ordered key range; bucket "ttl" holds one entry per
+// expiring item, keyed by the big-endian expiry time followed by pk 0x00 sk,
+// so the sweep reads expired items first. Keys therefore must not contain
+// 0x00. Every write keeps the index and TTL entries in the same bbolt
+// transaction as the item.
+package bolt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"go.etcd.io/bbolt"
+	bberrors "go.etcd.io/bbolt/errors"
+
+	"github.com/tally-hq/tally/internal/store"
+)
+
+// ErrLocked means another process (or another Store in this one) has the
+// file open. It wraps bbolt's lock timeout error.
+var ErrLocked = fmt.Errorf("bolt: store is locked by another process: %w", bberrors.ErrTimeout)
+
+// lockTimeout bounds the wait for the file lock, so a second process fails
+// fast instead of hanging.
+const lockTimeout = time.Second
+
+// sweepEvery is how often expired items are deleted.
+const sweepEvery = time.Minute
+
+var (
+	itemsBucket = []byte("items")
+	ttlBucket   = []byte("ttl")
+)
+
+// Store is a store.Store backed by one bbolt file. It is safe for concurrent
+// use; bbolt serializes writers, so Transact never returns store.ErrConflict.
+type Store struct {
+	db *bbolt.DB
+
+	stop      chan struct{} // closed by Close to end the sweep
+	done      chan struct{} // closed when the sweep has ended
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens the store at path, creating the file and its directory when
+// missing. It returns an error matching ErrLocked when the file stays locked
+// for about a second.
+func Open(path string) (*Store, error) {
+	return open(path, sweepEvery)
+}
+
+// open is Open with the TTL sweep interval as a parameter, for tests.
+func open(path string, sweep time.Duration) (*Store, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("bolt: %w", err)
+	}
+	opts := *bbolt.DefaultOptions
+	opts.Timeout = lockTimeout
+	db, err := bbolt.Open(path, 0o600, &opts)
+	if errors.Is(err, bberrors.ErrTimeout) {
+		return nil, fmt.Errorf("%w: %s", ErrLocked, path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bolt: open %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error {
+		for _, name := range append([][]byte{itemsBucket, ttlBucket}, indexBuckets()...) {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("bolt: init %s: %w", path, err)
+	}
+	s := &Store{db: db, stop: make(chan struct{}), done: make(chan struct{})}
+	go s.sweepLoop(sweep)
+	return s, nil
+}
+
+// Close stops the TTL sweep and closes the file, waiting for running
+// transactions. Calling it again returns the first result.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		<-s.done
+		s.closeErr = s.db.Close()
+	})
+	return s.closeErr
+}
+
+// Get returns the item at key, or store.ErrNotFound.
+func (s *Store) Get(ctx context.Context, key store.Key) (store.Item, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Item{}, err
+	}
+	if err := checkKey(key); err != nil {
+		return store.Item{}, fmt.Errorf("bolt: get: %w", err)
+	}
+	var it store.Item
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		var ok bool
+		var err error
+		it, ok, err = load(tx, key)
+		if err == nil && !ok {
+			err = store.ErrNotFound
+		}
+		return err
+	})
+	return it, err
+}
+
+// Transact applies ops atomically in one bbolt transaction: it evaluates
+// every operation's conditions first and writes nothing unless all hold.
+func (s *Store) Transact(ctx context.Context, ops ...store.Op) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := checkOps(ops); err != nil {
+		return err
+	}
+	return s.db.Update(func(tx *bbolt.Tx) error {
+		_, err := apply(tx, ops)
+		return err
+	})
+}
+
+// Update applies a single OpUpdate and returns the item after it.
+func (s *Store) Update(ctx context.Context, op store.Op) (store.Item, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Item{}, err
+	}
+	if op.Kind != store.OpUpdate {
+		return store.Item{}, fmt.Errorf("bolt: Update needs an OpUpdate, got kind %d", op.Kind)
+	}
+	ops := []store.Op{op}
+	if err := checkOps(ops); err != nil {
+		return store.Item{}, err
+	}
+	var it store.Item
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		var err error
+		it, err = apply(tx, ops)
+		return err
+	})
+	return it, err
+}
+
+// apply checks the conditions of all ops against the state in tx, then
+// performs them. It returns the item written by the last op when that is an
+// update, for Update.
+func apply(tx *bbolt.Tx, ops []store.Op) (store.Item, error) {
+	type state struct {
+		item   store.Item
+		exists bool
+	}
+	cur := make([]state, len(ops))
+	for i, op := range ops {
+		it, ok, err := load(tx, op.Target())
+		if err != nil {
+			return store.Item{}, err
+		}
+		for _, c := range op.Conds {
+			if !holds(c, it, ok) {
+				return store.Item{}, &store.ConditionFailedError{Index: i}
+			}
+		}
+		cur[i] = state{it, ok}
+	}
+	var last store.Item
+	for i, op := range ops {
+		old, exists := cur[i].item, cur[i].exists
+		last = store.Item{}
+		switch op.Kind {
+		case store.OpPut:
+			if err := write(tx, old, exists, op.Item); err != nil {
+				return store.Item{}, err
+			}
+		case store.OpUpdate:
+			it, err := updated(old, exists, op)
+			if err != nil {
+				return store.Item{}, err
+			}
+			if err := write(tx, old, exists, it); err != nil {
+				return store.Item{}, err
+			}
+			last = it
+		case store.OpDelete:
+			if exists {
+				if err := remove(tx, old); err != nil {
+					return store.Item{}, err
+				}
+			}
+		}
+	}
+	return last, nil
+}
+
+// updated returns old (or a new item with op's key when it does not exist)
+// with op's Set, Add and ExpiresAt applied. old is a private copy, so its
+// maps may be changed in place.
+func updated(old store.Item, exists bool, op store.Op) (store.Item, error) {
+	it := old
+	if !exists {
+		it = store.Item{Key: op.Key}
+	}
+	if len(op.Set) > 0 && it.Attrs == nil {
+		it.Attrs = make(map[string]string, len(op.Set))
+	}
+	for name, v := range op.Set {
+		// Like DynamoDB's SET, a string replaces a number of that name.
+		delete(it.Nums, name)
+		it.Attrs[name] = v
+	}
+	if len(op.Add) > 0 && it.Nums == nil {
+		it.Nums = make(map[string]int64, len(op.Add))
+	}
+	for name, d := range op.Add {
+		if _, ok := it.Attrs[name]; ok {
+			return store.Item{}, fmt.Errorf("bolt: cannot add to string attribute %q", name)
+		}
+		n := it.Nums[name]
+		sum := n + d
+		if (d > 0 && sum < n) || (d < 0 && sum > n) {
+			return store.Item{}, fmt.Errorf("bolt: counter %q overflows int64", name)
+		}
+		it.Nums[name] = sum
+	}
+	if op.ExpiresAt != 0 {
+		it.ExpiresAt = op.ExpiresAt
+	}
+	return it, nil
+}
+
+// holds reports whether c holds for it (the zero Item when !exists).
+func holds(c store.Cond, it store.Item, exists bool) bool {
+	switch c.Kind {
+	case store.CondExists:
+		return exists
+	case store.CondNotExists:
+		return !exists
+	case store.CondAttrEquals:
+		v, ok := it.Attrs[c.Attr]
+		return ok && v == c.S
+	case store.CondNumLess:
+		n, ok := num(it, c.Attr)
+		return ok && n < c.N
+	case store.CondNumEquals:
+		n, ok := num(it, c.Attr)
+		return ok && n == c.N
+	}
+	return false
+}
+
+// num returns the numeric attribute name, 0 when absent. It reports false
+// when name holds a string, which no numeric comparison matches (as in
+// DynamoDB).
+func num(it store.Item, name string) (int64, bool) {
+	if _, ok := it.Attrs[name]; ok {
+		return 0, false
+	}
+	return it.Nums[name], true
+}

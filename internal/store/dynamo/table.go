@@ -1,0 +1,113 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/tally-hq/tally/internal/store"
+)
+
+// NewClientFromEnv returns a client configured the standard AWS way: region,
+// credentials and so on from the environment, shared config files or the
+// Lambda role. AWS_ENDPOINT_URL_DYNAMODB (or AWS_ENDPOINT_URL) points it at
+// another endpoint, such as DynamoDB Local.
+func NewClientFromEnv(ctx context.Context) (*dynamodb.Client, error) {
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("dynamo: load AWS config: %w", err)
+	}
+	return dynamodb.NewFromConfig(cfg), nil
+}
+
+// CreateTableAPI is the part of *dynamodb.Client that CreateTable uses.
+type CreateTableAPI interface {
+	CreateTable(ctx context.Context, params *dynamodb.CreateTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.CreateTableOutput, error)
+	DescribeTable(ctx context.Context, params *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
+	DescribeTimeToLive(ctx context.Context, params *dynamodb.DescribeTimeToLiveInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTimeToLiveOutput, error)
+	UpdateTimeToLive(ctx context.Context, params *dynamodb.UpdateTimeToLiveInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateTimeToLiveOutput, error)
+}
+
+var _ CreateTableAPI = (*dynamodb.Client)(nil)
+
+// CreateTable creates table with the layout the store expects, waits until
+// it is active and enables TTL on it. A table that already exists is left
+// as it is, except that TTL is enabled if it is not.
+func CreateTable(ctx context.Context, api CreateTableAPI, table string) error {
+	attrs := []types.AttributeDefinition{
+		{AttributeName: aws.String(attrPK), AttributeType: types.ScalarAttributeTypeS},
+		{AttributeName: aws.String(attrSK), AttributeType: types.ScalarAttributeTypeS},
+	}
+	var gsis []types.GlobalSecondaryIndex
+	for _, ix := range store.Indexes {
+		pk, sk := keyAttrs(ix)
+		attrs = append(attrs,
+			types.AttributeDefinition{AttributeName: aws.String(pk), AttributeType: types.ScalarAttributeTypeS},
+			types.AttributeDefinition{AttributeName: aws.String(sk), AttributeType: types.ScalarAttributeTypeS})
+		gsis = append(gsis, types.GlobalSecondaryIndex{
+			IndexName: aws.String(string(ix)),
+			KeySchema: []types.KeySchemaElement{
+				{AttributeName: aws.String(pk), KeyType: types.KeyTypeHash},
+				{AttributeName: aws.String(sk), KeyType: types.KeyTypeRange},
+			},
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
+		})
+	}
+	_, err := api.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName:            aws.String(table),
+		BillingMode:          types.BillingModePayPerRequest,
+		AttributeDefinitions: attrs,
+		KeySchema: []types.KeySchemaElement{
+			{AttributeName: aws.String(attrPK), KeyType: types.KeyTypeHash},
+			{AttributeName: aws.String(attrSK), KeyType: types.KeyTypeRange},
+		},
+		GlobalSecondaryIndexes: gsis,
+		// The stream feeds event delivery and reporting.
+		StreamSpecification: &types.StreamSpecification{
+			StreamEnabled:  aws.Bool(true),
+			StreamViewType: types.StreamViewTypeNewImage,
+		},
+	})
+	var inUse *types.ResourceInUseException
+	if err != nil && !errors.As(err, &inUse) {
+		return fmt.Errorf("dynamo: create table %s: %w", table, err)
+	}
+
+	waiter := dynamodb.NewTableExistsWaiter(api, func(o *dynamodb.TableExistsWaiterOptions) {
+		o.MinDelay, o.MaxDelay = time.Second, 10*time.Second
+	})
+	if err := waiter.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)}, 5*time.Minute); err != nil {
+		return fmt.Errorf("dynamo: wait for table %s: %w", table, err)
+	}
+	return enableTTL(ctx, api, table)
+}
+
+// enableTTL turns on TTL on the ttl attribute unless it is on already:
+// DynamoDB refuses to enable it twice.
+func enableTTL(ctx context.Context, api CreateTableAPI, table string) error {
+	desc, err := api.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(table)})
+	if err != nil {
+		return fmt.Errorf("dynamo: describe TTL of %s: %w", table, err)
+	}
+	if d := desc.TimeToLiveDescription; d != nil && aws.ToString(d.AttributeName) == attrTTL &&
+		(d.TimeToLiveStatus == types.TimeToLiveStatusEnabled || d.TimeToLiveStatus == types.TimeToLiveStatusEnabling) {
+		return nil
+	}
+	_, err = api.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
+		TableName: aws.String(table),
+		TimeToLiveSpecification: &types.TimeToLiveSpecification{
+			AttributeName: aws.String(attrTTL),
+			Enabled:       aws.Bool(true),
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("dynamo: enable TTL on %s: %w", table, err)
+	}
+	return nil
+}

@@ -1,0 +1,439 @@
+package tracking
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/store"
+)
+
+// ConversionInput is the body of POST /conversions (a server-side postback).
+type ConversionInput struct {
+	OfferID       *string `json:"offerId"`
+	PartnerID     *string `json:"partnerId"`
+	ClickID       *string `json:"clickId"`
+	RevenueCents  *int64  `json:"revenueCents"`
+	PayoutCents   *int64  `json:"payoutCents"`
+	Currency      *string `json:"currency"`
+	Sub1          *string `json:"sub1"`
+	Sub2          *string `json:"sub2"`
+	Sub3          *string `json:"sub3"`
+	Sub4          *string `json:"sub4"`
+	Sub5          *string `json:"sub5"`
+	ExternalTxnID *string `json:"externalTxnId"`
+}
+
+func (in ConversionInput) validate() error {
+	if err := firstError(
+		text("offerId", in.OfferID, true, 64),
+		cents("revenueCents", in.RevenueCents, false),
+		cents("payoutCents", in.PayoutCents, false),
+		currency("currency", in.Currency, false),
+		text("sub1", in.Sub1, false, 255), text("sub2", in.Sub2, false, 255), text("sub3", in.Sub3, false, 255),
+		text("sub4", in.Sub4, false, 255), text("sub5", in.Sub5, false, 255),
+		text("externalTxnId", in.ExternalTxnID, false, 255),
+	); err != nil {
+		return err
+	}
+	if in.ExternalTxnID != nil && strings.IndexFunc(*in.ExternalTxnID, unicode.IsControl) >= 0 {
+		return invalid("externalTxnId must not contain control characters.")
+	}
+	switch {
+	case in.PartnerID == nil && in.ClickID == nil:
+		return invalid("partnerId is required (or clickId, for a tracked click).")
+	case in.PartnerID != nil && in.ClickID != nil:
+		return invalid("Give either partnerId or clickId, not both.")
+	case in.ClickID != nil:
+		// Click tracking records clicks; until a click exists no id can match.
+		return invalid("clickId %q does not match a recorded click.", *in.ClickID)
+	}
+	if !ids.Valid("prt_", *in.PartnerID) {
+		return invalid("partnerId %q does not match a partner.", *in.PartnerID)
+	}
+	if !ids.Valid("off_", *in.OfferID) {
+		return invalid("offerId %q does not match an offer.", *in.OfferID)
+	}
+	return nil
+}
+
+// RecordConversion stores a conversion for the brand. It returns created =
+// false, and the first conversion, when the same (offer, externalTxnId) was
+// recorded before. The conversion, its idempotency marker, cap counters,
+// report rollup and events are one transaction.
+func (s *Service) RecordConversion(ctx context.Context, brandID string, in ConversionInput) (c tally.Conversion, created bool, err error) {
+	if err := in.validate(); err != nil {
+		return c, false, err
+	}
+	offer, err := s.cachedOffer(ctx, brandID, *in.OfferID)
+	if err != nil {
+		if tally.ErrorCode(err) == tally.ECodeNotFound {
+			return c, false, invalid("offerId %q does not match an offer.", *in.OfferID)
+		}
+		return c, false, err
+	}
+	now := s.Now()
+	c = tally.Conversion{
+		ID:            ids.New("cnv_", now),
+		BrandID:       brandID,
+		OfferID:       offer.ID,
+		PartnerID:     *in.PartnerID,
+		RevenueCents:  deref(in.RevenueCents, offer.RevenueCents),
+		PayoutCents:   deref(in.PayoutCents, offer.PayoutCents),
+		Currency:      deref(in.Currency, offer.Currency),
+		Status:        tally.ConversionApproved,
+		Sub1:          deref(in.Sub1, ""),
+		Sub2:          deref(in.Sub2, ""),
+		Sub3:          deref(in.Sub3, ""),
+		Sub4:          deref(in.Sub4, ""),
+		Sub5:          deref(in.Sub5, ""),
+		ExternalTxnID: deref(in.ExternalTxnID, ""),
+		CreatedAt:     tally.NewTime(now),
+		UpdatedAt:     tally.NewTime(now),
+	}
+	if offer.Approval == tally.ApprovalManual {
+		c.Status = tally.ConversionPending
+		if offer.HoldHours > 0 {
+			at := tally.NewTime(now.Add(time.Duration(offer.HoldHours) * time.Hour))
+			c.ApproveAt = &at
+		}
+	}
+
+	created, err = s.insertConversion(ctx, c, offer, now)
+	if err != nil || created {
+		return c, created, err
+	}
+	return s.replay(ctx, c)
+}
+
+// capState is what a conversion's transaction assumes of one cap: that the
+// conversion stays below it, or that it is the one that reaches it.
+type capState struct {
+	capLimit
+	key      store.Key
+	period   string
+	reaching bool
+}
+
+// insertConversion writes c with everything that goes with it. It returns
+// false when c's (offer, externalTxnId) is already recorded.
+//
+// Caps are counters with conditions, so the store enforces them under any
+// concurrency. A transaction first assumes it stays below every cap (counter
+// < limit-1); when that fails for a cap, it tries again as the conversion
+// that reaches it (counter == limit-1), which also writes cap.reached: only
+// one conversion can find the counter at limit-1, so the event is written
+// exactly once. When that fails too, the cap is full. Counters only grow, so
+// this ends within one retry per cap.
+func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offer tally.Offer, now time.Time) (bool, error) {
+	var caps []*capState
+	for _, cl := range capsOf(offer.Caps) {
+		period := capPeriod(cl.name, now)
+		caps = append(caps, &capState{capLimit: cl, key: capKey(offer.ID, period), period: period, reaching: cl.limit == 1})
+	}
+	created, err := s.newEvent(c.BrandID, tally.EventConversionCreated, conversionEventData(c, ""), now)
+	if err != nil {
+		return false, err
+	}
+	for {
+		var ops []store.Op
+		markerAt := -1
+		if c.ExternalTxnID != "" {
+			markerAt = len(ops)
+			ops = append(ops, store.Put(store.Item{Key: txnKey(c.BrandID, c.OfferID, c.ExternalTxnID), Data: mustJSON(c.ID)}, store.NotExists()))
+		}
+		ops = append(ops, store.Put(conversionItem(c), store.NotExists()))
+		offerAt := len(ops)
+		ops = append(ops,
+			store.Check(offerKey(c.BrandID, c.OfferID), store.AttrEquals("status", tally.OfferActive)),
+			store.Check(partnerKey(c.BrandID, c.PartnerID), store.AttrEquals("status", tally.PartnerActive)),
+		)
+		partnerAt, capsAt := offerAt+1, offerAt+2
+		var capEvents []store.Op
+		for _, cs := range caps {
+			cond := store.NumLess("n", cs.limit-1)
+			if cs.reaching {
+				cond = store.NumEquals("n", cs.limit-1)
+				evt, err := s.newEvent(c.BrandID, tally.EventCapReached, tally.CapReachedEventData{
+					OfferID: c.OfferID, Cap: cs.name, Limit: cs.limit, Period: cs.period, ConversionID: c.ID,
+				}, now)
+				if err != nil {
+					return false, err
+				}
+				capEvents = append(capEvents, evt)
+			}
+			ops = append(ops, store.Op{Kind: store.OpUpdate, Key: cs.key, Add: map[string]int64{"n": 1},
+				ExpiresAt: capExpiry(cs.name, now), Conds: []store.Cond{cond}})
+		}
+		ops = append(ops, rollupOp(c, createdDelta(c)), created)
+		ops = append(ops, capEvents...)
+
+		err := s.transact(ctx, ops...)
+		i, failed := store.FailedOp(err)
+		switch {
+		case !failed:
+			return err == nil, err
+		case i == markerAt:
+			return false, nil
+		case i == offerAt:
+			return false, invalid("offerId %q: the offer is %s; conversions are accepted only for active offers.", c.OfferID, offer.Status)
+		case i == partnerAt:
+			return false, s.partnerNotActive(ctx, c.BrandID, c.PartnerID)
+		case i >= capsAt && i < capsAt+len(caps):
+			cs := caps[i-capsAt]
+			if cs.reaching {
+				return false, tally.Errorf(tally.ECodeCapReached, "Offer %s has reached its %s cap of %d conversions.", c.OfferID, cs.name, cs.limit)
+			}
+			cs.reaching = true
+		default:
+			return false, fmt.Errorf("record conversion: unexpected condition failure at op %d: %w", i, err)
+		}
+	}
+}
+
+func (s *Service) partnerNotActive(ctx context.Context, brandID, partnerID string) error {
+	p, err := s.Partner(ctx, brandID, partnerID)
+	if tally.ErrorCode(err) == tally.ECodeNotFound {
+		return invalid("partnerId %q does not match a partner.", partnerID)
+	}
+	if err != nil {
+		return err
+	}
+	return invalid("partnerId %q: the partner is %s; conversions are accepted only for active partners.", partnerID, p.Status)
+}
+
+// replay returns the conversion first recorded for c's (offer, externalTxnId).
+func (s *Service) replay(ctx context.Context, c tally.Conversion) (tally.Conversion, bool, error) {
+	firstID, err := getRecord[string](ctx, s.store, txnKey(c.BrandID, c.OfferID, c.ExternalTxnID))
+	if err != nil {
+		return tally.Conversion{}, false, err
+	}
+	first, err := getRecord[tally.Conversion](ctx, s.store, conversionKey(c.BrandID, firstID))
+	return first, false, err
+}
+
+// conversionItem places a conversion in its shard, the per-offer and
+// per-partner indexes and, while it waits for automatic approval, the hold
+// queue.
+func conversionItem(c tally.Conversion) store.Item {
+	shard := shardOf(c.ID)
+	it := store.Item{
+		Key:   conversionKey(c.BrandID, c.ID),
+		GSI1:  store.IndexKey{PK: conversionsByOffer(c.BrandID, c.OfferID, shard), SK: c.ID},
+		GSI2:  store.IndexKey{PK: conversionsByPartner(c.BrandID, c.PartnerID, shard), SK: c.ID},
+		Attrs: map[string]string{"status": c.Status},
+		Data:  mustJSON(c),
+	}
+	if c.Status == tally.ConversionPending && c.ApproveAt != nil {
+		it.GSI3 = store.IndexKey{PK: holdQueuePK(shard), SK: holdQueueSK(c.ApproveAt.Time, c.ID)}
+	}
+	return it
+}
+
+func conversionEventData(c tally.Conversion, reason string) tally.ConversionEventData {
+	return tally.ConversionEventData{
+		ConversionID: c.ID, PartnerID: c.PartnerID, OfferID: c.OfferID,
+		RevenueCents: c.RevenueCents, PayoutCents: c.PayoutCents, Currency: c.Currency,
+		Status: c.Status, Sub1: c.Sub1, ExternalTxnID: c.ExternalTxnID, Reason: reason,
+	}
+}
+
+// rollupOp adds counter deltas to the report rollup of c's creation day.
+func rollupOp(c tally.Conversion, add map[string]int64) store.Op {
+	day := c.CreatedAt.UTC().Format(time.DateOnly)
+	return store.Increment(rollupKey(c.BrandID, shardOf(c.ID), day, c.OfferID, c.PartnerID, c.Currency), add)
+}
+
+// createdDelta counts a new conversion into its rollup. Money counts for
+// conversions that are not rejected.
+func createdDelta(c tally.Conversion) map[string]int64 {
+	return map[string]int64{"conversions": 1, c.Status: 1, "revenueCents": c.RevenueCents, "payoutCents": c.PayoutCents}
+}
+
+// decidedDelta moves a conversion out of pending into to.
+func decidedDelta(c tally.Conversion, to string) map[string]int64 {
+	add := map[string]int64{tally.ConversionPending: -1, to: 1}
+	if to == tally.ConversionRejected {
+		add["revenueCents"], add["payoutCents"] = -c.RevenueCents, -c.PayoutCents
+	}
+	return add
+}
+
+// capPeriod names the cap period containing t: its counter's sort key and
+// the period in cap.reached.
+func capPeriod(cap string, t time.Time) string {
+	t = t.UTC()
+	switch cap {
+	case "daily":
+		return "daily#" + t.Format(time.DateOnly)
+	case "weekly":
+		y, w := t.ISOWeek()
+		return fmt.Sprintf("weekly#%04d-W%02d", y, w)
+	case "monthly":
+		return "monthly#" + t.Format("2006-01")
+	}
+	return "global"
+}
+
+// capExpiry lets period counters expire well after their period ends.
+func capExpiry(cap string, now time.Time) int64 {
+	if cap == "global" {
+		return 0
+	}
+	return now.Add(40 * 24 * time.Hour).Unix()
+}
+
+// Conversion returns one of the brand's conversions.
+func (s *Service) Conversion(ctx context.Context, brandID, conversionID string) (tally.Conversion, error) {
+	if !ids.Valid("cnv_", conversionID) {
+		return tally.Conversion{}, notFound(store.ErrNotFound, "conversion", conversionID)
+	}
+	c, err := getRecord[tally.Conversion](ctx, s.store, conversionKey(brandID, conversionID))
+	return c, notFound(err, "conversion", conversionID)
+}
+
+// ConversionFilter narrows GET /conversions. From and To are RFC 3339
+// timestamps or dates (YYYY-MM-DD; To includes the whole day).
+type ConversionFilter struct {
+	Status, OfferID, PartnerID, ExternalTxnID string
+	From, To                                  string
+}
+
+// Conversions lists the brand's conversions, newest first.
+func (s *Service) Conversions(ctx context.Context, brandID string, f ConversionFilter, p ListParams) ([]tally.Conversion, string, error) {
+	if err := oneOf("status", &f.Status, "", tally.ConversionPending, tally.ConversionApproved, tally.ConversionRejected); err != nil {
+		return nil, "", err
+	}
+	sp := span{filter: fmt.Sprintf("%q", []string{f.Status, f.OfferID, f.PartnerID, f.ExternalTxnID})}
+	if f.From != "" {
+		from, err := parseTimeParam("from", f.From, false)
+		if err != nil {
+			return nil, "", err
+		}
+		sp.from = ids.Floor("cnv_", from)
+	}
+	if f.To != "" {
+		to, err := parseTimeParam("to", f.To, true)
+		if err != nil {
+			return nil, "", err
+		}
+		sp.to = ids.Ceil("cnv_", to)
+	}
+	// Read the narrowest index the filters allow; filter the rest.
+	for shard := range shards {
+		part := partition{pk: conversionPK(brandID, shard)}
+		switch {
+		case f.OfferID != "":
+			part = partition{index: store.GSI1, pk: conversionsByOffer(brandID, f.OfferID, shard)}
+		case f.PartnerID != "":
+			part = partition{index: store.GSI2, pk: conversionsByPartner(brandID, f.PartnerID, shard)}
+		}
+		sp.parts = append(sp.parts, part)
+	}
+	keep := func(c *tally.Conversion) bool {
+		return (f.Status == "" || c.Status == f.Status) &&
+			(f.PartnerID == "" || c.PartnerID == f.PartnerID) &&
+			(f.ExternalTxnID == "" || c.ExternalTxnID == f.ExternalTxnID)
+	}
+	return listSpan(ctx, s.store, sp, p, keep)
+}
+
+// parseTimeParam reads an RFC 3339 timestamp or a date; a date as an upper
+// bound means the end of that day.
+func parseTimeParam(field, v string, endOfDay bool) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t.UTC(), nil
+	}
+	d, err := time.Parse(time.DateOnly, v)
+	if err != nil {
+		return time.Time{}, invalid("%s must be an RFC 3339 timestamp or a date (YYYY-MM-DD).", field)
+	}
+	if endOfDay {
+		return d.Add(24*time.Hour - time.Millisecond), nil
+	}
+	return d, nil
+}
+
+// ApproveConversion approves a pending conversion.
+func (s *Service) ApproveConversion(ctx context.Context, brandID, conversionID string) (tally.Conversion, error) {
+	return s.decideConversion(ctx, brandID, conversionID, tally.ConversionApproved, "manual")
+}
+
+// RejectConversion rejects a pending conversion.
+func (s *Service) RejectConversion(ctx context.Context, brandID, conversionID string) (tally.Conversion, error) {
+	return s.decideConversion(ctx, brandID, conversionID, tally.ConversionRejected, "manual")
+}
+
+// decideConversion moves a pending conversion to approved or rejected. The
+// write holds only while the conversion is still pending, so of two racing
+// decisions (say a manual rejection and the hold-time approval) exactly one
+// takes effect.
+func (s *Service) decideConversion(ctx context.Context, brandID, conversionID, to, reason string) (tally.Conversion, error) {
+	c, err := s.Conversion(ctx, brandID, conversionID)
+	if err != nil {
+		return c, err
+	}
+	verb := map[string]string{tally.ConversionApproved: "approve", tally.ConversionRejected: "reject"}[to]
+	if c.Status != tally.ConversionPending {
+		return c, tally.Errorf(tally.ECodeInvalidTransition, "Cannot %s a conversion whose status is %q; only pending conversions can be.", verb, c.Status)
+	}
+	now := s.Now()
+	c.Status, c.UpdatedAt, c.ApproveAt = to, tally.NewTime(now), nil
+	name := map[string]string{tally.ConversionApproved: tally.EventConversionApproved, tally.ConversionRejected: tally.EventConversionRejected}[to]
+	evt, err := s.newEvent(brandID, name, conversionEventData(c, reason), now)
+	if err != nil {
+		return c, err
+	}
+	err = s.transact(ctx,
+		store.Put(conversionItem(c), store.AttrEquals("status", tally.ConversionPending)),
+		rollupOp(c, decidedDelta(c, to)),
+		evt,
+	)
+	if _, failed := store.FailedOp(err); failed {
+		current, err := s.Conversion(ctx, brandID, conversionID)
+		if err != nil {
+			return current, err
+		}
+		return current, tally.Errorf(tally.ECodeInvalidTransition, "Cannot %s a conversion whose status is %q; only pending conversions can be.", verb, current.Status)
+	}
+	return c, err
+}
+
+// ApproveDue approves every pending conversion whose hold time has elapsed,
+// across all brands, and returns how many it approved. It runs on a ticker
+// in the local server and on a schedule in AWS; running it twice at once is
+// safe, since each approval is conditional.
+func (s *Service) ApproveDue(ctx context.Context) (int, error) {
+	upTo := holdQueueUpTo(s.Now())
+	approved := 0
+	for shard := range shards {
+		q := store.Query{Index: store.GSI3, PK: holdQueuePK(shard), SKTo: upTo, Limit: 100}
+		for {
+			page, err := s.store.Query(ctx, q)
+			if err != nil {
+				return approved, err
+			}
+			for _, it := range page.Items {
+				var c tally.Conversion
+				if err := decode(it, &c); err != nil {
+					return approved, err
+				}
+				_, err := s.decideConversion(ctx, c.BrandID, c.ID, tally.ConversionApproved, "hold_elapsed")
+				switch {
+				case err == nil:
+					approved++
+				case tally.ErrorCode(err) != tally.ECodeInvalidTransition:
+					return approved, err
+				}
+			}
+			if q.Cursor = page.Cursor; q.Cursor == "" {
+				break
+			}
+		}
+	}
+	return approved, nil
+}

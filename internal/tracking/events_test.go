@@ -1,0 +1,183 @@
+package tracking_test
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/testenv"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+// oneEvent asserts that exactly one event of the name exists and returns
+// its decoded data.
+func oneEvent[T any](f *fixture, name string) (tally.Event, T) {
+	f.t.Helper()
+	var data T
+	evts := f.events(name)
+	if len(evts) != 1 {
+		f.t.Fatalf("%d %s events, want 1", len(evts), name)
+	}
+	e := evts[0]
+	if !strings.HasPrefix(e.ID, "evt_") || e.BrandID != f.brandID || e.Event != name || e.CreatedAt.IsZero() {
+		f.t.Fatalf("bad envelope: %+v", e)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(e.Data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&data); err != nil {
+		f.t.Fatalf("%s data %s: %v", name, e.Data, err)
+	}
+	return e, data
+}
+
+func TestEveryTransitionWritesOneEvent(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		f := newFixture(t, st)
+
+		applied := f.partner(false)
+		_, pa := oneEvent[tally.PartnerEventData](f, tally.EventPartnerApplied)
+		if want := (tally.PartnerEventData{PartnerID: applied.ID, Name: applied.Name, Email: applied.Email, Status: "applied"}); pa != want {
+			t.Errorf("partner.applied data = %+v, want %+v", pa, want)
+		}
+		if _, err := f.svc.ApprovePartner(f.ctx, f.brandID, applied.ID); err != nil {
+			t.Fatal(err)
+		}
+		_, pv := oneEvent[tally.PartnerEventData](f, tally.EventPartnerApproved)
+		if pv.PartnerID != applied.ID || pv.Status != "active" || pv.PreviousStatus != "applied" {
+			t.Errorf("partner.approved data = %+v", pv)
+		}
+		turnedDown := f.partner(false)
+		if _, err := f.svc.RejectPartner(f.ctx, f.brandID, turnedDown.ID); err != nil {
+			t.Fatal(err)
+		}
+		_, pr := oneEvent[tally.PartnerEventData](f, tally.EventPartnerRejected)
+		if pr.PartnerID != turnedDown.ID || pr.Status != "rejected" || pr.PreviousStatus != "applied" {
+			t.Errorf("partner.rejected data = %+v", pr)
+		}
+		// A transition that is not allowed writes nothing.
+		if _, err := f.svc.ApprovePartner(f.ctx, f.brandID, turnedDown.ID); tally.ErrorCode(err) != tally.ECodeInvalidTransition {
+			t.Errorf("approving a rejected partner: %v, want invalid_transition", err)
+		}
+		if n := len(f.events(tally.EventPartnerApproved)); n != 1 {
+			t.Errorf("%d partner.approved events after a refused approval, want 1", n)
+		}
+
+		auto := f.offer(tally.ApprovalAuto, 0, tally.Caps{Global: ptr(int64(2))})
+		c := f.convert(auto.ID, applied.ID, tracking.ConversionInput{Sub1: ptr("s1"), ExternalTxnID: ptr("t-1"), RevenueCents: ptr(int64(1234))})
+		_, cc := oneEvent[tally.ConversionEventData](f, tally.EventConversionCreated)
+		want := tally.ConversionEventData{ConversionID: c.ID, PartnerID: applied.ID, OfferID: auto.ID, RevenueCents: 1234,
+			PayoutCents: 300, Currency: "USD", Status: "approved", Sub1: "s1", ExternalTxnID: "t-1"}
+		if cc != want {
+			t.Errorf("conversion.created data = %+v, want %+v", cc, want)
+		}
+		// The second conversion reaches the global cap of 2: one cap.reached.
+		second := f.convert(auto.ID, applied.ID, tracking.ConversionInput{})
+		_, capData := oneEvent[tally.CapReachedEventData](f, tally.EventCapReached)
+		if want := (tally.CapReachedEventData{OfferID: auto.ID, Cap: "global", Limit: 2, Period: "global", ConversionID: second.ID}); capData != want {
+			t.Errorf("cap.reached data = %+v, want %+v", capData, want)
+		}
+		if _, _, err := f.svc.RecordConversion(f.ctx, f.brandID, tracking.ConversionInput{OfferID: &auto.ID, PartnerID: &applied.ID}); tally.ErrorCode(err) != tally.ECodeCapReached {
+			t.Errorf("third conversion: %v, want cap_reached", err)
+		}
+		if n := len(f.events(tally.EventCapReached)); n != 1 {
+			t.Errorf("%d cap.reached events, want 1", n)
+		}
+
+		manual := f.offer(tally.ApprovalManual, 0, tally.Caps{})
+		toApprove := f.convert(manual.ID, applied.ID, tracking.ConversionInput{})
+		toReject := f.convert(manual.ID, applied.ID, tracking.ConversionInput{})
+		if toApprove.Status != "pending" || toApprove.ApproveAt != nil {
+			t.Errorf("manual offer without hold: status %q approveAt %v, want pending and none", toApprove.Status, toApprove.ApproveAt)
+		}
+		if _, err := f.svc.ApproveConversion(f.ctx, f.brandID, toApprove.ID); err != nil {
+			t.Fatal(err)
+		}
+		_, ca := oneEvent[tally.ConversionEventData](f, tally.EventConversionApproved)
+		if ca.ConversionID != toApprove.ID || ca.Status != "approved" || ca.Reason != "manual" {
+			t.Errorf("conversion.approved data = %+v", ca)
+		}
+		if _, err := f.svc.RejectConversion(f.ctx, f.brandID, toReject.ID); err != nil {
+			t.Fatal(err)
+		}
+		_, cr := oneEvent[tally.ConversionEventData](f, tally.EventConversionRejected)
+		if cr.ConversionID != toReject.ID || cr.Status != "rejected" {
+			t.Errorf("conversion.rejected data = %+v", cr)
+		}
+		if _, err := f.svc.RejectConversion(f.ctx, f.brandID, toApprove.ID); tally.ErrorCode(err) != tally.ECodeInvalidTransition {
+			t.Errorf("rejecting an approved conversion: %v, want invalid_transition", err)
+		}
+
+		if _, err := f.svc.BanPartner(f.ctx, f.brandID, applied.ID); err != nil {
+			t.Fatal(err)
+		}
+		_, pb := oneEvent[tally.PartnerEventData](f, tally.EventPartnerBanned)
+		if pb.PartnerID != applied.ID || pb.Status != "banned" || pb.PreviousStatus != "active" {
+			t.Errorf("partner.banned data = %+v", pb)
+		}
+		if _, err := f.svc.BanPartner(f.ctx, f.brandID, applied.ID); tally.ErrorCode(err) != tally.ECodeInvalidTransition {
+			t.Errorf("banning twice: %v, want invalid_transition", err)
+		}
+
+		counts := map[string]int{}
+		for _, e := range f.events("") {
+			counts[e.Event]++
+		}
+		wantCounts := map[string]int{"partner.applied": 2, "partner.approved": 1, "partner.rejected": 1, "partner.banned": 1,
+			"conversion.created": 4, "conversion.approved": 1, "conversion.rejected": 1, "cap.reached": 1}
+		if !reflect.DeepEqual(counts, wantCounts) {
+			t.Errorf("events written = %v, want %v", counts, wantCounts)
+		}
+	})
+}
+
+func TestHoldTimeApproval(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		f := newFixture(t, st)
+		p := f.partner(true)
+		held := f.offer(tally.ApprovalManual, 24, tally.Caps{})
+		due := f.convert(held.ID, p.ID, tracking.ConversionInput{})
+		if due.Status != "pending" || due.ApproveAt == nil || !due.ApproveAt.Equal(start.Add(24*time.Hour)) {
+			t.Fatalf("held conversion: status %q approveAt %v, want pending at %v", due.Status, due.ApproveAt, start.Add(24*time.Hour))
+		}
+		rejected := f.convert(held.ID, p.ID, tracking.ConversionInput{})
+		if _, err := f.svc.RejectConversion(f.ctx, f.brandID, rejected.ID); err != nil {
+			t.Fatal(err)
+		}
+		f.clock.Advance(time.Hour)
+		later := f.convert(held.ID, p.ID, tracking.ConversionInput{}) // due an hour after the first
+
+		f.clock.Set(start.Add(24*time.Hour - time.Millisecond))
+		if n, err := f.svc.ApproveDue(f.ctx); err != nil || n != 0 {
+			t.Fatalf("just before the hold ends: approved %d (%v), want 0", n, err)
+		}
+		f.clock.Set(start.Add(24 * time.Hour))
+		if n, err := f.svc.ApproveDue(f.ctx); err != nil || n != 1 {
+			t.Fatalf("when the hold ends: approved %d (%v), want 1", n, err)
+		}
+		got, _ := f.svc.Conversion(f.ctx, f.brandID, due.ID)
+		if got.Status != "approved" || got.ApproveAt != nil {
+			t.Errorf("after the hold: %+v, want approved with no approveAt", got)
+		}
+		_, data := oneEvent[tally.ConversionEventData](f, tally.EventConversionApproved)
+		if data.ConversionID != due.ID || data.Reason != "hold_elapsed" {
+			t.Errorf("conversion.approved = %+v, want %s with reason hold_elapsed", data, due.ID)
+		}
+		if n, _ := f.svc.ApproveDue(f.ctx); n != 0 {
+			t.Errorf("second run approved %d, want 0", n)
+		}
+		if got, _ := f.svc.Conversion(f.ctx, f.brandID, rejected.ID); got.Status != "rejected" {
+			t.Errorf("rejected conversion became %q", got.Status)
+		}
+		if got, _ := f.svc.Conversion(f.ctx, f.brandID, later.ID); got.Status != "pending" {
+			t.Errorf("conversion due later is %q, want pending", got.Status)
+		}
+		f.clock.Advance(time.Hour)
+		if n, _ := f.svc.ApproveDue(f.ctx); n != 1 {
+			t.Errorf("an hour later approved %d, want 1", n)
+		}
+	})
+}

@@ -1,0 +1,123 @@
+package tracking_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/dynamotest"
+	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/testenv"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+func TestMain(m *testing.M) { dynamotest.Main(m) }
+
+// fixture is one brand on a fresh store with a controllable clock.
+type fixture struct {
+	t       *testing.T
+	ctx     context.Context
+	st      store.Store
+	clock   *testenv.Clock
+	svc     *tracking.Service
+	brandID string
+}
+
+var start = time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
+
+func newFixture(t *testing.T, st store.Store) *fixture {
+	f := &fixture{t: t, ctx: context.Background(), st: st, clock: testenv.NewClock(start)}
+	f.svc = tracking.New(st, tracking.WithClock(f.clock.Now))
+	b, err := f.svc.CreateBrand(f.ctx, "Acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.brandID = b.ID
+	return f
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func (f *fixture) offer(approval string, holdHours int, caps tally.Caps) tally.Offer {
+	f.t.Helper()
+	o, err := f.svc.CreateOffer(f.ctx, f.brandID, tracking.OfferInput{
+		Name: ptr("Shoes"), DestinationURL: ptr("https://shop.example/p?c={click_id}"),
+		RevenueCents: ptr(int64(1000)), PayoutCents: ptr(int64(300)), Currency: ptr("USD"),
+		Approval: ptr(approval), HoldHours: ptr(holdHours), Caps: &caps,
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return o
+}
+
+var partnerSeq atomic.Int64
+
+// partner applies and, when active, approves a partner.
+func (f *fixture) partner(active bool) tally.Partner {
+	f.t.Helper()
+	n := partnerSeq.Add(1)
+	p, err := f.svc.Apply(f.ctx, f.brandID, tracking.ApplicationInput{Name: ptr(fmt.Sprint("Partner ", n)), Email: ptr(fmt.Sprintf("p%d@example.com", n))})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if active {
+		if p, err = f.svc.ApprovePartner(f.ctx, f.brandID, p.ID); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	return p
+}
+
+func (f *fixture) convert(offerID, partnerID string, in tracking.ConversionInput) tally.Conversion {
+	f.t.Helper()
+	in.OfferID, in.PartnerID = &offerID, &partnerID
+	c, created, err := f.svc.RecordConversion(f.ctx, f.brandID, in)
+	if err != nil || !created {
+		f.t.Fatalf("record conversion: created=%v err=%v", created, err)
+	}
+	return c
+}
+
+// events returns all the brand's events with the given name, newest first.
+func (f *fixture) events(name string) []tally.Event {
+	f.t.Helper()
+	var out []tally.Event
+	p := tracking.ListParams{Limit: tracking.MaxLimit}
+	for {
+		page, next, err := f.svc.Events(f.ctx, f.brandID, p)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		for _, e := range page {
+			if name == "" || e.Event == name {
+				out = append(out, e)
+			}
+		}
+		if next == "" {
+			return out
+		}
+		p.Cursor = next
+	}
+}
+
+// allConversions pages through a filtered list to the end.
+func (f *fixture) allConversions(filter tracking.ConversionFilter, limit int) []tally.Conversion {
+	f.t.Helper()
+	var out []tally.Conversion
+	p := tracking.ListParams{Limit: limit}
+	for {
+		page, next, err := f.svc.Conversions(f.ctx, f.brandID, filter, p)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		out = append(out, page...)
+		if next == "" {
+			return out
+		}
+		p.Cursor = next
+	}
+}

@@ -1,0 +1,149 @@
+package tracking
+
+import (
+	"context"
+	"strings"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/store"
+)
+
+// ApplicationInput is the body of the public partner application form.
+type ApplicationInput struct {
+	Name    *string `json:"name"`
+	Email   *string `json:"email"`
+	Website *string `json:"website"`
+	Message *string `json:"message"`
+}
+
+// Apply records a partner application for the brand and emits partner.applied.
+// One e-mail address applies once per brand; a second application answers 409.
+func (s *Service) Apply(ctx context.Context, brandID string, in ApplicationInput) (tally.Partner, error) {
+	if err := firstError(
+		text("name", in.Name, true, 200),
+		email("email", in.Email),
+		httpURL("website", in.Website, false),
+		text("message", in.Message, false, 2000),
+	); err != nil {
+		return tally.Partner{}, err
+	}
+	if _, err := s.Brand(ctx, brandID); err != nil {
+		return tally.Partner{}, err
+	}
+	now := s.Now()
+	p := tally.Partner{
+		ID:        ids.New("prt_", now),
+		BrandID:   brandID,
+		Name:      strings.TrimSpace(*in.Name),
+		Email:     *in.Email,
+		Website:   deref(in.Website, ""),
+		Message:   deref(in.Message, ""),
+		Status:    tally.PartnerApplied,
+		CreatedAt: tally.NewTime(now),
+		UpdatedAt: tally.NewTime(now),
+	}
+	evt, err := s.newEvent(brandID, tally.EventPartnerApplied, partnerEventData(p, ""), now)
+	if err != nil {
+		return tally.Partner{}, err
+	}
+	err = s.transact(ctx,
+		store.Put(partnerItem(p), store.NotExists()),
+		store.Put(store.Item{Key: partnerEmailKey(brandID, strings.ToLower(p.Email)), Data: mustJSON(p.ID)}, store.NotExists()),
+		evt,
+	)
+	if i, failed := store.FailedOp(err); failed && i == 1 {
+		return tally.Partner{}, tally.Errorf(tally.ECodeConflict, "An application with this email already exists for this brand.")
+	}
+	return p, err
+}
+
+func partnerItem(p tally.Partner) store.Item {
+	return store.Item{Key: partnerKey(p.BrandID, p.ID), Attrs: map[string]string{"status": p.Status}, Data: mustJSON(p)}
+}
+
+func partnerEventData(p tally.Partner, previous string) tally.PartnerEventData {
+	return tally.PartnerEventData{PartnerID: p.ID, Name: p.Name, Email: p.Email, Status: p.Status, PreviousStatus: previous}
+}
+
+// Partner returns one of the brand's partners.
+func (s *Service) Partner(ctx context.Context, brandID, partnerID string) (tally.Partner, error) {
+	if !ids.Valid("prt_", partnerID) {
+		return tally.Partner{}, notFound(store.ErrNotFound, "partner", partnerID)
+	}
+	p, err := getRecord[tally.Partner](ctx, s.store, partnerKey(brandID, partnerID))
+	return p, notFound(err, "partner", partnerID)
+}
+
+// Partners lists the brand's partners, newest first, optionally only those
+// with the given status.
+func (s *Service) Partners(ctx context.Context, brandID, status string, p ListParams) ([]tally.Partner, string, error) {
+	if err := oneOf("status", &status, "", tally.PartnerApplied, tally.PartnerActive, tally.PartnerRejected, tally.PartnerBanned); err != nil {
+		return nil, "", err
+	}
+	sp := span{parts: []partition{{pk: brandPK(brandID)}}, prefix: partnerSKPrefix, filter: status}
+	var keep func(*tally.Partner) bool
+	if status != "" {
+		keep = func(p *tally.Partner) bool { return p.Status == status }
+	}
+	return listSpan(ctx, s.store, sp, p, keep)
+}
+
+// partnerTransitions says, for each action, which states it leaves from, where
+// it goes and what it emits.
+var partnerTransitions = map[string]struct {
+	from  []string
+	to    string
+	event string
+}{
+	"approve": {[]string{tally.PartnerApplied}, tally.PartnerActive, tally.EventPartnerApproved},
+	"reject":  {[]string{tally.PartnerApplied}, tally.PartnerRejected, tally.EventPartnerRejected},
+	"ban":     {[]string{tally.PartnerApplied, tally.PartnerActive, tally.PartnerRejected}, tally.PartnerBanned, tally.EventPartnerBanned},
+}
+
+// ApprovePartner moves an applied partner to active.
+func (s *Service) ApprovePartner(ctx context.Context, brandID, partnerID string) (tally.Partner, error) {
+	return s.transitionPartner(ctx, brandID, partnerID, "approve")
+}
+
+// RejectPartner turns an application down.
+func (s *Service) RejectPartner(ctx context.Context, brandID, partnerID string) (tally.Partner, error) {
+	return s.transitionPartner(ctx, brandID, partnerID, "reject")
+}
+
+// BanPartner bans a partner in any state; conversions for it stop being accepted.
+func (s *Service) BanPartner(ctx context.Context, brandID, partnerID string) (tally.Partner, error) {
+	return s.transitionPartner(ctx, brandID, partnerID, "ban")
+}
+
+// transitionPartner applies an action with optimistic concurrency: the write
+// holds only if the status is still the one read, so of two racing actions
+// exactly one takes effect and emits its event.
+func (s *Service) transitionPartner(ctx context.Context, brandID, partnerID, action string) (tally.Partner, error) {
+	t := partnerTransitions[action]
+	for {
+		p, err := s.Partner(ctx, brandID, partnerID)
+		if err != nil {
+			return tally.Partner{}, err
+		}
+		allowed := false
+		for _, from := range t.from {
+			allowed = allowed || p.Status == from
+		}
+		if !allowed {
+			return tally.Partner{}, tally.Errorf(tally.ECodeInvalidTransition, "Cannot %s a partner whose status is %q.", action, p.Status)
+		}
+		previous := p.Status
+		now := s.Now()
+		p.Status, p.UpdatedAt = t.to, tally.NewTime(now)
+		evt, err := s.newEvent(brandID, t.event, partnerEventData(p, previous), now)
+		if err != nil {
+			return tally.Partner{}, err
+		}
+		err = s.transact(ctx, store.Put(partnerItem(p), store.AttrEquals("status", previous)), evt)
+		if _, failed := store.FailedOp(err); failed {
+			continue // changed under us: decide again on the new status
+		}
+		return p, err
+	}
+}

@@ -1,0 +1,232 @@
+package tracking_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/testenv"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+// expectedReport computes a report from raw conversions, the way a user
+// would check one by hand.
+func expectedReport(cs []tally.Conversion, q tracking.ReportQuery) []tally.ReportRow {
+	group := map[string]bool{}
+	for _, g := range q.GroupBy {
+		group[g] = true
+	}
+	rows := map[tally.ReportRow]*tally.ReportRow{}
+	for _, c := range cs {
+		day := c.CreatedAt.Format(time.DateOnly)
+		if day < q.From || day > q.To || (q.OfferID != "" && c.OfferID != q.OfferID) || (q.PartnerID != "" && c.PartnerID != q.PartnerID) {
+			continue
+		}
+		k := tally.ReportRow{Currency: c.Currency}
+		if group["day"] {
+			k.Day = day
+		}
+		if group["week"] {
+			y, w := c.CreatedAt.ISOWeek()
+			k.Week = fmt.Sprintf("%04d-W%02d", y, w)
+		}
+		if group["month"] {
+			k.Month = c.CreatedAt.Format("2006-01")
+		}
+		if group["offer"] {
+			k.OfferID = c.OfferID
+		}
+		if group["partner"] {
+			k.PartnerID = c.PartnerID
+		}
+		r, ok := rows[k]
+		if !ok {
+			r = &tally.ReportRow{}
+			*r = k
+			rows[k] = r
+		}
+		r.Conversions++
+		switch c.Status {
+		case "pending":
+			r.Pending++
+		case "approved":
+			r.Approved++
+		case "rejected":
+			r.Rejected++
+			continue
+		}
+		r.RevenueCents += c.RevenueCents
+		r.PayoutCents += c.PayoutCents
+	}
+	var out []tally.ReportRow
+	for _, r := range rows {
+		r.ProfitCents = r.RevenueCents - r.PayoutCents
+		out = append(out, *r)
+	}
+	slices.SortFunc(out, func(a, b tally.ReportRow) int {
+		return strings.Compare(fmt.Sprint(a.Day, a.Week, a.Month, a.OfferID, a.PartnerID, a.Currency),
+			fmt.Sprint(b.Day, b.Week, b.Month, b.OfferID, b.PartnerID, b.Currency))
+	})
+	return out
+}
+
+func TestReportsMatchConversions(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		f := newFixture(t, st)
+		rng := rand.New(rand.NewPCG(1, 2))
+		offers := []tally.Offer{f.offer(tally.ApprovalManual, 0, tally.Caps{}), f.offer(tally.ApprovalAuto, 0, tally.Caps{})}
+		partners := []tally.Partner{f.partner(true), f.partner(true), f.partner(true)}
+		currencies := []string{"USD", "EUR"}
+
+		// 300 conversions over 40 days (across a month and several ISO
+		// weeks), then random decisions on the pending ones.
+		for i := range 300 {
+			f.clock.Set(start.Add(time.Duration(i) * 40 * 24 * time.Hour / 300))
+			o, p := offers[rng.IntN(2)], partners[rng.IntN(3)]
+			f.convert(o.ID, p.ID, tracking.ConversionInput{
+				RevenueCents: ptr(rng.Int64N(10_000)), PayoutCents: ptr(rng.Int64N(3_000)),
+				Currency: ptr(currencies[rng.IntN(2)]),
+			})
+		}
+		for _, c := range f.allConversions(tracking.ConversionFilter{Status: "pending"}, 100) {
+			var err error
+			switch rng.IntN(3) {
+			case 0:
+				_, err = f.svc.ApproveConversion(f.ctx, f.brandID, c.ID)
+			case 1:
+				_, err = f.svc.RejectConversion(f.ctx, f.brandID, c.ID)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		all := f.allConversions(tracking.ConversionFilter{}, 100)
+		if len(all) != 300 {
+			t.Fatalf("listed %d conversions, want 300", len(all))
+		}
+
+		end := start.Add(40 * 24 * time.Hour).Format(time.DateOnly)
+		for _, q := range []tracking.ReportQuery{
+			{From: "2026-11-01", To: end},
+			{From: "2026-11-01", To: end, GroupBy: []string{"day"}},
+			{From: "2026-11-25", To: "2026-12-10", GroupBy: []string{"week", "partner"}},
+			{From: "2026-11-01", To: end, GroupBy: []string{"month", "offer", "partner"}},
+			{From: "2026-11-01", To: end, OfferID: offers[0].ID, GroupBy: []string{"day", "partner"}},
+			{From: "2026-12-01", To: "2026-12-01", PartnerID: partners[1].ID, GroupBy: []string{"offer"}},
+		} {
+			got, err := f.svc.Report(f.ctx, f.brandID, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := expectedReport(all, q)
+			if !reflect.DeepEqual(got.Data, want) && !(len(got.Data) == 0 && len(want) == 0) {
+				t.Errorf("report %+v:\n got %+v\nwant %+v", q, got.Data, want)
+			}
+			currencyRows := map[string]bool{}
+			for _, r := range got.Data {
+				currencyRows[r.Currency] = true
+			}
+			if len(got.Data) > 0 && len(currencyRows) != 2 && q.From != "2026-12-01" {
+				t.Errorf("report %+v has rows for currencies %v, want both USD and EUR split", q, currencyRows)
+			}
+		}
+	})
+}
+
+func TestReportValidation(t *testing.T) {
+	f := newFixture(t, testenv.Bolt(t))
+	for _, q := range []tracking.ReportQuery{
+		{From: "2026-13-01"},
+		{To: "yesterday"},
+		{From: "2026-11-10", To: "2026-11-01"},
+		{From: "2024-01-01", To: "2026-01-01"},
+		{GroupBy: []string{"hour"}},
+	} {
+		if _, err := f.svc.Report(f.ctx, f.brandID, q); tally.ErrorCode(err) != tally.ECodeValidation {
+			t.Errorf("report %+v: %v, want validation_error", q, err)
+		}
+	}
+	r, err := f.svc.Report(f.ctx, f.brandID, tracking.ReportQuery{})
+	if err != nil || r.To != "2026-11-20" || r.From != "2026-10-22" || r.Data == nil || r.GroupBy == nil {
+		t.Errorf("default report = %+v, %v; want the 30 days up to today, empty lists not null", r, err)
+	}
+}
+
+func TestConversionListsFilterAndPage(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		f := newFixture(t, st)
+		o1, o2 := f.offer(tally.ApprovalManual, 0, tally.Caps{}), f.offer(tally.ApprovalAuto, 0, tally.Caps{})
+		p1, p2 := f.partner(true), f.partner(true)
+		var made []tally.Conversion
+		for i := range 37 {
+			f.clock.Set(start.Add(time.Duration(i) * time.Hour))
+			o, p := o1, p1
+			if i%3 == 0 {
+				o = o2
+			}
+			if i%2 == 0 {
+				p = p2
+			}
+			made = append(made, f.convert(o.ID, p.ID, tracking.ConversionInput{ExternalTxnID: ptr(fmt.Sprint("txn-", i))}))
+		}
+		slices.Reverse(made) // newest first
+		ids := func(cs []tally.Conversion) []string {
+			out := make([]string, len(cs))
+			for i, c := range cs {
+				out[i] = c.ID
+			}
+			return out
+		}
+		filtered := func(keep func(tally.Conversion) bool) []string {
+			var out []tally.Conversion
+			for _, c := range made {
+				if keep(c) {
+					out = append(out, c)
+				}
+			}
+			return ids(out)
+		}
+		for name, tc := range map[string]struct {
+			filter tracking.ConversionFilter
+			keep   func(tally.Conversion) bool
+		}{
+			"all":               {tracking.ConversionFilter{}, func(tally.Conversion) bool { return true }},
+			"offer":             {tracking.ConversionFilter{OfferID: o2.ID}, func(c tally.Conversion) bool { return c.OfferID == o2.ID }},
+			"partner":           {tracking.ConversionFilter{PartnerID: p1.ID}, func(c tally.Conversion) bool { return c.PartnerID == p1.ID }},
+			"offer and partner": {tracking.ConversionFilter{OfferID: o1.ID, PartnerID: p2.ID}, func(c tally.Conversion) bool { return c.OfferID == o1.ID && c.PartnerID == p2.ID }},
+			"status":            {tracking.ConversionFilter{Status: "pending"}, func(c tally.Conversion) bool { return c.Status == "pending" }},
+			"txn":               {tracking.ConversionFilter{ExternalTxnID: "txn-7"}, func(c tally.Conversion) bool { return c.ExternalTxnID == "txn-7" }},
+			"time range": {tracking.ConversionFilter{From: start.Add(5 * time.Hour).Format(time.RFC3339), To: start.Add(9 * time.Hour).Format(time.RFC3339)},
+				func(c tally.Conversion) bool {
+					return !c.CreatedAt.Before(start.Add(5*time.Hour)) && !c.CreatedAt.After(start.Add(9*time.Hour))
+				}},
+			"dates": {tracking.ConversionFilter{From: "2026-11-21", To: "2026-11-21"}, func(c tally.Conversion) bool { return c.CreatedAt.Format(time.DateOnly) == "2026-11-21" }},
+		} {
+			for _, limit := range []int{1, 4, 100} {
+				got := ids(f.allConversions(tc.filter, limit))
+				if want := filtered(tc.keep); !slices.Equal(got, want) {
+					t.Errorf("%s, limit %d:\n got %v\nwant %v", name, limit, got, want)
+				}
+			}
+		}
+		// A cursor continues only the query it came from.
+		_, next, err := f.svc.Conversions(f.ctx, f.brandID, tracking.ConversionFilter{OfferID: o1.ID}, tracking.ListParams{Limit: 2})
+		if err != nil || next == "" {
+			t.Fatalf("first page: next %q, %v", next, err)
+		}
+		if _, _, err := f.svc.Conversions(f.ctx, f.brandID, tracking.ConversionFilter{OfferID: o2.ID}, tracking.ListParams{Cursor: next}); tally.ErrorCode(err) != tally.ECodeValidation {
+			t.Errorf("cursor reused with another filter: %v, want validation_error", err)
+		}
+		for _, bad := range []tracking.ListParams{{Cursor: "not-a-cursor"}, {Limit: 101}, {Limit: -1}} {
+			if _, _, err := f.svc.Conversions(f.ctx, f.brandID, tracking.ConversionFilter{}, bad); tally.ErrorCode(err) != tally.ECodeValidation {
+				t.Errorf("params %+v: %v, want validation_error", bad, err)
+			}
+		}
+	})
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs the tests against one DynamoDB Local started for the run.
+#
+#   scripts/test.sh                          go test ./...
+#   scripts/test.sh -run TestQuery -v        the same with extra go test flags
+#   scripts/test.sh ./internal/store/...     only these packages
+#
+# Arguments go to go test; relative package patterns (./x, ../x) replace ./...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+./scripts/dynamodb-local.sh fetch
+
+# A port nothing answers on; DynamoDB Local fails to start if it is taken
+# in between, which is rare enough to just rerun.
+while :; do
+	port=$((20000 + RANDOM % 40000))
+	(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break
+done
+
+trap './scripts/dynamodb-local.sh stop "$port"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+./scripts/dynamodb-local.sh start "$port"
+export TALLY_TEST_DYNAMODB_ENDPOINT=http://127.0.0.1:$port
+
+pkgs=(./...)
+for arg in "$@"; do
+	if [[ $arg == . || $arg == ./* || $arg == ../* ]]; then
+		pkgs=()
+		break
+	fi
+done
+
+status=0
+go test -count=1 "${pkgs[@]}" "$@" || status=$?
+exit "$status"

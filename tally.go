@@ -1,0 +1,217 @@
+// Package tally holds the domain types of the Tally tracking service: brands,
+// API keys, offers, partners, conversions, report rows and events. The
+// services that act on them live in internal/.
+package tally
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Brand is a tenant. Every other record belongs to exactly one brand.
+type Brand struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	CreatedAt Time   `json:"createdAt"`
+}
+
+// APIKey authenticates a brand. Only a hash of the secret is stored; the
+// secret itself is shown once, when the key is created.
+type APIKey struct {
+	ID        string `json:"id"`
+	BrandID   string `json:"brandId"`
+	Prefix    string `json:"prefix"` // first characters of the secret, to tell keys apart
+	CreatedAt Time   `json:"createdAt"`
+	RevokedAt *Time  `json:"revokedAt"`
+}
+
+// Offer statuses and approval modes.
+const (
+	OfferActive = "active"
+	OfferPaused = "paused"
+
+	ApprovalAuto   = "auto"
+	ApprovalManual = "manual"
+)
+
+// Offer is something a brand pays partners to promote.
+type Offer struct {
+	ID             string `json:"id"`
+	BrandID        string `json:"brandId"`
+	Name           string `json:"name"`
+	DestinationURL string `json:"destinationUrl"`
+	RevenueCents   int64  `json:"revenueCents"`
+	PayoutCents    int64  `json:"payoutCents"`
+	Currency       string `json:"currency"`
+	Status         string `json:"status"`
+	Approval       string `json:"approval"`
+	// HoldHours is how long a pending conversion waits before it is approved
+	// automatically; 0 means it waits for a manual decision.
+	HoldHours int  `json:"holdHours"`
+	Caps      Caps `json:"caps"`
+	CreatedAt Time `json:"createdAt"`
+}
+
+// Caps limit how many conversions an offer accepts per UTC day, ISO week,
+// calendar month, or ever. Nil means no limit.
+type Caps struct {
+	Daily   *int64 `json:"daily"`
+	Weekly  *int64 `json:"weekly"`
+	Monthly *int64 `json:"monthly"`
+	Global  *int64 `json:"global"`
+}
+
+// Partner statuses.
+const (
+	PartnerApplied  = "applied"
+	PartnerActive   = "active"
+	PartnerRejected = "rejected"
+	PartnerBanned   = "banned"
+)
+
+// Partner is an affiliate working with a brand.
+type Partner struct {
+	ID        string `json:"id"`
+	BrandID   string `json:"brandId"`
+	Name      string `json:"name"`
+	Email     string `json:"email"`
+	Website   string `json:"website,omitempty"`
+	Message   string `json:"message,omitempty"`
+	Status    string `json:"status"`
+	CreatedAt Time   `json:"createdAt"`
+	UpdatedAt Time   `json:"updatedAt"`
+}
+
+// Conversion statuses.
+const (
+	ConversionPending  = "pending"
+	ConversionApproved = "approved"
+	ConversionRejected = "rejected"
+)
+
+// Conversion is one recorded sale or lead, posted server-side by an advertiser.
+type Conversion struct {
+	ID            string `json:"id"`
+	BrandID       string `json:"brandId"`
+	OfferID       string `json:"offerId"`
+	PartnerID     string `json:"partnerId"`
+	RevenueCents  int64  `json:"revenueCents"`
+	PayoutCents   int64  `json:"payoutCents"`
+	Currency      string `json:"currency"`
+	Status        string `json:"status"`
+	Sub1          string `json:"sub1"`
+	Sub2          string `json:"sub2"`
+	Sub3          string `json:"sub3"`
+	Sub4          string `json:"sub4"`
+	Sub5          string `json:"sub5"`
+	ExternalTxnID string `json:"externalTxnId"`
+	// ApproveAt is when a pending conversion is approved automatically.
+	ApproveAt *Time `json:"approveAt"`
+	CreatedAt Time  `json:"createdAt"`
+	UpdatedAt Time  `json:"updatedAt"`
+}
+
+// ReportRow is one row of a report: the metrics of the conversions that share
+// the row's grouping values. Grouping fields not asked for are omitted; rows
+// are always split by currency.
+type ReportRow struct {
+	Day          string `json:"day,omitempty"`
+	Week         string `json:"week,omitempty"`
+	Month        string `json:"month,omitempty"`
+	OfferID      string `json:"offerId,omitempty"`
+	PartnerID    string `json:"partnerId,omitempty"`
+	Currency     string `json:"currency"`
+	Conversions  int64  `json:"conversions"`
+	Pending      int64  `json:"pending"`
+	Approved     int64  `json:"approved"`
+	Rejected     int64  `json:"rejected"`
+	RevenueCents int64  `json:"revenueCents"`
+	PayoutCents  int64  `json:"payoutCents"`
+	ProfitCents  int64  `json:"profitCents"`
+}
+
+// Event names.
+const (
+	EventConversionCreated  = "conversion.created"
+	EventConversionApproved = "conversion.approved"
+	EventConversionRejected = "conversion.rejected"
+	EventPartnerApplied     = "partner.applied"
+	EventPartnerApproved    = "partner.approved"
+	EventPartnerRejected    = "partner.rejected"
+	EventPartnerBanned      = "partner.banned"
+	EventFraudHighRisk      = "fraud.high_risk"
+	EventCapReached         = "cap.reached"
+	EventWebhookTest        = "webhook.test"
+)
+
+// Event is the envelope of every webhook delivery (spec section 2). It is
+// written in the same transaction as the change it reports.
+type Event struct {
+	ID        string          `json:"id"`
+	Event     string          `json:"event"`
+	CreatedAt Time            `json:"createdAt"`
+	BrandID   string          `json:"brandId"`
+	Data      json.RawMessage `json:"data"`
+}
+
+// ConversionEventData is the data of the conversion.* events.
+type ConversionEventData struct {
+	ConversionID  string `json:"conversionId"`
+	PartnerID     string `json:"partnerId"`
+	OfferID       string `json:"offerId"`
+	RevenueCents  int64  `json:"revenueCents"`
+	PayoutCents   int64  `json:"payoutCents"`
+	Currency      string `json:"currency"`
+	Status        string `json:"status"`
+	Sub1          string `json:"sub1"`
+	ExternalTxnID string `json:"externalTxnId"`
+	// Reason says why a conversion changed status: "manual", or
+	// "hold_elapsed" for automatic approval. Empty on conversion.created.
+	Reason string `json:"reason,omitempty"`
+}
+
+// PartnerEventData is the data of the partner.* events.
+type PartnerEventData struct {
+	PartnerID      string `json:"partnerId"`
+	Name           string `json:"name"`
+	Email          string `json:"email"`
+	Status         string `json:"status"`
+	PreviousStatus string `json:"previousStatus,omitempty"`
+}
+
+// CapReachedEventData is the data of cap.reached.
+type CapReachedEventData struct {
+	OfferID      string `json:"offerId"`
+	Cap          string `json:"cap"` // daily, weekly, monthly or global
+	Limit        int64  `json:"limit"`
+	Period       string `json:"period"` // e.g. 2026-11-22, 2026-W47, 2026-11, or "global"
+	ConversionID string `json:"conversionId"`
+}
+
+// TimeLayout is how every timestamp is written: RFC 3339, UTC, milliseconds.
+const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// Time is a time.Time that marshals as RFC 3339 UTC with milliseconds.
+type Time struct{ time.Time }
+
+// NewTime truncates t to milliseconds in UTC.
+func NewTime(t time.Time) Time { return Time{t.UTC().Truncate(time.Millisecond)} }
+
+// MarshalJSON writes e.g. "2026-11-22T10:04:05.123Z".
+func (t Time) MarshalJSON() ([]byte, error) {
+	return []byte(`"` + t.UTC().Format(TimeLayout) + `"`), nil
+}
+
+// UnmarshalJSON accepts RFC 3339.
+func (t *Time) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	parsed, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return err
+	}
+	t.Time = parsed.UTC()
+	return nil
+}
