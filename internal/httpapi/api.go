@@ -33,6 +33,9 @@ type Config struct {
 	// local server) for requests bearing it. Empty disables it.
 	AdminToken string
 	Logger     *slog.Logger
+	// RequestAttrs, when set, adds attributes to every log line of a
+	// request (a Lambda adds its invocation's ids).
+	RequestAttrs func(*http.Request) []any
 }
 
 // Defaults of Config.
@@ -222,6 +225,9 @@ func (a *API) observe(next http.Handler) http.Handler {
 		reqID := ids.New("req_", start)
 		w.Header().Set("X-Request-Id", reqID)
 		log := a.cfg.Logger.With("requestId", reqID)
+		if a.cfg.RequestAttrs != nil {
+			log = log.With(a.cfg.RequestAttrs(r)...)
+		}
 		info := &requestInfo{}
 		ctx := context.WithValue(context.WithValue(r.Context(), loggerKey{}, log), infoKey{}, info)
 		r = r.WithContext(ctx)

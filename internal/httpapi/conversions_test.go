@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -41,7 +42,11 @@ func (e *env) listAll(path, secret string) []string {
 	var ids []string
 	cursor := ""
 	for {
-		url := path + "?limit=100"
+		sep := "?"
+		if strings.Contains(path, "?") {
+			sep = "&"
+		}
+		url := path + sep + "limit=100"
 		if cursor != "" {
 			url += "&cursor=" + cursor
 		}

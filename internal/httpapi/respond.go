@@ -38,16 +38,25 @@ type errorBody struct {
 	} `json:"error"`
 }
 
-// writeError answers with the spec's error shape. Errors that are not meant
-// for users are logged and answered with a message that leaks nothing.
+// ErrorBody returns the status and the JSON body (the spec's error shape)
+// that answer err. Errors that are not a *tally.Error answer 500 with a
+// message that leaks nothing.
+func ErrorBody(err error) (int, []byte) {
+	var body errorBody
+	body.Error.Code, body.Error.Message = tally.ErrorCode(err), tally.ErrorMessage(err)
+	b, _ := json.Marshal(body) // two strings always marshal
+	return statusOf[body.Error.Code], append(b, '\n')
+}
+
+// writeError answers with the error shape and logs errors not meant for users.
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
-	code := tally.ErrorCode(err)
-	if code == tally.ECodeInternal {
+	if tally.ErrorCode(err) == tally.ECodeInternal {
 		logger(r.Context()).Error("internal error", "err", err.Error())
 	}
-	var body errorBody
-	body.Error.Code, body.Error.Message = code, tally.ErrorMessage(err)
-	writeJSON(w, statusOf[code], body)
+	status, body := ErrorBody(err)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body) // the client went away; nothing left to tell it
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

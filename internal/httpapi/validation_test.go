@@ -90,7 +90,7 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 	// Query parameters are checked too.
 	for _, path := range []string{"/api/v1/offers?limit=0", "/api/v1/offers?limit=abc", "/api/v1/offers?limit=101",
 		"/api/v1/conversions?sort=asc", "/api/v1/conversions?status=done", "/api/v1/conversions?from=yesterday",
-		"/api/v1/partners?status=a&status=b", "/api/v1/reports?groupBy=hour"} {
+		"/api/v1/partners?status=a&status=b", "/api/v1/reports?groupBy=hour", "/api/v1/conversions?offerId=x", "/api/v1/reports?partnerId=off_1"} {
 		if r := e.call("GET", path, key, nil); r.status != 422 || r.errorCode() != "validation_error" {
 			t.Errorf("GET %s: %d %s, want 422", path, r.status, r.body)
 		}

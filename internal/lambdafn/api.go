@@ -3,7 +3,6 @@ package lambdafn
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/awslabs/aws-lambda-go-api-proxy/core"
 
 	"github.com/tally-hq/tally"
@@ -39,37 +37,33 @@ func APIHandler(svc *tracking.Service, cfg httpapi.Config, groups ...string) (AP
 	if err := checkGroups(groups); err != nil {
 		return nil, err
 	}
-	groups = slices.Clone(groups)
-	base := cfg.Logger
-	if base == nil {
-		base = slog.Default()
-	}
+	cfg.RequestAttrs = requestAttrs
+	handler := httpapi.New(svc, cfg).Handler(groups...)
 	return func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 		stripStage(&ev)
-		log := base.With(requestAttrs(ctx, ev)...)
-		// httpapi logs with the Config's logger, so the ids of this
-		// invocation go in through a Config of its own. Building the API is
-		// a few allocations; all state (caches, store) lives in svc.
-		c := cfg
-		c.Logger = log
-		handler := httpapi.New(svc, c).Handler(groups...)
-
 		var accessor core.RequestAccessorV2
 		req, err := accessor.EventToRequestWithContext(ctx, ev)
 		if err != nil {
-			log.Warn("cannot turn the API Gateway event into a request", "err", err.Error(),
-				"method", ev.RequestContext.HTTP.Method, "rawPath", ev.RawPath)
+			logger(cfg).Warn("cannot turn the API Gateway event into a request", "err", err.Error(),
+				"apigwRequestId", ev.RequestContext.RequestID, "method", ev.RequestContext.HTTP.Method, "rawPath", ev.RawPath)
 			return unreadableEvent(ev), nil
 		}
 		w := core.NewProxyResponseWriterV2()
 		handler.ServeHTTP(w, req)
 		resp, err := w.GetProxyResponse()
 		if err != nil {
-			log.Error("the handler wrote no response", "err", err.Error())
-			return errorResponse(http.StatusInternalServerError, err), nil
+			logger(cfg).Error("the handler wrote no response", "err", err.Error(), "apigwRequestId", ev.RequestContext.RequestID)
+			return errorResponse(err), nil
 		}
 		return resp, nil
 	}, nil
+}
+
+func logger(cfg httpapi.Config) *slog.Logger {
+	if cfg.Logger != nil {
+		return cfg.Logger
+	}
+	return slog.Default()
 }
 
 // checkGroups accepts one or more of httpapi's groups, except admin: that
@@ -108,14 +102,15 @@ func stripStage(ev *events.APIGatewayV2HTTPRequest) {
 	}
 }
 
-// requestAttrs are the ids that tie a log line to API Gateway's access log
-// and to the Lambda invocation.
-func requestAttrs(ctx context.Context, ev events.APIGatewayV2HTTPRequest) []any {
+// requestAttrs are the ids that tie a request's log lines to API Gateway's
+// access log and to the Lambda invocation; the proxy puts both in the
+// request's context.
+func requestAttrs(r *http.Request) []any {
 	var attrs []any
-	if id := ev.RequestContext.RequestID; id != "" {
-		_ = id
+	if rc, ok := core.GetAPIGatewayV2ContextFromContext(r.Context()); ok && rc.RequestID != "" {
+		attrs = append(attrs, "apigwRequestId", rc.RequestID)
 	}
-	if lc, ok := lambdacontext.FromContext(ctx); ok && lc.AwsRequestID != "" {
+	if lc, ok := core.GetRuntimeContextFromContextV2(r.Context()); ok && lc.AwsRequestID != "" {
 		attrs = append(attrs, "awsRequestId", lc.AwsRequestID)
 	}
 	return attrs
@@ -129,28 +124,18 @@ func requestAttrs(ctx context.Context, ev events.APIGatewayV2HTTPRequest) []any 
 func unreadableEvent(ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
 	if ev.IsBase64Encoded {
 		if _, err := base64.StdEncoding.DecodeString(ev.Body); err != nil {
-			return errorResponse(http.StatusBadRequest,
-				tally.Errorf(tally.ECodeInvalidJSON, "The body could not be read: it is marked base64 but is not."))
+			return errorResponse(tally.Errorf(tally.ECodeInvalidJSON, "The body could not be read: it is marked base64 but is not."))
 		}
 	}
-	return errorResponse(http.StatusNotFound,
-		tally.Errorf(tally.ECodeNotFound, "No such endpoint: %s %s.", ev.RequestContext.HTTP.Method, ev.RawPath))
+	return errorResponse(tally.Errorf(tally.ECodeNotFound, "No such endpoint: %s %s.", ev.RequestContext.HTTP.Method, ev.RawPath))
 }
 
-// errorResponse answers with the API's error shape; errors other than a
-// *tally.Error say nothing about internals.
-func errorResponse(status int, err error) events.APIGatewayV2HTTPResponse {
-	var body struct {
-		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	body.Error.Code, body.Error.Message = tally.ErrorCode(err), tally.ErrorMessage(err)
-	b, _ := json.Marshal(body) // two strings cannot fail to marshal
+// errorResponse answers with the API's error shape.
+func errorResponse(err error) events.APIGatewayV2HTTPResponse {
+	status, body := httpapi.ErrorBody(err)
 	return events.APIGatewayV2HTTPResponse{
 		StatusCode: status,
 		Headers:    map[string]string{"Content-Type": "application/json"},
-		Body:       string(b) + "\n",
+		Body:       string(body),
 	}
 }

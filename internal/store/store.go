@@ -31,14 +31,16 @@ const (
 // Indexes lists the secondary indexes every backend maintains.
 var Indexes = []Index{GSI1, GSI2, GSI3}
 
-// Key is an item's primary key.
+// Key is an item's primary key. Both parts are non-empty UTF-8 without NUL
+// bytes, the partition key at most 2048 bytes and the sort key at most 1024
+// (DynamoDB's limits).
 type Key struct {
 	PK string
 	SK string
 }
 
 // IndexKey places an item in a secondary index. The zero value means "not in
-// the index".
+// the index"; setting only one half is an error.
 type IndexKey struct {
 	PK string
 	SK string
@@ -47,9 +49,11 @@ type IndexKey struct {
 // Item is one stored record.
 //
 // Attrs and Nums are top-level attributes that conditions can test and
-// updates can change; Data is the record body, opaque to the store (the
+// updates can change; they share one namespace (a name is a string or a
+// number, not both). Data is the record body, opaque to the store (the
 // services keep JSON there). Attribute names must not collide with the
-// reserved names in Reserved.
+// reserved names in Reserved. Empty maps and Data may come back as nil.
+// Neither backend checks DynamoDB's 400 KB item size: keep items small.
 type Item struct {
 	Key
 	GSI1 IndexKey
@@ -89,7 +93,11 @@ var Reserved = []string{"pk", "sk", "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk", "gsi
 // bounds SKFrom and SKTo (an empty bound is open). Limit caps the items
 // returned (1..1000; 0 means 100). Cursor continues a previous page of the
 // very same query; a cursor from another partition or index is rejected with
-// ErrInvalidCursor.
+// ErrInvalidCursor. SKFrom after SKTo, or a prefix together with bounds, is an
+// error.
+//
+// Queries on a secondary index are eventually consistent on DynamoDB: an item
+// written a moment ago may not be there yet.
 type Query struct {
 	Index    Index
 	PK       string
@@ -149,7 +157,7 @@ func Increment(key Key, add map[string]int64, conds ...Cond) Op {
 	return Op{Kind: OpUpdate, Key: key, Add: add, Conds: conds}
 }
 
-// target is the key an operation acts on.
+// Target is the key an operation acts on.
 func (o Op) Target() Key {
 	if o.Kind == OpPut {
 		return o.Item.Key
@@ -211,7 +219,8 @@ type Store interface {
 	// operations, each on a distinct key.
 	Transact(ctx context.Context, ops ...Op) error
 	// Update applies a single OpUpdate and returns the item as it is after
-	// the update (for counters whose new value the caller needs).
+	// the update (for counters whose new value the caller needs). Like
+	// Transact, it may return ErrConflict.
 	Update(ctx context.Context, op Op) (Item, error)
 	// Close releases the store.
 	Close() error

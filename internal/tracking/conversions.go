@@ -308,6 +308,9 @@ func (s *Service) Conversions(ctx context.Context, brandID string, f ConversionF
 	if err := oneOf("status", &f.Status, "", tally.ConversionPending, tally.ConversionApproved, tally.ConversionRejected); err != nil {
 		return nil, "", err
 	}
+	if err := firstError(idFilter("offerId", "off_", f.OfferID), idFilter("partnerId", "prt_", f.PartnerID)); err != nil {
+		return nil, "", err
+	}
 	sp := span{filter: fmt.Sprintf("%q", []string{f.Status, f.OfferID, f.PartnerID, f.ExternalTxnID})}
 	if f.From != "" {
 		from, err := parseTimeParam("from", f.From, false)

@@ -153,6 +153,9 @@ func listSpan[T any](ctx context.Context, st store.Store, sp span, p ListParams,
 		if cur.Last[i] != "" {
 			q.SKTo = cur.Last[i]
 		}
+		if q.SKFrom > q.SKTo { // an empty range: nothing to read
+			cur.Done[i] = true
+		}
 		iters[i] = &partIter{st: st, q: q, skip: cur.Last[i]}
 	}
 	// peek finds the partition whose next item is newest; -1 when all are exhausted.

@@ -2,6 +2,7 @@ package tracking
 
 import (
 	"context"
+	"strings"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/ids"
@@ -61,7 +62,7 @@ func (s *Service) CreateOffer(ctx context.Context, brandID string, in OfferInput
 	o := tally.Offer{
 		ID:             ids.New("off_", now),
 		BrandID:        brandID,
-		Name:           *in.Name,
+		Name:           strings.TrimSpace(*in.Name),
 		DestinationURL: *in.DestinationURL,
 		RevenueCents:   *in.RevenueCents,
 		PayoutCents:    *in.PayoutCents,

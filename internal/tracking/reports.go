@@ -44,10 +44,13 @@ func (s *Service) Report(ctx context.Context, brandID string, q ReportQuery) (Re
 	if err != nil {
 		return Report{}, err
 	}
+	if err := firstError(idFilter("offerId", "off_", q.OfferID), idFilter("partnerId", "prt_", q.PartnerID)); err != nil {
+		return Report{}, err
+	}
 	group := map[string]bool{}
 	for _, g := range q.GroupBy {
-		if !slices.Contains(reportGroups, g) {
-			return Report{}, invalid("groupBy must be a comma-separated list of: %s.", strings.Join(reportGroups, ", "))
+		if !slices.Contains(reportGroups, g) || group[g] {
+			return Report{}, invalid("groupBy must be a comma-separated list of distinct values from: %s.", strings.Join(reportGroups, ", "))
 		}
 		group[g] = true
 	}

@@ -147,6 +147,8 @@ func TestReportValidation(t *testing.T) {
 		{From: "2026-11-10", To: "2026-11-01"},
 		{From: "2024-01-01", To: "2026-01-01"},
 		{GroupBy: []string{"hour"}},
+		{GroupBy: []string{"day", "day"}},
+		{OfferID: "nope"},
 	} {
 		if _, err := f.svc.Report(f.ctx, f.brandID, q); tally.ErrorCode(err) != tally.ECodeValidation {
 			t.Errorf("report %+v: %v, want validation_error", q, err)
@@ -206,7 +208,8 @@ func TestConversionListsFilterAndPage(t *testing.T) {
 				func(c tally.Conversion) bool {
 					return !c.CreatedAt.Before(start.Add(5*time.Hour)) && !c.CreatedAt.After(start.Add(9*time.Hour))
 				}},
-			"dates": {tracking.ConversionFilter{From: "2026-11-21", To: "2026-11-21"}, func(c tally.Conversion) bool { return c.CreatedAt.Format(time.DateOnly) == "2026-11-21" }},
+			"empty range": {tracking.ConversionFilter{From: "2026-11-22", To: "2026-11-21"}, func(tally.Conversion) bool { return false }},
+			"dates":       {tracking.ConversionFilter{From: "2026-11-21", To: "2026-11-21"}, func(c tally.Conversion) bool { return c.CreatedAt.Format(time.DateOnly) == "2026-11-21" }},
 		} {
 			for _, limit := range []int{1, 4, 100} {
 				got := ids(f.allConversions(tc.filter, limit))

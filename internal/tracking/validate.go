@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/ids"
 )
 
 func invalid(format string, args ...any) error {
@@ -90,6 +91,15 @@ func oneOf(field string, v *string, allowed ...string) error {
 		}
 	}
 	return invalid("%s must be one of: %s.", field, strings.Join(allowed, ", "))
+}
+
+// idFilter checks an optional identifier filter, so a mistyped id is an
+// error rather than an empty result.
+func idFilter(field, prefix, v string) error {
+	if v != "" && !ids.Valid(prefix, v) {
+		return invalid("%s must be an identifier starting with %q.", field, prefix)
+	}
+	return nil
 }
 
 func firstError(errs ...error) error {

@@ -127,9 +127,11 @@ func (s *Store) Query(ctx context.Context, q store.Query) (store.Page, error) {
 		page.Cursor = encodeCursor(q.Index, page.Items[limit-1])
 	case len(out.LastEvaluatedKey) > 0:
 		// DynamoDB stopped early at its 1 MB page size.
-		page.Cursor, err = encodeKeyCursor(q.Index, out.LastEvaluatedKey)
+		if page.Cursor, err = encodeKeyCursor(q.Index, out.LastEvaluatedKey); err != nil {
+			return store.Page{}, err
+		}
 	}
-	return page, err
+	return page, nil
 }
 
 // Transact applies ops with one TransactWriteItems call.

@@ -40,7 +40,10 @@ func validateKeyParts(pk string, sks ...string) error {
 			return invalidf("sort key of %d bytes, over %d", len(sk), maxSK)
 		}
 	}
-	return validateStrings(append(sks, pk)...)
+	if err := validateStrings(pk); err != nil {
+		return err
+	}
+	return validateStrings(sks...)
 }
 
 // validateStrings rejects invalid UTF-8, which the SDK's JSON encoding would
