@@ -188,6 +188,25 @@ type CapReachedEventData struct {
 	ConversionID string `json:"conversionId"`
 }
 
+// FraudEventData is the data of fraud.high_risk: a click scored above the
+// brand's threshold.
+type FraudEventData struct {
+	ClickID   string   `json:"clickId"`
+	OfferID   string   `json:"offerId"`
+	PartnerID string   `json:"partnerId"`
+	Score     int      `json:"score"`     // 0..100
+	Threshold int      `json:"threshold"` // the brand's threshold that the score exceeded
+	Signals   []string `json:"signals"`   // e.g. "datacenter_ip", "listed_bad_ip", "high_risk_score"
+	IP        string   `json:"ip"`
+}
+
+// WebhookTestEventData is the data of webhook.test, sent on request to one
+// subscription.
+type WebhookTestEventData struct {
+	SubscriptionID string `json:"subscriptionId"`
+	Message        string `json:"message"`
+}
+
 // TimeLayout is how every timestamp is written: RFC 3339, UTC, milliseconds.
 const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
 
@@ -215,3 +234,60 @@ func (t *Time) UnmarshalJSON(b []byte) error {
 	t.Time = parsed.UTC()
 	return nil
 }
+
+// Subscription is a brand's webhook receiver: which events go to which URL.
+// The signing secret is never shown after creation; HasSecret says whether
+// deliveries are signed.
+type Subscription struct {
+	ID        string   `json:"id"`
+	BrandID   string   `json:"brandId"`
+	URL       string   `json:"url"`
+	Events    []string `json:"events"`
+	HasSecret bool     `json:"hasSecret"`
+	CreatedAt Time     `json:"createdAt"`
+}
+
+// Delivery statuses.
+const (
+	DeliveryPending   = "pending"
+	DeliverySucceeded = "succeeded"
+	DeliveryFailed    = "failed"
+)
+
+// Delivery is one event sent to one subscription, with every attempt.
+type Delivery struct {
+	ID             string    `json:"id"` // wh_…, the X-Tally-Webhook-Id, the same on every retry
+	BrandID        string    `json:"brandId"`
+	Type           string    `json:"type"` // "webhook" (postbacks will be "postback")
+	EventID        string    `json:"eventId"`
+	Event          string    `json:"event"`
+	SubscriptionID string    `json:"subscriptionId"`
+	URL            string    `json:"url"`
+	Status         string    `json:"status"`
+	Attempts       []Attempt `json:"attempts"`
+	NextAttemptAt  *Time     `json:"nextAttemptAt"`
+	CreatedAt      Time      `json:"createdAt"`
+	UpdatedAt      Time      `json:"updatedAt"`
+}
+
+// Attempt error kinds: why an attempt got no HTTP status.
+const (
+	AttemptTimeout           = "timeout"
+	AttemptConnectionRefused = "connection_refused"
+	AttemptDNS               = "dns"
+	AttemptTLS               = "tls"
+	AttemptBlocked           = "blocked_address" // the URL resolved to an address receivers may not have (SSRF guard)
+	AttemptNetwork           = "network"         // any other transport failure
+)
+
+// Attempt is one HTTP request of a delivery.
+type Attempt struct {
+	At         Time   `json:"at"`
+	StatusCode int    `json:"statusCode,omitempty"` // 0 when no response came
+	Error      string `json:"error,omitempty"`      // one of the Attempt* kinds when no response came
+	LatencyMs  int64  `json:"latencyMs"`
+	Response   string `json:"response"` // the first 4 KiB of the receiver's body
+}
+
+// Succeeded reports whether the receiver accepted the delivery (any 2xx).
+func (a Attempt) Succeeded() bool { return a.StatusCode >= 200 && a.StatusCode < 300 }

@@ -26,6 +26,8 @@ const (
 	EnvRateLimit            = "TALLY_RATE_LIMIT"             // requests per minute per API key
 	EnvApplicationRateLimit = "TALLY_APPLICATION_RATE_LIMIT" // applications per minute per client IP
 	EnvLogLevel             = "TALLY_LOG_LEVEL"              // debug, info, warn, error
+	EnvWebhookWorkers       = "TALLY_WEBHOOK_WORKERS"        // concurrent webhook steps of the local pipeline
+	EnvWebhookRetryScale    = "TALLY_WEBHOOK_RETRY_SCALE"    // multiplies the retry schedule (tests: 0.001)
 )
 
 // DefaultDataDir is where `make run` keeps its data.
@@ -85,6 +87,24 @@ func positiveInt(name string) (int, error) {
 		return 0, fmt.Errorf("%s must be a positive integer, not %q", name, s)
 	}
 	return n, nil
+}
+
+// LocalPipeline reads the local webhook pipeline's settings: how many
+// steps run at once (default 32) and the retry schedule's scale (default 1).
+func LocalPipeline() (workers int, retryScale float64, err error) {
+	if workers, err = positiveInt(EnvWebhookWorkers); err != nil || workers == 0 {
+		workers = 32
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	retryScale = 1
+	if s := os.Getenv(EnvWebhookRetryScale); s != "" {
+		if retryScale, err = strconv.ParseFloat(s, 64); err != nil || retryScale <= 0 || retryScale > 1 {
+			return 0, 0, fmt.Errorf("%s must be a number in (0, 1], not %q", EnvWebhookRetryScale, s)
+		}
+	}
+	return workers, retryScale, nil
 }
 
 // Logger writes JSON lines to stderr at the level TALLY_LOG_LEVEL names.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally/internal/app"
+	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/tracking"
 )
@@ -49,7 +50,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer st.Close()
-	svc := tracking.New(st)
+	workers, retryScale, err := app.LocalPipeline()
+	if err != nil {
+		return err
+	}
+	svc := tracking.New(st, tracking.WithLoopbackReceivers(), tracking.WithRetryScale(retryScale))
+	pipeline := svc.NewPipeline(delivery.NewSender(delivery.Options{AllowLoopback: true}), workers, log)
 
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
@@ -77,10 +83,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	defer stopJobs()
 	var jobsDone sync.WaitGroup
 	jobsDone.Go(func() { app.RunApprover(jobs, svc, app.ApproverInterval, log) })
+	jobsDone.Go(func() { pipeline.Run(jobs) })
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("listening", "addr", "http://"+ln.Addr().String(), "store", storeName(dataDir), "rateLimit", cfg.RateLimit)
+	log.Warn("webhook receivers on loopback addresses are allowed: this is the local server; the cloud refuses them")
 
 	select {
 	case err := <-served:

@@ -71,11 +71,13 @@ const (
 	GroupConversions  = "conversions"
 	GroupReports      = "reports"
 	GroupApplications = "applications"
+	GroupWebhooks     = "webhooks"
+	GroupDeliveries   = "deliveries"
 	GroupAdmin        = "admin"
 )
 
 // AllGroups is every group, for the local server that runs everything.
-var AllGroups = []string{GroupOffers, GroupPartners, GroupConversions, GroupReports, GroupApplications, GroupAdmin}
+var AllGroups = []string{GroupOffers, GroupPartners, GroupConversions, GroupReports, GroupApplications, GroupWebhooks, GroupDeliveries, GroupAdmin}
 
 type route struct {
 	group   string
@@ -98,19 +100,28 @@ func (a *API) routes() []route {
 	return []route{
 		{GroupOffers, "GET", "/api/v1/offers", authKey, a.listOffers},
 		{GroupOffers, "POST", "/api/v1/offers", authKey, a.createOffer},
-		{GroupOffers, "GET", "/api/v1/offers/{id}", authKey, a.getOffer},
+		{GroupOffers, "GET", "/api/v1/offers/{id}", authKey, byID(a.svc.Offer)},
 		{GroupPartners, "GET", "/api/v1/partners", authKey, a.listPartners},
-		{GroupPartners, "GET", "/api/v1/partners/{id}", authKey, a.getPartner},
-		{GroupPartners, "POST", "/api/v1/partners/{id}/approve", authKey, a.partnerAction(a.svc.ApprovePartner)},
-		{GroupPartners, "POST", "/api/v1/partners/{id}/reject", authKey, a.partnerAction(a.svc.RejectPartner)},
-		{GroupPartners, "POST", "/api/v1/partners/{id}/ban", authKey, a.partnerAction(a.svc.BanPartner)},
+		{GroupPartners, "GET", "/api/v1/partners/{id}", authKey, byID(a.svc.Partner)},
+		{GroupPartners, "POST", "/api/v1/partners/{id}/approve", authKey, byID(a.svc.ApprovePartner)},
+		{GroupPartners, "POST", "/api/v1/partners/{id}/reject", authKey, byID(a.svc.RejectPartner)},
+		{GroupPartners, "POST", "/api/v1/partners/{id}/ban", authKey, byID(a.svc.BanPartner)},
 		{GroupConversions, "POST", "/api/v1/conversions", authKey, a.createConversion},
 		{GroupConversions, "GET", "/api/v1/conversions", authKey, a.listConversions},
-		{GroupConversions, "GET", "/api/v1/conversions/{id}", authKey, a.getConversion},
-		{GroupConversions, "POST", "/api/v1/conversions/{id}/approve", authKey, a.conversionAction(a.svc.ApproveConversion)},
-		{GroupConversions, "POST", "/api/v1/conversions/{id}/reject", authKey, a.conversionAction(a.svc.RejectConversion)},
+		{GroupConversions, "GET", "/api/v1/conversions/{id}", authKey, byID(a.svc.Conversion)},
+		{GroupConversions, "POST", "/api/v1/conversions/{id}/approve", authKey, byID(a.svc.ApproveConversion)},
+		{GroupConversions, "POST", "/api/v1/conversions/{id}/reject", authKey, byID(a.svc.RejectConversion)},
 		{GroupReports, "GET", "/api/v1/reports", authKey, a.report},
 		{GroupApplications, "POST", "/api/public/brands/{brandId}/applications", authIP, a.apply},
+		{GroupWebhooks, "POST", "/api/public/webhooks", authKey, a.createSubscription},
+		{GroupWebhooks, "GET", "/api/public/webhooks", authKey, a.listSubscriptions},
+		{GroupWebhooks, "GET", "/api/public/webhooks/{id}", authKey, byID(a.svc.Subscription)},
+		{GroupWebhooks, "DELETE", "/api/public/webhooks/{id}", authKey, byID(a.svc.DeleteSubscription)},
+		{GroupWebhooks, "POST", "/api/public/webhooks/{id}/test", authKey, a.testSubscription},
+		{GroupWebhooks, "GET", "/api/public/webhook-events", authIP, a.webhookEvents},
+		{GroupDeliveries, "GET", "/api/v1/deliveries", authKey, a.listDeliveries},
+		{GroupDeliveries, "GET", "/api/v1/deliveries/{id}", authKey, byID(a.svc.Delivery)},
+		{GroupDeliveries, "POST", "/api/v1/deliveries/{id}/retry", authKey, byID(a.svc.RetryDelivery)},
 		{GroupAdmin, "POST", "/_admin/brands", authAdmin, a.adminCreateBrand},
 		{GroupAdmin, "POST", "/_admin/keys", authAdmin, a.adminCreateKey},
 		{GroupAdmin, "GET", "/_admin/keys", authAdmin, a.adminListKeys},

@@ -69,15 +69,6 @@ func (a *API) createOffer(w http.ResponseWriter, r *http.Request, p tracking.Pri
 	return nil
 }
 
-func (a *API) getOffer(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
-	o, err := a.svc.Offer(r.Context(), p.BrandID, r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, o)
-	return nil
-}
-
 func (a *API) listPartners(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
 	q, lp, err := listQuery(r, "status")
 	if err != nil {
@@ -91,20 +82,10 @@ func (a *API) listPartners(w http.ResponseWriter, r *http.Request, p tracking.Pr
 	return nil
 }
 
-func (a *API) getPartner(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
-	partner, err := a.svc.Partner(r.Context(), p.BrandID, r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, partner)
-	return nil
-}
-
-// action is a state transition of one of a brand's records.
-type action[T any] func(ctx context.Context, brandID, id string) (T, error)
-
-// transition serves POST /<records>/{id}/<action>. The request takes no body.
-func transition[T any](do action[T]) func(http.ResponseWriter, *http.Request, tracking.Principal) error {
+// byID serves a route that names one of the brand's records by {id}: it
+// reads the record, deletes it, or moves it to another state, and answers
+// with the record.
+func byID[T any](do func(ctx context.Context, brandID, id string) (T, error)) func(http.ResponseWriter, *http.Request, tracking.Principal) error {
 	return func(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
 		v, err := do(r.Context(), p.BrandID, r.PathValue("id"))
 		if err != nil {
@@ -113,14 +94,6 @@ func transition[T any](do action[T]) func(http.ResponseWriter, *http.Request, tr
 		writeJSON(w, http.StatusOK, v)
 		return nil
 	}
-}
-
-func (a *API) partnerAction(do action[tally.Partner]) func(http.ResponseWriter, *http.Request, tracking.Principal) error {
-	return transition(do)
-}
-
-func (a *API) conversionAction(do action[tally.Conversion]) func(http.ResponseWriter, *http.Request, tracking.Principal) error {
-	return transition(do)
 }
 
 func (a *API) createConversion(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
@@ -154,15 +127,6 @@ func (a *API) listConversions(w http.ResponseWriter, r *http.Request, p tracking
 		return err
 	}
 	writeList(w, cs, next)
-	return nil
-}
-
-func (a *API) getConversion(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
-	c, err := a.svc.Conversion(r.Context(), p.BrandID, r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, c)
 	return nil
 }
 

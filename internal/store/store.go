@@ -4,6 +4,11 @@
 // TTL) that both the DynamoDB backend and the embedded bbolt backend provide
 // with identical semantics. The conformance suite in storetest pins those
 // semantics down.
+//
+// Requests must follow the rules stated on the types below; both backends
+// check them with the same code (ValidateKey, ValidateQuery, ValidateOps,
+// ValidateUpdate) before reading or writing anything, and reject a request
+// that breaks one with an error that wraps ErrInvalid and says which rule.
 package store
 
 import (
@@ -31,16 +36,18 @@ const (
 // Indexes lists the secondary indexes every backend maintains.
 var Indexes = []Index{GSI1, GSI2, GSI3}
 
-// Key is an item's primary key. Both parts are non-empty UTF-8 without NUL
-// bytes, the partition key at most 2048 bytes and the sort key at most 1024
-// (DynamoDB's limits).
+// Key is an item's primary key. Both parts are non-empty valid UTF-8 without
+// NUL bytes, the partition key at most 2048 bytes and the sort key at most
+// 1024 (DynamoDB's limits). DynamoDB itself would take NUL, but the embedded
+// backend separates keys with it, so no backend accepts it.
 type Key struct {
 	PK string
 	SK string
 }
 
 // IndexKey places an item in a secondary index. The zero value means "not in
-// the index"; setting only one half is an error.
+// the index"; setting only one half is an error. A set IndexKey follows the
+// rules of Key.
 type IndexKey struct {
 	PK string
 	SK string
@@ -51,8 +58,9 @@ type IndexKey struct {
 // Attrs and Nums are top-level attributes that conditions can test and
 // updates can change; they share one namespace (a name is a string or a
 // number, not both). Data is the record body, opaque to the store (the
-// services keep JSON there). Attribute names must not collide with the
-// reserved names in Reserved. Empty maps and Data may come back as nil.
+// services keep JSON there). Attribute names must be non-empty and must not
+// collide with the reserved names in Reserved; names and string values must
+// be valid UTF-8. Empty maps and Data may come back as nil.
 // Neither backend checks DynamoDB's 400 KB item size: keep items small.
 type Item struct {
 	Key
@@ -89,12 +97,13 @@ var Reserved = []string{"pk", "sk", "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk", "gsi
 
 // Query reads one partition of the table or an index, in sort-key order.
 //
-// The sort key may be restricted either by SKPrefix or by the inclusive
-// bounds SKFrom and SKTo (an empty bound is open). Limit caps the items
-// returned (1..1000; 0 means 100). Cursor continues a previous page of the
-// very same query; a cursor from another partition or index is rejected with
-// ErrInvalidCursor. SKFrom after SKTo, or a prefix together with bounds, is an
-// error.
+// Index must be Table or one of Indexes, and PK is required. The sort key may
+// be restricted either by SKPrefix or by the inclusive bounds SKFrom and SKTo
+// (an empty bound is open). PK, SKPrefix, SKFrom and SKTo follow the rules of
+// Key on content and size. Limit caps the items returned (1..1000; 0 means
+// 100). Cursor continues a previous page of the very same query; a cursor from
+// another partition or index is rejected with ErrInvalidCursor. SKFrom after
+// SKTo, or a prefix together with bounds, is an error.
 //
 // Queries on a secondary index are eventually consistent on DynamoDB: an item
 // written a moment ago may not be there yet.
@@ -123,16 +132,20 @@ const (
 	OpPut OpKind = iota + 1
 	// OpUpdate changes an item in place, creating it when absent: Set
 	// assigns string attributes, Add adds to numeric attributes (an absent
-	// attribute counts as 0), a non-zero ExpiresAt sets the TTL.
+	// attribute counts as 0), a non-zero ExpiresAt sets the TTL. It must
+	// change something, Set and Add must not name the same attribute, and
+	// their names and values follow Item's rules for attributes.
 	OpUpdate
 	// OpDelete removes the item with Key; deleting an absent item is not an error.
 	OpDelete
-	// OpCheck writes nothing; only its conditions count.
+	// OpCheck writes nothing; only its conditions count, and it needs at
+	// least one.
 	OpCheck
 )
 
 // Op is one operation of a transaction. Conds must all hold for the whole
-// transaction to apply.
+// transaction to apply. Kind must be one of the OpKind constants, and the
+// Kind of each Cond one of the CondKind constants.
 type Op struct {
 	Kind      OpKind
 	Item      Item // OpPut
@@ -183,7 +196,9 @@ const (
 	CondNumEquals
 )
 
-// Cond is a condition on the current state of an operation's item.
+// Cond is a condition on the current state of an operation's item. Attr,
+// where the kind uses it, is an attribute name by the rules of Item, and S
+// must be valid UTF-8.
 type Cond struct {
 	Kind CondKind
 	Attr string
@@ -215,12 +230,12 @@ type Store interface {
 	// Transact applies all operations atomically, or none of them. When a
 	// condition fails it returns a *ConditionFailedError naming the first
 	// failing operation; when a concurrent transaction got in the way it
-	// returns ErrConflict and the caller may retry. At most MaxTransactOps
-	// operations, each on a distinct key.
+	// returns ErrConflict and the caller may retry. It takes 1 to
+	// MaxTransactOps operations, each on a distinct key.
 	Transact(ctx context.Context, ops ...Op) error
-	// Update applies a single OpUpdate and returns the item as it is after
-	// the update (for counters whose new value the caller needs). Like
-	// Transact, it may return ErrConflict.
+	// Update applies a single OpUpdate (any other kind is ErrInvalid) and
+	// returns the item as it is after the update (for counters whose new
+	// value the caller needs). Like Transact, it may return ErrConflict.
 	Update(ctx context.Context, op Op) (Item, error)
 	// Close releases the store.
 	Close() error
@@ -234,6 +249,10 @@ var (
 	ErrConflict = errors.New("store: transaction conflict")
 	// ErrInvalidCursor means a cursor was malformed or belongs to another query.
 	ErrInvalidCursor = errors.New("store: invalid cursor")
+	// ErrInvalid means a request broke one of the rules stated in this
+	// package, so nothing was read or written. The errors that wrap it say
+	// which rule; retrying the same request cannot succeed.
+	ErrInvalid = errors.New("store: invalid request")
 )
 
 // ConditionFailedError reports that the condition of operation Index (its

@@ -159,7 +159,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 			if cs.reaching {
 				cond = store.NumEquals("n", cs.limit-1)
 				evt, err := s.newEvent(c.BrandID, tally.EventCapReached, tally.CapReachedEventData{
-					OfferID: c.OfferID, Cap: cs.name, Limit: cs.limit, Period: cs.period, ConversionID: c.ID,
+					OfferID: c.OfferID, Cap: cs.name, Limit: cs.limit, Period: strings.TrimPrefix(cs.period, cs.name+"#"), ConversionID: c.ID,
 				}, now)
 				if err != nil {
 					return false, err

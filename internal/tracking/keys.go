@@ -106,11 +106,37 @@ func rollupKey(brandID string, shard int, day, offerID, partnerID, currency stri
 func rollupDayTo(day string) string { return day + "$" }
 
 // Events are the outbox: one item each, found by id (the stream and the
-// delivery pipeline) and per brand (GSI1, sharded).
+// delivery pipeline), per brand (GSI1, sharded) and, until their deliveries
+// exist, in the outbox (GSI3, sharded) that the local pipeline drains.
 func eventKey(eventID string) store.Key { return store.Key{PK: "EVT#" + eventID, SK: "#EVT"} }
 func eventsByBrand(brandID string, shard int) string {
 	return fmt.Sprintf("BRD#%s#EVT#%d", brandID, shard)
 }
+func outboxPK(shard int) string { return "OUTBOX#" + strconv.Itoa(shard) }
+
+// Webhook subscriptions live in the brand partition.
+func subscriptionKey(brandID, subscriptionID string) store.Key {
+	return store.Key{PK: brandPK(brandID), SK: "SUB#" + subscriptionID}
+}
+
+const subscriptionSKPrefix = "SUB#"
+
+// Deliveries live in the brand's delivery shards, sorted by id; GSI2 lists
+// them per subscription; while pending, GSI3 holds them by due time across
+// brands (the local pipeline's queue).
+func deliveryPK(brandID string, shard int) string {
+	return fmt.Sprintf("BRD#%s#WH#%d", brandID, shard)
+}
+func deliveryKey(brandID, deliveryID string) store.Key {
+	return store.Key{PK: deliveryPK(brandID, shardOf(deliveryID)), SK: deliveryID}
+}
+func deliveriesBySubscription(brandID, subscriptionID string, shard int) string {
+	return fmt.Sprintf("BRD#%s#SUB#%s#WH#%d", brandID, subscriptionID, shard)
+}
+func dueQueuePK(shard int) string { return "DUE#" + strconv.Itoa(shard) }
+
+// dueQueueSK sorts by due time, like the hold queue.
+func dueQueueSK(due time.Time, deliveryID string) string { return holdQueueSK(due, deliveryID) }
 
 // rateKey counts one bucket's requests in one window.
 func rateKey(bucket string, window int64) store.Key {

@@ -10,10 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/store"
 )
@@ -26,6 +29,16 @@ const eventRetention = 30 * 24 * time.Hour
 type Service struct {
 	store store.Store
 	now   func() time.Time
+
+	// retryScale multiplies the webhook retry schedule: 1 in production,
+	// small in tests that watch a whole schedule pass.
+	retryScale float64
+	// checkURL vets webhook receiver URLs (SSRF: https to public addresses
+	// only, or loopback too on the local server).
+	checkURL func(string) error
+	// onEvent is told when a transaction wrote events (the local pipeline
+	// wakes up).
+	onEvent func()
 
 	offers   *cache[tally.Offer]
 	apiKeys  *cache[apiKeyRecord]
@@ -45,13 +58,24 @@ func WithCacheTTL(d time.Duration) Option {
 	return func(s *Service) { s.keyTTL, s.offerTTL = d, d }
 }
 
+// WithRetryScale multiplies the webhook retry schedule's waits by f.
+func WithRetryScale(f float64) Option { return func(s *Service) { s.retryScale = f } }
+
+// WithLoopbackReceivers lets webhook subscriptions point at loopback
+// addresses, for the local server where developers run their receivers.
+func WithLoopbackReceivers() Option {
+	return func(s *Service) { s.checkURL = func(u string) error { return delivery.CheckURL(u, true) } }
+}
+
 // New returns a Service over st.
 func New(st store.Store, opts ...Option) *Service {
 	s := &Service{
-		store:    st,
-		now:      time.Now,
-		keyTTL:   30 * time.Second,
-		offerTTL: 30 * time.Second,
+		store:      st,
+		now:        time.Now,
+		keyTTL:     30 * time.Second,
+		offerTTL:   30 * time.Second,
+		retryScale: 1,
+		checkURL:   func(u string) error { return delivery.CheckURL(u, false) },
 	}
 	for _, o := range opts {
 		o(s)
@@ -79,6 +103,7 @@ func (s *Service) newEvent(brandID, name string, data any, at time.Time) (store.
 	return store.Put(store.Item{
 		Key:       eventKey(evt.ID),
 		GSI1:      store.IndexKey{PK: eventsByBrand(brandID, shardOf(evt.ID)), SK: evt.ID},
+		GSI3:      store.IndexKey{PK: outboxPK(shardOf(evt.ID)), SK: evt.ID},
 		Attrs:     map[string]string{"type": name, "brandId": brandID},
 		Data:      body,
 		ExpiresAt: at.Add(eventRetention).Unix(),
@@ -101,6 +126,9 @@ func (s *Service) transact(ctx context.Context, ops ...store.Op) error {
 	backoff := 5 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		err := s.store.Transact(ctx, ops...)
+		if err == nil && s.onEvent != nil && slices.ContainsFunc(ops, isEvent) {
+			s.onEvent()
+		}
 		if !errors.Is(err, store.ErrConflict) || attempt == 12 {
 			return err
 		}
@@ -109,6 +137,10 @@ func (s *Service) transact(ctx context.Context, ops ...store.Op) error {
 		}
 		backoff = min(backoff*2, 200*time.Millisecond)
 	}
+}
+
+func isEvent(op store.Op) bool {
+	return op.Kind == store.OpPut && strings.HasPrefix(op.Item.PK, "EVT#")
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

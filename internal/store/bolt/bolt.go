@@ -116,8 +116,8 @@ func (s *Store) Get(ctx context.Context, key store.Key) (store.Item, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Item{}, err
 	}
-	if err := checkKey(key); err != nil {
-		return store.Item{}, fmt.Errorf("bolt: get: %w", err)
+	if err := store.ValidateKey(key); err != nil {
+		return store.Item{}, err
 	}
 	var it store.Item
 	err := s.db.View(func(tx *bbolt.Tx) error {
@@ -141,7 +141,7 @@ func (s *Store) Transact(ctx context.Context, ops ...store.Op) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := checkOps(ops); err != nil {
+	if err := store.ValidateOps(ops); err != nil {
 		return err
 	}
 	return s.db.Batch(func(tx *bbolt.Tx) error {
@@ -155,13 +155,10 @@ func (s *Store) Update(ctx context.Context, op store.Op) (store.Item, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Item{}, err
 	}
-	if op.Kind != store.OpUpdate {
-		return store.Item{}, fmt.Errorf("bolt: Update needs an OpUpdate, got kind %d", op.Kind)
-	}
-	ops := []store.Op{op}
-	if err := checkOps(ops); err != nil {
+	if err := store.ValidateUpdate(op); err != nil {
 		return store.Item{}, err
 	}
+	ops := []store.Op{op}
 	var it store.Item
 	err := s.db.Batch(func(tx *bbolt.Tx) error {
 		var err error

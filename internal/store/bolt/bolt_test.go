@@ -201,46 +201,6 @@ func TestSweepLoop(t *testing.T) {
 	}
 }
 
-// TestInvalidKeys covers what the layout itself cannot store.
-func TestInvalidKeys(t *testing.T) {
-	ctx := t.Context()
-	s := openTest(t, filepath.Join(t.TempDir(), "tally.db"), time.Hour)
-	ok := store.Key{PK: "p", SK: "s"}
-	for _, op := range []store.Op{
-		store.Put(store.Item{Key: store.Key{PK: "p\x00q", SK: "s"}}),
-		store.Put(store.Item{Key: store.Key{PK: "p", SK: "s\x00"}}),
-		store.Put(store.Item{Key: ok, GSI1: store.IndexKey{PK: "g\x00", SK: "s"}}),
-		store.Put(store.Item{Key: ok, GSI3: store.IndexKey{PK: "g", SK: "\x00"}}),
-		store.Put(store.Item{Key: store.Key{PK: "p\xff", SK: "s"}}),
-		store.Put(store.Item{Key: ok, GSI2: store.IndexKey{PK: "g", SK: "\xc3"}}),
-		store.Put(store.Item{Key: ok, Attrs: map[string]string{"a": "\xff"}}),
-		store.Put(store.Item{Key: ok, Nums: map[string]int64{"\xff": 1}}),
-		store.Delete(store.Key{PK: "p", SK: "\x00"}),
-		{Kind: store.OpUpdate, Key: ok, Set: map[string]string{"a": "\xfe"}},
-	} {
-		if err := s.Transact(ctx, op); err == nil {
-			t.Errorf("Transact(%+v) succeeded", op)
-		}
-	}
-	if _, err := s.Get(ctx, store.Key{PK: "p\x00s", SK: "t"}); err == nil || errors.Is(err, store.ErrNotFound) {
-		t.Errorf("Get with 0x00: %v", err)
-	}
-	for _, q := range []store.Query{
-		{PK: "p\x00"},
-		{PK: "p", SKPrefix: "a\x00"},
-		{PK: "p", SKFrom: "a\x00"},
-		{PK: "p", SKTo: "\x00"},
-		{PK: "p", SKPrefix: "\xff"},
-	} {
-		if _, err := s.Query(ctx, q); err == nil {
-			t.Errorf("Query(%+v) succeeded", q)
-		}
-	}
-	if _, err := s.Get(ctx, ok); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("an invalid op wrote: %v", err)
-	}
-}
-
 // TestUpdateTypes covers DynamoDB's typing of attributes, which Update
 // follows.
 func TestUpdateTypes(t *testing.T) {

@@ -45,9 +45,9 @@ func (s *Store) Query(ctx context.Context, q store.Query) (store.Page, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Page{}, err
 	}
-	limit, err := checkQuery(q)
+	limit, err := store.ValidateQuery(q)
 	if err != nil {
-		return store.Page{}, fmt.Errorf("bolt: query: %w", err)
+		return store.Page{}, err
 	}
 	// Every bucket key of the partition starts with part.
 	part := []byte(q.PK + "\x00")

@@ -47,7 +47,7 @@ func (s *Store) Close() error { return nil }
 
 // Get reads the item at key with a strongly consistent read.
 func (s *Store) Get(ctx context.Context, key store.Key) (store.Item, error) {
-	if err := validateKey(key); err != nil {
+	if err := store.ValidateKey(key); err != nil {
 		return store.Item{}, err
 	}
 	out, err := s.api.GetItem(ctx, &dynamodb.GetItemInput{
@@ -68,7 +68,7 @@ func (s *Store) Get(ctx context.Context, key store.Key) (store.Item, error) {
 // Reads of the table are strongly consistent; DynamoDB offers only eventual
 // consistency on global secondary indexes.
 func (s *Store) Query(ctx context.Context, q store.Query) (store.Page, error) {
-	limit, err := validateQuery(q)
+	limit, err := store.ValidateQuery(q)
 	if err != nil {
 		return store.Page{}, err
 	}
@@ -136,7 +136,7 @@ func (s *Store) Query(ctx context.Context, q store.Query) (store.Page, error) {
 
 // Transact applies ops with one TransactWriteItems call.
 func (s *Store) Transact(ctx context.Context, ops ...store.Op) error {
-	if err := validateOps(ops); err != nil {
+	if err := store.ValidateOps(ops); err != nil {
 		return err
 	}
 	items := make([]types.TransactWriteItem, len(ops))
@@ -193,7 +193,7 @@ func (s *Store) transactItem(op store.Op) types.TransactWriteItem {
 			ExpressionAttributeNames:  e.names,
 			ExpressionAttributeValues: e.values,
 		}}
-	default: // store.OpCheck; validateOps admits nothing else.
+	default: // store.OpCheck; store.ValidateOps admits nothing else.
 		return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
 			TableName:                 aws.String(s.table),
 			Key:                       marshalKey(op.Key),
@@ -206,10 +206,7 @@ func (s *Store) transactItem(op store.Op) types.TransactWriteItem {
 
 // Update applies one update with UpdateItem and returns the item after it.
 func (s *Store) Update(ctx context.Context, op store.Op) (store.Item, error) {
-	if op.Kind != store.OpUpdate {
-		return store.Item{}, invalidf("Update needs an update operation, got kind %d", op.Kind)
-	}
-	if err := validateOp(op); err != nil {
+	if err := store.ValidateUpdate(op); err != nil {
 		return store.Item{}, err
 	}
 	var e exprBuilder

@@ -216,14 +216,15 @@ func TestInvalidRequestsMakeNoCall(t *testing.T) {
 		"attr and num":    {store.Put(store.Item{Key: k, Attrs: map[string]string{"a": "1"}, Nums: map[string]int64{"a": 1}})},
 		"half index key":  {store.Put(store.Item{Key: k, GSI2: store.IndexKey{PK: "x"}})},
 		"invalid UTF-8":   {store.Put(store.Item{Key: k, Attrs: map[string]string{"a": "\xff"}})},
+		"0x00 in key":     {store.Delete(key("p\x00", "s"))},
 		"unknown kind":    {{Kind: 99, Key: k}},
 		"unknown cond":    {store.Check(k, store.Cond{Kind: 99})},
 		"empty attr name": {store.Check(k, store.NumLess("", 1))},
 		"long sort key":   {store.Delete(key("p", strings.Repeat("x", 1025)))},
 		"long index key":  {store.Put(store.Item{Key: k, GSI1: store.IndexKey{PK: strings.Repeat("x", 2049), SK: "s"}})},
 	} {
-		if err := s.Transact(t.Context(), ops...); err == nil {
-			t.Errorf("Transact(%s) succeeded", name)
+		if err := s.Transact(t.Context(), ops...); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("Transact(%s): got %v, want ErrInvalid", name, err)
 		}
 	}
 	for _, q := range []store.Query{
@@ -234,15 +235,15 @@ func TestInvalidRequestsMakeNoCall(t *testing.T) {
 		{PK: "p", SKPrefix: "a", SKTo: "b"},
 		{PK: "p", SKFrom: "b", SKTo: "a"},
 	} {
-		if _, err := s.Query(t.Context(), q); err == nil {
-			t.Errorf("Query(%+v) succeeded", q)
+		if _, err := s.Query(t.Context(), q); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("Query(%+v): got %v, want ErrInvalid", q, err)
 		}
 	}
-	if _, err := s.Get(t.Context(), key("", "s")); err == nil {
-		t.Error("Get with an empty key succeeded")
+	if _, err := s.Get(t.Context(), key("", "s")); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("Get with an empty key: got %v, want ErrInvalid", err)
 	}
-	if _, err := s.Update(t.Context(), store.Delete(k)); err == nil {
-		t.Error("Update of a delete succeeded")
+	if _, err := s.Update(t.Context(), store.Delete(k)); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("Update of a delete: got %v, want ErrInvalid", err)
 	}
 	if api.calls != 0 {
 		t.Errorf("invalid requests made %d calls", api.calls)

@@ -73,7 +73,7 @@ func (e *exprBuilder) cond(c store.Cond) string {
 			return "(attribute_not_exists(" + a + ") OR " + cmp + ")"
 		}
 		return cmp
-	default: // store.CondNumEquals; validateOps admits nothing else.
+	default: // store.CondNumEquals; store.ValidateOps admits nothing else.
 		a := e.name(c.Attr)
 		cmp := a + " = " + e.value(num(c.N))
 		if c.N == 0 { // an absent attribute counts as 0

@@ -133,6 +133,13 @@ func testQueryInvalid(t *testing.T, e *env) {
 		{PK: p, SKFrom: "b", SKTo: "a"},
 		{PK: p + strings.Repeat("x", 2049-len(p))},
 		{PK: p, SKPrefix: strings.Repeat("x", 1025)},
+		{PK: p + "\x00"},
+		{PK: p, SKPrefix: "a\x00"},
+		{PK: p, SKFrom: "a\x00"},
+		{PK: p, SKTo: "\x00"},
+		{PK: p + "\xff"},
+		{PK: p, SKPrefix: "\xff"},
+		{PK: p, SKFrom: "\xc3"},
 	} {
 		_, err := e.s.Query(e.ctx, q)
 		wantRejected(t, fmt.Sprintf("Query(%+v)", q), err)

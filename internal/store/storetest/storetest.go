@@ -186,16 +186,16 @@ func wantCondFailed(t *testing.T, what string, err error, index int) {
 	}
 }
 
-// wantRejected fails unless err is a plain validation error: neither nil
-// nor one of the store's outcome errors.
+// wantRejected fails unless err is a validation error (store.ErrInvalid) and
+// none of the store's outcome errors.
 func wantRejected(t *testing.T, what string, err error) {
 	t.Helper()
 	_, cf := store.FailedOp(err)
 	switch {
 	case err == nil:
-		t.Errorf("%s: got no error, want one", what)
-	case cf, errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalidCursor):
-		t.Errorf("%s: got %v, want a validation error", what, err)
+		t.Errorf("%s: got no error, want ErrInvalid", what)
+	case !errors.Is(err, store.ErrInvalid), cf, errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrInvalidCursor):
+		t.Errorf("%s: got %v, want ErrInvalid", what, err)
 	}
 }
 

@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -253,8 +252,19 @@ func testInvalid(t *testing.T, e *env) {
 		{"empty condition attr", []store.Op{store.Put(item, store.NumLess("", 1))}},
 		{"index key without sort key", []store.Op{store.Put(store.Item{Key: k, GSI1: store.IndexKey{PK: e.pk("g")}})}},
 		{"index key without partition key", []store.Op{store.Put(store.Item{Key: k, GSI2: store.IndexKey{SK: "s"}})}},
+		{"index partition key with 0x00", []store.Op{store.Put(store.Item{Key: k, GSI1: store.IndexKey{PK: e.pk("g\x00"), SK: "s"}})}},
+		{"index sort key of 0x00", []store.Op{store.Put(store.Item{Key: k, GSI3: store.IndexKey{PK: e.pk("g"), SK: "\x00"}})}},
+		{"index sort key not UTF-8", []store.Op{store.Put(store.Item{Key: k, GSI2: store.IndexKey{PK: e.pk("g"), SK: "\xc3"}})}},
+		{"attr value not UTF-8", []store.Op{store.Put(store.Item{Key: k, Attrs: map[string]string{"a": "\xff"}})}},
+		{"num name not UTF-8", []store.Op{store.Put(store.Item{Key: k, Nums: map[string]int64{"\xff": 1}})}},
+		{"set value not UTF-8", []store.Op{{Kind: store.OpUpdate, Key: k, Set: map[string]string{"a": "\xfe"}}}},
+		{"condition value not UTF-8", []store.Op{store.Put(item, store.AttrEquals("a", "\xff"))}},
 	}
-	for _, bad := range []store.Key{{PK: "", SK: "s"}, {PK: k.PK, SK: ""}, {}} {
+	for _, bad := range []store.Key{
+		{PK: "", SK: "s"}, {PK: k.PK, SK: ""}, {},
+		{PK: k.PK + "\x00q", SK: "s"}, {PK: k.PK, SK: "s\x00"},
+		{PK: k.PK + "\xff", SK: "s"}, {PK: k.PK, SK: "\xc3"},
+	} {
 		name := fmt.Sprintf("key %q/%q", bad.PK, bad.SK)
 		cases = append(cases,
 			invalid{"put " + name, []store.Op{store.Put(store.Item{Key: bad})}},
@@ -262,9 +272,8 @@ func testInvalid(t *testing.T, e *env) {
 			invalid{"delete " + name, []store.Op{store.Delete(bad)}},
 			invalid{"check " + name, []store.Op{store.Check(bad, store.Exists())}},
 		)
-		if _, err := e.s.Get(e.ctx, bad); err == nil || errors.Is(err, store.ErrNotFound) {
-			t.Errorf("Get(%s): got %v, want a validation error", name, err)
-		}
+		_, err := e.s.Get(e.ctx, bad)
+		wantRejected(t, "Get: "+name, err)
 	}
 	for _, name := range store.Reserved {
 		cases = append(cases,

@@ -1,0 +1,265 @@
+package catalog_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/catalog"
+	"github.com/tally-hq/tally/internal/dynamotest"
+	"github.com/tally-hq/tally/internal/testenv"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+func TestMain(m *testing.M) { dynamotest.Main(m) }
+
+// notEmittedYet are the events no code path of the tracking service emits
+// today; their schemas are checked against the Go types instead (see
+// TestPayloadsFromGoTypes). Take an event out of this list as soon as the
+// service emits it, and drive it below.
+var notEmittedYet = map[string]bool{tally.EventFraudHighRisk: true, tally.EventWebhookTest: true}
+
+var start = time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
+
+// service is one brand on a fresh embedded store with a settable clock.
+type service struct {
+	t       *testing.T
+	ctx     context.Context
+	clock   *testenv.Clock
+	svc     *tracking.Service
+	brandID string
+	n       int
+}
+
+func newService(t *testing.T) *service {
+	s := &service{t: t, ctx: context.Background(), clock: testenv.NewClock(start)}
+	s.svc = tracking.New(testenv.Bolt(t), tracking.WithClock(s.clock.Now))
+	b, err := s.svc.CreateBrand(s.ctx, "Acme Outdoor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.brandID = b.ID
+	return s
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func (s *service) offer(approval string, holdHours int, caps tally.Caps) tally.Offer {
+	s.t.Helper()
+	o, err := s.svc.CreateOffer(s.ctx, s.brandID, tracking.OfferInput{
+		Name: ptr("Hiking boots"), DestinationURL: ptr("https://shop.example/boots?c={click_id}"),
+		RevenueCents: ptr(int64(4999)), PayoutCents: ptr(int64(750)), Currency: ptr("USD"),
+		Approval: ptr(approval), HoldHours: ptr(holdHours), Caps: &caps,
+	})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return o
+}
+
+func (s *service) apply(name, email string) tally.Partner {
+	s.t.Helper()
+	s.n++
+	p, err := s.svc.Apply(s.ctx, s.brandID, tracking.ApplicationInput{
+		Name: ptr(name), Email: ptr(email),
+		Website: ptr(fmt.Sprintf("https://partner%d.example", s.n)), Message: ptr("We review outdoor gear."),
+	})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return p
+}
+
+func (s *service) do(what string, err error) {
+	s.t.Helper()
+	if err != nil {
+		s.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func (s *service) convert(offerID, partnerID string, in tracking.ConversionInput) tally.Conversion {
+	s.t.Helper()
+	in.OfferID, in.PartnerID = &offerID, &partnerID
+	c, created, err := s.svc.RecordConversion(s.ctx, s.brandID, in)
+	if err != nil || !created {
+		s.t.Fatalf("record conversion: created=%v err=%v", created, err)
+	}
+	return c
+}
+
+// envelopes returns every event of the brand as the JSON envelope that is
+// delivered.
+func (s *service) envelopes() []tally.Event {
+	s.t.Helper()
+	var out []tally.Event
+	p := tracking.ListParams{Limit: tracking.MaxLimit}
+	for {
+		page, next, err := s.svc.Events(s.ctx, s.brandID, p)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		out = append(out, page...)
+		if next == "" {
+			return out
+		}
+		p.Cursor = next
+	}
+}
+
+// variant names what an event says beyond its name, so that the test can
+// ask for every status, reason and previous status to have been seen.
+func variant(t *testing.T, e tally.Event) string {
+	var d struct{ Status, Reason, PreviousStatus, Cap string }
+	if err := json.Unmarshal(e.Data, &d); err != nil {
+		t.Fatalf("%s data: %v", e.Event, err)
+	}
+	switch {
+	case strings.HasPrefix(e.Event, "conversion."):
+		return e.Event + " " + d.Status + " " + d.Reason
+	case strings.HasPrefix(e.Event, "partner."):
+		return e.Event + " " + d.Status + " " + d.PreviousStatus
+	case e.Event == tally.EventCapReached:
+		return e.Event + " " + d.Cap
+	}
+	return e.Event
+}
+
+// Test (3): drive the real service through every transition that emits an
+// event and check every envelope it wrote against the catalog.
+func TestServiceEventsMatchSchemas(t *testing.T) {
+	s := newService(t)
+
+	// Partners: applied → active → banned; applied → rejected → banned;
+	// applied → banned. The last has a name and address outside ASCII.
+	alice := s.apply("Trail Gear Reviews", "maria@trailgear.example")
+	_, err := s.svc.ApprovePartner(s.ctx, s.brandID, alice.ID)
+	s.do("approve partner", err)
+	turnedDown := s.apply("Coupon Blast", "deals@couponblast.example")
+	_, err = s.svc.RejectPartner(s.ctx, s.brandID, turnedDown.ID)
+	s.do("reject partner", err)
+	_, err = s.svc.BanPartner(s.ctx, s.brandID, turnedDown.ID)
+	s.do("ban rejected partner", err)
+	spammer := s.apply("  Jörg's Bärenstark Deals  ", "jörg@exämple.com")
+	_, err = s.svc.BanPartner(s.ctx, s.brandID, spammer.ID)
+	s.do("ban applied partner", err)
+
+	// An automatic offer with a global cap of 2: the first conversion is
+	// approved at once, the second reaches the cap, the third is refused.
+	auto := s.offer(tally.ApprovalAuto, 0, tally.Caps{Global: ptr(int64(2))})
+	s.convert(auto.ID, alice.ID, tracking.ConversionInput{
+		Sub1: ptr("spring-sale"), ExternalTxnID: ptr("ORD-100482"), RevenueCents: ptr(int64(0)), Currency: ptr("EUR"),
+	})
+	// The same externalTxnId again creates nothing.
+	if _, created, err := s.svc.RecordConversion(s.ctx, s.brandID, tracking.ConversionInput{
+		OfferID: &auto.ID, PartnerID: &alice.ID, ExternalTxnID: ptr("ORD-100482"),
+	}); err != nil || created {
+		t.Fatalf("replayed conversion: created=%v err=%v", created, err)
+	}
+	s.convert(auto.ID, alice.ID, tracking.ConversionInput{Sub1: ptr(strings.Repeat("s", 255))})
+	if _, _, err := s.svc.RecordConversion(s.ctx, s.brandID, tracking.ConversionInput{OfferID: &auto.ID, PartnerID: &alice.ID}); tally.ErrorCode(err) != tally.ECodeCapReached {
+		t.Fatalf("conversion over the cap: %v, want cap_reached", err)
+	}
+
+	// A manual offer: one conversion approved by hand, one rejected.
+	manual := s.offer(tally.ApprovalManual, 0, tally.Caps{})
+	toApprove := s.convert(manual.ID, alice.ID, tracking.ConversionInput{PayoutCents: ptr(int64(0))})
+	toReject := s.convert(manual.ID, alice.ID, tracking.ConversionInput{ExternalTxnID: ptr("ORD-100317")})
+	_, err = s.svc.ApproveConversion(s.ctx, s.brandID, toApprove.ID)
+	s.do("approve conversion", err)
+	_, err = s.svc.RejectConversion(s.ctx, s.brandID, toReject.ID)
+	s.do("reject conversion", err)
+
+	// A manual offer with a hold: approved automatically once it elapses.
+	held := s.offer(tally.ApprovalManual, 24, tally.Caps{})
+	s.convert(held.ID, alice.ID, tracking.ConversionInput{})
+	s.clock.Set(start.Add(24*time.Hour + time.Second))
+	if n, err := s.svc.ApproveDue(s.ctx); err != nil || n != 1 {
+		t.Fatalf("ApproveDue after the hold: approved %d (%v), want 1", n, err)
+	}
+
+	// Banning the active partner comes last: its conversions stop here.
+	_, err = s.svc.BanPartner(s.ctx, s.brandID, alice.ID)
+	s.do("ban active partner", err)
+
+	seen := map[string]int{}
+	for _, e := range s.envelopes() {
+		raw, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := catalog.ValidateEnvelope(raw); err != nil {
+			t.Errorf("the service wrote an envelope the catalog refuses: %v\n%s", err, raw)
+		}
+		if e.BrandID != s.brandID {
+			t.Errorf("%s: brandId %s, want %s", e.ID, e.BrandID, s.brandID)
+		}
+		seen[e.Event]++
+		seen[variant(t, e)]++
+	}
+
+	for _, name := range catalog.Names() {
+		if !notEmittedYet[name] && seen[name] == 0 {
+			t.Errorf("no %s event was emitted; drive it in this test", name)
+		}
+		if notEmittedYet[name] && seen[name] > 0 {
+			t.Errorf("the service now emits %s: take it out of notEmittedYet", name)
+		}
+	}
+	for _, v := range []string{
+		"conversion.created approved ", "conversion.created pending ",
+		"conversion.approved approved manual", "conversion.approved approved hold_elapsed",
+		"conversion.rejected rejected manual",
+		"partner.applied applied ", "partner.approved active applied", "partner.rejected rejected applied",
+		"partner.banned banned applied", "partner.banned banned active", "partner.banned banned rejected",
+		"cap.reached global",
+	} {
+		if seen[v] == 0 {
+			t.Errorf("no event %q was emitted", v)
+		}
+	}
+	if t.Failed() {
+		t.Logf("events seen: %v", seen)
+	}
+}
+
+// The period caps (daily, weekly, monthly) emit cap.reached with the period
+// the catalog publishes: 2026-11-20, 2026-W47, 2026-11.
+func TestServiceCapPeriodsMatchSchema(t *testing.T) {
+	s := newService(t)
+	p := s.apply("Trail Gear Reviews", "maria@trailgear.example")
+	_, err := s.svc.ApprovePartner(s.ctx, s.brandID, p.ID)
+	s.do("approve partner", err)
+	o := s.offer(tally.ApprovalAuto, 0, tally.Caps{Daily: ptr(int64(1)), Weekly: ptr(int64(2)), Monthly: ptr(int64(3))})
+	// Friday 20th reaches the day's cap; Saturday 21st the day's and the
+	// ISO week's; Monday 23rd (next week) the day's and the month's.
+	for _, day := range []int{20, 21, 23} {
+		s.clock.Set(time.Date(2026, 11, day, 12, 0, 0, 0, time.UTC))
+		s.convert(o.ID, p.ID, tracking.ConversionInput{})
+	}
+
+	caps := map[string]bool{}
+	for _, e := range s.envelopes() {
+		if e.Event != tally.EventCapReached {
+			continue
+		}
+		var d tally.CapReachedEventData
+		if err := json.Unmarshal(e.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		caps[d.Cap] = true
+		raw, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := catalog.ValidateEnvelope(raw); err != nil {
+			t.Errorf("cap.reached refused: %v\n%s", err, raw)
+		}
+	}
+	if !caps["daily"] || !caps["weekly"] || !caps["monthly"] {
+		t.Errorf("cap.reached seen for %v, want daily, weekly and monthly", caps)
+	}
+}

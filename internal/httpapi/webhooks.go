@@ -1,0 +1,63 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"github.com/tally-hq/tally/internal/catalog"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+func (a *API) createSubscription(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+	var in tracking.SubscriptionInput
+	if err := decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	sub, err := a.svc.CreateSubscription(r.Context(), p.BrandID, in)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, sub)
+	return nil
+}
+
+func (a *API) listSubscriptions(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+	_, lp, err := listQuery(r)
+	if err != nil {
+		return err
+	}
+	subs, next, err := a.svc.Subscriptions(r.Context(), p.BrandID, lp)
+	if err != nil {
+		return err
+	}
+	writeList(w, subs, next)
+	return nil
+}
+
+func (a *API) testSubscription(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+	evt, err := a.svc.SendTestEvent(r.Context(), p.BrandID, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, evt)
+	return nil
+}
+
+func (a *API) webhookEvents(w http.ResponseWriter, r *http.Request, _ tracking.Principal) error {
+	writeList(w, catalog.Events(), "")
+	return nil
+}
+
+func (a *API) listDeliveries(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+	q, lp, err := listQuery(r, "type", "status", "subscriptionId", "eventId", "from", "to")
+	if err != nil {
+		return err
+	}
+	f := tracking.DeliveryFilter{Type: q.Get("type"), Status: q.Get("status"), SubscriptionID: q.Get("subscriptionId"),
+		EventID: q.Get("eventId"), From: q.Get("from"), To: q.Get("to")}
+	ds, next, err := a.svc.Deliveries(r.Context(), p.BrandID, f, lp)
+	if err != nil {
+		return err
+	}
+	writeList(w, ds, next)
+	return nil
+}

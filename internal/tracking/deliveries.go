@@ -1,0 +1,299 @@
+package tracking
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/delivery"
+	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/store"
+)
+
+// RetrySchedule holds the waits before retries 1 to 6 (spec section 6);
+// attempt 1 is immediate, and a delivery whose sixth retry fails is failed.
+// The Step Functions definition is generated from it.
+var RetrySchedule = [...]time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour}
+
+// MaxAttempts is attempt 1 plus the retries.
+const MaxAttempts = len(RetrySchedule) + 1
+
+// Sender makes one HTTP attempt of a delivery.
+type Sender interface {
+	Send(ctx context.Context, r delivery.Request) tally.Attempt
+}
+
+// deliveryRecord is the stored delivery: what the log shows, plus what an
+// attempt needs without further reads.
+type deliveryRecord struct {
+	tally.Delivery
+	Body []byte `json:"body"` // the envelope, sent as is on every attempt
+	// CycleStart is how many attempts came before the current schedule (a
+	// manual retry starts a new one).
+	CycleStart int `json:"cycleStart,omitempty"`
+}
+
+// DeliveryRef names a delivery for the transports (queue messages, state
+// machine input).
+type DeliveryRef struct {
+	BrandID    string `json:"brandId"`
+	DeliveryID string `json:"deliveryId"`
+}
+
+// deliveryID is the same for the same (event, subscription), so a repeated
+// fan-out finds the delivery it made before. It sorts by the event's time.
+func deliveryID(evt tally.Event, subscriptionID string) string {
+	sum := sha256.Sum256([]byte(evt.ID + "/" + subscriptionID))
+	var id ulid.ULID
+	_ = id.SetTime(ulid.Timestamp(evt.CreatedAt.Time)) // event times are far inside ULID's range
+	copy(id[6:], sum[:10])
+	return "wh_" + strings.ToLower(id.String())
+}
+
+func (s *Service) deliveryItem(rec deliveryRecord) store.Item {
+	shard := shardOf(rec.ID)
+	it := store.Item{
+		Key:   deliveryKey(rec.BrandID, rec.ID),
+		GSI2:  store.IndexKey{PK: deliveriesBySubscription(rec.BrandID, rec.SubscriptionID, shard), SK: rec.ID},
+		Attrs: map[string]string{"status": rec.Status, "attempts": strconv.Itoa(len(rec.Attempts))},
+		Data:  mustJSON(rec),
+	}
+	if rec.Status == tally.DeliveryPending && rec.NextAttemptAt != nil {
+		it.GSI3 = store.IndexKey{PK: dueQueuePK(shard), SK: dueQueueSK(rec.NextAttemptAt.Time, rec.ID)}
+	}
+	return it
+}
+
+// FanOut makes the deliveries of an event: one per subscription of its brand
+// whose events name it (a webhook.test goes to its one subscription). It is
+// idempotent: delivery ids are deterministic and written only if absent, so
+// a repeated event creates nothing. It returns every delivery of the event
+// that is still pending, new or not, for the transport to attempt, and takes
+// the event out of the outbox.
+func (s *Service) FanOut(ctx context.Context, eventID string) ([]DeliveryRef, error) {
+	item, err := s.store.Get(ctx, eventKey(eventID))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil // expired long ago: nothing left to deliver
+	}
+	if err != nil {
+		return nil, err
+	}
+	var evt tally.Event
+	if err := decode(item, &evt); err != nil {
+		return nil, err
+	}
+	subs, err := s.subscriptions(ctx, evt.BrandID)
+	if err != nil {
+		return nil, err
+	}
+	now := s.Now()
+	var refs []DeliveryRef
+	for _, sub := range subs {
+		if target := item.Attrs["subscriptionId"]; target != "" && target != sub.ID ||
+			target == "" && !slices.Contains(sub.Events, evt.Event) {
+			continue
+		}
+		rec := deliveryRecord{
+			Delivery: tally.Delivery{
+				ID: deliveryID(evt, sub.ID), BrandID: evt.BrandID, Type: "webhook", EventID: evt.ID, Event: evt.Event,
+				SubscriptionID: sub.ID, URL: sub.URL, Status: tally.DeliveryPending, Attempts: []tally.Attempt{},
+				NextAttemptAt: ptrTo(tally.NewTime(now)), CreatedAt: tally.NewTime(now), UpdatedAt: tally.NewTime(now),
+			},
+			Body: item.Data,
+		}
+		err := s.transact(ctx, store.Put(s.deliveryItem(rec), store.NotExists()))
+		if _, exists := store.FailedOp(err); exists {
+			if rec, err = getRecord[deliveryRecord](ctx, s.store, deliveryKey(evt.BrandID, rec.ID)); err != nil {
+				return nil, err
+			}
+		} else if err != nil {
+			return nil, err
+		}
+		if rec.Status == tally.DeliveryPending {
+			refs = append(refs, DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID})
+		}
+	}
+	if item.GSI3 != (store.IndexKey{}) {
+		item.GSI3 = store.IndexKey{}
+		err = s.transact(ctx, store.Put(item, store.Exists()))
+		if _, gone := store.FailedOp(err); gone {
+			err = nil // expired meanwhile
+		}
+	}
+	return refs, err
+}
+
+// AttemptResult says what an attempt step did and what comes next.
+type AttemptResult struct {
+	Status   string        `json:"status"`   // the delivery's status afterwards
+	Attempts int           `json:"attempts"` // attempts made in the current schedule
+	Sent     bool          `json:"sent"`     // whether this step sent a request
+	RetryIn  time.Duration `json:"retryIn"`  // while pending: the wait before the next attempt
+}
+
+// Attempt makes attempt number n (1 to MaxAttempts, counted in the current
+// schedule) of a delivery and records it: succeeded on a 2xx, failed when
+// the last attempt fails, otherwise pending with the next attempt scheduled.
+// A step whose attempt was already made, or whose delivery is decided, sends
+// nothing and reports the state, so a transport may repeat steps freely.
+func (s *Service) Attempt(ctx context.Context, ref DeliveryRef, n int, sender Sender) (AttemptResult, error) {
+	rec, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(ref.BrandID, ref.DeliveryID))
+	if err != nil {
+		return AttemptResult{}, notFound(err, "delivery", ref.DeliveryID)
+	}
+	made := len(rec.Attempts) - rec.CycleStart
+	if rec.Status != tally.DeliveryPending || made >= n {
+		return s.resultOf(rec), nil
+	}
+	if made != n-1 {
+		return AttemptResult{}, fmt.Errorf("attempt %d of %s asked for before attempt %d was made", n, rec.ID, made+1)
+	}
+	sub, err := s.subscription(ctx, rec.BrandID, rec.SubscriptionID)
+	if tally.ErrorCode(err) == tally.ECodeNotFound {
+		// A deleted subscription gets nothing further.
+		return s.recordAttempt(ctx, rec, nil)
+	}
+	if err != nil {
+		return AttemptResult{}, err
+	}
+	at := sender.Send(ctx, delivery.Request{URL: rec.URL, WebhookID: rec.ID, Event: rec.Event, Body: rec.Body, Secret: sub.Secret})
+	res, err := s.recordAttempt(ctx, rec, &at)
+	res.Sent = true
+	return res, err
+}
+
+// recordAttempt appends an attempt (nil: the subscription is gone, so the
+// delivery fails without one) and decides what follows. The write holds only
+// if no other step recorded an attempt meanwhile.
+func (s *Service) recordAttempt(ctx context.Context, rec deliveryRecord, at *tally.Attempt) (AttemptResult, error) {
+	before := strconv.Itoa(len(rec.Attempts))
+	now := s.Now()
+	rec.UpdatedAt = tally.NewTime(now)
+	rec.NextAttemptAt = nil
+	switch {
+	case at == nil:
+		rec.Status = tally.DeliveryFailed
+	case at.Succeeded():
+		rec.Attempts = append(rec.Attempts, *at)
+		rec.Status = tally.DeliverySucceeded
+	default:
+		rec.Attempts = append(rec.Attempts, *at)
+		if made := len(rec.Attempts) - rec.CycleStart; made >= MaxAttempts {
+			rec.Status = tally.DeliveryFailed
+		} else {
+			rec.NextAttemptAt = ptrTo(tally.NewTime(now.Add(s.retryWait(made))))
+		}
+	}
+	err := s.transact(ctx, store.Put(s.deliveryItem(rec), store.AttrEquals("attempts", before)))
+	if _, failed := store.FailedOp(err); failed {
+		// Another step recorded this attempt first; report what it decided.
+		current, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(rec.BrandID, rec.ID))
+		return s.resultOf(current), err
+	}
+	return s.resultOf(rec), err
+}
+
+// retryWait is the wait after attempt made (1-based) failed.
+func (s *Service) retryWait(made int) time.Duration {
+	return time.Duration(float64(RetrySchedule[made-1]) * s.retryScale)
+}
+
+func (s *Service) resultOf(rec deliveryRecord) AttemptResult {
+	res := AttemptResult{Status: rec.Status, Attempts: len(rec.Attempts) - rec.CycleStart}
+	if rec.Status == tally.DeliveryPending && res.Attempts > 0 {
+		res.RetryIn = s.retryWait(res.Attempts)
+	}
+	return res
+}
+
+// Delivery returns one of the brand's deliveries with all its attempts.
+func (s *Service) Delivery(ctx context.Context, brandID, deliveryID string) (tally.Delivery, error) {
+	if !ids.Valid("wh_", deliveryID) {
+		return tally.Delivery{}, notFound(store.ErrNotFound, "delivery", deliveryID)
+	}
+	rec, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(brandID, deliveryID))
+	return rec.Delivery, notFound(err, "delivery", deliveryID)
+}
+
+// DeliveryFilter narrows GET /deliveries. From and To are as for conversions.
+type DeliveryFilter struct {
+	Type, Status, SubscriptionID, EventID string
+	From, To                              string
+}
+
+// Deliveries lists the brand's deliveries, newest first.
+func (s *Service) Deliveries(ctx context.Context, brandID string, f DeliveryFilter, p ListParams) ([]tally.Delivery, string, error) {
+	if err := firstError(
+		oneOf("type", &f.Type, "", "webhook", "postback"),
+		oneOf("status", &f.Status, "", tally.DeliveryPending, tally.DeliverySucceeded, tally.DeliveryFailed),
+		idFilter("subscriptionId", "sub_", f.SubscriptionID),
+		idFilter("eventId", "evt_", f.EventID),
+	); err != nil {
+		return nil, "", err
+	}
+	sp := span{filter: fmt.Sprintf("%q", []string{f.Type, f.Status, f.SubscriptionID, f.EventID})}
+	if f.From != "" {
+		from, err := parseTimeParam("from", f.From, false)
+		if err != nil {
+			return nil, "", err
+		}
+		sp.from = ids.Floor("wh_", from)
+	}
+	if f.To != "" {
+		to, err := parseTimeParam("to", f.To, true)
+		if err != nil {
+			return nil, "", err
+		}
+		sp.to = ids.Ceil("wh_", to)
+	}
+	for shard := range shards {
+		part := partition{pk: deliveryPK(brandID, shard)}
+		if f.SubscriptionID != "" {
+			part = partition{index: store.GSI2, pk: deliveriesBySubscription(brandID, f.SubscriptionID, shard)}
+		}
+		sp.parts = append(sp.parts, part)
+	}
+	keep := func(d *deliveryRecord) bool {
+		return (f.Type == "" || d.Type == f.Type) && (f.Status == "" || d.Status == f.Status) &&
+			(f.EventID == "" || d.EventID == f.EventID)
+	}
+	recs, next, err := listSpan(ctx, s.store, sp, p, keep)
+	out := make([]tally.Delivery, len(recs))
+	for i, r := range recs {
+		out[i] = r.Delivery
+	}
+	return out, next, err
+}
+
+// RetryDelivery starts a failed delivery's schedule again: attempt 1 now,
+// then the retries. Earlier attempts stay in its log.
+func (s *Service) RetryDelivery(ctx context.Context, brandID, deliveryID string) (tally.Delivery, error) {
+	if !ids.Valid("wh_", deliveryID) {
+		return tally.Delivery{}, notFound(store.ErrNotFound, "delivery", deliveryID)
+	}
+	rec, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(brandID, deliveryID))
+	if err != nil {
+		return tally.Delivery{}, notFound(err, "delivery", deliveryID)
+	}
+	if rec.Status != tally.DeliveryFailed {
+		return tally.Delivery{}, tally.Errorf(tally.ECodeInvalidTransition, "Only failed deliveries can be retried; this one is %s.", rec.Status)
+	}
+	now := s.Now()
+	rec.Status, rec.CycleStart = tally.DeliveryPending, len(rec.Attempts)
+	rec.NextAttemptAt, rec.UpdatedAt = ptrTo(tally.NewTime(now)), tally.NewTime(now)
+	err = s.transact(ctx, store.Put(s.deliveryItem(rec), store.AttrEquals("status", tally.DeliveryFailed)))
+	if _, failed := store.FailedOp(err); failed {
+		return tally.Delivery{}, tally.Errorf(tally.ECodeInvalidTransition, "The delivery changed meanwhile; it is no longer failed.")
+	}
+	return rec.Delivery, err
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -1,0 +1,285 @@
+package tracking_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/delivery"
+	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/testenv"
+	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/webhook"
+)
+
+// receiver is a webhook receiver on loopback that answers with the statuses
+// it is given, in turn (the last one repeats), and keeps what it got.
+type receiver struct {
+	srv      *httptest.Server
+	mu       sync.Mutex
+	statuses []int
+	got      []received
+	arrived  chan struct{}
+}
+
+type received struct {
+	header http.Header
+	body   []byte
+	at     time.Time
+}
+
+func newReceiver(t *testing.T, statuses ...int) *receiver {
+	r := &receiver{statuses: statuses, arrived: make(chan struct{}, 100)}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		r.got = append(r.got, received{header: req.Header.Clone(), body: body, at: time.Now()})
+		status := r.statuses[min(len(r.got), len(r.statuses))-1]
+		r.mu.Unlock()
+		w.WriteHeader(status)
+		w.Write([]byte(`{"ok":false}`))
+		r.arrived <- struct{}{}
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *receiver) requests() []received {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]received(nil), r.got...)
+}
+
+// pipelineFixture is a fixture whose local pipeline runs for the test.
+type pipelineFixture struct {
+	*fixture
+	pipeline *tracking.Pipeline
+}
+
+func newPipelineFixture(t *testing.T, st store.Store, clock *testenv.Clock) *pipelineFixture {
+	f := &fixture{t: t, ctx: context.Background(), st: st, clock: clock}
+	f.svc = tracking.New(st, tracking.WithClock(clock.Now), tracking.WithLoopbackReceivers())
+	b, err := f.svc.CreateBrand(f.ctx, "Acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.brandID = b.ID
+	sender := delivery.NewSender(delivery.Options{AllowLoopback: true, Now: clock.Now, Timeout: 2 * time.Second})
+	p := &pipelineFixture{fixture: f, pipeline: f.svc.NewPipeline(sender, 4, slog.New(slog.DiscardHandler))}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.pipeline.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return p
+}
+
+func (p *pipelineFixture) subscribe(url string, events []string, secret string) tally.Subscription {
+	p.t.Helper()
+	in := tracking.SubscriptionInput{URL: &url, Events: events}
+	if secret != "" {
+		in.Secret = &secret
+	}
+	sub, err := p.svc.CreateSubscription(p.ctx, p.brandID, in)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return sub
+}
+
+// waitFor polls the brand's deliveries until cond holds (bounded).
+func (p *pipelineFixture) waitFor(what string, cond func([]tally.Delivery) bool) []tally.Delivery {
+	p.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ds, _, err := p.svc.Deliveries(p.ctx, p.brandID, tracking.DeliveryFilter{}, tracking.ListParams{Limit: 100})
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		if cond(ds) {
+			return ds
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("timed out waiting for %s; deliveries: %+v", what, ds)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func attemptsAre(n int) func([]tally.Delivery) bool {
+	return func(ds []tally.Delivery) bool { return len(ds) == 1 && len(ds[0].Attempts) == n }
+}
+
+func TestRetryScheduleRunsToFailure(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		clock := testenv.NewClock(start)
+		p := newPipelineFixture(t, st, clock)
+		rcv := newReceiver(t, 500)
+		p.subscribe(rcv.srv.URL, []string{tally.EventPartnerApplied}, "whsec_0123456789abcdef")
+		p.partner(false)
+
+		p.waitFor("attempt 1", attemptsAre(1))
+		for retry, wait := range tracking.RetrySchedule {
+			// Nothing happens until the wait has passed in full.
+			clock.Advance(wait - time.Millisecond)
+			p.pipeline.Wake()
+			ds := p.waitFor("the schedule", func(ds []tally.Delivery) bool { return len(ds) == 1 })
+			if n := len(ds[0].Attempts); n != retry+1 {
+				t.Fatalf("%d attempts %v before retry %d was due, want %d", n, wait-time.Millisecond, retry+1, retry+1)
+			}
+			clock.Advance(time.Millisecond)
+			p.pipeline.Wake()
+			p.waitFor("the retry", attemptsAre(retry+2))
+		}
+		d := p.waitFor("failure", func(ds []tally.Delivery) bool { return len(ds) == 1 && ds[0].Status == tally.DeliveryFailed })[0]
+		if len(d.Attempts) != tracking.MaxAttempts || d.NextAttemptAt != nil {
+			t.Errorf("failed delivery: %d attempts, next %v; want %d and none", len(d.Attempts), d.NextAttemptAt, tracking.MaxAttempts)
+		}
+		for i := 1; i < len(d.Attempts); i++ {
+			if gap := d.Attempts[i].At.Sub(d.Attempts[i-1].At.Time); gap != tracking.RetrySchedule[i-1] {
+				t.Errorf("gap before attempt %d = %v, want %v", i+1, gap, tracking.RetrySchedule[i-1])
+			}
+			if d.Attempts[i].StatusCode != 500 || d.Attempts[i].Response != `{"ok":false}` {
+				t.Errorf("attempt %d recorded %+v", i+1, d.Attempts[i])
+			}
+		}
+		// Every attempt was the same delivery of the same event, freshly signed.
+		reqs := rcv.requests()
+		if len(reqs) != tracking.MaxAttempts {
+			t.Fatalf("receiver got %d requests, want %d", len(reqs), tracking.MaxAttempts)
+		}
+		signatures := map[string]bool{}
+		for _, r := range reqs {
+			if r.header.Get(webhook.WebhookIDHeader) != d.ID || r.header.Get(webhook.EventHeader) != tally.EventPartnerApplied {
+				t.Errorf("headers %v, want webhook id %s", r.header, d.ID)
+			}
+			var env tally.Event
+			if err := json.Unmarshal(r.body, &env); err != nil || env.ID != d.EventID {
+				t.Errorf("envelope %s, want id %s", r.body, d.EventID)
+			}
+			signatures[r.header.Get(webhook.SignatureHeader)] = true
+		}
+		if len(signatures) != tracking.MaxAttempts {
+			t.Errorf("%d distinct signatures over %d attempts, want each freshly signed", len(signatures), tracking.MaxAttempts)
+		}
+		// Nothing more is sent once it failed.
+		clock.Advance(24 * time.Hour)
+		p.pipeline.Wake()
+		if _, err := p.svc.RetryDelivery(p.ctx, p.brandID, d.ID); err != nil {
+			t.Fatal(err)
+		}
+		p.waitFor("the manual retry", attemptsAre(tracking.MaxAttempts+1))
+	})
+}
+
+func TestRetriesFollowTheScheduleInRealTime(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	svc := tracking.New(testenv.Bolt(t), tracking.WithLoopbackReceivers()) // the wall clock
+	go svc.NewPipeline(delivery.NewSender(delivery.Options{AllowLoopback: true}), 4, slog.New(slog.DiscardHandler)).Run(ctx)
+	brand, err := svc.CreateBrand(ctx, "Acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv := newReceiver(t, 503, 503, 200)
+	if _, err := svc.CreateSubscription(ctx, brand.ID, tracking.SubscriptionInput{URL: &rcv.srv.URL, Events: []string{tally.EventPartnerApplied}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Apply(ctx, brand.ID, tracking.ApplicationInput{Name: ptr("Pat"), Email: ptr("pat@example.com")}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		select {
+		case <-rcv.arrived:
+		case <-time.After(15 * time.Second):
+			t.Fatalf("receiver got %d requests, want 3", len(rcv.requests()))
+		}
+	}
+	reqs := rcv.requests()
+	for i, want := range []time.Duration{time.Second, 5 * time.Second} {
+		if gap := reqs[i+1].at.Sub(reqs[i].at); gap < want*8/10 || gap > want*12/10 {
+			t.Errorf("gap before attempt %d = %v, want %v ± 20%%", i+2, gap, want)
+		}
+	}
+}
+
+func TestDeliveriesGoOnlyWhereSubscribed(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		clock := testenv.NewClock(start)
+		p := newPipelineFixture(t, st, clock)
+		conversions, partners, other := newReceiver(t, 200), newReceiver(t, 500), newReceiver(t, 200)
+		p.subscribe(conversions.srv.URL, []string{tally.EventConversionCreated}, "")
+		flaky := p.subscribe(partners.srv.URL, []string{tally.EventPartnerApplied, tally.EventPartnerApproved}, "")
+		// Another brand's subscription to everything gets none of this brand's events.
+		b2, _ := p.svc.CreateBrand(p.ctx, "Other")
+		if _, err := p.svc.CreateSubscription(p.ctx, b2.ID, tracking.SubscriptionInput{URL: &other.srv.URL, Events: []string{tally.EventConversionCreated, tally.EventPartnerApplied}}); err != nil {
+			t.Fatal(err)
+		}
+
+		partner := p.partner(true) // partner.applied, partner.approved
+		offer := p.offer(tally.ApprovalAuto, 0, tally.Caps{})
+		p.convert(offer.ID, partner.ID, tracking.ConversionInput{})
+		ds := p.waitFor("four deliveries", func(ds []tally.Delivery) bool {
+			settled := 0
+			for _, d := range ds {
+				if len(d.Attempts) > 0 {
+					settled++
+				}
+			}
+			return settled == 3
+		})
+		byEvent := map[string]int{}
+		for _, d := range ds {
+			byEvent[d.Event]++
+		}
+		if byEvent[tally.EventConversionCreated] != 1 || byEvent[tally.EventPartnerApplied] != 1 || byEvent[tally.EventPartnerApproved] != 1 || len(ds) != 3 {
+			t.Errorf("deliveries by event = %v, want one of each subscribed event", byEvent)
+		}
+		if n := len(conversions.requests()); n != 1 {
+			t.Errorf("conversion receiver got %d requests, want 1", n)
+		}
+		// Fanning the same event out again creates nothing new.
+		evts := p.events(tally.EventConversionCreated)
+		refs, err := p.svc.FanOut(p.ctx, evts[0].ID)
+		if err != nil || len(refs) != 0 {
+			t.Errorf("repeated fan-out: %v, %v; want nothing pending", refs, err)
+		}
+		// The flaky receiver's subscription is deleted: its pending
+		// deliveries fail without another request.
+		before := len(partners.requests())
+		if _, err := p.svc.DeleteSubscription(p.ctx, p.brandID, flaky.ID); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Hour)
+		p.pipeline.Wake()
+		p.waitFor("the deleted subscription's deliveries to fail", func(ds []tally.Delivery) bool {
+			for _, d := range ds {
+				if d.SubscriptionID == flaky.ID && d.Status != tally.DeliveryFailed {
+					return false
+				}
+			}
+			return true
+		})
+		if after := len(partners.requests()); after != before {
+			t.Errorf("deleted subscription got %d more requests", after-before)
+		}
+		if n := len(other.requests()); n != 0 {
+			t.Errorf("another brand's receiver got %d requests", n)
+		}
+		// A test event goes to the one subscription asked for.
+		test := p.subscribe(other.srv.URL, []string{tally.EventCapReached}, "")
+		if _, err := p.svc.SendTestEvent(p.ctx, p.brandID, test.ID); err != nil {
+			t.Fatal(err)
+		}
+		<-other.arrived
+		if got := other.requests()[0].header.Get(webhook.EventHeader); got != tally.EventWebhookTest {
+			t.Errorf("test event header %q", got)
+		}
+	})
+}
