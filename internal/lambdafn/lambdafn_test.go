@@ -24,6 +24,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/catalog"
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/lambdafn"
@@ -55,6 +56,8 @@ var groupNames = map[string]string{
 	"GroupConversions":  httpapi.GroupConversions,
 	"GroupReports":      httpapi.GroupReports,
 	"GroupApplications": httpapi.GroupApplications,
+	"GroupWebhooks":     httpapi.GroupWebhooks,
+	"GroupDeliveries":   httpapi.GroupDeliveries,
 	"GroupAdmin":        httpapi.GroupAdmin,
 }
 
@@ -466,6 +469,55 @@ var cases = map[string]sampleCase{
 			t.Errorf("the created offer cannot be read back: %v", err)
 		}
 	}},
+	"webhooks-create": {api: func(t *testing.T, f *fixture, call func() response) {
+		r := call()
+		wantStatus(t, r, 201)
+		wantField(t, r.body, "hasSecret", true)
+		if id, _ := r.body["id"].(string); !strings.HasPrefix(id, "sub_") {
+			t.Errorf("id = %q, want sub_…", id)
+		}
+		if _, ok := r.body["secret"]; ok {
+			t.Error("the answer shows the secret")
+		}
+	}},
+	"webhooks-events": {api: func(t *testing.T, f *fixture, call func() response) {
+		r := call()
+		wantStatus(t, r, 200)
+		if n := len(r.list()); n != len(catalog.Events()) {
+			t.Errorf("%d events listed, want %d", n, len(catalog.Events()))
+		}
+	}},
+	"deliveries-list": {
+		setup: func(t *testing.T, f *fixture) {
+			url := "https://hooks.example.com/tally"
+			if _, err := f.svc.CreateSubscription(t.Context(), f.brand.ID, tracking.SubscriptionInput{URL: &url, Events: []string{tally.EventPartnerApplied}}); err != nil {
+				t.Fatal(err)
+			}
+			f.appliedPartner(t, "Hook Reviews", "team@hookreviews.example")
+			evts, _, err := f.svc.Events(t.Context(), f.brand.ID, tracking.ListParams{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range evts {
+				if _, err := f.svc.FanOut(t.Context(), e.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+		},
+		api: func(t *testing.T, f *fixture, call func() response) {
+			r := call()
+			wantStatus(t, r, 200)
+			ds := r.list()
+			if len(ds) != 2 { // the fixture's partner applied too
+				t.Errorf("%d deliveries, want one per partner.applied: %v", len(ds), ds)
+			}
+			for _, d := range ds {
+				if d["event"] != tally.EventPartnerApplied || d["status"] != "pending" {
+					t.Errorf("delivery %v, want a pending partner.applied", d)
+				}
+			}
+		},
+	},
 	"offers-list": {api: func(t *testing.T, f *fixture, call func() response) {
 		wantInList(t, call(), f.offer.ID)
 	}},

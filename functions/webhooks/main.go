@@ -1,0 +1,10 @@
+// Command webhooks is the Lambda function behind the public webhook API:
+// /api/public/webhooks (subscriptions) and /api/public/webhook-events.
+package main
+
+import (
+	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/lambdafn"
+)
+
+func main() { lambdafn.ServeAPI(httpapi.GroupWebhooks) }
