@@ -98,8 +98,8 @@ const (
 
 func (a *API) routes() []route {
 	return []route{
-		{GroupOffers, "GET", "/api/v1/offers", authKey, a.listOffers},
-		{GroupOffers, "POST", "/api/v1/offers", authKey, a.createOffer},
+		{GroupOffers, "GET", "/api/v1/offers", authKey, listed(a.svc.Offers)},
+		{GroupOffers, "POST", "/api/v1/offers", authKey, created(a.svc.CreateOffer)},
 		{GroupOffers, "GET", "/api/v1/offers/{id}", authKey, byID(a.svc.Offer)},
 		{GroupPartners, "GET", "/api/v1/partners", authKey, a.listPartners},
 		{GroupPartners, "GET", "/api/v1/partners/{id}", authKey, byID(a.svc.Partner)},
@@ -113,8 +113,8 @@ func (a *API) routes() []route {
 		{GroupConversions, "POST", "/api/v1/conversions/{id}/reject", authKey, byID(a.svc.RejectConversion)},
 		{GroupReports, "GET", "/api/v1/reports", authKey, a.report},
 		{GroupApplications, "POST", "/api/public/brands/{brandId}/applications", authIP, a.apply},
-		{GroupWebhooks, "POST", "/api/public/webhooks", authKey, a.createSubscription},
-		{GroupWebhooks, "GET", "/api/public/webhooks", authKey, a.listSubscriptions},
+		{GroupWebhooks, "POST", "/api/public/webhooks", authKey, created(a.svc.CreateSubscription)},
+		{GroupWebhooks, "GET", "/api/public/webhooks", authKey, listed(a.svc.Subscriptions)},
 		{GroupWebhooks, "GET", "/api/public/webhooks/{id}", authKey, byID(a.svc.Subscription)},
 		{GroupWebhooks, "DELETE", "/api/public/webhooks/{id}", authKey, byID(a.svc.DeleteSubscription)},
 		{GroupWebhooks, "POST", "/api/public/webhooks/{id}/test", authKey, a.testSubscription},

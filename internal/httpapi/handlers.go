@@ -43,32 +43,6 @@ func listQuery(r *http.Request, filters ...string) (url.Values, tracking.ListPar
 	return q, p, nil
 }
 
-func (a *API) listOffers(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
-	_, lp, err := listQuery(r)
-	if err != nil {
-		return err
-	}
-	offers, next, err := a.svc.Offers(r.Context(), p.BrandID, lp)
-	if err != nil {
-		return err
-	}
-	writeList(w, offers, next)
-	return nil
-}
-
-func (a *API) createOffer(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
-	var in tracking.OfferInput
-	if err := decodeBody(w, r, &in); err != nil {
-		return err
-	}
-	o, err := a.svc.CreateOffer(r.Context(), p.BrandID, in)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusCreated, o)
-	return nil
-}
-
 func (a *API) listPartners(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
 	q, lp, err := listQuery(r, "status")
 	if err != nil {
@@ -80,6 +54,39 @@ func (a *API) listPartners(w http.ResponseWriter, r *http.Request, p tracking.Pr
 	}
 	writeList(w, partners, next)
 	return nil
+}
+
+// created serves a POST that creates one of the brand's records from the
+// body and answers 201 with it.
+func created[In, Out any](create func(ctx context.Context, brandID string, in In) (Out, error)) func(http.ResponseWriter, *http.Request, tracking.Principal) error {
+	return func(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+		var in In
+		if err := decodeBody(w, r, &in); err != nil {
+			return err
+		}
+		v, err := create(r.Context(), p.BrandID, in)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusCreated, v)
+		return nil
+	}
+}
+
+// listed serves a GET of one of the brand's lists that takes no filters.
+func listed[T any](list func(ctx context.Context, brandID string, p tracking.ListParams) ([]T, string, error)) func(http.ResponseWriter, *http.Request, tracking.Principal) error {
+	return func(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+		_, lp, err := listQuery(r)
+		if err != nil {
+			return err
+		}
+		items, next, err := list(r.Context(), p.BrandID, lp)
+		if err != nil {
+			return err
+		}
+		writeList(w, items, next)
+		return nil
+	}
 }
 
 // byID serves a route that names one of the brand's records by {id}: it

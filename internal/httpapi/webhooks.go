@@ -7,32 +7,6 @@ import (
 	"github.com/tally-hq/tally/internal/tracking"
 )
 
-func (a *API) createSubscription(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
-	var in tracking.SubscriptionInput
-	if err := decodeBody(w, r, &in); err != nil {
-		return err
-	}
-	sub, err := a.svc.CreateSubscription(r.Context(), p.BrandID, in)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusCreated, sub)
-	return nil
-}
-
-func (a *API) listSubscriptions(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
-	_, lp, err := listQuery(r)
-	if err != nil {
-		return err
-	}
-	subs, next, err := a.svc.Subscriptions(r.Context(), p.BrandID, lp)
-	if err != nil {
-		return err
-	}
-	writeList(w, subs, next)
-	return nil
-}
-
 func (a *API) testSubscription(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
 	evt, err := a.svc.SendTestEvent(r.Context(), p.BrandID, r.PathValue("id"))
 	if err != nil {

@@ -311,21 +311,11 @@ func (s *Service) Conversions(ctx context.Context, brandID string, f ConversionF
 	if err := firstError(idFilter("offerId", "off_", f.OfferID), idFilter("partnerId", "prt_", f.PartnerID)); err != nil {
 		return nil, "", err
 	}
-	sp := span{filter: fmt.Sprintf("%q", []string{f.Status, f.OfferID, f.PartnerID, f.ExternalTxnID})}
-	if f.From != "" {
-		from, err := parseTimeParam("from", f.From, false)
-		if err != nil {
-			return nil, "", err
-		}
-		sp.from = ids.Floor("cnv_", from)
+	sp, err := timeSpan("cnv_", f.From, f.To)
+	if err != nil {
+		return nil, "", err
 	}
-	if f.To != "" {
-		to, err := parseTimeParam("to", f.To, true)
-		if err != nil {
-			return nil, "", err
-		}
-		sp.to = ids.Ceil("cnv_", to)
-	}
+	sp.filter = fmt.Sprintf("%q", []string{f.Status, f.OfferID, f.PartnerID, f.ExternalTxnID})
 	// Read the narrowest index the filters allow; filter the rest.
 	for shard := range shards {
 		part := partition{pk: conversionPK(brandID, shard)}
@@ -343,6 +333,27 @@ func (s *Service) Conversions(ctx context.Context, brandID string, f ConversionF
 			(f.ExternalTxnID == "" || c.ExternalTxnID == f.ExternalTxnID)
 	}
 	return listSpan(ctx, s.store, sp, p, keep)
+}
+
+// timeSpan turns the from and to parameters of a list into bounds on the
+// time-sortable ids (with prefix) that the list's sort keys are.
+func timeSpan(prefix, from, to string) (span, error) {
+	var sp span
+	if from != "" {
+		t, err := parseTimeParam("from", from, false)
+		if err != nil {
+			return sp, err
+		}
+		sp.from = ids.Floor(prefix, t)
+	}
+	if to != "" {
+		t, err := parseTimeParam("to", to, true)
+		if err != nil {
+			return sp, err
+		}
+		sp.to = ids.Ceil(prefix, t)
+	}
+	return sp, nil
 }
 
 // parseTimeParam reads an RFC 3339 timestamp or a date; a date as an upper

@@ -239,21 +239,11 @@ func (s *Service) Deliveries(ctx context.Context, brandID string, f DeliveryFilt
 	); err != nil {
 		return nil, "", err
 	}
-	sp := span{filter: fmt.Sprintf("%q", []string{f.Type, f.Status, f.SubscriptionID, f.EventID})}
-	if f.From != "" {
-		from, err := parseTimeParam("from", f.From, false)
-		if err != nil {
-			return nil, "", err
-		}
-		sp.from = ids.Floor("wh_", from)
+	sp, err := timeSpan("wh_", f.From, f.To)
+	if err != nil {
+		return nil, "", err
 	}
-	if f.To != "" {
-		to, err := parseTimeParam("to", f.To, true)
-		if err != nil {
-			return nil, "", err
-		}
-		sp.to = ids.Ceil("wh_", to)
-	}
+	sp.filter = fmt.Sprintf("%q", []string{f.Type, f.Status, f.SubscriptionID, f.EventID})
 	for shard := range shards {
 		part := partition{pk: deliveryPK(brandID, shard)}
 		if f.SubscriptionID != "" {
