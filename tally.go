@@ -283,11 +283,12 @@ const (
 // Attempt is one HTTP request of a delivery.
 type Attempt struct {
 	At         Time   `json:"at"`
-	StatusCode int    `json:"statusCode,omitempty"` // 0 when no response came
-	Error      string `json:"error,omitempty"`      // one of the Attempt* kinds when no response came
+	StatusCode int    `json:"statusCode,omitempty"` // the receiver's status; 0 when no response came
+	Error      string `json:"error,omitempty"`      // one of the Attempt* kinds when the attempt broke off, even after the status line
 	LatencyMs  int64  `json:"latencyMs"`
 	Response   string `json:"response"` // the first 4 KiB of the receiver's body
 }
 
-// Succeeded reports whether the receiver accepted the delivery (any 2xx).
-func (a Attempt) Succeeded() bool { return a.StatusCode >= 200 && a.StatusCode < 300 }
+// Succeeded reports whether the receiver accepted the delivery: a 2xx whose
+// whole response came within the time limit.
+func (a Attempt) Succeeded() bool { return a.Error == "" && a.StatusCode >= 200 && a.StatusCode < 300 }

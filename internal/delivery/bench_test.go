@@ -27,6 +27,7 @@ func BenchmarkSend(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			srv := httptest.NewUnstartedServer(handler)
+			srv.Config.ErrorLog = quietLog()
 			s := newSender(b, Options{AllowLoopback: true})
 			if bc.tls {
 				srv.EnableHTTP2 = bc.http2

@@ -224,10 +224,10 @@ func (s *Sender) Send(ctx context.Context, r Request) (a tally.Attempt) {
 	return a
 }
 
-// cleanText makes b valid UTF-8 of at most max bytes: a rune cut at the end
+// cleanText makes b valid UTF-8 of at most limit bytes: a rune cut at the end
 // of a truncated body is dropped, other invalid bytes become U+FFFD.
-func cleanText(b []byte, max int) string {
-	if len(b) == max {
+func cleanText(b []byte, limit int) string {
+	if len(b) == limit {
 		// Drop a trailing incomplete rune (the read stopped inside it).
 		for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
 			if utf8.RuneStart(b[i]) {
@@ -239,9 +239,9 @@ func cleanText(b []byte, max int) string {
 		}
 	}
 	s := strings.ToValidUTF8(string(b), "\uFFFD")
-	if len(s) > max {
+	if len(s) > limit {
 		// Replacements grew it: cut at a rune boundary.
-		i := max
+		i := limit
 		for i > 0 && !utf8.RuneStart(s[i]) {
 			i--
 		}

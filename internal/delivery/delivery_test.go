@@ -187,6 +187,7 @@ func TestSendDoesNotFollowRedirects(t *testing.T) {
 // sleeper answers after d, or gives up when the client goes away.
 func sleeper(d time.Duration) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) // then the server notices a hang-up
 		select {
 		case <-time.After(d):
 			io.WriteString(w, "too late")
@@ -215,6 +216,7 @@ func TestSendDefaultTimeout(t *testing.T) {
 	if a.LatencyMs < 9500 || a.LatencyMs > 10500 {
 		t.Errorf("LatencyMs = %d, want 10000 ± 500", a.LatencyMs)
 	}
+	t.Logf("cut off after %d ms", a.LatencyMs)
 }
 
 func TestSendShortTimeout(t *testing.T) {
@@ -253,6 +255,9 @@ func TestSendShortTimeout(t *testing.T) {
 		a := s.Send(context.Background(), testRequest(srv.URL))
 		if a.Error != tally.AttemptTimeout || a.StatusCode != 200 || a.Response != "partial" {
 			t.Fatalf("attempt = %+v", a)
+		}
+		if a.Succeeded() {
+			t.Error("a 200 whose body did not arrive within the limit counts as a success; it must be retried")
 		}
 		within(t, a)
 	})
@@ -565,6 +570,7 @@ func TestSendReusesConnections(t *testing.T) {
 				io.Copy(io.Discard, r.Body)
 				io.WriteString(w, "ok")
 			}))
+			srv.Config.ErrorLog = quietLog()
 			srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
 				switch st {
 				case http.StateNew:
