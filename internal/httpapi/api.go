@@ -91,9 +91,10 @@ type route struct {
 type auth int
 
 const (
-	authKey   auth = iota // a brand's API key, rate-limited per key
-	authIP                // none, rate-limited per client IP
-	authAdmin             // the local server's admin token
+	authKey    auth = iota // a brand's API key, rate-limited per key
+	authForm               // none; a form that writes, rate-limited per client IP at ApplicationRateLimit
+	authPublic             // none; public reading, rate-limited per client IP at RateLimit
+	authAdmin              // the local server's admin token
 )
 
 func (a *API) routes() []route {
@@ -112,13 +113,13 @@ func (a *API) routes() []route {
 		{GroupConversions, "POST", "/api/v1/conversions/{id}/approve", authKey, byID(a.svc.ApproveConversion)},
 		{GroupConversions, "POST", "/api/v1/conversions/{id}/reject", authKey, byID(a.svc.RejectConversion)},
 		{GroupReports, "GET", "/api/v1/reports", authKey, a.report},
-		{GroupApplications, "POST", "/api/public/brands/{brandId}/applications", authIP, a.apply},
+		{GroupApplications, "POST", "/api/public/brands/{brandId}/applications", authForm, a.apply},
 		{GroupWebhooks, "POST", "/api/public/webhooks", authKey, created(a.svc.CreateSubscription)},
 		{GroupWebhooks, "GET", "/api/public/webhooks", authKey, listed(a.svc.Subscriptions)},
 		{GroupWebhooks, "GET", "/api/public/webhooks/{id}", authKey, byID(a.svc.Subscription)},
 		{GroupWebhooks, "DELETE", "/api/public/webhooks/{id}", authKey, byID(a.svc.DeleteSubscription)},
 		{GroupWebhooks, "POST", "/api/public/webhooks/{id}/test", authKey, a.testSubscription},
-		{GroupWebhooks, "GET", "/api/public/webhook-events", authIP, a.webhookEvents},
+		{GroupWebhooks, "GET", "/api/public/webhook-events", authPublic, a.webhookEvents},
 		{GroupDeliveries, "GET", "/api/v1/deliveries", authKey, a.listDeliveries},
 		{GroupDeliveries, "GET", "/api/v1/deliveries/{id}", authKey, byID(a.svc.Delivery)},
 		{GroupDeliveries, "POST", "/api/v1/deliveries/{id}/retry", authKey, byID(a.svc.RetryDelivery)},
@@ -171,8 +172,10 @@ func (a *API) guard(rt route) http.Handler {
 				setBrand(r.Context(), p.BrandID)
 				err = a.limit(w, r, "key:"+p.KeyID, a.cfg.RateLimit)
 			}
-		case authIP:
-			err = a.limit(w, r, "ip:"+clientIP(r), a.cfg.ApplicationRateLimit)
+		case authForm:
+			err = a.limit(w, r, "form:"+clientIP(r), a.cfg.ApplicationRateLimit)
+		case authPublic:
+			err = a.limit(w, r, "public:"+clientIP(r), a.cfg.RateLimit)
 		case authAdmin:
 			if subtle.ConstantTimeCompare([]byte(bearer(r)), []byte(a.cfg.AdminToken)) != 1 {
 				err = tally.Errorf(tally.ECodeUnauthorized, "Provide the local server's admin token.")

@@ -17,6 +17,9 @@ func (a *API) testSubscription(w http.ResponseWriter, r *http.Request, p trackin
 }
 
 func (a *API) webhookEvents(w http.ResponseWriter, r *http.Request, _ tracking.Principal) error {
+	if _, err := query(r); err != nil {
+		return err
+	}
 	writeList(w, catalog.Events(), "")
 	return nil
 }

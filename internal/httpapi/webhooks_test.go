@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/tally-hq/tally/internal/httpapi"
@@ -102,4 +103,31 @@ func TestBrandsNeverSeeEachOthersWebhooks(t *testing.T) {
 			t.Errorf("retrying a pending delivery: %d %s", r.status, r.body)
 		}
 	})
+}
+
+func TestSubscriptionLimitHoldsUnderConcurrency(t *testing.T) {
+	e := newEnv(t, testenv.Bolt(t), httpapi.Config{RateLimit: 10_000}, tracking.WithLoopbackReceivers())
+	_, key := e.brand()
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	race(80, func(int) {
+		r, err := e.try("POST", "/api/public/webhooks", key, map[string]any{"url": "https://hooks.example.com/x", "events": []string{"cap.reached"}})
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		statuses[r.status]++
+	})
+	if statuses[201] != 50 || statuses[409] != 30 {
+		t.Errorf("statuses = %v, want 50 201s and 30 409s", statuses)
+	}
+	subs := e.listAll("/api/public/webhooks", key)
+	if len(subs) != 50 {
+		t.Fatalf("%d subscriptions, want 50", len(subs))
+	}
+	e.must(200, e.call("DELETE", "/api/public/webhooks/"+subs[0], key, nil))
+	e.must(201, e.call("POST", "/api/public/webhooks", key, map[string]any{"url": "https://hooks.example.com/y", "events": []string{"cap.reached"}}))
+	e.must(409, e.call("POST", "/api/public/webhooks", key, map[string]any{"url": "https://hooks.example.com/z", "events": []string{"cap.reached"}}))
 }

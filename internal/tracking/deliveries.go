@@ -276,6 +276,11 @@ func (s *Service) RetryDelivery(ctx context.Context, brandID, deliveryID string)
 	if rec.Status != tally.DeliveryFailed {
 		return tally.Delivery{}, tally.Errorf(tally.ECodeInvalidTransition, "Only failed deliveries can be retried; this one is %s.", rec.Status)
 	}
+	if _, err := s.subscription(ctx, brandID, rec.SubscriptionID); tally.ErrorCode(err) == tally.ECodeNotFound {
+		return tally.Delivery{}, tally.Errorf(tally.ECodeInvalidTransition, "The delivery's subscription %s was deleted; there is nowhere to send it.", rec.SubscriptionID)
+	} else if err != nil {
+		return tally.Delivery{}, err
+	}
 	now := s.Now()
 	rec.Status, rec.CycleStart = tally.DeliveryPending, len(rec.Attempts)
 	rec.NextAttemptAt, rec.UpdatedAt = ptrTo(tally.NewTime(now)), tally.NewTime(now)

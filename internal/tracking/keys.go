@@ -121,6 +121,12 @@ func subscriptionKey(brandID, subscriptionID string) store.Key {
 
 const subscriptionSKPrefix = "SUB#"
 
+// subscriptionCountKey counts a brand's subscriptions, so the limit holds
+// under concurrent creation.
+func subscriptionCountKey(brandID string) store.Key {
+	return store.Key{PK: brandPK(brandID), SK: "#SUBCOUNT"}
+}
+
 // Deliveries live in the brand's delivery shards, sorted by id; GSI2 lists
 // them per subscription; while pending, GSI3 holds them by due time across
 // brands (the local pipeline's queue).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/catalog"
@@ -47,7 +48,7 @@ func (in SubscriptionInput) validate(checkURL func(string) error) error {
 		}
 	}
 	if in.Secret != nil {
-		if n := len(*in.Secret); n < 16 || n > 256 || strings.TrimSpace(*in.Secret) != *in.Secret {
+		if n := utf8.RuneCountInString(*in.Secret); n < 16 || n > 256 || strings.TrimSpace(*in.Secret) != *in.Secret {
 			return invalid("secret must be 16 to 256 characters without leading or trailing spaces.")
 		}
 	}
@@ -60,13 +61,6 @@ func (s *Service) CreateSubscription(ctx context.Context, brandID string, in Sub
 	if err := in.validate(s.checkURL); err != nil {
 		return tally.Subscription{}, err
 	}
-	existing, err := s.subscriptions(ctx, brandID)
-	if err != nil {
-		return tally.Subscription{}, err
-	}
-	if len(existing) >= maxSubscriptions {
-		return tally.Subscription{}, tally.Errorf(tally.ECodeConflict, "A brand has at most %d webhook subscriptions; delete one first.", maxSubscriptions)
-	}
 	now := s.Now()
 	rec := subscriptionRecord{
 		Subscription: tally.Subscription{ID: ids.New("sub_", now), BrandID: brandID, URL: *in.URL,
@@ -74,7 +68,13 @@ func (s *Service) CreateSubscription(ctx context.Context, brandID string, in Sub
 		Secret: deref(in.Secret, ""),
 	}
 	item := store.Item{Key: subscriptionKey(brandID, rec.ID), Data: mustJSON(rec)}
-	if err := s.transact(ctx, store.Put(item, store.NotExists())); err != nil {
+	err := s.transact(ctx,
+		store.Increment(subscriptionCountKey(brandID), map[string]int64{"n": 1}, store.NumLess("n", maxSubscriptions)),
+		store.Put(item, store.NotExists()))
+	if i, failed := store.FailedOp(err); failed && i == 0 {
+		return tally.Subscription{}, tally.Errorf(tally.ECodeConflict, "A brand has at most %d webhook subscriptions; delete one first.", maxSubscriptions)
+	}
+	if err != nil {
 		return tally.Subscription{}, err
 	}
 	return rec.Subscription, nil
@@ -134,7 +134,9 @@ func (s *Service) DeleteSubscription(ctx context.Context, brandID, subscriptionI
 	if err != nil {
 		return tally.Subscription{}, err
 	}
-	err = s.transact(ctx, store.Delete(subscriptionKey(brandID, subscriptionID), store.Exists()))
+	err = s.transact(ctx,
+		store.Delete(subscriptionKey(brandID, subscriptionID), store.Exists()),
+		store.Increment(subscriptionCountKey(brandID), map[string]int64{"n": -1}))
 	if _, failed := store.FailedOp(err); failed {
 		return tally.Subscription{}, notFound(store.ErrNotFound, "webhook subscription", subscriptionID)
 	}
