@@ -10,6 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ./scripts/dynamodb-local.sh fetch
+./scripts/local-sfn.sh fetch
 
 # A port nothing answers on; DynamoDB Local fails to start if it is taken
 # in between, which is rare enough to just rerun.

@@ -130,6 +130,20 @@ func (a *API) routes() []route {
 	}
 }
 
+// Routes lists the routes of group as "METHOD /path" (the path in
+// net/http's pattern syntax, which is also API Gateway's), in the order they
+// are registered; nil for an unknown group. Deployment templates are checked
+// against it.
+func Routes(group string) []string {
+	var out []string
+	for _, rt := range (&API{}).routes() {
+		if rt.group == group {
+			out = append(out, rt.method+" "+rt.pattern)
+		}
+	}
+	return out
+}
+
 // Handler returns the routes of the given groups (all but admin when none
 // is given; admin only with an AdminToken), wrapped in logging and recovery.
 // Unknown paths answer 404 and known paths with another method 405, both in

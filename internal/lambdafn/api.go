@@ -110,7 +110,7 @@ func requestAttrs(r *http.Request) []any {
 	if rc, ok := core.GetAPIGatewayV2ContextFromContext(r.Context()); ok && rc.RequestID != "" {
 		attrs = append(attrs, "apigwRequestId", rc.RequestID)
 	}
-	if lc, ok := core.GetRuntimeContextFromContextV2(r.Context()); ok && lc.AwsRequestID != "" {
+	if lc, ok := core.GetRuntimeContextFromContextV2(r.Context()); ok && lc != nil && lc.AwsRequestID != "" {
 		attrs = append(attrs, "awsRequestId", lc.AwsRequestID)
 	}
 	return attrs

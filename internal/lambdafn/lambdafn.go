@@ -1,10 +1,12 @@
 // Package lambdafn runs Tally's Lambda functions. Each main in functions/
-// calls ServeAPI with the route groups its function serves, or
-// ServeApprover; all the logic lives in internal/.
+// calls ServeAPI with the route groups its function serves, or one of
+// ServeApprover, ServeFanout, ServeDeliver, ServeAttempt; all the logic
+// lives in internal/.
 //
-// The handlers are built by APIHandler and ApproverHandler, which take a
-// tracking.Service, so tests invoke them with sample events directly; only
-// ServeAPI and ServeApprover read the environment and call lambda.Start.
+// The handlers are built by APIHandler, ApproverHandler, FanoutHandler,
+// DeliverHandler and AttemptHandler, which take a tracking.Service, so tests
+// invoke them with sample events directly; only the Serve functions read the
+// environment and call lambda.Start.
 package lambdafn
 
 import (
@@ -16,8 +18,13 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/tally-hq/tally/internal/app"
+	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/tracking"
 )
@@ -43,15 +50,63 @@ func ServeAPI(groups ...string) {
 	lambda.Start(handler)
 }
 
-// ServeApprover runs the scheduled function that approves pending
-// conversions whose hold time has elapsed. It never returns.
-func ServeApprover() {
+// Environment of the webhook pipeline's functions.
+const (
+	EnvDeliveryQueueURL     = "TALLY_DELIVERY_QUEUE_URL"      // fanout sends to it; deliveries requeues manual retries
+	EnvRetryStateMachineARN = "TALLY_RETRY_STATE_MACHINE_ARN" // deliver starts it
+)
+
+// ServeFanout runs the function behind the table's stream. It never returns.
+func ServeFanout() {
+	log, svc := start()
+	lambda.Start(FanoutHandler(svc, sqs.NewFromConfig(awsConfig(log)), mustEnv(log, EnvDeliveryQueueURL), log))
+}
+
+// ServeDeliver runs the function behind the delivery queue. It never returns.
+func ServeDeliver() {
+	log, svc := start()
+	lambda.Start(DeliverHandler(svc, cloudSender(), sfn.NewFromConfig(awsConfig(log)), mustEnv(log, EnvRetryStateMachineARN), log))
+}
+
+// ServeAttempt runs the retry state machine's task. It never returns.
+func ServeAttempt() {
+	_, svc := start()
+	lambda.Start(AttemptHandler(svc, cloudSender()))
+}
+
+// cloudSender sends to public https receivers only (the SSRF guard).
+func cloudSender() *delivery.Sender { return delivery.NewSender(delivery.Options{}) }
+
+func start() (*slog.Logger, *tracking.Service) {
 	log := app.Logger()
 	slog.SetDefault(log)
 	svc, _, err := Setup(context.Background(), log)
 	if err != nil {
 		fatal(log, err)
 	}
+	return log, svc
+}
+
+func mustEnv(log *slog.Logger, name string) string {
+	v := os.Getenv(name)
+	if v == "" {
+		fatal(log, fmt.Errorf("%s is not set", name))
+	}
+	return v
+}
+
+func awsConfig(log *slog.Logger) aws.Config {
+	cfg, err := config.LoadDefaultConfig(context.Background())
+	if err != nil {
+		fatal(log, err)
+	}
+	return cfg
+}
+
+// ServeApprover runs the scheduled function that approves pending
+// conversions whose hold time has elapsed. It never returns.
+func ServeApprover() {
+	log, svc := start()
 	lambda.Start(ApproverHandler(svc, log))
 }
 
@@ -74,7 +129,15 @@ func Setup(ctx context.Context, log *slog.Logger) (*tracking.Service, httpapi.Co
 	if err != nil {
 		return nil, cfg, fmt.Errorf("open DynamoDB table %q: %w", os.Getenv(app.EnvTable), err)
 	}
-	return tracking.New(st), cfg, nil
+	var opts []tracking.Option
+	if queueURL := os.Getenv(EnvDeliveryQueueURL); queueURL != "" {
+		awsCfg, err := config.LoadDefaultConfig(ctx)
+		if err != nil {
+			return nil, cfg, err
+		}
+		opts = append(opts, tracking.WithRequeue(Requeue(sqs.NewFromConfig(awsCfg), queueURL)))
+	}
+	return tracking.New(st, opts...), cfg, nil
 }
 
 // fatal logs why the function cannot start and exits; Lambda reports an

@@ -25,6 +25,7 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/catalog"
+	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/lambdafn"
@@ -43,10 +44,20 @@ const (
 // function is what a functions/<name>/main.go serves, read from its source,
 // so the test runs exactly the groups the deployed function mounts.
 type function struct {
-	name     string
-	approver bool     // lambdafn.ServeApprover
-	groups   []string // lambdafn.ServeAPI(groups...)
+	name   string
+	kind   string   // the lambdafn.Serve* its main calls
+	groups []string // lambdafn.ServeAPI(groups...)
 }
+
+// The kinds of function, by the lambdafn call of their main. A Serve* added
+// to lambdafn without a line here fails TestFunctionsAreCovered.
+const (
+	kindAPI      = "ServeAPI"      // API Gateway HTTP API events
+	kindApprover = "ServeApprover" // EventBridge scheduled events
+	kindFanout   = "ServeFanout"   // DynamoDB Streams batches
+	kindDeliver  = "ServeDeliver"  // SQS batches
+	kindAttempt  = "ServeAttempt"  // the retry state machine's task payload
+)
 
 // groupNames resolves httpapi.Group* in a main. A group added to httpapi
 // without a line here fails TestFunctionsAreCovered, not silently.
@@ -91,9 +102,13 @@ func functions(t *testing.T) []function {
 			}
 			calls++
 			switch sel.Sel.Name {
-			case "ServeApprover":
-				fn.approver = true
-			case "ServeAPI":
+			case kindApprover, kindFanout, kindDeliver, kindAttempt:
+				fn.kind = sel.Sel.Name
+				if len(call.Args) != 0 {
+					t.Errorf("functions/%s calls lambdafn.%s with arguments", fn.name, sel.Sel.Name)
+				}
+			case kindAPI:
+				fn.kind = kindAPI
 				for _, arg := range call.Args {
 					fn.groups = append(fn.groups, groupArg(t, fn.name, arg))
 				}
@@ -103,7 +118,8 @@ func functions(t *testing.T) []function {
 			return true
 		})
 		if calls != 1 {
-			t.Fatalf("functions/%s/main.go must call lambdafn.ServeAPI or lambdafn.ServeApprover once; it makes %d such calls", fn.name, calls)
+			t.Fatalf("functions/%s/main.go must call one of lambdafn.%s once; it makes %d such calls", fn.name,
+				strings.Join([]string{kindAPI, kindApprover, kindFanout, kindDeliver, kindAttempt}, ", "), calls)
 		}
 		fns = append(fns, fn)
 	}
@@ -238,20 +254,37 @@ type fixture struct {
 	logs  *logBuffer
 	cfg   httpapi.Config
 
+	// The webhook pipeline's AWS services, faked at the SDK interface
+	// (pipeline_test.go), and the sender for loopback receivers.
+	queue      *fakeQueue
+	executions *fakeExecutions
+	sender     *delivery.Sender
+
 	brand      tally.Brand
 	key        string
 	offer      tally.Offer
 	partner    tally.Partner
 	conversion tally.Conversion
 	vars       map[string]string
+
+	// What a pipeline case's setup made, for its checks.
+	event     tally.Event
+	subs      []tally.Subscription
+	receivers map[string]*receiver // by subscription id
 }
 
-func newFixture(t *testing.T, st store.Store) *fixture {
+// newFixture makes the fixture's brand on st. Its service lets webhook
+// subscriptions point at loopback receivers (httptest servers), as the
+// local server does; opts add to its options.
+func newFixture(t *testing.T, st store.Store, opts ...tracking.Option) *fixture {
 	t.Helper()
 	ctx := t.Context()
-	f := &fixture{st: st, clock: &clock{now: time.Now().UTC()}, logs: &logBuffer{}}
-	f.svc = tracking.New(st, tracking.WithClock(f.clock.Now))
+	f := &fixture{st: st, clock: &clock{now: time.Now().UTC()}, logs: &logBuffer{}, receivers: map[string]*receiver{}}
+	f.svc = tracking.New(st, append([]tracking.Option{tracking.WithClock(f.clock.Now), tracking.WithLoopbackReceivers()}, opts...)...)
 	f.cfg = httpapi.Config{Logger: slog.New(slog.NewJSONHandler(f.logs, nil))}
+	f.queue = &fakeQueue{}
+	f.executions = &fakeExecutions{}
+	f.sender = delivery.NewSender(delivery.Options{AllowLoopback: true, Timeout: 5 * time.Second})
 	var err error
 	if f.brand, err = f.svc.CreateBrand(ctx, "Northwind Running"); err != nil {
 		t.Fatal(err)
@@ -367,11 +400,18 @@ func invokeAPI(t *testing.T, f *fixture, h lambdafn.APIFunc, ev events.APIGatewa
 	if err != nil {
 		t.Fatal(err)
 	}
+	return apiResponse(t, raw, f.logs.take(t))
+}
+
+// apiResponse reads a function's answer to an API Gateway event, as JSON,
+// the way API Gateway does; logs are the function's log lines for it.
+func apiResponse(t *testing.T, raw []byte, logs []map[string]any) response {
+	t.Helper()
 	var wire events.APIGatewayV2HTTPResponse
 	if err := json.Unmarshal(raw, &wire); err != nil {
-		t.Fatal(err)
+		t.Fatalf("the answer is not an API Gateway response: %v: %s", err, raw)
 	}
-	r := response{status: wire.StatusCode, headers: wire.Headers, logs: f.logs.take(t)}
+	r := response{status: wire.StatusCode, headers: wire.Headers, logs: logs}
 	if wire.IsBase64Encoded {
 		t.Fatalf("JSON answer is base64-encoded: %q", wire.Body)
 	}
@@ -403,7 +443,8 @@ func apiHandler(t *testing.T, f *fixture, groups []string) lambdafn.APIFunc {
 	return h
 }
 
-// sampleCase is what one sample must do through its function.
+// sampleCase is what one sample must do through its function. Exactly one
+// of the checks is set, the one for its function's kind.
 type sampleCase struct {
 	// setup adjusts the fixture (and f.vars) before the sample is filled in.
 	setup func(t *testing.T, f *fixture)
@@ -411,6 +452,28 @@ type sampleCase struct {
 	api func(t *testing.T, f *fixture, call func() response)
 	// approver checks the scheduled sample.
 	approver func(t *testing.T, f *fixture, call func() (lambdafn.ApproverResult, error))
+	// fanout checks the stream sample ev; call runs a batch through the
+	// fan-out handler, which sends to f.queue.
+	fanout func(t *testing.T, f *fixture, ev events.DynamoDBEvent, call func(events.DynamoDBEvent) events.DynamoDBEventResponse)
+	// deliver checks the queue sample ev; call runs a batch through the
+	// deliver handler, which sends with f.sender and starts f.executions.
+	deliver func(t *testing.T, f *fixture, ev events.SQSEvent, call func(events.SQSEvent) events.SQSEventResponse)
+	// attempt checks the task sample in; call runs a task through the attempt
+	// handler and returns its answer as the state machine reads it (JSON).
+	attempt func(t *testing.T, f *fixture, in lambdafn.RetryInput, call func(lambdafn.RetryInput) (map[string]any, error))
+}
+
+// fits reports whether the case checks a sample of a function of kind.
+func (c sampleCase) fits(kind string) bool {
+	set := map[string]bool{kindAPI: c.api != nil, kindApprover: c.approver != nil, kindFanout: c.fanout != nil,
+		kindDeliver: c.deliver != nil, kindAttempt: c.attempt != nil}
+	n := 0
+	for _, ok := range set {
+		if ok {
+			n++
+		}
+	}
+	return n == 1 && set[kind]
 }
 
 func wantStatus(t *testing.T, r response, status int) {
@@ -691,9 +754,14 @@ func TestFunctionsAreCovered(t *testing.T) {
 		if len(samplesOf(fn.name, all)) == 0 {
 			t.Errorf("functions/%s has no sample: add events/%s-<action>.json and a case in this test", fn.name, fn.name)
 		}
-		if !fn.approver {
+		if fn.kind == kindAPI {
 			if _, err := lambdafn.APIHandler(tracking.New(nil), httpapi.Config{}, fn.groups...); err != nil {
 				t.Errorf("functions/%s: %v", fn.name, err)
+			}
+		}
+		for _, name := range samplesOf(fn.name, all) {
+			if c, ok := cases[name]; ok && !c.fits(fn.kind) {
+				t.Errorf("the case for %s does not check a sample of functions/%s (lambdafn.%s)", name, fn.name, fn.kind)
 			}
 		}
 		for _, g := range fn.groups {
@@ -758,15 +826,18 @@ func TestSamples(t *testing.T) {
 						c.setup(t, f)
 					}
 					raw := substitute(t, all[name], f.vars)
-					switch {
-					case fn.approver && c.approver != nil:
+					if !c.fits(fn.kind) {
+						t.Fatalf("the case for %s does not fit functions/%s", name, fn.name)
+					}
+					switch fn.kind {
+					case kindApprover:
 						h := lambdafn.ApproverHandler(f.svc, f.cfg.Logger)
 						ev := decodeEvent[events.EventBridgeEvent](t, raw)
 						f.logs.take(t)
 						c.approver(t, f, func() (lambdafn.ApproverResult, error) {
 							return h(lambdaContext(t, "approver-invocation"), ev)
 						})
-					case !fn.approver && c.api != nil:
+					case kindAPI:
 						h := apiHandler(t, f, fn.groups)
 						ev := decodeEvent[events.APIGatewayV2HTTPRequest](t, raw)
 						c.api(t, f, func() response {
@@ -774,8 +845,12 @@ func TestSamples(t *testing.T) {
 							checkCommon(t, r, ev)
 							return r
 						})
-					default:
-						t.Fatalf("the case for %s does not fit functions/%s", name, fn.name)
+					case kindFanout:
+						c.fanout(t, f, decodeEvent[events.DynamoDBEvent](t, raw), fanoutCall(t, f))
+					case kindDeliver:
+						c.deliver(t, f, decodeEvent[events.SQSEvent](t, raw), deliverCall(t, f))
+					case kindAttempt:
+						c.attempt(t, f, decodeEvent[lambdafn.RetryInput](t, raw), attemptCall(t, f))
 					}
 				})
 			})
@@ -818,12 +893,12 @@ func TestOtherFunctionsRoutes(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		f := newFixture(t, st)
 		for _, fn := range fns {
-			if fn.approver {
+			if fn.kind != kindAPI {
 				continue
 			}
 			h := apiHandler(t, f, fn.groups)
 			for _, other := range fns {
-				if other.name == fn.name || other.approver {
+				if other.name == fn.name || other.kind != kindAPI {
 					continue
 				}
 				for _, name := range samplesOf(other.name, all) {

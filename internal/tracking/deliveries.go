@@ -133,10 +133,13 @@ func (s *Service) FanOut(ctx context.Context, eventID string) ([]DeliveryRef, er
 
 // AttemptResult says what an attempt step did and what comes next.
 type AttemptResult struct {
-	Status   string        `json:"status"`   // the delivery's status afterwards
-	Attempts int           `json:"attempts"` // attempts made in the current schedule
-	Sent     bool          `json:"sent"`     // whether this step sent a request
-	RetryIn  time.Duration `json:"retryIn"`  // while pending: the wait before the next attempt
+	Status   string `json:"status"`   // the delivery's status afterwards
+	Attempts int    `json:"attempts"` // attempts made in the current schedule
+	// Cycle tells the delivery's schedules apart: 0 for the first, then the
+	// number of attempts before a manual retry started the current one.
+	Cycle   int           `json:"cycle"`
+	Sent    bool          `json:"sent"`    // whether this step sent a request
+	RetryIn time.Duration `json:"retryIn"` // while pending: the wait before the next attempt
 }
 
 // Attempt makes attempt number n (1 to MaxAttempts, counted in the current
@@ -207,7 +210,7 @@ func (s *Service) retryWait(made int) time.Duration {
 }
 
 func (s *Service) resultOf(rec deliveryRecord) AttemptResult {
-	res := AttemptResult{Status: rec.Status, Attempts: len(rec.Attempts) - rec.CycleStart}
+	res := AttemptResult{Status: rec.Status, Attempts: len(rec.Attempts) - rec.CycleStart, Cycle: rec.CycleStart}
 	if rec.Status == tally.DeliveryPending && res.Attempts > 0 {
 		res.RetryIn = s.retryWait(res.Attempts)
 	}
@@ -281,14 +284,24 @@ func (s *Service) RetryDelivery(ctx context.Context, brandID, deliveryID string)
 	} else if err != nil {
 		return tally.Delivery{}, err
 	}
+	failed := rec
 	now := s.Now()
 	rec.Status, rec.CycleStart = tally.DeliveryPending, len(rec.Attempts)
 	rec.NextAttemptAt, rec.UpdatedAt = ptrTo(tally.NewTime(now)), tally.NewTime(now)
 	err = s.transact(ctx, store.Put(s.deliveryItem(rec), store.AttrEquals("status", tally.DeliveryFailed)))
-	if _, failed := store.FailedOp(err); failed {
+	if _, changed := store.FailedOp(err); changed {
 		return tally.Delivery{}, tally.Errorf(tally.ECodeInvalidTransition, "The delivery changed meanwhile; it is no longer failed.")
 	}
-	return rec.Delivery, err
+	if err != nil || s.requeue == nil {
+		return rec.Delivery, err
+	}
+	if err := s.requeue(ctx, DeliveryRef{BrandID: brandID, DeliveryID: deliveryID}); err != nil {
+		// Nothing will pick the delivery up: put it back as it was, so the
+		// retry can be asked for again.
+		undo := s.transact(ctx, store.Put(s.deliveryItem(failed), store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts))), store.AttrEquals("status", tally.DeliveryPending)))
+		return tally.Delivery{}, errors.Join(err, undo)
+	}
+	return rec.Delivery, nil
 }
 
 func ptrTo[T any](v T) *T { return &v }

@@ -3,6 +3,7 @@ package tracking_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -282,4 +283,54 @@ func TestDeliveriesGoOnlyWhereSubscribed(t *testing.T) {
 			t.Errorf("test event header %q", got)
 		}
 	})
+}
+
+// refusingSender stands in for a receiver that always answers 500; the real
+// sender is tested in internal/delivery.
+type refusingSender struct{ now func() time.Time }
+
+func (s refusingSender) Send(context.Context, delivery.Request) tally.Attempt {
+	return tally.Attempt{At: tally.NewTime(s.now()), StatusCode: 500}
+}
+
+func TestManualRetryThatCannotBeQueuedStaysFailed(t *testing.T) {
+	st := testenv.Bolt(t)
+	clock := testenv.NewClock(start)
+	queueDown := errors.New("queue unavailable")
+	var queued []tracking.DeliveryRef
+	requeue := func(_ context.Context, ref tracking.DeliveryRef) error {
+		if queueDown != nil {
+			return queueDown
+		}
+		queued = append(queued, ref)
+		return nil
+	}
+	f := &fixture{t: t, ctx: context.Background(), st: st, clock: clock,
+		svc: tracking.New(st, tracking.WithClock(clock.Now), tracking.WithRequeue(requeue))}
+	b, _ := f.svc.CreateBrand(f.ctx, "Acme")
+	f.brandID = b.ID
+	url := "https://hooks.example.com/x"
+	if _, err := f.svc.CreateSubscription(f.ctx, f.brandID, tracking.SubscriptionInput{URL: &url, Events: []string{tally.EventPartnerApplied}}); err != nil {
+		t.Fatal(err)
+	}
+	f.partner(false)
+	refs, err := f.svc.FanOut(f.ctx, f.events(tally.EventPartnerApplied)[0].ID)
+	if err != nil || len(refs) != 1 {
+		t.Fatalf("fan-out: %v, %v", refs, err)
+	}
+	for n := 1; n <= tracking.MaxAttempts; n++ {
+		if _, err := f.svc.Attempt(f.ctx, refs[0], n, refusingSender{clock.Now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.svc.RetryDelivery(f.ctx, f.brandID, refs[0].DeliveryID); !errors.Is(err, queueDown) {
+		t.Fatalf("retry with the queue down: %v, want the queue's error", err)
+	}
+	if d, _ := f.svc.Delivery(f.ctx, f.brandID, refs[0].DeliveryID); d.Status != tally.DeliveryFailed || d.NextAttemptAt != nil {
+		t.Errorf("after a retry that could not be queued: %s, next %v; want failed, as before", d.Status, d.NextAttemptAt)
+	}
+	queueDown = nil
+	if d, err := f.svc.RetryDelivery(f.ctx, f.brandID, refs[0].DeliveryID); err != nil || d.Status != tally.DeliveryPending || len(queued) != 1 {
+		t.Errorf("retry with the queue up: %s, %v, %d queued; want pending and one message", d.Status, err, len(queued))
+	}
 }

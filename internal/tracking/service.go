@@ -39,6 +39,9 @@ type Service struct {
 	// onEvent is told when a transaction wrote events (the local pipeline
 	// wakes up).
 	onEvent func()
+	// requeue hands a manually retried delivery to a transport that does
+	// not watch the due index (the queue on AWS).
+	requeue func(context.Context, DeliveryRef) error
 
 	offers   *cache[tally.Offer]
 	apiKeys  *cache[apiKeyRecord]
@@ -65,6 +68,12 @@ func WithRetryScale(f float64) Option { return func(s *Service) { s.retryScale =
 // addresses, for the local server where developers run their receivers.
 func WithLoopbackReceivers() Option {
 	return func(s *Service) { s.checkURL = func(u string) error { return delivery.CheckURL(u, true) } }
+}
+
+// WithRequeue hands deliveries that a manual retry made pending again to
+// queue (on AWS, the delivery queue; the local pipeline needs none).
+func WithRequeue(queue func(context.Context, DeliveryRef) error) Option {
+	return func(s *Service) { s.requeue = queue }
 }
 
 // New returns a Service over st.

@@ -40,6 +40,29 @@ var _ CreateTableAPI = (*dynamodb.Client)(nil)
 // it is active and enables TTL on it. A table that already exists is left
 // as it is, except that TTL is enabled if it is not.
 func CreateTable(ctx context.Context, api CreateTableAPI, table string) error {
+	_, err := api.CreateTable(ctx, TableDefinition(table))
+	var inUse *types.ResourceInUseException
+	if err != nil && !errors.As(err, &inUse) {
+		return fmt.Errorf("dynamo: create table %s: %w", table, err)
+	}
+
+	waiter := dynamodb.NewTableExistsWaiter(api, func(o *dynamodb.TableExistsWaiterOptions) {
+		o.MinDelay, o.MaxDelay = time.Second, 10*time.Second
+	})
+	if err := waiter.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)}, 5*time.Minute); err != nil {
+		return fmt.Errorf("dynamo: wait for table %s: %w", table, err)
+	}
+	return enableTTL(ctx, api, table)
+}
+
+// TTLAttribute is the attribute holding an item's expiry time (Unix
+// seconds); CreateTable makes it the table's TTL attribute.
+const TTLAttribute = attrTTL
+
+// TableDefinition is the table CreateTable creates: keys, secondary indexes,
+// billing and stream (TTL is enabled separately, on TTLAttribute).
+// Deployment templates are checked against it.
+func TableDefinition(table string) *dynamodb.CreateTableInput {
 	attrs := []types.AttributeDefinition{
 		{AttributeName: aws.String(attrPK), AttributeType: types.ScalarAttributeTypeS},
 		{AttributeName: aws.String(attrSK), AttributeType: types.ScalarAttributeTypeS},
@@ -59,7 +82,7 @@ func CreateTable(ctx context.Context, api CreateTableAPI, table string) error {
 			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
 		})
 	}
-	_, err := api.CreateTable(ctx, &dynamodb.CreateTableInput{
+	return &dynamodb.CreateTableInput{
 		TableName:            aws.String(table),
 		BillingMode:          types.BillingModePayPerRequest,
 		AttributeDefinitions: attrs,
@@ -73,19 +96,7 @@ func CreateTable(ctx context.Context, api CreateTableAPI, table string) error {
 			StreamEnabled:  aws.Bool(true),
 			StreamViewType: types.StreamViewTypeNewImage,
 		},
-	})
-	var inUse *types.ResourceInUseException
-	if err != nil && !errors.As(err, &inUse) {
-		return fmt.Errorf("dynamo: create table %s: %w", table, err)
 	}
-
-	waiter := dynamodb.NewTableExistsWaiter(api, func(o *dynamodb.TableExistsWaiterOptions) {
-		o.MinDelay, o.MaxDelay = time.Second, 10*time.Second
-	})
-	if err := waiter.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)}, 5*time.Minute); err != nil {
-		return fmt.Errorf("dynamo: wait for table %s: %w", table, err)
-	}
-	return enableTTL(ctx, api, table)
 }
 
 // enableTTL turns on TTL on the ttl attribute unless it is on already:

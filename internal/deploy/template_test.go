@@ -1,0 +1,1075 @@
+package deploy_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/app"
+	"github.com/tally-hq/tally/internal/deploy"
+	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/store/bolt"
+	"github.com/tally-hq/tally/internal/store/dynamo"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+// The checks below hold template.yaml to docs/aws.md (the contract) and to
+// the code: the folders in functions/, the route groups their mains serve,
+// the routes internal/httpapi registers, the table internal/store/dynamo
+// creates, the Makefile's build targets and the keys tracking writes.
+
+// root is the repository's root.
+func root(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
+		t.Fatalf("repository root: %v", err)
+	}
+	return dir
+}
+
+func load(t *testing.T) *deploy.Template {
+	t.Helper()
+	tpl, err := deploy.Load(filepath.Join(root(t), "template.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tpl
+}
+
+func function(t *testing.T, tpl *deploy.Template, id string) deploy.Function {
+	t.Helper()
+	f, err := tpl.Function(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// ---------------------------------------------------------------- the code
+
+// folders are the function folders in functions/ (each holds a main.go).
+func folders(t *testing.T) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(root(t), "functions"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dirs []string
+	for _, e := range entries {
+		if _, err := os.Stat(filepath.Join(root(t), "functions", e.Name(), "main.go")); e.IsDir() && err == nil {
+			dirs = append(dirs, e.Name())
+		}
+	}
+	if len(dirs) == 0 {
+		t.Fatal("no functions/*/main.go")
+	}
+	return dirs
+}
+
+// logicalID is the template's name for functions/<dir>.
+func logicalID(dir string) string { return strings.ToUpper(dir[:1]) + dir[1:] + "Function" }
+
+// groupConsts names httpapi's route groups, so that a main's
+// lambdafn.ServeAPI(httpapi.GroupX, …) can be read from its source.
+var groupConsts = map[string]string{
+	"GroupOffers":       httpapi.GroupOffers,
+	"GroupPartners":     httpapi.GroupPartners,
+	"GroupConversions":  httpapi.GroupConversions,
+	"GroupReports":      httpapi.GroupReports,
+	"GroupApplications": httpapi.GroupApplications,
+	"GroupWebhooks":     httpapi.GroupWebhooks,
+	"GroupDeliveries":   httpapi.GroupDeliveries,
+	"GroupAdmin":        httpapi.GroupAdmin,
+}
+
+// servedGroups reads functions/<dir>/main.go: the groups it passes to
+// lambdafn.ServeAPI, and whether it calls ServeAPI at all.
+func servedGroups(t *testing.T, dir string) (groups []string, api bool) {
+	t.Helper()
+	path := filepath.Join(root(t), "functions", dir, "main.go")
+	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok || !isSelector(call.Fun, "lambdafn", "ServeAPI") {
+			return true
+		}
+		api = true
+		for _, arg := range call.Args {
+			sel, ok := arg.(*ast.SelectorExpr)
+			if !ok || !isSelector(sel, "httpapi", sel.Sel.Name) {
+				t.Fatalf("%s: ServeAPI argument is not an httpapi.Group constant", path)
+			}
+			g, ok := groupConsts[sel.Sel.Name]
+			if !ok {
+				t.Fatalf("%s: unknown route group httpapi.%s (add it to groupConsts)", path, sel.Sel.Name)
+			}
+			groups = append(groups, g)
+		}
+		return true
+	})
+	return groups, api
+}
+
+func isSelector(e ast.Expr, pkg, name string) bool {
+	sel, ok := e.(*ast.SelectorExpr)
+	if !ok || sel.Sel.Name != name {
+		return false
+	}
+	id, ok := sel.X.(*ast.Ident)
+	return ok && id.Name == pkg
+}
+
+// apiFunctions are the logical ids of the functions whose main serves HTTP routes.
+func apiFunctions(t *testing.T) map[string]bool {
+	out := map[string]bool{}
+	for _, dir := range folders(t) {
+		if _, api := servedGroups(t, dir); api {
+			out[logicalID(dir)] = true
+		}
+	}
+	return out
+}
+
+// ---------------------------------------------------------------- the contract
+
+// contract is docs/aws.md: its text and its tables by section heading, each
+// a list of rows of cells.
+type contract struct {
+	text   string
+	tables map[string][][]string
+}
+
+func readContract(t *testing.T) contract {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root(t), "docs", "aws.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := contract{text: string(b), tables: map[string][][]string{}}
+	section := ""
+	for _, line := range strings.Split(c.text, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(line, "## "):
+			section = strings.TrimPrefix(line, "## ")
+		case strings.HasPrefix(line, "|"):
+			cells := strings.Split(strings.Trim(line, "|"), "|")
+			for i := range cells {
+				cells[i] = strings.TrimSpace(cells[i])
+			}
+			if strings.Trim(strings.Join(cells, ""), "-: ") == "" {
+				continue // the separator row
+			}
+			c.tables[section] = append(c.tables[section], cells)
+		}
+	}
+	return c
+}
+
+// rows returns the table without its header row of the one section whose
+// heading starts with heading.
+func (c contract) rows(t *testing.T, heading string) [][]string {
+	t.Helper()
+	var found [][]string
+	n := 0
+	for section, rows := range c.tables {
+		if strings.HasPrefix(section, heading) {
+			found, n = rows, n+1
+		}
+	}
+	if n != 1 || len(found) < 2 {
+		t.Fatalf("docs/aws.md has no one table under a heading starting %q", heading)
+	}
+	return found[1:]
+}
+
+var codeSpan = regexp.MustCompile("`([^`]+)`")
+
+// spans returns the `code` spans of s.
+func spans(s string) []string {
+	var out []string
+	for _, m := range codeSpan.FindAllStringSubmatch(s, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// ---------------------------------------------------------------- tests
+
+func TestParseIntrinsics(t *testing.T) {
+	short := `
+Resources:
+  A:
+    Type: X
+    Properties:
+      ref: !Ref Table
+      getatt: !GetAtt Table.Arn
+      sub: !Sub "${Table.Arn}/index/*"
+      if: !If [C, !Ref P, !Ref AWS::NoValue]
+      list: [!GetAtt [Q, Arn], 5, true, "5"]
+`
+	long := `{"Resources": {"A": {"Type": "X", "Properties": {
+	  "ref": {"Ref": "Table"},
+	  "getatt": {"Fn::GetAtt": ["Table", "Arn"]},
+	  "sub": {"Fn::Sub": "${Table.Arn}/index/*"},
+	  "if": {"Fn::If": ["C", {"Ref": "P"}, {"Ref": "AWS::NoValue"}]},
+	  "list": [{"Fn::GetAtt": ["Q", "Arn"]}, 5, true, "5"]}}}}`
+	a, err := deploy.Parse([]byte(short))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := deploy.Parse([]byte(long))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a.Resources, b.Resources) {
+		t.Errorf("short and long forms differ:\n%#v\n%#v", a.Resources, b.Resources)
+	}
+	p := a.Resources["A"].Properties
+	if p["ref"] != deploy.Ref("Table") || !reflect.DeepEqual(p["getatt"], deploy.GetAtt("Table", "Arn")) ||
+		p["sub"] != deploy.Sub("${Table.Arn}/index/*") {
+		t.Errorf("intrinsics: %#v", p)
+	}
+	if l := p["list"].([]any); l[1] != 5 || l[2] != true || l[3] != "5" {
+		t.Errorf("scalars: %#v", l)
+	}
+	if _, err := deploy.Parse([]byte("Resources:\n  A:\n    Type: X\n    Properties: {a: !Nope x}\n")); err == nil {
+		t.Error("an unknown tag parsed")
+	}
+
+	// Conditions are decided with the parameters' defaults, or given values.
+	c, err := deploy.Parse([]byte(`
+Parameters:
+  P: {Type: String, Default: ""}
+Conditions:
+  C: !Not [!Equals [!Ref P, ""]]
+Resources:
+  A:
+    Type: X
+    Properties:
+      Env: {X: !If [C, !Ref P, !Ref AWS::NoValue], Y: 1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := c.Resources["A"].Properties["Env"]
+	for _, tc := range []struct {
+		params map[string]string
+		want   map[string]any
+	}{
+		{nil, map[string]any{"Y": 1}},
+		{map[string]string{"P": "http://x"}, map[string]any{"X": deploy.Ref("P"), "Y": 1}},
+	} {
+		got, err := c.Resolve(env, tc.params)
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("Resolve with %v = %#v, %v; want %#v", tc.params, got, err, tc.want)
+		}
+	}
+}
+
+func TestResourcesAreTheContracts(t *testing.T) {
+	tpl, c := load(t), readContract(t)
+	var want []string
+	for _, row := range c.rows(t, "Resources") {
+		if row[0] == "alarms" {
+			for _, s := range spans(row[1]) {
+				if strings.HasSuffix(s, "Alarm") {
+					want = append(want, s)
+				}
+			}
+			continue
+		}
+		want = append(want, spans(row[0])...)
+	}
+	sort.Strings(want)
+	if got := tpl.IDs(""); !slices.Equal(got, want) {
+		t.Errorf("template resources\n%v\nwant (docs/aws.md)\n%v", got, want)
+	}
+	if !slices.Contains(spans(c.text), "AWS::Serverless-2016-10-31") && tpl.Transform != "AWS::Serverless-2016-10-31" {
+		t.Errorf("Transform = %v", tpl.Transform)
+	}
+}
+
+func TestFunctionsAreTheFolders(t *testing.T) {
+	tpl, c := load(t), readContract(t)
+	var want []string
+	for _, dir := range folders(t) {
+		want = append(want, logicalID(dir))
+	}
+	if got := tpl.IDs("AWS::Serverless::Function"); !slices.Equal(got, want) {
+		t.Fatalf("functions in template.yaml %v, want one per functions/<name>: %v", got, want)
+	}
+
+	// Timeouts from the contract: "API functions 10 s, approver 60 s, …".
+	timeouts := map[string]int{}
+	for _, m := range regexp.MustCompile(`(API functions|approver|fanout|deliver|attempt) (\d+) s\b`).FindAllStringSubmatch(c.text, -1) {
+		timeouts[m[1]], _ = strconv.Atoi(m[2])
+	}
+	if len(timeouts) != 5 {
+		t.Fatalf("docs/aws.md timeouts: %v", timeouts)
+	}
+	for _, s := range []string{"`provided.al2023`", "`arm64`", "handler `bootstrap`", "memory 256 MB"} {
+		if !strings.Contains(c.text, s) {
+			t.Errorf("docs/aws.md no longer says %s: update this test and template.yaml", s)
+		}
+	}
+	api := apiFunctions(t)
+	for _, dir := range folders(t) {
+		f := function(t, tpl, logicalID(dir))
+		if f.BuildMethod != "makefile" || f.CodeURI != "." {
+			t.Errorf("%s: BuildMethod %q CodeUri %v, want makefile and .", f.LogicalID, f.BuildMethod, f.CodeURI)
+		}
+		if f.Runtime != "provided.al2023" || !slices.Equal(f.Architectures, []string{"arm64"}) || f.Handler != "bootstrap" || f.MemorySize != 256 {
+			t.Errorf("%s: %s %v %s %d MB, want provided.al2023 [arm64] bootstrap 256 MB", f.LogicalID, f.Runtime, f.Architectures, f.Handler, f.MemorySize)
+		}
+		key := dir
+		if api[f.LogicalID] {
+			key = "API functions"
+		}
+		if f.Timeout != timeouts[key] {
+			t.Errorf("%s: Timeout %d, want %d (docs/aws.md)", f.LogicalID, f.Timeout, timeouts[key])
+		}
+	}
+}
+
+// TestMakefileBuildsEachFunction runs `make -n build-<LogicalId>` as
+// `sam build` would and checks the command it would run.
+func TestMakefileBuildsEachFunction(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed")
+	}
+	artifacts := t.TempDir()
+	for _, dir := range folders(t) {
+		target := "build-" + logicalID(dir)
+		out, err := exec.Command("make", "--no-print-directory", "-s", "-n", "-C", root(t), target, "ARTIFACTS_DIR="+artifacts).CombinedOutput()
+		if err != nil {
+			t.Errorf("make %s: %v\n%s", target, err, out)
+			continue
+		}
+		cmd := strings.TrimSpace(string(out))
+		for _, want := range []string{"CGO_ENABLED=0 ", "GOOS=linux ", "GOARCH=arm64 ", " build ", "-tags lambda.norpc", "-trimpath", "-ldflags='-s -w'",
+			`-o "` + artifacts + `/bootstrap"`} {
+			if !strings.Contains(cmd, want) {
+				t.Errorf("make %s runs %q: no %s", target, cmd, want)
+			}
+		}
+		if !strings.HasSuffix(cmd, " ./functions/"+dir) {
+			t.Errorf("make %s runs %q: does not build ./functions/%s", target, cmd, dir)
+		}
+	}
+	if out, err := exec.Command("make", "-s", "-n", "-C", root(t), "build-NoSuchFunction", "ARTIFACTS_DIR="+artifacts).CombinedOutput(); err == nil {
+		t.Errorf("make build-NoSuchFunction succeeded:\n%s", out)
+	}
+}
+
+func TestRoutesAreWhatHttpapiServes(t *testing.T) {
+	tpl, c := load(t), readContract(t)
+	contractRoutes := map[string][]string{}
+	for _, row := range c.rows(t, "Routes") {
+		r := spans(row[1])
+		sort.Strings(r)
+		contractRoutes[row[0]+"Function"] = r
+	}
+	served := map[string]string{} // route → function
+	for _, dir := range folders(t) {
+		id := logicalID(dir)
+		f := function(t, tpl, id)
+		groups, _ := servedGroups(t, dir)
+		var want []string
+		for _, g := range groups {
+			want = append(want, httpapi.Routes(g)...)
+		}
+		sort.Strings(want)
+		got, err := f.Routes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s routes\n%v\nwant (internal/httpapi, groups %v)\n%v", id, got, groups, want)
+		}
+		if cr, ok := contractRoutes[id]; (ok || len(want) > 0) && !slices.Equal(cr, want) {
+			t.Errorf("%s: docs/aws.md lists %v, internal/httpapi serves %v", id, cr, want)
+		}
+		for _, e := range f.EventsOfType("HttpApi") {
+			r, _ := e.HTTPRoute()
+			if r.API != deploy.Ref("HttpApi") || (r.PayloadFormatVersion != "" && r.PayloadFormatVersion != "2.0") {
+				t.Errorf("%s event %s: ApiId %v, PayloadFormatVersion %q; want !Ref HttpApi, 2.0", id, e.Name, r.API, r.PayloadFormatVersion)
+			}
+		}
+		for _, r := range got {
+			if other, dup := served[r]; dup {
+				t.Errorf("%s is routed to both %s and %s", r, other, id)
+			}
+			served[r] = id
+		}
+	}
+	// Every route but the local server's admin API is deployed.
+	for _, g := range httpapi.AllGroups {
+		for _, r := range httpapi.Routes(g) {
+			if _, ok := served[r]; !ok && g != httpapi.GroupAdmin {
+				t.Errorf("%s (group %s) is served by no function", r, g)
+			}
+			if _, ok := served[r]; ok && g == httpapi.GroupAdmin {
+				t.Errorf("the admin route %s is deployed", r)
+			}
+		}
+	}
+	if r, ok := tpl.Resources["HttpApi"]; !ok || r.Type != "AWS::Serverless::HttpApi" {
+		t.Errorf("HttpApi is %q, want AWS::Serverless::HttpApi", r.Type)
+	}
+}
+
+// TestSampleEventsMatchRoutes: every sample API event in events/ is for a
+// route its function has.
+func TestSampleEventsMatchRoutes(t *testing.T) {
+	tpl := load(t)
+	paths, err := filepath.Glob(filepath.Join(root(t), "events", "*.json"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("events/*.json: %v", err)
+	}
+	for _, p := range paths {
+		var ev struct {
+			RouteKey string `json:"routeKey"`
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &ev); err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if ev.RouteKey == "" {
+			continue
+		}
+		dir, _, _ := strings.Cut(filepath.Base(p), "-")
+		f := function(t, tpl, logicalID(dir))
+		routes, _ := f.Routes()
+		if !slices.Contains(routes, ev.RouteKey) {
+			t.Errorf("%s: routeKey %q is not a route of %s %v", filepath.Base(p), ev.RouteKey, f.LogicalID, routes)
+		}
+	}
+}
+
+// localOnly are variables the template declares for sam local only; with
+// the parameters' defaults they are not deployed.
+var localOnly = []string{"AWS_ENDPOINT_URL"}
+
+func TestEnvironment(t *testing.T) {
+	tpl, c := load(t), readContract(t)
+	// What each variable the code reads is set to.
+	values := map[string]any{
+		app.EnvTable:                     deploy.Ref("Table"),
+		lambdafn.EnvDeliveryQueueURL:     deploy.Ref("DeliveryQueue"),
+		lambdafn.EnvRetryStateMachineARN: deploy.Ref("RetryStateMachine"),
+		app.EnvRateLimit:                 deploy.Ref("RateLimit"),
+		app.EnvApplicationRateLimit:      deploy.Ref("ApplicationRateLimit"),
+	}
+	api := apiFunctions(t)
+	fns, err := tpl.Functions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]map[string]any{}
+	for _, f := range fns {
+		want[f.LogicalID] = map[string]any{}
+	}
+	for _, row := range c.rows(t, "Environment") {
+		for _, name := range spans(row[0]) {
+			v, ok := values[name]
+			if !ok {
+				t.Fatalf("docs/aws.md names %s, which this test does not know", name)
+			}
+			for id := range want {
+				if row[1] == "all" || (strings.HasPrefix(row[1], "API functions") && api[id]) || slices.Contains(spans(row[1]), id) {
+					want[id][name] = v
+				}
+			}
+		}
+	}
+	for _, f := range fns {
+		if !reflect.DeepEqual(f.Environment, want[f.LogicalID]) {
+			t.Errorf("%s environment\n%v\nwant (docs/aws.md)\n%v", f.LogicalID, f.Environment, want[f.LogicalID])
+		}
+		declared := append(slices.Collect(maps.Keys(want[f.LogicalID])), localOnly...)
+		sort.Strings(declared)
+		if !slices.Equal(f.DeclaredEnvironment, declared) {
+			t.Errorf("%s declares %v, want %v", f.LogicalID, f.DeclaredEnvironment, declared)
+		}
+		// With an endpoint given, the functions get it (sam local, LocalStack).
+		env, err := tpl.Resolve(f.Properties["Environment"], map[string]string{"LocalEndpointUrl": "http://127.0.0.1:4566"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := env.(map[string]any)["Variables"].(map[string]any)["AWS_ENDPOINT_URL"]; v != deploy.Ref("LocalEndpointUrl") {
+			t.Errorf("%s: AWS_ENDPOINT_URL with LocalEndpointUrl set = %v", f.LogicalID, v)
+		}
+	}
+
+	// Parameters and their defaults: the contract's and httpapi's.
+	for name, def := range map[string]int{"RateLimit": httpapi.DefaultRateLimit, "ApplicationRateLimit": httpapi.DefaultApplicationRateLimit} {
+		p, ok := tpl.Parameters[name]
+		if !ok || p.Type != "Number" || p.Default != def {
+			t.Errorf("parameter %s = %+v, want Number with default %d", name, p, def)
+		}
+		if !strings.Contains(c.text, "`"+name+"` ("+strconv.Itoa(def)+")") {
+			t.Errorf("docs/aws.md does not give %s the default %d", name, def)
+		}
+	}
+}
+
+// TestEnvLocalJSON checks env.local.json, the --env-vars file for sam local:
+// SAM CLI only sets variables the template declares for the function, and
+// ignores function entries when the file has a "Parameters" entry.
+func TestEnvLocalJSON(t *testing.T) {
+	tpl := load(t)
+	b, err := os.ReadFile(filepath.Join(root(t), "env.local.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file map[string]map[string]string
+	if err := json.Unmarshal(b, &file); err != nil {
+		t.Fatalf("env.local.json: %v", err)
+	}
+	fns, err := tpl.Functions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, f := range fns {
+		ids = append(ids, f.LogicalID)
+		vars, ok := file[f.LogicalID]
+		if !ok {
+			t.Errorf("env.local.json has no %s", f.LogicalID)
+			continue
+		}
+		names := slices.Sorted(maps.Keys(vars))
+		if !slices.Equal(names, f.DeclaredEnvironment) {
+			t.Errorf("env.local.json sets %v for %s, which declares %v", names, f.LogicalID, f.DeclaredEnvironment)
+		}
+		for name, v := range vars {
+			if v == "" {
+				t.Errorf("env.local.json: %s.%s is empty", f.LogicalID, name)
+			}
+		}
+	}
+	for id := range file {
+		if !slices.Contains(ids, id) {
+			t.Errorf("env.local.json has %s, which is not a function of template.yaml", id)
+		}
+	}
+}
+
+func TestTableIsWhatCreateTableMakes(t *testing.T) {
+	tpl := load(t)
+	tb, err := tpl.Table("Table")
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := dynamo.TableDefinition("tally")
+	attrs := map[string]string{}
+	for _, a := range def.AttributeDefinitions {
+		attrs[*a.AttributeName] = string(a.AttributeType)
+	}
+	keys := func(ks []deploy.KeyElement) []string {
+		var out []string
+		for _, k := range ks {
+			out = append(out, k.AttributeName+" "+k.KeyType)
+		}
+		return out
+	}
+	var wantKeys []string
+	for _, k := range def.KeySchema {
+		wantKeys = append(wantKeys, *k.AttributeName+" "+string(k.KeyType))
+	}
+	if tb.BillingMode != string(def.BillingMode) || !maps.Equal(tb.AttributeTypes, attrs) || !slices.Equal(keys(tb.KeySchema), wantKeys) {
+		t.Errorf("table: %s %v %v; CreateTable: %s %v %v", tb.BillingMode, tb.AttributeTypes, keys(tb.KeySchema), def.BillingMode, attrs, wantKeys)
+	}
+	got := map[string]string{}
+	for _, ix := range tb.GlobalSecondaryIndexes {
+		got[ix.Name] = strings.Join(keys(ix.KeySchema), ", ") + " / " + ix.ProjectionType
+	}
+	want := map[string]string{}
+	for _, ix := range def.GlobalSecondaryIndexes {
+		var ks []string
+		for _, k := range ix.KeySchema {
+			ks = append(ks, *k.AttributeName+" "+string(k.KeyType))
+		}
+		want[*ix.IndexName] = strings.Join(ks, ", ") + " / " + string(ix.Projection.ProjectionType)
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("indexes %v, CreateTable's %v", got, want)
+	}
+	if !*def.StreamSpecification.StreamEnabled || tb.StreamViewType != string(def.StreamSpecification.StreamViewType) {
+		t.Errorf("stream %q, CreateTable's %q", tb.StreamViewType, def.StreamSpecification.StreamViewType)
+	}
+	if tb.TTLAttribute != dynamo.TTLAttribute || !tb.TTLEnabled {
+		t.Errorf("TTL on %q (enabled %v), want %q", tb.TTLAttribute, tb.TTLEnabled, dynamo.TTLAttribute)
+	}
+	if !tb.PointInTimeRecovery {
+		t.Error("point-in-time recovery is off")
+	}
+	if tb.DeletionPolicy != "Retain" || tb.UpdateReplacePolicy != "Retain" {
+		t.Errorf("DeletionPolicy %q UpdateReplacePolicy %q: the table must outlive its stack", tb.DeletionPolicy, tb.UpdateReplacePolicy)
+	}
+}
+
+func TestRetryStateMachine(t *testing.T) {
+	tpl := load(t)
+	sm, err := tpl.StateMachine("RetryStateMachine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sm.Type != "STANDARD" || sm.DefinitionURI != "statemachine/retry.asl.json" {
+		t.Errorf("state machine %s %v, want STANDARD statemachine/retry.asl.json", sm.Type, sm.DefinitionURI)
+	}
+	b, err := os.ReadFile(filepath.Join(root(t), "statemachine", "retry.asl.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !json.Valid(b) {
+		t.Fatal("statemachine/retry.asl.json is not JSON")
+	}
+	placeholders := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\$\{([^}]+)\}`).FindAllStringSubmatch(string(b), -1) {
+		placeholders[m[1]] = true
+	}
+	if got, want := slices.Sorted(maps.Keys(sm.Substitutions)), slices.Sorted(maps.Keys(placeholders)); !slices.Equal(got, want) {
+		t.Errorf("DefinitionSubstitutions %v, the definition's placeholders %v", got, want)
+	}
+	if v := sm.Substitutions["AttemptFunctionArn"]; !reflect.DeepEqual(v, deploy.GetAtt("AttemptFunction", "Arn")) {
+		t.Errorf("AttemptFunctionArn = %v, want !GetAtt AttemptFunction.Arn", v)
+	}
+	want := []deploy.Policy{{Template: "LambdaInvokePolicy", Args: map[string]any{"FunctionName": deploy.Ref("AttemptFunction")}}}
+	if !reflect.DeepEqual(sm.Policies, want) {
+		t.Errorf("state machine policies %+v, want %+v", sm.Policies, want)
+	}
+}
+
+func TestEventSources(t *testing.T) {
+	tpl, c := load(t), readContract(t)
+	api := apiFunctions(t)
+	fns, err := tpl.Functions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fns {
+		types := map[string]int{}
+		for _, e := range f.Events {
+			types[e.Type]++
+		}
+		var want map[string]int
+		switch {
+		case api[f.LogicalID]:
+			want = map[string]int{"HttpApi": len(f.Events)}
+		case f.LogicalID == "ApproverFunction":
+			want = map[string]int{"Schedule": 1}
+			if types["ScheduleV2"] == 1 {
+				want = map[string]int{"ScheduleV2": 1}
+			}
+		case f.LogicalID == "FanoutFunction":
+			want = map[string]int{"DynamoDB": 1}
+		case f.LogicalID == "DeliverFunction":
+			want = map[string]int{"SQS": 1}
+		default: // attempt: invoked by the state machine only
+			want = map[string]int{}
+		}
+		if !maps.Equal(types, want) {
+			t.Errorf("%s events %v, want %v", f.LogicalID, types, want)
+		}
+	}
+
+	approver := function(t, tpl, "ApproverFunction")
+	for _, e := range approver.Events {
+		if expr, err := e.ScheduleExpression(); err != nil || expr != "rate(1 minute)" {
+			t.Errorf("approver schedule %q, %v; want rate(1 minute)", expr, err)
+		}
+	}
+
+	fanout := function(t, tpl, "FanoutFunction")
+	for _, e := range fanout.EventsOfType("DynamoDB") {
+		s, err := e.StreamSource()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := deploy.StreamSource{
+			Stream:                     deploy.GetAtt("Table", "StreamArn"),
+			StartingPosition:           "LATEST",
+			BatchSize:                  100,
+			BisectBatchOnFunctionError: true,
+			MaximumRetryAttempts:       10,
+			FunctionResponseTypes:      []string{"ReportBatchItemFailures"},
+			OnFailure:                  deploy.Destination{Type: "SQS", Destination: deploy.GetAtt("FanoutDLQ", "Arn")},
+			FilterPatterns:             s.FilterPatterns,
+		}
+		if !reflect.DeepEqual(s, want) {
+			t.Errorf("fan-out stream source\n%+v\nwant\n%+v", s, want)
+		}
+		var docPattern string
+		for _, sp := range spans(c.text) {
+			if strings.HasPrefix(sp, `{"eventName"`) {
+				docPattern = sp
+			}
+		}
+		if len(s.FilterPatterns) != 1 || !jsonEqual(t, s.FilterPatterns[0], lambdafn.StreamFilterPattern) || !jsonEqual(t, docPattern, lambdafn.StreamFilterPattern) {
+			t.Errorf("filter patterns %q, want lambdafn.StreamFilterPattern %s (docs/aws.md: %s)", s.FilterPatterns, lambdafn.StreamFilterPattern, docPattern)
+		}
+	}
+
+	deliver := function(t, tpl, "DeliverFunction")
+	for _, e := range deliver.EventsOfType("SQS") {
+		q, err := e.QueueSource()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := deploy.QueueSource{Queue: deploy.GetAtt("DeliveryQueue", "Arn"), BatchSize: 10, FunctionResponseTypes: []string{"ReportBatchItemFailures"}}
+		if !reflect.DeepEqual(q, want) {
+			t.Errorf("deliver queue source %+v, want %+v", q, want)
+		}
+	}
+	queue, err := tpl.Queue("DeliveryQueue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if queue.VisibilityTimeout != 90 || queue.VisibilityTimeout < 3*deliver.Timeout ||
+		!reflect.DeepEqual(queue.DeadLetterTarget, deploy.GetAtt("DeliveryDLQ", "Arn")) || queue.MaxReceiveCount != 5 {
+		t.Errorf("DeliveryQueue %+v: want visibility 90 s (≥ 3 × deliver's %d s), redrive to DeliveryDLQ after 5", queue, deliver.Timeout)
+	}
+	for _, id := range []string{"DeliveryDLQ", "FanoutDLQ"} {
+		q, err := tpl.Queue(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q.MessageRetentionPeriod != 14*24*3600 {
+			t.Errorf("%s keeps messages %d s, want 14 days", id, q.MessageRetentionPeriod)
+		}
+	}
+}
+
+func jsonEqual(t *testing.T, a, b string) bool {
+	t.Helper()
+	var x, y any
+	if json.Unmarshal([]byte(a), &x) != nil || json.Unmarshal([]byte(b), &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
+}
+
+func TestLeastPrivilege(t *testing.T) {
+	tpl := load(t)
+	crud := deploy.Policy{Template: "DynamoDBCrudPolicy", Args: map[string]any{"TableName": deploy.Ref("Table")}}
+	send := deploy.Policy{Template: "SQSSendMessagePolicy", Args: map[string]any{"QueueName": deploy.GetAtt("DeliveryQueue", "QueueName")}}
+	start := deploy.Policy{Template: "StepFunctionsExecutionPolicy", Args: map[string]any{"StateMachineName": deploy.GetAtt("RetryStateMachine", "Name")}}
+	reports := deploy.Policy{Statements: []deploy.Statement{
+		{Sid: "ReadTable", Effect: "Allow", Actions: []string{"dynamodb:GetItem", "dynamodb:Query"},
+			Resources: []any{deploy.GetAtt("Table", "Arn"), deploy.Sub("${Table.Arn}/index/*")}, Condition: map[string]any{}},
+		{Sid: "CountRequests", Effect: "Allow", Actions: []string{"dynamodb:UpdateItem"},
+			Resources: []any{deploy.GetAtt("Table", "Arn")},
+			Condition: map[string]any{"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": []any{rateCounterKeys}}}},
+	}}
+	fns, err := tpl.Functions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fns {
+		want := []deploy.Policy{crud}
+		switch f.LogicalID {
+		case "ReportsFunction":
+			want = []deploy.Policy{reports}
+		case "FanoutFunction", "DeliveriesFunction":
+			want = append(want, send)
+		case "DeliverFunction":
+			want = append(want, start)
+		}
+		if !reflect.DeepEqual(f.Policies, want) {
+			t.Errorf("%s policies\n%+v\nwant\n%+v", f.LogicalID, f.Policies, want)
+		}
+	}
+}
+
+// rateCounterKeys is the partition keys ReportsFunction may update: the
+// rate-limit counters.
+const rateCounterKeys = "RATE#*"
+
+func TestAlarms(t *testing.T) {
+	tpl := load(t)
+	alarms, err := tpl.Alarms()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"DeliveryDLQAlarm":             "AWS/SQS ApproximateNumberOfMessagesVisible QueueName=!GetAtt DeliveryDLQ.QueueName",
+		"FanoutDLQAlarm":               "AWS/SQS ApproximateNumberOfMessagesVisible QueueName=!GetAtt FanoutDLQ.QueueName",
+		"RetryFailedExecutionsAlarm":   "AWS/States ExecutionsFailed StateMachineArn=!Ref RetryStateMachine",
+		"RetryTimedOutExecutionsAlarm": "AWS/States ExecutionsTimedOut StateMachineArn=!Ref RetryStateMachine",
+	}
+	got := map[string]string{}
+	for _, a := range alarms {
+		var dims []string
+		for name, v := range a.Dimensions {
+			dims = append(dims, name+"="+toString(v))
+		}
+		got[a.LogicalID] = a.Namespace + " " + a.MetricName + " " + strings.Join(dims, ",")
+		if a.Threshold != 0 || a.ComparisonOperator != "GreaterThanThreshold" || a.EvaluationPeriods < 1 || a.Period < 60 {
+			t.Errorf("%s: %+v, want > 0 over a period", a.LogicalID, a)
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("alarms\n%v\nwant\n%v", got, want)
+	}
+}
+
+func toString(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	if i, ok := v.(deploy.Intrinsic); ok {
+		return i.String()
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func TestOutputs(t *testing.T) {
+	tpl := load(t)
+	want := map[string]any{
+		"BaseUrl":              deploy.Sub("${HttpApi.ApiEndpoint}/api/v1"),
+		"PublicBaseUrl":        deploy.GetAtt("HttpApi", "ApiEndpoint"),
+		"TableName":            deploy.Ref("Table"),
+		"DeliveryQueueUrl":     deploy.Ref("DeliveryQueue"),
+		"RetryStateMachineArn": deploy.Ref("RetryStateMachine"),
+	}
+	got := map[string]any{}
+	for id, o := range tpl.Outputs {
+		got[id] = o.Value
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("outputs\n%v\nwant\n%v", got, want)
+	}
+}
+
+// ---------------------------------------------------------------- the keys tracking writes
+
+// recorder records the writes that reach the store.
+type recorder struct {
+	store.Store
+	mu  sync.Mutex
+	ops []store.Op
+}
+
+func (r *recorder) Transact(ctx context.Context, ops ...store.Op) error {
+	err := r.Store.Transact(ctx, ops...)
+	if err == nil {
+		r.mu.Lock()
+		r.ops = append(r.ops, ops...)
+		r.mu.Unlock()
+	}
+	return err
+}
+
+func (r *recorder) Update(ctx context.Context, op store.Op) (store.Item, error) {
+	it, err := r.Store.Update(ctx, op)
+	if err == nil {
+		r.mu.Lock()
+		r.ops = append(r.ops, op)
+		r.mu.Unlock()
+	}
+	return it, err
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestStreamFilterPassesEventInsertsOnly runs tracking over the embedded
+// store, records every write that can insert an item (and so make an INSERT
+// stream record), and checks that the fan-out's filter lets through exactly
+// the event items, and that the rate counters are what ReportsFunction may
+// update.
+func TestStreamFilterPassesEventInsertsOnly(t *testing.T) {
+	ctx := context.Background()
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "tally.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	rec := &recorder{Store: st}
+	svc := tracking.New(rec, tracking.WithLoopbackReceivers())
+
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	brand, err := svc.CreateBrand(ctx, "Acme")
+	must(err)
+	_, err = svc.CreateSubscription(ctx, brand.ID, tracking.SubscriptionInput{
+		URL: ptr("http://127.0.0.1:9/hooks"), Events: []string{tally.EventConversionCreated, tally.EventPartnerApplied, tally.EventPartnerApproved},
+	})
+	must(err)
+	offer, err := svc.CreateOffer(ctx, brand.ID, tracking.OfferInput{
+		Name: ptr("Shoes"), DestinationURL: ptr("https://shop.example/?c={click_id}"),
+		RevenueCents: ptr[int64](1000), PayoutCents: ptr[int64](300), Currency: ptr("USD"), Approval: ptr(tally.ApprovalManual),
+	})
+	must(err)
+	partner, err := svc.Apply(ctx, brand.ID, tracking.ApplicationInput{Name: ptr("Pat"), Email: ptr("pat@example.com")})
+	must(err)
+	_, err = svc.ApprovePartner(ctx, brand.ID, partner.ID)
+	must(err)
+	conv, _, err := svc.RecordConversion(ctx, brand.ID, tracking.ConversionInput{OfferID: &offer.ID, PartnerID: &partner.ID, ExternalTxnID: ptr("order-1")})
+	must(err)
+	_, err = svc.ApproveConversion(ctx, brand.ID, conv.ID)
+	must(err)
+	_, err = svc.Allow(ctx, "key:key_test", 100)
+	must(err)
+	evts, _, err := svc.Events(ctx, brand.ID, tracking.ListParams{Limit: 100})
+	must(err)
+	for _, e := range evts {
+		_, err := svc.FanOut(ctx, e.ID)
+		must(err)
+	}
+
+	var pattern any
+	must(json.Unmarshal([]byte(lambdafn.StreamFilterPattern), &pattern))
+	hash := ""
+	for _, k := range dynamo.TableDefinition("tally").KeySchema {
+		if k.KeyType == "HASH" {
+			hash = *k.AttributeName
+		}
+	}
+	rateKey := regexp.MustCompile("^" + strings.ReplaceAll(regexp.QuoteMeta(rateCounterKeys), `\*`, ".*") + "$")
+	var nEvents, nOthers, nRate int
+	for _, op := range rec.ops {
+		if op.Kind != store.OpPut && op.Kind != store.OpUpdate {
+			continue // deletes and checks insert nothing
+		}
+		key := op.Target()
+		// The record Lambda filters: what DynamoDB Streams sends for an insert.
+		record := events.DynamoDBEventRecord{EventName: "INSERT", Change: events.DynamoDBStreamRecord{Keys: map[string]events.DynamoDBAttributeValue{
+			hash: events.NewStringAttribute(key.PK), "sk": events.NewStringAttribute(key.SK),
+		}}}
+		var doc any
+		b, _ := json.Marshal(record)
+		must(json.Unmarshal(b, &doc))
+		passes, err := matches(pattern, doc)
+		must(err)
+
+		var ev tally.Event
+		isEvent := op.Kind == store.OpPut && json.Unmarshal(op.Item.Data, &ev) == nil && strings.HasPrefix(ev.ID, "evt_") && ev.Event != ""
+		switch {
+		case isEvent:
+			nEvents++
+			if !passes {
+				t.Errorf("the filter drops event %s (%s) at %s/%s", ev.ID, ev.Event, key.PK, key.SK)
+			}
+		default:
+			nOthers++
+			if passes {
+				t.Errorf("the filter lets through a non-event write at %s/%s", key.PK, key.SK)
+			}
+		}
+		if op.Kind == store.OpUpdate && op.Add["n"] > 0 && strings.Contains(key.PK, "key:key_test") {
+			nRate++
+			if !rateKey.MatchString(key.PK) {
+				t.Errorf("the rate counter %s is not under %s, which ReportsFunction may update", key.PK, rateCounterKeys)
+			}
+		}
+	}
+	// partner.applied, partner.approved, conversion.created, conversion.approved.
+	if nEvents < 4 || nOthers < 5 || nRate != 1 {
+		t.Errorf("saw %d event writes, %d others, %d rate counts: the scenario no longer exercises the filter", nEvents, nOthers, nRate)
+	}
+}
+
+// matches applies a Lambda event filter pattern (the subset of EventBridge
+// patterns it uses: objects, lists of exact values and {"prefix": …}) to a
+// JSON document.
+func matches(pattern, doc any) (bool, error) {
+	switch p := pattern.(type) {
+	case map[string]any:
+		d, ok := doc.(map[string]any)
+		if !ok {
+			return false, nil
+		}
+		for k, sub := range p {
+			v, ok := d[k]
+			if !ok {
+				return false, nil
+			}
+			m, err := matches(sub, v)
+			if err != nil || !m {
+				return false, err
+			}
+		}
+		return true, nil
+	case []any:
+		for _, alt := range p {
+			switch a := alt.(type) {
+			case map[string]any:
+				prefix, ok := a["prefix"].(string)
+				if !ok || len(a) != 1 {
+					return false, errUnsupported(a)
+				}
+				if s, ok := doc.(string); ok && strings.HasPrefix(s, prefix) {
+					return true, nil
+				}
+			default:
+				if reflect.DeepEqual(a, doc) {
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	}
+	return false, errUnsupported(pattern)
+}
+
+// unsupportedError is a filter pattern matches does not know.
+type unsupportedError struct{ pattern any }
+
+func errUnsupported(p any) error { return unsupportedError{p} }
+
+func (e unsupportedError) Error() string { return "unsupported filter pattern " + toString(e.pattern) }
+
+// TestCFNLint validates the template with cfn-lint (which runs the SAM
+// translator) when it is installed.
+func TestCFNLint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	if _, err := exec.LookPath("cfn-lint"); err != nil {
+		t.Skip("cfn-lint is not installed")
+	}
+	cmd := exec.Command("cfn-lint", "template.yaml")
+	cmd.Dir = root(t)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Errorf("cfn-lint template.yaml: %v\n%s", err, out.String())
+	}
+}

@@ -1,0 +1,898 @@
+package lambdafn_test
+
+// The webhook pipeline's functions (fanout, deliver, attempt) run here
+// through their real handlers, on both stores, with webhook receivers on
+// loopback (httptest). SQS and Step Functions are faked at the SDK interface
+// the handlers take (lambdafn.Queue, lambdafn.Executions): there is no
+// emulator for either on these machines (no Docker, so no LocalStack).
+// bootstrap_test.go runs the built functions against fakes of the two
+// services' HTTP APIs instead.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
+	sfntypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/dynamotest"
+	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/store/dynamo"
+	"github.com/tally-hq/tally/internal/testenv"
+	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/webhook"
+)
+
+// The pipeline's AWS resources as the functions' environment names them.
+const (
+	queueURL        = "https://sqs.eu-west-1.amazonaws.com/123456789012/tally-DeliveryQueue-Hn4Rk8Wq2Zx6"
+	stateMachineARN = "arn:aws:states:eu-west-1:123456789012:stateMachine:RetryStateMachine-Vb3Xy9Qw1Ert"
+	webhookSecret   = "whsec_5f0c9a7e3b1d4c6a8e2f"
+)
+
+// fakeQueue stands in for the SQS client (lambdafn.Queue) — there is no SQS
+// emulator here. It checks what SQS checks of a SendMessageBatch (1 to 10
+// entries, distinct ids, a body each) and keeps every call; respond, if
+// set, answers a call instead of accepting every entry.
+type fakeQueue struct {
+	mu      sync.Mutex
+	calls   []*sqs.SendMessageBatchInput
+	sent    []string // bodies of the accepted messages, in order
+	respond func(in *sqs.SendMessageBatchInput) (*sqs.SendMessageBatchOutput, error)
+}
+
+func (q *fakeQueue) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, _ ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.calls = append(q.calls, in)
+	if n := len(in.Entries); n == 0 || n > 10 {
+		return nil, &smithy.GenericAPIError{Code: "AWS.SimpleQueueService.TooManyEntriesInBatchRequest", Message: fmt.Sprintf("%d entries", n)}
+	}
+	ids := map[string]bool{}
+	for _, e := range in.Entries {
+		if ids[aws.ToString(e.Id)] || aws.ToString(e.MessageBody) == "" {
+			return nil, &smithy.GenericAPIError{Code: "AWS.SimpleQueueService.BatchEntryIdsNotDistinct", Message: "ids must be distinct and bodies set"}
+		}
+		ids[aws.ToString(e.Id)] = true
+	}
+	out := &sqs.SendMessageBatchOutput{}
+	if q.respond != nil {
+		var err error
+		if out, err = q.respond(in); err != nil {
+			return nil, err
+		}
+	} else {
+		for _, e := range in.Entries {
+			out.Successful = append(out.Successful, sqstypes.SendMessageBatchResultEntry{Id: e.Id})
+		}
+	}
+	for _, ok := range out.Successful {
+		for _, e := range in.Entries {
+			if aws.ToString(e.Id) == aws.ToString(ok.Id) {
+				q.sent = append(q.sent, aws.ToString(e.MessageBody))
+			}
+		}
+	}
+	return out, nil
+}
+
+func (q *fakeQueue) callCount() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.calls)
+}
+
+func (q *fakeQueue) messages() []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return slices.Clone(q.sent)
+}
+
+// refuseFrom answers the batches from call number n (1-based, counted from
+// now) with fail; earlier ones are accepted.
+func (q *fakeQueue) refuseFrom(n int, fail func(in *sqs.SendMessageBatchInput) (*sqs.SendMessageBatchOutput, error)) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	start := len(q.calls)
+	q.respond = func(in *sqs.SendMessageBatchInput) (*sqs.SendMessageBatchOutput, error) {
+		if len(q.calls)-start < n {
+			return acceptAll(in)
+		}
+		return fail(in)
+	}
+}
+
+func acceptAll(in *sqs.SendMessageBatchInput) (*sqs.SendMessageBatchOutput, error) {
+	out := &sqs.SendMessageBatchOutput{}
+	for _, e := range in.Entries {
+		out.Successful = append(out.Successful, sqstypes.SendMessageBatchResultEntry{Id: e.Id})
+	}
+	return out, nil
+}
+
+// refuseLast accepts all entries of a batch but its last, which SQS reports
+// as failed (the call itself succeeds).
+func refuseLast(in *sqs.SendMessageBatchInput) (*sqs.SendMessageBatchOutput, error) {
+	out, _ := acceptAll(in)
+	last := out.Successful[len(out.Successful)-1]
+	out.Successful = out.Successful[:len(out.Successful)-1]
+	out.Failed = []sqstypes.BatchResultErrorEntry{{Id: last.Id, Code: aws.String("InternalError"), Message: aws.String("Try again."), SenderFault: false}}
+	return out, nil
+}
+
+func queueDown(*sqs.SendMessageBatchInput) (*sqs.SendMessageBatchOutput, error) {
+	return nil, &smithy.GenericAPIError{Code: "ServiceUnavailable", Message: "The service is unavailable."}
+}
+
+// fakeExecutions stands in for the Step Functions client
+// (lambdafn.Executions) — there is no emulator for the service here. It
+// answers StartExecution as a STANDARD state machine does: a name not used
+// before starts an execution; the name of a running execution with the same
+// input answers with that execution (no new one); otherwise the name is
+// refused with ExecutionAlreadyExists (a closed execution's name stays taken
+// for 90 days).
+type fakeExecutions struct {
+	mu      sync.Mutex
+	calls   []*sfn.StartExecutionInput
+	started []*sfn.StartExecutionInput // new executions, in order
+	running map[string]bool            // by name
+	refused int                        // ExecutionAlreadyExists answers
+	err     error                      // if set, every call fails with it
+}
+
+var executionName = regexp.MustCompile(`^[0-9A-Za-z_-]{1,80}$`)
+
+func (x *fakeExecutions) StartExecution(ctx context.Context, in *sfn.StartExecutionInput, _ ...func(*sfn.Options)) (*sfn.StartExecutionOutput, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.calls = append(x.calls, in)
+	name := aws.ToString(in.Name)
+	switch {
+	case x.err != nil:
+		return nil, x.err
+	case aws.ToString(in.StateMachineArn) == "":
+		return nil, &sfntypes.InvalidArn{Message: aws.String("stateMachineArn is required")}
+	case !executionName.MatchString(name):
+		return nil, &sfntypes.InvalidName{Message: aws.String("invalid name " + name)}
+	case !json.Valid([]byte(aws.ToString(in.Input))):
+		return nil, &sfntypes.InvalidExecutionInput{Message: aws.String("input is not JSON")}
+	}
+	out := &sfn.StartExecutionOutput{ExecutionArn: aws.String(aws.ToString(in.StateMachineArn) + ":" + name), StartDate: aws.Time(time.Now())}
+	for _, prev := range x.started {
+		if aws.ToString(prev.Name) != name {
+			continue
+		}
+		if x.running[name] && aws.ToString(prev.Input) == aws.ToString(in.Input) {
+			return out, nil
+		}
+		x.refused++
+		return nil, &sfntypes.ExecutionAlreadyExists{Message: aws.String("Execution Already Exists: '" + aws.ToString(out.ExecutionArn) + "'")}
+	}
+	x.started = append(x.started, in)
+	if x.running == nil {
+		x.running = map[string]bool{}
+	}
+	x.running[name] = true
+	return out, nil
+}
+
+// finishAll ends every running execution.
+func (x *fakeExecutions) finishAll() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	clear(x.running)
+}
+
+func (x *fakeExecutions) startedNames() []string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var names []string
+	for _, in := range x.started {
+		names = append(names, aws.ToString(in.Name))
+	}
+	return names
+}
+
+// receiver is a webhook receiver on loopback that answers with the statuses
+// it is given, in turn (the last one repeats), and keeps what it got.
+type receiver struct {
+	srv      *httptest.Server
+	mu       sync.Mutex
+	statuses []int
+	got      []*http.Request // their bodies are in bodies; request(i) puts one back
+	bodies   [][]byte
+}
+
+func newReceiver(t *testing.T, statuses ...int) *receiver {
+	t.Helper()
+	r := &receiver{statuses: statuses}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		r.got = append(r.got, req.Clone(context.Background()))
+		r.bodies = append(r.bodies, body)
+		status := r.statuses[min(len(r.got), len(r.statuses))-1]
+		r.mu.Unlock()
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"received":%d}`, status)
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *receiver) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.got)
+}
+
+// request returns request i with a fresh body.
+func (r *receiver) request(i int) (*http.Request, []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	req := r.got[i].Clone(context.Background())
+	req.Body = io.NopCloser(bytes.NewReader(r.bodies[i]))
+	return req, r.bodies[i]
+}
+
+// subscribe adds a subscription of the fixture's brand; with a receiver
+// (statuses given) its URL is the receiver's, else an https URL nothing is
+// sent to.
+func (f *fixture) subscribe(t *testing.T, names []string, secret string, statuses ...int) tally.Subscription {
+	t.Helper()
+	url := "https://hooks.example.com/tally/" + strconv.Itoa(len(f.subs))
+	var rcv *receiver
+	if len(statuses) > 0 {
+		rcv = newReceiver(t, statuses...)
+		url = rcv.srv.URL + "/hooks/tally"
+	}
+	in := tracking.SubscriptionInput{URL: &url, Events: names}
+	if secret != "" {
+		in.Secret = &secret
+	}
+	sub, err := f.svc.CreateSubscription(t.Context(), f.brand.ID, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.subs = append(f.subs, sub)
+	if rcv != nil {
+		f.receivers[sub.ID] = rcv
+	}
+	return sub
+}
+
+// applied has a partner apply and returns the partner.applied event it made
+// (also in f.event and f.vars).
+func (f *fixture) applied(t *testing.T, name string) tally.Event {
+	t.Helper()
+	p := f.appliedPartner(t, name, "team@"+strings.ToLower(strings.ReplaceAll(name, " ", "-"))+".example")
+	evts, _, err := f.svc.Events(t.Context(), f.brand.ID, tracking.ListParams{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evts {
+		var data struct {
+			PartnerID string `json:"partnerId"`
+		}
+		if err := json.Unmarshal(e.Data, &data); err == nil && e.Event == tally.EventPartnerApplied && data.PartnerID == p.ID {
+			f.event = e
+			f.vars["TALLY_EVENT_ID"] = e.ID
+			return e
+		}
+	}
+	t.Fatalf("no partner.applied event for %s", p.ID)
+	return tally.Event{}
+}
+
+// deliveriesOf returns the deliveries of an event by subscription id.
+func (f *fixture) deliveriesOf(t *testing.T, eventID string) map[string]tally.Delivery {
+	t.Helper()
+	ds, _, err := f.svc.Deliveries(t.Context(), f.brand.ID, tracking.DeliveryFilter{EventID: eventID}, tracking.ListParams{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]tally.Delivery{}
+	for _, d := range ds {
+		if _, dup := out[d.SubscriptionID]; dup {
+			t.Errorf("two deliveries of %s to %s", eventID, d.SubscriptionID)
+		}
+		out[d.SubscriptionID] = d
+	}
+	return out
+}
+
+func (f *fixture) delivery(t *testing.T, id string) tally.Delivery {
+	t.Helper()
+	d, err := f.svc.Delivery(t.Context(), f.brand.ID, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// messageBody is a delivery message as the fan-out and the manual retry
+// queue it.
+func messageBody(brandID, deliveryID string) string {
+	return `{"brandId":"` + brandID + `","deliveryId":"` + deliveryID + `"}`
+}
+
+// roundTrip encodes a handler's answer to JSON and decodes it into Out, as
+// the Lambda runtime and the service that invoked the function do.
+func roundTrip[Out any](t *testing.T, v any) Out {
+	t.Helper()
+	raw, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out Out
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func fanoutCall(t *testing.T, f *fixture) func(events.DynamoDBEvent) events.DynamoDBEventResponse {
+	h := lambdafn.FanoutHandler(f.svc, f.queue, queueURL, f.cfg.Logger)
+	return func(ev events.DynamoDBEvent) events.DynamoDBEventResponse {
+		t.Helper()
+		out, err := h(lambdaContext(t, "fanout-invocation"), ev)
+		if err != nil {
+			t.Fatalf("the fan-out failed the whole batch: %v", err)
+		}
+		return roundTrip[events.DynamoDBEventResponse](t, out)
+	}
+}
+
+func deliverCall(t *testing.T, f *fixture) func(events.SQSEvent) events.SQSEventResponse {
+	h := lambdafn.DeliverHandler(f.svc, f.sender, f.executions, stateMachineARN, f.cfg.Logger)
+	return func(ev events.SQSEvent) events.SQSEventResponse {
+		t.Helper()
+		out, err := h(lambdaContext(t, "deliver-invocation"), ev)
+		if err != nil {
+			t.Fatalf("deliver failed the whole batch: %v", err)
+		}
+		return roundTrip[events.SQSEventResponse](t, out)
+	}
+}
+
+func attemptCall(t *testing.T, f *fixture) func(lambdafn.RetryInput) (map[string]any, error) {
+	h := lambdafn.AttemptHandler(f.svc, f.sender)
+	return func(in lambdafn.RetryInput) (map[string]any, error) {
+		t.Helper()
+		out, err := h(lambdaContext(t, "attempt-invocation"), in)
+		if err != nil {
+			return nil, err
+		}
+		return roundTrip[map[string]any](t, out), nil
+	}
+}
+
+func streamFailures(r events.DynamoDBEventResponse) []string {
+	var ids []string
+	for _, f := range r.BatchItemFailures {
+		ids = append(ids, f.ItemIdentifier)
+	}
+	return ids
+}
+
+func queueFailures(r events.SQSEventResponse) []string {
+	var ids []string
+	for _, f := range r.BatchItemFailures {
+		ids = append(ids, f.ItemIdentifier)
+	}
+	return ids
+}
+
+// wantMessages checks that msgs are exactly one message per delivery in ds
+// (in any order).
+func wantMessages(t *testing.T, f *fixture, msgs []string, ds map[string]tally.Delivery) {
+	t.Helper()
+	var want []string
+	for _, d := range ds {
+		want = append(want, messageBody(f.brand.ID, d.ID))
+	}
+	got := slices.Sorted(slices.Values(msgs))
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("queued messages:\n%q\nwant one per delivery:\n%q", got, want)
+	}
+}
+
+// streamRecord is the sample's INSERT record for another event, at seq.
+func streamRecord(t *testing.T, sample events.DynamoDBEvent, eventID, seq string) events.DynamoDBEventRecord {
+	t.Helper()
+	raw, err := json.Marshal(sample.Records[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := decodeEvent[events.DynamoDBEventRecord](t, raw)
+	key := events.NewStringAttribute("EVT#" + eventID)
+	rec.Change.Keys = maps.Clone(rec.Change.Keys)
+	rec.Change.Keys["pk"] = key
+	rec.Change.NewImage = maps.Clone(rec.Change.NewImage)
+	rec.Change.NewImage["pk"] = key
+	rec.Change.SequenceNumber = seq
+	return rec
+}
+
+func init() {
+	cases["fanout-stream"] = sampleCase{
+		setup: func(t *testing.T, f *fixture) {
+			f.subscribe(t, []string{tally.EventPartnerApplied}, webhookSecret)
+			f.subscribe(t, []string{tally.EventConversionCreated, tally.EventPartnerApplied}, "")
+			f.subscribe(t, []string{tally.EventConversionApproved}, "") // gets nothing
+			f.applied(t, "Runner Media")
+		},
+		fanout: func(t *testing.T, f *fixture, ev events.DynamoDBEvent, call func(events.DynamoDBEvent) events.DynamoDBEventResponse) {
+			if len(ev.Records) != 2 || ev.Records[0].EventName != "INSERT" || ev.Records[1].EventName != "MODIFY" {
+				t.Fatalf("the sample should be an INSERT and a MODIFY record: %+v", ev.Records)
+			}
+			if fails := streamFailures(call(ev)); len(fails) != 0 {
+				t.Fatalf("batch item failures %v, want none", fails)
+			}
+			ds := f.deliveriesOf(t, f.event.ID)
+			if len(ds) != 2 {
+				t.Fatalf("%d deliveries, want one per subscription to partner.applied: %v", len(ds), ds)
+			}
+			for _, sub := range f.subs[:2] {
+				d, ok := ds[sub.ID]
+				if !ok || d.Status != tally.DeliveryPending || d.Event != tally.EventPartnerApplied || len(d.Attempts) != 0 {
+					t.Errorf("delivery to %s = %+v, want a pending partner.applied without attempts", sub.ID, d)
+				}
+			}
+			// One batch of two: the MODIFY record was skipped (a second
+			// fan-out of the event would have queued its deliveries again).
+			if n := f.queue.callCount(); n != 1 {
+				t.Errorf("%d SendMessageBatch calls, want 1", n)
+			}
+			if url := aws.ToString(f.queue.calls[0].QueueUrl); url != queueURL {
+				t.Errorf("QueueUrl = %q, want %q", url, queueURL)
+			}
+			wantMessages(t, f, f.queue.messages(), ds)
+
+			// The stream repeats a batch after a failure: nothing is created
+			// twice, and the pending deliveries are queued again (deliver
+			// sends each at most once).
+			if fails := streamFailures(call(ev)); len(fails) != 0 {
+				t.Fatalf("repeated batch: failures %v", fails)
+			}
+			again := f.deliveriesOf(t, f.event.ID)
+			if !maps.EqualFunc(ds, again, func(a, b tally.Delivery) bool { return a.ID == b.ID }) {
+				t.Errorf("the repeated batch changed the deliveries: %v, then %v", ds, again)
+			}
+			if msgs := f.queue.messages(); len(msgs) != 4 {
+				t.Errorf("after the repeat %d messages, want the 2 queued again", len(msgs))
+			} else {
+				wantMessages(t, f, msgs[2:], ds)
+			}
+		},
+	}
+
+	cases["deliver-sqs"] = sampleCase{
+		setup: func(t *testing.T, f *fixture) {
+			ok := f.subscribe(t, []string{tally.EventPartnerApplied}, webhookSecret, 200)
+			failing := f.subscribe(t, []string{tally.EventPartnerApplied}, "", 503)
+			evt := f.applied(t, "Runner Media")
+			if _, err := f.svc.FanOut(t.Context(), evt.ID); err != nil {
+				t.Fatal(err)
+			}
+			ds := f.deliveriesOf(t, evt.ID)
+			f.vars["TALLY_DELIVERY_ID"] = ds[ok.ID].ID
+			f.vars["TALLY_OTHER_DELIVERY_ID"] = ds[failing.ID].ID
+		},
+		deliver: func(t *testing.T, f *fixture, ev events.SQSEvent, call func(events.SQSEvent) events.SQSEventResponse) {
+			okID, failingID := f.vars["TALLY_DELIVERY_ID"], f.vars["TALLY_OTHER_DELIVERY_ID"]
+			okRcv, failingRcv := f.receivers[f.subs[0].ID], f.receivers[f.subs[1].ID]
+			if len(ev.Records) != 3 {
+				t.Fatalf("the sample has %d messages, want 3", len(ev.Records))
+			}
+			bad := ev.Records[2].MessageId
+			if fails := queueFailures(call(ev)); !slices.Equal(fails, []string{bad}) {
+				t.Fatalf("batch item failures %v, want only the message that is no delivery (%s)", fails, bad)
+			}
+
+			// Attempt 1 of each: signed where the subscription has a secret.
+			if okRcv.count() != 1 || failingRcv.count() != 1 {
+				t.Fatalf("the receivers got %d and %d requests, want 1 each", okRcv.count(), failingRcv.count())
+			}
+			req, body := okRcv.request(0)
+			if _, err := webhook.VerifyRequest(webhookSecret, req, 5*time.Minute); err != nil {
+				t.Errorf("the request to the subscription with a secret does not verify: %v", err)
+			}
+			if req.Header.Get("X-Tally-Webhook-Id") != okID || req.Header.Get("X-Tally-Event") != tally.EventPartnerApplied {
+				t.Errorf("headers %v, want X-Tally-Webhook-Id %s and X-Tally-Event partner.applied", req.Header, okID)
+			}
+			if env := roundTrip[tally.Event](t, json.RawMessage(body)); env.ID != f.event.ID {
+				t.Errorf("the body's id is %q, want the event %s", env.ID, f.event.ID)
+			}
+			req, _ = failingRcv.request(0)
+			if sig := req.Header.Get("X-Tally-Signature"); sig != "" || req.Header.Get("X-Tally-Webhook-Id") != failingID {
+				t.Errorf("the request to the subscription without a secret: signature %q, webhook id %q", sig, req.Header.Get("X-Tally-Webhook-Id"))
+			}
+			if d := f.delivery(t, okID); d.Status != tally.DeliverySucceeded || len(d.Attempts) != 1 || d.Attempts[0].StatusCode != 200 {
+				t.Errorf("delivery %s = %+v, want succeeded after one attempt", okID, d)
+			}
+			if d := f.delivery(t, failingID); d.Status != tally.DeliveryPending || len(d.Attempts) != 1 || d.Attempts[0].StatusCode != 503 || d.NextAttemptAt == nil {
+				t.Errorf("delivery %s = %+v, want pending after one failed attempt", failingID, d)
+			}
+
+			// Only the failed one goes on to the retry state machine, named
+			// after the delivery and its first schedule.
+			if got := f.executions.startedNames(); !slices.Equal(got, []string{failingID + "-0"}) {
+				t.Fatalf("executions started: %v, want [%s-0]", got, failingID)
+			}
+			in := f.executions.started[0]
+			if arn := aws.ToString(in.StateMachineArn); arn != stateMachineARN {
+				t.Errorf("stateMachineArn = %q", arn)
+			}
+			if got, want := aws.ToString(in.Input), messageBody(f.brand.ID, failingID); got != want {
+				t.Errorf("execution input %s, want %s", got, want)
+			}
+
+			// SQS delivers at least once. The same batch again, while the
+			// execution runs (Step Functions answers a repeated start with the
+			// running execution) and after it ended (ExecutionAlreadyExists),
+			// sends nothing and starts nothing.
+			for _, when := range []string{"while the execution runs", "after the execution ended"} {
+				if when == "after the execution ended" {
+					f.executions.finishAll()
+				}
+				if fails := queueFailures(call(ev)); !slices.Equal(fails, []string{bad}) {
+					t.Errorf("repeated batch %s: failures %v, want only %s", when, fails, bad)
+				}
+				if okRcv.count() != 1 || failingRcv.count() != 1 {
+					t.Errorf("repeated batch %s: the receivers got %d and %d requests, want still 1 each", when, okRcv.count(), failingRcv.count())
+				}
+				if got := f.executions.startedNames(); len(got) != 1 {
+					t.Errorf("repeated batch %s: executions %v, want still one", when, got)
+				}
+			}
+			if f.executions.refused != 1 {
+				t.Errorf("the fake refused %d starts, want 1 (the repeat after the execution ended)", f.executions.refused)
+			}
+		},
+	}
+
+	cases["attempt-task"] = sampleCase{
+		setup: func(t *testing.T, f *fixture) {
+			sub := f.subscribe(t, []string{tally.EventPartnerApplied}, webhookSecret, 500, 200)
+			evt := f.applied(t, "Runner Media")
+			if _, err := f.svc.FanOut(t.Context(), evt.ID); err != nil {
+				t.Fatal(err)
+			}
+			d := f.deliveriesOf(t, evt.ID)[sub.ID]
+			res, err := f.svc.Attempt(t.Context(), tracking.DeliveryRef{BrandID: f.brand.ID, DeliveryID: d.ID}, 1, f.sender)
+			if err != nil || res.Status != tally.DeliveryPending {
+				t.Fatalf("setup: attempt 1 = %+v, %v; want pending", res, err)
+			}
+			f.vars["TALLY_DELIVERY_ID"] = d.ID
+		},
+		attempt: func(t *testing.T, f *fixture, in lambdafn.RetryInput, call func(lambdafn.RetryInput) (map[string]any, error)) {
+			id := f.vars["TALLY_DELIVERY_ID"]
+			if in.Attempt != 2 || in.BrandID != f.brand.ID || in.DeliveryID != id {
+				t.Fatalf("the sample decodes to %+v", in)
+			}
+			rcv := f.receivers[f.subs[0].ID]
+			out, err := call(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantField(t, out, "status", tally.DeliverySucceeded)
+			wantField(t, out, "attempts", 2)
+			wantField(t, out, "cycle", 0)
+			wantField(t, out, "sent", true)
+			if rcv.count() != 2 {
+				t.Fatalf("the receiver got %d requests, want attempts 1 and 2", rcv.count())
+			}
+			req, _ := rcv.request(1)
+			if _, err := webhook.VerifyRequest(webhookSecret, req, 5*time.Minute); err != nil || req.Header.Get("X-Tally-Webhook-Id") != id {
+				t.Errorf("attempt 2: signature %v, webhook id %q, want a valid signature and %s", err, req.Header.Get("X-Tally-Webhook-Id"), id)
+			}
+			if d := f.delivery(t, id); d.Status != tally.DeliverySucceeded || len(d.Attempts) != 2 {
+				t.Errorf("delivery = %+v, want succeeded after two attempts", d)
+			}
+
+			// The state machine may run a task twice: nothing is sent again.
+			out, err = call(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantField(t, out, "status", tally.DeliverySucceeded)
+			wantField(t, out, "attempts", 2)
+			wantField(t, out, "sent", false)
+			if rcv.count() != 2 {
+				t.Errorf("the repeated task sent again: %d requests", rcv.count())
+			}
+		},
+	}
+}
+
+// TestFanoutChunks checks that an event with 23 deliveries is queued in
+// batches of at most 10 (SendMessageBatch's limit): 10, 10, 3.
+func TestFanoutChunks(t *testing.T) {
+	sample := samples(t)["fanout-stream"]
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		f := newFixture(t, st)
+		for range 23 {
+			f.subscribe(t, []string{tally.EventPartnerApplied}, "")
+		}
+		f.applied(t, "Runner Media")
+		ev := decodeEvent[events.DynamoDBEvent](t, substitute(t, sample, f.vars))
+		if fails := streamFailures(fanoutCall(t, f)(ev)); len(fails) != 0 {
+			t.Fatalf("failures %v", fails)
+		}
+		var sizes []int
+		for _, in := range f.queue.calls {
+			sizes = append(sizes, len(in.Entries))
+		}
+		if !slices.Equal(sizes, []int{10, 10, 3}) {
+			t.Errorf("batch sizes %v, want [10 10 3]", sizes)
+		}
+		ds := f.deliveriesOf(t, f.event.ID)
+		if len(ds) != 23 {
+			t.Fatalf("%d deliveries, want 23", len(ds))
+		}
+		wantMessages(t, f, f.queue.messages(), ds)
+	})
+}
+
+// TestFanoutQueueFailures checks the partial batch response: when queueing
+// an event's deliveries fails (the call, or one entry), that record's
+// sequence number is reported and the records after it are left alone, so
+// that Lambda retries the batch from there; the retries create nothing twice.
+func TestFanoutQueueFailures(t *testing.T) {
+	sample := samples(t)["fanout-stream"]
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		f := newFixture(t, st)
+		for range 12 { // two batches per event
+			f.subscribe(t, []string{tally.EventPartnerApplied}, "")
+		}
+		a := f.applied(t, "Runner Media")
+		b := f.applied(t, "Trail Tales")
+		ev := decodeEvent[events.DynamoDBEvent](t, substitute(t, sample, f.vars))
+		recA := streamRecord(t, ev, a.ID, "4421584500000000017450439091")
+		recB := streamRecord(t, ev, b.ID, "4421584700000000017450439160")
+		call := fanoutCall(t, f)
+		step := func(what string, records []events.DynamoDBEventRecord, wantFailed []string, wantCalls int) {
+			t.Helper()
+			before := f.queue.callCount()
+			fails := streamFailures(call(events.DynamoDBEvent{Records: records}))
+			if !slices.Equal(fails, wantFailed) {
+				t.Errorf("%s: failures %v, want %v", what, fails, wantFailed)
+			}
+			if n := f.queue.callCount() - before; n != wantCalls {
+				t.Errorf("%s: %d SendMessageBatch calls, want %d", what, n, wantCalls)
+			}
+		}
+
+		f.queue.refuseFrom(1, queueDown)
+		step("SendMessageBatch fails for the first record", []events.DynamoDBEventRecord{recA, recB}, []string{recA.Change.SequenceNumber}, 1)
+		if n := len(f.deliveriesOf(t, b.ID)); n != 0 {
+			t.Errorf("the record after the failed one was processed: %d deliveries of event B", n)
+		}
+		f.queue.refuseFrom(2, refuseLast)
+		step("an entry of the first record's second batch is refused", []events.DynamoDBEventRecord{recA, recB}, []string{recA.Change.SequenceNumber}, 2)
+		if n := len(f.deliveriesOf(t, b.ID)); n != 0 {
+			t.Errorf("the record after the failed one was processed: %d deliveries of event B", n)
+		}
+		f.queue.refuseFrom(3, queueDown)
+		step("the first record goes through, the second fails", []events.DynamoDBEventRecord{recA, recB}, []string{recB.Change.SequenceNumber}, 3)
+		f.queue.respond = nil
+		step("the retry from the second record", []events.DynamoDBEventRecord{recB}, nil, 2)
+
+		dsA, dsB := f.deliveriesOf(t, a.ID), f.deliveriesOf(t, b.ID)
+		if len(dsA) != 12 || len(dsB) != 12 {
+			t.Fatalf("%d and %d deliveries, want 12 per event", len(dsA), len(dsB))
+		}
+		// Every delivery was queued at least once; the retries queued some
+		// twice, which deliver tolerates.
+		msgs := f.queue.messages()
+		for _, d := range slices.Concat(slices.Collect(maps.Values(dsA)), slices.Collect(maps.Values(dsB))) {
+			if !slices.Contains(msgs, messageBody(f.brand.ID, d.ID)) {
+				t.Errorf("delivery %s was never queued", d.ID)
+			}
+		}
+	})
+}
+
+// TestFanoutSampleIsTheStoredItem checks the stream sample against what the
+// DynamoDB backend writes: the INSERT's image has the attributes (names and
+// types) of a new event item, the MODIFY's those of the item after its
+// fan-out.
+func TestFanoutSampleIsTheStoredItem(t *testing.T) {
+	client, table := dynamotest.NewTable(t)
+	f := newFixture(t, dynamo.New(client, table))
+	evt := f.applied(t, "Runner Media")
+	ev := decodeEvent[events.DynamoDBEvent](t, substitute(t, samples(t)["fanout-stream"], f.vars))
+	item := func() map[string]ddbtypes.AttributeValue {
+		out, err := client.GetItem(t.Context(), &dynamodb.GetItemInput{TableName: aws.String(table),
+			Key: map[string]ddbtypes.AttributeValue{"pk": &ddbtypes.AttributeValueMemberS{Value: "EVT#" + evt.ID}, "sk": &ddbtypes.AttributeValueMemberS{Value: "#EVT"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.Item
+	}
+	compare := func(what string, image map[string]events.DynamoDBAttributeValue, stored map[string]ddbtypes.AttributeValue) {
+		t.Helper()
+		got, want := map[string]string{}, map[string]string{}
+		for name, v := range image {
+			got[name] = map[events.DynamoDBDataType]string{events.DataTypeString: "S", events.DataTypeBinary: "B", events.DataTypeNumber: "N"}[v.DataType()]
+		}
+		for name, v := range stored {
+			want[name] = fmt.Sprintf("%T", v)[len("*types.AttributeValueMember"):]
+			if s, ok := v.(*ddbtypes.AttributeValueMemberS); ok && name != "gsi1pk" && name != "gsi3pk" && image[name].DataType() == events.DataTypeString && image[name].String() != s.Value {
+				t.Errorf("%s: %s = %q, the table has %q", what, name, image[name].String(), s.Value)
+			}
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("%s: attributes %v, the table's item has %v", what, got, want)
+		}
+	}
+	compare("INSERT", ev.Records[0].Change.NewImage, item())
+	if _, err := f.svc.FanOut(t.Context(), evt.ID); err != nil {
+		t.Fatal(err)
+	}
+	compare("MODIFY", ev.Records[1].Change.NewImage, item())
+	for _, rec := range ev.Records {
+		if !maps.Equal(maps.Collect(func(yield func(string, string) bool) {
+			for k, v := range rec.Change.Keys {
+				yield(k, v.String())
+			}
+		}), map[string]string{"pk": "EVT#" + evt.ID, "sk": "#EVT"}) {
+			t.Errorf("%s: Keys %v", rec.EventName, rec.Change.Keys)
+		}
+	}
+}
+
+// TestDeliverStartExecutionFails checks that a message whose attempt 1
+// failed but whose execution could not be started is reported, and that
+// SQS's redelivery starts it without sending again.
+func TestDeliverStartExecutionFails(t *testing.T) {
+	sample := samples(t)["deliver-sqs"]
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		f := newFixture(t, st)
+		sub := f.subscribe(t, []string{tally.EventPartnerApplied}, "", 500)
+		evt := f.applied(t, "Runner Media")
+		if _, err := f.svc.FanOut(t.Context(), evt.ID); err != nil {
+			t.Fatal(err)
+		}
+		id := f.deliveriesOf(t, evt.ID)[sub.ID].ID
+		f.vars["TALLY_DELIVERY_ID"], f.vars["TALLY_OTHER_DELIVERY_ID"] = id, id
+		ev := decodeEvent[events.SQSEvent](t, substitute(t, sample, f.vars))
+		ev.Records = ev.Records[:1]
+		call := deliverCall(t, f)
+
+		f.executions.err = &smithy.GenericAPIError{Code: "ThrottlingException", Message: "Rate exceeded"}
+		if fails := queueFailures(call(ev)); !slices.Equal(fails, []string{ev.Records[0].MessageId}) {
+			t.Errorf("failures %v, want the message", fails)
+		}
+		f.executions.err = nil
+		if fails := queueFailures(call(ev)); len(fails) != 0 {
+			t.Errorf("redelivered: failures %v", fails)
+		}
+		if got := f.executions.startedNames(); !slices.Equal(got, []string{id + "-0"}) {
+			t.Errorf("executions %v, want [%s-0]", got, id)
+		}
+		if n := f.receivers[sub.ID].count(); n != 1 {
+			t.Errorf("the receiver got %d requests, want attempt 1 once", n)
+		}
+	})
+}
+
+// TestRequeue checks the hook that queues a manually retried delivery.
+func TestRequeue(t *testing.T) {
+	q := &fakeQueue{}
+	requeue := lambdafn.Requeue(q, queueURL)
+	ref := tracking.DeliveryRef{BrandID: "brd_01kaqhzz2r4t6y8a0c2e4g6j8m", DeliveryID: "wh_01kaqj3f8v5m2w7x9c4d6e8g0h"}
+	if err := requeue(t.Context(), ref); err != nil {
+		t.Fatal(err)
+	}
+	if len(q.calls) != 1 || len(q.calls[0].Entries) != 1 || aws.ToString(q.calls[0].QueueUrl) != queueURL {
+		t.Fatalf("calls %+v, want one batch of one message to the queue", q.calls)
+	}
+	if got, want := q.messages(), []string{messageBody(ref.BrandID, ref.DeliveryID)}; !slices.Equal(got, want) {
+		t.Errorf("messages %q, want %q", got, want)
+	}
+	q.respond = refuseLast
+	if err := requeue(t.Context(), ref); err == nil {
+		t.Error("a refused message is no error")
+	}
+	q.respond = queueDown
+	if err := requeue(t.Context(), ref); err == nil {
+		t.Error("a failed call is no error")
+	}
+}
+
+// TestManualRetryRequeues checks POST /deliveries/{id}/retry through the
+// deliveries function, whose service queues the retried delivery
+// (tracking.WithRequeue, as Setup wires it with TALLY_DELIVERY_QUEUE_URL):
+// exactly one message, which deliver turns into attempt 1 of the new
+// schedule and an execution named after that schedule.
+func TestManualRetryRequeues(t *testing.T) {
+	all := samples(t)
+	var groups []string
+	for _, fn := range functions(t) {
+		if fn.name == "deliveries" {
+			groups = fn.groups
+		}
+	}
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		q := &fakeQueue{}
+		f := newFixture(t, st, tracking.WithRequeue(lambdafn.Requeue(q, queueURL)))
+		sub := f.subscribe(t, []string{tally.EventPartnerApplied}, webhookSecret, 500)
+		evt := f.applied(t, "Runner Media")
+		if _, err := f.svc.FanOut(t.Context(), evt.ID); err != nil {
+			t.Fatal(err)
+		}
+		d := f.deliveriesOf(t, evt.ID)[sub.ID]
+		ref := tracking.DeliveryRef{BrandID: f.brand.ID, DeliveryID: d.ID}
+		for n := 1; n <= tracking.MaxAttempts; n++ {
+			if _, err := f.svc.Attempt(t.Context(), ref, n, f.sender); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d = f.delivery(t, d.ID); d.Status != tally.DeliveryFailed {
+			t.Fatalf("setup: delivery %+v, want failed", d)
+		}
+
+		h := apiHandler(t, f, groups)
+		ev := decodeEvent[events.APIGatewayV2HTTPRequest](t, substitute(t, all["deliveries-list"], f.vars))
+		path := "/api/v1/deliveries/" + d.ID + "/retry"
+		ev.RouteKey, ev.RawPath, ev.RawQueryString = "POST /api/v1/deliveries/{id}/retry", path, ""
+		ev.RequestContext.RouteKey, ev.RequestContext.HTTP.Method, ev.RequestContext.HTTP.Path = ev.RouteKey, "POST", path
+		r := invokeAPI(t, f, h, ev)
+		wantStatus(t, r, 200)
+		wantField(t, r.body, "status", tally.DeliveryPending)
+		if got, want := q.messages(), []string{messageBody(f.brand.ID, d.ID)}; !slices.Equal(got, want) {
+			t.Fatalf("queued %q, want exactly %q", got, want)
+		}
+		// A second retry finds it pending: 409, and nothing more is queued.
+		r = invokeAPI(t, f, h, ev)
+		wantStatus(t, r, 409)
+		if n := len(q.messages()); n != 1 {
+			t.Errorf("%d messages after the refused retry, want 1", n)
+		}
+
+		// The message through deliver: attempt 1 of the new schedule, and
+		// the execution for that schedule (cycle 7: seven attempts before).
+		sqsEv := decodeEvent[events.SQSEvent](t, substitute(t, all["deliver-sqs"], map[string]string{
+			"TALLY_BRAND_ID": f.brand.ID, "TALLY_DELIVERY_ID": d.ID, "TALLY_OTHER_DELIVERY_ID": d.ID}))
+		sqsEv.Records = sqsEv.Records[:1]
+		sqsEv.Records[0].Body = q.messages()[0]
+		if fails := queueFailures(deliverCall(t, f)(sqsEv)); len(fails) != 0 {
+			t.Fatalf("failures %v", fails)
+		}
+		if n := f.receivers[sub.ID].count(); n != tracking.MaxAttempts+1 {
+			t.Errorf("the receiver got %d requests, want %d", n, tracking.MaxAttempts+1)
+		}
+		want := fmt.Sprintf("%s-%d", d.ID, tracking.MaxAttempts)
+		if got := f.executions.startedNames(); !slices.Equal(got, []string{want}) {
+			t.Errorf("executions %v, want [%s]", got, want)
+		}
+		if d = f.delivery(t, d.ID); d.Status != tally.DeliveryPending || len(d.Attempts) != tracking.MaxAttempts+1 {
+			t.Errorf("delivery %+v, want pending with %d attempts", d, tracking.MaxAttempts+1)
+		}
+	})
+}

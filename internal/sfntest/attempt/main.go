@@ -1,0 +1,109 @@
+// Command attempt is the retry state machine's task for tests: what
+// functions/attempt does on AWS, as a program that local-sfn runs in place
+// of the Lambda invoke (see package sfntest for how local-sfn calls it).
+//
+// Its one argument is the task's input, the parameters of the
+// arn:aws:states:::lambda:invoke task: {"FunctionName": ..., "Payload":
+// {"brandId", "deliveryId", "attempt"}}. It opens the store the way every
+// function does (lambdafn.Setup: the DynamoDB table TALLY_TABLE names, its
+// endpoint from AWS_ENDPOINT_URL_DYNAMODB), runs lambdafn.AttemptHandler on
+// the payload, and prints what the invoke returns to the state machine:
+// {"ExecutedVersion": "$LATEST", "Payload": <result>, "StatusCode": 200}.
+// When the handler fails, it prints the error to stderr and exits 1, which
+// fails the task as a function error would (States.TaskFailed).
+//
+// Unlike functions/attempt, its sender delivers to loopback receivers (the
+// tests' httptest servers).
+//
+// When SFNTEST_TASK_LOG names a file, each run appends one JSON line to it:
+// {"payload": ..., "result": ... | "error": "..."}.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/tally-hq/tally/internal/delivery"
+	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+// TaskLogEnv names the file each run appends its input and outcome to.
+const TaskLogEnv = "SFNTEST_TASK_LOG"
+
+// timeout bounds a run: the attempt function's timeout (docs/aws.md).
+const timeout = 20 * time.Second
+
+// invokeOutput is the result of a lambda:invoke task.
+type invokeOutput struct {
+	ExecutedVersion string                 `json:"ExecutedVersion"`
+	Payload         tracking.AttemptResult `json:"Payload"`
+	StatusCode      int                    `json:"StatusCode"`
+}
+
+func main() {
+	// Only the result may reach stdout, which local-sfn parses as JSON.
+	stdout := os.Stdout
+	os.Stdout = os.Stderr
+	if err := run(stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "attempt:", err)
+		os.Exit(1)
+	}
+}
+
+func run(stdout io.Writer) (err error) {
+	if len(os.Args) != 2 {
+		return fmt.Errorf("want the task input as the one argument, got %d arguments", len(os.Args)-1)
+	}
+	var task struct {
+		Payload json.RawMessage `json:"Payload"`
+	}
+	if err := json.Unmarshal([]byte(os.Args[1]), &task); err != nil || task.Payload == nil {
+		return fmt.Errorf("the task input is not lambda:invoke parameters with a Payload: %s", os.Args[1])
+	}
+	var res tracking.AttemptResult
+	defer func() { logTask(task.Payload, res, err) }()
+	var in lambdafn.RetryInput
+	if err := json.Unmarshal(task.Payload, &in); err != nil {
+		return fmt.Errorf("payload: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	svc, _, err := lambdafn.Setup(ctx, log)
+	if err != nil {
+		return err
+	}
+	sender := delivery.NewSender(delivery.Options{AllowLoopback: true})
+	if res, err = lambdafn.AttemptHandler(svc, sender)(ctx, in); err != nil {
+		return err
+	}
+	return json.NewEncoder(stdout).Encode(invokeOutput{ExecutedVersion: "$LATEST", Payload: res, StatusCode: 200})
+}
+
+// logTask appends the run to the file TaskLogEnv names, if any.
+func logTask(payload json.RawMessage, res tracking.AttemptResult, err error) {
+	path := os.Getenv(TaskLogEnv)
+	if path == "" {
+		return
+	}
+	line := map[string]any{"payload": payload, "result": res}
+	if err != nil {
+		line = map[string]any{"payload": payload, "error": err.Error()}
+	}
+	b, _ := json.Marshal(line)
+	f, ferr := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if ferr != nil {
+		fmt.Fprintln(os.Stderr, "attempt:", ferr)
+		return
+	}
+	defer f.Close()
+	if _, ferr := f.Write(append(b, '\n')); ferr != nil {
+		fmt.Fprintln(os.Stderr, "attempt:", ferr)
+	}
+}

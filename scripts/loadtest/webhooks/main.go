@@ -1,0 +1,392 @@
+// Command webhooks measures the local server's webhook pipeline: it starts
+// a loopback receiver that answers 200, subscribes it to conversion.created
+// on a running server, posts conversions and times their deliveries.
+//
+//   - Burst: -n conversions posted as fast as -c connections allow. It
+//     reports the ingest rate meanwhile and the delivery rate: deliveries
+//     per second from the first POST until all -n reached the receiver.
+//   - Paced: -paced-n conversions at -paced-rate per second, a load the
+//     pipeline keeps up with, for the latency from POST /conversions
+//     returning to the receiver getting the webhook (p50, p90, p99, max).
+//
+// The burst phase reports that latency too, but there it is mostly the
+// time spent in the queue behind the burst.
+//
+// Usage (scripts/loadtest/webhooks.sh sets everything up):
+//
+//	go run ./scripts/loadtest/webhooks -server http://127.0.0.1:18180 -key tally_sk_… -offer off_… -partner prt_…
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+func main() {
+	server := flag.String("server", "http://127.0.0.1:18180", "the running tally server")
+	key := flag.String("key", os.Getenv("KEY"), "the brand's API key (default $KEY)")
+	offer := flag.String("offer", os.Getenv("OFFER"), "an active offer of the brand (default $OFFER)")
+	partner := flag.String("partner", os.Getenv("PARTNER"), "an active partner of the brand (default $PARTNER)")
+	n := flag.Int("n", 5000, "conversions in the burst phase (0 skips it)")
+	conns := flag.Int("c", 32, "concurrent POSTs in the burst phase")
+	pacedN := flag.Int("paced-n", 1000, "conversions in the paced phase (0 skips it)")
+	pacedRate := flag.Float64("paced-rate", 100, "conversions per second in the paced phase")
+	receiverAddr := flag.String("receiver", "127.0.0.1:0", "address of the webhook receiver this program runs")
+	timeout := flag.Duration("timeout", 5*time.Minute, "how long a phase may wait for its deliveries")
+	check := flag.Bool("check-log", true, "read the delivery log at the end and count its statuses")
+	flag.Parse()
+	if *key == "" || *offer == "" || *partner == "" {
+		fail(errors.New("-key, -offer and -partner (or $KEY, $OFFER, $PARTNER) are required"))
+	}
+	l := &loadtest{server: strings.TrimRight(*server, "/"), key: *key, offer: *offer, partner: *partner,
+		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}},
+		rcv:    newReceiver(), run: time.Now().UnixNano()}
+	if err := l.rcv.listen(*receiverAddr); err != nil {
+		fail(err)
+	}
+	subID, err := l.subscribe()
+	if err != nil {
+		fail(err)
+	}
+	fmt.Printf("receiver %s, subscription %s\n", l.rcv.url, subID)
+	defer func() {
+		// Deleting the subscription keeps later runs on the same server
+		// from sending to a receiver that is gone.
+		if err := l.do("DELETE", "/api/public/webhooks/"+subID, nil, nil); err != nil {
+			fmt.Fprintln(os.Stderr, "delete the subscription:", err)
+		}
+	}()
+
+	if *n > 0 {
+		fmt.Printf("\n== burst: %d conversions, %d connections\n", *n, *conns)
+		res, err := l.phase("burst", *n, *conns, 0, *timeout)
+		if err != nil {
+			fail(err)
+		}
+		res.print()
+	}
+	if *pacedN > 0 {
+		fmt.Printf("\n== paced: %d conversions at %.0f/s\n", *pacedN, *pacedRate)
+		res, err := l.phase("paced", *pacedN, 0, *pacedRate, *timeout)
+		if err != nil {
+			fail(err)
+		}
+		res.print()
+	}
+	fmt.Printf("\nreceiver: %d requests, %d of them repeats of a webhook id already received\n", l.rcv.total.Load(), l.rcv.repeats.Load())
+	if *check {
+		counts, err := l.deliveryStatuses(subID)
+		if err != nil {
+			fail(err)
+		}
+		fmt.Printf("delivery log of the subscription: %v\n", counts)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "webhooks loadtest:", err)
+	os.Exit(1)
+}
+
+// ---------------------------------------------------------------------------
+// The receiver
+
+type receiver struct {
+	url     string
+	total   atomic.Int64
+	repeats atomic.Int64
+
+	mu      sync.Mutex
+	arrived map[string]time.Time // conversion id → first arrival
+	ids     map[string]bool      // webhook ids seen
+	waiters map[string]chan struct{}
+}
+
+func newReceiver() *receiver {
+	return &receiver{arrived: map[string]time.Time{}, ids: map[string]bool{}, waiters: map[string]chan struct{}{}}
+}
+
+func (r *receiver) listen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	r.url = "http://" + ln.Addr().String() + "/hooks"
+	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	return nil
+}
+
+func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	now := time.Now()
+	body, err := io.ReadAll(req.Body)
+	var env struct {
+		Data struct {
+			ConversionID string `json:"conversionId"`
+		} `json:"data"`
+	}
+	if err == nil {
+		err = json.Unmarshal(body, &env)
+	}
+	if err != nil || env.Data.ConversionID == "" {
+		http.Error(w, "not a conversion envelope", http.StatusBadRequest)
+		return
+	}
+	r.total.Add(1)
+	id := req.Header.Get("X-Tally-Webhook-Id")
+	r.mu.Lock()
+	if r.ids[id] {
+		r.repeats.Add(1)
+	}
+	r.ids[id] = true
+	if _, ok := r.arrived[env.Data.ConversionID]; !ok {
+		r.arrived[env.Data.ConversionID] = now
+	}
+	r.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	w.Write([]byte(`{"ok":true}`))
+}
+
+// arrivals returns the first arrival of each of ids that arrived.
+func (r *receiver) arrivals(ids []string) map[string]time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]time.Time, len(ids))
+	for _, id := range ids {
+		if at, ok := r.arrived[id]; ok {
+			out[id] = at
+		}
+	}
+	return out
+}
+
+// ---------------------------------------------------------------------------
+// Talking to the server
+
+type loadtest struct {
+	server, key, offer, partner string
+	client                      *http.Client
+	rcv                         *receiver
+	run                         int64 // makes externalTxnIds unique across runs
+	seq                         atomic.Int64
+}
+
+func (l *loadtest) do(method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		raw, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, l.server+path, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+l.key)
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := l.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, raw)
+	}
+	if out != nil {
+		return json.Unmarshal(raw, out)
+	}
+	return nil
+}
+
+func (l *loadtest) subscribe() (string, error) {
+	var sub struct{ ID string }
+	err := l.do("POST", "/api/public/webhooks", map[string]any{"url": l.rcv.url, "events": []string{"conversion.created"}}, &sub)
+	return sub.ID, err
+}
+
+// postConversion posts one conversion and returns its id and the moment the
+// answer was read.
+func (l *loadtest) postConversion() (string, time.Time, error) {
+	var c struct{ ID string }
+	txn := fmt.Sprintf("wh-load-%d-%d", l.run, l.seq.Add(1))
+	err := l.do("POST", "/api/v1/conversions", map[string]any{"offerId": l.offer, "partnerId": l.partner, "externalTxnId": txn}, &c)
+	return c.ID, time.Now(), err
+}
+
+// deliveryStatuses counts the subscription's deliveries per status.
+func (l *loadtest) deliveryStatuses(subID string) (map[string]int, error) {
+	counts := map[string]int{}
+	cursor := ""
+	for {
+		q := url.Values{"subscriptionId": {subID}, "limit": {"100"}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		var page struct {
+			Data       []struct{ Status string }
+			NextCursor *string
+		}
+		if err := l.do("GET", "/api/v1/deliveries?"+q.Encode(), nil, &page); err != nil {
+			return nil, err
+		}
+		for _, d := range page.Data {
+			counts[d.Status]++
+		}
+		if page.NextCursor == nil {
+			return counts, nil
+		}
+		cursor = *page.NextCursor
+	}
+}
+
+// ---------------------------------------------------------------------------
+// A phase
+
+type posted struct {
+	id       string
+	returned time.Time
+}
+
+type result struct {
+	name             string
+	n                int
+	start            time.Time // the first POST went out
+	postsDone        time.Time // the last POST returned
+	lastArrival      time.Time
+	deliveredByPosts int // delivered when the last POST returned
+	latencies        []time.Duration
+	errors           int
+	firstErr         error
+	maxInFlight      int64 // most POSTs under way at once (paced: grows when the server falls behind)
+}
+
+// phase posts n conversions, with conns concurrent connections (burst) or at
+// rate per second (paced), then waits until each reached the receiver.
+func (l *loadtest) phase(name string, n, conns int, rate float64, timeout time.Duration) (result, error) {
+	res := result{name: name, n: n}
+	var (
+		mu   sync.Mutex
+		done []posted
+		wg   sync.WaitGroup
+	)
+	record := func(id string, at time.Time, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			res.errors++
+			if res.firstErr == nil {
+				res.firstErr = err
+			}
+			return
+		}
+		done = append(done, posted{id, at})
+	}
+	var inFlight, peak atomic.Int64
+	post := func() {
+		now := inFlight.Add(1)
+		for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
+		}
+		record(l.postConversion())
+		inFlight.Add(-1)
+	}
+	res.start = time.Now()
+	if rate > 0 {
+		// Open loop: each POST at its time, however many are still under
+		// way, so that a server falling behind shows as latency rather
+		// than as a lower rate.
+		interval := time.Duration(float64(time.Second) / rate)
+		for i := range n {
+			time.Sleep(time.Until(res.start.Add(time.Duration(i) * interval)))
+			wg.Go(post)
+		}
+	} else {
+		var next atomic.Int64
+		for range conns {
+			wg.Go(func() {
+				for next.Add(1) <= int64(n) {
+					post()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	res.postsDone = time.Now()
+	res.maxInFlight = peak.Load()
+	if res.errors > 0 {
+		fmt.Fprintf(os.Stderr, "%d POSTs failed; the first: %v\n", res.errors, res.firstErr)
+	}
+	ids := make([]string, len(done))
+	for i, p := range done {
+		ids[i] = p.id
+	}
+	res.deliveredByPosts = len(l.rcv.arrivals(ids))
+
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var arrived map[string]time.Time
+	for {
+		arrived = l.rcv.arrivals(ids)
+		if len(arrived) == len(ids) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return res, fmt.Errorf("%s: only %d of %d conversions delivered after %v", name, len(arrived), len(ids), timeout)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	for _, p := range done {
+		at := arrived[p.id]
+		if at.After(res.lastArrival) {
+			res.lastArrival = at
+		}
+		res.latencies = append(res.latencies, at.Sub(p.returned))
+	}
+	slices.Sort(res.latencies)
+	return res, nil
+}
+
+func (r result) print() {
+	ok := len(r.latencies)
+	posting := r.postsDone.Sub(r.start)
+	all := r.lastArrival.Sub(r.start)
+	fmt.Printf("ingest:     %d conversions in %v: %.0f/s (%d POSTs failed, at most %d under way at once)\n",
+		ok, posting.Round(time.Millisecond), float64(ok)/posting.Seconds(), r.errors, r.maxInFlight)
+	fmt.Printf("deliveries: all %d delivered %v after the first POST: %.0f/s; %d of them (%.0f%%) by the time the last POST returned\n",
+		ok, all.Round(time.Millisecond), float64(ok)/all.Seconds(), r.deliveredByPosts, 100*float64(r.deliveredByPosts)/float64(max(ok, 1)))
+	if after := r.lastArrival.Sub(r.postsDone); ok > r.deliveredByPosts && after > 0 {
+		fmt.Printf("            while posting %.0f/s, after it %.0f/s (%d in %v)\n",
+			float64(r.deliveredByPosts)/posting.Seconds(), float64(ok-r.deliveredByPosts)/after.Seconds(), ok-r.deliveredByPosts, after.Round(time.Millisecond))
+	}
+	if ok > 0 {
+		fmt.Printf("latency, POST returned → receiver got it: p50 %v  p90 %v  p99 %v  max %v\n",
+			pct(r.latencies, 50), pct(r.latencies, 90), pct(r.latencies, 99), r.latencies[ok-1].Round(10*time.Microsecond))
+	}
+}
+
+func pct(sorted []time.Duration, p int) time.Duration {
+	i := (len(sorted)*p + 99) / 100 // nearest rank
+	return sorted[max(i-1, 0)].Round(10 * time.Microsecond)
+}
