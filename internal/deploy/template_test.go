@@ -757,9 +757,9 @@ func TestEventSources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if queue.VisibilityTimeout != 90 || queue.VisibilityTimeout < 3*deliver.Timeout ||
+	if queue.VisibilityTimeout != 180 || queue.VisibilityTimeout < 6*deliver.Timeout ||
 		!reflect.DeepEqual(queue.DeadLetterTarget, deploy.GetAtt("DeliveryDLQ", "Arn")) || queue.MaxReceiveCount != 5 {
-		t.Errorf("DeliveryQueue %+v: want visibility 90 s (≥ 3 × deliver's %d s), redrive to DeliveryDLQ after 5", queue, deliver.Timeout)
+		t.Errorf("DeliveryQueue %+v: want visibility 180 s (≥ 6 × deliver's %d s), redrive to DeliveryDLQ after 5", queue, deliver.Timeout)
 	}
 	for _, id := range []string{"DeliveryDLQ", "FanoutDLQ"} {
 		q, err := tpl.Queue(id)

@@ -1,0 +1,781 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/jsii-runtime-go"
+)
+
+// The expectations below are docs/aws.md, written out again on purpose:
+// contract.go is the stack's copy, these are the test's.
+
+func ref(id string) map[string]any { return map[string]any{"Ref": id} }
+func getAtt(id, attr string) map[string]any {
+	return map[string]any{"Fn::GetAtt": []any{id, attr}}
+}
+
+var (
+	apiFunctions = []string{"OffersFunction", "PartnersFunction", "ConversionsFunction", "ReportsFunction",
+		"ApplicationsFunction", "WebhooksFunction", "DeliveriesFunction"}
+	timeouts = map[string]float64{
+		"OffersFunction": 10, "PartnersFunction": 10, "ConversionsFunction": 10, "ReportsFunction": 10,
+		"ApplicationsFunction": 10, "WebhooksFunction": 10, "DeliveriesFunction": 10,
+		"ApproverFunction": 60, "FanoutFunction": 60, "DeliverFunction": 30, "AttemptFunction": 20,
+	}
+	wantRoutes = map[string]string{
+		"GET /api/v1/offers":                             "OffersFunction",
+		"POST /api/v1/offers":                            "OffersFunction",
+		"GET /api/v1/offers/{id}":                        "OffersFunction",
+		"GET /api/v1/partners":                           "PartnersFunction",
+		"GET /api/v1/partners/{id}":                      "PartnersFunction",
+		"POST /api/v1/partners/{id}/approve":             "PartnersFunction",
+		"POST /api/v1/partners/{id}/reject":              "PartnersFunction",
+		"POST /api/v1/partners/{id}/ban":                 "PartnersFunction",
+		"POST /api/v1/conversions":                       "ConversionsFunction",
+		"GET /api/v1/conversions":                        "ConversionsFunction",
+		"GET /api/v1/conversions/{id}":                   "ConversionsFunction",
+		"POST /api/v1/conversions/{id}/approve":          "ConversionsFunction",
+		"POST /api/v1/conversions/{id}/reject":           "ConversionsFunction",
+		"GET /api/v1/reports":                            "ReportsFunction",
+		"POST /api/public/brands/{brandId}/applications": "ApplicationsFunction",
+		"POST /api/public/webhooks":                      "WebhooksFunction",
+		"GET /api/public/webhooks":                       "WebhooksFunction",
+		"GET /api/public/webhooks/{id}":                  "WebhooksFunction",
+		"DELETE /api/public/webhooks/{id}":               "WebhooksFunction",
+		"POST /api/public/webhooks/{id}/test":            "WebhooksFunction",
+		"GET /api/public/webhook-events":                 "WebhooksFunction",
+		"GET /api/v1/deliveries":                         "DeliveriesFunction",
+		"GET /api/v1/deliveries/{id}":                    "DeliveriesFunction",
+		"POST /api/v1/deliveries/{id}/retry":             "DeliveriesFunction",
+	}
+)
+
+// wantEnv is a function's environment per docs/aws.md.
+func wantEnv(id string) map[string]any {
+	env := map[string]any{"TALLY_TABLE": ref("Table")}
+	if slices.Contains(apiFunctions, id) {
+		env["TALLY_RATE_LIMIT"] = ref("RateLimit")
+		env["TALLY_APPLICATION_RATE_LIMIT"] = ref("ApplicationRateLimit")
+	}
+	switch id {
+	case "FanoutFunction", "DeliveriesFunction":
+		env["TALLY_DELIVERY_QUEUE_URL"] = ref("DeliveryQueue")
+	case "DeliverFunction":
+		env["TALLY_RETRY_STATE_MACHINE_ARN"] = ref("RetryStateMachine")
+	}
+	return env
+}
+
+// TestResources checks the stack holds exactly the resources of the
+// contract, under its logical ids, and nothing of an unexpected kind.
+func TestResources(t *testing.T) {
+	s := synth(t)
+	want := map[string]string{
+		"Table": "AWS::DynamoDB::Table", "HttpApi": "AWS::ApiGatewayV2::Api",
+		"DeliveryQueue": "AWS::SQS::Queue", "DeliveryDLQ": "AWS::SQS::Queue", "FanoutDLQ": "AWS::SQS::Queue",
+		"RetryStateMachine": "AWS::StepFunctions::StateMachine", "ApproverSchedule": "AWS::Events::Rule",
+		"DeliveryDLQAlarm": "AWS::CloudWatch::Alarm", "FanoutDLQAlarm": "AWS::CloudWatch::Alarm",
+		"RetryFailedExecutionsAlarm": "AWS::CloudWatch::Alarm", "RetryTimedOutExecutionsAlarm": "AWS::CloudWatch::Alarm",
+	}
+	for id := range timeouts {
+		want[id] = "AWS::Lambda::Function"
+	}
+	resources := s.json["Resources"].(map[string]any)
+	for id, typ := range want {
+		r, ok := resources[id].(map[string]any)
+		if !ok {
+			t.Errorf("no resource %s (%s)", id, typ)
+		} else if r["Type"] != typ {
+			t.Errorf("%s is a %v, want %s", id, r["Type"], typ)
+		}
+	}
+	counts := map[string]float64{
+		"AWS::Lambda::Function":            11,
+		"AWS::DynamoDB::Table":             1,
+		"AWS::SQS::Queue":                  3,
+		"AWS::StepFunctions::StateMachine": 1,
+		"AWS::ApiGatewayV2::Api":           1,
+		"AWS::ApiGatewayV2::Stage":         1,
+		"AWS::ApiGatewayV2::Route":         float64(len(wantRoutes)),
+		"AWS::ApiGatewayV2::Integration":   float64(len(apiFunctions)),
+		"AWS::Lambda::EventSourceMapping":  2,
+		"AWS::Events::Rule":                1,
+		"AWS::CloudWatch::Alarm":           4,
+		// One per route (API Gateway), one for the schedule.
+		"AWS::Lambda::Permission": float64(len(wantRoutes) + 1),
+		// One role and policy per function, and the state machine's.
+		"AWS::IAM::Role":   12,
+		"AWS::IAM::Policy": 12,
+	}
+	for typ, n := range counts {
+		cdkAssert(t, func() {
+			s.template.ResourceCountIs(jsii.String(typ), jsii.Number(n))
+		})
+	}
+	for id, r := range resources {
+		typ := r.(map[string]any)["Type"].(string)
+		if _, ok := counts[typ]; !ok {
+			t.Errorf("unexpected resource %s of type %s", id, typ)
+		}
+	}
+}
+
+func TestFunctions(t *testing.T) {
+	s := synth(t)
+	fns := s.resources("AWS::Lambda::Function")
+	if len(fns) != len(timeouts) {
+		t.Errorf("%d functions, want %d", len(fns), len(timeouts))
+	}
+	for id, timeout := range timeouts {
+		p := s.props(t, "AWS::Lambda::Function", id)
+		for k, want := range map[string]any{
+			"Runtime":       "provided.al2023",
+			"Architectures": []any{"arm64"},
+			"Handler":       "bootstrap",
+			"MemorySize":    256.0,
+			"Timeout":       timeout,
+		} {
+			if !reflect.DeepEqual(p[k], want) {
+				t.Errorf("%s %s = %v, want %v", id, k, p[k], want)
+			}
+		}
+		env, _ := p["Environment"].(map[string]any)
+		if got, want := env["Variables"], any(wantEnv(id)); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s environment:\n got %s\nwant %s", id, jsonString(got), jsonString(want))
+		}
+	}
+	// The same, in CDK's assertion language, for one function.
+	cdkAssert(t, func() {
+		s.template.HasResourceProperties(jsii.String("AWS::Lambda::Function"), map[string]any{
+			"Runtime": "provided.al2023", "Architectures": []any{"arm64"}, "Handler": "bootstrap",
+			"MemorySize": 256, "Timeout": 30,
+			"Environment": map[string]any{"Variables": assertions.Match_ObjectEquals(&map[string]any{
+				"TALLY_TABLE":                   ref("Table"),
+				"TALLY_RETRY_STATE_MACHINE_ARN": ref("RetryStateMachine"),
+			})},
+		})
+	})
+}
+
+// TestFunctionFolders checks the stack's functions are functions/*: one per
+// folder, named after it.
+func TestFunctionFolders(t *testing.T) {
+	entries, err := os.ReadDir(filepath.Join(repoRoot, "functions"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dirs, stack []string
+	for _, e := range entries {
+		if e.IsDir() {
+			dirs = append(dirs, e.Name())
+		}
+	}
+	for _, f := range functions {
+		stack = append(stack, f.Dir)
+		if want := strings.ToUpper(f.Dir[:1]) + f.Dir[1:] + "Function"; f.ID != want {
+			t.Errorf("functions/%s is %s, want %s", f.Dir, f.ID, want)
+		}
+	}
+	sort.Strings(stack)
+	if !slices.Equal(dirs, stack) {
+		t.Errorf("functions/ has %v, the stack %v", dirs, stack)
+	}
+}
+
+// TestRoutes checks every route goes to its function through a Lambda proxy
+// integration with payload format 2.0, and that the routes are the ones
+// internal/httpapi serves for each function's group.
+func TestRoutes(t *testing.T) {
+	s := synth(t)
+	integrations := s.resources("AWS::ApiGatewayV2::Integration")
+	got := map[string]string{}
+	for id, r := range s.resources("AWS::ApiGatewayV2::Route") {
+		p := r["Properties"].(map[string]any)
+		key, _ := p["RouteKey"].(string)
+		if !reflect.DeepEqual(p["ApiId"], ref("HttpApi")) {
+			t.Errorf("route %s: ApiId %v", key, p["ApiId"])
+		}
+		target := jsonString(p["Target"])
+		var integration map[string]any
+		for iid, i := range integrations {
+			if strings.Contains(target, strconv.Quote(iid)) {
+				integration = i["Properties"].(map[string]any)
+			}
+		}
+		if integration == nil {
+			t.Errorf("route %s (%s): no integration for target %s", key, id, target)
+			continue
+		}
+		if integration["IntegrationType"] != "AWS_PROXY" || integration["PayloadFormatVersion"] != "2.0" {
+			t.Errorf("route %s: integration %s", key, jsonString(integration))
+		}
+		uri, ok := integration["IntegrationUri"].(map[string]any)["Fn::GetAtt"].([]any)
+		if !ok || len(uri) != 2 || uri[1] != "Arn" {
+			t.Errorf("route %s: integration URI %v", key, integration["IntegrationUri"])
+			continue
+		}
+		got[key] = uri[0].(string)
+	}
+	if !reflect.DeepEqual(got, wantRoutes) {
+		t.Errorf("routes:\n got %v\nwant %v", got, wantRoutes)
+	}
+
+	// internal/httpapi's route table, read from its source (this module
+	// cannot import the root module's internal packages).
+	served := servedRoutes(t)
+	for _, f := range functions {
+		if f.Kind != apiFunction {
+			continue
+		}
+		group := functionGroup(t, f.Dir)
+		var stack []string
+		for key, fn := range got {
+			if fn == f.ID {
+				stack = append(stack, key)
+			}
+		}
+		sort.Strings(stack)
+		want := served[group]
+		sort.Strings(want)
+		if !slices.Equal(stack, want) {
+			t.Errorf("%s (group %q): stack routes %v, internal/httpapi serves %v", f.ID, group, stack, want)
+		}
+	}
+
+	// API Gateway may invoke each API function, per route.
+	perms := map[string]int{}
+	for _, r := range s.resources("AWS::Lambda::Permission") {
+		p := r["Properties"].(map[string]any)
+		if p["Principal"] == "apigateway.amazonaws.com" && p["Action"] == "lambda:InvokeFunction" {
+			perms[jsonString(p["FunctionName"])]++
+		}
+	}
+	for _, id := range apiFunctions {
+		if perms[jsonString(getAtt(id, "Arn"))] == 0 {
+			t.Errorf("API Gateway may not invoke %s", id)
+		}
+	}
+}
+
+// servedRoutes reads the routes of each group from internal/httpapi's
+// routes(), whose entries start {GroupX, "METHOD", "/pattern", ...}.
+func servedRoutes(t *testing.T) map[string][]string {
+	t.Helper()
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, filepath.Join(repoRoot, "internal", "httpapi"), func(fi os.FileInfo) bool {
+		return !strings.HasSuffix(fi.Name(), "_test.go")
+	}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consts := map[string]string{}
+	var routes *ast.FuncDecl
+	for _, pkg := range pkgs {
+		for _, file := range pkg.Files {
+			for _, decl := range file.Decls {
+				switch d := decl.(type) {
+				case *ast.GenDecl:
+					for _, spec := range d.Specs {
+						if vs, ok := spec.(*ast.ValueSpec); ok && d.Tok == token.CONST {
+							for i, name := range vs.Names {
+								if i < len(vs.Values) {
+									if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+										consts[name.Name], _ = strconv.Unquote(lit.Value)
+									}
+								}
+							}
+						}
+					}
+				case *ast.FuncDecl:
+					if d.Name.Name == "routes" && d.Recv != nil {
+						routes = d
+					}
+				}
+			}
+		}
+	}
+	if routes == nil {
+		t.Fatal("internal/httpapi: no routes method")
+	}
+	served := map[string][]string{}
+	ast.Inspect(routes, func(n ast.Node) bool {
+		lit, ok := n.(*ast.CompositeLit)
+		if !ok || len(lit.Elts) < 3 {
+			return true
+		}
+		group, ok1 := lit.Elts[0].(*ast.Ident)
+		method, ok2 := lit.Elts[1].(*ast.BasicLit)
+		pattern, ok3 := lit.Elts[2].(*ast.BasicLit)
+		if !ok1 || !ok2 || !ok3 {
+			return true
+		}
+		g, ok := consts[group.Name]
+		if !ok {
+			t.Errorf("internal/httpapi: route group %s is not a string constant", group.Name)
+			return false
+		}
+		m, _ := strconv.Unquote(method.Value)
+		p, _ := strconv.Unquote(pattern.Value)
+		served[g] = append(served[g], m+" "+p)
+		return false
+	})
+	if len(served) == 0 {
+		t.Fatal("internal/httpapi: no routes found in routes()")
+	}
+	return served
+}
+
+// functionGroup reads the route group functions/<dir>/main.go serves
+// (lambdafn.ServeAPI(httpapi.GroupX)).
+func functionGroup(t *testing.T, dir string) string {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join(repoRoot, "functions", dir, "main.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := bytes.Cut(src, []byte("httpapi.Group"))
+	if !ok {
+		t.Fatalf("functions/%s/main.go serves no httpapi group", dir)
+	}
+	name := "Group"
+	for _, c := range after {
+		if c < 'A' || c > 'z' || (c > 'Z' && c < 'a') {
+			break
+		}
+		name += string(c)
+	}
+	group := strings.ToLower(strings.TrimPrefix(name, "Group"))
+	return group
+}
+
+func TestHttpAPI(t *testing.T) {
+	s := synth(t)
+	cdkAssert(t, func() {
+		s.template.HasResourceProperties(jsii.String("AWS::ApiGatewayV2::Api"), map[string]any{"ProtocolType": "HTTP"})
+	})
+	cdkAssert(t, func() {
+		s.template.HasResourceProperties(jsii.String("AWS::ApiGatewayV2::Stage"), map[string]any{
+			"ApiId": ref("HttpApi"), "StageName": "$default", "AutoDeploy": true,
+		})
+	})
+	outputs := s.json["Outputs"].(map[string]any)
+	want := map[string]any{
+		"BaseUrl":              map[string]any{"Fn::Join": []any{"", []any{getAtt("HttpApi", "ApiEndpoint"), "/api/v1"}}},
+		"PublicBaseUrl":        getAtt("HttpApi", "ApiEndpoint"),
+		"TableName":            ref("Table"),
+		"DeliveryQueueUrl":     ref("DeliveryQueue"),
+		"RetryStateMachineArn": ref("RetryStateMachine"),
+	}
+	for name, value := range want {
+		o, ok := outputs[name].(map[string]any)
+		if !ok {
+			t.Errorf("no output %s", name)
+			continue
+		}
+		if !reflect.DeepEqual(o["Value"], value) {
+			t.Errorf("output %s = %s, want %s", name, jsonString(o["Value"]), jsonString(value))
+		}
+	}
+}
+
+func TestParameters(t *testing.T) {
+	s := synth(t)
+	params := s.json["Parameters"].(map[string]any)
+	for name, def := range map[string]float64{"RateLimit": 100, "ApplicationRateLimit": 10} {
+		p, ok := params[name].(map[string]any)
+		if !ok || p["Type"] != "Number" || p["Default"] != def {
+			t.Errorf("parameter %s = %v, want a Number defaulting to %v", name, p, def)
+		}
+	}
+	// The context of the CDK app sets the defaults.
+	code := tempDir(t, "code")
+	if err := WritePlaceholderCode(code); err != nil {
+		t.Fatal(err)
+	}
+	o, err := synthesize(tempDir(t, "cdk.out"), &TallyStackProps{RepoRoot: repoRoot, PlaceholderCode: code, RateLimit: 250, ApplicationRateLimit: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cdkAssert(t, func() {
+		o.template.HasParameter(jsii.String("RateLimit"), map[string]any{"Type": "Number", "Default": 250})
+	})
+	cdkAssert(t, func() {
+		o.template.HasParameter(jsii.String("ApplicationRateLimit"), map[string]any{"Type": "Number", "Default": 3})
+	})
+}
+
+func TestTable(t *testing.T) {
+	s := synth(t)
+	p := s.props(t, "AWS::DynamoDB::Table", "Table")
+	want := map[string]any{
+		"BillingMode":                      "PAY_PER_REQUEST",
+		"KeySchema":                        keySchema("pk", "sk"),
+		"TimeToLiveSpecification":          map[string]any{"AttributeName": "ttl", "Enabled": true},
+		"StreamSpecification":              map[string]any{"StreamViewType": "NEW_IMAGE"},
+		"PointInTimeRecoverySpecification": map[string]any{"PointInTimeRecoveryEnabled": true},
+	}
+	var attrs, gsis []any
+	for _, a := range []string{"pk", "sk", "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk", "gsi3pk", "gsi3sk"} {
+		attrs = append(attrs, map[string]any{"AttributeName": a, "AttributeType": "S"})
+	}
+	for _, n := range []string{"1", "2", "3"} {
+		gsis = append(gsis, map[string]any{
+			"IndexName":  "gsi" + n,
+			"KeySchema":  keySchema("gsi"+n+"pk", "gsi"+n+"sk"),
+			"Projection": map[string]any{"ProjectionType": "ALL"},
+		})
+	}
+	want["AttributeDefinitions"] = attrs
+	want["GlobalSecondaryIndexes"] = gsis
+	if !reflect.DeepEqual(p, want) {
+		t.Errorf("table:\n got %s\nwant %s", jsonString(p), jsonString(want))
+	}
+	cdkAssert(t, func() {
+		s.template.HasResource(jsii.String("AWS::DynamoDB::Table"), map[string]any{"DeletionPolicy": "Retain"})
+	})
+}
+
+func keySchema(hash, rng string) []any {
+	return []any{
+		map[string]any{"AttributeName": hash, "KeyType": "HASH"},
+		map[string]any{"AttributeName": rng, "KeyType": "RANGE"},
+	}
+}
+
+func TestQueues(t *testing.T) {
+	s := synth(t)
+	q := s.props(t, "AWS::SQS::Queue", "DeliveryQueue")
+	want := map[string]any{
+		"VisibilityTimeout": 180.0,
+		"RedrivePolicy":     map[string]any{"deadLetterTargetArn": getAtt("DeliveryDLQ", "Arn"), "maxReceiveCount": 5.0},
+	}
+	if !reflect.DeepEqual(q, want) {
+		t.Errorf("DeliveryQueue = %s, want %s", jsonString(q), jsonString(want))
+	}
+	// A message stays invisible for at least 3 deliver timeouts (docs/aws.md
+	// says "90 s > 30 s × 3"; it is equal).
+	if v := q["VisibilityTimeout"].(float64); v < 6*timeouts["DeliverFunction"] {
+		t.Errorf("visibility timeout %v s is below 6 × the deliver timeout", v)
+	}
+	for _, id := range []string{"DeliveryDLQ", "FanoutDLQ"} {
+		if p, want := s.props(t, "AWS::SQS::Queue", id), map[string]any{"MessageRetentionPeriod": 14 * 86400.0}; !reflect.DeepEqual(p, want) {
+			t.Errorf("%s = %s, want %s", id, jsonString(p), jsonString(want))
+		}
+	}
+}
+
+// TestStateMachine checks the retry workflow runs statemachine/retry.asl.json
+// as it is, its one substitution naming the attempt function.
+func TestStateMachine(t *testing.T) {
+	s := synth(t)
+	p := s.props(t, "AWS::StepFunctions::StateMachine", "RetryStateMachine")
+	if p["StateMachineType"] != "STANDARD" {
+		t.Errorf("type %v, want STANDARD", p["StateMachineType"])
+	}
+	subs := map[string]any{"AttemptFunctionArn": getAtt("AttemptFunction", "Arn")}
+	if !reflect.DeepEqual(p["DefinitionSubstitutions"], any(subs)) {
+		t.Errorf("substitutions %s, want %s", jsonString(p["DefinitionSubstitutions"]), jsonString(subs))
+	}
+	loc, _ := p["DefinitionS3Location"].(map[string]any)
+	key, _ := loc["Key"].(string)
+	staged, err := os.ReadFile(assetPath(t, s.assembly, key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, err := os.ReadFile(filepath.Join(repoRoot, "statemachine", "retry.asl.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(staged, file) {
+		t.Error("the deployed definition differs from statemachine/retry.asl.json")
+	}
+
+	// Resolved, every task invokes the attempt function, and nothing is
+	// left to substitute.
+	resolved := string(file)
+	for name := range subs {
+		resolved = strings.ReplaceAll(resolved, "${"+name+"}", "arn:aws:lambda:eu-west-1:123456789012:function:AttemptFunction")
+	}
+	if i := strings.Index(resolved, "${"); i >= 0 {
+		t.Errorf("unsubstituted variable in the definition: %.40s", resolved[i:])
+	}
+	var def struct {
+		States map[string]struct {
+			Type       string
+			Resource   string
+			Parameters map[string]any
+		}
+	}
+	if err := json.Unmarshal([]byte(resolved), &def); err != nil {
+		t.Fatal(err)
+	}
+	tasks := 0
+	for name, st := range def.States {
+		if st.Type != "Task" {
+			continue
+		}
+		tasks++
+		if st.Resource != "arn:aws:states:::lambda:invoke" || st.Parameters["FunctionName"] != "arn:aws:lambda:eu-west-1:123456789012:function:AttemptFunction" {
+			t.Errorf("state %s: resource %s, function %v", name, st.Resource, st.Parameters["FunctionName"])
+		}
+	}
+	if tasks == 0 {
+		t.Error("the definition has no Task state")
+	}
+}
+
+// assetPath is the staged file of the asset uploaded under key.
+func assetPath(t *testing.T, assembly, key string) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(assembly, "TallyStack.assets.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var manifest struct {
+		Files map[string]struct {
+			Source       struct{ Path string }
+			Destinations map[string]struct{ ObjectKey string }
+		}
+	}
+	if err := json.Unmarshal(raw, &manifest); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range manifest.Files {
+		for _, d := range f.Destinations {
+			if d.ObjectKey == key {
+				return filepath.Join(assembly, f.Source.Path)
+			}
+		}
+	}
+	t.Fatalf("no asset with key %q", key)
+	return ""
+}
+
+func TestSchedule(t *testing.T) {
+	s := synth(t)
+	p := s.props(t, "AWS::Events::Rule", "ApproverSchedule")
+	if p["ScheduleExpression"] != "rate(1 minute)" || p["State"] != "ENABLED" {
+		t.Errorf("schedule %v, state %v", p["ScheduleExpression"], p["State"])
+	}
+	targets, _ := p["Targets"].([]any)
+	if len(targets) != 1 || !reflect.DeepEqual(targets[0].(map[string]any)["Arn"], getAtt("ApproverFunction", "Arn")) {
+		t.Errorf("targets %s, want the approver", jsonString(targets))
+	}
+	cdkAssert(t, func() {
+		s.template.HasResourceProperties(jsii.String("AWS::Lambda::Permission"), map[string]any{
+			"Action":       "lambda:InvokeFunction",
+			"FunctionName": getAtt("ApproverFunction", "Arn"),
+			"Principal":    "events.amazonaws.com",
+			"SourceArn":    getAtt("ApproverSchedule", "Arn"),
+		})
+	})
+}
+
+func TestAlarms(t *testing.T) {
+	s := synth(t)
+	alarm := func(namespace, metric, dimension string, value any, statistic string) map[string]any {
+		return map[string]any{
+			"Namespace": namespace, "MetricName": metric,
+			"Dimensions":         []any{map[string]any{"Name": dimension, "Value": value}},
+			"Statistic":          statistic,
+			"Period":             300.0,
+			"EvaluationPeriods":  1.0,
+			"Threshold":          0.0,
+			"ComparisonOperator": "GreaterThanThreshold",
+			"TreatMissingData":   "notBreaching",
+		}
+	}
+	for id, want := range map[string]map[string]any{
+		"DeliveryDLQAlarm":             alarm("AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", getAtt("DeliveryDLQ", "QueueName"), "Maximum"),
+		"FanoutDLQAlarm":               alarm("AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", getAtt("FanoutDLQ", "QueueName"), "Maximum"),
+		"RetryFailedExecutionsAlarm":   alarm("AWS/States", "ExecutionsFailed", "StateMachineArn", ref("RetryStateMachine"), "Sum"),
+		"RetryTimedOutExecutionsAlarm": alarm("AWS/States", "ExecutionsTimedOut", "StateMachineArn", ref("RetryStateMachine"), "Sum"),
+	} {
+		p := s.props(t, "AWS::CloudWatch::Alarm", id)
+		delete(p, "AlarmDescription")
+		if !reflect.DeepEqual(p, want) {
+			t.Errorf("%s:\n got %s\nwant %s", id, jsonString(p), jsonString(want))
+		}
+	}
+}
+
+func TestEventSourceMappings(t *testing.T) {
+	s := synth(t)
+	var stream, queue map[string]any
+	for id, r := range s.resources("AWS::Lambda::EventSourceMapping") {
+		p := r["Properties"].(map[string]any)
+		switch {
+		case reflect.DeepEqual(p["FunctionName"], ref("FanoutFunction")):
+			stream = p
+		case reflect.DeepEqual(p["FunctionName"], ref("DeliverFunction")):
+			queue = p
+		default:
+			t.Errorf("unexpected event source mapping %s: %s", id, jsonString(p))
+		}
+	}
+	if stream == nil || queue == nil {
+		t.Fatalf("event source mappings: stream %v, queue %v", stream, queue)
+	}
+
+	// The filter pattern is JSON; compare it as such.
+	filters := stream["FilterCriteria"].(map[string]any)["Filters"].([]any)
+	if len(filters) != 1 {
+		t.Fatalf("filters %s, want one", jsonString(filters))
+	}
+	var got, want any
+	if err := json.Unmarshal([]byte(filters[0].(map[string]any)["Pattern"].(string)), &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(`{"eventName":["INSERT"],"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"EVT#"}]}}}}`), &want); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("filter pattern %s, want %s", jsonString(got), jsonString(want))
+	}
+	delete(stream, "FilterCriteria")
+	wantStream := map[string]any{
+		"FunctionName":               ref("FanoutFunction"),
+		"EventSourceArn":             getAtt("Table", "StreamArn"),
+		"BatchSize":                  100.0,
+		"StartingPosition":           "LATEST",
+		"BisectBatchOnFunctionError": true,
+		"MaximumRetryAttempts":       10.0,
+		"FunctionResponseTypes":      []any{"ReportBatchItemFailures"},
+		"DestinationConfig":          map[string]any{"OnFailure": map[string]any{"Destination": getAtt("FanoutDLQ", "Arn")}},
+	}
+	if !reflect.DeepEqual(stream, wantStream) {
+		t.Errorf("stream mapping:\n got %s\nwant %s", jsonString(stream), jsonString(wantStream))
+	}
+	wantQueue := map[string]any{
+		"FunctionName":          ref("DeliverFunction"),
+		"EventSourceArn":        getAtt("DeliveryQueue", "Arn"),
+		"BatchSize":             10.0,
+		"FunctionResponseTypes": []any{"ReportBatchItemFailures"},
+	}
+	if !reflect.DeepEqual(queue, wantQueue) {
+		t.Errorf("queue mapping:\n got %s\nwant %s", jsonString(queue), jsonString(wantQueue))
+	}
+	// CDK's assertion language says the same about the bisect and the
+	// partial batch responses.
+	cdkAssert(t, func() {
+		s.template.HasResourceProperties(jsii.String("AWS::Lambda::EventSourceMapping"), map[string]any{
+			"BisectBatchOnFunctionError": true,
+			"FunctionResponseTypes":      assertions.Match_ArrayWith(&[]any{"ReportBatchItemFailures"}),
+		})
+	})
+}
+
+// TestLeastPrivilege checks what each role may do to the table, the queue,
+// the state machine and the attempt function (docs/aws.md "Least
+// privilege").
+func TestLeastPrivilege(t *testing.T) {
+	s := synth(t)
+	f := facts(t, newCDKTemplate(s))
+	readWrite := "dynamodb:BatchGetItem dynamodb:BatchWriteItem dynamodb:ConditionCheckItem dynamodb:DeleteItem dynamodb:GetItem dynamodb:PutItem dynamodb:Query dynamodb:Scan dynamodb:UpdateItem"
+	want := map[string]string{}
+	for id := range timeouts {
+		if id != "ReportsFunction" {
+			want["grant "+id+" Table"] = readWrite
+			want["grant "+id+" Table/index"] = readWrite
+		}
+	}
+	want["grant ReportsFunction Table"] = `dynamodb:GetItem dynamodb:Query dynamodb:UpdateItem if {"ForAllValues:StringLike":{"dynamodb:LeadingKeys":["RATE#*"]}}`
+	want["grant ReportsFunction Table/index"] = "dynamodb:GetItem dynamodb:Query"
+	want["grant FanoutFunction DeliveryQueue"] = "sqs:SendMessage"
+	want["grant DeliveriesFunction DeliveryQueue"] = "sqs:SendMessage"
+	want["grant FanoutFunction FanoutDLQ"] = "sqs:SendMessage" // the stream's on-failure destination
+	want["grant DeliverFunction RetryStateMachine"] = "states:StartExecution"
+	want["grant RetryStateMachine AttemptFunction"] = "lambda:InvokeFunction"
+	got := map[string]string{}
+	for k, v := range f {
+		if strings.HasPrefix(k, "grant ") {
+			got[k] = v
+		}
+	}
+	for _, d := range diffFacts(want, got, "contract", "stack") {
+		t.Error(d)
+	}
+	// Nothing but the stream listing (which has no resource ARN) is
+	// granted on every resource.
+	for id, r := range s.resources("AWS::IAM::Policy") {
+		for _, st := range r["Properties"].(map[string]any)["PolicyDocument"].(map[string]any)["Statement"].([]any) {
+			st := st.(map[string]any)
+			if st["Resource"] == "*" && st["Action"] != "dynamodb:ListStreams" {
+				t.Errorf("%s grants %v on *", id, st["Action"])
+			}
+		}
+	}
+}
+
+// TestFunctionCode checks functions deploy bin/<folder>, the output of
+// make build, and that synthesis without it names the fix.
+func TestFunctionCode(t *testing.T) {
+	bin := tempDir(t, "bin")
+	for _, f := range functions {
+		if err := os.MkdirAll(filepath.Join(bin, f.Dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(bin, f.Dir, "bootstrap"), []byte("binary of "+f.Dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := synthesize(tempDir(t, "cdk.out"), &TallyStackProps{RepoRoot: repoRoot, BinDir: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range functions {
+		code := s.props(t, "AWS::Lambda::Function", f.ID)["Code"].(map[string]any)
+		key, _ := code["S3Key"].(string)
+		staged, err := os.ReadFile(filepath.Join(assetPath(t, s.assembly, key), "bootstrap"))
+		if err != nil {
+			t.Errorf("%s: %v", f.ID, err)
+			continue
+		}
+		if want := "binary of " + f.Dir; string(staged) != want {
+			t.Errorf("%s deploys %q, want %q", f.ID, staged, want)
+		}
+	}
+
+	if err := os.Remove(filepath.Join(bin, "fanout", "bootstrap")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = NewTallyStack(awscdk.NewApp(nil), "TallyStack", &TallyStackProps{RepoRoot: repoRoot, BinDir: bin})
+	if err == nil || !strings.Contains(err.Error(), "make build") || !strings.Contains(err.Error(), "fanout") {
+		t.Errorf("without bin/fanout/bootstrap: err %v, want one naming make build and fanout", err)
+	}
+}
+
+func jsonString(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
+
+// cdkAssert runs CDK assertions, which panic on a mismatch, as a test
+// error.
+func cdkAssert(t *testing.T, assertion func()) {
+	t.Helper()
+	defer func() {
+		if r := recover(); r != nil {
+			t.Errorf("%v", r)
+		}
+	}()
+	assertion()
+}
