@@ -90,10 +90,11 @@ func positiveInt(name string) (int, error) {
 }
 
 // LocalPipeline reads the local webhook pipeline's settings: how many
-// steps run at once (default 32) and the retry schedule's scale (default 1).
+// steps run at once (default 64; they mostly wait on receivers and commits)
+// and the retry schedule's scale (default 1).
 func LocalPipeline() (workers int, retryScale float64, err error) {
 	if workers, err = positiveInt(EnvWebhookWorkers); err != nil || workers == 0 {
-		workers = 32
+		workers = 64
 	}
 	if err != nil {
 		return 0, 0, err

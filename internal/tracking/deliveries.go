@@ -95,40 +95,75 @@ func (s *Service) FanOut(ctx context.Context, eventID string) ([]DeliveryRef, er
 		return nil, err
 	}
 	now := s.Now()
-	var refs []DeliveryRef
+	var recs []deliveryRecord
 	for _, sub := range subs {
 		if target := item.Attrs["subscriptionId"]; target != "" && target != sub.ID ||
 			target == "" && !slices.Contains(sub.Events, evt.Event) {
 			continue
 		}
-		rec := deliveryRecord{
+		recs = append(recs, deliveryRecord{
 			Delivery: tally.Delivery{
 				ID: deliveryID(evt, sub.ID), BrandID: evt.BrandID, Type: "webhook", EventID: evt.ID, Event: evt.Event,
 				SubscriptionID: sub.ID, URL: sub.URL, Status: tally.DeliveryPending, Attempts: []tally.Attempt{},
 				NextAttemptAt: ptrTo(tally.NewTime(now)), CreatedAt: tally.NewTime(now), UpdatedAt: tally.NewTime(now),
 			},
 			Body: item.Data,
-		}
+		})
+	}
+	// The first fan-out of an event writes all its deliveries and takes it
+	// out of the outbox in one transaction (one commit). A repeated one finds
+	// some delivery written already and goes one by one, keeping what exists.
+	ops := make([]store.Op, 0, len(recs)+1)
+	for _, rec := range recs {
+		ops = append(ops, store.Put(s.deliveryItem(rec), store.NotExists()))
+	}
+	outboxed := item.GSI3 != (store.IndexKey{})
+	if outboxed {
+		item.GSI3 = store.IndexKey{}
+		ops = append(ops, store.Put(item, store.Exists()))
+	}
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	err = s.transact(ctx, ops...)
+	if _, failed := store.FailedOp(err); failed {
+		return s.fanOutEach(ctx, recs, item, outboxed)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return refsOf(recs), nil
+}
+
+// fanOutEach is FanOut for an event fanned out before: it writes only the
+// deliveries that are missing and reports those still pending.
+func (s *Service) fanOutEach(ctx context.Context, recs []deliveryRecord, event store.Item, outboxed bool) ([]DeliveryRef, error) {
+	for i, rec := range recs {
 		err := s.transact(ctx, store.Put(s.deliveryItem(rec), store.NotExists()))
 		if _, exists := store.FailedOp(err); exists {
-			if rec, err = getRecord[deliveryRecord](ctx, s.store, deliveryKey(evt.BrandID, rec.ID)); err != nil {
-				return nil, err
-			}
-		} else if err != nil {
+			recs[i], err = getRecord[deliveryRecord](ctx, s.store, deliveryKey(rec.BrandID, rec.ID))
+		}
+		if err != nil {
 			return nil, err
 		}
+	}
+	if outboxed {
+		err := s.transact(ctx, store.Put(event, store.Exists()))
+		if _, gone := store.FailedOp(err); !gone && err != nil {
+			return nil, err // (gone: the event expired meanwhile)
+		}
+	}
+	return refsOf(recs), nil
+}
+
+func refsOf(recs []deliveryRecord) []DeliveryRef {
+	var refs []DeliveryRef
+	for _, rec := range recs {
 		if rec.Status == tally.DeliveryPending {
 			refs = append(refs, DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID})
 		}
 	}
-	if item.GSI3 != (store.IndexKey{}) {
-		item.GSI3 = store.IndexKey{}
-		err = s.transact(ctx, store.Put(item, store.Exists()))
-		if _, gone := store.FailedOp(err); gone {
-			err = nil // expired meanwhile
-		}
-	}
-	return refs, err
+	return refs
 }
 
 // AttemptResult says what an attempt step did and what comes next.

@@ -97,32 +97,65 @@ func (p *Pipeline) Run(ctx context.Context) {
 func (p *Pipeline) run(st step) {
 	ctx := context.Background()
 	defer func() {
-		p.mu.Lock()
-		delete(p.inFlight, st.key)
-		p.mu.Unlock()
+		p.release(st.key)
 		p.Wake() // what this step did may make something due
 	}()
-	if st.eventID != "" {
-		if _, err := p.svc.FanOut(ctx, st.eventID); err != nil {
-			p.log.Error("webhook fan-out", "eventId", st.eventID, "err", err.Error())
-		}
+	if st.eventID == "" {
+		p.attempt(ctx, st.ref, st.attempt)
 		return
 	}
-	res, err := p.svc.Attempt(ctx, st.ref, st.attempt, p.sender)
+	refs, err := p.svc.FanOut(ctx, st.eventID)
 	if err != nil {
-		p.log.Error("webhook attempt", "deliveryId", st.ref.DeliveryID, "attempt", st.attempt, "err", err.Error())
+		p.log.Error("webhook fan-out", "eventId", st.eventID, "err", err.Error())
+		return
+	}
+	// The new deliveries are due now: attempt them here rather than wait for
+	// the next pass over the due queue.
+	for _, ref := range refs {
+		if p.claim(ref.DeliveryID) {
+			p.attempt(ctx, ref, 1)
+			p.release(ref.DeliveryID)
+		}
+	}
+}
+
+func (p *Pipeline) attempt(ctx context.Context, ref DeliveryRef, n int) {
+	res, err := p.svc.Attempt(ctx, ref, n, p.sender)
+	if err != nil {
+		p.log.Error("webhook attempt", "deliveryId", ref.DeliveryID, "attempt", n, "err", err.Error())
 		return
 	}
 	if res.Sent {
-		p.log.Debug("webhook attempt", "deliveryId", st.ref.DeliveryID, "attempt", st.attempt, "status", res.Status)
+		p.log.Debug("webhook attempt", "deliveryId", ref.DeliveryID, "attempt", n, "status", res.Status)
 	}
+}
+
+// claim marks a step as under way; it reports false when it already was.
+func (p *Pipeline) claim(key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inFlight[key] {
+		return false
+	}
+	p.inFlight[key] = true
+	return true
+}
+
+func (p *Pipeline) release(key string) {
+	p.mu.Lock()
+	delete(p.inFlight, key)
+	p.mu.Unlock()
 }
 
 // dispatch hands every ready step to the workers and returns how long the
 // pipeline may sleep before the next attempt falls due.
 func (p *Pipeline) dispatch(ctx context.Context, steps chan<- step) (time.Duration, error) {
+	pass := min(p.workers, 1000) // the store's largest page
+	next := maxIdle
 	for shard := range shards {
-		page, err := p.svc.store.Query(ctx, store.Query{Index: store.GSI3, PK: outboxPK(shard), Limit: 500})
+		// Each pass takes a bounded share of each queue, so that a stream of
+		// new events cannot keep due retries waiting.
+		page, err := p.svc.store.Query(ctx, store.Query{Index: store.GSI3, PK: outboxPK(shard), Limit: pass})
 		if err != nil {
 			return 0, err
 		}
@@ -131,11 +164,13 @@ func (p *Pipeline) dispatch(ctx context.Context, steps chan<- step) (time.Durati
 				return 0, nil
 			}
 		}
+		if page.Cursor != "" {
+			next = 0 // more are waiting: come straight back
+		}
 	}
 	now := p.svc.Now()
-	next := maxIdle
 	for shard := range shards {
-		page, err := p.svc.store.Query(ctx, store.Query{Index: store.GSI3, PK: dueQueuePK(shard), SKTo: dueQueueSK(now, "~"), Limit: 500})
+		page, err := p.svc.store.Query(ctx, store.Query{Index: store.GSI3, PK: dueQueuePK(shard), SKTo: dueQueueSK(now, "~"), Limit: pass})
 		if err != nil {
 			return 0, err
 		}
@@ -148,6 +183,9 @@ func (p *Pipeline) dispatch(ctx context.Context, steps chan<- step) (time.Durati
 			if !p.send(ctx, steps, st) {
 				return 0, nil
 			}
+		}
+		if page.Cursor != "" {
+			next = 0
 		}
 		// The earliest entry not yet due sets the next wake-up.
 		later, err := p.svc.store.Query(ctx, store.Query{Index: store.GSI3, PK: dueQueuePK(shard), SKFrom: dueQueueSK(now, "~"), Limit: 1})
@@ -166,13 +204,7 @@ func (p *Pipeline) dispatch(ctx context.Context, steps chan<- step) (time.Durati
 // send hands a step to a worker unless it is under way already; it reports
 // false when ctx ended.
 func (p *Pipeline) send(ctx context.Context, steps chan<- step, st step) bool {
-	p.mu.Lock()
-	busy := p.inFlight[st.key]
-	if !busy {
-		p.inFlight[st.key] = true
-	}
-	p.mu.Unlock()
-	if busy {
+	if !p.claim(st.key) {
 		return true
 	}
 	select {

@@ -2,6 +2,8 @@
 # Load test on loopback: POST /api/v1/conversions on the local server (embedded
 # store, fsync on every commit), next to a trivial net/http handler, with wrk
 # (Debian package `wrk`). Usage: scripts/loadtest/run.sh [duration] [connections]
+# The webhook pipeline (deliveries per second, POST-to-receiver latency) has
+# its own script: scripts/loadtest/webhooks.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 duration=${1:-10s}
