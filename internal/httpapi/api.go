@@ -74,6 +74,10 @@ const (
 	GroupWebhooks     = "webhooks"
 	GroupDeliveries   = "deliveries"
 	GroupAdmin        = "admin"
+	// GroupFallback serves no route: it answers what no other function's
+	// routes match (API Gateway's $default route) in the error shape, 405
+	// with Allow for a known path, 404 otherwise.
+	GroupFallback = "fallback"
 )
 
 // AllGroups is every group, for the local server that runs everything.
@@ -151,9 +155,13 @@ func Routes(group string) []string {
 func (a *API) Handler(groups ...string) http.Handler {
 	mux := http.NewServeMux()
 	methods := map[string][]string{}
+	fallback := slices.Contains(groups, GroupFallback)
 	for _, rt := range a.routes() {
 		switch {
 		case rt.group == GroupAdmin && (a.cfg.AdminToken == "" || !slices.Contains(groups, GroupAdmin)):
+			continue
+		case fallback:
+			methods[rt.pattern] = append(methods[rt.pattern], rt.method)
 			continue
 		case len(groups) > 0 && !slices.Contains(groups, rt.group):
 			continue

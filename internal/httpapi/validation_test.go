@@ -1,12 +1,15 @@
 package httpapi_test
 
 import (
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/testenv"
+	"github.com/tally-hq/tally/internal/tracking"
 )
 
 func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
@@ -120,5 +123,24 @@ func TestUnknownRoutesAndMethodsAnswerInTheErrorShape(t *testing.T) {
 	}
 	if r := e.call("GET", "/_admin/brands", "", nil); r.status != 404 {
 		t.Errorf("admin API without a token configured: %d, want 404", r.status)
+	}
+}
+
+func TestFallbackAnswersWhatNoRouteMatches(t *testing.T) {
+	api := httpapi.New(tracking.New(testenv.Bolt(t)), httpapi.Config{Logger: slog.New(slog.DiscardHandler)})
+	srv := httptest.NewServer(api.Handler(httpapi.GroupFallback))
+	defer srv.Close()
+	e := &env{t: t, srv: srv}
+	r := e.call("DELETE", "/api/v1/conversions", "", nil)
+	if r.status != 405 || r.errorCode() != "method_not_allowed" || r.header.Get("Allow") != "POST, GET" {
+		t.Errorf("DELETE /api/v1/conversions: %d %s Allow=%q, want 405 naming POST, GET", r.status, r.body, r.header.Get("Allow"))
+	}
+	if r := e.call("GET", "/api/v2/offers", "", nil); r.status != 404 || r.errorCode() != "not_found" {
+		t.Errorf("unknown path: %d %s, want 404 not_found", r.status, r.body)
+	}
+	// It serves nothing itself: a known route is still "not allowed" here,
+	// because API Gateway sends it to its own function.
+	if r := e.call("GET", "/api/v1/offers", "", nil); r.status != 405 {
+		t.Errorf("GET /api/v1/offers through the fallback: %d, want 405", r.status)
 	}
 }
