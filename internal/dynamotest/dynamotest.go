@@ -12,7 +12,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -29,6 +28,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/logging"
 
+	"github.com/tally-hq/tally/internal/reporoot"
 	"github.com/tally-hq/tally/internal/store/dynamo"
 )
 
@@ -86,7 +86,7 @@ func Endpoint(t testing.TB) string {
 }
 
 func start() {
-	root, err := repoRoot()
+	root, err := reporoot.Find()
 	if err != nil {
 		local.err = err
 		return
@@ -148,25 +148,6 @@ func stop() {
 	local.cmd.Process.Kill()
 	<-local.exited
 	local.cmd = nil
-}
-
-// repoRoot walks up from the working directory, which go test sets to the
-// package's, to the directory holding go.mod.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("dynamotest: no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 func freePort() (string, error) {

@@ -3,9 +3,9 @@ package httpapi_test
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -78,22 +78,8 @@ func TestRateLimitIsExactUnderConcurrency(t *testing.T) {
 		_, key := e.brand()
 		_, other := e.brand()
 
-		var mu sync.Mutex
-		statuses := map[int]int{}
-		var limited []response
-		race(130, func(int) {
-			r, err := e.try("GET", "/api/v1/offers", key, nil)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			statuses[r.status]++
-			if r.status == 429 {
-				limited = append(limited, r)
-			}
-		})
+		answers, statuses := e.raceCalls(130, "GET", "/api/v1/offers", key, nil)
+		limited := slices.DeleteFunc(answers, func(r response) bool { return r.status != 429 })
 		if statuses[200] != 100 || statuses[429] != 30 {
 			t.Errorf("statuses = %v, want exactly 100 200s and 30 429s", statuses)
 		}

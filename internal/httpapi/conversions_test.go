@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/tally-hq/tally"
@@ -72,19 +71,13 @@ func TestSameTransactionPostedConcurrentlyIsRecordedOnce(t *testing.T) {
 		offerID := e.offer(key, nil)
 		partnerID := e.activePartner(brandID, key)
 
-		var mu sync.Mutex
-		statuses, convIDs := map[int]int{}, map[string]bool{}
-		race(50, func(int) {
-			r, err := e.try("POST", "/api/v1/conversions", key, map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": "order-1001"})
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			statuses[r.status]++
-			convIDs[r.field(t, "id")] = true
+		answers, statuses := e.raceCalls(50, "POST", "/api/v1/conversions", key, func(int) any {
+			return map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": "order-1001"}
 		})
+		convIDs := map[string]bool{}
+		for _, r := range answers {
+			convIDs[r.field(t, "id")] = true
+		}
 		if statuses[201] != 1 || statuses[200] != 49 {
 			t.Errorf("statuses = %v, want one 201 and 49 200s", statuses)
 		}
@@ -110,19 +103,13 @@ func TestDailyCapUnderConcurrency(t *testing.T) {
 		offerID := e.offer(key, map[string]any{"caps": map[string]any{"daily": 50}})
 		partnerID := e.activePartner(brandID, key)
 
-		var mu sync.Mutex
-		statuses, codes := map[int]int{}, map[string]int{}
-		race(200, func(i int) {
-			r, err := e.try("POST", "/api/v1/conversions", key, map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": fmt.Sprint("order-", i)})
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			statuses[r.status]++
-			codes[r.errorCode()]++
+		answers, statuses := e.raceCalls(200, "POST", "/api/v1/conversions", key, func(i int) any {
+			return map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": fmt.Sprint("order-", i)}
 		})
+		codes := map[string]int{}
+		for _, r := range answers {
+			codes[r.errorCode()]++
+		}
 		if statuses[201] != 50 || statuses[422] != 150 || codes["cap_reached"] != 150 {
 			t.Errorf("statuses = %v, codes = %v; want 50 201s and 150 422 cap_reached", statuses, codes)
 		}

@@ -163,8 +163,12 @@ func (e *env) activePartner(brandID, secret string) string {
 	return id
 }
 
-// race runs n copies of fn at once and waits for them.
-func race(n int, fn func(i int)) {
+// raceCalls sends n requests at once, the i-th with body(i) (nil body: none),
+// and returns the answers and how many had each status.
+func (e *env) raceCalls(n int, method, path, key string, body func(i int) any) ([]response, map[int]int) {
+	e.t.Helper()
+	answers := make([]response, n)
+	errs := make([]error, n)
 	var ready, done sync.WaitGroup
 	startGun := make(chan struct{})
 	for i := range n {
@@ -172,12 +176,24 @@ func race(n int, fn func(i int)) {
 		done.Add(1)
 		go func() {
 			defer done.Done()
+			var b any
+			if body != nil {
+				b = body(i)
+			}
 			ready.Done()
 			<-startGun
-			fn(i)
+			answers[i], errs[i] = e.try(method, path, key, b)
 		}()
 	}
 	ready.Wait()
 	close(startGun)
 	done.Wait()
+	statuses := map[int]int{}
+	for i, a := range answers {
+		if errs[i] != nil {
+			e.t.Fatal(errs[i])
+		}
+		statuses[a.status]++
+	}
+	return answers, statuses
 }

@@ -3,7 +3,6 @@ package httpapi_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/tally-hq/tally/internal/httpapi"
@@ -108,17 +107,8 @@ func TestBrandsNeverSeeEachOthersWebhooks(t *testing.T) {
 func TestSubscriptionLimitHoldsUnderConcurrency(t *testing.T) {
 	e := newEnv(t, testenv.Bolt(t), httpapi.Config{RateLimit: 10_000}, tracking.WithLoopbackReceivers())
 	_, key := e.brand()
-	var mu sync.Mutex
-	statuses := map[int]int{}
-	race(80, func(int) {
-		r, err := e.try("POST", "/api/public/webhooks", key, map[string]any{"url": "https://hooks.example.com/x", "events": []string{"cap.reached"}})
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		statuses[r.status]++
+	_, statuses := e.raceCalls(80, "POST", "/api/public/webhooks", key, func(int) any {
+		return map[string]any{"url": "https://hooks.example.com/x", "events": []string{"cap.reached"}}
 	})
 	if statuses[201] != 50 || statuses[409] != 30 {
 		t.Errorf("statuses = %v, want 50 201s and 30 409s", statuses)

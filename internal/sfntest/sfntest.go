@@ -67,6 +67,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tally-hq/tally/internal/reporoot"
 )
 
 // Dir is where scripts/local-sfn.sh installs local-sfn and Node 22,
@@ -90,7 +92,7 @@ type Tools struct {
 // skips the test, or fails it when the CI variable is set.
 func Find(t testing.TB) Tools {
 	t.Helper()
-	root, err := repoRoot()
+	root, err := reporoot.Find()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +339,7 @@ func Build(t testing.TB, pkg string) string {
 }
 
 func goBuild(pkg string) (string, error) {
-	root, err := repoRoot()
+	root, err := reporoot.Find()
 	if err != nil {
 		return "", err
 	}
@@ -353,23 +355,4 @@ func goBuild(pkg string) (string, error) {
 		return "", fmt.Errorf("sfntest: go build %s: %v\n%s", pkg, err, msg)
 	}
 	return out, nil
-}
-
-// repoRoot walks up from the working directory, which go test sets to the
-// package's, to the directory holding go.mod.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("sfntest: no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
