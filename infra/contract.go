@@ -13,11 +13,15 @@ const (
 	fanoutFunction               // the table's stream
 	deliverFunction              // the delivery queue
 	attemptFunction              // the retry state machine
+	fallbackFunction             // the HTTP API's $default route: what no route matches
 )
 
 // function is one Lambda function: its logical id, its folder under
 // functions/ (and bin/, where `make build` puts its bootstrap), its timeout
-// in seconds and, for API functions, its routes ("METHOD /path").
+// in seconds and, for API functions, its routes ("METHOD /path"). The
+// fallback has none of its own: it is the API's $default route, which
+// answers what no other route matches in the API's error shape, and it has
+// no access to the table.
 type function struct {
 	ID      string
 	Dir     string
@@ -87,6 +91,7 @@ var functions = []function{
 		"GET /api/v1/deliveries/{id}",
 		"POST /api/v1/deliveries/{id}/retry",
 	}},
+	{ID: "FallbackFunction", Dir: "fallback", Timeout: 10, Kind: fallbackFunction},
 	{ID: "ApproverFunction", Dir: "approver", Timeout: 60, Kind: approverFunction},
 	{ID: "FanoutFunction", Dir: "fanout", Timeout: 60, Kind: fanoutFunction},
 	{ID: "DeliverFunction", Dir: "deliver", Timeout: 30, Kind: deliverFunction},

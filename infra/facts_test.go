@@ -701,8 +701,10 @@ func (t *cfnTemplate) samFunctionFacts(f map[string]string, grants map[string]ma
 			if method == "X-AMAZON-APIGATEWAY-ANY-METHOD" {
 				method = "ANY"
 			}
+			// An event with no Path (nor Method), or with Path $default, is
+			// the $default route, whatever its method.
 			key := method + " " + t.render(ep["Path"])
-			if ep["Path"] == nil {
+			if ep["Path"] == nil || ep["Path"] == "$default" {
 				key = "$default"
 			}
 			f["route "+key] = fmt.Sprintf("api=%s function=%s payload=%s", api, id, t.orDefault(ep["PayloadFormatVersion"], "2.0"))

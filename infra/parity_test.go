@@ -74,6 +74,14 @@ func TestParityCatchesDifferences(t *testing.T) {
 		{"route GET /api/v1/reports", func(doc map[string]any) {
 			find(doc, "AWS::ApiGatewayV2::Route", func(p map[string]any) bool { return p["RouteKey"] == "GET /api/v1/reports" })["RouteKey"] = "GET /api/v1/report"
 		}},
+		{"route $default", func(doc map[string]any) {
+			find(doc, "AWS::ApiGatewayV2::Route", func(p map[string]any) bool { return p["RouteKey"] == "$default" })["RouteKey"] = "ANY /{proxy+}"
+		}},
+		{"grant FallbackFunction Table", func(doc map[string]any) {
+			st := find(doc, "AWS::IAM::Policy", func(p map[string]any) bool { return strings.Contains(jsonString(p), "RATE#") })
+			role := named(doc, "FallbackFunction")["Role"].(map[string]any)["Fn::GetAtt"].([]any)[0].(string)
+			st["Roles"] = append(st["Roles"].([]any), ref(role))
+		}},
 		{"queue DeliveryQueue redrive", func(doc map[string]any) {
 			named(doc, "DeliveryQueue")["RedrivePolicy"].(map[string]any)["maxReceiveCount"] = 6.0
 		}},
@@ -166,6 +174,9 @@ Resources:
         Get:
           Type: HttpApi
           Properties: {Method: get, Path: /things}
+        Unmatched:
+          Type: HttpApi
+          Properties: {Method: ANY, Path: $default}
         Tick:
           Type: Schedule
           Properties: {Schedule: rate(5 minutes), Enabled: false}
@@ -197,6 +208,7 @@ Outputs:
 		"function Fn runtime":         "provided.al2023",
 		"function Fn timeout":         "9",
 		"route GET /things":           "api=ServerlessHttpApi function=Fn payload=2.0",
+		"route $default":              "api=ServerlessHttpApi function=Fn payload=2.0",
 		"schedule Fn":                 "rate(5 minutes) DISABLED",
 		"eventsource Fn ${Queue.Arn}": "batch=10 window=0 enabled=true responses=",
 		"grant Fn Table":              "dynamodb:BatchGetItem dynamodb:GetItem dynamodb:Query dynamodb:Scan",

@@ -140,6 +140,7 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 	fanout := fns[fanoutFunction][0]
 	deliver := fns[deliverFunction][0]
 	attempt := fns[attemptFunction][0]
+	fallback := fns[fallbackFunction][0]
 	deliveries := byID["DeliveriesFunction"]
 	reports := byID["ReportsFunction"]
 
@@ -158,19 +159,25 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 	deliveries.AddEnvironment(jsii.String(envDeliveryQueueURL), deliveryQueue.QueueUrl(), nil)
 	deliver.AddEnvironment(jsii.String(envRetryStateMachineARN), retry.StateMachineArn(), nil)
 
-	// HTTP API (payload format 2.0), one integration per function.
+	// HTTP API (payload format 2.0), one integration per function. The
+	// fallback's is the default integration: the $default route, which gets
+	// every request no other route matches.
+	lambdaIntegration := func(fn awslambda.Function, id string) awsapigatewayv2.HttpRouteIntegration {
+		return awsapigatewayv2integrations.NewHttpLambdaIntegration(jsii.String(id+"Integration"), fn,
+			&awsapigatewayv2integrations.HttpLambdaIntegrationProps{
+				PayloadFormatVersion: awsapigatewayv2.PayloadFormatVersion_VERSION_2_0(),
+			})
+	}
 	api := awsapigatewayv2.NewHttpApi(stack, jsii.String("HttpApi"), &awsapigatewayv2.HttpApiProps{
-		Description: jsii.String("Tally API"),
+		Description:        jsii.String("Tally API"),
+		DefaultIntegration: lambdaIntegration(fallback, *fallback.Node().Id()),
 	})
 	overrideID(api, "HttpApi")
 	for _, f := range functions {
 		if f.Kind != apiFunction {
 			continue
 		}
-		integration := awsapigatewayv2integrations.NewHttpLambdaIntegration(jsii.String(f.ID+"Integration"), byID[f.ID],
-			&awsapigatewayv2integrations.HttpLambdaIntegrationProps{
-				PayloadFormatVersion: awsapigatewayv2.PayloadFormatVersion_VERSION_2_0(),
-			})
+		integration := lambdaIntegration(byID[f.ID], f.ID)
 		for _, r := range f.Routes {
 			method, path, err := splitRoute(r)
 			if err != nil {
@@ -214,9 +221,9 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 	})
 	overrideID(schedule, "ApproverSchedule")
 
-	// Least privilege.
+	// Least privilege. The fallback gets nothing: it never reads the table.
 	for _, f := range functions {
-		if fn := byID[f.ID]; fn != reports {
+		if fn := byID[f.ID]; fn != reports && fn != fallback {
 			table.GrantReadWriteData(fn)
 		}
 	}

@@ -32,9 +32,12 @@ func getAtt(id, attr string) map[string]any {
 var (
 	apiFunctions = []string{"OffersFunction", "PartnersFunction", "ConversionsFunction", "ReportsFunction",
 		"ApplicationsFunction", "WebhooksFunction", "DeliveriesFunction"}
-	timeouts = map[string]float64{
+	// fallbackID is the $default route's function: no route of its own, no
+	// rate limit, no access to the table.
+	fallbackID = "FallbackFunction"
+	timeouts   = map[string]float64{
 		"OffersFunction": 10, "PartnersFunction": 10, "ConversionsFunction": 10, "ReportsFunction": 10,
-		"ApplicationsFunction": 10, "WebhooksFunction": 10, "DeliveriesFunction": 10,
+		"ApplicationsFunction": 10, "WebhooksFunction": 10, "DeliveriesFunction": 10, "FallbackFunction": 10,
 		"ApproverFunction": 60, "FanoutFunction": 60, "DeliverFunction": 30, "AttemptFunction": 20,
 	}
 	wantRoutes = map[string]string{
@@ -62,6 +65,7 @@ var (
 		"GET /api/v1/deliveries":                         "DeliveriesFunction",
 		"GET /api/v1/deliveries/{id}":                    "DeliveriesFunction",
 		"POST /api/v1/deliveries/{id}/retry":             "DeliveriesFunction",
+		"$default":                                       "FallbackFunction",
 	}
 )
 
@@ -105,21 +109,23 @@ func TestResources(t *testing.T) {
 		}
 	}
 	counts := map[string]float64{
-		"AWS::Lambda::Function":            11,
+		"AWS::Lambda::Function":            12,
 		"AWS::DynamoDB::Table":             1,
 		"AWS::SQS::Queue":                  3,
 		"AWS::StepFunctions::StateMachine": 1,
 		"AWS::ApiGatewayV2::Api":           1,
 		"AWS::ApiGatewayV2::Stage":         1,
 		"AWS::ApiGatewayV2::Route":         float64(len(wantRoutes)),
-		"AWS::ApiGatewayV2::Integration":   float64(len(apiFunctions)),
+		"AWS::ApiGatewayV2::Integration":   float64(len(apiFunctions) + 1), // and the fallback's
 		"AWS::Lambda::EventSourceMapping":  2,
 		"AWS::Events::Rule":                1,
 		"AWS::CloudWatch::Alarm":           4,
 		// One per route (API Gateway), one for the schedule.
 		"AWS::Lambda::Permission": float64(len(wantRoutes) + 1),
-		// One role and policy per function, and the state machine's.
-		"AWS::IAM::Role":   12,
+		// One role per function, and the state machine's; a policy for each
+		// of those but the fallback's role, which has only the basic
+		// execution role (logs).
+		"AWS::IAM::Role":   13,
 		"AWS::IAM::Policy": 12,
 	}
 	for typ, n := range counts {
@@ -239,7 +245,7 @@ func TestRoutes(t *testing.T) {
 	// cannot import the root module's internal packages).
 	served := servedRoutes(t)
 	for _, f := range functions {
-		if f.Kind != apiFunction {
+		if f.Kind != apiFunction && f.Kind != fallbackFunction {
 			continue
 		}
 		group := functionGroup(t, f.Dir)
@@ -252,8 +258,16 @@ func TestRoutes(t *testing.T) {
 		sort.Strings(stack)
 		want := served[group]
 		sort.Strings(want)
+		if f.Kind == fallbackFunction {
+			// Its group serves no route: the function is what no route
+			// matches.
+			if len(want) > 0 || group != "fallback" {
+				t.Errorf("%s serves group %q with routes %v, want the fallback group, which has none", f.ID, group, want)
+			}
+			want = []string{"$default"}
+		}
 		if !slices.Equal(stack, want) {
-			t.Errorf("%s (group %q): stack routes %v, internal/httpapi serves %v", f.ID, group, stack, want)
+			t.Errorf("%s (group %q): stack routes %v, want %v", f.ID, group, stack, want)
 		}
 	}
 
@@ -265,11 +279,29 @@ func TestRoutes(t *testing.T) {
 			perms[jsonString(p["FunctionName"])]++
 		}
 	}
-	for _, id := range apiFunctions {
+	for _, id := range append(slices.Clone(apiFunctions), fallbackID) {
 		if perms[jsonString(getAtt(id, "Arn"))] == 0 {
 			t.Errorf("API Gateway may not invoke %s", id)
 		}
 	}
+
+	// The $default route, as HttpApiProps.DefaultIntegration makes it: API
+	// Gateway may invoke the fallback for any method and path of any stage.
+	cdkAssert(t, func() {
+		s.template.HasResourceProperties(jsii.String("AWS::ApiGatewayV2::Route"), map[string]any{
+			"ApiId": ref("HttpApi"), "RouteKey": "$default",
+		})
+	})
+	cdkAssert(t, func() {
+		s.template.HasResourceProperties(jsii.String("AWS::Lambda::Permission"), map[string]any{
+			"Action":       "lambda:InvokeFunction",
+			"FunctionName": getAtt(fallbackID, "Arn"),
+			"Principal":    "apigateway.amazonaws.com",
+			"SourceArn": map[string]any{"Fn::Join": []any{"", assertions.Match_ArrayWith(&[]any{
+				map[string]any{"Ref": "HttpApi"}, "/*/*",
+			})}},
+		})
+	})
 }
 
 // servedRoutes reads the routes of each group from internal/httpapi's
@@ -689,7 +721,7 @@ func TestLeastPrivilege(t *testing.T) {
 	readWrite := "dynamodb:BatchGetItem dynamodb:BatchWriteItem dynamodb:ConditionCheckItem dynamodb:DeleteItem dynamodb:GetItem dynamodb:PutItem dynamodb:Query dynamodb:Scan dynamodb:UpdateItem"
 	want := map[string]string{}
 	for id := range timeouts {
-		if id != "ReportsFunction" {
+		if id != "ReportsFunction" && id != fallbackID { // the fallback may do nothing
 			want["grant "+id+" Table"] = readWrite
 			want["grant "+id+" Table/index"] = readWrite
 		}

@@ -619,8 +619,9 @@ func (f Function) EventsOfType(typ string) []Event {
 	return out
 }
 
-// Routes returns the routes of the function's HttpApi events as
-// "METHOD /path", sorted. An event without Method or Path is an error.
+// Routes returns the route keys of the function's HttpApi events, as API
+// Gateway names them: "METHOD /path", or DefaultRoute; sorted. An event
+// with only one of Method and Path is an error.
 func (f Function) Routes() ([]string, error) {
 	var routes []string
 	for _, e := range f.EventsOfType("HttpApi") {
@@ -628,21 +629,39 @@ func (f Function) Routes() ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", f.LogicalID, err)
 		}
-		routes = append(routes, r.Method+" "+r.Path)
+		routes = append(routes, r.Key())
 	}
 	sort.Strings(routes)
 	return routes, nil
 }
 
+// DefaultRoute is the route key of an HTTP API's catch-all route: API
+// Gateway sends it every request no other route matches, whatever its
+// method and path.
+const DefaultRoute = "$default"
+
+// anyMethod is the method of a route that takes every method.
+const anyMethod = "ANY"
+
 // HTTPRoute is an HttpApi event.
 type HTTPRoute struct {
-	API                  any // ApiId
-	Method               string
-	Path                 string
+	API                  any    // ApiId
+	Method               string // upper case; ANY for any method
+	Path                 string // DefaultRoute for the $default route
 	PayloadFormatVersion string // empty: SAM's default, 2.0
 }
 
-// HTTPRoute reads an HttpApi event.
+// Key is the route's key in API Gateway: "METHOD /path", or DefaultRoute.
+func (r HTTPRoute) Key() string {
+	if r.Path == DefaultRoute {
+		return DefaultRoute
+	}
+	return r.Method + " " + r.Path
+}
+
+// HTTPRoute reads an HttpApi event. Like SAM, it reads an event with
+// neither Method nor Path as the $default route (Path $default, Method
+// ANY), and Method x-amazon-apigateway-any-method as ANY.
 func (e Event) HTTPRoute() (HTTPRoute, error) {
 	if e.Type != "HttpApi" {
 		return HTTPRoute{}, fmt.Errorf("event %s is %s, not HttpApi", e.Name, e.Type)
@@ -651,10 +670,19 @@ func (e Event) HTTPRoute() (HTTPRoute, error) {
 	r.Method, _ = e.Properties["Method"].(string)
 	r.Path, _ = e.Properties["Path"].(string)
 	r.PayloadFormatVersion, _ = e.Properties["PayloadFormatVersion"].(string)
-	if r.Method == "" || r.Path == "" {
-		return r, fmt.Errorf("HttpApi event %s needs Method and Path", e.Name)
+	switch {
+	case e.Properties["Method"] == nil && e.Properties["Path"] == nil:
+		r.Method, r.Path = anyMethod, DefaultRoute
+	case r.Method == "" || r.Path == "":
+		return r, fmt.Errorf("HttpApi event %s needs Method and Path (or neither, for the %s route)", e.Name, DefaultRoute)
 	}
 	r.Method = strings.ToUpper(r.Method)
+	if r.Method == "X-AMAZON-APIGATEWAY-ANY-METHOD" {
+		r.Method = anyMethod
+	}
+	if r.Path == DefaultRoute && r.Method != anyMethod {
+		return r, fmt.Errorf("HttpApi event %s: the %s route takes any method, not %s", e.Name, DefaultRoute, r.Method)
+	}
 	return r, nil
 }
 

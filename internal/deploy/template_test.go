@@ -104,6 +104,7 @@ var groupConsts = map[string]string{
 	"GroupWebhooks":     httpapi.GroupWebhooks,
 	"GroupDeliveries":   httpapi.GroupDeliveries,
 	"GroupAdmin":        httpapi.GroupAdmin,
+	"GroupFallback":     httpapi.GroupFallback,
 }
 
 // servedGroups reads functions/<dir>/main.go: the groups it passes to
@@ -144,6 +145,14 @@ func isSelector(e ast.Expr, pkg, name string) bool {
 	}
 	id, ok := sel.X.(*ast.Ident)
 	return ok && id.Name == pkg
+}
+
+// isFallback reports whether functions/<dir> is the fallback: it serves
+// httpapi.GroupFallback alone, no route of its own, as the HTTP API's
+// $default route.
+func isFallback(t *testing.T, dir string) bool {
+	groups, _ := servedGroups(t, dir)
+	return slices.Equal(groups, []string{httpapi.GroupFallback})
 }
 
 // apiFunctions are the logical ids of the functions whose main serves HTTP routes.
@@ -406,6 +415,13 @@ func TestRoutesAreWhatHttpapiServes(t *testing.T) {
 		for _, g := range groups {
 			want = append(want, httpapi.Routes(g)...)
 		}
+		if isFallback(t, dir) {
+			// No route of its own: it is what no other route matches.
+			if len(want) > 0 {
+				t.Errorf("%s: the fallback group serves %v, want no route", id, want)
+			}
+			want = []string{deploy.DefaultRoute}
+		}
 		sort.Strings(want)
 		got, err := f.Routes()
 		if err != nil {
@@ -430,6 +446,13 @@ func TestRoutesAreWhatHttpapiServes(t *testing.T) {
 			served[r] = id
 		}
 	}
+	// What no route matches goes to the fallback, not to API Gateway's
+	// {"message":"Not Found"}.
+	if fn, ok := served[deploy.DefaultRoute]; !ok {
+		t.Errorf("no function has the %s route: unmatched requests would not answer in the API's error shape", deploy.DefaultRoute)
+	} else if dir := strings.ToLower(strings.TrimSuffix(fn, "Function")); !isFallback(t, dir) {
+		t.Errorf("the %s route goes to %s, which does not serve httpapi.GroupFallback alone", deploy.DefaultRoute, fn)
+	}
 	// Every route but the local server's admin API is deployed.
 	for _, g := range httpapi.AllGroups {
 		for _, r := range httpapi.Routes(g) {
@@ -443,6 +466,41 @@ func TestRoutesAreWhatHttpapiServes(t *testing.T) {
 	}
 	if r, ok := tpl.Resources["HttpApi"]; !ok || r.Type != "AWS::Serverless::HttpApi" {
 		t.Errorf("HttpApi is %q, want AWS::Serverless::HttpApi", r.Type)
+	}
+}
+
+// TestHTTPRouteKeys reads HttpApi events the way SAM does, the $default
+// route included.
+func TestHTTPRouteKeys(t *testing.T) {
+	tpl, err := deploy.Parse([]byte(`
+Resources:
+  Fn:
+    Type: AWS::Serverless::Function
+    Properties:
+      Events:
+        Get: {Type: HttpApi, Properties: {Method: get, Path: "/things/{id}"}}
+        Any: {Type: HttpApi, Properties: {Method: any, Path: /things}}
+        Default: {Type: HttpApi, Properties: {Method: ANY, Path: $default}}
+        Neither: {Type: HttpApi}
+        Extension: {Type: HttpApi, Properties: {Method: x-amazon-apigateway-any-method, Path: $default}}
+        DefaultGet: {Type: HttpApi, Properties: {Method: GET, Path: $default}}
+        NoMethod: {Type: HttpApi, Properties: {Path: /things}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := function(t, tpl, "Fn")
+	for name, want := range map[string]string{
+		"Get": "GET /things/{id}", "Any": "ANY /things", "Default": "$default", "Neither": "$default", "Extension": "$default",
+		"DefaultGet": "", "NoMethod": "",
+	} {
+		r, err := f.Events[name].HTTPRoute()
+		switch {
+		case want == "" && err == nil:
+			t.Errorf("%s: read as %q, want an error", name, r.Key())
+		case want != "" && (err != nil || r.Key() != want):
+			t.Errorf("%s: %q, %v; want %q", name, r.Key(), err, want)
+		}
 	}
 }
 
@@ -507,7 +565,11 @@ func TestEnvironment(t *testing.T) {
 				t.Fatalf("docs/aws.md names %s, which this test does not know", name)
 			}
 			for id := range want {
-				if row[1] == "all" || (strings.HasPrefix(row[1], "API functions") && api[id]) || slices.Contains(spans(row[1]), id) {
+				switch {
+				case row[1] == "all",
+					// "API functions except `X`, `Y` (…), …"
+					strings.HasPrefix(row[1], "API functions") && api[id] && !slices.Contains(spans(row[1]), id),
+					!strings.HasPrefix(row[1], "API functions") && slices.Contains(spans(row[1]), id):
 					want[id][name] = v
 				}
 			}
@@ -797,14 +859,20 @@ func TestLeastPrivilege(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	fallback := map[string]bool{}
+	for _, dir := range folders(t) {
+		fallback[logicalID(dir)] = isFallback(t, dir)
+	}
 	for _, f := range fns {
 		want := []deploy.Policy{crud}
-		switch f.LogicalID {
-		case "ReportsFunction":
+		switch id := f.LogicalID; {
+		case fallback[id]:
+			want = nil // it never reads the table: SAM's basic execution role only
+		case id == "ReportsFunction":
 			want = []deploy.Policy{reports}
-		case "FanoutFunction", "DeliveriesFunction":
+		case id == "FanoutFunction", id == "DeliveriesFunction":
 			want = append(want, send)
-		case "DeliverFunction":
+		case id == "DeliverFunction":
 			want = append(want, start)
 		}
 		if !reflect.DeepEqual(f.Policies, want) {

@@ -23,6 +23,10 @@ type APIFunc func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGa
 
 // APIHandler returns the handler of a function that serves the routes of
 // groups. Requests for any other route answer 404 in the API's error shape.
+// httpapi.GroupFallback, alone, serves no route: it is the function behind
+// API Gateway's $default route, which gets what no other route matches and
+// answers 405 with Allow for a known path, 404 otherwise, without reading
+// the table.
 //
 // The request is converted by aws-lambda-go-api-proxy, which sets
 // r.RemoteAddr to requestContext.http.sourceIp: the address API Gateway saw
@@ -67,14 +71,22 @@ func logger(cfg httpapi.Config) *slog.Logger {
 }
 
 // checkGroups accepts one or more of httpapi's groups, except admin: that
-// API exists only in the local server.
+// API exists only in the local server; or the fallback group alone, since
+// with it no other group's routes would be served.
 func checkGroups(groups []string) error {
 	if len(groups) == 0 {
 		return fmt.Errorf("%w: name at least one of the groups a function serves", errUnknownGroup)
 	}
+	switch {
+	case slices.Equal(groups, []string{httpapi.GroupFallback}):
+		return nil
+	case slices.Contains(groups, httpapi.GroupFallback):
+		return fmt.Errorf("%w: %q serves no route (it answers what no route matches), so a function serves it alone, not among %q",
+			errUnknownGroup, httpapi.GroupFallback, groups)
+	}
 	for _, g := range groups {
 		if g == httpapi.GroupAdmin || !slices.Contains(httpapi.AllGroups, g) {
-			return fmt.Errorf("%w %q: a function serves any of %s", errUnknownGroup, g, strings.Join(lambdaGroups(), ", "))
+			return fmt.Errorf("%w %q: a function serves any of %s, or %s alone", errUnknownGroup, g, strings.Join(lambdaGroups(), ", "), httpapi.GroupFallback)
 		}
 	}
 	return nil

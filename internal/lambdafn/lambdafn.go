@@ -114,7 +114,10 @@ func ServeApprover() {
 // service over the DynamoDB table TALLY_TABLE names, and the HTTP API's
 // settings (TALLY_RATE_LIMIT, TALLY_APPLICATION_RATE_LIMIT). Unlike the
 // local server, a function never falls back to the embedded store: that
-// would keep data in one instance's /tmp and lose it.
+// would keep data in one instance's /tmp and lose it. Opening the table
+// builds a client and makes no call, so a function that never reads it (the
+// fallback behind the $default route) runs without any table permission;
+// it still needs TALLY_TABLE set.
 func Setup(ctx context.Context, log *slog.Logger) (*tracking.Service, httpapi.Config, error) {
 	cfg, err := app.APIConfig(log)
 	if err != nil {

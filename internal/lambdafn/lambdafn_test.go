@@ -70,7 +70,13 @@ var groupNames = map[string]string{
 	"GroupWebhooks":     httpapi.GroupWebhooks,
 	"GroupDeliveries":   httpapi.GroupDeliveries,
 	"GroupAdmin":        httpapi.GroupAdmin,
+	"GroupFallback":     httpapi.GroupFallback,
 }
+
+// allGroups are the groups a function may serve: httpapi.AllGroups (which
+// the local server runs together) and the fallback, which only API
+// Gateway's $default route needs.
+var allGroups = append(slices.Clone(httpapi.AllGroups), httpapi.GroupFallback)
 
 // functions parses every functions/*/main.go for its call of lambdafn.
 func functions(t *testing.T) []function {
@@ -127,6 +133,11 @@ func functions(t *testing.T) []function {
 		t.Fatal("no functions in functions/")
 	}
 	return fns
+}
+
+// isFallback reports whether fn is the function behind the $default route.
+func (fn function) isFallback() bool {
+	return fn.kind == kindAPI && slices.Equal(fn.groups, []string{httpapi.GroupFallback})
 }
 
 func isIdent(e ast.Expr, name string) bool {
@@ -370,6 +381,12 @@ func (r response) errorCode() string {
 	e, _ := r.body["error"].(map[string]any)
 	code, _ := e["code"].(string)
 	return code
+}
+
+func (r response) errorMessage() string {
+	e, _ := r.body["error"].(map[string]any)
+	msg, _ := e["message"].(string)
+	return msg
 }
 
 func (r response) list() []map[string]any {
@@ -697,6 +714,27 @@ var cases = map[string]sampleCase{
 			t.Errorf("applying again: code %q, want conflict", r.errorCode())
 		}
 	}},
+	// The $default route: what no other function's route matches.
+	"fallback-unknown": {api: func(t *testing.T, f *fixture, call func() response) {
+		r := call()
+		wantStatus(t, r, 404)
+		if r.errorCode() != "not_found" || !strings.Contains(r.errorMessage(), "GET /api/v1/campaigns") {
+			t.Errorf("error %v, want not_found naming GET /api/v1/campaigns", r.body)
+		}
+		if r.header("Allow") != "" {
+			t.Errorf("Allow = %q for an unknown path", r.header("Allow"))
+		}
+	}},
+	"fallback-method": {api: func(t *testing.T, f *fixture, call func() response) {
+		r := call()
+		wantStatus(t, r, 405)
+		if r.errorCode() != "method_not_allowed" || r.header("Allow") != "GET" {
+			t.Errorf("error %v, Allow %q; want method_not_allowed with Allow: GET", r.body, r.header("Allow"))
+		}
+		if _, err := f.svc.Offer(t.Context(), f.brand.ID, f.offer.ID); err != nil {
+			t.Errorf("the offer is gone: %v", err)
+		}
+	}},
 	"approver-scheduled": {
 		setup: func(t *testing.T, f *fixture) {
 			o := f.createOffer(t, tally.ApprovalManual, 2)
@@ -782,7 +820,7 @@ func TestFunctionsAreCovered(t *testing.T) {
 			t.Errorf("the case %q has no events/%s.json", name, name)
 		}
 	}
-	for _, g := range httpapi.AllGroups {
+	for _, g := range allGroups {
 		if g == httpapi.GroupAdmin {
 			continue
 		}
@@ -790,8 +828,8 @@ func TestFunctionsAreCovered(t *testing.T) {
 			t.Errorf("route group %q is served by functions %v, want exactly one", g, served[g])
 		}
 	}
-	if len(groupNames) != len(httpapi.AllGroups) {
-		t.Errorf("httpapi has %d groups and this test resolves %d: add the new group to groupNames", len(httpapi.AllGroups), len(groupNames))
+	if len(groupNames) != len(allGroups) {
+		t.Errorf("httpapi has %d groups and this test resolves %d: add the new group to groupNames", len(allGroups), len(groupNames))
 	}
 
 	// Every placeholder the samples use is described in events/README.md.
@@ -842,7 +880,7 @@ func TestSamples(t *testing.T) {
 						ev := decodeEvent[events.APIGatewayV2HTTPRequest](t, raw)
 						c.api(t, f, func() response {
 							r := invokeAPI(t, f, h, ev)
-							checkCommon(t, r, ev)
+							checkCommon(t, r, ev, fn)
 							return r
 						})
 					case kindFanout:
@@ -858,13 +896,18 @@ func TestSamples(t *testing.T) {
 	}
 }
 
-// checkCommon checks what every API answer through a function carries.
-func checkCommon(t *testing.T, r response, ev events.APIGatewayV2HTTPRequest) {
+// checkCommon checks what every API answer through fn carries. The
+// fallback authenticates and counts nothing (it never reads the table), so
+// its answers have no rate-limit headers.
+func checkCommon(t *testing.T, r response, ev events.APIGatewayV2HTTPRequest, fn function) {
 	t.Helper()
 	if !strings.HasPrefix(r.header("X-Request-Id"), "req_") {
 		t.Errorf("X-Request-Id = %q", r.header("X-Request-Id"))
 	}
-	if r.header("X-RateLimit-Limit") == "" {
+	switch limit := r.header("X-RateLimit-Limit"); {
+	case fn.isFallback() && limit != "":
+		t.Errorf("X-RateLimit-Limit = %q from the fallback, which counts nothing", limit)
+	case !fn.isFallback() && limit == "":
 		t.Error("no X-RateLimit-Limit header")
 	}
 	var line map[string]any
@@ -887,6 +930,9 @@ func checkCommon(t *testing.T, r response, ev events.APIGatewayV2HTTPRequest) {
 
 // TestOtherFunctionsRoutes checks that a function answers only its own
 // routes: every API sample of another function answers 404 through it.
+// Through the fallback, which knows every route but serves none, each
+// answers 405 with an Allow naming its method; the fallback's own samples
+// are no function's route and answer 404 or 405 through any of them.
 func TestOtherFunctionsRoutes(t *testing.T) {
 	all := samples(t)
 	fns := functions(t)
@@ -904,13 +950,78 @@ func TestOtherFunctionsRoutes(t *testing.T) {
 				for _, name := range samplesOf(other.name, all) {
 					ev := decodeEvent[events.APIGatewayV2HTTPRequest](t, substitute(t, all[name], f.vars))
 					r := invokeAPI(t, f, h, ev)
-					if r.status != 404 || r.errorCode() != "not_found" {
+					method := ev.RequestContext.HTTP.Method
+					switch {
+					case fn.isFallback():
+						if r.status != 405 || r.errorCode() != "method_not_allowed" || !slices.Contains(strings.Split(r.header("Allow"), ", "), method) {
+							t.Errorf("%s through functions/%s: %d %v Allow %q, want 405 method_not_allowed allowing %s",
+								name, fn.name, r.status, r.body, r.header("Allow"), method)
+						}
+					case other.isFallback():
+						if (r.status != 404 || r.errorCode() != "not_found") && (r.status != 405 || r.errorCode() != "method_not_allowed") {
+							t.Errorf("%s through functions/%s: %d %v, want 404 not_found or 405 method_not_allowed", name, fn.name, r.status, r.body)
+						}
+					case r.status != 404 || r.errorCode() != "not_found":
 						t.Errorf("%s through functions/%s: %d %v, want 404 not_found", name, fn.name, r.status, r.body)
 					}
 				}
 			}
 		}
 	})
+}
+
+// TestFallbackTouchesNoTable runs the fallback over a service without a
+// store, as it runs on AWS without any table permission: every answer is
+// the error shape, none a 500 from touching the store.
+func TestFallbackTouchesNoTable(t *testing.T) {
+	logs := &logBuffer{}
+	cfg := httpapi.Config{Logger: slog.New(slog.NewJSONHandler(logs, nil))}
+	h, err := lambdafn.APIHandler(tracking.New(nil), cfg, httpapi.GroupFallback)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{"TALLY_API_KEY": "tally_sk_0000000000000000000000000000", "TALLY_OFFER_ID": "off_01jd0000000000000000000000"}
+	base := decodeEvent[events.APIGatewayV2HTTPRequest](t, substitute(t, samples(t)["fallback-unknown"], vars))
+	for _, c := range []struct {
+		method, path string
+		status       int
+		allow        string
+	}{
+		{"GET", "/api/v1/campaigns", 404, ""},
+		{"GET", "/", 404, ""},
+		{"DELETE", "/api/v1/offers", 405, "GET, POST"},
+		{"PUT", "/api/public/webhooks/sub_01jd0000000000000000000000", 405, "GET, DELETE"},
+		// A route of another function: API Gateway never sends it here.
+		{"GET", "/api/v1/reports", 405, "GET"},
+		// The local server's admin API is not deployed.
+		{"POST", "/_admin/brands", 404, ""},
+	} {
+		ev := base
+		ev.RawPath, ev.RequestContext.HTTP.Path, ev.RequestContext.HTTP.Method = c.path, c.path, c.method
+		ev.RawQueryString, ev.QueryStringParameters = "", nil
+		out, err := h(lambdaContext(t, "fallback-invocation"), ev)
+		if err != nil {
+			t.Fatalf("%s %s: %v", c.method, c.path, err)
+		}
+		r := apiResponse(t, []byte(mustJSON(t, out)), logs.take(t))
+		if r.status != c.status || r.header("Allow") != c.allow || r.errorCode() == "" {
+			t.Errorf("%s %s: %d %v Allow %q, want %d in the error shape, Allow %q", c.method, c.path, r.status, r.body, r.header("Allow"), c.status, c.allow)
+		}
+		for _, l := range r.logs {
+			if l["msg"] == "panic" {
+				t.Errorf("%s %s: the fallback touched the store: %v", c.method, c.path, l)
+			}
+		}
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // TestApplicationRateLimitBySourceIP checks that the application form's
@@ -999,9 +1110,16 @@ func TestUnreadableEvent(t *testing.T) {
 
 func TestAPIHandlerGroups(t *testing.T) {
 	svc := tracking.New(nil)
-	for _, groups := range [][]string{nil, {httpapi.GroupAdmin}, {"offer"}, {httpapi.GroupOffers, "reprots"}} {
+	for _, groups := range [][]string{nil, {httpapi.GroupAdmin}, {"offer"}, {httpapi.GroupOffers, "reprots"},
+		// The fallback serves nothing, so it would hide the offers routes.
+		{httpapi.GroupOffers, httpapi.GroupFallback}, {httpapi.GroupFallback, httpapi.GroupFallback}} {
 		if _, err := lambdafn.APIHandler(svc, httpapi.Config{}, groups...); err == nil {
 			t.Errorf("APIHandler(%q) accepted the groups", groups)
+		}
+	}
+	for _, groups := range [][]string{{httpapi.GroupFallback}, {httpapi.GroupOffers, httpapi.GroupReports}} {
+		if _, err := lambdafn.APIHandler(svc, httpapi.Config{}, groups...); err != nil {
+			t.Errorf("APIHandler(%q): %v", groups, err)
 		}
 	}
 }

@@ -1,0 +1,13 @@
+// Command fallback is the Lambda function behind the HTTP API's $default
+// route: whatever no other function's route matches. It answers in the
+// API's error shape, 405 with Allow for a known path and another method,
+// 404 for any other path, instead of API Gateway's own {"message":"Not
+// Found"}. It serves no route and touches no table.
+package main
+
+import (
+	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/lambdafn"
+)
+
+func main() { lambdafn.ServeAPI(httpapi.GroupFallback) }
