@@ -44,6 +44,7 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/dynamotest"
+	"github.com/tally-hq/tally/internal/sfntest"
 	"github.com/tally-hq/tally/internal/store/dynamo"
 	"github.com/tally-hq/tally/internal/tracking"
 )
@@ -578,7 +579,7 @@ func TestBootstrap(t *testing.T) {
 						if c.setup != nil {
 							c.setup(t, f)
 						}
-						raw := substitute(t, all[name], f.vars)
+						raw := sfntest.Substitute(t, all[name], f.vars)
 						ev := decodeEvent[events.APIGatewayV2HTTPRequest](t, raw)
 						c.api(t, f, func() response {
 							t.Helper()
@@ -613,7 +614,7 @@ func TestBootstrap(t *testing.T) {
 				f.subscribe(t, []string{tally.EventPartnerApplied}, webhookSecret)
 				f.subscribe(t, []string{tally.EventPartnerApplied, tally.EventConversionCreated}, "")
 				f.applied(t, "Runner Media")
-				raw := substitute(t, all["fanout-stream"], f.vars)
+				raw := sfntest.Substitute(t, all["fanout-stream"], f.vars)
 				before := len(queue.messages()) // the deliveries function queues too
 				res := invokeOK[map[string]any](t, p, raw)
 				if res["batchItemFailures"] != nil {
@@ -697,7 +698,7 @@ func bootstrapDeliver(t *testing.T, p *lambdaProcess, st *dynamo.Store, executio
 	}
 	ds := f.deliveriesOf(t, evt.ID)
 	f.vars["TALLY_DELIVERY_ID"], f.vars["TALLY_OTHER_DELIVERY_ID"] = ds[ok.ID].ID, ds[other.ID].ID
-	raw := substitute(t, sample, f.vars)
+	raw := sfntest.Substitute(t, sample, f.vars)
 	bad := decodeEvent[events.SQSEvent](t, raw).Records[2].MessageId
 	wantNames := []string{ds[ok.ID].ID + "-0", ds[other.ID].ID + "-0"}
 	slices.Sort(wantNames) // the messages of a batch are attempted concurrently
@@ -750,7 +751,7 @@ func bootstrapAttempt(t *testing.T, p *lambdaProcess, st *dynamo.Store, sample [
 		t.Fatal(err)
 	}
 	f.vars["TALLY_DELIVERY_ID"] = d.ID
-	raw := substitute(t, sample, f.vars)
+	raw := sfntest.Substitute(t, sample, f.vars)
 	res := invokeOK[map[string]any](t, p, raw)
 	wantField(t, res, "status", tally.DeliveryPending)
 	wantField(t, res, "attempts", 2)
@@ -791,7 +792,7 @@ func bootstrapManualRetry(t *testing.T, p *lambdaProcess, st *dynamo.Store, queu
 			t.Fatal(err)
 		}
 	}
-	ev := decodeEvent[events.APIGatewayV2HTTPRequest](t, substitute(t, all["deliveries-list"], f.vars))
+	ev := decodeEvent[events.APIGatewayV2HTTPRequest](t, sfntest.Substitute(t, all["deliveries-list"], f.vars))
 	path := "/api/v1/deliveries/" + d.ID + "/retry"
 	ev.RouteKey, ev.RawPath, ev.RawQueryString = "POST /api/v1/deliveries/{id}/retry", path, ""
 	ev.RequestContext.RouteKey, ev.RequestContext.HTTP.Method, ev.RequestContext.HTTP.Path = ev.RouteKey, "POST", path

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,6 +28,7 @@ import (
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/sfntest"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
 	"github.com/tally-hq/tally/internal/tracking"
@@ -188,23 +188,6 @@ func samplesOf(fn string, all map[string][]byte) []string {
 	}
 	slices.Sort(names)
 	return names
-}
-
-// placeholder is the events/README.md convention: ${NAME}, as envsubst reads it.
-var placeholder = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
-
-// substitute fills the placeholders in a sample; one it has no value for
-// fails the test.
-func substitute(t *testing.T, raw []byte, vars map[string]string) []byte {
-	t.Helper()
-	return placeholder.ReplaceAllFunc(raw, func(m []byte) []byte {
-		name := string(placeholder.FindSubmatch(m)[1])
-		v, ok := vars[name]
-		if !ok {
-			t.Fatalf("the sample uses the placeholder ${%s}, which the test does not fill (and events/README.md should describe)", name)
-		}
-		return []byte(v)
-	})
 }
 
 // clock is the services' time, moved by the approver tests.
@@ -838,7 +821,7 @@ func TestFunctionsAreCovered(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, raw := range all {
-		for _, m := range placeholder.FindAllSubmatch(raw, -1) {
+		for _, m := range sfntest.Placeholder.FindAllSubmatch(raw, -1) {
 			if !bytes.Contains(readme, m[0]) {
 				t.Errorf("events/%s.json uses %s, which events/README.md does not describe", name, m[0])
 			}
@@ -863,7 +846,7 @@ func TestSamples(t *testing.T) {
 					if c.setup != nil {
 						c.setup(t, f)
 					}
-					raw := substitute(t, all[name], f.vars)
+					raw := sfntest.Substitute(t, all[name], f.vars)
 					if !c.fits(fn.kind) {
 						t.Fatalf("the case for %s does not fit functions/%s", name, fn.name)
 					}
@@ -948,7 +931,7 @@ func TestOtherFunctionsRoutes(t *testing.T) {
 					continue
 				}
 				for _, name := range samplesOf(other.name, all) {
-					ev := decodeEvent[events.APIGatewayV2HTTPRequest](t, substitute(t, all[name], f.vars))
+					ev := decodeEvent[events.APIGatewayV2HTTPRequest](t, sfntest.Substitute(t, all[name], f.vars))
 					r := invokeAPI(t, f, h, ev)
 					method := ev.RequestContext.HTTP.Method
 					switch {
@@ -981,7 +964,7 @@ func TestFallbackTouchesNoTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	vars := map[string]string{"TALLY_API_KEY": "tally_sk_0000000000000000000000000000", "TALLY_OFFER_ID": "off_01jd0000000000000000000000"}
-	base := decodeEvent[events.APIGatewayV2HTTPRequest](t, substitute(t, samples(t)["fallback-unknown"], vars))
+	base := decodeEvent[events.APIGatewayV2HTTPRequest](t, sfntest.Substitute(t, samples(t)["fallback-unknown"], vars))
 	for _, c := range []struct {
 		method, path string
 		status       int
@@ -1037,7 +1020,7 @@ func TestApplicationRateLimitBySourceIP(t *testing.T) {
 		apply := func(sourceIP, forwardedFor string) response {
 			t.Helper()
 			n++
-			ev := decodeEvent[events.APIGatewayV2HTTPRequest](t, substitute(t, raw, f.vars))
+			ev := decodeEvent[events.APIGatewayV2HTTPRequest](t, sfntest.Substitute(t, raw, f.vars))
 			ev.RequestContext.HTTP.SourceIP = sourceIP
 			ev.Headers["x-forwarded-for"] = forwardedFor
 			ev.Body = strings.Replace(ev.Body, "jane@", fmt.Sprintf("jane%d@", n), 1)
@@ -1067,7 +1050,7 @@ func TestApplicationRateLimitBySourceIP(t *testing.T) {
 func TestNamedStage(t *testing.T) {
 	f := newFixture(t, testenv.Bolt(t))
 	h := apiHandler(t, f, []string{httpapi.GroupOffers})
-	raw := substitute(t, samples(t)["offers-get"], f.vars)
+	raw := sfntest.Substitute(t, samples(t)["offers-get"], f.vars)
 	path := "/api/v1/offers/" + f.offer.ID
 
 	ev := decodeEvent[events.APIGatewayV2HTTPRequest](t, raw)
@@ -1091,7 +1074,7 @@ func TestNamedStage(t *testing.T) {
 func TestUnreadableEvent(t *testing.T) {
 	f := newFixture(t, testenv.Bolt(t))
 	h := apiHandler(t, f, []string{httpapi.GroupOffers})
-	raw := substitute(t, samples(t)["offers-create"], f.vars)
+	raw := sfntest.Substitute(t, samples(t)["offers-create"], f.vars)
 
 	ev := decodeEvent[events.APIGatewayV2HTTPRequest](t, raw)
 	ev.IsBase64Encoded = true

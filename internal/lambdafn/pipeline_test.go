@@ -38,6 +38,7 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/sfntest"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/store/dynamo"
 	"github.com/tally-hq/tally/internal/testenv"
@@ -639,7 +640,7 @@ func TestFanoutChunks(t *testing.T) {
 			f.subscribe(t, []string{tally.EventPartnerApplied}, "")
 		}
 		f.applied(t, "Runner Media")
-		ev := decodeEvent[events.DynamoDBEvent](t, substitute(t, sample, f.vars))
+		ev := decodeEvent[events.DynamoDBEvent](t, sfntest.Substitute(t, sample, f.vars))
 		if fails := streamFailures(fanoutCall(t, f)(ev)); len(fails) != 0 {
 			t.Fatalf("failures %v", fails)
 		}
@@ -671,7 +672,7 @@ func TestFanoutQueueFailures(t *testing.T) {
 		}
 		a := f.applied(t, "Runner Media")
 		b := f.applied(t, "Trail Tales")
-		ev := decodeEvent[events.DynamoDBEvent](t, substitute(t, sample, f.vars))
+		ev := decodeEvent[events.DynamoDBEvent](t, sfntest.Substitute(t, sample, f.vars))
 		recA := streamRecord(t, ev, a.ID, "4421584500000000017450439091")
 		recB := streamRecord(t, ev, b.ID, "4421584700000000017450439160")
 		call := fanoutCall(t, f)
@@ -725,7 +726,7 @@ func TestFanoutSampleIsTheStoredItem(t *testing.T) {
 	client, table := dynamotest.NewTable(t)
 	f := newFixture(t, dynamo.New(client, table))
 	evt := f.applied(t, "Runner Media")
-	ev := decodeEvent[events.DynamoDBEvent](t, substitute(t, samples(t)["fanout-stream"], f.vars))
+	ev := decodeEvent[events.DynamoDBEvent](t, sfntest.Substitute(t, samples(t)["fanout-stream"], f.vars))
 	item := func() map[string]ddbtypes.AttributeValue {
 		out, err := client.GetItem(t.Context(), &dynamodb.GetItemInput{TableName: aws.String(table),
 			Key: map[string]ddbtypes.AttributeValue{"pk": &ddbtypes.AttributeValueMemberS{Value: "EVT#" + evt.ID}, "sk": &ddbtypes.AttributeValueMemberS{Value: "#EVT"}}})
@@ -780,7 +781,7 @@ func TestDeliverStartExecutionFails(t *testing.T) {
 		}
 		id := f.deliveriesOf(t, evt.ID)[sub.ID].ID
 		f.vars["TALLY_DELIVERY_ID"], f.vars["TALLY_OTHER_DELIVERY_ID"] = id, id
-		ev := decodeEvent[events.SQSEvent](t, substitute(t, sample, f.vars))
+		ev := decodeEvent[events.SQSEvent](t, sfntest.Substitute(t, sample, f.vars))
 		ev.Records = ev.Records[:1]
 		call := deliverCall(t, f)
 
@@ -858,7 +859,7 @@ func TestManualRetryRequeues(t *testing.T) {
 		}
 
 		h := apiHandler(t, f, groups)
-		ev := decodeEvent[events.APIGatewayV2HTTPRequest](t, substitute(t, all["deliveries-list"], f.vars))
+		ev := decodeEvent[events.APIGatewayV2HTTPRequest](t, sfntest.Substitute(t, all["deliveries-list"], f.vars))
 		path := "/api/v1/deliveries/" + d.ID + "/retry"
 		ev.RouteKey, ev.RawPath, ev.RawQueryString = "POST /api/v1/deliveries/{id}/retry", path, ""
 		ev.RequestContext.RouteKey, ev.RequestContext.HTTP.Method, ev.RequestContext.HTTP.Path = ev.RouteKey, "POST", path
@@ -877,7 +878,7 @@ func TestManualRetryRequeues(t *testing.T) {
 
 		// The message through deliver: attempt 1 of the new schedule, and
 		// the execution for that schedule (cycle 7: seven attempts before).
-		sqsEv := decodeEvent[events.SQSEvent](t, substitute(t, all["deliver-sqs"], map[string]string{
+		sqsEv := decodeEvent[events.SQSEvent](t, sfntest.Substitute(t, all["deliver-sqs"], map[string]string{
 			"TALLY_BRAND_ID": f.brand.ID, "TALLY_DELIVERY_ID": d.ID, "TALLY_OTHER_DELIVERY_ID": d.ID}))
 		sqsEv.Records = sqsEv.Records[:1]
 		sqsEv.Records[0].Body = q.messages()[0]

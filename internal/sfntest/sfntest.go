@@ -287,18 +287,20 @@ func stateTypes(def []byte) (map[string]string, error) {
 	return types, nil
 }
 
-var placeholder = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+// Placeholder matches ${Name}: a definition substitution (SAM's
+// DefinitionSubstitutions, CDK's definitionSubstitutions), or a placeholder
+// of the sample events (envsubst's syntax, events/README.md).
+var Placeholder = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 
-// Substitute fills the definition substitutions ${Name} of a definition,
-// as SAM's DefinitionSubstitutions and CDK's definitionSubstitutions do. A
-// placeholder without a value fails the test.
-func Substitute(t testing.TB, def []byte, vars map[string]string) []byte {
+// Substitute fills the placeholders of text; one without a value fails the
+// test.
+func Substitute(t testing.TB, text []byte, vars map[string]string) []byte {
 	t.Helper()
-	return placeholder.ReplaceAllFunc(def, func(m []byte) []byte {
-		name := string(placeholder.FindSubmatch(m)[1])
+	return Placeholder.ReplaceAllFunc(text, func(m []byte) []byte {
+		name := string(Placeholder.FindSubmatch(m)[1])
 		v, ok := vars[name]
 		if !ok {
-			t.Fatalf("sfntest: the definition uses ${%s}, which has no value", name)
+			t.Fatalf("${%s} has no value in this test (sample placeholders are described in events/README.md)", name)
 		}
 		return []byte(v)
 	})
