@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"maps"
 	"os"
 	"os/exec"
@@ -93,73 +90,31 @@ func folders(t *testing.T) []string {
 // logicalID is the template's name for functions/<dir>.
 func logicalID(dir string) string { return strings.ToUpper(dir[:1]) + dir[1:] + "Function" }
 
-// groupConsts names httpapi's route groups, so that a main's
-// lambdafn.ServeAPI(httpapi.GroupX, …) can be read from its source.
-var groupConsts = map[string]string{
-	"GroupOffers":       httpapi.GroupOffers,
-	"GroupPartners":     httpapi.GroupPartners,
-	"GroupConversions":  httpapi.GroupConversions,
-	"GroupReports":      httpapi.GroupReports,
-	"GroupApplications": httpapi.GroupApplications,
-	"GroupWebhooks":     httpapi.GroupWebhooks,
-	"GroupDeliveries":   httpapi.GroupDeliveries,
-	"GroupAdmin":        httpapi.GroupAdmin,
-	"GroupFallback":     httpapi.GroupFallback,
-}
-
-// servedGroups reads functions/<dir>/main.go: the groups it passes to
-// lambdafn.ServeAPI, and whether it calls ServeAPI at all.
-func servedGroups(t *testing.T, dir string) (groups []string, api bool) {
+// mainOf reads functions/<dir>/main.go: the lambdafn.Serve* it calls and
+// the groups it mounts.
+func mainOf(t *testing.T, dir string) deploy.Main {
 	t.Helper()
-	path := filepath.Join(root(t), "functions", dir, "main.go")
-	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+	mains, err := deploy.ReadMains(root(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ast.Inspect(f, func(n ast.Node) bool {
-		call, ok := n.(*ast.CallExpr)
-		if !ok || !isSelector(call.Fun, "lambdafn", "ServeAPI") {
-			return true
+	for _, m := range mains {
+		if m.Dir == dir {
+			return m
 		}
-		api = true
-		for _, arg := range call.Args {
-			sel, ok := arg.(*ast.SelectorExpr)
-			if !ok || !isSelector(sel, "httpapi", sel.Sel.Name) {
-				t.Fatalf("%s: ServeAPI argument is not an httpapi.Group constant", path)
-			}
-			g, ok := groupConsts[sel.Sel.Name]
-			if !ok {
-				t.Fatalf("%s: unknown route group httpapi.%s (add it to groupConsts)", path, sel.Sel.Name)
-			}
-			groups = append(groups, g)
-		}
-		return true
-	})
-	return groups, api
-}
-
-func isSelector(e ast.Expr, pkg, name string) bool {
-	sel, ok := e.(*ast.SelectorExpr)
-	if !ok || sel.Sel.Name != name {
-		return false
 	}
-	id, ok := sel.X.(*ast.Ident)
-	return ok && id.Name == pkg
+	t.Fatalf("no functions/%s", dir)
+	return deploy.Main{}
 }
 
-// isFallback reports whether functions/<dir> is the fallback: it serves
-// httpapi.GroupFallback alone, no route of its own, as the HTTP API's
-// $default route.
-func isFallback(t *testing.T, dir string) bool {
-	groups, _ := servedGroups(t, dir)
-	return slices.Equal(groups, []string{httpapi.GroupFallback})
-}
+// isFallback reports whether functions/<dir> answers the $default route.
+func isFallback(t *testing.T, dir string) bool { return mainOf(t, dir).IsFallback() }
 
 // apiFunctions are the logical ids of the functions whose main serves HTTP routes.
 func apiFunctions(t *testing.T) map[string]bool {
 	out := map[string]bool{}
 	for _, dir := range folders(t) {
-		if _, api := servedGroups(t, dir); api {
+		if mainOf(t, dir).Serve == "ServeAPI" {
 			out[logicalID(dir)] = true
 		}
 	}
@@ -410,7 +365,7 @@ func TestRoutesAreWhatHttpapiServes(t *testing.T) {
 	for _, dir := range folders(t) {
 		id := logicalID(dir)
 		f := function(t, tpl, id)
-		groups, _ := servedGroups(t, dir)
+		groups := mainOf(t, dir).Groups
 		var want []string
 		for _, g := range groups {
 			want = append(want, httpapi.Routes(g)...)

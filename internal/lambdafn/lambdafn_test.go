@@ -6,9 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -25,6 +22,7 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/catalog"
 	"github.com/tally-hq/tally/internal/delivery"
+	"github.com/tally-hq/tally/internal/deploy"
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/lambdafn"
@@ -59,78 +57,24 @@ const (
 	kindAttempt  = "ServeAttempt"  // the retry state machine's task payload
 )
 
-// groupNames resolves httpapi.Group* in a main. A group added to httpapi
-// without a line here fails TestFunctionsAreCovered, not silently.
-var groupNames = map[string]string{
-	"GroupOffers":       httpapi.GroupOffers,
-	"GroupPartners":     httpapi.GroupPartners,
-	"GroupConversions":  httpapi.GroupConversions,
-	"GroupReports":      httpapi.GroupReports,
-	"GroupApplications": httpapi.GroupApplications,
-	"GroupWebhooks":     httpapi.GroupWebhooks,
-	"GroupDeliveries":   httpapi.GroupDeliveries,
-	"GroupAdmin":        httpapi.GroupAdmin,
-	"GroupFallback":     httpapi.GroupFallback,
-}
-
 // allGroups are the groups a function may serve: httpapi.AllGroups (which
 // the local server runs together) and the fallback, which only API
 // Gateway's $default route needs.
 var allGroups = append(slices.Clone(httpapi.AllGroups), httpapi.GroupFallback)
 
-// functions parses every functions/*/main.go for its call of lambdafn.
+// functions reads every functions/*/main.go for its call of lambdafn.
 func functions(t *testing.T) []function {
 	t.Helper()
-	dirs, err := os.ReadDir(functionsDir)
+	mains, err := deploy.ReadMains("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var fns []function
-	for _, d := range dirs {
-		if !d.IsDir() {
-			continue
+	fns := make([]function, len(mains))
+	for i, m := range mains {
+		fns[i] = function{name: m.Dir, kind: m.Serve, groups: m.Groups}
+		if !slices.Contains([]string{kindAPI, kindApprover, kindFanout, kindDeliver, kindAttempt}, m.Serve) {
+			t.Errorf("functions/%s calls lambdafn.%s, which this test does not know", m.Dir, m.Serve)
 		}
-		fn := function{name: d.Name()}
-		path := filepath.Join(functionsDir, d.Name(), "main.go")
-		f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
-		if err != nil {
-			t.Fatalf("functions/%s: %v", d.Name(), err)
-		}
-		calls := 0
-		ast.Inspect(f, func(n ast.Node) bool {
-			call, ok := n.(*ast.CallExpr)
-			if !ok {
-				return true
-			}
-			sel, ok := call.Fun.(*ast.SelectorExpr)
-			if !ok || !isIdent(sel.X, "lambdafn") {
-				return true
-			}
-			calls++
-			switch sel.Sel.Name {
-			case kindApprover, kindFanout, kindDeliver, kindAttempt:
-				fn.kind = sel.Sel.Name
-				if len(call.Args) != 0 {
-					t.Errorf("functions/%s calls lambdafn.%s with arguments", fn.name, sel.Sel.Name)
-				}
-			case kindAPI:
-				fn.kind = kindAPI
-				for _, arg := range call.Args {
-					fn.groups = append(fn.groups, groupArg(t, fn.name, arg))
-				}
-			default:
-				t.Errorf("functions/%s calls lambdafn.%s, which this test does not know", fn.name, sel.Sel.Name)
-			}
-			return true
-		})
-		if calls != 1 {
-			t.Fatalf("functions/%s/main.go must call one of lambdafn.%s once; it makes %d such calls", fn.name,
-				strings.Join([]string{kindAPI, kindApprover, kindFanout, kindDeliver, kindAttempt}, ", "), calls)
-		}
-		fns = append(fns, fn)
-	}
-	if len(fns) == 0 {
-		t.Fatal("no functions in functions/")
 	}
 	return fns
 }
@@ -138,26 +82,6 @@ func functions(t *testing.T) []function {
 // isFallback reports whether fn is the function behind the $default route.
 func (fn function) isFallback() bool {
 	return fn.kind == kindAPI && slices.Equal(fn.groups, []string{httpapi.GroupFallback})
-}
-
-func isIdent(e ast.Expr, name string) bool {
-	id, ok := e.(*ast.Ident)
-	return ok && id.Name == name
-}
-
-func groupArg(t *testing.T, fn string, arg ast.Expr) string {
-	switch a := arg.(type) {
-	case *ast.SelectorExpr:
-		if g, ok := groupNames[a.Sel.Name]; ok && isIdent(a.X, "httpapi") {
-			return g
-		}
-	case *ast.BasicLit:
-		if s, err := strconv.Unquote(a.Value); err == nil && a.Kind == token.STRING {
-			return s
-		}
-	}
-	t.Fatalf("functions/%s: cannot resolve the group argument %T of lambdafn.ServeAPI; name an httpapi.Group* constant", fn, arg)
-	return ""
 }
 
 // samples returns events/*.json by name without the extension.
@@ -810,9 +734,6 @@ func TestFunctionsAreCovered(t *testing.T) {
 		if len(served[g]) != 1 {
 			t.Errorf("route group %q is served by functions %v, want exactly one", g, served[g])
 		}
-	}
-	if len(groupNames) != len(allGroups) {
-		t.Errorf("httpapi has %d groups and this test resolves %d: add the new group to groupNames", len(allGroups), len(groupNames))
 	}
 
 	// Every placeholder the samples use is described in events/README.md.

@@ -1,0 +1,46 @@
+package deploy_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tally-hq/tally/internal/deploy"
+)
+
+func TestReadMainsRefusesWhatItCannotResolve(t *testing.T) {
+	for name, body := range map[string]string{
+		"unknown group":     `lambdafn.ServeAPI(httpapi.GroupNope)`,
+		"group by string":   `lambdafn.ServeAPI("offers")`,
+		"two calls":         `lambdafn.ServeAPI(httpapi.GroupOffers); lambdafn.ServeApprover()`,
+		"no call":           `println()`,
+		"arguments of kind": `lambdafn.ServeFanout(httpapi.GroupOffers)`,
+	} {
+		root := t.TempDir()
+		dir := filepath.Join(root, "functions", "x")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		src := "package main\n\nfunc main() { " + body + " }\n"
+		if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := deploy.ReadMains(root); err == nil || !strings.Contains(err.Error(), "functions/x") {
+			t.Errorf("%s: err %v, want one naming functions/x", name, err)
+		}
+	}
+	mains, err := deploy.ReadMains("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fallbacks := 0
+	for _, m := range mains {
+		if m.IsFallback() {
+			fallbacks++
+		}
+	}
+	if fallbacks != 1 {
+		t.Errorf("%d fallback functions, want 1", fallbacks)
+	}
+}
