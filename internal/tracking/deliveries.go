@@ -58,7 +58,7 @@ func deliveryID(evt tally.Event, subscriptionID string) string {
 	return "wh_" + strings.ToLower(id.String())
 }
 
-func (s *Service) deliveryItem(rec deliveryRecord) store.Item {
+func deliveryItem(rec deliveryRecord) store.Item {
 	shard := shardOf(rec.ID)
 	it := store.Item{
 		Key:   deliveryKey(rec.BrandID, rec.ID),
@@ -115,7 +115,7 @@ func (s *Service) FanOut(ctx context.Context, eventID string) ([]DeliveryRef, er
 	// some delivery written already and goes one by one, keeping what exists.
 	ops := make([]store.Op, 0, len(recs)+1)
 	for _, rec := range recs {
-		ops = append(ops, store.Put(s.deliveryItem(rec), store.NotExists()))
+		ops = append(ops, store.Put(deliveryItem(rec), store.NotExists()))
 	}
 	outboxed := item.GSI3 != (store.IndexKey{})
 	if outboxed {
@@ -139,7 +139,7 @@ func (s *Service) FanOut(ctx context.Context, eventID string) ([]DeliveryRef, er
 // deliveries that are missing and reports those still pending.
 func (s *Service) fanOutEach(ctx context.Context, recs []deliveryRecord, event store.Item, outboxed bool) ([]DeliveryRef, error) {
 	for i, rec := range recs {
-		err := s.transact(ctx, store.Put(s.deliveryItem(rec), store.NotExists()))
+		err := s.transact(ctx, store.Put(deliveryItem(rec), store.NotExists()))
 		if _, exists := store.FailedOp(err); exists {
 			recs[i], err = getRecord[deliveryRecord](ctx, s.store, deliveryKey(rec.BrandID, rec.ID))
 		}
@@ -230,7 +230,7 @@ func (s *Service) recordAttempt(ctx context.Context, rec deliveryRecord, at *tal
 			rec.NextAttemptAt = ptrTo(tally.NewTime(now.Add(s.retryWait(made))))
 		}
 	}
-	err := s.transact(ctx, store.Put(s.deliveryItem(rec), store.AttrEquals("attempts", before)))
+	err := s.transact(ctx, store.Put(deliveryItem(rec), store.AttrEquals("attempts", before)))
 	if _, failed := store.FailedOp(err); failed {
 		// Another step recorded this attempt first; report what it decided.
 		current, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(rec.BrandID, rec.ID))
@@ -323,7 +323,7 @@ func (s *Service) RetryDelivery(ctx context.Context, brandID, deliveryID string)
 	now := s.Now()
 	rec.Status, rec.CycleStart = tally.DeliveryPending, len(rec.Attempts)
 	rec.NextAttemptAt, rec.UpdatedAt = ptrTo(tally.NewTime(now)), tally.NewTime(now)
-	err = s.transact(ctx, store.Put(s.deliveryItem(rec), store.AttrEquals("status", tally.DeliveryFailed)))
+	err = s.transact(ctx, store.Put(deliveryItem(rec), store.AttrEquals("status", tally.DeliveryFailed)))
 	if _, changed := store.FailedOp(err); changed {
 		return tally.Delivery{}, tally.Errorf(tally.ECodeInvalidTransition, "The delivery changed meanwhile; it is no longer failed.")
 	}
@@ -333,7 +333,7 @@ func (s *Service) RetryDelivery(ctx context.Context, brandID, deliveryID string)
 	if err := s.requeue(ctx, DeliveryRef{BrandID: brandID, DeliveryID: deliveryID}); err != nil {
 		// Nothing will pick the delivery up: put it back as it was, so the
 		// retry can be asked for again.
-		undo := s.transact(ctx, store.Put(s.deliveryItem(failed), store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts))), store.AttrEquals("status", tally.DeliveryPending)))
+		undo := s.transact(ctx, store.Put(deliveryItem(failed), store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts))), store.AttrEquals("status", tally.DeliveryPending)))
 		return tally.Delivery{}, errors.Join(err, undo)
 	}
 	return rec.Delivery, nil
