@@ -1,15 +1,21 @@
-# Tally: `make run` serves locally on 127.0.0.1:8080 with the embedded store in ./.tally;
+# Tally: `make run` serves locally on 127.0.0.1:8080 with the embedded store in ./.tally
+# (ADDR=, DATA= and ARGS= change that);
 # `make test` runs every test (it fetches and starts DynamoDB Local itself).
 GO ?= go
 FUNCTIONS := $(notdir $(wildcard functions/*))
 
-# One Lambda bootstrap: linux/arm64, static, as provided.al2023 expects.
-LAMBDA_BUILD = CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w'
+# One Lambda bootstrap: linux/arm64, static, as provided.al2023 expects;
+# without net/rpc (aws-lambda-go) and HTTP/2 (net/http: Lambda, DynamoDB,
+# SQS, Step Functions and webhook receivers all speak HTTP/1.1), stripped.
+# internal/lambdacheck builds the same way (BuildFlags).
+LAMBDA_BUILD = CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags lambda.norpc,nethttpomithttp2 -trimpath -ldflags='-s -w'
 
-.PHONY: run test build clean dynamodb-local
+.PHONY: run test build clean dynamodb-local lambda-check
 
+# make run [ADDR=host:port] [DATA=folder] [ARGS="more tally serve flags"];
+# TALLY_* settings pass through the environment (TALLY_RATE_LIMIT=500 make run).
 run:
-	$(GO) run ./cmd/tally serve
+	$(GO) run ./cmd/tally serve $(if $(ADDR),--addr $(ADDR)) $(if $(DATA),--data $(DATA)) $(ARGS)
 
 test:
 	./scripts/test.sh
@@ -33,6 +39,11 @@ build-%Function: FORCE
 	$(if $(filter $(call lower,$*),$(FUNCTIONS)),,$(error no functions/$(call lower,$*) for $@))
 	$(if $(ARTIFACTS_DIR),,$(error ARTIFACTS_DIR is not set: sam build sets it))
 	$(LAMBDA_BUILD) -o "$(ARTIFACTS_DIR)/bootstrap" ./functions/$(call lower,$*)
+
+# Bootstrap sizes, what each links, and init time next to an aws-lambda-go
+# hello world (timing: not part of make test).
+lambda-check:
+	$(GO) run ./scripts/lambdacheck
 
 clean:
 	rm -rf bin .aws-sam

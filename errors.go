@@ -14,6 +14,8 @@ const (
 	ECodeRateLimited          = "rate_limit_exceeded"
 	ECodeInvalidJSON          = "invalid_json"
 	ECodePayloadTooLarge      = "payload_too_large"
+	ECodeHeadersTooLarge      = "headers_too_large"
+	ECodeRequestTimeout       = "request_timeout"
 	ECodeUnsupportedMediaType = "unsupported_media_type"
 	ECodeConflict             = "conflict"
 	ECodeInvalidTransition    = "invalid_transition"
@@ -27,6 +29,10 @@ const (
 type Error struct {
 	Code    string
 	Message string
+	// Field names the input field a validation error is about, when it is
+	// about one (so a form can show the message beside it); not part of the
+	// API's answer, whose message names the field in words.
+	Field string
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -53,4 +59,13 @@ func ErrorMessage(err error) string {
 		return e.Message
 	}
 	return "An internal error occurred."
+}
+
+// ErrorField returns the input field a user-facing error is about, or "".
+func ErrorField(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Field
+	}
+	return ""
 }

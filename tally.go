@@ -20,9 +20,22 @@ type Brand struct {
 type APIKey struct {
 	ID        string `json:"id"`
 	BrandID   string `json:"brandId"`
+	Name      string `json:"name"`   // the brand's label for the key; may be empty
 	Prefix    string `json:"prefix"` // first characters of the secret, to tell keys apart
 	CreatedAt Time   `json:"createdAt"`
-	RevokedAt *Time  `json:"revokedAt"`
+	// LastUsedAt is when the key last authenticated a request, to the
+	// minute (it is written at most once a minute, not on every request).
+	LastUsedAt *Time `json:"lastUsedAt"`
+	RevokedAt  *Time `json:"revokedAt"`
+}
+
+// User signs in to the dashboard and sees only the brand it belongs to.
+// Its password is stored as an Argon2id hash and never shown.
+type User struct {
+	ID        string `json:"id"`
+	BrandID   string `json:"brandId"`
+	Email     string `json:"email"`
+	CreatedAt Time   `json:"createdAt"`
 }
 
 // Offer statuses and approval modes.
@@ -49,16 +62,24 @@ type Offer struct {
 	// automatically; 0 means it waits for a manual decision.
 	HoldHours int  `json:"holdHours"`
 	Caps      Caps `json:"caps"`
-	CreatedAt Time `json:"createdAt"`
+	// AttributionWindowDays is how long after a click a conversion can
+	// still name it (clickId).
+	AttributionWindowDays int  `json:"attributionWindowDays"`
+	CreatedAt             Time `json:"createdAt"`
+	UpdatedAt             Time `json:"updatedAt"`
 }
+
+// DefaultAttributionWindowDays is an offer's attribution window unless it
+// sets one.
+const DefaultAttributionWindowDays = 30
 
 // Caps limit how many conversions an offer accepts per UTC day, ISO week,
 // calendar month, or ever. Nil means no limit.
 type Caps struct {
-	Daily   *int64 `json:"daily"`
-	Weekly  *int64 `json:"weekly"`
-	Monthly *int64 `json:"monthly"`
-	Global  *int64 `json:"global"`
+	Daily   *int64 `json:"daily" range:"1,1000000000"`
+	Weekly  *int64 `json:"weekly" range:"1,1000000000"`
+	Monthly *int64 `json:"monthly" range:"1,1000000000"`
+	Global  *int64 `json:"global" range:"1,1000000000"`
 }
 
 // Partner statuses.
@@ -95,6 +116,7 @@ type Conversion struct {
 	BrandID       string `json:"brandId"`
 	OfferID       string `json:"offerId"`
 	PartnerID     string `json:"partnerId"`
+	ClickID       string `json:"clickId,omitempty"`
 	RevenueCents  int64  `json:"revenueCents"`
 	PayoutCents   int64  `json:"payoutCents"`
 	Currency      string `json:"currency"`
@@ -110,6 +132,39 @@ type Conversion struct {
 	CreatedAt Time  `json:"createdAt"`
 	UpdatedAt Time  `json:"updatedAt"`
 }
+
+// Click is one visit through a partner's tracking link, scored for fraud
+// when it was recorded.
+type Click struct {
+	ID        string `json:"id"`
+	BrandID   string `json:"brandId"`
+	OfferID   string `json:"offerId"`
+	PartnerID string `json:"partnerId"`
+	IP        string `json:"ip"`
+	UserAgent string `json:"userAgent"`
+	Referer   string `json:"referer"`
+	Sub1      string `json:"sub1"`
+	Sub2      string `json:"sub2"`
+	Sub3      string `json:"sub3"`
+	Sub4      string `json:"sub4"`
+	Sub5      string `json:"sub5"`
+	// FraudScore is 0 (clean) to 100; FraudSignals say what raised it.
+	FraudScore   int      `json:"fraudScore"`
+	FraudSignals []string `json:"fraudSignals"`
+	// ConversionID is the latest conversion attributed to the click
+	// (recorded with its clickId); empty while there is none.
+	ConversionID string `json:"conversionId,omitempty"`
+	CreatedAt    Time   `json:"createdAt"`
+}
+
+// Fraud signals a click can raise.
+const (
+	SignalDatacenterIP     = "datacenter_ip"
+	SignalBlockedIP        = "blocked_ip"
+	SignalBotUserAgent     = "bot_user_agent"
+	SignalMissingUserAgent = "missing_user_agent"
+	SignalIPVelocity       = "ip_velocity"
+)
 
 // ReportRow is one row of a report: the metrics of the conversions that share
 // the row's grouping values. Grouping fields not asked for are omitted; rows
@@ -128,6 +183,9 @@ type ReportRow struct {
 	RevenueCents int64  `json:"revenueCents"`
 	PayoutCents  int64  `json:"payoutCents"`
 	ProfitCents  int64  `json:"profitCents"`
+	// Clicks count in the row of the offer's currency.
+	Clicks         int64 `json:"clicks"`
+	HighRiskClicks int64 `json:"highRiskClicks"`
 }
 
 // Event names.
@@ -143,6 +201,11 @@ const (
 	EventCapReached         = "cap.reached"
 	EventWebhookTest        = "webhook.test"
 )
+
+// PostbackTestEvent asks for a partner's postback to be sent with sample
+// values. It goes to that postback only; it is no webhook event, so not in
+// the catalog.
+const PostbackTestEvent = "postback.test"
 
 // Event is the envelope of every webhook delivery (spec section 2). It is
 // written in the same transaction as the change it reports.
@@ -165,6 +228,8 @@ type ConversionEventData struct {
 	Status        string `json:"status"`
 	Sub1          string `json:"sub1"`
 	ExternalTxnID string `json:"externalTxnId"`
+	// ClickID is the tracked click the conversion was attributed to.
+	ClickID string `json:"clickId,omitempty"`
 	// Reason says why a conversion changed status: "manual", or
 	// "hold_elapsed" for automatic approval. Empty on conversion.created.
 	Reason string `json:"reason,omitempty"`
@@ -177,7 +242,18 @@ type PartnerEventData struct {
 	Email          string `json:"email"`
 	Status         string `json:"status"`
 	PreviousStatus string `json:"previousStatus,omitempty"`
+	// Reason and Rule say who banned a partner (partner.banned only):
+	// "manual", or "automation" with the rule that fired.
+	Reason string `json:"reason,omitempty"`
+	Rule   string `json:"rule,omitempty"`
 }
+
+// Why a partner was banned, and the automation rule that can ban.
+const (
+	BanManual          = "manual"
+	BanAutomation      = "automation"
+	RuleHighRiskClicks = "fraud.high_risk_clicks"
+)
 
 // CapReachedEventData is the data of cap.reached.
 type CapReachedEventData struct {
@@ -196,8 +272,46 @@ type FraudEventData struct {
 	PartnerID string   `json:"partnerId"`
 	Score     int      `json:"score"`     // 0..100
 	Threshold int      `json:"threshold"` // the brand's threshold that the score exceeded
-	Signals   []string `json:"signals"`   // e.g. "datacenter_ip", "listed_bad_ip", "high_risk_score"
+	Signals   []string `json:"signals"`   // the Signal* names that raised the score
 	IP        string   `json:"ip"`
+	UserAgent string   `json:"userAgent"`
+}
+
+// FraudSettings are a brand's fraud rules: a click whose score exceeds
+// Threshold is high-risk; AutoBan bans a partner with too many of those.
+type FraudSettings struct {
+	Threshold int     `json:"threshold"`
+	AutoBan   AutoBan `json:"autoBan"`
+}
+
+// AutoBan is the automation rule that bans a partner once HighRiskClicks of
+// its clicks within the last WindowHours were high-risk.
+type AutoBan struct {
+	Enabled        bool `json:"enabled"`
+	HighRiskClicks int  `json:"highRiskClicks"`
+	WindowHours    int  `json:"windowHours"`
+}
+
+// DefaultFraudSettings apply to a brand until it changes them.
+var DefaultFraudSettings = FraudSettings{Threshold: 70, AutoBan: AutoBan{Enabled: false, HighRiskClicks: 20, WindowHours: 24}}
+
+// PostbackToken authorizes a brand's inbound GET postbacks (advertisers'
+// systems call /postback?click_id=…&token=…). Only a hash of the secret is
+// stored; it is shown once, when the token is made.
+type PostbackToken struct {
+	ID        string `json:"id"`
+	BrandID   string `json:"brandId"`
+	Prefix    string `json:"prefix"` // first characters of the secret, to tell tokens apart
+	CreatedAt Time   `json:"createdAt"`
+}
+
+// BlockedIP is an address range whose clicks a brand considers fraudulent.
+type BlockedIP struct {
+	ID        string `json:"id"`
+	BrandID   string `json:"brandId"`
+	CIDR      string `json:"cidr"`
+	Note      string `json:"note"`
+	CreatedAt Time   `json:"createdAt"`
 }
 
 // WebhookTestEventData is the data of webhook.test, sent on request to one
@@ -244,11 +358,53 @@ type Subscription struct {
 	URL       string   `json:"url"`
 	Events    []string `json:"events"`
 	HasSecret bool     `json:"hasSecret"`
-	CreatedAt Time     `json:"createdAt"`
+	// PreviousSecretExpiresAt is set while a rotated-out secret still signs
+	// deliveries next to the new one.
+	PreviousSecretExpiresAt *Time `json:"previousSecretExpiresAt,omitempty"`
+	EndpointHealth
+	CreatedAt Time `json:"createdAt"`
+	UpdatedAt Time `json:"updatedAt"`
 }
 
-// Delivery statuses.
+// Postback is a partner's postback: a URL template that Tally fills in and
+// GETs when one of the partner's conversions has one of the events.
+type Postback struct {
+	PartnerID string   `json:"partnerId"`
+	BrandID   string   `json:"brandId"`
+	URL       string   `json:"url"`
+	Events    []string `json:"events"`
+	EndpointHealth
+	CreatedAt Time `json:"createdAt"`
+	UpdatedAt Time `json:"updatedAt"`
+}
+
+// Endpoint statuses and the reasons an endpoint is disabled.
 const (
+	EndpointEnabled  = "enabled"
+	EndpointDisabled = "disabled"
+
+	DisabledConsecutiveFailures = "consecutive_failures" // too many failed attempts in a row
+	DisabledFailingTooLong      = "failing_too_long"     // failing for too long with no success
+)
+
+// EndpointHealth is how deliveries to an endpoint (a webhook subscription or
+// a partner postback) have gone. A disabled endpoint gets no new deliveries.
+type EndpointHealth struct {
+	Status              string `json:"status"`
+	DisabledReason      string `json:"disabledReason,omitempty"`
+	DisabledAt          *Time  `json:"disabledAt,omitempty"`
+	ConsecutiveFailures int64  `json:"consecutiveFailures"`
+	LastSuccessAt       *Time  `json:"lastSuccessAt"`
+	// FailingSince is the first failed attempt after the last success (or
+	// since the endpoint was enabled); nil while the last attempt succeeded.
+	FailingSince *Time `json:"failingSince"`
+}
+
+// Delivery types and statuses.
+const (
+	DeliveryWebhook  = "webhook"  // a signed POST of the event to a subscription
+	DeliveryPostback = "postback" // a GET of a partner's filled-in postback URL
+
 	DeliveryPending   = "pending"
 	DeliverySucceeded = "succeeded"
 	DeliveryFailed    = "failed"
@@ -258,11 +414,12 @@ const (
 type Delivery struct {
 	ID             string    `json:"id"` // wh_…, the X-Tally-Webhook-Id, the same on every retry
 	BrandID        string    `json:"brandId"`
-	Type           string    `json:"type"` // "webhook" (postbacks will be "postback")
+	Type           string    `json:"type"` // DeliveryWebhook or DeliveryPostback
 	EventID        string    `json:"eventId"`
 	Event          string    `json:"event"`
-	SubscriptionID string    `json:"subscriptionId"`
-	URL            string    `json:"url"`
+	SubscriptionID string    `json:"subscriptionId,omitempty"` // webhooks
+	PartnerID      string    `json:"partnerId,omitempty"`      // postbacks
+	URL            string    `json:"url"`                      // for a postback, filled in
 	Status         string    `json:"status"`
 	Attempts       []Attempt `json:"attempts"`
 	NextAttemptAt  *Time     `json:"nextAttemptAt"`

@@ -8,12 +8,13 @@ package main
 type kind int
 
 const (
-	apiFunction      kind = iota // HTTP API routes
-	approverFunction             // EventBridge schedule
-	fanoutFunction               // the table's stream
-	deliverFunction              // the delivery queue
-	attemptFunction              // the retry state machine
-	fallbackFunction             // the HTTP API's $default route: what no route matches
+	apiFunction        kind = iota // HTTP API routes
+	approverFunction               // EventBridge schedule
+	fanoutFunction                 // the table's stream
+	deliverFunction                // the delivery queue
+	attemptFunction                // the retry state machine
+	fallbackFunction               // the HTTP API's $default route: what no route matches
+	reconcilerFunction             // EventBridge schedule: re-drives dropped webhook work
 )
 
 // function is one Lambda function: its logical id, its folder under
@@ -28,6 +29,9 @@ type function struct {
 	Timeout float64
 	Kind    kind
 	Routes  []string
+	// ReadOnly: an API function whose routes only read (it still counts
+	// requests in the rate-limit counters).
+	ReadOnly bool
 }
 
 // memorySize is every function's memory, in MB.
@@ -40,23 +44,28 @@ const (
 	envRetryStateMachineARN = "TALLY_RETRY_STATE_MACHINE_ARN"
 	envRateLimit            = "TALLY_RATE_LIMIT"
 	envApplicationRateLimit = "TALLY_APPLICATION_RATE_LIMIT"
+	envDeliveryRetention    = "TALLY_DELIVERY_RETENTION_DAYS"
 )
 
-// approverSchedule is the approver's EventBridge schedule expression.
-const approverSchedule = "rate(1 minute)"
+// Schedule expressions of the approver and the reconciler.
+const (
+	approverSchedule   = "rate(1 minute)"
+	reconcilerSchedule = "rate(5 minutes)"
+)
 
 // fanoutFilter is the stream filter: only inserted event items (outbox).
 const fanoutFilter = `{"eventName":["INSERT"],"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"EVT#"}]}}}}`
 
 // rateCounterKeys is the partition-key pattern of the rate-limit counters,
 // the only items read-only functions may update.
-const rateCounterKeys = "RATE#*"
+var rateCounterKeys = []string{"RATE#*", "KEY#*"}
 
 var functions = []function{
 	{ID: "OffersFunction", Dir: "offers", Timeout: 10, Kind: apiFunction, Routes: []string{
 		"GET /api/v1/offers",
 		"POST /api/v1/offers",
 		"GET /api/v1/offers/{id}",
+		"PATCH /api/v1/offers/{id}",
 	}},
 	{ID: "PartnersFunction", Dir: "partners", Timeout: 10, Kind: apiFunction, Routes: []string{
 		"GET /api/v1/partners",
@@ -64,6 +73,11 @@ var functions = []function{
 		"POST /api/v1/partners/{id}/approve",
 		"POST /api/v1/partners/{id}/reject",
 		"POST /api/v1/partners/{id}/ban",
+		"PUT /api/v1/partners/{id}/postback",
+		"GET /api/v1/partners/{id}/postback",
+		"DELETE /api/v1/partners/{id}/postback",
+		"POST /api/v1/partners/{id}/postback/test",
+		"POST /api/v1/partners/{id}/postback/enable",
 	}},
 	{ID: "ConversionsFunction", Dir: "conversions", Timeout: 10, Kind: apiFunction, Routes: []string{
 		"POST /api/v1/conversions",
@@ -71,8 +85,12 @@ var functions = []function{
 		"GET /api/v1/conversions/{id}",
 		"POST /api/v1/conversions/{id}/approve",
 		"POST /api/v1/conversions/{id}/reject",
+		"GET /api/v1/postback-token",
+		"POST /api/v1/postback-token",
+		"DELETE /api/v1/postback-token",
+		"GET /postback",
 	}},
-	{ID: "ReportsFunction", Dir: "reports", Timeout: 10, Kind: apiFunction, Routes: []string{
+	{ID: "ReportsFunction", Dir: "reports", Timeout: 10, Kind: apiFunction, ReadOnly: true, Routes: []string{
 		"GET /api/v1/reports",
 	}},
 	{ID: "ApplicationsFunction", Dir: "applications", Timeout: 10, Kind: apiFunction, Routes: []string{
@@ -82,18 +100,71 @@ var functions = []function{
 		"POST /api/public/webhooks",
 		"GET /api/public/webhooks",
 		"GET /api/public/webhooks/{id}",
+		"PATCH /api/public/webhooks/{id}",
 		"DELETE /api/public/webhooks/{id}",
 		"POST /api/public/webhooks/{id}/test",
+		"POST /api/public/webhooks/{id}/enable",
 		"GET /api/public/webhook-events",
 	}},
 	{ID: "DeliveriesFunction", Dir: "deliveries", Timeout: 10, Kind: apiFunction, Routes: []string{
 		"GET /api/v1/deliveries",
 		"GET /api/v1/deliveries/{id}",
 		"POST /api/v1/deliveries/{id}/retry",
+		"POST /api/public/webhooks/{id}/recover",
+		"POST /api/v1/partners/{id}/postback/recover",
+	}},
+	{ID: "KeysFunction", Dir: "keys", Timeout: 10, Kind: apiFunction, Routes: []string{
+		"GET /api/v1/keys",
+		"POST /api/v1/keys",
+		"DELETE /api/v1/keys/{id}",
+	}},
+	{ID: "DashboardFunction", Dir: "dashboard", Timeout: 10, Kind: apiFunction, Routes: []string{
+		"GET /dashboard",
+		"GET /dashboard/{path+}",
+		"POST /dashboard/{path+}",
+		"GET /apply/{brandId}",
+		"POST /apply/{brandId}",
+	}},
+	{ID: "ClickFunction", Dir: "click", Timeout: 10, Kind: apiFunction, Routes: []string{
+		"GET /c/{offerId}",
+	}},
+	{ID: "FraudFunction", Dir: "fraud", Timeout: 10, Kind: apiFunction, Routes: []string{
+		"GET /api/v1/clicks",
+		"GET /api/v1/clicks/{id}",
+		"GET /api/v1/fraud/settings",
+		"PUT /api/v1/fraud/settings",
+		"GET /api/v1/fraud/blocked-ips",
+		"POST /api/v1/fraud/blocked-ips",
+		"DELETE /api/v1/fraud/blocked-ips/{id}",
 	}},
 	{ID: "FallbackFunction", Dir: "fallback", Timeout: 10, Kind: fallbackFunction},
 	{ID: "ApproverFunction", Dir: "approver", Timeout: 60, Kind: approverFunction},
 	{ID: "FanoutFunction", Dir: "fanout", Timeout: 60, Kind: fanoutFunction},
 	{ID: "DeliverFunction", Dir: "deliver", Timeout: 30, Kind: deliverFunction},
 	{ID: "AttemptFunction", Dir: "attempt", Timeout: 20, Kind: attemptFunction},
+	{ID: "ReconcilerFunction", Dir: "reconciler", Timeout: 60, Kind: reconcilerFunction},
 }
+
+// What each kind of function does to the table (docs/aws.md, "Least
+// privilege"): the actions the store makes for it. A transaction's items are
+// authorized one by one as these actions.
+var tableActions = map[kind][]string{
+	apiFunction: {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem",
+		"dynamodb:ConditionCheckItem"},
+	approverFunction:   {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
+	fanoutFunction:     {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem"},
+	deliverFunction:    {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, // and the endpoint's health
+	attemptFunction:    {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
+	reconcilerFunction: {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem"},
+}
+
+// readOnlyActions are a read-only API function's; it may also update the
+// rate-limit counters.
+var readOnlyActions = []string{"dynamodb:GetItem", "dynamodb:Query"}
+
+// queriesIndexes are the kinds that query gsi1–3.
+var queriesIndexes = []kind{apiFunction, approverFunction, reconcilerFunction}
+
+// sendsDeliveries are the functions with TALLY_DELIVERY_QUEUE_URL: they
+// queue deliveries.
+var sendsDeliveries = []string{"FanoutFunction", "DeliveriesFunction", "ReconcilerFunction"}

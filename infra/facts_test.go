@@ -42,7 +42,12 @@ type cfnTemplate struct {
 
 // newCDKTemplate reads a synthesis.
 func newCDKTemplate(s *synthesis) *cfnTemplate {
-	t := &cfnTemplate{name: "cdk", doc: s.json, dir: s.assembly, assets: map[string]string{}}
+	// A copy: reading prunes the document, and the synthesis is shared.
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(canonJSON(s.json)), &doc); err != nil {
+		panic(err) // it was JSON a moment ago
+	}
+	t := &cfnTemplate{name: "cdk", doc: doc, dir: s.assembly, assets: map[string]string{}}
 	raw, err := os.ReadFile(filepath.Join(s.assembly, "TallyStack.assets.json"))
 	if err != nil {
 		t.errorf("asset manifest: %v", err)
@@ -503,7 +508,7 @@ var samTypes = map[string]string{
 // resources (roles, routes, permissions, mappings…) are compared through
 // what they do.
 var namedTypes = []string{"AWS::Lambda::Function", "AWS::ApiGatewayV2::Api", "AWS::StepFunctions::StateMachine",
-	"AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::CloudWatch::Alarm"}
+	"AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::CloudWatch::Alarm", "AWS::Logs::LogGroup", "AWS::SNS::Topic", "AWS::SNS::Subscription"}
 
 // facts reads a template's facts; what it cannot read fails the test.
 func facts(tb testing.TB, t *cfnTemplate) map[string]string {
@@ -538,6 +543,7 @@ func (t *cfnTemplate) facts() map[string]string {
 		case "AWS::Serverless::HttpApi":
 			f["api "+id] = "HTTP"
 			f["api "+id+" stage"] = t.orDefault(p["StageName"], "$default") + " autodeploy=true"
+			f["api "+id+" throttle"] = t.orDefault(p["DefaultRouteSettings"], "none")
 			for _, k := range []string{"DefinitionBody", "DefinitionUri"} {
 				if p[k] != nil {
 					t.errorf("%s: routes in %s are not read; use function events", id, k)
@@ -545,6 +551,12 @@ func (t *cfnTemplate) facts() map[string]string {
 			}
 		case "AWS::ApiGatewayV2::Stage":
 			f["api "+resourceID(t.render(p["ApiId"]))+" stage"] = t.render(p["StageName"]) + " autodeploy=" + t.orDefault(p["AutoDeploy"], "false")
+			f["api "+resourceID(t.render(p["ApiId"]))+" throttle"] = t.orDefault(p["DefaultRouteSettings"], "none")
+		case "AWS::Logs::LogGroup":
+			f["loggroup "+id] = "retention=" + t.orDefault(p["RetentionInDays"], "never") + " name=" + t.orDefault(p["LogGroupName"], "generated") +
+				" deletion=" + t.orDefault(r["DeletionPolicy"], "Delete") + " replace=" + t.orDefault(r["UpdateReplacePolicy"], "Delete")
+		case "AWS::SNS::Subscription":
+			f["subscription "+id] = resourceID(t.render(p["TopicArn"])) + " " + t.render(p["Protocol"]) + " " + t.render(p["Endpoint"]) + " if " + t.orDefault(r["Condition"], "always")
 		case "AWS::ApiGatewayV2::Route":
 			t.routeFacts(f, p)
 		case "AWS::DynamoDB::Table":
@@ -552,6 +564,7 @@ func (t *cfnTemplate) facts() map[string]string {
 		case "AWS::SQS::Queue":
 			f["queue "+id+" visibility"] = t.orDefault(p["VisibilityTimeout"], "30")
 			f["queue "+id+" retention"] = t.orDefault(p["MessageRetentionPeriod"], "345600")
+			f["queue "+id+" deletion"] = t.orDefault(r["DeletionPolicy"], "Delete") + " replace=" + t.orDefault(r["UpdateReplacePolicy"], "Delete")
 			if rp, ok := p["RedrivePolicy"].(map[string]any); ok {
 				f["queue "+id+" redrive"] = resourceID(t.render(rp["deadLetterTargetArn"])) + " after " + t.render(rp["maxReceiveCount"])
 			}
@@ -590,10 +603,10 @@ func (t *cfnTemplate) facts() map[string]string {
 			}
 			managed, _ := p["ManagedPolicyArns"].([]any)
 			for _, m := range managed {
-				if name := t.render(m); !strings.HasSuffix(name, "/service-role/AWSLambdaBasicExecutionRole") {
-					addGrant(grants, t.rolePrincipal(id), "managed", name)
-				}
+				addGrant(grants, t.rolePrincipal(id), "managed", t.render(m))
 			}
+			doc, _ := p["AssumeRolePolicyDocument"].(map[string]any)
+			f["role "+t.rolePrincipal(id)+" assumed by"] = t.render(doc["Statement"])
 		}
 	}
 	for _, key := range sortedKeys(grants) {
@@ -653,6 +666,9 @@ func (t *cfnTemplate) functionFacts(f map[string]string, id string, p map[string
 	f[fn+" handler"] = t.render(p["Handler"])
 	f[fn+" memory"] = t.orDefault(p["MemorySize"], "128")
 	f[fn+" timeout"] = t.orDefault(p["Timeout"], "3")
+	logging, _ := p["LoggingConfig"].(map[string]any)
+	f[fn+" logs"] = t.orDefault(logging["LogGroup"], "/aws/lambda/<name>")
+	f[fn+" reserved"] = t.orDefault(p["ReservedConcurrentExecutions"], "unreserved")
 	env, _ := p["Environment"].(map[string]any)
 	vars, _ := env["Variables"].(map[string]any)
 	var names []string
@@ -728,8 +744,8 @@ func (t *cfnTemplate) samFunctionFacts(f map[string]string, grants map[string]ma
 			t.errorf("%s: event %s of type %v is not read", id, name, ev["Type"])
 		}
 	}
-	if p["Role"] != nil {
-		t.errorf("%s: an explicit Role is not read", id)
+	if p["Role"] != nil && p["Policies"] != nil {
+		t.errorf("%s: Policies next to a Role are not read", id)
 	}
 	t.samPolicies(grants, id, p["Policies"])
 }
@@ -817,7 +833,7 @@ func (t *cfnTemplate) rolePrincipal(role string) string {
 	for id, r := range t.resources() {
 		p := props(r)
 		switch r["Type"] {
-		case "AWS::Lambda::Function":
+		case "AWS::Lambda::Function", "AWS::Serverless::Function", "AWS::Serverless::StateMachine":
 			if t.render(p["Role"]) == want {
 				return id
 			}
@@ -830,21 +846,15 @@ func (t *cfnTemplate) rolePrincipal(role string) string {
 	return role
 }
 
-// capabilities are the actions the grants compare: what the functions and
-// the state machine do to the table, the queues, the state machine and the
-// attempt function. Reading streams and polling queues come with event
-// sources and are left out.
-var capabilities = []string{
-	"dynamodb:BatchGetItem", "dynamodb:BatchWriteItem", "dynamodb:ConditionCheckItem", "dynamodb:DeleteItem",
-	"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:Scan", "dynamodb:UpdateItem",
-	"sqs:SendMessage", "states:StartExecution", "lambda:InvokeFunction", "sns:Publish",
-}
-
-// matchCapabilities are the capabilities an action pattern (with * and ?)
-// grants.
+// matchCapabilities are the actions an action pattern of a SAM policy
+// template grants, from those compared; the SAM template names its actions
+// one by one, so this is only for templates the tests write.
 func matchCapabilities(pattern string) []string {
+	known := []string{"dynamodb:BatchGetItem", "dynamodb:BatchWriteItem", "dynamodb:ConditionCheckItem", "dynamodb:DeleteItem",
+		"dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:Scan", "dynamodb:UpdateItem",
+		"sqs:SendMessage", "sqs:ReceiveMessage", "sqs:DeleteMessage", "states:StartExecution", "lambda:InvokeFunction"}
 	var out []string
-	for _, c := range capabilities {
+	for _, c := range known {
 		if ok, _ := path.Match(strings.ToLower(pattern), strings.ToLower(c)); ok {
 			out = append(out, c)
 		}
@@ -889,15 +899,16 @@ func (t *cfnTemplate) statementGrants(grants map[string]map[string]bool, princip
 		for _, r := range resources {
 			res := t.grantResource(t.render(r))
 			for _, a := range actions {
-				for _, c := range matchCapabilities(t.render(a)) {
-					addGrant(grants, principal, res, c+cond)
-				}
+				addGrant(grants, principal, res, t.render(a)+cond) // every action, as written
 			}
 		}
 	}
 }
 
-var arnResource = regexp.MustCompile(`^\$\{([A-Za-z0-9]+)\.(Arn|StreamArn)\}(.*)$`)
+var (
+	arnResource  = regexp.MustCompile(`^\$\{([A-Za-z0-9]+)\.(Arn|StreamArn)\}(.*)$`)
+	executionARN = regexp.MustCompile(`^arn:\$\{AWS::Partition\}:states:\$\{AWS::Region\}:\$\{AWS::AccountId\}:execution:\$\{([A-Za-z0-9]+)\.Name\}:\*$`)
+)
 
 // grantResource names the resource of a rendered ARN: "Table",
 // "Table/index", "Table/stream", "AttemptFunction" (versions included), "*".
@@ -905,13 +916,16 @@ func (t *cfnTemplate) grantResource(arn string) string {
 	if m := arnResource.FindStringSubmatch(arn); m != nil {
 		id, attr, rest := m[1], m[2], m[3]
 		switch {
-		case attr == "StreamArn" && rest == "":
+		case attr == "StreamArn" && rest == "", rest == "/stream/*":
 			return id + "/stream"
 		case rest == "/index/*":
 			return id + "/index"
 		case rest == "" || rest == ":*":
 			return id
 		}
+	}
+	if m := executionARN.FindStringSubmatch(arn); m != nil {
+		return m[1] + "/executions"
 	}
 	if id := resourceID(arn); id != arn && !strings.Contains(id, "::") {
 		return id // "${StateMachine.Arn}" written as Ref
@@ -1034,6 +1048,9 @@ func (t *cfnTemplate) stateMachineFacts(f map[string]string, grants map[string]m
 	if sam {
 		if typ, _ := p["Type"].(string); typ != "" {
 			f[sm+" type"] = typ
+		}
+		if p["Role"] != nil && p["Policies"] != nil {
+			t.errorf("%s: Policies next to a Role are not read", id)
 		}
 		t.samPolicies(grants, id, p["Policies"])
 		if p["Events"] != nil {

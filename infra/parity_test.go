@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -77,8 +78,8 @@ func TestParityCatchesDifferences(t *testing.T) {
 		{"route $default", func(doc map[string]any) {
 			find(doc, "AWS::ApiGatewayV2::Route", func(p map[string]any) bool { return p["RouteKey"] == "$default" })["RouteKey"] = "ANY /{proxy+}"
 		}},
-		{"grant FallbackFunction Table", func(doc map[string]any) {
-			st := find(doc, "AWS::IAM::Policy", func(p map[string]any) bool { return strings.Contains(jsonString(p), "RATE#") })
+		{"grant FallbackFunction RetryStateMachine", func(doc map[string]any) {
+			st := find(doc, "AWS::IAM::Policy", func(p map[string]any) bool { return strings.Contains(jsonString(p), "states:StartExecution") })
 			role := named(doc, "FallbackFunction")["Role"].(map[string]any)["Fn::GetAtt"].([]any)[0].(string)
 			st["Roles"] = append(st["Roles"].([]any), ref(role))
 		}},
@@ -100,11 +101,38 @@ func TestParityCatchesDifferences(t *testing.T) {
 		{"schedule ApproverFunction", func(doc map[string]any) { named(doc, "ApproverSchedule")["ScheduleExpression"] = "rate(2 minutes)" }},
 		{"alarm FanoutDLQAlarm", func(doc map[string]any) { named(doc, "FanoutDLQAlarm")["Threshold"] = 1.0 }},
 		{"grant ReportsFunction Table", func(doc map[string]any) {
+			role := jsonString(ref(named(doc, "ReportsFunction")["Role"].(map[string]any)["Fn::GetAtt"].([]any)[0].(string)))
 			st := find(doc, "AWS::IAM::Policy", func(p map[string]any) bool {
-				return strings.Contains(jsonString(p), "RATE#")
+				return strings.Contains(jsonString(p["Roles"]), role)
 			})["PolicyDocument"].(map[string]any)["Statement"].([]any)
-			st[0].(map[string]any)["Action"] = []any{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem"}
+			for _, s := range st {
+				if a, ok := s.(map[string]any)["Action"].([]any); ok && slices.Contains(a, any("dynamodb:GetItem")) {
+					s.(map[string]any)["Action"] = append(a, "dynamodb:PutItem")
+				}
+			}
 		}},
+		{"grant DeliverFunction RetryStateMachine/executions", func(doc map[string]any) {
+			st := find(doc, "AWS::IAM::Policy", func(p map[string]any) bool {
+				return strings.Contains(jsonString(p), "states:DescribeExecution")
+			})["PolicyDocument"].(map[string]any)["Statement"].([]any)
+			for _, s := range st {
+				if s.(map[string]any)["Action"] == "states:DescribeExecution" {
+					s.(map[string]any)["Action"] = []any{"states:DescribeExecution", "states:StopExecution"}
+				}
+			}
+		}},
+		{"grant AttemptFunction managed", func(doc map[string]any) {
+			named(doc, "AttemptFunctionRole")["ManagedPolicyArns"] = []any{"arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"}
+		}},
+		{"loggroup OffersFunctionLogGroup", func(doc map[string]any) { named(doc, "OffersFunctionLogGroup")["RetentionInDays"] = 7.0 }},
+		{"function OffersFunction logs", func(doc map[string]any) {
+			named(doc, "OffersFunction")["LoggingConfig"] = map[string]any{"LogGroup": ref("ReportsFunctionLogGroup")}
+		}},
+		{"function ApproverFunction reserved", func(doc map[string]any) { delete(named(doc, "ApproverFunction"), "ReservedConcurrentExecutions") }},
+		{"api HttpApi throttle", func(doc map[string]any) {
+			find(doc, "AWS::ApiGatewayV2::Stage", nil)["DefaultRouteSettings"] = map[string]any{"ThrottlingRateLimit": 5.0}
+		}},
+		{"alarm DeliveryQueueAgeAlarm", func(doc map[string]any) { delete(named(doc, "DeliveryQueueAgeAlarm"), "AlarmActions") }},
 		{"output BaseUrl", func(doc map[string]any) {
 			doc["Outputs"].(map[string]any)["BaseUrl"].(map[string]any)["Value"] = getAtt("HttpApi", "ApiEndpoint")
 		}},
@@ -211,14 +239,17 @@ Outputs:
 		"route $default":              "api=ServerlessHttpApi function=Fn payload=2.0",
 		"schedule Fn":                 "rate(5 minutes) DISABLED",
 		"eventsource Fn ${Queue.Arn}": "batch=10 window=0 enabled=true responses=",
-		"grant Fn Table":              "dynamodb:BatchGetItem dynamodb:GetItem dynamodb:Query dynamodb:Scan",
-		"grant Fn Table/index":        "dynamodb:BatchGetItem dynamodb:GetItem dynamodb:Query dynamodb:Scan",
+		"grant Fn Table":              "dynamodb:BatchGetItem dynamodb:DescribeTable dynamodb:GetItem dynamodb:Query dynamodb:Scan",
+		"grant Fn Table/index":        "dynamodb:BatchGetItem dynamodb:DescribeTable dynamodb:GetItem dynamodb:Query dynamodb:Scan",
+		"function Fn logs":            "/aws/lambda/<name>",
+		"function Fn reserved":        "unreserved",
 		"grant Fn Queue":              "sqs:SendMessage",
 		"output Url":                  "${Table.Arn}/y",
 		"parameter Limit":             "Type=Number Default=7",
 		"queue Queue redrive":         "",
 		"queue Queue retention":       "345600",
 		"queue Queue visibility":      "30",
+		"queue Queue deletion":        "Delete replace=Delete",
 		"resource Fn":                 "AWS::Lambda::Function",
 		"resource Queue":              "AWS::SQS::Queue",
 		"resource Table":              "AWS::DynamoDB::Table",

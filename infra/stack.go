@@ -5,17 +5,20 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2integrations"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsstepfunctions"
 	"github.com/aws/constructs-go/constructs/v10"
@@ -47,7 +50,14 @@ type TallyStackProps struct {
 const (
 	defaultRateLimit            = 100
 	defaultApplicationRateLimit = 10
+	defaultRetentionDays        = 30   // deliveries and logs
+	defaultThrottlingRate       = 1000 // the HTTP API, requests a second
+	defaultThrottlingBurst      = 2000
 )
+
+// logRetentionDays are the retentions CloudWatch Logs allows.
+var logRetentionDays = jsii.Strings("1", "3", "5", "7", "14", "30", "60", "90", "120", "150", "180", "365", "400", "545", "731",
+	"1096", "1827", "2192", "2557", "2922", "3288", "3653")
 
 // NewTallyStack defines the whole service: the resources of docs/aws.md with
 // their logical ids.
@@ -77,6 +87,27 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		Default:     orDefault(props.ApplicationRateLimit, defaultApplicationRateLimit),
 		MinValue:    jsii.Number(1),
 		Description: jsii.String("Partner applications per minute per client IP (" + envApplicationRateLimit + ")."),
+	})
+
+	number := func(id, description string, def float64) awscdk.CfnParameter {
+		return awscdk.NewCfnParameter(stack, jsii.String(id), &awscdk.CfnParameterProps{
+			Type: jsii.String("Number"), Default: def, MinValue: jsii.Number(1), Description: jsii.String(description),
+		})
+	}
+	deliveryRetention := number("DeliveryRetentionDays", "Days a webhook delivery and its attempts stay in the delivery log after their last change ("+
+		envDeliveryRetention+"); then the table's TTL removes them.", defaultRetentionDays)
+	logRetention := awscdk.NewCfnParameter(stack, jsii.String("LogRetentionDays"), &awscdk.CfnParameterProps{
+		Type: jsii.String("Number"), Default: "30", AllowedValues: logRetentionDays, // (a value of the list, as written)
+		Description: jsii.String("Days the functions' CloudWatch log groups keep their logs."),
+	})
+	alarmEmail := awscdk.NewCfnParameter(stack, jsii.String("AlarmEmail"), &awscdk.CfnParameterProps{
+		Type: jsii.String("String"), Default: "",
+		Description: jsii.String("An e-mail address the alarms notify (through the AlarmTopic SNS topic; the address must confirm the subscription). Empty: subscribe to AlarmTopic some other way."),
+	})
+	throttlingRate := number("ApiThrottlingRateLimit", "Requests per second the HTTP API accepts in all (its default route settings), before answering 429.", defaultThrottlingRate)
+	throttlingBurst := number("ApiThrottlingBurstLimit", "Requests the HTTP API accepts in a burst above the rate.", defaultThrottlingBurst)
+	hasAlarmEmail := awscdk.NewCfnCondition(stack, jsii.String("HasAlarmEmail"), &awscdk.CfnConditionProps{
+		Expression: awscdk.Fn_ConditionNot(awscdk.Fn_ConditionEquals(alarmEmail.ValueAsString(), jsii.String(""))),
 	})
 
 	// Storage: one table, its stream feeds the fan-out.
@@ -109,6 +140,7 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 	overrideID(fanoutDLQ, "FanoutDLQ")
 	deliveryQueue := awssqs.NewQueue(stack, jsii.String("DeliveryQueue"), &awssqs.QueueProps{
 		VisibilityTimeout: awscdk.Duration_Seconds(jsii.Number(180)),
+		RetentionPeriod:   awscdk.Duration_Days(jsii.Number(4)),
 		DeadLetterQueue:   &awssqs.DeadLetterQueue{Queue: deliveryDLQ, MaxReceiveCount: jsii.Number(5)},
 	})
 	overrideID(deliveryQueue, "DeliveryQueue")
@@ -116,21 +148,51 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 	// Functions.
 	fns := map[kind][]awslambda.Function{}
 	byID := map[string]awslambda.Function{}
+	roles := map[string]awsiam.Role{}
 	for _, f := range functions {
-		env := map[string]*string{envTable: table.TableName()}
-		if f.Kind == apiFunction {
+		env := map[string]*string{envTable: table.TableName(), envDeliveryRetention: deliveryRetention.ValueAsString()}
+		if f.Kind == apiFunction || f.Kind == fallbackFunction {
 			env[envRateLimit] = rateLimit.ValueAsString()
 			env[envApplicationRateLimit] = applicationRateLimit.ValueAsString()
 		}
+		// Each function logs to a log group of its own that keeps logs
+		// LogRetentionDays (an L2 log group takes no parameter for it).
+		logs := awslogs.NewLogGroup(stack, jsii.String(f.ID+"LogGroup"), &awslogs.LogGroupProps{RemovalPolicy: awscdk.RemovalPolicy_DESTROY})
+		logs.Node().DefaultChild().(awscdk.CfnResource).AddPropertyOverride(jsii.String("RetentionInDays"), logRetention.ValueAsNumber())
+		overrideID(logs, f.ID+"LogGroup")
+		var reserved *float64
+		if f.Kind == approverFunction || f.Kind == reconcilerFunction {
+			reserved = jsii.Number(1) // runs must not overlap
+		}
+		// A role of its own with the permissions of its kind (docs/aws.md,
+		// "Least privilege"); CDK adds no managed policy to a given role.
+		role := newRole(stack, f.ID+"Role", "lambda.amazonaws.com")
+		roles[f.ID] = role
+		allow(role, logs.LogGroupArn(), nil, "logs:CreateLogStream", "logs:PutLogEvents")
+		switch {
+		case f.ReadOnly || f.Kind == fallbackFunction: // they only read, and count requests
+			allow(role, table.TableArn(), nil, readOnlyActions...)
+			allow(role, table.TableArn(), &map[string]any{
+				"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": rateCounterKeys},
+			}, "dynamodb:UpdateItem")
+		default:
+			allow(role, table.TableArn(), nil, tableActions[f.Kind]...)
+		}
+		if slices.Contains(queriesIndexes, f.Kind) || f.Kind == fallbackFunction {
+			allow(role, jsii.String(*table.TableArn()+"/index/*"), nil, "dynamodb:Query")
+		}
 		fn := awslambda.NewFunction(stack, jsii.String(f.ID), &awslambda.FunctionProps{
-			Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
-			Architecture: awslambda.Architecture_ARM_64(),
-			Handler:      jsii.String("bootstrap"),
-			Code:         code(f.Dir),
-			MemorySize:   jsii.Number(memorySize),
-			Timeout:      awscdk.Duration_Seconds(jsii.Number(f.Timeout)),
-			Environment:  &env,
-			Description:  jsii.String("Tally " + f.Dir + " (functions/" + f.Dir + ")"),
+			Runtime:                      awslambda.Runtime_PROVIDED_AL2023(),
+			Architecture:                 awslambda.Architecture_ARM_64(),
+			Handler:                      jsii.String("bootstrap"),
+			Code:                         code(f.Dir),
+			MemorySize:                   jsii.Number(memorySize),
+			Timeout:                      awscdk.Duration_Seconds(jsii.Number(f.Timeout)),
+			Environment:                  &env,
+			Description:                  jsii.String("Tally " + f.Dir + " (functions/" + f.Dir + ")"),
+			LogGroup:                     logs,
+			ReservedConcurrentExecutions: reserved,
+			Role:                         role,
 		})
 		overrideID(fn, f.ID)
 		fns[f.Kind] = append(fns[f.Kind], fn)
@@ -141,11 +203,14 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 	deliver := fns[deliverFunction][0]
 	attempt := fns[attemptFunction][0]
 	fallback := fns[fallbackFunction][0]
+	reconciler := fns[reconcilerFunction][0]
 	deliveries := byID["DeliveriesFunction"]
-	reports := byID["ReportsFunction"]
 
 	// The retry workflow: Wait states between attempts 2..7.
+	retryRole := newRole(stack, "RetryStateMachineRole", "states.amazonaws.com")
+	allow(retryRole, attempt.FunctionArn(), nil, "lambda:InvokeFunction")
 	retry := awsstepfunctions.NewStateMachine(stack, jsii.String("RetryStateMachine"), &awsstepfunctions.StateMachineProps{
+		Role:             retryRole,
 		StateMachineType: awsstepfunctions.StateMachineType_STANDARD,
 		DefinitionBody:   awsstepfunctions.DefinitionBody_FromFile(jsii.String(definition), nil),
 		DefinitionSubstitutions: &map[string]*string{
@@ -156,6 +221,7 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 
 	// Environment that points at other resources.
 	fanout.AddEnvironment(jsii.String(envDeliveryQueueURL), deliveryQueue.QueueUrl(), nil)
+	reconciler.AddEnvironment(jsii.String(envDeliveryQueueURL), deliveryQueue.QueueUrl(), nil)
 	deliveries.AddEnvironment(jsii.String(envDeliveryQueueURL), deliveryQueue.QueueUrl(), nil)
 	deliver.AddEnvironment(jsii.String(envRetryStateMachineARN), retry.StateMachineArn(), nil)
 
@@ -173,6 +239,9 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		DefaultIntegration: lambdaIntegration(fallback, *fallback.Node().Id()),
 	})
 	overrideID(api, "HttpApi")
+	api.DefaultStage().Node().DefaultChild().(awscdk.CfnResource).AddPropertyOverride(jsii.String("DefaultRouteSettings"), map[string]any{
+		"ThrottlingRateLimit": throttlingRate.ValueAsNumber(), "ThrottlingBurstLimit": throttlingBurst.ValueAsNumber(),
+	})
 	for _, f := range functions {
 		if f.Kind != apiFunction {
 			continue
@@ -191,67 +260,98 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		}
 	}
 
-	// Event sources.
-	fanout.AddEventSource(awslambdaeventsources.NewDynamoEventSource(table, &awslambdaeventsources.DynamoEventSourceProps{
-		StartingPosition:        awslambda.StartingPosition_LATEST,
-		BatchSize:               jsii.Number(100),
-		BisectBatchOnError:      jsii.Bool(true),
-		RetryAttempts:           jsii.Number(10),
-		ReportBatchItemFailures: jsii.Bool(true),
-		OnFailure:               awslambdaeventsources.NewSqsDlq(fanoutDLQ),
-		Filters: &[]*map[string]interface{}{
-			awslambda.FilterCriteria_Filter(&map[string]interface{}{
-				"eventName": awslambda.FilterRule_IsEqual(jsii.String("INSERT")),
-				"dynamodb": map[string]interface{}{
-					"Keys": map[string]interface{}{
-						"pk": map[string]interface{}{"S": awslambda.FilterRule_BeginsWith(jsii.String("EVT#"))},
-					},
-				},
-			}),
+	// Event sources, as plain mappings: CDK's event source classes grant
+	// the function their own wider permissions (ListStreams on "*"), and
+	// the roles already have what the mappings need.
+	streamMapping := awslambda.NewCfnEventSourceMapping(stack, jsii.String("FanoutStreamMapping"), &awslambda.CfnEventSourceMappingProps{
+		FunctionName:               fanout.FunctionName(),
+		EventSourceArn:             table.TableStreamArn(),
+		StartingPosition:           jsii.String("LATEST"),
+		BatchSize:                  jsii.Number(100),
+		BisectBatchOnFunctionError: jsii.Bool(true),
+		MaximumRetryAttempts:       jsii.Number(10),
+		FunctionResponseTypes:      jsii.Strings("ReportBatchItemFailures"),
+		DestinationConfig: &awslambda.CfnEventSourceMapping_DestinationConfigProperty{
+			OnFailure: &awslambda.CfnEventSourceMapping_OnFailureProperty{Destination: fanoutDLQ.QueueArn()},
 		},
-	}))
-	deliver.AddEventSource(awslambdaeventsources.NewSqsEventSource(deliveryQueue, &awslambdaeventsources.SqsEventSourceProps{
-		BatchSize:               jsii.Number(10),
-		ReportBatchItemFailures: jsii.Bool(true),
-	}))
+		FilterCriteria: &awslambda.CfnEventSourceMapping_FilterCriteriaProperty{
+			Filters: &[]any{&awslambda.CfnEventSourceMapping_FilterProperty{Pattern: jsii.String(fanoutFilter)}},
+		},
+	})
+	queueMapping := awslambda.NewCfnEventSourceMapping(stack, jsii.String("DeliverQueueMapping"), &awslambda.CfnEventSourceMappingProps{
+		FunctionName:          deliver.FunctionName(),
+		EventSourceArn:        deliveryQueue.QueueArn(),
+		BatchSize:             jsii.Number(10),
+		FunctionResponseTypes: jsii.Strings("ReportBatchItemFailures"),
+		ScalingConfig:         &awslambda.CfnEventSourceMapping_ScalingConfigProperty{MaximumConcurrency: jsii.Number(50)},
+	})
+	// A mapping is validated against its function's role when created.
+	streamMapping.Node().AddDependency(roles["FanoutFunction"])
+	queueMapping.Node().AddDependency(roles["DeliverFunction"])
+	allow(roles["FanoutFunction"], jsii.String(*table.TableArn()+"/stream/*"), nil,
+		"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams")
+	allow(roles["FanoutFunction"], fanoutDLQ.QueueArn(), nil, "sqs:SendMessage") // its on-failure destination
+	allow(roles["DeliverFunction"], deliveryQueue.QueueArn(), nil, "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes")
 	schedule := awsevents.NewRule(stack, jsii.String("ApproverSchedule"), &awsevents.RuleProps{
 		Description: jsii.String("Approves pending conversions whose hold time has elapsed."),
 		Schedule:    awsevents.Schedule_Expression(jsii.String(approverSchedule)),
 		Targets:     &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(approver, nil)},
 	})
 	overrideID(schedule, "ApproverSchedule")
+	reconcile := awsevents.NewRule(stack, jsii.String("ReconcilerSchedule"), &awsevents.RuleProps{
+		Description: jsii.String("Re-drives events not fanned out and deliveries overdue by more than 10 minutes."),
+		Schedule:    awsevents.Schedule_Expression(jsii.String(reconcilerSchedule)),
+		Targets:     &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(reconciler, nil)},
+	})
+	overrideID(reconcile, "ReconcilerSchedule")
 
-	// Least privilege. The fallback gets nothing: it never reads the table.
-	for _, f := range functions {
-		if fn := byID[f.ID]; fn != reports && fn != fallback {
-			table.GrantReadWriteData(fn)
-		}
+	// The rest of least privilege: what the environment points at.
+	for _, id := range sendsDeliveries {
+		allow(roles[id], deliveryQueue.QueueArn(), nil, "sqs:SendMessage")
 	}
-	// Reports reads, and updates only the rate-limit counters.
-	table.Grant(reports, jsii.String("dynamodb:GetItem"), jsii.String("dynamodb:Query"))
-	reports.AddToRolePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-		Actions:   jsii.Strings("dynamodb:UpdateItem"),
-		Resources: &[]*string{table.TableArn()},
-		Conditions: &map[string]interface{}{
-			"ForAllValues:StringLike": map[string]interface{}{
-				"dynamodb:LeadingKeys": []string{rateCounterKeys},
-			},
-		},
-	}))
-	deliveryQueue.GrantSendMessages(fanout)
-	deliveryQueue.GrantSendMessages(deliveries)
-	retry.GrantStartExecution(deliver)
-	attempt.GrantInvoke(retry)
+	allow(roles["ReconcilerFunction"], deliveryQueue.QueueArn(), nil, "sqs:GetQueueAttributes") // the backlog
+	allow(roles["DeliverFunction"], retry.StateMachineArn(), nil, "states:StartExecution")
+	allow(roles["DeliverFunction"], jsii.String(fmt.Sprintf("arn:%s:states:%s:%s:execution:%s:*",
+		*stack.Partition(), *stack.Region(), *stack.Account(), *retry.StateMachineName())), nil, "states:DescribeExecution")
 
-	// Alarms: anything in a dead-letter queue, any failed retry workflow.
-	alarm(stack, "DeliveryDLQAlarm", "Deliveries the delivery function failed 5 times are in DeliveryDLQ.",
-		deliveryDLQ.MetricApproximateNumberOfMessagesVisible(nil))
-	alarm(stack, "FanoutDLQAlarm", "Stream batches the fan-out failed are in FanoutDLQ.",
-		fanoutDLQ.MetricApproximateNumberOfMessagesVisible(nil))
-	alarm(stack, "RetryFailedExecutionsAlarm", "A retry workflow execution failed.",
-		retry.MetricFailed(nil))
-	alarm(stack, "RetryTimedOutExecutionsAlarm", "A retry workflow execution timed out.",
-		retry.MetricTimedOut(nil))
+	// Alarms, each notifying AlarmTopic (and AlarmEmail, when given).
+	topic := awssns.NewTopic(stack, jsii.String("AlarmTopic"), &awssns.TopicProps{DisplayName: jsii.String("Tally alarms")})
+	overrideID(topic, "AlarmTopic")
+	subscription := awssns.NewCfnSubscription(stack, jsii.String("AlarmEmailSubscription"), &awssns.CfnSubscriptionProps{
+		TopicArn: topic.TopicArn(), Protocol: jsii.String("email"), Endpoint: alarmEmail.ValueAsString(),
+	})
+	subscription.CfnOptions().SetCondition(hasAlarmEmail)
+	subscription.OverrideLogicalId(jsii.String("AlarmEmailSubscription"))
+	fiveMinutes := &awscloudwatch.MetricOptions{Period: awscdk.Duration_Minutes(jsii.Number(5))}
+	maximum := &awscloudwatch.MetricOptions{Period: awscdk.Duration_Minutes(jsii.Number(5)), Statistic: jsii.String("Maximum")}
+	alarms := []struct {
+		id, description string
+		metric          awscloudwatch.Metric
+		threshold       float64
+	}{
+		{"DeliveryDLQAlarm", "Deliveries the delivery function failed 5 times are in DeliveryDLQ.", deliveryDLQ.MetricApproximateNumberOfMessagesVisible(nil), 0},
+		{"FanoutDLQAlarm", "Stream batches the fan-out failed are in FanoutDLQ.", fanoutDLQ.MetricApproximateNumberOfMessagesVisible(nil), 0},
+		{"RetryFailedExecutionsAlarm", "A retry workflow execution failed.", retry.MetricFailed(nil), 0},
+		{"RetryTimedOutExecutionsAlarm", "A retry workflow execution timed out.", retry.MetricTimedOut(nil), 0},
+		{"FanoutIteratorAgeAlarm", "The fan-out is more than 5 minutes behind the table's stream.", fanout.Metric(jsii.String("IteratorAge"), maximum), 300000},
+		{"DeliveryQueueAgeAlarm", "A delivery has waited in DeliveryQueue for more than 10 minutes (deliver is behind or failing).",
+			deliveryQueue.MetricApproximateAgeOfOldestMessage(maximum), 600},
+		{"ApproverErrorsAlarm", "A hold-time approval run failed.", approver.MetricErrors(fiveMinutes), 0},
+		{"ReconcilerErrorsAlarm", "A reconciler run failed or could not re-drive everything it found.", reconciler.MetricErrors(fiveMinutes), 0},
+	}
+	for _, a := range alarms {
+		alarm(stack, a.id, a.description, a.metric, a.threshold).AddAlarmAction(awscloudwatchactions.NewSnsAction(topic))
+	}
+
+	// A function (and the state machine) depends on its role through
+	// Fn::GetAtt already; CDK also lists the role in DependsOn, which
+	// cfn-lint flags (W3005). Keep only the role's policy there: the
+	// function must not be created (and its event source mapping checked)
+	// before its permissions exist.
+	for _, f := range functions {
+		dependOnPolicyOnly(stack, byID[f.ID].Node().DefaultChild().(awscdk.CfnResource), roles[f.ID])
+	}
+	dependOnPolicyOnly(stack, retry.Node().DefaultChild().(awscdk.CfnResource), retryRole)
 
 	// Outputs.
 	output(stack, "BaseUrl", "Management API base URL.", jsii.String(*api.ApiEndpoint()+"/api/v1"))
@@ -259,6 +359,7 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 	output(stack, "TableName", "The DynamoDB table.", table.TableName())
 	output(stack, "DeliveryQueueUrl", "The delivery queue.", deliveryQueue.QueueUrl())
 	output(stack, "RetryStateMachineArn", "The retry state machine.", retry.StateMachineArn())
+	output(stack, "AlarmTopicArn", "The SNS topic every alarm notifies.", topic.TopicArn())
 	return stack, nil
 }
 
@@ -279,7 +380,9 @@ func functionCode(props *TallyStackProps) (func(dir string) awslambda.Code, erro
 		}
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("function code missing: run `make build` first, or synthesize with placeholder code (-c placeholderCode=true): %w", errors.Join(missing...))
+		return nil, fmt.Errorf("function code missing in %s: run `make build` in the repository root first (cd .. && make build), "+
+			"or synthesize with placeholder code to read the template: TALLY_CDK_PLACEHOLDER_CODE=1 go run . (cdk synth -c placeholderCode=true): %w",
+			bin, errors.Join(missing...))
 	}
 	return func(dir string) awslambda.Code {
 		return awslambda.Code_FromAsset(jsii.String(filepath.Join(bin, dir)), nil)
@@ -308,16 +411,17 @@ func overrideID(c constructs.IConstruct, id string) {
 	c.Node().DefaultChild().(awscdk.CfnResource).OverrideLogicalId(jsii.String(id))
 }
 
-func alarm(stack awscdk.Stack, id, description string, metric awscloudwatch.Metric) {
+func alarm(stack awscdk.Stack, id, description string, metric awscloudwatch.Metric, threshold float64) awscloudwatch.Alarm {
 	a := awscloudwatch.NewAlarm(stack, jsii.String(id), &awscloudwatch.AlarmProps{
 		AlarmDescription:   jsii.String(description),
 		Metric:             metric,
-		Threshold:          jsii.Number(0),
+		Threshold:          jsii.Number(threshold),
 		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
 		EvaluationPeriods:  jsii.Number(1),
 		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 	})
 	overrideID(a, id)
+	return a
 }
 
 func output(stack awscdk.Stack, id, description string, value *string) {
@@ -332,4 +436,25 @@ func orDefault(v, def float64) *float64 {
 		v = def
 	}
 	return jsii.Number(v)
+}
+
+// newRole is a role the service may assume, with the logical id id and no
+// managed policy.
+func newRole(stack awscdk.Stack, id, service string) awsiam.Role {
+	role := awsiam.NewRole(stack, jsii.String(id), &awsiam.RoleProps{AssumedBy: awsiam.NewServicePrincipal(jsii.String(service), nil)})
+	overrideID(role, id)
+	return role
+}
+
+// allow lets role do actions on resource, under conditions when given.
+func allow(role awsiam.Role, resource *string, conditions *map[string]any, actions ...string) {
+	role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Actions: jsii.Strings(actions...), Resources: &[]*string{resource}, Conditions: conditions,
+	}))
+}
+
+// dependOnPolicyOnly sets res's DependsOn to role's default policy.
+func dependOnPolicyOnly(stack awscdk.Stack, res awscdk.CfnResource, role awsiam.Role) {
+	policy := role.Node().FindChild(jsii.String("DefaultPolicy")).Node().DefaultChild().(awscdk.CfnElement)
+	res.AddOverride(jsii.String("DependsOn"), []*string{stack.GetLogicalId(policy)})
 }

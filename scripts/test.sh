@@ -11,11 +11,25 @@ cd "$(dirname "$0")/.."
 
 ./scripts/dynamodb-local.sh fetch
 ./scripts/local-sfn.sh fetch
+./scripts/fauxqs.sh fetch
 
-# A port nothing answers on; DynamoDB Local fails to start if it is taken
-# in between, which is rare enough to just rerun.
+# The dashboard's tests drive a real browser: Debian's chromium. CI runs as
+# root on a fresh machine, so install it there; elsewhere say how.
+if ! command -v chromium >/dev/null; then
+	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+		echo "test.sh: installing chromium for the dashboard's browser tests" >&2
+		apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+	else
+		echo "test.sh: no chromium; the browser tests will skip (install it: sudo apt-get install chromium)" >&2
+	fi
+fi
+
+# A port nothing answers on, below Linux's ephemeral range (32768 up), where
+# the many outgoing connections of the tests (a browser's among them) take
+# their local ports; DynamoDB Local fails to start if it is taken in
+# between, which is rare enough to just rerun.
 while :; do
-	port=$((20000 + RANDOM % 40000))
+	port=$((20000 + RANDOM % 12000))
 	(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break
 done
 

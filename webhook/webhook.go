@@ -59,8 +59,21 @@ var (
 
 // Sign returns the X-Tally-Signature value for body signed at t.
 func Sign(secret string, t time.Time, body []byte) string {
+	return SignEach([]string{secret}, t, body)
+}
+
+// SignEach returns the X-Tally-Signature value for body signed at t with
+// each secret: one v1 per secret, in order. Tally signs with two secrets
+// while a subscription's secret is being rotated, so receivers holding
+// either accept the delivery.
+func SignEach(secrets []string, t time.Time, body []byte) string {
 	ts := strconv.FormatInt(t.Unix(), 10)
-	return "t=" + ts + ",v1=" + hex.EncodeToString(mac(secret, ts, body))
+	var b strings.Builder
+	b.WriteString("t=" + ts)
+	for _, secret := range secrets {
+		b.WriteString(",v1=" + hex.EncodeToString(mac(secret, ts, body)))
+	}
+	return b.String()
 }
 
 // Verify checks header (the X-Tally-Signature value) against the raw

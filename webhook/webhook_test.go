@@ -511,3 +511,24 @@ func FuzzVerify(f *testing.F) {
 		}
 	})
 }
+
+// During a secret rotation Tally signs with both secrets: one header, two
+// v1 values; a receiver holding either secret accepts it, one holding
+// neither does not.
+func TestSignEachVerifiesWithEitherSecret(t *testing.T) {
+	h := SignEach([]string{"new-secret-0123456789", testSecret}, testNow, testBody)
+	if strings.Count(h, ",v1=") != 2 || !strings.HasPrefix(h, "t=") {
+		t.Fatalf("header %q, want t and two v1 values", h)
+	}
+	for _, s := range []string{"new-secret-0123456789", testSecret} {
+		if err := verifyAt(s, h, testBody, DefaultTolerance, testNow); err != nil {
+			t.Errorf("secret %q: %v", s, err)
+		}
+	}
+	if err := verifyAt("some-other-secret-012", h, testBody, DefaultTolerance, testNow); !errors.Is(err, ErrNoMatchingSignature) {
+		t.Errorf("a third secret: %v", err)
+	}
+	if Sign(testSecret, testNow, testBody) != SignEach([]string{testSecret}, testNow, testBody) {
+		t.Error("Sign and SignEach with one secret differ")
+	}
+}

@@ -1,5 +1,5 @@
 // Command tally runs the Tally service locally and administers brands and
-// API keys. Run `tally` without arguments for usage.
+// API keys and dashboard users. Run `tally` without arguments for usage.
 package main
 
 import (
@@ -10,5 +10,5 @@ import (
 )
 
 func main() {
-	os.Exit(cli.Run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(cli.Run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }

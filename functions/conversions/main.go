@@ -1,6 +1,8 @@
 // Command conversions is the Lambda function behind the conversion routes:
-// POST and GET /api/v1/conversions, GET /api/v1/conversions/{id}, and
-// POST /api/v1/conversions/{id}/approve and /reject.
+// POST and GET /api/v1/conversions, GET /api/v1/conversions/{id},
+// POST /api/v1/conversions/{id}/approve and /reject, the brand's postback
+// token (GET, POST, DELETE /api/v1/postback-token) and the advertisers'
+// GET /postback.
 package main
 
 import (

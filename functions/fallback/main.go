@@ -2,7 +2,8 @@
 // route: whatever no other function's route matches. It answers in the
 // API's error shape, 405 with Allow for a known path and another method,
 // 404 for any other path, instead of API Gateway's own {"message":"Not
-// Found"}. It serves no route and touches no table.
+// Found"}. It serves no route; like the routes, it checks the key where
+// keys are needed and counts the request against a rate limit.
 package main
 
 import (

@@ -1,5 +1,5 @@
 // Command offers is the Lambda function behind the offer routes:
-// GET and POST /api/v1/offers, GET /api/v1/offers/{id}.
+// GET and POST /api/v1/offers, GET and PATCH /api/v1/offers/{id}.
 package main
 
 import (

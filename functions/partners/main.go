@@ -1,6 +1,7 @@
 // Command partners is the Lambda function behind the partner routes:
 // GET /api/v1/partners, GET /api/v1/partners/{id}, and
-// POST /api/v1/partners/{id}/approve, /reject and /ban.
+// POST /api/v1/partners/{id}/approve, /reject and /ban, and a partner's
+// postback (/api/v1/partners/{id}/postback: PUT, GET, DELETE, test, enable).
 package main
 
 import (

@@ -4,6 +4,12 @@ package main
 import (
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/tzdb"
 )
 
-func main() { lambdafn.ServeAPI(httpapi.GroupReports) }
+func main() {
+	// Reports bucket days in any IANA time zone; provided.al2023 ships no
+	// zone database, so the function carries Go's, compressed.
+	lambdafn.Zones = tzdb.LoadLocation
+	lambdafn.ServeAPI(httpapi.GroupReports)
+}

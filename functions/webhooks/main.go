@@ -1,5 +1,6 @@
 // Command webhooks is the Lambda function behind the public webhook API:
-// /api/public/webhooks (subscriptions) and /api/public/webhook-events.
+// /api/public/webhooks (subscriptions: create, list, get, change, delete,
+// test, enable) and /api/public/webhook-events.
 package main
 
 import (

@@ -1,33 +1,41 @@
-// Package app turns configuration (environment variables and flags) into a
-// running service: it picks the store, builds the tracking service and the
-// HTTP API. The local server, the CLI and every Lambda function start here.
+// Package app reads configuration (environment variables and flags) for
+// the local server, the CLI and every Lambda function. It opens no store
+// itself: the CLI opens the embedded store or the table (internal/cli), a
+// function its table (internal/lambdafn), so a function does not link the
+// embedded store.
 package app
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/tally-hq/tally/internal/fraud"
 	"github.com/tally-hq/tally/internal/httpapi"
-	"github.com/tally-hq/tally/internal/store"
-	"github.com/tally-hq/tally/internal/store/bolt"
-	"github.com/tally-hq/tally/internal/store/dynamo"
 	"github.com/tally-hq/tally/internal/tracking"
 )
 
 // Environment variables.
 const (
-	EnvTable                = "TALLY_TABLE"                  // DynamoDB table; unset means the embedded store
-	EnvData                 = "TALLY_DATA"                   // the embedded store's folder
-	EnvRateLimit            = "TALLY_RATE_LIMIT"             // requests per minute per API key
-	EnvApplicationRateLimit = "TALLY_APPLICATION_RATE_LIMIT" // applications per minute per client IP
-	EnvLogLevel             = "TALLY_LOG_LEVEL"              // debug, info, warn, error
-	EnvWebhookWorkers       = "TALLY_WEBHOOK_WORKERS"        // concurrent webhook steps of the local pipeline
-	EnvWebhookRetryScale    = "TALLY_WEBHOOK_RETRY_SCALE"    // multiplies the retry schedule (tests: 0.001)
+	EnvTable                = "TALLY_TABLE"                     // DynamoDB table; unset means the embedded store
+	EnvData                 = "TALLY_DATA"                      // the embedded store's folder
+	EnvRateLimit            = "TALLY_RATE_LIMIT"                // requests per minute per API key
+	EnvApplicationRateLimit = "TALLY_APPLICATION_RATE_LIMIT"    // applications per minute per client IP
+	EnvLogLevel             = "TALLY_LOG_LEVEL"                 // debug, info, warn, error
+	EnvWebhookWorkers       = "TALLY_WEBHOOK_WORKERS"           // concurrent webhook steps of the local pipeline
+	EnvWebhookRetryScale    = "TALLY_WEBHOOK_RETRY_SCALE"       // multiplies the retry schedule (tests: 0.001)
+	EnvMaxConnections       = "TALLY_MAX_CONNECTIONS"           // the local server's open connections
+	EnvDisableAfterFailures = "TALLY_ENDPOINT_DISABLE_FAILURES" // consecutive failed attempts that disable an endpoint
+	EnvDisableAfterFailing  = "TALLY_ENDPOINT_DISABLE_AFTER"    // failing this long with no success disables an endpoint
+	EnvTrustedProxies       = "TALLY_TRUSTED_PROXIES"           // CIDRs whose X-Forwarded-For names the client, comma-separated
+	EnvDeliveryRetention    = "TALLY_DELIVERY_RETENTION_DAYS"   // days a delivery stays in the log after its last change
 )
 
 // DefaultDataDir is where `make run` keeps its data.
@@ -51,31 +59,43 @@ func StorePath(dataDir string) string { return filepath.Join(dataDir, "tally.db"
 // UsesDynamoDB reports whether the environment configures a DynamoDB table.
 func UsesDynamoDB() bool { return os.Getenv(EnvTable) != "" }
 
-// OpenStore opens the DynamoDB table named by TALLY_TABLE (its endpoint from
-// the SDK's standard AWS_ENDPOINT_URL variables), or else the embedded store
-// in dataDir. The embedded store returns an error matching bolt.ErrLocked
-// while another process has it open.
-func OpenStore(ctx context.Context, dataDir string) (store.Store, error) {
-	if table := os.Getenv(EnvTable); table != "" {
-		client, err := dynamo.NewClientFromEnv(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return dynamo.New(client, table), nil
-	}
-	return bolt.Open(StorePath(dataDir))
-}
-
-// APIConfig reads the HTTP API's settings from the environment.
+// APIConfig reads the HTTP API's settings from the environment, with the
+// defaults filled in: it is the configuration in effect.
 func APIConfig(logger *slog.Logger) (httpapi.Config, error) {
 	cfg := httpapi.Config{Logger: logger}
 	var err error
 	if cfg.RateLimit, err = positiveInt(EnvRateLimit); err != nil {
 		return cfg, err
 	}
-	cfg.ApplicationRateLimit, err = positiveInt(EnvApplicationRateLimit)
+	if cfg.ApplicationRateLimit, err = positiveInt(EnvApplicationRateLimit); err != nil {
+		return cfg, err
+	}
+	cfg.RateLimit = cmp.Or(cfg.RateLimit, httpapi.DefaultRateLimit)
+	cfg.ApplicationRateLimit = cmp.Or(cfg.ApplicationRateLimit, httpapi.DefaultApplicationRateLimit)
+	cfg.TrustedProxies, err = prefixes(EnvTrustedProxies)
 	return cfg, err
 }
+
+// prefixes reads a comma-separated list of CIDRs (a bare address is one
+// address).
+func prefixes(name string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range strings.Split(os.Getenv(name), ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		p, err := fraud.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q is not a CIDR such as 10.0.0.0/8: %w", name, s, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// MaxConnections reads how many connections the local server keeps open
+// at most; 0 means the caller's default.
+func MaxConnections() (int, error) { return positiveInt(EnvMaxConnections) }
 
 func positiveInt(name string) (int, error) {
 	s := os.Getenv(name)
@@ -87,6 +107,26 @@ func positiveInt(name string) (int, error) {
 		return 0, fmt.Errorf("%s must be a positive integer, not %q", name, s)
 	}
 	return n, nil
+}
+
+// ServiceOptions reads the tracking service's settings from the
+// environment: endpoint health (EndpointHealth) and how long deliveries
+// stay (TALLY_DELIVERY_RETENTION_DAYS, default
+// tracking.DefaultDeliveryRetention).
+func ServiceOptions() ([]tracking.Option, error) {
+	health, err := EndpointHealth()
+	if err != nil {
+		return nil, err
+	}
+	opts := []tracking.Option{health}
+	days, err := positiveInt(EnvDeliveryRetention)
+	if err != nil {
+		return nil, err
+	}
+	if days > 0 {
+		opts = append(opts, tracking.WithDeliveryRetention(time.Duration(days)*24*time.Hour))
+	}
+	return opts, nil
 }
 
 // LocalPipeline reads the local webhook pipeline's settings: how many
@@ -106,6 +146,22 @@ func LocalPipeline() (workers int, retryScale float64, err error) {
 		}
 	}
 	return workers, retryScale, nil
+}
+
+// EndpointHealth reads when a webhook subscription or partner postback is
+// disabled for failing (defaults: 100 consecutive failed attempts, 120h).
+func EndpointHealth() (tracking.Option, error) {
+	failures, err := positiveInt(EnvDisableAfterFailures)
+	if err != nil {
+		return nil, err
+	}
+	var failing time.Duration
+	if s := os.Getenv(EnvDisableAfterFailing); s != "" {
+		if failing, err = time.ParseDuration(s); err != nil || failing <= 0 {
+			return nil, fmt.Errorf("%s must be a positive duration such as 120h, not %q", EnvDisableAfterFailing, s)
+		}
+	}
+	return tracking.WithEndpointHealth(failures, failing), nil
 }
 
 // Logger writes JSON lines to stderr at the level TALLY_LOG_LEVEL names.

@@ -4,22 +4,19 @@
 //
 // The schemas are the files in schemas/ (one per event, named after it, and
 // envelope.json for the delivery body); the examples are in examples/. Both
-// are embedded and compiled once, on first use. ValidateData and
-// ValidateEnvelope check payloads against them, which is how the tests keep
-// the schemas, the Go types in package tally and what the service emits in
-// step.
+// are embedded. Package schemacheck checks payloads against them, which is
+// how the tests keep the schemas, the Go types in package tally and what the
+// service emits in step; the service itself only serves the schemas, so it
+// does not link a JSON Schema validator.
 package catalog
 
 import (
 	"bytes"
 	"embed"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
-
-	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/tally-hq/tally"
 )
@@ -46,10 +43,11 @@ var events = []eventEntry{
 		"applied and waits for the brand to approve or reject it."},
 	{tally.EventPartnerApproved, "An applied partner was approved and is now active: its clicks and conversions are accepted."},
 	{tally.EventPartnerRejected, "A partner's application was turned down; the partner is rejected."},
-	{tally.EventPartnerBanned, "A partner was banned, manually or by an automation rule, from any other status. Its " +
-		"clicks and conversions are refused from now on."},
+	{tally.EventPartnerBanned, "A partner was banned, manually (reason manual) or by an automation rule (reason " +
+		"automation, with the rule), from any other status. Its clicks and conversions are refused from now on."},
 	{tally.EventFraudHighRisk, "A click's fraud score exceeded the brand's threshold. The signals say what raised the " +
-		"score: the scoring model's high-risk rating, a datacenter IP, or an IP on a list of known bad addresses."},
+		"score: a datacenter IP, an IP the brand blocked, a bot's or a missing User-Agent, or many clicks from one IP on " +
+		"one offer in a minute. The click was still recorded and redirected."},
 	{tally.EventCapReached, "A conversion brought an offer to one of its caps (daily, weekly, monthly or global). Sent " +
 		"once per cap and period; further conversions for the offer in that period are refused with cap_reached."},
 	{tally.EventWebhookTest, "A test event, sent on request (POST /api/public/webhooks/:id/test) to that one " +
@@ -61,76 +59,48 @@ type eventEntry struct{ name, description string }
 //go:embed schemas/*.json examples/*.json
 var files embed.FS
 
-// ErrUnknownEvent is returned (wrapped) for an event name not in the catalog.
-var ErrUnknownEvent = errors.New("unknown webhook event")
-
-type compiled struct {
-	types    []EventType
-	schemas  map[string]*jsonschema.Schema
-	envelope *jsonschema.Schema
-	envRaw   json.RawMessage
-}
-
-// load reads and compiles the embedded files. A failure is a mistake in this
+// load reads the embedded files once. A failure is a mistake in this
 // package's files, which the tests catch, so it panics.
-var load = sync.OnceValue(func() *compiled {
-	c, err := compile()
+var load = sync.OnceValue(func() catalogFiles {
+	c, err := read()
 	if err != nil {
 		panic("catalog: " + err.Error())
 	}
 	return c
 })
 
-func compile() (*compiled, error) {
-	comp := jsonschema.NewCompiler()
-	comp.DefaultDraft(jsonschema.Draft2020)
-	comp.AssertFormat() // date-time and ipv4/ipv6 are checked, not only noted (the library does not know idn-email)
-	add := func(name string) (json.RawMessage, string, error) {
-		raw, err := files.ReadFile("schemas/" + name + ".json")
+type catalogFiles struct {
+	types    []EventType
+	envelope json.RawMessage
+}
+
+func read() (catalogFiles, error) {
+	var c catalogFiles
+	compact := func(path string) (json.RawMessage, error) {
+		raw, err := files.ReadFile(path)
 		if err != nil {
-			return nil, "", err
-		}
-		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
-		if err != nil {
-			return nil, "", fmt.Errorf("schemas/%s.json: %w", name, err)
-		}
-		url := "urn:tally:webhook-events:" + name
-		if err := comp.AddResource(url, doc); err != nil {
-			return nil, "", fmt.Errorf("schemas/%s.json: %w", name, err)
+			return nil, err
 		}
 		var b bytes.Buffer
 		if err := json.Compact(&b, raw); err != nil {
-			return nil, "", err
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		return b.Bytes(), url, nil
+		return b.Bytes(), nil
 	}
-
-	c := &compiled{schemas: map[string]*jsonschema.Schema{}}
-	envRaw, envURL, err := add("envelope")
-	if err != nil {
-		return nil, err
+	var err error
+	if c.envelope, err = compact("schemas/envelope.json"); err != nil {
+		return c, err
 	}
-	if c.envelope, err = comp.Compile(envURL); err != nil {
-		return nil, err
-	}
-	c.envRaw = envRaw
 	for _, e := range events {
-		raw, url, err := add(e.name)
+		schema, err := compact("schemas/" + e.name + ".json")
 		if err != nil {
-			return nil, err
+			return c, err
 		}
-		if c.schemas[e.name], err = comp.Compile(url); err != nil {
-			return nil, err
-		}
-		example, err := files.ReadFile("examples/" + e.name + ".json")
+		example, err := compact("examples/" + e.name + ".json")
 		if err != nil {
-			return nil, err
+			return c, err
 		}
-		var b bytes.Buffer
-		if err := json.Compact(&b, example); err != nil {
-			return nil, fmt.Errorf("examples/%s.json: %w", e.name, err)
-		}
-		c.types = append(c.types, EventType{Name: e.name, Description: e.description, Schema: raw, Example: b.Bytes()})
+		c.types = append(c.types, EventType{Name: e.name, Description: e.description, Schema: schema, Example: example})
 	}
 	return c, nil
 }
@@ -162,46 +132,4 @@ func Known(name string) bool {
 
 // EnvelopeSchema returns the JSON Schema of the delivery body, whose data
 // is then checked against the schema of its event.
-func EnvelopeSchema() json.RawMessage { return bytes.Clone(load().envRaw) }
-
-// ValidateData checks data, the JSON of an event's data object, against the
-// schema of the event name. Errors wrap ErrUnknownEvent or a
-// *jsonschema.ValidationError.
-func ValidateData(name string, data []byte) error {
-	c := load()
-	if c.schemas[name] == nil {
-		return fmt.Errorf("%w %q", ErrUnknownEvent, name)
-	}
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
-	if err != nil {
-		return fmt.Errorf("%s data is not valid JSON: %w", name, err)
-	}
-	return validateData(c, name, v)
-}
-
-func validateData(c *compiled, name string, v any) error {
-	sch, ok := c.schemas[name]
-	if !ok {
-		return fmt.Errorf("%w %q", ErrUnknownEvent, name)
-	}
-	if err := sch.Validate(v); err != nil {
-		return fmt.Errorf("%s data does not match its schema: %w", name, err)
-	}
-	return nil
-}
-
-// ValidateEnvelope checks a whole delivery body: the envelope (id, event,
-// createdAt, brandId, data and nothing else), then data against the schema
-// of event.
-func ValidateEnvelope(raw []byte) error {
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
-	if err != nil {
-		return fmt.Errorf("envelope is not valid JSON: %w", err)
-	}
-	c := load()
-	if err := c.envelope.Validate(v); err != nil {
-		return fmt.Errorf("envelope does not match its schema: %w", err)
-	}
-	obj := v.(map[string]any) // the envelope schema requires an object with these members
-	return validateData(c, obj["event"].(string), obj["data"])
-}
+func EnvelopeSchema() json.RawMessage { return bytes.Clone(load().envelope) }

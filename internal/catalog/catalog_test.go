@@ -22,6 +22,7 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/catalog"
+	"github.com/tally-hq/tally/internal/catalog/schemacheck"
 	"github.com/tally-hq/tally/internal/ids"
 )
 
@@ -158,7 +159,7 @@ func TestListingJSON(t *testing.T) {
 func TestExamplesValidate(t *testing.T) {
 	for _, e := range catalog.Events() {
 		t.Run(e.Name, func(t *testing.T) {
-			if err := catalog.ValidateEnvelope(e.Example); err != nil {
+			if err := schemacheck.ValidateEnvelope(e.Example); err != nil {
 				t.Fatalf("example: %v\n%s", err, e.Example)
 			}
 			var env envelope
@@ -168,7 +169,7 @@ func TestExamplesValidate(t *testing.T) {
 			if env.Event != e.Name {
 				t.Errorf("example event = %q, want %q", env.Event, e.Name)
 			}
-			if err := catalog.ValidateData(e.Name, env.Data); err != nil {
+			if err := schemacheck.ValidateData(e.Name, env.Data); err != nil {
 				t.Errorf("example data: %v", err)
 			}
 			// The id is made at createdAt, as the service makes it.
@@ -442,10 +443,15 @@ func TestPayloadsFromGoTypes(t *testing.T) {
 	partner := func(status, previous string) tally.PartnerEventData {
 		return tally.PartnerEventData{PartnerID: prt, Name: "Jörg's Reviews", Email: "jörg@exämple.com", Status: status, PreviousStatus: previous}
 	}
+	banned := func(previous, reason, rule string) tally.PartnerEventData {
+		d := partner("banned", previous)
+		d.Reason, d.Rule = reason, rule
+		return d
+	}
 	fraud := tally.FraudEventData{ClickID: clk, OfferID: off, PartnerID: prt, Score: 100, Threshold: 0,
-		Signals: []string{"high_risk_score", "datacenter_ip", "listed_bad_ip"}, IP: "2001:db8::1"}
+		Signals: []string{"datacenter_ip", "blocked_ip", "bot_user_agent", "missing_user_agent", "ip_velocity"}, IP: "2001:db8::1", UserAgent: ""}
 	noSignals := fraud
-	noSignals.Signals, noSignals.IP, noSignals.Score, noSignals.Threshold = []string{}, "198.51.100.7", 71, 70
+	noSignals.Signals, noSignals.IP, noSignals.Score, noSignals.Threshold, noSignals.UserAgent = []string{}, "198.51.100.7", 71, 70, "curl/8.5.0"
 	nilSignals := fraud
 	nilSignals.Signals = nil
 
@@ -469,10 +475,14 @@ func TestPayloadsFromGoTypes(t *testing.T) {
 		{tally.EventPartnerApproved, partner("active", "applied"), true},
 		{tally.EventPartnerApproved, partner("active", ""), false},
 		{tally.EventPartnerRejected, partner("rejected", "applied"), true},
-		{tally.EventPartnerBanned, partner("banned", "applied"), true},
-		{tally.EventPartnerBanned, partner("banned", "active"), true},
-		{tally.EventPartnerBanned, partner("banned", "rejected"), true},
-		{tally.EventPartnerBanned, partner("banned", "banned"), false},
+		{tally.EventPartnerBanned, banned("applied", "manual", ""), true},
+		{tally.EventPartnerBanned, banned("active", "automation", "fraud.high_risk_clicks"), true},
+		{tally.EventPartnerBanned, banned("rejected", "manual", ""), true},
+		{tally.EventPartnerBanned, banned("banned", "manual", ""), false},
+		{tally.EventPartnerBanned, banned("active", "", ""), false},                             // reason is required
+		{tally.EventPartnerBanned, banned("active", "automation", ""), false},                   // an automatic ban names its rule
+		{tally.EventPartnerBanned, banned("active", "manual", "fraud.high_risk_clicks"), false}, // a manual one none
+		{tally.EventPartnerApproved, func() tally.PartnerEventData { d := partner("active", "applied"); d.Reason = "manual"; return d }(), false},
 		{tally.EventFraudHighRisk, fraud, true},
 		{tally.EventFraudHighRisk, noSignals, true},
 		// A nil Signals slice is written as null, which the schema refuses:
@@ -490,7 +500,7 @@ func TestPayloadsFromGoTypes(t *testing.T) {
 	}
 	for _, c := range cases {
 		raw := mustJSON(t, c.data)
-		if err := catalog.ValidateData(c.event, raw); (err == nil) != c.ok {
+		if err := schemacheck.ValidateData(c.event, raw); (err == nil) != c.ok {
 			t.Errorf("%s %s: err = %v, want ok = %v", c.event, raw, err, c.ok)
 		}
 	}
@@ -523,7 +533,7 @@ func TestBrokenPayloadsAreRefused(t *testing.T) {
 		check := func(what string, fn func(map[string]any)) {
 			t.Helper()
 			data := mutate(t, e.Example, fn)
-			wantSchemaError(t, e.Name+": "+what+": "+string(data), catalog.ValidateData(e.Name, data))
+			wantSchemaError(t, e.Name+": "+what+": "+string(data), schemacheck.ValidateData(e.Name, data))
 		}
 		check("extra field", func(d map[string]any) { d["unexpected"] = true })
 		check("extra field, empty", func(d map[string]any) { d["note"] = "" })
@@ -616,14 +626,14 @@ func TestParticularRules(t *testing.T) {
 	}
 	for _, c := range cases {
 		data := mutate(t, ex[c.event].Example, c.fn)
-		wantSchemaError(t, c.event+" "+string(data), catalog.ValidateData(c.event, data))
+		wantSchemaError(t, c.event+" "+string(data), schemacheck.ValidateData(c.event, data))
 	}
 
-	if err := catalog.ValidateData("conversion.updated", []byte(`{}`)); !errors.Is(err, catalog.ErrUnknownEvent) {
+	if err := schemacheck.ValidateData("conversion.updated", []byte(`{}`)); !errors.Is(err, schemacheck.ErrUnknownEvent) {
 		t.Errorf("unknown event: %v, want ErrUnknownEvent", err)
 	}
 	for _, raw := range []string{``, `{`, `{"a":1} {}`, `[]`, `null`, `"x"`} {
-		if err := catalog.ValidateData("webhook.test", []byte(raw)); err == nil {
+		if err := schemacheck.ValidateData("webhook.test", []byte(raw)); err == nil {
 			t.Errorf("ValidateData(%q) = nil", raw)
 		}
 	}
@@ -679,11 +689,11 @@ func TestBrokenEnvelopesAreRefused(t *testing.T) {
 		"trailing content":       append(bytes.Clone(base), []byte(` {}`)...),
 	}
 	for what, raw := range cases {
-		if err := catalog.ValidateEnvelope(raw); err == nil {
+		if err := schemacheck.ValidateEnvelope(raw); err == nil {
 			t.Errorf("%s: ValidateEnvelope accepted %s", what, raw)
 		}
 	}
-	if err := catalog.ValidateEnvelope(base); err != nil {
+	if err := schemacheck.ValidateEnvelope(base); err != nil {
 		t.Errorf("the unchanged example: %v", err)
 	}
 }

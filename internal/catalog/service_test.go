@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/catalog"
+	"github.com/tally-hq/tally/internal/catalog/schemacheck"
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/testenv"
 	"github.com/tally-hq/tally/internal/tracking"
@@ -21,7 +23,7 @@ func TestMain(m *testing.M) { dynamotest.Main(m) }
 // today; their schemas are checked against the Go types instead (see
 // TestPayloadsFromGoTypes). Take an event out of this list as soon as the
 // service emits it, and drive it below.
-var notEmittedYet = map[string]bool{tally.EventFraudHighRisk: true, tally.EventWebhookTest: true}
+var notEmittedYet = map[string]bool{tally.EventWebhookTest: true}
 
 var start = time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
 
@@ -113,13 +115,15 @@ func (s *service) envelopes() []tally.Event {
 // variant names what an event says beyond its name, so that the test can
 // ask for every status, reason and previous status to have been seen.
 func variant(t *testing.T, e tally.Event) string {
-	var d struct{ Status, Reason, PreviousStatus, Cap string }
+	var d struct{ Status, Reason, PreviousStatus, Cap, Rule string }
 	if err := json.Unmarshal(e.Data, &d); err != nil {
 		t.Fatalf("%s data: %v", e.Event, err)
 	}
 	switch {
 	case strings.HasPrefix(e.Event, "conversion."):
 		return e.Event + " " + d.Status + " " + d.Reason
+	case e.Event == tally.EventPartnerBanned:
+		return e.Event + " " + d.Status + " " + d.PreviousStatus + " " + d.Reason + " " + d.Rule
 	case strings.HasPrefix(e.Event, "partner."):
 		return e.Event + " " + d.Status + " " + d.PreviousStatus
 	case e.Event == tally.EventCapReached:
@@ -181,6 +185,23 @@ func TestServiceEventsMatchSchemas(t *testing.T) {
 		t.Fatalf("ApproveDue after the hold: approved %d (%v), want 1", n, err)
 	}
 
+	// A partner whose clicks come from a bot is banned by the auto-ban rule
+	// at its second high-risk click; a clean click before raises nothing.
+	clicker := s.apply("Click Farm Media", "ops@clickfarm.example")
+	_, err = s.svc.ApprovePartner(s.ctx, s.brandID, clicker.ID)
+	s.do("approve partner", err)
+	_, err = s.svc.UpdateFraudSettings(s.ctx, s.brandID, tracking.FraudSettingsInput{Threshold: ptr(70),
+		AutoBan: &tracking.AutoBanInput{Enabled: ptr(true), HighRiskClicks: ptr(2), WindowHours: ptr(24)}})
+	s.do("enable auto-ban", err)
+	for _, visit := range []struct{ ip, ua string }{
+		{"192.0.2.10", "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"},
+		{"3.5.140.1", ""},         // AWS, no User-Agent: 90
+		{"2001:db8::9", "curl/8"}, // a bot: 80, the second high-risk click
+	} {
+		_, _, err := s.svc.RecordClick(s.ctx, tracking.ClickInput{OfferID: manual.ID, PartnerID: clicker.ID, IP: netip.MustParseAddr(visit.ip), UserAgent: visit.ua})
+		s.do("click", err)
+	}
+
 	// Banning the active partner comes last: its conversions stop here.
 	_, err = s.svc.BanPartner(s.ctx, s.brandID, alice.ID)
 	s.do("ban active partner", err)
@@ -191,7 +212,7 @@ func TestServiceEventsMatchSchemas(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := catalog.ValidateEnvelope(raw); err != nil {
+		if err := schemacheck.ValidateEnvelope(raw); err != nil {
 			t.Errorf("the service wrote an envelope the catalog refuses: %v\n%s", err, raw)
 		}
 		if e.BrandID != s.brandID {
@@ -214,7 +235,8 @@ func TestServiceEventsMatchSchemas(t *testing.T) {
 		"conversion.approved approved manual", "conversion.approved approved hold_elapsed",
 		"conversion.rejected rejected manual",
 		"partner.applied applied ", "partner.approved active applied", "partner.rejected rejected applied",
-		"partner.banned banned applied", "partner.banned banned active", "partner.banned banned rejected",
+		"partner.banned banned applied manual ", "partner.banned banned active manual ", "partner.banned banned rejected manual ",
+		"partner.banned banned active automation fraud.high_risk_clicks",
 		"cap.reached global",
 	} {
 		if seen[v] == 0 {
@@ -255,7 +277,7 @@ func TestServiceCapPeriodsMatchSchema(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := catalog.ValidateEnvelope(raw); err != nil {
+		if err := schemacheck.ValidateEnvelope(raw); err != nil {
 			t.Errorf("cap.reached refused: %v\n%s", err, raw)
 		}
 	}

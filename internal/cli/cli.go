@@ -9,6 +9,7 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -23,7 +24,10 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
+
+	"golang.org/x/term"
 
 	"github.com/tally-hq/tally/internal/app"
 	"github.com/tally-hq/tally/internal/httpapi"
@@ -35,10 +39,17 @@ import (
 const usage = `Usage:
   tally serve [--addr 127.0.0.1:8080] [--data DIR]   run every function in one local server
   tally brands create --name NAME [--data DIR]       create a brand
-  tally keys create --brand BRAND_ID [--data DIR]     create an API key (the secret is shown once)
+  tally keys create --brand BRAND_ID [--name NAME] [--data DIR]
+                                                      create an API key (the secret is shown once)
   tally keys list --brand BRAND_ID [--data DIR]       list a brand's keys
   tally keys revoke KEY_ID [--data DIR]               revoke a key
+  tally users create --brand BRAND_ID --email EMAIL [--data DIR]
+                                                      create a dashboard user; the password is read
+                                                      from standard input (one line)
   tally table create                                  create the DynamoDB table TALLY_TABLE
+  tally listen [--port 9000] [--secret SECRET] [--status 204]
+                                                      a webhook receiver for development: checks
+                                                      each delivery's signature and prints it
 
 The embedded store lives in --data (or $TALLY_DATA, default ./.tally). With
 TALLY_TABLE set, every command uses that DynamoDB table instead, at the
@@ -47,8 +58,8 @@ endpoint the AWS SDK is configured for (AWS_ENDPOINT_URL for local emulators).
 
 // Run runs the command line args (without the program name) and returns the
 // exit code.
-func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	err := run(ctx, args, stdout, stderr)
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	err := run(ctx, args, stdin, stdout, stderr)
 	switch {
 	case err == nil:
 		return 0
@@ -60,7 +71,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 1
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	cmd := func(n int) string {
 		if len(args) > n {
 			return args[n]
@@ -78,13 +89,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "keys create":
 		fs, data := flags("keys create")
 		brand := fs.String("brand", "", "brand id")
+		name := fs.String("name", "", "a label for the key")
 		if err := fs.Parse(args[2:]); err != nil {
 			return err
 		}
 		if *brand == "" {
 			return errors.New("keys create needs --brand")
 		}
-		return adminCall(ctx, *data, stdout, "POST", "/_admin/keys", map[string]string{"brandId": *brand})
+		return adminCall(ctx, *data, stdout, "POST", "/_admin/keys", map[string]string{"brandId": *brand, "name": *name})
 	case "keys list":
 		fs, data := flags("keys list")
 		brand := fs.String("brand", "", "brand id")
@@ -105,11 +117,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return errors.New("keys revoke needs the key id: tally keys revoke KEY_ID")
 		}
 		return adminCall(ctx, *data, stdout, "POST", "/_admin/keys/"+url.PathEscape(positional[0])+"/revoke", nil)
+	case "users create":
+		fs, data := flags("users create")
+		brand := fs.String("brand", "", "brand id")
+		email := fs.String("email", "", "the user's e-mail address")
+		if err := fs.Parse(args[2:]); err != nil {
+			return err
+		}
+		if *brand == "" || *email == "" {
+			return errors.New("users create needs --brand and --email (and the password on standard input)")
+		}
+		pw, err := readPassword(stdin, stderr)
+		if err != nil {
+			return err
+		}
+		return adminCall(ctx, *data, stdout, "POST", "/_admin/users", map[string]string{"brandId": *brand, "email": *email, "password": pw})
 	case "table create":
 		return createTable(ctx, stdout)
 	}
-	if cmd(0) == "serve" {
+	switch cmd(0) {
+	case "serve":
 		return serve(ctx, args[1:], stderr)
+	case "listen":
+		return listen(ctx, args[1:], stdout, stderr)
 	}
 	return flag.ErrHelp
 }
@@ -176,7 +206,7 @@ func adminCall(ctx context.Context, dataFlag string, stdout io.Writer, method, p
 
 // adminLocal opens the store and serves the request in-process.
 func adminLocal(ctx context.Context, dataDir, method, path string, payload []byte) (int, []byte, error) {
-	st, err := app.OpenStore(ctx, dataDir)
+	st, err := openStore(ctx, dataDir)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -229,7 +259,7 @@ func createTable(ctx context.Context, stdout io.Writer) error {
 	if table == "" {
 		return fmt.Errorf("set %s to the table's name (and AWS_ENDPOINT_URL for a local endpoint)", app.EnvTable)
 	}
-	client, err := dynamo.NewClientFromEnv(ctx)
+	client, err := dynamoClient(ctx)
 	if err != nil {
 		return err
 	}
@@ -237,4 +267,24 @@ func createTable(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 	return json.NewEncoder(stdout).Encode(map[string]string{"table": table, "status": "ACTIVE"})
+}
+
+// readPassword reads a password: one line of stdin, without its line end.
+// On a terminal it prompts on stderr and does not echo what is typed.
+func readPassword(stdin io.Reader, stderr io.Writer) (string, error) {
+	if f, ok := stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		fmt.Fprint(stderr, "Password: ")
+		b, err := term.ReadPassword(int(f.Fd()))
+		fmt.Fprintln(stderr)
+		return string(b), err
+	}
+	line, err := bufio.NewReader(io.LimitReader(stdin, 4096)).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", err
+	}
+	line = strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r")
+	if line == "" {
+		return "", errors.New("no password on standard input: pipe one line, e.g. printf '%s\\n' \"$PASSWORD\" | tally users create …")
+	}
+	return line, nil
 }

@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -87,11 +88,18 @@ func (r result) String() string {
 // default ./.tally is never shared) and returns what it printed.
 func tally(t *testing.T, environ []string, args ...string) result {
 	t.Helper()
+	return tallyStdin(t, environ, "", args...)
+}
+
+// tallyStdin is tally with stdin as the command's standard input.
+func tallyStdin(t *testing.T, environ []string, stdin string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, tallyBin, args...)
 	cmd.Dir = t.TempDir()
 	cmd.Env = environ
+	cmd.Stdin = strings.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -235,8 +243,15 @@ func freePort(t *testing.T) int {
 // has exited by then.
 func serve(t *testing.T, environ []string, args ...string) *server {
 	t.Helper()
+	return serveThrough(t, environ, nil, args...)
+}
+
+// serveThrough is serve with the server started through the command
+// launcher (say sh -c 'ulimit …; exec "$@"' sh); nil starts it directly.
+func serveThrough(t *testing.T, environ, launcher []string, args ...string) *server {
+	t.Helper()
 	for attempt := 1; ; attempt++ {
-		s := startServer(t, environ, args...)
+		s := startServerThrough(t, environ, launcher, args...)
 		err := s.waitReady(15 * time.Second)
 		if err == nil {
 			return s
@@ -251,13 +266,19 @@ func serve(t *testing.T, environ []string, args ...string) *server {
 
 func startServer(t *testing.T, environ []string, args ...string) *server {
 	t.Helper()
+	return startServerThrough(t, environ, nil, args...)
+}
+
+func startServerThrough(t *testing.T, environ, launcher []string, args ...string) *server {
+	t.Helper()
 	s := &server{
 		addr:   fmt.Sprintf("127.0.0.1:%d", freePort(t)),
 		stdout: &syncBuffer{},
 		stderr: &syncBuffer{},
 		done:   make(chan struct{}),
 	}
-	s.cmd = exec.Command(tallyBin, append([]string{"serve", "--addr", s.addr}, args...)...)
+	argv := append(append(slices.Clone(launcher), tallyBin, "serve", "--addr", s.addr), args...)
+	s.cmd = exec.Command(argv[0], argv[1:]...)
 	s.cmd.Dir = t.TempDir()
 	s.cmd.Env = environ
 	s.cmd.Stdout, s.cmd.Stderr = s.stdout, s.stderr
@@ -895,7 +916,21 @@ func TestServerLogs(t *testing.T) {
 				t.Errorf("log line without %q: %v", field, l)
 			}
 		}
-		listening = listening || l["msg"] == "listening"
+		if l["msg"] == "listening" {
+			listening = true
+			// The configuration in effect: defaults, not zeros, when
+			// nothing is set.
+			want := map[string]any{"rateLimit": 100.0, "applicationRateLimit": 10.0, "webhookWorkers": 64.0,
+				"readHeaderTimeout": "5s", "readTimeout": "15s", "writeTimeout": "30s", "idleTimeout": "1m0s"}
+			for k, v := range want {
+				if l[k] != v {
+					t.Errorf("startup log %s = %v, want %v (in %v)", k, l[k], v, l)
+				}
+			}
+			if n, _ := l["maxConnections"].(float64); n < 64 {
+				t.Errorf("startup log maxConnections = %v, want the cap in effect", l["maxConnections"])
+			}
+		}
 		if l["msg"] == "request" {
 			id := str(l, "requestId")
 			if !strings.HasPrefix(id, "req_") {

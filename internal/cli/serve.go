@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally/internal/app"
+	"github.com/tally-hq/tally/internal/dashboard"
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/tracking"
@@ -25,11 +27,38 @@ import (
 // shutdownGrace is how long in-flight requests get to finish on SIGTERM.
 const shutdownGrace = 20 * time.Second
 
+// The local server's limits. Requests are small and quick, and Tally itself
+// gives a webhook receiver 10 seconds: a client gets 5 s to send its headers
+// and 15 s for the whole request (a slower body answers 408), the answer
+// gets 30 s to be written, and an idle keep-alive connection is closed after
+// 60 s. net/http reads at most serverMaxHeaderBytes of headers (answering 431
+// in plain text past it), four times what the API accepts (431 in the error
+// shape past httpapi.MaxHeaderBytes).
+const (
+	readHeaderTimeout    = 5 * time.Second
+	readTimeout          = 15 * time.Second
+	writeTimeout         = 30 * time.Second
+	idleTimeout          = 60 * time.Second
+	serverMaxHeaderBytes = 4 * httpapi.MaxHeaderBytes
+)
+
+// defaultMaxConnections caps open connections at half the file descriptors
+// the process may hold (the store, webhook deliveries and the admin
+// commands need the rest), between 64 and 10,000.
+func defaultMaxConnections() int {
+	n, ok := openFileLimit()
+	if !ok {
+		return 1024
+	}
+	return min(max(n/2, 64), 10_000)
+}
+
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on")
 	dataFlag := fs.String("data", "", "embedded store folder (default $TALLY_DATA or ./.tally)")
+	pprofAddr := fs.String("pprof", "", "serve Go's profiler (net/http/pprof) on this address, e.g. 127.0.0.1:6060; off by default")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -45,7 +74,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			os.Remove(serverInfoPath(dataDir))
 		}
 	}()
-	st, err := app.OpenStore(ctx, dataDir)
+	st, err := openStore(ctx, dataDir)
 	if err != nil {
 		return err
 	}
@@ -54,7 +83,21 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	svc := tracking.New(st, tracking.WithLoopbackReceivers(), tracking.WithRetryScale(retryScale))
+	maxConns, err := app.MaxConnections()
+	if err != nil {
+		return err
+	}
+	maxConns = cmp.Or(maxConns, defaultMaxConnections())
+	opts, err := app.ServiceOptions()
+	if err != nil {
+		return err
+	}
+	opts = append(opts, tracking.WithLoopbackReceivers(), tracking.WithRetryScale(retryScale))
+	if !app.UsesDynamoDB() {
+		// The embedded store is locked to this process: its counts are exact.
+		opts = append(opts, tracking.WithProcessRateLimits())
+	}
+	svc := tracking.New(st, opts...)
 	pipeline := svc.NewPipeline(delivery.NewSender(delivery.Options{AllowLoopback: true}), workers, log)
 
 	ln, err := net.Listen("tcp", *addr)
@@ -70,10 +113,17 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		wroteInfo = true
 	}
+	cfg.Dashboard = dashboard.New(svc, cfg)
 	api := httpapi.New(svc, cfg)
+	conns := newConnLimit(ln, maxConns)
 	srv := &http.Server{
 		Handler:           api.Handler(httpapi.AllGroups...),
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    serverMaxHeaderBytes,
+		ConnState:         conns.ConnState,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 
@@ -85,9 +135,22 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	jobsDone.Go(func() { app.RunApprover(jobs, svc, app.ApproverInterval, log) })
 	jobsDone.Go(func() { pipeline.Run(jobs) })
 
+	if *pprofAddr != "" {
+		stopProfiler, err := serveProfiler(*pprofAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stopProfiler()
+	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	log.Info("listening", "addr", "http://"+ln.Addr().String(), "store", storeName(dataDir), "rateLimit", cfg.RateLimit)
+	go func() { served <- srv.Serve(conns) }()
+	// The configuration in effect, defaults included.
+	log.Info("listening", "addr", "http://"+ln.Addr().String(), "dashboard", "http://"+ln.Addr().String()+"/dashboard",
+		"store", storeName(dataDir),
+		"rateLimit", cfg.RateLimit, "applicationRateLimit", cfg.ApplicationRateLimit,
+		"maxConnections", maxConns, "readHeaderTimeout", readHeaderTimeout.String(), "readTimeout", readTimeout.String(),
+		"writeTimeout", writeTimeout.String(), "idleTimeout", idleTimeout.String(),
+		"webhookWorkers", workers, "webhookRetryScale", retryScale)
 	log.Warn("webhook receivers on loopback addresses are allowed: this is the local server; the cloud refuses them")
 
 	select {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -184,6 +185,7 @@ type deliveryView struct {
 	EventID        string        `json:"eventId"`
 	Event          string        `json:"event"`
 	SubscriptionID string        `json:"subscriptionId"`
+	PartnerID      string        `json:"partnerId"`
 	URL            string        `json:"url"`
 	Status         string        `json:"status"`
 	Attempts       []attemptView `json:"attempts"`
@@ -277,6 +279,12 @@ func TestWebhooksSurviveKill9(t *testing.T) {
 		}
 		subOf[str(sub, "id")] = rcv
 	}
+	// The partner's postback rides the same pipeline: its receiver refuses
+	// the first GET for each conversion, so that retries cross the kill too.
+	postbacks := newPostbackReceiver(t)
+	s.call(t, "PUT", "/api/v1/partners/"+partnerID+"/postback", key, map[string]any{
+		"url": postbacks.srv.URL + "/pb?cnv={conversion_id}&ev={event}",
+	}).expect(t, "PUT the partner's postback", 200)
 
 	conversions := map[string]string{} // externalTxnId → conversion id
 	postWave := func(prefix string, n int) {
@@ -368,7 +376,7 @@ func TestWebhooksSurviveKill9(t *testing.T) {
 	var all []deliveryView
 	deadline := readyAt.Add(20 * time.Second)
 	for {
-		all = s.listDeliveries(t, key, nil)
+		all = s.listDeliveries(t, key, url.Values{"type": {"webhook"}})
 		pending := 0
 		for _, d := range all {
 			if d.Status == "pending" {
@@ -401,7 +409,7 @@ func TestWebhooksSurviveKill9(t *testing.T) {
 		}
 	}
 	for _, status := range []string{"pending", "succeeded", "failed"} {
-		ds := s.listDeliveries(t, key, url.Values{"status": {status}})
+		ds := s.listDeliveries(t, key, url.Values{"status": {status}, "type": {"webhook"}})
 		for _, d := range ds {
 			if d.Status != status {
 				t.Errorf("GET /deliveries?status=%s lists %s, which is %s", status, d.ID, d.Status)
@@ -624,10 +632,69 @@ func TestWebhooksSurviveKill9(t *testing.T) {
 	t.Logf("%d requests cut by the kill and made again; attempts came at most %v after due (median %v); the test took %v",
 		extras, maxLate.Round(time.Millisecond), lateness[len(lateness)/2].Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 
+	// One postback per conversion, each made (the kill lost none) and
+	// succeeded at the partner's second GET or later (the first may have
+	// been cut by the kill, and so be missing from the log).
+	var pbs []deliveryView
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		pbs = s.listDeliveries(t, key, url.Values{"type": {"postback"}})
+		if len(pbs) == events && !slices.ContainsFunc(pbs, func(d deliveryView) bool { return d.Status != "succeeded" }) || time.Now().After(deadline) {
+			break
+		}
+	}
+	pbSeen := postbacks.byConversion()
+	pbOf := map[string]bool{}
+	for _, d := range pbs {
+		cnv := strings.TrimPrefix(d.URL, postbacks.srv.URL+"/pb?cnv=")
+		cnv = strings.TrimSuffix(cnv, "&ev=conversion.created")
+		if d.Status != "succeeded" || d.Type != "postback" || d.PartnerID != partnerID || !convIDs[cnv] || pbOf[cnv] || len(d.Attempts) == 0 {
+			t.Errorf("postback %s: %s with %d attempts to %s (partner %q)", d.ID, d.Status, len(d.Attempts), d.URL, d.PartnerID)
+		}
+		pbOf[cnv] = true
+		if n := pbSeen[cnv]; n < 2 || n < len(d.Attempts) || n > len(d.Attempts)+1 {
+			t.Errorf("postback %s: %d recorded attempts, the partner got %d GETs", d.ID, len(d.Attempts), n)
+		}
+	}
+	if len(pbOf) != events {
+		t.Errorf("%d conversions have a postback, want all %d", len(pbOf), events)
+	}
+
 	for _, l := range s.logLines(t) {
 		if l["level"] == "ERROR" {
 			t.Errorf("the restarted server logged an error: %v", l)
 		}
 	}
 	s.stop(t)
+}
+
+// postbackReceiver is a partner's postback endpoint on loopback: it counts
+// the GETs per conversion and refuses the first of each.
+type postbackReceiver struct {
+	srv *httptest.Server
+	mu  sync.Mutex
+	got map[string]int // conversion id → GETs
+}
+
+func newPostbackReceiver(t *testing.T) *postbackReceiver {
+	r := &postbackReceiver{got: map[string]int{}}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		cnv := req.URL.Query().Get("cnv")
+		r.mu.Lock()
+		r.got[cnv]++
+		n := r.got[cnv]
+		r.mu.Unlock()
+		if req.Method != http.MethodGet || n == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *postbackReceiver) byConversion() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.got)
 }

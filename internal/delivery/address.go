@@ -182,8 +182,46 @@ func checkURL(raw string, allowLoopback bool) error {
 		if blockedIP(ip, allowLoopback) {
 			return urlError("url must not point to a private, loopback, link-local, metadata or other reserved address.")
 		}
-	} else if !allowLoopback && isLoopbackHost(host) {
+		return nil
+	}
+	switch {
+	case !allowLoopback && isLoopbackHost(host):
 		return urlError("url must not point to a loopback host.")
+	case endsInNumber(host):
+		return urlError("url must name its host, or give an IP address in standard form (IPv4 as four decimal numbers, such as 203.0.113.7).")
+	case isPrivateName(host):
+		return urlError("url must not point to a cloud metadata service or a name of a private network (.internal, .local).")
 	}
 	return nil
+}
+
+// endsInNumber reports whether a host that is not an IP address in standard
+// form would still be read as an IPv4 address by a browser or a resolver
+// (the WHATWG URL standard's "ends in a number" rule): its last label is
+// decimal digits or 0x-prefixed hex. That covers 2852039166, 0xa9fea9fe,
+// 012.0.0.1 (octal) and 127.1. Such forms exist to slip past address
+// checks; a real receiver names its host or writes its address plainly.
+func endsInNumber(host string) bool {
+	labels := strings.Split(strings.TrimSuffix(host, "."), ".")
+	last := labels[len(labels)-1]
+	if last == "" {
+		return false
+	}
+	if hex, ok := strings.CutPrefix(strings.ToLower(last), "0x"); ok {
+		return strings.Trim(hex, "0123456789abcdef") == ""
+	}
+	return strings.Trim(last, "0123456789") == ""
+}
+
+// isPrivateName reports whether host names a cloud metadata service or lies
+// under a suffix reserved for private networks (RFC 6762 .local; .internal,
+// which ICANN reserved for private use in 2024 and which Google Cloud's
+// metadata.google.internal uses).
+func isPrivateName(host string) bool {
+	h := strings.ToLower(strings.TrimSuffix(host, "."))
+	switch h {
+	case "metadata", "metadata.goog", "metadata.google.internal", "instance-data":
+		return true
+	}
+	return strings.HasSuffix(h, ".internal") || strings.HasSuffix(h, ".local")
 }

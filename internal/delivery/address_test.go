@@ -188,6 +188,27 @@ func TestCheckURL(t *testing.T) {
 		{" https://example.com/", false, false, true},
 		{"https://exa mple.com/", false, false, true},
 		{"https://example.com/" + strings.Repeat("a", MaxURLLength), false, false, true},
+		// Numeric hosts other than the standard forms: read as IPv4 by
+		// browsers and resolvers, they exist to slip past address checks.
+		{"https://2852039166/", false, false, true}, // 169.254.169.254 as one number
+		{"https://0xa9fea9fe/", false, false, true}, // the same in hex
+		{"https://0xA9.0xFE.0xA9.0xFE/", false, false, true},
+		{"https://012.0.0.1/", false, false, true}, // octal 10.0.0.1
+		{"https://127.1/", false, false, true},     // 127.0.0.1
+		{"http://127.1:8080/", false, false, true}, // not loopback in a form we accept
+		{"https://8.8.8/", false, false, true},
+		{"https://example.123/", false, false, true},
+		{"https://example.0x1f./", false, false, true},
+		{"https://example.com1/", true, true, true}, // a name after all
+		{"https://1example.com/", true, true, true},
+		// Metadata services and private-network names.
+		{"https://metadata.google.internal/computeMetadata/v1/", false, false, true},
+		{"https://METADATA.GOOGLE.INTERNAL./", false, false, true},
+		{"https://metadata/", false, false, true},
+		{"https://metadata.goog/", false, false, true},
+		{"https://hooks.corp.internal/", false, false, true},
+		{"https://printer.local/", false, false, true},
+		{"https://internal.example.com/", true, true, true},
 	} {
 		for _, allow := range []bool{false, true} {
 			want := map[bool]bool{false: tc.cloud, true: tc.local}[allow]

@@ -56,11 +56,16 @@ const (
 
 // Request is one delivery attempt's input.
 type Request struct {
-	URL       string // the subscription's URL
+	// Method is POST (the default) for a webhook; a partner postback is a
+	// GET of its filled-in URL, with no body and no signature.
+	Method    string
+	URL       string // the subscription's URL, or the postback's filled in
 	WebhookID string // wh_…, sent as X-Tally-Webhook-Id; the same on every retry
 	Event     string // sent as X-Tally-Event
 	Body      []byte // the envelope JSON, sent as is
-	Secret    string // the subscription's signing secret; "" sends no X-Tally-Signature
+	// Secrets are the subscription's signing secrets (two while a rotated
+	// secret still signs): one v1 each. None sends no X-Tally-Signature.
+	Secrets []string
 }
 
 // Options configure a Sender. The zero value is the cloud's configuration.
@@ -187,18 +192,24 @@ func (s *Sender) Send(ctx context.Context, r Request) (a tally.Attempt) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL, bytes.NewReader(r.Body))
+	var body io.Reader
+	if r.Method == "" || r.Method == http.MethodPost {
+		r.Method, body = http.MethodPost, bytes.NewReader(r.Body)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.Method, r.URL, body)
 	if err != nil {
 		a.Error = tally.AttemptBlocked // checkURL passed, so this does not happen
 		return a
 	}
 	h := req.Header
-	h.Set("Content-Type", "application/json")
+	if body != nil {
+		h.Set("Content-Type", "application/json")
+	}
 	h.Set("User-Agent", UserAgent)
 	h.Set(webhook.EventHeader, r.Event)
 	h.Set(webhook.WebhookIDHeader, r.WebhookID)
-	if r.Secret != "" {
-		h.Set(webhook.SignatureHeader, webhook.Sign(r.Secret, now, r.Body))
+	if len(r.Secrets) > 0 && body != nil {
+		h.Set(webhook.SignatureHeader, webhook.SignEach(r.Secrets, now, r.Body))
 	}
 	// An empty Idempotency-Key marks the POST as safe to replay without
 	// sending the header: net/http may then resend it on a fresh connection
@@ -216,8 +227,8 @@ func (s *Sender) Send(ctx context.Context, r Request) (a tally.Attempt) {
 	// At most MaxResponseBytes, then stop: never wait for the rest of a
 	// large or endless body. Closing an unfinished body drops the
 	// connection, which is fine for such receivers.
-	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes))
-	a.Response = cleanText(body, MaxResponseBytes)
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes))
+	a.Response = cleanText(answer, MaxResponseBytes)
 	if err != nil {
 		a.Error = classify(ctx, err)
 	}

@@ -25,7 +25,7 @@ import (
 var testBody = []byte(`{"id":"evt_01","type":"conversion.created","data":{"amount":12.5}}`)
 
 func testRequest(url string) Request {
-	return Request{URL: url, WebhookID: "wh_01TEST", Event: "conversion.created", Body: testBody, Secret: "s3cret"}
+	return Request{URL: url, WebhookID: "wh_01TEST", Event: "conversion.created", Body: testBody, Secrets: []string{"s3cret"}}
 }
 
 func newSender(t testing.TB, o Options) *Sender {
@@ -124,7 +124,7 @@ func TestSendWithoutSecretSendsNoSignature(t *testing.T) {
 	defer srv.Close()
 	s := newSender(t, Options{AllowLoopback: true})
 	r := testRequest(srv.URL)
-	r.Secret = ""
+	r.Secrets = nil
 	if a := s.Send(context.Background(), r); !a.Succeeded() || a.StatusCode != 204 {
 		t.Fatalf("attempt = %+v", a)
 	}

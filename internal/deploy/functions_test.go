@@ -16,13 +16,17 @@ func TestReadMainsRefusesWhatItCannotResolve(t *testing.T) {
 		"two calls":         `lambdafn.ServeAPI(httpapi.GroupOffers); lambdafn.ServeApprover()`,
 		"no call":           `println()`,
 		"arguments of kind": `lambdafn.ServeFanout(httpapi.GroupOffers)`,
+		"not imported":      ``,
 	} {
 		root := t.TempDir()
 		dir := filepath.Join(root, "functions", "x")
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		src := "package main\n\nfunc main() { " + body + " }\n"
+		src := "package main\n\nimport (\n\t\"github.com/tally-hq/tally/internal/httpapi\"\n\t\"github.com/tally-hq/tally/internal/lambdafn\"\n)\n\nfunc main() { " + body + " }\n"
+		if name == "not imported" {
+			src = "package main\n\nfunc main() { lambdafn.ServeAPI(httpapi.GroupOffers) }\n"
+		}
 		if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}

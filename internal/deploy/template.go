@@ -2,9 +2,11 @@ package deploy
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -493,6 +495,13 @@ type Function struct {
 	DeclaredEnvironment []string
 	Policies            []Policy
 	Events              map[string]Event
+	// LogGroup is LoggingConfig.LogGroup: the function's log group.
+	LogGroup any
+	// Role is the function's execution role (!GetAtt <Role>.Arn), when the
+	// template gives one instead of SAM's generated role and Policies.
+	Role any
+	// ReservedConcurrency is ReservedConcurrentExecutions; 0 when not set.
+	ReservedConcurrency int
 	// Properties is every property, with the Globals merged in.
 	Properties map[string]any
 }
@@ -553,6 +562,11 @@ func (t *Template) Function(id string) (Function, error) {
 	if f.Timeout, err = optInt(props["Timeout"]); err != nil {
 		return f, fmt.Errorf("%s: Timeout: %w", id, err)
 	}
+	if f.ReservedConcurrency, err = optInt(props["ReservedConcurrentExecutions"]); err != nil {
+		return f, fmt.Errorf("%s: ReservedConcurrentExecutions: %w", id, err)
+	}
+	f.LogGroup = mapAt(props, "LoggingConfig")["LogGroup"]
+	f.Role = props["Role"]
 	vars := mapAt(mapAt(props, "Environment"), "Variables")
 	for name := range vars {
 		f.DeclaredEnvironment = append(f.DeclaredEnvironment, name)
@@ -746,6 +760,7 @@ type QueueSource struct {
 	Queue                 any
 	BatchSize             int
 	FunctionResponseTypes []string
+	MaximumConcurrency    int // ScalingConfig; 0 when not set
 }
 
 // QueueSource reads an SQS event.
@@ -760,6 +775,9 @@ func (e Event) QueueSource() (QueueSource, error) {
 	}
 	if q.FunctionResponseTypes, err = stringList(e.Properties["FunctionResponseTypes"]); err != nil {
 		return q, fmt.Errorf("event %s: FunctionResponseTypes: %w", e.Name, err)
+	}
+	if q.MaximumConcurrency, err = optInt(mapAt(e.Properties, "ScalingConfig")["MaximumConcurrency"]); err != nil {
+		return q, fmt.Errorf("event %s: MaximumConcurrency: %w", e.Name, err)
 	}
 	return q, nil
 }
@@ -869,6 +887,132 @@ func parseStatements(v any) ([]Statement, error) {
 		out = append(out, st)
 	}
 	return out, nil
+}
+
+// Grant is one action a role allows on one resource.
+type Grant struct {
+	Action string
+	// Resource names what the ARN points at: a logical id ("Table",
+	// "DeliveryQueue", "OffersFunctionLogGroup"), or one followed by a part
+	// of it ("Table/index", "Table/stream", "RetryStateMachine/executions");
+	// any other ARN as written.
+	Resource string
+	// Condition is the statement's Condition as JSON, "" when none.
+	Condition string
+	Sid       string
+}
+
+// String writes the grant as "action resource [if condition]".
+func (g Grant) String() string {
+	s := g.Action + " " + g.Resource
+	if g.Condition != "" {
+		s += " if " + g.Condition
+	}
+	return s
+}
+
+// RoleOf returns the logical id of the AWS::IAM::Role a Role property
+// (!GetAtt <id>.Arn) names.
+func RoleOf(role any) (string, error) {
+	i, ok := role.(Intrinsic)
+	args, _ := i.Arg.([]any)
+	if !ok || i.Fn != "Fn::GetAtt" || len(args) != 2 || args[1] != "Arn" {
+		return "", fmt.Errorf("role %v is not !GetAtt <Role>.Arn", role)
+	}
+	id, _ := args[0].(string)
+	return id, nil
+}
+
+// RoleGrants returns every action the inline policies of the AWS::IAM::Role
+// id allow, one Grant per action and resource, and the services that may
+// assume it. A Deny, a managed policy or a permissions boundary is an error:
+// the checks read inline allows only.
+func (t *Template) RoleGrants(id string) (grants []Grant, assumedBy []string, err error) {
+	r, ok := t.Resources[id]
+	if !ok || r.Type != "AWS::IAM::Role" {
+		return nil, nil, fmt.Errorf("no AWS::IAM::Role %s", id)
+	}
+	for _, k := range []string{"ManagedPolicyArns", "PermissionsBoundary"} {
+		if r.Properties[k] != nil {
+			return nil, nil, fmt.Errorf("%s: %s is not read", id, k)
+		}
+	}
+	trust, err := parseStatements(mapAt(r.Properties, "AssumeRolePolicyDocument")["Statement"])
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", id, err)
+	}
+	for _, st := range trust {
+		if st.Effect != "Allow" || !slices.Equal(st.Actions, []string{"sts:AssumeRole"}) {
+			return nil, nil, fmt.Errorf("%s: trust statement %+v", id, st)
+		}
+	}
+	trustStmts, _ := mapAt(r.Properties, "AssumeRolePolicyDocument")["Statement"].([]any)
+	for _, st := range trustStmts {
+		m, _ := st.(map[string]any)
+		names, err := stringList(mapAt(m, "Principal")["Service"])
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: principal: %w", id, err)
+		}
+		assumedBy = append(assumedBy, names...)
+	}
+	policies, _ := r.Properties["Policies"].([]any)
+	for _, p := range policies {
+		pm, _ := p.(map[string]any)
+		stmts, err := parseStatements(mapAt(pm, "PolicyDocument")["Statement"])
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", id, err)
+		}
+		for _, st := range stmts {
+			if st.Effect != "Allow" {
+				return nil, nil, fmt.Errorf("%s: statement %s: effect %s", id, st.Sid, st.Effect)
+			}
+			cond := ""
+			if len(st.Condition) > 0 {
+				b, _ := json.Marshal(st.Condition)
+				cond = string(b)
+			}
+			for _, res := range st.Resources {
+				for _, a := range st.Actions {
+					grants = append(grants, Grant{Action: a, Resource: ARNResource(res), Condition: cond, Sid: st.Sid})
+				}
+			}
+		}
+	}
+	return grants, assumedBy, nil
+}
+
+// ARNResource names the resource an ARN in a policy points at (see
+// Grant.Resource).
+func ARNResource(arn any) string {
+	i, ok := arn.(Intrinsic)
+	if !ok {
+		return fmt.Sprint(arn)
+	}
+	switch i.Fn {
+	case "Ref":
+		return fmt.Sprint(i.Arg)
+	case "Fn::GetAtt":
+		args := i.Arg.([]any)
+		switch args[1] {
+		case "Arn":
+			return fmt.Sprint(args[0])
+		case "StreamArn":
+			return fmt.Sprint(args[0]) + "/stream"
+		}
+	case "Fn::Sub":
+		if s, ok := i.Arg.(string); ok {
+			for _, part := range []struct{ pattern, suffix string }{
+				{`^\$\{(\w+)\.Arn\}/index/\*$`, "/index"},
+				{`^\$\{(\w+)\.Arn\}/stream/\*$`, "/stream"},
+				{`^arn:\$\{AWS::Partition\}:states:\$\{AWS::Region\}:\$\{AWS::AccountId\}:execution:\$\{(\w+)\.Name\}:\*$`, "/executions"},
+			} {
+				if m := regexp.MustCompile(part.pattern).FindStringSubmatch(s); m != nil {
+					return m[1] + part.suffix
+				}
+			}
+		}
+	}
+	return i.String()
 }
 
 // ---------------------------------------------------------------- other resources
@@ -1004,6 +1148,7 @@ type StateMachine struct {
 	DefinitionURI any
 	Substitutions map[string]any
 	Policies      []Policy
+	Role          any
 }
 
 // StateMachine returns the AWS::Serverless::StateMachine id.
@@ -1014,6 +1159,7 @@ func (t *Template) StateMachine(id string) (StateMachine, error) {
 	}
 	sm := StateMachine{LogicalID: id, DefinitionURI: r.Properties["DefinitionUri"], Substitutions: mapAt(r.Properties, "DefinitionSubstitutions")}
 	sm.Type, _ = r.Properties["Type"].(string)
+	sm.Role = r.Properties["Role"]
 	var err error
 	if sm.Policies, err = ParsePolicies(r.Properties["Policies"]); err != nil {
 		return sm, fmt.Errorf("%s: Policies: %w", id, err)
@@ -1033,6 +1179,7 @@ type Alarm struct {
 	Threshold          float64
 	ComparisonOperator string
 	TreatMissingData   string
+	AlarmActions       []any
 }
 
 // Alarms returns the template's AWS::CloudWatch::Alarm resources, ordered
@@ -1047,6 +1194,7 @@ func (t *Template) Alarms() ([]Alarm, error) {
 		a.Statistic, _ = p["Statistic"].(string)
 		a.ComparisonOperator, _ = p["ComparisonOperator"].(string)
 		a.TreatMissingData, _ = p["TreatMissingData"].(string)
+		a.AlarmActions, _ = p["AlarmActions"].([]any)
 		dims, _ := p["Dimensions"].([]any)
 		for _, d := range dims {
 			dm, _ := d.(map[string]any)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"os"
 	"os/exec"
@@ -23,6 +24,7 @@ import (
 	"github.com/tally-hq/tally/internal/app"
 	"github.com/tally-hq/tally/internal/deploy"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/lambdacheck"
 	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/store/bolt"
@@ -262,15 +264,18 @@ func TestResourcesAreTheContracts(t *testing.T) {
 	tpl, c := load(t), readContract(t)
 	var want []string
 	for _, row := range c.rows(t, "Resources") {
-		if row[0] == "alarms" {
-			for _, s := range spans(row[1]) {
-				if strings.HasSuffix(s, "Alarm") {
-					want = append(want, s)
-				}
+		switch {
+		case row[0] == "alarms":
+			for _, alarm := range c.rows(t, "Alarms") {
+				want = append(want, spans(alarm[0])...)
 			}
-			continue
+		case strings.HasPrefix(row[0], "`<Function>"):
+			for _, dir := range folders(t) {
+				want = append(want, logicalID(dir)+strings.Trim(strings.TrimPrefix(row[0], "`<Function>"), "`"))
+			}
+		default:
+			want = append(want, spans(row[0])...)
 		}
-		want = append(want, spans(row[0])...)
 	}
 	sort.Strings(want)
 	if got := tpl.IDs(""); !slices.Equal(got, want) {
@@ -293,10 +298,10 @@ func TestFunctionsAreTheFolders(t *testing.T) {
 
 	// Timeouts from the contract: "API functions 10 s, approver 60 s, …".
 	timeouts := map[string]int{}
-	for _, m := range regexp.MustCompile(`(API functions|approver|fanout|deliver|attempt) (\d+) s\b`).FindAllStringSubmatch(c.text, -1) {
+	for _, m := range regexp.MustCompile(`(API functions|approver|fanout|deliver|attempt|reconciler) (\d+) s\b`).FindAllStringSubmatch(c.text, -1) {
 		timeouts[m[1]], _ = strconv.Atoi(m[2])
 	}
-	if len(timeouts) != 5 {
+	if len(timeouts) != 6 {
 		t.Fatalf("docs/aws.md timeouts: %v", timeouts)
 	}
 	for _, s := range []string{"`provided.al2023`", "`arm64`", "handler `bootstrap`", "memory 256 MB"} {
@@ -312,6 +317,12 @@ func TestFunctionsAreTheFolders(t *testing.T) {
 		}
 		if f.Runtime != "provided.al2023" || !slices.Equal(f.Architectures, []string{"arm64"}) || f.Handler != "bootstrap" || f.MemorySize != 256 {
 			t.Errorf("%s: %s %v %s %d MB, want provided.al2023 [arm64] bootstrap 256 MB", f.LogicalID, f.Runtime, f.Architectures, f.Handler, f.MemorySize)
+		}
+		logGroup := f.LogicalID + "LogGroup"
+		if f.LogGroup != deploy.Ref(logGroup) {
+			t.Errorf("%s logs to %v, want its own log group %s", f.LogicalID, f.LogGroup, logGroup)
+		} else if lg := tpl.Resources[logGroup]; lg.Type != "AWS::Logs::LogGroup" || lg.Properties["RetentionInDays"] != deploy.Ref("LogRetentionDays") {
+			t.Errorf("%s: %+v, want a log group keeping logs LogRetentionDays", logGroup, lg)
 		}
 		key := dir
 		if api[f.LogicalID] {
@@ -338,7 +349,7 @@ func TestMakefileBuildsEachFunction(t *testing.T) {
 			continue
 		}
 		cmd := strings.TrimSpace(string(out))
-		for _, want := range []string{"CGO_ENABLED=0 ", "GOOS=linux ", "GOARCH=arm64 ", " build ", "-tags lambda.norpc", "-trimpath", "-ldflags='-s -w'",
+		for _, want := range []string{"CGO_ENABLED=0 ", "GOOS=linux ", "GOARCH=arm64 ", " build ", "-tags " + lambdacheck.BuildTags + " ", "-trimpath", "-ldflags='-s -w'",
 			`-o "` + artifacts + `/bootstrap"`} {
 			if !strings.Contains(cmd, want) {
 				t.Errorf("make %s runs %q: no %s", target, cmd, want)
@@ -499,6 +510,7 @@ func TestEnvironment(t *testing.T) {
 	// What each variable the code reads is set to.
 	values := map[string]any{
 		app.EnvTable:                     deploy.Ref("Table"),
+		app.EnvDeliveryRetention:         deploy.Ref("DeliveryRetentionDays"),
 		lambdafn.EnvDeliveryQueueURL:     deploy.Ref("DeliveryQueue"),
 		lambdafn.EnvRetryStateMachineARN: deploy.Ref("RetryStateMachine"),
 		app.EnvRateLimit:                 deploy.Ref("RateLimit"),
@@ -521,7 +533,7 @@ func TestEnvironment(t *testing.T) {
 			}
 			for id := range want {
 				switch {
-				case row[1] == "all",
+				case row[1] == "all", strings.HasPrefix(row[1], "all,"),
 					// "API functions except `X`, `Y` (…), …"
 					strings.HasPrefix(row[1], "API functions") && api[id] && !slices.Contains(spans(row[1]), id),
 					!strings.HasPrefix(row[1], "API functions") && slices.Contains(spans(row[1]), id):
@@ -683,9 +695,8 @@ func TestRetryStateMachine(t *testing.T) {
 	if v := sm.Substitutions["AttemptFunctionArn"]; !reflect.DeepEqual(v, deploy.GetAtt("AttemptFunction", "Arn")) {
 		t.Errorf("AttemptFunctionArn = %v, want !GetAtt AttemptFunction.Arn", v)
 	}
-	want := []deploy.Policy{{Template: "LambdaInvokePolicy", Args: map[string]any{"FunctionName": deploy.Ref("AttemptFunction")}}}
-	if !reflect.DeepEqual(sm.Policies, want) {
-		t.Errorf("state machine policies %+v, want %+v", sm.Policies, want)
+	if len(sm.Policies) > 0 {
+		t.Errorf("state machine policies %+v: its role is RetryStateMachineRole (TestLeastPrivilege)", sm.Policies)
 	}
 }
 
@@ -705,7 +716,7 @@ func TestEventSources(t *testing.T) {
 		switch {
 		case api[f.LogicalID]:
 			want = map[string]int{"HttpApi": len(f.Events)}
-		case f.LogicalID == "ApproverFunction":
+		case f.LogicalID == "ApproverFunction", f.LogicalID == "ReconcilerFunction":
 			want = map[string]int{"Schedule": 1}
 			if types["ScheduleV2"] == 1 {
 				want = map[string]int{"ScheduleV2": 1}
@@ -722,10 +733,11 @@ func TestEventSources(t *testing.T) {
 		}
 	}
 
-	approver := function(t, tpl, "ApproverFunction")
-	for _, e := range approver.Events {
-		if expr, err := e.ScheduleExpression(); err != nil || expr != "rate(1 minute)" {
-			t.Errorf("approver schedule %q, %v; want rate(1 minute)", expr, err)
+	for id, want := range map[string]string{"ApproverFunction": "rate(1 minute)", "ReconcilerFunction": "rate(5 minutes)"} {
+		for _, e := range function(t, tpl, id).Events {
+			if expr, err := e.ScheduleExpression(); err != nil || expr != want {
+				t.Errorf("%s schedule %q, %v; want %s", id, expr, err, want)
+			}
 		}
 	}
 
@@ -765,7 +777,7 @@ func TestEventSources(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := deploy.QueueSource{Queue: deploy.GetAtt("DeliveryQueue", "Arn"), BatchSize: 10, FunctionResponseTypes: []string{"ReportBatchItemFailures"}}
+		want := deploy.QueueSource{Queue: deploy.GetAtt("DeliveryQueue", "Arn"), BatchSize: 10, FunctionResponseTypes: []string{"ReportBatchItemFailures"}, MaximumConcurrency: 50}
 		if !reflect.DeepEqual(q, want) {
 			t.Errorf("deliver queue source %+v, want %+v", q, want)
 		}
@@ -798,74 +810,214 @@ func jsonEqual(t *testing.T, a, b string) bool {
 	return reflect.DeepEqual(x, y)
 }
 
+// TestLeastPrivilege checks every permission of every role against what
+// the function does, derived from what drives it (its main's lambdafn call
+// and groups), its environment and its event sources, so a new function
+// gets the permissions of its kind without a line here: its own log group;
+// the table's actions the store makes for it (docs/aws.md, "Least
+// privilege"); the queue and state machine it names in its environment;
+// reading its stream or polling its queue, and its on-failure destination.
+// Nothing is granted on "*", no managed policy is attached.
 func TestLeastPrivilege(t *testing.T) {
 	tpl := load(t)
-	crud := deploy.Policy{Template: "DynamoDBCrudPolicy", Args: map[string]any{"TableName": deploy.Ref("Table")}}
-	send := deploy.Policy{Template: "SQSSendMessagePolicy", Args: map[string]any{"QueueName": deploy.GetAtt("DeliveryQueue", "QueueName")}}
-	start := deploy.Policy{Template: "StepFunctionsExecutionPolicy", Args: map[string]any{"StateMachineName": deploy.GetAtt("RetryStateMachine", "Name")}}
-	reports := deploy.Policy{Statements: []deploy.Statement{
-		{Sid: "ReadTable", Effect: "Allow", Actions: []string{"dynamodb:GetItem", "dynamodb:Query"},
-			Resources: []any{deploy.GetAtt("Table", "Arn"), deploy.Sub("${Table.Arn}/index/*")}, Condition: map[string]any{}},
-		{Sid: "CountRequests", Effect: "Allow", Actions: []string{"dynamodb:UpdateItem"},
-			Resources: []any{deploy.GetAtt("Table", "Arn")},
-			Condition: map[string]any{"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": []any{rateCounterKeys}}}},
-	}}
-	fns, err := tpl.Functions()
+	readWrite := []string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem"}
+	// What the pipeline's steps do to the table: read, and put whole items.
+	byKind := map[string][]string{
+		"ServeApprover":   {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
+		"ServeFanout":     {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem"},
+		"ServeDeliver":    {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, // and the endpoint's health
+		"ServeAttempt":    {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
+		"ServeReconciler": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem"},
+	}
+	indexKinds := []string{"ServeAPI", "ServeApprover", "ServeReconciler"} // they query gsi1–3
+	rate := `{"ForAllValues:StringLike":{"dynamodb:LeadingKeys":["` + rateCounterKeys + `","` + apiKeyItems + `"]}}`
+	for _, dir := range folders(t) {
+		m, f := mainOf(t, dir), function(t, tpl, logicalID(dir))
+		want := []string{"logs:CreateLogStream " + f.LogicalID + "LogGroup", "logs:PutLogEvents " + f.LogicalID + "LogGroup"}
+		add := func(resource string, actions ...string) {
+			for _, a := range actions {
+				want = append(want, a+" "+resource)
+			}
+		}
+		switch {
+		case m.IsFallback() || m.Serve == "ServeAPI" && slices.Equal(m.Groups, []string{httpapi.GroupReports}):
+			// They only read (the fallback answers what no route matches),
+			// and count requests.
+			add("Table", "dynamodb:GetItem", "dynamodb:Query")
+			want = append(want, "dynamodb:UpdateItem Table if "+rate) // the rate-limit counters
+		case m.Serve == "ServeAPI":
+			add("Table", readWrite...)
+		default:
+			add("Table", byKind[m.Serve]...)
+			if len(byKind[m.Serve]) == 0 {
+				t.Errorf("functions/%s calls lambdafn.%s, which this test gives no table access", dir, m.Serve)
+			}
+		}
+		if slices.Contains(indexKinds, m.Serve) {
+			add("Table/index", "dynamodb:Query")
+		}
+		if f.Environment[lambdafn.EnvDeliveryQueueURL] != nil {
+			add("DeliveryQueue", "sqs:SendMessage")
+		}
+		if m.Serve == "ServeReconciler" {
+			add("DeliveryQueue", "sqs:GetQueueAttributes") // the backlog
+		}
+		if f.Environment[lambdafn.EnvRetryStateMachineARN] != nil {
+			add("RetryStateMachine", "states:StartExecution")
+			add("RetryStateMachine/executions", "states:DescribeExecution")
+		}
+		for _, e := range f.EventsOfType("DynamoDB") {
+			s, _ := e.StreamSource()
+			add(deploy.ARNResource(s.Stream), "dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams")
+			add(deploy.ARNResource(s.OnFailure.Destination), "sqs:SendMessage")
+		}
+		for _, e := range f.EventsOfType("SQS") {
+			q, _ := e.QueueSource()
+			add(deploy.ARNResource(q.Queue), "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes")
+		}
+		checkRole(t, tpl, f.LogicalID, f.Role, "lambda.amazonaws.com", want)
+	}
+	sm, err := tpl.StateMachine("RetryStateMachine")
 	if err != nil {
 		t.Fatal(err)
 	}
-	fallback := map[string]bool{}
-	for _, dir := range folders(t) {
-		fallback[logicalID(dir)] = isFallback(t, dir)
+	checkRole(t, tpl, sm.LogicalID, sm.Role, "states.amazonaws.com", []string{"lambda:InvokeFunction AttemptFunction"})
+}
+
+// checkRole compares the grants of a principal's role with want.
+func checkRole(t *testing.T, tpl *deploy.Template, principal string, role any, service string, want []string) {
+	t.Helper()
+	id, err := deploy.RoleOf(role)
+	if err != nil {
+		t.Errorf("%s: %v (a role of its own, not SAM's generated one)", principal, err)
+		return
 	}
-	for _, f := range fns {
-		want := []deploy.Policy{crud}
-		switch id := f.LogicalID; {
-		case fallback[id]:
-			want = nil // it never reads the table: SAM's basic execution role only
-		case id == "ReportsFunction":
-			want = []deploy.Policy{reports}
-		case id == "FanoutFunction", id == "DeliveriesFunction":
-			want = append(want, send)
-		case id == "DeliverFunction":
-			want = append(want, start)
+	grants, assumedBy, err := tpl.RoleGrants(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(assumedBy, []string{service}) {
+		t.Errorf("%s may be assumed by %v, want %s", id, assumedBy, service)
+	}
+	var got []string
+	for _, g := range grants {
+		got = append(got, g.String())
+		if strings.Contains(g.Resource, "*") {
+			t.Errorf("%s grants %s on %s", id, g.Action, g.Resource)
 		}
-		if !reflect.DeepEqual(f.Policies, want) {
-			t.Errorf("%s policies\n%+v\nwant\n%+v", f.LogicalID, f.Policies, want)
-		}
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("%s (%s) may do\n%s\nwant\n%s", id, principal, strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 
-// rateCounterKeys is the partition keys ReportsFunction may update: the
-// rate-limit counters.
+// rateCounterKeys is the partition keys ReportsFunction and the fallback
+// may update: the rate-limit counters.
 const rateCounterKeys = "RATE#*"
 
+// apiKeyItems is the partition keys of the API key records, whose lastUsedAt
+// every API function updates.
+const apiKeyItems = "KEY#*"
+
+// TestAlarms holds the alarms to the contract's Alarms table: metric, what
+// it watches, statistic and threshold, and that every one notifies
+// AlarmTopic.
 func TestAlarms(t *testing.T) {
-	tpl := load(t)
+	tpl, c := load(t), readContract(t)
 	alarms, err := tpl.Alarms()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{
-		"DeliveryDLQAlarm":             "AWS/SQS ApproximateNumberOfMessagesVisible QueueName=!GetAtt DeliveryDLQ.QueueName",
-		"FanoutDLQAlarm":               "AWS/SQS ApproximateNumberOfMessagesVisible QueueName=!GetAtt FanoutDLQ.QueueName",
-		"RetryFailedExecutionsAlarm":   "AWS/States ExecutionsFailed StateMachineArn=!Ref RetryStateMachine",
-		"RetryTimedOutExecutionsAlarm": "AWS/States ExecutionsTimedOut StateMachineArn=!Ref RetryStateMachine",
+	want := map[string]string{}
+	for _, row := range c.rows(t, "Alarms") {
+		want[spans(row[0])[0]] = spans(row[1])[0] + " of " + spans(row[2])[0] + ": " + spans(row[3])[0]
 	}
 	got := map[string]string{}
 	for _, a := range alarms {
-		var dims []string
-		for name, v := range a.Dimensions {
-			dims = append(dims, name+"="+toString(v))
+		if len(a.Dimensions) != 1 {
+			t.Errorf("%s has dimensions %v, want one", a.LogicalID, a.Dimensions)
 		}
-		got[a.LogicalID] = a.Namespace + " " + a.MetricName + " " + strings.Join(dims, ",")
-		if a.Threshold != 0 || a.ComparisonOperator != "GreaterThanThreshold" || a.EvaluationPeriods < 1 || a.Period < 60 {
-			t.Errorf("%s: %+v, want > 0 over a period", a.LogicalID, a)
+		var of string
+		for _, v := range a.Dimensions {
+			if i, ok := v.(deploy.Intrinsic); ok {
+				of = strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(i.String(), "!Ref "), "!GetAtt "), ".QueueName")
+			}
+		}
+		got[a.LogicalID] = fmt.Sprintf("%s %s of %s: %s > %v", a.Namespace, a.MetricName, of, a.Statistic, a.Threshold)
+		if a.ComparisonOperator != "GreaterThanThreshold" || a.EvaluationPeriods != 1 || a.Period != 300 || a.TreatMissingData != "notBreaching" {
+			t.Errorf("%s: %+v, want one 5-minute period, missing data not breaching", a.LogicalID, a)
+		}
+		if !reflect.DeepEqual(a.AlarmActions, []any{deploy.Ref("AlarmTopic")}) {
+			t.Errorf("%s notifies %v, want AlarmTopic", a.LogicalID, a.AlarmActions)
 		}
 	}
 	if !maps.Equal(got, want) {
-		t.Errorf("alarms\n%v\nwant\n%v", got, want)
+		t.Errorf("alarms\n%v\nwant (docs/aws.md)\n%v", got, want)
 	}
+	topic, sub := tpl.Resources["AlarmTopic"], tpl.Resources["AlarmEmailSubscription"]
+	if topic.Type != "AWS::SNS::Topic" || sub.Type != "AWS::SNS::Subscription" || sub.Condition != "HasAlarmEmail" ||
+		sub.Properties["Endpoint"] != deploy.Ref("AlarmEmail") || sub.Properties["TopicArn"] != deploy.Ref("AlarmTopic") {
+		t.Errorf("AlarmTopic %+v, AlarmEmailSubscription %+v: want a topic and, with AlarmEmail set, that address subscribed", topic, sub)
+	}
+	for _, params := range []map[string]string{nil, {"AlarmEmail": "ops@example.com"}} {
+		on, err := tpl.Condition("HasAlarmEmail", params)
+		if err != nil || on != (params != nil) {
+			t.Errorf("HasAlarmEmail with %v = %v, %v", params, on, err)
+		}
+	}
+}
+
+// TestParametersAreTheContracts checks the template's parameters and their
+// defaults against the contract's Parameters table.
+func TestParametersAreTheContracts(t *testing.T) {
+	tpl, c := load(t), readContract(t)
+	var want []string
+	for _, row := range c.rows(t, "Parameters") {
+		defaults := strings.Split(row[1], ", ")
+		for i, name := range spans(row[0]) {
+			def := defaults[min(i, len(defaults)-1)]
+			if def == "empty" {
+				def = ""
+			}
+			want = append(want, name+"="+def)
+		}
+	}
+	var got []string
+	for name, p := range tpl.Parameters {
+		got = append(got, fmt.Sprintf("%s=%v", name, p.Default))
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("parameters %v, want (docs/aws.md) %v", got, want)
+	}
+}
+
+// TestConcurrency: the scheduled jobs never overlap, the API has a
+// ceiling for every client together.
+func TestConcurrency(t *testing.T) {
+	tpl := load(t)
+	fns, err := tpl.Functions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fns {
+		scheduled := len(f.EventsOfType("Schedule"))+len(f.EventsOfType("ScheduleV2")) > 0
+		if want := map[bool]int{true: 1}[scheduled]; f.ReservedConcurrency != want {
+			t.Errorf("%s: reserved concurrency %d, want %d", f.LogicalID, f.ReservedConcurrency, want)
+		}
+	}
+	settings := mapOf(tpl.Resources["HttpApi"].Properties["DefaultRouteSettings"])
+	if settings["ThrottlingRateLimit"] != deploy.Ref("ApiThrottlingRateLimit") || settings["ThrottlingBurstLimit"] != deploy.Ref("ApiThrottlingBurstLimit") {
+		t.Errorf("HttpApi DefaultRouteSettings %v, want the throttling parameters", settings)
+	}
+}
+
+func mapOf(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
 }
 
 func toString(v any) string {
@@ -887,6 +1039,7 @@ func TestOutputs(t *testing.T) {
 		"TableName":            deploy.Ref("Table"),
 		"DeliveryQueueUrl":     deploy.Ref("DeliveryQueue"),
 		"RetryStateMachineArn": deploy.Ref("RetryStateMachine"),
+		"AlarmTopicArn":        deploy.Ref("AlarmTopic"),
 	}
 	got := map[string]any{}
 	for id, o := range tpl.Outputs {
@@ -1080,7 +1233,7 @@ func errUnsupported(p any) error { return unsupportedError{p} }
 func (e unsupportedError) Error() string { return "unsupported filter pattern " + toString(e.pattern) }
 
 // TestCFNLint validates the template with cfn-lint (which runs the SAM
-// translator) when it is installed.
+// translator), its informational checks included, when it is installed.
 func TestCFNLint(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
@@ -1088,7 +1241,7 @@ func TestCFNLint(t *testing.T) {
 	if _, err := exec.LookPath("cfn-lint"); err != nil {
 		t.Skip("cfn-lint is not installed")
 	}
-	cmd := exec.Command("cfn-lint", "template.yaml")
+	cmd := exec.Command("cfn-lint", "--include-checks", "I", "--", "template.yaml")
 	cmd.Dir = root(t)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -2,8 +2,9 @@ package dynamotest
 
 import "syscall"
 
-// procAttr makes the kernel kill DynamoDB Local when the test binary dies
-// without reaching Main's cleanup, as on a panic or a -timeout.
-func procAttr() *syscall.SysProcAttr {
+// ProcAttr makes the kernel kill a helper process (DynamoDB Local, fauxqs)
+// when the test binary dies without reaching Main's cleanup, as on a panic
+// or a -timeout.
+func ProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

@@ -72,36 +72,44 @@ func TestRevokedKeyStopsWorkingOnEveryInstance(t *testing.T) {
 
 func TestRateLimitIsExactUnderConcurrency(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
-		// Mid-window, so the race cannot straddle two windows.
-		clock := testenv.NewClock(time.Now().Truncate(time.Minute).Add(20 * time.Second))
-		e := newEnv(t, st, httpapi.Config{}, tracking.WithClock(clock.Now))
-		_, key := e.brand()
-		_, other := e.brand()
-
-		answers, statuses := e.raceCalls(130, "GET", "/api/v1/offers", key, nil)
-		limited := slices.DeleteFunc(answers, func(r response) bool { return r.status != 429 })
-		if statuses[200] != 100 || statuses[429] != 30 {
-			t.Errorf("statuses = %v, want exactly 100 200s and 30 429s", statuses)
-		}
-		for _, r := range limited {
-			if r.errorCode() != "rate_limit_exceeded" || r.header.Get("Retry-After") != "40" || r.header.Get("X-RateLimit-Remaining") != "0" {
-				t.Errorf("429 answer: code %q Retry-After %q remaining %q, want rate_limit_exceeded, 40, 0",
-					r.errorCode(), r.header.Get("Retry-After"), r.header.Get("X-RateLimit-Remaining"))
-				break
-			}
-		}
-		ok := e.must(200, e.call("GET", "/api/v1/offers", other, nil))
-		if ok.header.Get("X-RateLimit-Limit") != "100" || ok.header.Get("X-RateLimit-Remaining") != "99" ||
-			ok.header.Get("X-RateLimit-Reset") != strconv.FormatInt(clock.Now().Truncate(time.Minute).Add(time.Minute).Unix(), 10) {
-			t.Errorf("another key's headers: %v", ok.header)
-		}
-		clock.Advance(40 * time.Second) // the next window
-		e.must(200, e.call("GET", "/api/v1/offers", key, nil))
+		testRateLimitIsExact(t, st)
 	})
+	// The local server on the embedded store counts in its own memory.
+	t.Run("process", func(t *testing.T) { testRateLimitIsExact(t, testenv.Bolt(t), tracking.WithProcessRateLimits()) })
+}
+
+func testRateLimitIsExact(t *testing.T, st store.Store, opts ...tracking.Option) {
+	// Mid-window, so the race cannot straddle two windows.
+	clock := testenv.MidMinute()
+	e := newEnv(t, st, httpapi.Config{}, append(opts, tracking.WithClock(clock.Now))...)
+	_, key := e.brand()
+	_, other := e.brand()
+
+	answers, statuses := e.raceCalls(130, "GET", "/api/v1/offers", key, nil)
+	limited := slices.DeleteFunc(answers, func(r response) bool { return r.status != 429 })
+	if statuses[200] != 100 || statuses[429] != 30 {
+		t.Errorf("statuses = %v, want exactly 100 200s and 30 429s", statuses)
+	}
+	for _, r := range limited {
+		if r.errorCode() != "rate_limit_exceeded" || r.header.Get("Retry-After") != "40" || r.header.Get("X-RateLimit-Remaining") != "0" {
+			t.Errorf("429 answer: code %q Retry-After %q remaining %q, want rate_limit_exceeded, 40, 0",
+				r.errorCode(), r.header.Get("Retry-After"), r.header.Get("X-RateLimit-Remaining"))
+			break
+		}
+	}
+	ok := e.must(200, e.call("GET", "/api/v1/offers", other, nil))
+	if ok.header.Get("X-RateLimit-Limit") != "100" || ok.header.Get("X-RateLimit-Remaining") != "99" ||
+		ok.header.Get("X-RateLimit-Reset") != strconv.FormatInt(clock.Now().Truncate(time.Minute).Add(time.Minute).Unix(), 10) {
+		t.Errorf("another key's headers: %v", ok.header)
+	}
+	clock.Advance(40 * time.Second) // the next window
+	e.must(200, e.call("GET", "/api/v1/offers", key, nil))
 }
 
 func TestApplicationsAreRateLimitedPerClientIP(t *testing.T) {
-	e := newEnv(t, testenv.Bolt(t), httpapi.Config{ApplicationRateLimit: 3})
+	// Mid-window, so the four applications cannot straddle two windows.
+	clock := testenv.MidMinute()
+	e := newEnv(t, testenv.Bolt(t), httpapi.Config{ApplicationRateLimit: 3}, tracking.WithClock(clock.Now))
 	brandID, _ := e.brand()
 	for i := range 4 {
 		r := e.call("POST", "/api/public/brands/"+brandID+"/applications", "", map[string]any{"name": "P", "email": "p" + strconv.Itoa(i) + "@example.com"})

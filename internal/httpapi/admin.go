@@ -12,12 +12,6 @@ import (
 // only by the local server, behind a token that only the owner of the data
 // folder can read.
 
-// CreatedKey is an API key together with its secret, shown once.
-type CreatedKey struct {
-	tally.APIKey
-	Key string `json:"key"`
-}
-
 type brandInput struct {
 	Name *string `json:"name"`
 }
@@ -40,6 +34,7 @@ func (a *API) adminCreateBrand(w http.ResponseWriter, r *http.Request, _ trackin
 
 type keyInput struct {
 	BrandID *string `json:"brandId"`
+	Name    *string `json:"name"`
 }
 
 func (a *API) adminCreateKey(w http.ResponseWriter, r *http.Request, _ tracking.Principal) error {
@@ -50,11 +45,11 @@ func (a *API) adminCreateKey(w http.ResponseWriter, r *http.Request, _ tracking.
 	if in.BrandID == nil {
 		return tally.Errorf(tally.ECodeValidation, "brandId is required.")
 	}
-	k, secret, err := a.svc.CreateAPIKey(r.Context(), *in.BrandID)
+	k, err := a.svc.CreateKey(r.Context(), *in.BrandID, tracking.APIKeyInput{Name: in.Name})
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, CreatedKey{APIKey: k, Key: secret})
+	writeJSON(w, http.StatusCreated, k)
 	return nil
 }
 
@@ -77,5 +72,18 @@ func (a *API) adminRevokeKey(w http.ResponseWriter, r *http.Request, _ tracking.
 		return err
 	}
 	writeJSON(w, http.StatusOK, k)
+	return nil
+}
+
+func (a *API) adminCreateUser(w http.ResponseWriter, r *http.Request, _ tracking.Principal) error {
+	var in tracking.UserInput
+	if err := decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	u, err := a.svc.CreateUser(r.Context(), in)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, u)
 	return nil
 }

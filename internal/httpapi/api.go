@@ -12,6 +12,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,6 +34,13 @@ type Config struct {
 	// local server) for requests bearing it. Empty disables it.
 	AdminToken string
 	Logger     *slog.Logger
+	// TrustedProxies are the peers whose X-Forwarded-For names the client
+	// (a load balancer in front of the local server). From any other peer
+	// the header is ignored: a client can write anything in it.
+	TrustedProxies []netip.Prefix
+	// Dashboard serves the dashboard's pages and the partner application
+	// page (GroupDashboard); nil answers them 404.
+	Dashboard http.Handler
 	// RequestAttrs, when set, adds attributes to every log line of a
 	// request (a Lambda adds its invocation's ids).
 	RequestAttrs func(*http.Request) []any
@@ -73,6 +81,10 @@ const (
 	GroupApplications = "applications"
 	GroupWebhooks     = "webhooks"
 	GroupDeliveries   = "deliveries"
+	GroupKeys         = "keys"
+	GroupDashboard    = "dashboard"
+	GroupClick        = "click" // the tracking link, the busiest route: a function of its own
+	GroupFraud        = "fraud" // clicks and the fraud settings
 	GroupAdmin        = "admin"
 	// GroupFallback serves no route: it answers what no other function's
 	// routes match (API Gateway's $default route) in the error shape, 405
@@ -81,24 +93,27 @@ const (
 )
 
 // AllGroups is every group, for the local server that runs everything.
-var AllGroups = []string{GroupOffers, GroupPartners, GroupConversions, GroupReports, GroupApplications, GroupWebhooks, GroupDeliveries, GroupAdmin}
+var AllGroups = []string{GroupOffers, GroupPartners, GroupConversions, GroupReports, GroupApplications, GroupWebhooks, GroupDeliveries, GroupKeys, GroupDashboard, GroupClick, GroupFraud, GroupAdmin}
 
 type route struct {
 	group   string
 	method  string
 	pattern string
 	auth    auth
-	handle  func(w http.ResponseWriter, r *http.Request, p tracking.Principal) error
+	handle  handlerFunc
 }
 
 // auth says how a route authenticates.
 type auth int
 
 const (
-	authKey    auth = iota // a brand's API key, rate-limited per key
-	authForm               // none; a form that writes, rate-limited per client IP at ApplicationRateLimit
-	authPublic             // none; public reading, rate-limited per client IP at RateLimit
-	authAdmin              // the local server's admin token
+	authKey      auth = iota // a brand's API key, rate-limited per key
+	authForm                 // none; a form that writes, rate-limited per client IP at ApplicationRateLimit
+	authPublic               // none; public reading, rate-limited per client IP at RateLimit
+	authAdmin                // the local server's admin token
+	authPages                // none here: the dashboard signs its users in and counts its forms itself
+	authNone                 // none, and no rate limit: the tracking link, scored for fraud instead
+	authPostback             // a brand's postback token in ?token=, rate-limited per token
 )
 
 func (a *API) routes() []route {
@@ -106,38 +121,73 @@ func (a *API) routes() []route {
 		{GroupOffers, "GET", "/api/v1/offers", authKey, listed(a.svc.Offers)},
 		{GroupOffers, "POST", "/api/v1/offers", authKey, created(a.svc.CreateOffer)},
 		{GroupOffers, "GET", "/api/v1/offers/{id}", authKey, byID(a.svc.Offer)},
+		{GroupOffers, "PATCH", "/api/v1/offers/{id}", authKey, a.updateOffer},
 		{GroupPartners, "GET", "/api/v1/partners", authKey, a.listPartners},
 		{GroupPartners, "GET", "/api/v1/partners/{id}", authKey, byID(a.svc.Partner)},
 		{GroupPartners, "POST", "/api/v1/partners/{id}/approve", authKey, byID(a.svc.ApprovePartner)},
 		{GroupPartners, "POST", "/api/v1/partners/{id}/reject", authKey, byID(a.svc.RejectPartner)},
 		{GroupPartners, "POST", "/api/v1/partners/{id}/ban", authKey, byID(a.svc.BanPartner)},
+		{GroupPartners, "PUT", "/api/v1/partners/{id}/postback", authKey, byIDWithBody(a.svc.PutPostback)},
+		{GroupPartners, "GET", "/api/v1/partners/{id}/postback", authKey, byID(a.svc.Postback)},
+		{GroupPartners, "DELETE", "/api/v1/partners/{id}/postback", authKey, byID(a.svc.DeletePostback)},
+		{GroupPartners, "POST", "/api/v1/partners/{id}/postback/test", authKey, sendTest(a.svc.SendTestPostback)},
+		{GroupPartners, "POST", "/api/v1/partners/{id}/postback/enable", authKey, byID(a.svc.EnablePostback)},
 		{GroupConversions, "POST", "/api/v1/conversions", authKey, a.createConversion},
 		{GroupConversions, "GET", "/api/v1/conversions", authKey, a.listConversions},
 		{GroupConversions, "GET", "/api/v1/conversions/{id}", authKey, byID(a.svc.Conversion)},
 		{GroupConversions, "POST", "/api/v1/conversions/{id}/approve", authKey, byID(a.svc.ApproveConversion)},
 		{GroupConversions, "POST", "/api/v1/conversions/{id}/reject", authKey, byID(a.svc.RejectConversion)},
+		{GroupConversions, "GET", "/api/v1/postback-token", authKey, a.postbackToken},
+		{GroupConversions, "POST", "/api/v1/postback-token", authKey, a.createPostbackToken},
+		{GroupConversions, "DELETE", "/api/v1/postback-token", authKey, a.deletePostbackToken},
+		{GroupConversions, "GET", "/postback", authPostback, a.postback},
 		{GroupReports, "GET", "/api/v1/reports", authKey, a.report},
 		{GroupApplications, "POST", "/api/public/brands/{brandId}/applications", authForm, a.apply},
 		{GroupWebhooks, "POST", "/api/public/webhooks", authKey, created(a.svc.CreateSubscription)},
 		{GroupWebhooks, "GET", "/api/public/webhooks", authKey, listed(a.svc.Subscriptions)},
 		{GroupWebhooks, "GET", "/api/public/webhooks/{id}", authKey, byID(a.svc.Subscription)},
+		{GroupWebhooks, "PATCH", "/api/public/webhooks/{id}", authKey, byIDWithBody(a.svc.UpdateSubscription)},
 		{GroupWebhooks, "DELETE", "/api/public/webhooks/{id}", authKey, byID(a.svc.DeleteSubscription)},
-		{GroupWebhooks, "POST", "/api/public/webhooks/{id}/test", authKey, a.testSubscription},
+		{GroupWebhooks, "POST", "/api/public/webhooks/{id}/test", authKey, sendTest(a.svc.SendTestEvent)},
+		{GroupWebhooks, "POST", "/api/public/webhooks/{id}/enable", authKey, byID(a.svc.EnableSubscription)},
 		{GroupWebhooks, "GET", "/api/public/webhook-events", authPublic, a.webhookEvents},
 		{GroupDeliveries, "GET", "/api/v1/deliveries", authKey, a.listDeliveries},
 		{GroupDeliveries, "GET", "/api/v1/deliveries/{id}", authKey, byID(a.svc.Delivery)},
 		{GroupDeliveries, "POST", "/api/v1/deliveries/{id}/retry", authKey, byID(a.svc.RetryDelivery)},
+		// Recovering queues deliveries again, like a retry: the same function
+		// serves both, the one that may send to the delivery queue on AWS.
+		{GroupDeliveries, "POST", "/api/public/webhooks/{id}/recover", authKey, byIDWithBody(a.svc.RecoverSubscription)},
+		{GroupDeliveries, "POST", "/api/v1/partners/{id}/postback/recover", authKey, byIDWithBody(a.svc.RecoverPostback)},
+		{GroupKeys, "GET", "/api/v1/keys", authKey, listed(a.svc.ActiveAPIKeys)},
+		{GroupKeys, "POST", "/api/v1/keys", authKey, created(a.svc.CreateKey)},
+		{GroupKeys, "DELETE", "/api/v1/keys/{id}", authKey, byID(a.svc.DeleteAPIKey)},
+		// The dashboard's pages, under two greedy routes (API Gateway's
+		// {name+}, net/http's {name...}), and the partner application page.
+		{GroupDashboard, "GET", "/dashboard", authPages, a.pages},
+		{GroupDashboard, "GET", "/dashboard/{path+}", authPages, a.pages},
+		{GroupDashboard, "POST", "/dashboard/{path+}", authPages, a.pages},
+		{GroupDashboard, "GET", "/apply/{brandId}", authPages, a.pages},
+		{GroupDashboard, "POST", "/apply/{brandId}", authPages, a.pages},
+		{GroupClick, "GET", "/c/{offerId}", authNone, a.click},
+		{GroupFraud, "GET", "/api/v1/clicks", authKey, a.listClicks},
+		{GroupFraud, "GET", "/api/v1/clicks/{id}", authKey, byID(a.svc.Click)},
+		{GroupFraud, "GET", "/api/v1/fraud/settings", authKey, a.fraudSettings},
+		{GroupFraud, "PUT", "/api/v1/fraud/settings", authKey, a.updateFraudSettings},
+		{GroupFraud, "GET", "/api/v1/fraud/blocked-ips", authKey, listed(a.svc.BlockedIPs)},
+		{GroupFraud, "POST", "/api/v1/fraud/blocked-ips", authKey, created(a.svc.BlockIP)},
+		{GroupFraud, "DELETE", "/api/v1/fraud/blocked-ips/{id}", authKey, byID(a.svc.UnblockIP)},
 		{GroupAdmin, "POST", "/_admin/brands", authAdmin, a.adminCreateBrand},
 		{GroupAdmin, "POST", "/_admin/keys", authAdmin, a.adminCreateKey},
 		{GroupAdmin, "GET", "/_admin/keys", authAdmin, a.adminListKeys},
 		{GroupAdmin, "POST", "/_admin/keys/{id}/revoke", authAdmin, a.adminRevokeKey},
+		{GroupAdmin, "POST", "/_admin/users", authAdmin, a.adminCreateUser},
 	}
 }
 
-// Routes lists the routes of group as "METHOD /path" (the path in
-// net/http's pattern syntax, which is also API Gateway's), in the order they
-// are registered; nil for an unknown group. Deployment templates are checked
-// against it.
+// Routes lists the routes of group as "METHOD /path" (the path in API
+// Gateway's syntax, which is net/http's but for a greedy {name+}, net/http's
+// {name...}), in the order they are registered; nil for an unknown group.
+// Deployment templates are checked against it.
 func Routes(group string) []string {
 	var out []string
 	for _, rt := range (&API{}).routes() {
@@ -151,60 +201,101 @@ func Routes(group string) []string {
 // Handler returns the routes of the given groups (all but admin when none
 // is given; admin only with an AdminToken), wrapped in logging and recovery.
 // Unknown paths answer 404 and known paths with another method 405, both in
-// the error shape.
+// the error shape and authenticated and counted like the routes of their
+// area, so that they carry the rate-limit headers too.
 func (a *API) Handler(groups ...string) http.Handler {
 	mux := http.NewServeMux()
-	methods := map[string][]string{}
+	type knownPath struct {
+		methods []string
+		auth    auth
+	}
+	paths := map[string]*knownPath{}
 	fallback := slices.Contains(groups, GroupFallback)
 	for _, rt := range a.routes() {
 		switch {
 		case rt.group == GroupAdmin && (a.cfg.AdminToken == "" || !slices.Contains(groups, GroupAdmin)):
 			continue
 		case fallback:
-			methods[rt.pattern] = append(methods[rt.pattern], rt.method)
-			continue
 		case len(groups) > 0 && !slices.Contains(groups, rt.group):
 			continue
+		default:
+			mux.Handle(rt.method+" "+muxPattern(rt.pattern), a.guard(rt.auth, rt.handle))
 		}
-		mux.Handle(rt.method+" "+rt.pattern, a.guard(rt))
-		methods[rt.pattern] = append(methods[rt.pattern], rt.method)
+		pattern := muxPattern(rt.pattern)
+		if paths[pattern] == nil {
+			paths[pattern] = &knownPath{auth: rt.auth}
+		}
+		paths[pattern].methods = append(paths[pattern].methods, rt.method)
 	}
-	for pattern, allowed := range methods {
-		allow := strings.Join(allowed, ", ")
-		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+	for pattern, known := range paths {
+		allow := strings.Join(known.methods, ", ")
+		mux.Handle(pattern, a.guard(missAuth(known.auth), func(w http.ResponseWriter, r *http.Request, _ tracking.Principal) error {
 			w.Header().Set("Allow", allow)
-			writeError(w, r, tally.Errorf(tally.ECodeMethodNotAllowed, "%s is not allowed here; use %s.", r.Method, allow))
-		})
+			return tally.Errorf(tally.ECodeMethodNotAllowed, "%s is not allowed here; use %s.", r.Method, allow)
+		}))
 	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, r, tally.Errorf(tally.ECodeNotFound, "No such endpoint: %s %s.", r.Method, r.URL.Path))
+	keyArea, publicArea := a.guard(authKey, unknownPath), a.guard(authPublic, unknownPath)
+	notFound := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if inKeyArea(r.URL.Path) {
+			keyArea.ServeHTTP(w, r)
+		} else {
+			publicArea.ServeHTTP(w, r)
+		}
 	})
-	return a.observe(mux)
+	mux.Handle("/", notFound)
+	return a.observe(screen(mux, notFound))
 }
 
-// guard authenticates and rate-limits a route before running it.
-func (a *API) guard(rt route) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var p tracking.Principal
-		var err error
-		switch rt.auth {
-		case authKey:
-			p, err = a.svc.Authenticate(r.Context(), bearer(r))
-			if err == nil {
-				setBrand(r.Context(), p.BrandID)
-				err = a.limit(w, r, "key:"+p.KeyID, a.cfg.RateLimit)
-			}
-		case authForm:
-			err = a.limit(w, r, "form:"+clientIP(r), a.cfg.ApplicationRateLimit)
-		case authPublic:
-			err = a.limit(w, r, "public:"+clientIP(r), a.cfg.RateLimit)
-		case authAdmin:
-			if subtle.ConstantTimeCompare([]byte(bearer(r)), []byte(a.cfg.AdminToken)) != 1 {
-				err = tally.Errorf(tally.ECodeUnauthorized, "Provide the local server's admin token.")
-			}
+// muxPattern turns a route's path into net/http's syntax: a greedy
+// {name+} becomes {name...}.
+func muxPattern(path string) string { return strings.ReplaceAll(path, "+}", "...}") }
+
+// pages hands a request to the dashboard.
+func (a *API) pages(w http.ResponseWriter, r *http.Request, _ tracking.Principal) error {
+	if a.cfg.Dashboard == nil {
+		return tally.Errorf(tally.ECodeNotFound, "No such endpoint: %s %s.", r.Method, r.URL.Path)
+	}
+	a.cfg.Dashboard.ServeHTTP(w, r)
+	return nil
+}
+
+func unknownPath(_ http.ResponseWriter, r *http.Request, _ tracking.Principal) error {
+	if clean := cleanPath(r.URL.EscapedPath()); clean != r.URL.EscapedPath() {
+		return tally.Errorf(tally.ECodeNotFound, "No such endpoint: %s %s. Paths are matched as sent; did you mean %s?", r.Method, r.URL.EscapedPath(), clean)
+	}
+	return tally.Errorf(tally.ECodeNotFound, "No such endpoint: %s %s.", r.Method, r.URL.Path)
+}
+
+// missAuth is how a request for a known path with a method it does not
+// serve is authenticated: like the path's routes when they take a key or
+// the admin token, else counted as a public read.
+func missAuth(routes auth) auth {
+	if routes == authKey || routes == authAdmin {
+		return routes
+	}
+	return authPublic
+}
+
+// inKeyArea reports whether path lies where every route takes an API key:
+// an unknown path there answers 401 without a valid key, as its neighbours
+// would, and 404 with one.
+func inKeyArea(path string) bool {
+	for _, area := range []string{"/api/v1", "/api/public/webhooks"} {
+		if path == area || strings.HasPrefix(path, area+"/") {
+			return true
 		}
+	}
+	return false
+}
+
+type handlerFunc func(w http.ResponseWriter, r *http.Request, p tracking.Principal) error
+
+// guard authenticates and rate-limits a request before running handle.
+func (a *API) guard(mode auth, handle handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := a.admit(w, r, mode)
 		if err == nil {
-			err = rt.handle(w, r, p)
+			err = handle(w, r, p)
 		}
 		if err != nil {
 			writeError(w, r, err)
@@ -212,10 +303,98 @@ func (a *API) guard(rt route) http.Handler {
 	})
 }
 
-func bearer(r *http.Request) string {
-	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return strings.TrimSpace(token)
+// admit authenticates a request as mode says and counts it against its
+// rate limit, setting the X-RateLimit-* headers. A request without a valid
+// key is counted per client IP, so that it carries the headers too and
+// guessing keys is as slow as using one.
+func (a *API) admit(w http.ResponseWriter, r *http.Request, mode auth) (tracking.Principal, error) {
+	switch mode {
+	case authKey:
+		p, err := a.authenticate(r)
+		if tally.ErrorCode(err) == tally.ECodeUnauthorized {
+			if limited := a.limit(w, r, "noauth:"+a.sourceIP(r), a.cfg.RateLimit); limited != nil {
+				return p, limited
+			}
+			return p, err
+		}
+		if err != nil {
+			return p, err
+		}
+		setBrand(r.Context(), p.BrandID)
+		return p, a.limit(w, r, "key:"+p.KeyID, a.cfg.RateLimit)
+	case authPostback:
+		p, err := a.svc.AuthenticatePostback(r.Context(), r.URL.Query().Get("token"))
+		if tally.ErrorCode(err) == tally.ECodeUnauthorized {
+			// As for keys: guessing tokens is as slow as using one.
+			if limited := a.limit(w, r, "noauth:"+a.sourceIP(r), a.cfg.RateLimit); limited != nil {
+				return p, limited
+			}
+			return p, err
+		}
+		if err != nil {
+			return p, err
+		}
+		setBrand(r.Context(), p.BrandID)
+		return p, a.limit(w, r, "postback:"+p.KeyID, a.cfg.RateLimit)
+	case authForm:
+		return tracking.Principal{}, a.limit(w, r, "form:"+a.sourceIP(r), a.cfg.ApplicationRateLimit)
+	case authPublic:
+		return tracking.Principal{}, a.limit(w, r, "public:"+a.sourceIP(r), a.cfg.RateLimit)
+	case authAdmin:
+		token, ok := bearerToken(r.Header)
+		if !ok || subtle.ConstantTimeCompare([]byte(token), []byte(a.cfg.AdminToken)) != 1 {
+			return tracking.Principal{}, tally.Errorf(tally.ECodeUnauthorized, "Provide the local server's admin token.")
+		}
+	}
+	return tracking.Principal{}, nil
 }
+
+func (a *API) authenticate(r *http.Request) (tracking.Principal, error) {
+	token, ok := bearerToken(r.Header)
+	if !ok {
+		return tracking.Principal{}, tracking.ErrUnauthorized
+	}
+	return a.svc.Authenticate(r.Context(), token)
+}
+
+// bearerToken reads "Authorization: Bearer <token>" as RFC 9110 (section
+// 11.6.2) and RFC 6750 (section 2.1) define it: one header, a scheme that
+// is matched case-insensitively, one or more spaces, and a token68. Anything
+// else (no scheme, another scheme, a token with spaces or other characters)
+// is no credential at all.
+func bearerToken(h http.Header) (string, bool) {
+	values := h.Values("Authorization")
+	if len(values) != 1 {
+		return "", false
+	}
+	scheme, token, ok := strings.Cut(strings.TrimSpace(values[0]), " ")
+	token = strings.TrimLeft(token, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || !isToken68(token) {
+		return "", false
+	}
+	return token, true
+}
+
+// isToken68 reports whether s is a token68: 1*( ALPHA / DIGIT / "-" / "." /
+// "_" / "~" / "+" / "/" ) *"=".
+func isToken68(s string) bool {
+	body := strings.TrimRight(s, "=")
+	if body == "" {
+		return false
+	}
+	for _, c := range []byte(body) {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '-', c == '.', c == '_', c == '~', c == '+', c == '/':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// ClientIP is the address a request came from, as the rate limits count it.
+func ClientIP(r *http.Request) string { return clientIP(r) }
 
 func clientIP(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
@@ -223,6 +402,50 @@ func clientIP(r *http.Request) string {
 		return r.RemoteAddr
 	}
 	return host
+}
+
+// sourceIP is clientAddr as text, for rate-limit buckets.
+func (a *API) sourceIP(r *http.Request) string {
+	if addr := a.clientAddr(r); addr.IsValid() {
+		return addr.String()
+	}
+	return clientIP(r)
+}
+
+// clientAddr is the address of the client: the TCP peer, or on AWS the
+// sourceIp API Gateway saw (which the Lambda adapter puts in RemoteAddr).
+// When the peer is a trusted proxy, it is the last address in
+// X-Forwarded-For that is not a trusted proxy itself (proxies append the
+// address they saw; what comes before it is the client's word).
+func (a *API) clientAddr(r *http.Request) netip.Addr {
+	peer := parseAddr(r.RemoteAddr)
+	if !a.trusted(peer) {
+		return peer
+	}
+	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		hop := parseAddr(strings.TrimSpace(hops[i]))
+		if !hop.IsValid() {
+			return peer // a malformed header: trust none of it
+		}
+		if !a.trusted(hop) {
+			return hop
+		}
+	}
+	return peer
+}
+
+func (a *API) trusted(addr netip.Addr) bool {
+	return addr.IsValid() && slices.ContainsFunc(a.cfg.TrustedProxies, func(p netip.Prefix) bool { return p.Contains(addr) })
+}
+
+// parseAddr reads "host:port" or a bare address; the zero Addr when neither.
+func parseAddr(s string) netip.Addr {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap()
+	}
+	addr, _ := netip.ParseAddr(s)
+	return addr.Unmap().WithZone("")
 }
 
 // limit counts the request against bucket and sets the rate-limit headers.

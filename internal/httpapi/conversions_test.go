@@ -1,7 +1,7 @@
 package httpapi_test
 
 import (
-	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -16,23 +16,7 @@ import (
 // eventCount counts a brand's events with the given name.
 func eventCount(t *testing.T, svc *tracking.Service, brandID, name string) int {
 	t.Helper()
-	n := 0
-	p := tracking.ListParams{Limit: tracking.MaxLimit}
-	for {
-		evts, next, err := svc.Events(context.Background(), brandID, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range evts {
-			if e.Event == name {
-				n++
-			}
-		}
-		if next == "" {
-			return n
-		}
-		p.Cursor = next
-	}
+	return len(events[json.RawMessage](t, svc, brandID, name))
 }
 
 // listAll pages through a list endpoint and returns every item's id.

@@ -48,6 +48,9 @@ func (c *countingAPI) Query(ctx context.Context, in *dynamodb.QueryInput, o ...f
 
 func (c *countingAPI) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, o ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
 	c.count("TransactWriteItems")
+	c.mu.Lock()
+	c.calls["items written"] += len(in.TransactItems)
+	c.mu.Unlock()
 	return c.API.TransactWriteItems(ctx, in, o...)
 }
 
@@ -73,20 +76,103 @@ func TestConversionCostsOneTransaction(t *testing.T) {
 		e.must(201, e.call("POST", "/api/v1/conversions", key, map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": txn}))
 		return api.take()
 	}
-	// The first conversion of this instance reads the offer (the key was
-	// cached when the offer was created).
-	first := post("order-1")
-	if want := map[string]int{"GetItem": 1, "TransactWriteItems": 1, "UpdateItem": 1}; !maps.Equal(first, want) {
-		t.Errorf("first conversion made %v, want %v", first, want)
-	}
-	for i := range 5 {
-		if got, want := post(fmt.Sprint("order-", i+2)), map[string]int{"TransactWriteItems": 1, "UpdateItem": 1}; !maps.Equal(got, want) {
-			t.Errorf("conversion %d made %v, want %v (offer cached)", i+2, got, want)
+	// The key and the offer were cached by this instance when they were made.
+	for i := range 6 {
+		if got, want := post(fmt.Sprint("order-", i+1)), map[string]int{"TransactWriteItems": 1, "items written": 11, "UpdateItem": 1}; !maps.Equal(got, want) {
+			t.Errorf("conversion %d made %v, want %v (offer cached)", i+1, got, want)
 		}
 	}
 	// A replay reads the marker and the conversion it names, and writes nothing.
 	e.must(200, e.call("POST", "/api/v1/conversions", key, map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": "order-1"}))
-	if got, want := api.take(), map[string]int{"TransactWriteItems": 1, "GetItem": 2, "UpdateItem": 1}; !maps.Equal(got, want) {
+	if got, want := api.take(), map[string]int{"TransactWriteItems": 1, "items written": 11, "GetItem": 2, "UpdateItem": 1}; !maps.Equal(got, want) {
 		t.Errorf("replay made %v, want %v", got, want)
 	}
+}
+
+// A conversion that names its click reads the click and, in the same
+// transaction, marks the click with the conversion (its conversionId).
+func TestAttributedConversionCost(t *testing.T) {
+	client, table := dynamotest.NewTable(t)
+	api := &countingAPI{API: client, calls: map[string]int{}}
+	e := newEnv(t, dynamo.New(api, table), behindProxy())
+	brandID, key := e.brand()
+	offerID := e.offer(key, clickDest)
+	partnerID := e.activePartner(brandID, key)
+	clickID := clickIDOf(t, e.must(302, e.clickFrom("/c/"+offerID+"?pid="+partnerID, "192.0.2.1", browserUA)))
+	api.take()
+	e.must(201, e.call("POST", "/api/v1/conversions", key, map[string]any{"clickId": clickID, "externalTxnId": "order-1"}))
+	if got, want := api.take(), map[string]int{"GetItem": 1, "TransactWriteItems": 1, "items written": 8, "UpdateItem": 1}; !maps.Equal(got, want) {
+		t.Errorf("a conversion by clickId made %v, want %v (the click read; the 7 items of a conversion and the click's mark)", got, want)
+	}
+}
+
+// A click costs one TransactWriteItems of 6 items (the click, the offer and
+// partner checks, the daily and quarter-hour rollups, the velocity
+// counter); the offer, its brand and the fraud settings are read once per
+// instance and cached. A high-risk click adds its hour's counter and the
+// fraud.high_risk event, and with the auto-ban rule on, one Query of the
+// window's earlier hours. docs/aws.md prices these counts.
+func TestClickCostsOneTransaction(t *testing.T) {
+	client, table := dynamotest.NewTable(t)
+	api := &countingAPI{API: client, calls: map[string]int{}}
+	st := dynamo.New(api, table)
+	e := newEnv(t, st, behindProxy())
+	brandID, key := e.brand()
+	offerID := e.offer(key, clickDest)
+	partnerID := e.activePartner(brandID, key)
+	link := "/c/" + offerID + "?pid=" + partnerID
+
+	// A fresh instance, as a newly started Lambda: it reads what it caches.
+	fresh := newEnv(t, st, behindProxy())
+	api.take()
+	fresh.must(302, fresh.clickFrom(link, "192.0.2.1", browserUA))
+	if got, want := api.take(), map[string]int{"GetItem": 3, "Query": 1, "TransactWriteItems": 1, "items written": 6}; !maps.Equal(got, want) {
+		t.Errorf("the first click of an instance made %v, want %v (offer reference, offer, fraud settings, blocked ranges, then the click)", got, want)
+	}
+	for i := range 5 {
+		fresh.must(302, fresh.clickFrom(link, fmt.Sprint("192.0.2.", 10+i), browserUA))
+		if got, want := api.take(), map[string]int{"TransactWriteItems": 1, "items written": 6}; !maps.Equal(got, want) {
+			t.Errorf("click %d made %v, want %v", i+2, got, want)
+		}
+	}
+	fresh.must(302, fresh.clickFrom(link, "192.0.2.50", "curl/8.5.0"))
+	if got, want := api.take(), map[string]int{"TransactWriteItems": 1, "items written": 8}; !maps.Equal(got, want) {
+		t.Errorf("a high-risk click made %v, want %v", got, want)
+	}
+	// The instance that changes the settings reads them again at once.
+	e.must(302, e.clickFrom(link, "192.0.2.51", browserUA))
+	api.take()
+	e.must(200, e.call("PUT", "/api/v1/fraud/settings", key, map[string]any{"threshold": 70,
+		"autoBan": map[string]any{"enabled": true, "highRiskClicks": 100, "windowHours": 24}}))
+	if got, want := api.take(), map[string]int{"UpdateItem": 1, "TransactWriteItems": 1, "items written": 1}; !maps.Equal(got, want) {
+		t.Errorf("changing the settings made %v, want %v (the rate counter and the settings)", got, want)
+	}
+	e.must(302, e.clickFrom(link, "192.0.2.52", "curl/8.5.0"))
+	if got, want := api.take(), map[string]int{"GetItem": 1, "Query": 2, "TransactWriteItems": 1, "items written": 8}; !maps.Equal(got, want) {
+		t.Errorf("a high-risk click under the auto-ban rule made %v, want %v (settings and blocked ranges again, the window's earlier hours, the click)", got, want)
+	}
+}
+
+// A client repeating a key that matches none gets 401 each time, and the
+// instance reads the key's item for it once: the miss is remembered for a
+// few seconds (a negative cache), so a misconfigured client costs no read
+// per request.
+func TestUnknownKeyCostsOneRead(t *testing.T) {
+	client, table := dynamotest.NewTable(t)
+	api := &countingAPI{API: client, calls: map[string]int{}}
+	e := newEnv(t, dynamo.New(api, table), httpapi.Config{})
+	api.take()
+	const wrong = "tally_sk_000000000000000000000000000000000000000000000000"
+	for range 10 {
+		e.must(401, e.call("GET", "/api/v1/offers", wrong, nil))
+	}
+	// Each refused request still counts against the client's rate limit
+	// (one UpdateItem); the key is read once.
+	if got, want := api.take(), map[string]int{"GetItem": 1, "UpdateItem": 10}; !maps.Equal(got, want) {
+		t.Errorf("10 requests with an unknown key made %v, want %v", got, want)
+	}
+	// A real key is not held back by it.
+	_, key := e.brand()
+	api.take()
+	e.must(200, e.call("GET", "/api/v1/offers", key, nil))
 }

@@ -2,27 +2,37 @@ package httpapi
 
 import (
 	"context"
+	"fmt"
+	"mime"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/tracking"
 )
 
-// query returns the request's query parameters after checking that each is
-// one the endpoint knows and appears once, so typos fail loudly instead of
-// silently widening a list.
+// query returns the request's query parameters after checking that the
+// query string is well formed, and that each parameter is one the endpoint
+// knows, appears once and is valid UTF-8, so typos fail loudly instead of
+// silently widening a list (url.URL.Query would drop a malformed pair).
 func query(r *http.Request, known ...string) (url.Values, error) {
-	q := r.URL.Query()
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, tally.Errorf(tally.ECodeValidation, "The query string is malformed: %v.", err)
+	}
 	for name, vs := range q {
 		if !slices.Contains(known, name) {
 			return nil, tally.Errorf(tally.ECodeValidation, "Unknown query parameter %q.", name)
 		}
 		if len(vs) > 1 {
 			return nil, tally.Errorf(tally.ECodeValidation, "Query parameter %q is given more than once.", name)
+		}
+		if !utf8.ValidString(vs[0]) {
+			return nil, tally.Errorf(tally.ECodeValidation, "Query parameter %q is not valid UTF-8.", name)
 		}
 	}
 	return q, nil
@@ -89,6 +99,37 @@ func listed[T any](list func(ctx context.Context, brandID string, p tracking.Lis
 	}
 }
 
+// byIDWithBody serves a route that changes one of the brand's records, named
+// by {id}, as the JSON body says, and answers 200 with the outcome.
+func byIDWithBody[In, Out any](do func(ctx context.Context, brandID, id string, in In) (Out, error)) func(http.ResponseWriter, *http.Request, tracking.Principal) error {
+	return func(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+		var in In
+		if err := decodeBody(w, r, &in); err != nil {
+			return err
+		}
+		v, err := do(r.Context(), p.BrandID, r.PathValue("id"), in)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, v)
+		return nil
+	}
+}
+
+// sendTest serves a route that emits a test event for one of the brand's
+// endpoints, named by {id}, and answers 202 with the event: its delivery
+// follows.
+func sendTest(send func(ctx context.Context, brandID, id string) (tally.Event, error)) func(http.ResponseWriter, *http.Request, tracking.Principal) error {
+	return func(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+		evt, err := send(r.Context(), p.BrandID, r.PathValue("id"))
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusAccepted, evt)
+		return nil
+	}
+}
+
 // byID serves a route that names one of the brand's records by {id}: it
 // reads the record, deletes it, or moves it to another state, and answers
 // with the record.
@@ -138,11 +179,19 @@ func (a *API) listConversions(w http.ResponseWriter, r *http.Request, p tracking
 }
 
 func (a *API) report(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
-	q, err := query(r, "from", "to", "offerId", "partnerId", "groupBy")
+	q, err := query(r, "from", "to", "offerId", "partnerId", "groupBy", "timezone", "format")
 	if err != nil {
 		return err
 	}
-	rq := tracking.ReportQuery{From: q.Get("from"), To: q.Get("to"), OfferID: q.Get("offerId"), PartnerID: q.Get("partnerId"), GroupBy: []string{}}
+	format := q.Get("format")
+	switch {
+	case format == "" && prefersCSV(r.Header.Get("Accept")):
+		format = "csv"
+	case format != "" && format != "json" && format != "csv":
+		return tally.Errorf(tally.ECodeValidation, "format must be json or csv.")
+	}
+	rq := tracking.ReportQuery{From: q.Get("from"), To: q.Get("to"), Timezone: q.Get("timezone"),
+		OfferID: q.Get("offerId"), PartnerID: q.Get("partnerId"), GroupBy: []string{}}
 	if g := q.Get("groupBy"); g != "" {
 		rq.GroupBy = strings.Split(g, ",")
 	}
@@ -150,8 +199,38 @@ func (a *API) report(w http.ResponseWriter, r *http.Request, p tracking.Principa
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, report)
+	if format != "csv" {
+		writeJSON(w, http.StatusOK, report)
+		return nil
+	}
+	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s"`, ReportFilename(report)))
+	w.WriteHeader(http.StatusOK)
+	_ = report.WriteCSV(w) // the client went away; nothing left to tell it
 	return nil
+}
+
+// ReportFilename names a report's CSV download.
+func ReportFilename(r tracking.Report) string {
+	return "tally-report-" + r.From + "-to-" + r.To + ".csv"
+}
+
+// prefersCSV reports whether an Accept header asks for CSV before JSON: the
+// first of text/csv and application/json it lists (with a non-zero q) wins.
+func prefersCSV(accept string) bool {
+	for _, part := range strings.Split(accept, ",") {
+		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil || params["q"] == "0" || params["q"] == "0.0" {
+			continue
+		}
+		switch mt {
+		case "text/csv":
+			return true
+		case "application/json":
+			return false
+		}
+	}
+	return false
 }
 
 func (a *API) apply(w http.ResponseWriter, r *http.Request, _ tracking.Principal) error {

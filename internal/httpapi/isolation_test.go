@@ -18,6 +18,12 @@ func TestBrandsNeverSeeEachOthersData(t *testing.T) {
 		offer := e.offer(keyA, map[string]any{"approval": "manual"})
 		partner := e.activePartner(brandA, keyA)
 		applicant := e.must(201, e.call("POST", "/api/public/brands/"+brandA+"/applications", "", map[string]any{"name": "Q", "email": "q@example.com"})).field(t, "id")
+		e.must(302, e.visit("/c/"+offer+"?pid="+partner, nil))
+		clicks := e.listAll("/api/v1/clicks", keyA)
+		if len(clicks) != 1 {
+			t.Fatalf("brand A has clicks %v, want 1", clicks)
+		}
+		click := clicks[0]
 		var conversions []string
 		for range 3 {
 			conversions = append(conversions, e.must(201, e.call("POST", "/api/v1/conversions", keyA, map[string]any{"offerId": offer, "partnerId": partner})).field(t, "id"))
@@ -32,6 +38,7 @@ func TestBrandsNeverSeeEachOthersData(t *testing.T) {
 			{"GET", "/api/v1/conversions/" + conversions[0]},
 			{"POST", "/api/v1/conversions/" + conversions[0] + "/approve"},
 			{"POST", "/api/v1/conversions/" + conversions[0] + "/reject"},
+			{"GET", "/api/v1/clicks/" + click},
 		} {
 			if r := e.call(rq.method, rq.path, keyB, nil); r.status != 404 || r.errorCode() != "not_found" {
 				t.Errorf("brand B: %s %s = %d %s, want 404 not_found", rq.method, rq.path, r.status, r.body)
@@ -42,7 +49,8 @@ func TestBrandsNeverSeeEachOthersData(t *testing.T) {
 			t.Errorf("brand B converting on A's offer: %d %s, want 422", r.status, r.body)
 		}
 		for _, path := range []string{"/api/v1/offers", "/api/v1/partners", "/api/v1/conversions",
-			"/api/v1/conversions?offerId=" + offer, "/api/v1/conversions?partnerId=" + partner} {
+			"/api/v1/conversions?offerId=" + offer, "/api/v1/conversions?partnerId=" + partner,
+			"/api/v1/clicks", "/api/v1/clicks?offerId=" + offer, "/api/v1/clicks?partnerId=" + partner} {
 			if got := e.listAll(path, keyB); len(got) != 0 {
 				t.Errorf("brand B lists %s: %v, want nothing", path, got)
 			}

@@ -27,9 +27,8 @@ package httpapi_test
 // deliveries itself, with the real sender but without the pipeline's waits
 // (oasDeliverAll), and checks every request a receiver got against the
 // webhooks entry of its event: headers, content type and body. Every entry
-// must have been delivered, except fraud.high_risk, which needs clicks; the
-// catalog's example stands in for it (oas_catalog_test.go, which also keeps
-// the document's copies of the catalog's schemas equal to the files).
+// must have been delivered (oas_catalog_test.go also keeps the document's
+// copies of the catalog's schemas equal to the files).
 
 import (
 	"bytes"
@@ -56,6 +55,7 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/catalog"
+	"github.com/tally-hq/tally/internal/catalog/schemacheck"
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/ids"
@@ -69,7 +69,7 @@ const oasPath = "../../docs/openapi.yaml"
 
 // oasHeaders are response headers that must appear only where the document
 // lists them (ValidateResponse checks only that listed ones are present).
-var oasHeaders = []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After", "Allow"}
+var oasHeaders = []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After", "Allow", "WWW-Authenticate"}
 
 // oasContract is the loaded document and what a session has checked against it.
 type oasContract struct {
@@ -239,7 +239,9 @@ func (o *oasContract) do(c oasCall) oasAnswer {
 	if err != nil {
 		t.Fatalf("%s: %v", c, err)
 	}
-	resp, err := c.srv.Client().Do(req)
+	client := *c.srv.Client()
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse } // tracking links answer 302
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("%s: %v", c, err)
 	}
@@ -303,6 +305,9 @@ func (o *oasContract) checkUndocumented(c oasCall, vreq *http.Request, routeErr 
 		name, status = "MethodNotAllowed", http.StatusMethodNotAllowed
 	} else if !errors.Is(routeErr, routers.ErrPathNotFound) {
 		t.Fatalf("%s: find route: %v", c, routeErr)
+	}
+	if c.status == http.StatusUnauthorized { // where keys are needed, they are checked first
+		name, status = "Unauthorized", http.StatusUnauthorized
 	}
 	if a.status != status {
 		t.Errorf("%s: the document does not have this operation (%v), so the answer must be %d, not %d", c, routeErr, status, a.status)
@@ -700,6 +705,12 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	withKey(oasCall{method: "GET", path: "/api/v1/offers/" + noOffer, status: 404, code: "not_found"})
 	call(oasCall{method: "GET", path: "/api/v1/offers/" + autoOffer.ID, key: otherKey, status: 404, code: "not_found"})
 
+	// --- Tracking links and clicks.
+	clicked := oasClicks(t, call, withKey, oasClickSetup{brand: brand.ID, offer: autoOffer, paused: pausedOffer,
+		active: p1.ID, rejected: p2.ID, banned: p3.ID, otherKey: otherKey})
+	blockedID := oasFraud(t, call, withKey, otherKey)
+	postbackToken, postbackClick := oasAttribution(t, call, svc)
+
 	// --- Conversions.
 	postConversion := func(status int, code string, body map[string]any) oasAnswer {
 		t.Helper()
@@ -725,7 +736,7 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 		{"offerId": autoOffer.ID, "partnerId": p3.ID},     // partner banned
 		{"offerId": noOffer, "partnerId": p1.ID},          // no such offer
 		{"offerId": autoOffer.ID, "partnerId": noPartner}, // no such partner
-		{"offerId": autoOffer.ID, "clickId": "clk_unknown"},
+		{"offerId": autoOffer.ID, "clickId": ids.New("clk_", now)},
 	} {
 		postConversion(422, "validation_error", body)
 	}
@@ -807,9 +818,17 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 		"groupBy=week,month&from=" + now.AddDate(0, 0, -7).Format(time.DateOnly) + "&to=" + today,
 		"groupBy=offer&offerId=" + autoOffer.ID + "&partnerId=" + p1.ID,
 		"from=" + now.AddDate(0, 0, -365).Format(time.DateOnly) + "&to=" + today,
+		"groupBy=day&timezone=America/New_York",
+		"groupBy=month,offer&timezone=Asia/Kathmandu&format=json",
 	} {
 		withKey(oasCall{method: "GET", path: "/api/v1/reports?" + q, status: 200})
 	}
+	csvAnswer := withKey(oasCall{method: "GET", path: "/api/v1/reports?groupBy=day,offer&timezone=Europe/Paris&format=csv", status: 200})
+	if !strings.HasPrefix(string(csvAnswer.body), "day,offerId,currency,conversions,") || csvAnswer.header.Get("Content-Type") != "text/csv; charset=utf-8" {
+		t.Errorf("CSV report: %s %s", csvAnswer.header.Get("Content-Type"), csvAnswer.body)
+	}
+	withKey(oasCall{method: "GET", path: "/api/v1/reports?format=xml", status: 422, code: "validation_error", invalid: true})
+	withKey(oasCall{method: "GET", path: "/api/v1/reports?timezone=Mars/Base", status: 422, code: "validation_error"})
 	for _, q := range []string{"groupBy=year", "groupBy=day,,offer", "from=last-week", "to=" + now.Format(time.RFC3339), "limit=10"} {
 		withKey(oasCall{method: "GET", path: "/api/v1/reports?" + q, status: 422, code: "validation_error", invalid: q != "limit=10"})
 	}
@@ -855,7 +874,7 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 				continue
 			}
 			webhooksSeen[name] = true
-			if err := catalog.ValidateEnvelope(d.body); err != nil {
+			if err := schemacheck.ValidateEnvelope(d.body); err != nil {
 				t.Errorf("%s delivery: %v", name, err)
 			}
 			if d.header.Get(webhook.SignatureHeader) == "" {
@@ -869,8 +888,8 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 		return got
 	}
 	okGot, failGot := checkReceived(accepting), checkReceived(refusing)
-	if len(okGot) != 15 || len(failGot) != tracking.MaxAttempts || signed != len(okGot) || unsigned != len(failGot) {
-		t.Fatalf("receivers got %d and %d requests (%d signed, %d not); want 15 signed and %d unsigned", len(okGot), len(failGot), signed, unsigned, tracking.MaxAttempts)
+	if len(okGot) != 17 || len(failGot) != tracking.MaxAttempts || signed != len(okGot) || unsigned != len(failGot) {
+		t.Fatalf("receivers got %d and %d requests (%d signed, %d not); want 17 signed and %d unsigned", len(okGot), len(failGot), signed, unsigned, tracking.MaxAttempts)
 	}
 	for _, d := range okGot {
 		if d.path != "/tally?source=oas" {
@@ -882,9 +901,7 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 			t.Errorf("a retry differs from attempt 1: %v %s", d.header, d.body)
 		}
 	}
-	// fraud.high_risk needs clicks, which the service does not record yet;
-	// the catalog's example stands in for it (TestOpenAPIWebhooksMatchTheCatalog).
-	if missing := o.unseenWebhooks(webhooksSeen, tally.EventFraudHighRisk); len(missing) > 0 {
+	if missing := o.unseenWebhooks(webhooksSeen); len(missing) > 0 {
 		t.Errorf("webhooks of the document the session never delivered: %v", missing)
 	}
 
@@ -899,7 +916,7 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	for _, d := range deliveryLog.Data {
 		statuses[d.Status]++
 	}
-	if len(deliveryLog.Data) != 17 || statuses[tally.DeliverySucceeded] != 15 || statuses[tally.DeliveryFailed] != 2 || deliveryLog.NextCursor != nil {
+	if len(deliveryLog.Data) != 19 || statuses[tally.DeliverySucceeded] != 17 || statuses[tally.DeliveryFailed] != 2 || deliveryLog.NextCursor != nil {
 		t.Errorf("delivery log: %d deliveries, %v", len(deliveryLog.Data), statuses)
 	}
 	failed := oasAs[deliveryPage](t, withKey(oasCall{method: "GET", path: deliveries + "?status=failed&subscriptionId=" + subFail.ID, status: 200})).Data
@@ -945,7 +962,12 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	for _, q := range []string{"type=sms", "status=done", "subscriptionId=sub_nope", "eventId=" + testEvt.ID[:10], "from=yesterday", "to=2026-13-01", "limit=0", "limit=101"} {
 		withKey(oasCall{method: "GET", path: deliveries + "?" + q, status: 422, code: "validation_error", invalid: true})
 	}
-	withKey(oasCall{method: "GET", path: deliveries + "?event=partner.banned", status: 422, code: "validation_error"})
+	if banned := oasAs[deliveryPage](t, withKey(oasCall{method: "GET", path: deliveries + "?event=partner.banned", status: 200})).Data; len(banned) != 2 {
+		t.Errorf("deliveries of partner.banned: %d, want 2", len(banned))
+	}
+	for _, q := range []string{"event=order.paid", "partnerId=" + subAll.ID, "partnerId=" + p1.ID + "&subscriptionId=" + subAll.ID} {
+		withKey(oasCall{method: "GET", path: deliveries + "?" + q, status: 422, code: "validation_error", invalid: !strings.Contains(q, "&")})
+	}
 	withKey(oasCall{method: "GET", path: deliveries + "?cursor=" + url.QueryEscape(partnersCursor), status: 422, code: "validation_error"})
 	withKey(oasCall{method: "GET", path: deliveries + "?limit=10&status=failed&cursor=" + url.QueryEscape(*delPage.NextCursor), status: 422, code: "validation_error"})
 
@@ -981,7 +1003,154 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 		t.Errorf("after the retries: %s with %d attempts, %s with %d", again.Status, len(again.Attempts), goneDelivery.Status, len(goneDelivery.Attempts))
 	}
 
+	// --- Partner postbacks, endpoint health, and changing a subscription.
+	// A second instance over the same store disables an endpoint at its
+	// first failed attempt, for the 409s of recover.
+	strict := tracking.New(st, tracking.WithLoopbackReceivers(), tracking.WithEndpointHealth(1, 0))
+	postback := "/api/v1/partners/" + p1.ID + "/postback"
+	noPostback := "/api/v1/partners/" + noPartner + "/postback"
+	pbReceiver := newOASReceiver(t, http.StatusNoContent, "")
+	withKey(oasCall{method: "GET", path: postback, status: 404, code: "not_found"})
+	for _, body := range []any{
+		map[string]any{"events": []string{"conversion.created"}},
+		map[string]any{"url": "ftp://partner.example/pb"},
+		map[string]any{"url": "https://{sub1}.partner.example/pb"},
+		map[string]any{"url": "https://partner.example/pb", "events": []string{"partner.banned"}},
+		map[string]any{"url": "https://partner.example/pb", "events": []string{}},
+		map[string]any{"url": "https://partner.example/pb", "secret": "whsec_0123456789abcdef"},
+	} {
+		withKey(oasCall{method: "PUT", path: postback, status: 422, code: "validation_error", invalid: true, body: body})
+	}
+	for _, tmpl := range []string{"/pb?rev={revenue}", "/pb?c={click_id", "/pb?c=click_id}"} {
+		withKey(oasCall{method: "PUT", path: postback, status: 422, code: "validation_error", body: map[string]any{"url": "https://partner.example" + tmpl}})
+	}
+	withKey(oasCall{method: "PUT", path: postback, status: 400, code: "invalid_json", invalid: true, body: oasRaw(`{"url":`)})
+	withKey(oasCall{method: "PUT", path: postback, status: 413, code: "payload_too_large", invalid: true, body: oasBig()})
+	withKey(oasCall{method: "PUT", path: postback, status: 415, code: "unsupported_media_type", invalid: true, body: oasRaw(`{}`), contentType: "text/plain"})
+	pbBody := map[string]any{"url": refusing.srv.URL + "/pb?c={conversion_id}&p={payout}&s={status}", "events": []string{"conversion.created", "conversion.approved"}}
+	withKey(oasCall{method: "PUT", path: noPostback, status: 404, code: "not_found", body: pbBody})
+	call(oasCall{method: "PUT", path: postback, key: otherKey, status: 404, code: "not_found", body: pbBody})
+	pb := oasAs[tally.Postback](t, withKey(oasCall{method: "PUT", path: postback, status: 200, body: pbBody}))
+	if pb.PartnerID != p1.ID || pb.Status != tally.EndpointEnabled || len(pb.Events) != 2 {
+		t.Errorf("PUT postback answered %+v", pb)
+	}
+	withKey(oasCall{method: "GET", path: postback, status: 200})
+	call(oasCall{method: "GET", path: postback, key: otherKey, status: 404, code: "not_found"})
+	// A conversion fires it; its receiver refuses, and the strict instance
+	// disables the postback at that first failure.
+	pbConversion := oasAs[tally.Conversion](t, postConversion(201, "", map[string]any{"offerId": autoOffer.ID, "partnerId": p1.ID, "externalTxnId": "order-postback"}))
+	fanOutOne := func(svc *tracking.Service, eventID string) {
+		t.Helper()
+		refs, err := svc.FanOut(ctx, eventID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ref := range refs {
+			oasAttemptAll(t, svc, sender, ref)
+		}
+	}
+	newest, _, err := svc.Events(ctx, brand.ID, tracking.ListParams{Limit: 1})
+	if err != nil || len(newest) != 1 || !strings.Contains(string(newest[0].Data), pbConversion.ID) {
+		t.Fatalf("the newest event: %v, %v", newest, err)
+	}
+	fanOutOne(strict, newest[0].ID)
+	pbLog := oasAs[deliveryPage](t, withKey(oasCall{method: "GET", path: deliveries + "?type=postback&partnerId=" + p1.ID, status: 200})).Data
+	if len(pbLog) != 1 || pbLog[0].Status != tally.DeliveryFailed || pbLog[0].PartnerID != p1.ID ||
+		pbLog[0].URL != refusing.srv.URL+"/pb?c="+pbConversion.ID+"&p=15.00&s=approved" {
+		t.Fatalf("the postback in the log: %+v", pbLog)
+	}
+	disabled := oasAs[tally.Postback](t, withKey(oasCall{method: "GET", path: postback, status: 200}))
+	if disabled.Status != tally.EndpointDisabled || disabled.DisabledReason != tally.DisabledConsecutiveFailures {
+		t.Errorf("the postback after a failure on the strict instance: %+v", disabled.EndpointHealth)
+	}
+	since := map[string]any{"since": now.Add(-time.Hour).Format(time.RFC3339)}
+	withKey(oasCall{method: "POST", path: postback + "/recover", status: 409, code: "invalid_transition", body: since})
+	withKey(oasCall{method: "POST", path: postback + "/enable", status: 200})
+	withKey(oasCall{method: "POST", path: noPostback + "/enable", status: 404, code: "not_found"})
+	withKey(oasCall{method: "PUT", path: postback, status: 200, body: map[string]any{"url": pbReceiver.srv.URL + "/pb?c={conversion_id}"}})
+	for _, body := range []any{map[string]any{}, map[string]any{"since": "yesterday"}, map[string]any{"since": now.Add(time.Hour).Format(time.RFC3339)}} {
+		withKey(oasCall{method: "POST", path: postback + "/recover", status: 422, code: "validation_error", invalid: len(body.(map[string]any)) == 0 || body.(map[string]any)["since"] == "yesterday", body: body})
+	}
+	withKey(oasCall{method: "POST", path: postback + "/recover", status: 400, code: "invalid_json", invalid: true, body: oasRaw(`{"since"`)})
+	withKey(oasCall{method: "POST", path: postback + "/recover", status: 413, code: "payload_too_large", invalid: true, body: oasBig()})
+	withKey(oasCall{method: "POST", path: postback + "/recover", status: 415, code: "unsupported_media_type", invalid: true, body: oasRaw(`{}`), contentType: "text/plain"})
+	withKey(oasCall{method: "POST", path: noPostback + "/recover", status: 404, code: "not_found", body: since})
+	if rec := oasAs[tracking.Recovery](t, withKey(oasCall{method: "POST", path: postback + "/recover", status: 200, body: since})); rec.Recovered != 1 || rec.More {
+		t.Errorf("recover: %+v, want the one failed postback", rec)
+	}
+	// The recovered delivery was made with the URL of its time.
+	if status := oasAttemptAll(t, svc, sender, tracking.DeliveryRef{BrandID: brand.ID, DeliveryID: pbLog[0].ID}); status != tally.DeliveryFailed {
+		t.Errorf("the recovered postback to the refusing receiver ended %s", status)
+	}
+	pbTest := oasAs[tally.Event](t, withKey(oasCall{method: "POST", path: postback + "/test", status: 202}))
+	withKey(oasCall{method: "POST", path: noPostback + "/test", status: 404, code: "not_found"})
+	fanOutOne(svc, pbTest.ID)
+	if got := pbReceiver.take(); len(got) != 1 || got[0].method != http.MethodGet || got[0].path != "/pb?c=cnv_test" {
+		t.Errorf("the test postback: %+v", got)
+	}
+	withKey(oasCall{method: "GET", path: deliveries + "?event=postback.test&eventId=" + pbTest.ID, status: 200})
+	withKey(oasCall{method: "DELETE", path: postback, status: 200})
+	withKey(oasCall{method: "DELETE", path: postback, status: 404, code: "not_found"})
+
+	// PATCH: a new secret; the old one signs too for a while.
+	for _, body := range []any{map[string]any{}, map[string]any{"events": []string{}}, map[string]any{"url": "ftp://hooks.example.com/x"},
+		map[string]any{"secret": "short"}, map[string]any{"hasSecret": false}} {
+		withKey(oasCall{method: "PATCH", path: hooks + "/" + subAll.ID, status: 422, code: "validation_error", invalid: true, body: body})
+	}
+	withKey(oasCall{method: "PATCH", path: hooks + "/" + subAll.ID, status: 400, code: "invalid_json", invalid: true, body: oasRaw(`{"url"`)})
+	withKey(oasCall{method: "PATCH", path: hooks + "/" + subAll.ID, status: 413, code: "payload_too_large", invalid: true, body: oasBig()})
+	withKey(oasCall{method: "PATCH", path: hooks + "/" + subAll.ID, status: 415, code: "unsupported_media_type", invalid: true, body: oasRaw(`{}`), contentType: "text/plain"})
+	withKey(oasCall{method: "PATCH", path: hooks + "/" + noSub, status: 404, code: "not_found", body: map[string]any{"events": []string{"cap.reached"}}})
+	call(oasCall{method: "PATCH", path: hooks + "/" + subAll.ID, key: otherKey, status: 404, code: "not_found", body: map[string]any{"events": []string{"cap.reached"}}})
+	rotated := oasAs[tally.Subscription](t, withKey(oasCall{method: "PATCH", path: hooks + "/" + subAll.ID, status: 200, body: map[string]any{"secret": "whsec_rotated_0123456789"}}))
+	if rotated.PreviousSecretExpiresAt == nil || !rotated.HasSecret {
+		t.Errorf("after a rotation: %+v", rotated)
+	}
+	// Enable and recover a subscription: the failing one, disabled by the
+	// strict instance when its failed delivery is tried again.
+	if rec := oasAs[tracking.Recovery](t, withKey(oasCall{method: "POST", path: hooks + "/" + subFail.ID + "/recover", status: 200, body: since})); rec.Recovered != 1 {
+		t.Errorf("recover %s: %+v", subFail.ID, rec)
+	}
+	oasAttemptAll(t, strict, sender, tracking.DeliveryRef{BrandID: brand.ID, DeliveryID: failedID})
+	withKey(oasCall{method: "POST", path: hooks + "/" + subFail.ID + "/recover", status: 409, code: "invalid_transition", body: since})
+	enabled := oasAs[tally.Subscription](t, withKey(oasCall{method: "POST", path: hooks + "/" + subFail.ID + "/enable", status: 200}))
+	if enabled.Status != tally.EndpointEnabled || enabled.ConsecutiveFailures != 0 {
+		t.Errorf("enabled: %+v", enabled.EndpointHealth)
+	}
+	withKey(oasCall{method: "POST", path: hooks + "/" + noSub + "/enable", status: 404, code: "not_found"})
+	withKey(oasCall{method: "POST", path: hooks + "/" + noSub + "/recover", status: 404, code: "not_found", body: since})
+	for _, body := range []any{map[string]any{}, map[string]any{"since": now.Add(time.Hour).Format(time.RFC3339)}} {
+		withKey(oasCall{method: "POST", path: hooks + "/" + subFail.ID + "/recover", status: 422, code: "validation_error", invalid: len(body.(map[string]any)) == 0, body: body})
+	}
+	withKey(oasCall{method: "POST", path: hooks + "/" + subFail.ID + "/recover", status: 400, code: "invalid_json", invalid: true, body: oasRaw(`[`)})
+	withKey(oasCall{method: "POST", path: hooks + "/" + subFail.ID + "/recover", status: 413, code: "payload_too_large", invalid: true, body: oasBig()})
+	withKey(oasCall{method: "POST", path: hooks + "/" + subFail.ID + "/recover", status: 415, code: "unsupported_media_type", invalid: true, body: oasRaw(`{}`), contentType: "text/plain"})
+
 	// --- Every operation that needs a key, without one and with a bad one.
+	// --- API keys.
+	keysPath := "/api/v1/keys"
+	madeKey := oasAs[tracking.CreatedAPIKey](t, withKey(oasCall{method: "POST", path: keysPath, status: 201, body: map[string]any{"name": "Order system"}}))
+	withKey(oasCall{method: "POST", path: keysPath, status: 201, body: map[string]any{}})
+	for _, body := range []any{
+		map[string]any{"name": strings.Repeat("k", 101)},
+		map[string]any{"name": 7},
+		map[string]any{"scopes": []string{"read"}},
+		oasRaw(`[]`),
+	} {
+		withKey(oasCall{method: "POST", path: keysPath, status: 422, code: "validation_error", invalid: true, body: body})
+	}
+	withKey(oasCall{method: "POST", path: keysPath, status: 400, code: "invalid_json", invalid: true, body: oasRaw(`{"name": `)})
+	withKey(oasCall{method: "POST", path: keysPath, status: 415, code: "unsupported_media_type", invalid: true, body: oasRaw(`{}`), contentType: "text/plain"})
+	withKey(oasCall{method: "POST", path: keysPath, status: 413, code: "payload_too_large", invalid: true, body: oasBig()})
+	call(oasCall{method: "GET", path: keysPath, key: madeKey.Key, status: 200})
+	withKey(oasCall{method: "GET", path: keysPath + "?limit=1", status: 200})
+	withKey(oasCall{method: "GET", path: keysPath + "?limit=0", status: 422, code: "validation_error", invalid: true})
+	withKey(oasCall{method: "GET", path: keysPath + "?name=x", status: 422, code: "validation_error"})
+	call(oasCall{method: "DELETE", path: keysPath + "/" + madeKey.ID, key: otherKey, status: 404, code: "not_found"})
+	withKey(oasCall{method: "DELETE", path: keysPath + "/" + madeKey.ID, status: 200})
+	withKey(oasCall{method: "DELETE", path: keysPath + "/" + madeKey.ID, status: 404, code: "not_found"})
+	call(oasCall{method: "GET", path: keysPath, key: madeKey.Key, status: 401, code: "unauthorized"})
+
 	keyed := []oasCall{
 		{method: "GET", path: "/api/v1/offers"},
 		{method: "POST", path: "/api/v1/offers", body: newOffer(nil)},
@@ -1002,9 +1171,32 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 		{method: "GET", path: hooks + "/" + subAll.ID},
 		{method: "DELETE", path: hooks + "/" + subAll.ID},
 		{method: "POST", path: hooks + "/" + subAll.ID + "/test"},
+		{method: "PATCH", path: hooks + "/" + subAll.ID, body: map[string]any{"events": []string{"cap.reached"}}},
+		{method: "POST", path: hooks + "/" + subAll.ID + "/enable"},
+		{method: "POST", path: hooks + "/" + subAll.ID + "/recover", body: since},
+		{method: "PUT", path: postback, body: pbBody},
+		{method: "GET", path: postback},
+		{method: "DELETE", path: postback},
+		{method: "POST", path: postback + "/test"},
+		{method: "POST", path: postback + "/enable"},
+		{method: "POST", path: postback + "/recover", body: since},
 		{method: "GET", path: deliveries},
 		{method: "GET", path: deliveries + "/" + failedID},
 		{method: "POST", path: deliveries + "/" + failedID + "/retry"},
+		{method: "GET", path: keysPath},
+		{method: "POST", path: keysPath, body: map[string]any{}},
+		{method: "DELETE", path: keysPath + "/" + madeKey.ID},
+		{method: "GET", path: "/api/v1/clicks"},
+		{method: "GET", path: "/api/v1/clicks/" + clicked},
+		{method: "GET", path: "/api/v1/fraud/settings"},
+		{method: "PUT", path: "/api/v1/fraud/settings", body: map[string]any{"threshold": 70, "autoBan": map[string]any{"enabled": false, "highRiskClicks": 20, "windowHours": 24}}},
+		{method: "GET", path: "/api/v1/fraud/blocked-ips"},
+		{method: "POST", path: "/api/v1/fraud/blocked-ips", body: map[string]any{"cidr": "192.0.2.0/24"}},
+		{method: "DELETE", path: "/api/v1/fraud/blocked-ips/" + blockedID},
+		{method: "PATCH", path: "/api/v1/offers/" + autoOffer.ID, body: map[string]any{"name": "Renamed"}},
+		{method: "GET", path: "/api/v1/postback-token"},
+		{method: "POST", path: "/api/v1/postback-token"},
+		{method: "DELETE", path: "/api/v1/postback-token"},
 	}
 	for _, c := range keyed {
 		c.srv, c.status, c.code = srv, 401, "unauthorized"
@@ -1024,19 +1216,25 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 		{oasCall{method: "GET", path: "/api/v1/offers/" + autoOffer.ID + "/clicks", key: key, status: 404, code: "not_found"}, ""},
 		// The admin API is not mounted without an admin token.
 		{oasCall{method: "POST", path: "/_admin/brands", body: map[string]any{"name": "x"}, status: 404, code: "not_found"}, ""},
-		{oasCall{method: "DELETE", path: "/api/v1/offers/" + autoOffer.ID, key: key, status: 405, code: "method_not_allowed"}, "GET"},
+		{oasCall{method: "DELETE", path: "/api/v1/offers/" + autoOffer.ID, key: key, status: 405, code: "method_not_allowed"}, "GET, PATCH"},
 		{oasCall{method: "PUT", path: "/api/v1/offers", key: key, body: newOffer(nil), status: 405, code: "method_not_allowed"}, "GET, POST"},
 		{oasCall{method: "GET", path: "/api/v1/partners/" + p1.ID + "/approve", key: key, status: 405, code: "method_not_allowed"}, "POST"},
 		{oasCall{method: "GET", path: apply, status: 405, code: "method_not_allowed"}, "POST"},
 		{oasCall{method: "DELETE", path: hooks, key: key, status: 405, code: "method_not_allowed"}, "POST, GET"},
-		{oasCall{method: "PUT", path: hooks + "/" + subAll.ID, key: key, body: map[string]any{"events": []string{"cap.reached"}}, status: 405, code: "method_not_allowed"}, "GET, DELETE"},
+		{oasCall{method: "PUT", path: hooks + "/" + subAll.ID, key: key, body: map[string]any{"events": []string{"cap.reached"}}, status: 405, code: "method_not_allowed"}, "GET, PATCH, DELETE"},
+		{oasCall{method: "POST", path: postback, key: key, body: pbBody, status: 405, code: "method_not_allowed"}, "PUT, GET, DELETE"},
 		{oasCall{method: "GET", path: hooks + "/" + subAll.ID + "/test", key: key, status: 405, code: "method_not_allowed"}, "POST"},
 		{oasCall{method: "POST", path: "/api/public/webhook-events", status: 405, code: "method_not_allowed"}, "GET"},
 		{oasCall{method: "POST", path: deliveries, key: key, status: 405, code: "method_not_allowed"}, "GET"},
 		{oasCall{method: "DELETE", path: deliveries + "/" + failedID, key: key, status: 405, code: "method_not_allowed"}, "GET"},
 		{oasCall{method: "GET", path: deliveries + "/" + failedID + "/retry", key: key, status: 405, code: "method_not_allowed"}, "POST"},
 		{oasCall{method: "GET", path: hooks + "/" + subAll.ID + "/deliveries", key: key, status: 404, code: "not_found"}, ""},
-		{oasCall{method: "GET", path: "/api/v1/webhook-events", status: 404, code: "not_found"}, ""},
+		{oasCall{method: "GET", path: "/api/v1/webhook-events", key: key, status: 404, code: "not_found"}, ""},
+		// Where every route takes a key, a key is checked first.
+		{oasCall{method: "GET", path: "/api/v1/webhook-events", status: 401, code: "unauthorized"}, ""},
+		{oasCall{method: "DELETE", path: "/api/v1/offers", status: 401, code: "unauthorized"}, ""},
+		// Paths are matched as sent, never redirected.
+		{oasCall{method: "GET", path: "//api/v1/offers", key: key, status: 404, code: "not_found"}, ""},
 	} {
 		u.srv = srv
 		if a := o.do(u.oasCall); a.header.Get("Allow") != u.allow {
@@ -1053,6 +1251,10 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 			t.Errorf("%s: rate-limit headers %v", c, a.header)
 		}
 	}
+	// Postbacks count per token.
+	inbound := "/postback?click_id=" + postbackClick + "&txn_id=T-9&token=" + postbackToken
+	o.do(oasCall{srv: limited, method: "GET", path: inbound, status: 201})
+	o.do(oasCall{srv: limited, method: "GET", path: inbound, status: 429, code: "rate_limit_exceeded"})
 	o.do(oasCall{srv: limited, method: "POST", path: apply, status: 201, body: map[string]any{"name": "Late", "email": "late@example.com"}})
 	o.do(oasCall{srv: limited, method: "POST", path: apply, status: 429, code: "rate_limit_exceeded", body: map[string]any{"name": "Later", "email": "later@example.com"}})
 	// The event catalog has a per-IP budget of its own: the form used up
@@ -1064,8 +1266,8 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	if missing := o.unseen(); len(missing) > 0 {
 		t.Errorf("documented answers the session never produced (operationId status):\n  %s", strings.Join(missing, "\n  "))
 	}
-	if ops := o.operations(); len(ops) != 24 {
-		t.Errorf("the document has %d operations, want the 24 routes of the API besides /_admin: %v", len(ops), ops)
+	if ops := o.operations(); len(ops) != 49 {
+		t.Errorf("the document has %d operations, want the 49 routes of the API besides /_admin: %v", len(ops), ops)
 	} else {
 		t.Logf("checked %d exchanges against %d operations of %s", o.calls, len(ops), oasPath)
 	}

@@ -1,16 +1,23 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"mime"
+	"net"
 	"net/http"
+	"reflect"
+	"strconv"
 	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/fields"
 )
 
 // MaxBodyBytes is the largest request body accepted.
@@ -25,6 +32,8 @@ var statusOf = map[string]int{
 	tally.ECodeRateLimited:          http.StatusTooManyRequests,
 	tally.ECodeInvalidJSON:          http.StatusBadRequest,
 	tally.ECodePayloadTooLarge:      http.StatusRequestEntityTooLarge,
+	tally.ECodeHeadersTooLarge:      http.StatusRequestHeaderFieldsTooLarge,
+	tally.ECodeRequestTimeout:       http.StatusRequestTimeout,
 	tally.ECodeUnsupportedMediaType: http.StatusUnsupportedMediaType,
 	tally.ECodeConflict:             http.StatusConflict,
 	tally.ECodeInvalidTransition:    http.StatusConflict,
@@ -49,9 +58,18 @@ func ErrorBody(err error) (int, []byte) {
 }
 
 // writeError answers with the error shape and logs errors not meant for users.
+// A 401 names the scheme to use (RFC 9110 section 11.6.1), and says the token
+// was refused when one was sent (RFC 6750 section 3).
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
-	if tally.ErrorCode(err) == tally.ECodeInternal {
+	switch tally.ErrorCode(err) {
+	case tally.ECodeInternal:
 		logger(r.Context()).Error("internal error", "err", err.Error())
+	case tally.ECodeUnauthorized:
+		challenge := `Bearer realm="tally"`
+		if r.Header.Get("Authorization") != "" {
+			challenge += `, error="invalid_token"`
+		}
+		w.Header().Set("WWW-Authenticate", challenge)
 	}
 	status, body := ErrorBody(err)
 	w.Header().Set("Content-Type", "application/json")
@@ -82,36 +100,247 @@ func writeList[T any](w http.ResponseWriter, items []T, next string) {
 }
 
 // decodeBody reads a JSON object into v, strictly: JSON content type, at most
-// MaxBodyBytes, no unknown fields, values of the right types, nothing after
-// the object.
+// MaxBodyBytes, valid UTF-8 (encoding/json would quietly replace invalid
+// bytes and lone surrogate escapes with U+FFFD), field names exactly as
+// documented and each once (encoding/json matches names in any case and
+// keeps the last of duplicates), no unknown fields, values of the right
+// types, nothing after the object.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
 		return tally.Errorf(tally.ECodeUnsupportedMediaType, "Send the body as JSON with 'Content-Type: application/json'.")
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return bodyError(err)
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		return bodyError(err, nil)
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		if err != nil {
-			return bodyError(err)
-		}
-		return tally.Errorf(tally.ECodeInvalidJSON, "The body must hold one JSON object and nothing after it.")
+	if !utf8.Valid(raw) || hasLoneSurrogate(raw) {
+		return tally.Errorf(tally.ECodeInvalidJSON, "The body is not valid UTF-8 (or escapes half of a surrogate pair); send text as UTF-8.")
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return tally.Errorf(tally.ECodeInvalidJSON, "The body is empty; send a JSON object.")
+	}
+	t := reflect.TypeOf(v)
+	if !json.Valid(raw) {
+		return bodyError(json.Unmarshal(raw, v), t) // for the syntax error's words
+	}
+	if err := (&fieldWalk{raw: raw}).value(t, ""); err != nil {
+		return bodyError(err, t)
+	}
+	// The walk refused every name that is not a field's.
+	if err := json.Unmarshal(raw, v); err != nil {
+		return bodyError(err, t)
 	}
 	return nil
 }
 
-func bodyError(err error) error {
+// fieldError is a field name fieldWalk refuses.
+type fieldError struct{ msg string }
+
+func (e *fieldError) Error() string { return e.msg }
+
+// fieldWalk goes through a valid JSON text and checks that every object key
+// in it is the exact name of a field of the Go type the object decodes into
+// (see package fields), and that no object repeats a key. Values whose shape
+// does not match the type are walked through; decoding reports them. It
+// allocates nothing on the way but for keys written with escapes.
+type fieldWalk struct {
+	raw []byte
+	i   int
+}
+
+func (w *fieldWalk) space() {
+	for w.i < len(w.raw) && (w.raw[w.i] == ' ' || w.raw[w.i] == '\t' || w.raw[w.i] == '\n' || w.raw[w.i] == '\r') {
+		w.i++
+	}
+}
+
+// value walks the value at w.i, which decodes into t (nil: unknown), at
+// path (for messages).
+func (w *fieldWalk) value(t reflect.Type, path string) error {
+	w.space()
+	switch w.raw[w.i] {
+	case '{':
+		return w.object(derefType(t), path)
+	case '[':
+		var elem reflect.Type
+		if t = derefType(t); t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+			elem = t.Elem()
+		}
+		w.i++
+		for n := 0; ; n++ {
+			w.space()
+			switch w.raw[w.i] {
+			case ']':
+				w.i++
+				return nil
+			case ',':
+				w.i++
+			}
+			if err := w.value(elem, fmt.Sprintf("%s[%d]", path, n)); err != nil {
+				return err
+			}
+		}
+	case '"':
+		w.str()
+	default: // a number, true, false or null
+		for w.i < len(w.raw) && !strings.ContainsRune(",}] \t\n\r", rune(w.raw[w.i])) {
+			w.i++
+		}
+	}
+	return nil
+}
+
+func (w *fieldWalk) object(t reflect.Type, path string) error {
+	known := fields.Of(t)
+	var seen [16][]byte
+	keys := seen[:0]
+	w.i++
+	for {
+		w.space()
+		switch w.raw[w.i] {
+		case '}':
+			w.i++
+			return nil
+		case ',':
+			w.i++
+			w.space()
+		}
+		key := w.str()
+		w.space()
+		w.i++ // the colon
+		for _, k := range keys {
+			if bytes.Equal(k, key) || bytes.ContainsRune(k, '\\') != bytes.ContainsRune(key, '\\') && keyString(k) == keyString(key) {
+				return &fieldError{fmt.Sprintf("Field %s is given more than once.", joinPath(path, keyString(key)))}
+			}
+		}
+		keys = append(keys, key)
+		var ft reflect.Type
+		switch {
+		case known != nil:
+			var f fields.Field
+			var ok bool
+			if bytes.IndexByte(key, '\\') < 0 {
+				f, ok = known[string(key)] // no allocation
+			} else {
+				f, ok = known[keyString(key)]
+			}
+			if !ok {
+				return unknownField(joinPath(path, keyString(key)), keyString(key), known)
+			}
+			ft = f.Type
+		case t != nil && t.Kind() == reflect.Map:
+			ft = t.Elem()
+		}
+		w.space()
+		nested := ""
+		if c := w.raw[w.i]; c == '{' || c == '[' { // only containers need their path
+			nested = joinPath(path, keyString(key))
+		}
+		if err := w.value(ft, nested); err != nil {
+			return err
+		}
+	}
+}
+
+// str returns the string at w.i as written, without its quotes.
+func (w *fieldWalk) str() []byte {
+	start := w.i + 1
+	for w.i = start; w.raw[w.i] != '"'; w.i++ {
+		if w.raw[w.i] == '\\' {
+			w.i++
+		}
+	}
+	w.i++
+	return w.raw[start : w.i-1]
+}
+
+// keyString is a key as it decodes; the conversion of one without escapes
+// allocates nothing when it only indexes a map.
+func keyString(raw []byte) string {
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw)
+	}
+	var s string
+	_ = json.Unmarshal(append(append([]byte{'"'}, raw...), '"'), &s)
+	return s
+}
+
+func unknownField(name, key string, known map[string]fields.Field) error {
+	for k := range known {
+		if strings.EqualFold(k, key) {
+			return &fieldError{fmt.Sprintf("Unknown field %s; field names are case-sensitive: did you mean %s?", name, k)}
+		}
+	}
+	return &fieldError{fmt.Sprintf("Unknown field %s.", name)}
+}
+
+func joinPath(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func derefType(t reflect.Type) reflect.Type {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t
+}
+
+// hasLoneSurrogate reports whether a JSON text escapes half of a UTF-16
+// surrogate pair (\ud800 without its low half, or a low half alone), which
+// encoding/json would decode to U+FFFD.
+func hasLoneSurrogate(raw []byte) bool {
+	surrogate := func(at int) (rune, bool) { // the \uXXXX at raw[at:]
+		if at+6 > len(raw) || raw[at] != '\\' || raw[at+1] != 'u' {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(string(raw[at+2:at+6]), 16, 16)
+		return rune(n), err == nil
+	}
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		r, ok := surrogate(i)
+		switch {
+		case !ok:
+			i++ // another escape, such as \\ or \"
+		case utf16.IsSurrogate(r) && r < 0xdc00:
+			if low, ok := surrogate(i + 6); !ok || low < 0xdc00 || low > 0xdfff {
+				return true
+			}
+			i += 11
+		case utf16.IsSurrogate(r):
+			return true
+		default:
+			i += 5
+		}
+	}
+	return false
+}
+
+// bodyError turns an error of reading or decoding a body into a user error.
+// t is the type decoded into, whose range tags name the range of an integer
+// field that a number does not fit.
+func bodyError(err error, t reflect.Type) error {
 	var (
 		tooLarge  *http.MaxBytesError
 		syntax    *json.SyntaxError
 		typeError *json.UnmarshalTypeError
+		netErr    net.Error
+		field     *fieldError
 	)
 	switch {
 	case errors.As(err, &tooLarge):
 		return tally.Errorf(tally.ECodePayloadTooLarge, "The body must be at most %d bytes.", MaxBodyBytes)
+	case errors.As(err, &netErr) && netErr.Timeout():
+		// The server's read timeout: a client that sends its body too slowly.
+		return tally.Errorf(tally.ECodeRequestTimeout, "The body did not arrive in time; send it in one go.")
+	case errors.As(err, &field):
+		return tally.Errorf(tally.ECodeValidation, "%s", field.msg)
 	case errors.Is(err, io.EOF):
 		return tally.Errorf(tally.ECodeInvalidJSON, "The body is empty; send a JSON object.")
 	case errors.As(err, &syntax), errors.Is(err, io.ErrUnexpectedEOF):
@@ -119,6 +348,9 @@ func bodyError(err error) error {
 	case errors.As(err, &typeError):
 		if typeError.Field == "" {
 			return tally.Errorf(tally.ECodeValidation, "The body must be a JSON object.")
+		}
+		if f, ok := fields.Lookup(t, typeError.Field); ok && f.HasRange && strings.HasPrefix(typeError.Value, "number") {
+			return tally.Errorf(tally.ECodeValidation, "%s", f.RangeMessage(typeError.Field))
 		}
 		return tally.Errorf(tally.ECodeValidation, "%s must be %s.", typeError.Field, jsonType(typeError.Type.Kind().String()))
 	case strings.HasPrefix(err.Error(), "json: unknown field "):

@@ -127,20 +127,24 @@ func TestUnknownRoutesAndMethodsAnswerInTheErrorShape(t *testing.T) {
 }
 
 func TestFallbackAnswersWhatNoRouteMatches(t *testing.T) {
-	api := httpapi.New(tracking.New(testenv.Bolt(t)), httpapi.Config{Logger: slog.New(slog.DiscardHandler)})
-	srv := httptest.NewServer(api.Handler(httpapi.GroupFallback))
+	svc := tracking.New(testenv.Bolt(t))
+	srv := httptest.NewServer(httpapi.New(svc, httpapi.Config{Logger: slog.New(slog.DiscardHandler)}).Handler(httpapi.GroupFallback))
 	defer srv.Close()
-	e := &env{t: t, srv: srv}
-	r := e.call("DELETE", "/api/v1/conversions", "", nil)
-	if r.status != 405 || r.errorCode() != "method_not_allowed" || r.header.Get("Allow") != "POST, GET" {
-		t.Errorf("DELETE /api/v1/conversions: %d %s Allow=%q, want 405 naming POST, GET", r.status, r.body, r.header.Get("Allow"))
+	e := &env{t: t, svc: svc, srv: srv}
+	_, key := e.brand()
+	r := e.call("DELETE", "/api/v1/conversions", key, nil)
+	if r.status != 405 || r.errorCode() != "method_not_allowed" || r.header.Get("Allow") != "POST, GET" || r.header.Get("X-RateLimit-Remaining") == "" {
+		t.Errorf("DELETE /api/v1/conversions: %d %s Allow=%q, want 405 naming POST, GET, with rate-limit headers", r.status, r.body, r.header.Get("Allow"))
+	}
+	if r := e.call("DELETE", "/api/v1/conversions", "", nil); r.status != 401 || r.header.Get("X-RateLimit-Remaining") == "" {
+		t.Errorf("DELETE /api/v1/conversions without a key: %d %s, want 401 with rate-limit headers", r.status, r.body)
 	}
 	if r := e.call("GET", "/api/v2/offers", "", nil); r.status != 404 || r.errorCode() != "not_found" {
 		t.Errorf("unknown path: %d %s, want 404 not_found", r.status, r.body)
 	}
 	// It serves nothing itself: a known route is still "not allowed" here,
 	// because API Gateway sends it to its own function.
-	if r := e.call("GET", "/api/v1/offers", "", nil); r.status != 405 {
+	if r := e.call("GET", "/api/v1/offers", key, nil); r.status != 405 {
 		t.Errorf("GET /api/v1/offers through the fallback: %d, want 405", r.status)
 	}
 }

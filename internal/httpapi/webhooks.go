@@ -7,15 +7,6 @@ import (
 	"github.com/tally-hq/tally/internal/tracking"
 )
 
-func (a *API) testSubscription(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
-	evt, err := a.svc.SendTestEvent(r.Context(), p.BrandID, r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusAccepted, evt)
-	return nil
-}
-
 func (a *API) webhookEvents(w http.ResponseWriter, r *http.Request, _ tracking.Principal) error {
 	if _, err := query(r); err != nil {
 		return err
@@ -25,11 +16,12 @@ func (a *API) webhookEvents(w http.ResponseWriter, r *http.Request, _ tracking.P
 }
 
 func (a *API) listDeliveries(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
-	q, lp, err := listQuery(r, "type", "status", "subscriptionId", "eventId", "from", "to")
+	q, lp, err := listQuery(r, "type", "status", "event", "subscriptionId", "partnerId", "eventId", "from", "to")
 	if err != nil {
 		return err
 	}
-	f := tracking.DeliveryFilter{Type: q.Get("type"), Status: q.Get("status"), SubscriptionID: q.Get("subscriptionId"),
+	f := tracking.DeliveryFilter{Type: q.Get("type"), Status: q.Get("status"), Event: q.Get("event"),
+		SubscriptionID: q.Get("subscriptionId"), PartnerID: q.Get("partnerId"),
 		EventID: q.Get("eventId"), From: q.Get("from"), To: q.Get("to")}
 	ds, next, err := a.svc.Deliveries(r.Context(), p.BrandID, f, lp)
 	if err != nil {

@@ -29,6 +29,13 @@ func TestSubscriptionsValidateAndNeverShowTheSecret(t *testing.T) {
 		{map[string]any{"url": "https://example.com/hook", "events": []string{"cap.reached", "cap.reached"}}, "events[1]"},
 		{map[string]any{"url": "https://example.com/hook", "events": []string{"cap.reached"}, "secret": "short"}, "secret"},
 		{map[string]any{"url": "https://example.com/hook", "events": []string{"cap.reached"}, "colour": "red"}, "colour"},
+		// Hosts that can never be a receiver: numeric forms of addresses,
+		// metadata services.
+		{map[string]any{"url": "https://2852039166/", "events": []string{"cap.reached"}}, "url"},
+		{map[string]any{"url": "https://0xa9fea9fe/", "events": []string{"cap.reached"}}, "url"},
+		{map[string]any{"url": "https://012.0.0.1/", "events": []string{"cap.reached"}}, "url"},
+		{map[string]any{"url": "https://127.1/", "events": []string{"cap.reached"}}, "url"},
+		{map[string]any{"url": "https://metadata.google.internal/computeMetadata/v1/", "events": []string{"cap.reached"}}, "url"},
 	} {
 		r := e.call("POST", "/api/public/webhooks", key, tc.body)
 		if r.status != 422 || !strings.Contains(string(r.body), tc.mentions) {

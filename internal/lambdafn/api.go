@@ -41,6 +41,9 @@ func APIHandler(svc *tracking.Service, cfg httpapi.Config, groups ...string) (AP
 	if err := checkGroups(groups); err != nil {
 		return nil, err
 	}
+	if slices.Contains(groups, httpapi.GroupDashboard) && cfg.Dashboard == nil {
+		return nil, fmt.Errorf("%w: %q needs the dashboard's pages (lambdafn.Pages)", errUnknownGroup, httpapi.GroupDashboard)
+	}
 	cfg.RequestAttrs = requestAttrs
 	handler := httpapi.New(svc, cfg).Handler(groups...)
 	return func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {

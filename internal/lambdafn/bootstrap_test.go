@@ -5,22 +5,20 @@ package lambdafn_test
 // TestBootstrap runs each function as Lambda runs it: the bootstrap binary
 // that `make build` makes, started as a process that talks to the Lambda
 // Runtime API (a stand-in served here on loopback), with its environment as
-// docs/aws.md lays it out. The table is DynamoDB Local; SQS and Step
-// Functions are tiny fakes of their JSON APIs on loopback (the SDK's
-// AWS JSON 1.0 protocol, reached through AWS_ENDPOINT_URL_SQS and
-// AWS_ENDPOINT_URL_SFN), since no emulator for them runs on these machines.
+// docs/aws.md lays it out. The table is DynamoDB Local; SQS is fauxqs
+// (through the counting proxy of queue_test.go); Step Functions is an
+// sfntest.Server whose executions run the retry workflow in local-sfn. The
+// functions reach them through AWS_ENDPOINT_URL_SQS and AWS_ENDPOINT_URL_SFN.
 //
 // `make build` makes linux/arm64 binaries, which cannot run on this amd64
-// machine, so the test builds the same way (CGO_ENABLED=0, -tags
-// lambda.norpc, -trimpath, -ldflags='-s -w') for the host's architecture
-// into a temporary folder. It logs each binary's size (and that of the arm64
+// machine, so the test builds the same way (lambdacheck.Build) for the
+// host's architecture into a temporary folder. It logs each binary's size (and that of the arm64
 // bin/<fn>/bootstrap, when `make build` was run) and its init time: from the
 // process's start to its first call for the next invocation.
 
 import (
 	"bytes"
 	"context"
-	"crypto/md5"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -44,13 +42,21 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/dynamotest"
+	"github.com/tally-hq/tally/internal/lambdacheck"
+	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/lambdafn/queue"
 	"github.com/tally-hq/tally/internal/sfntest"
 	"github.com/tally-hq/tally/internal/store/dynamo"
 	"github.com/tally-hq/tally/internal/tracking"
 )
 
-// bootstrapBudget bounds the whole test, builds included.
-const bootstrapBudget = 60 * time.Second
+// bootstrapBudget bounds running the functions, once built; the builds
+// have buildBudget of their own, since compiling every function takes
+// minutes on a loaded machine (the whole suite runs in parallel).
+const (
+	bootstrapBudget = 60 * time.Second
+	buildBudget     = 5 * time.Minute
+)
 
 // invokeTimeout is the deadline each invocation gets (the API functions'
 // timeout in docs/aws.md).
@@ -64,17 +70,18 @@ func buildBootstraps(ctx context.Context, t *testing.T, fns []function) map[stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
+	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go command to build the functions with")
 	}
 	out := t.TempDir()
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, goTool, "build", "-tags", "lambda.norpc", "-trimpath", "-ldflags=-s -w", "-o", out+"/", "./functions/...")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, msg)
+	var pkgs []string
+	for _, fn := range fns {
+		pkgs = append(pkgs, "./functions/"+fn.name)
+	}
+	built, err := lambdacheck.Build(ctx, root, out, runtime.GOARCH, pkgs...)
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Logf("built %d functions for linux/%s in %v", len(fns), runtime.GOARCH, time.Since(start).Round(time.Millisecond))
 	bins := map[string]string{}
@@ -84,7 +91,7 @@ func buildBootstraps(ctx context.Context, t *testing.T, fns []function) map[stri
 			t.Fatal(err)
 		}
 		bins[fn.name] = filepath.Join(dir, "bootstrap")
-		if err := os.Rename(filepath.Join(out, fn.name), bins[fn.name]); err != nil {
+		if err := os.Rename(built[fn.name], bins[fn.name]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -345,175 +352,27 @@ func (l *lineLog) of(requestID, want string) []map[string]any {
 	}
 }
 
-// awsJSONServer serves one AWS JSON 1.0 API (X-Amz-Target names the
-// operation) on loopback. It answers only the operations in ops.
-func awsJSONServer(t *testing.T, ops map[string]func(body []byte) (status int, out any)) *httptest.Server {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
-		w.Header().Set("X-Amzn-RequestId", newRequestID())
-		op, ok := ops[r.Header.Get("X-Amz-Target")]
-		if r.Method != http.MethodPost || !ok {
-			awsError(w, http.StatusBadRequest, "UnknownOperationException", "not served by this fake: "+r.Header.Get("X-Amz-Target"))
-			return
-		}
-		status, out := op(body)
-		if e, ok := out.(awsErr); ok {
-			awsError(w, status, e.code, e.message)
-			return
-		}
-		w.WriteHeader(status)
-		json.NewEncoder(w).Encode(out)
-	}))
-	t.Cleanup(srv.Close)
-	return srv
-}
-
-type awsErr struct{ code, message string }
-
-func awsError(w http.ResponseWriter, status int, code, message string) {
-	w.Header().Set("X-Amzn-ErrorType", code)
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(map[string]string{"__type": code, "message": message})
-}
-
-// sqsAPI is a fake of SQS's SendMessageBatch, for one queue.
-type sqsAPI struct {
-	srv      *httptest.Server
-	queueURL string
-	mu       sync.Mutex
-	sent     []string // accepted bodies
-	calls    int
-	refuse   int // answer the next n calls with every entry failed
-}
-
-func newSQSAPI(t *testing.T) *sqsAPI {
-	q := &sqsAPI{}
-	q.srv = awsJSONServer(t, map[string]func([]byte) (int, any){
-		"AmazonSQS.SendMessageBatch": func(body []byte) (int, any) {
-			var in struct {
-				QueueURL string `json:"QueueUrl"`
-				Entries  []struct{ Id, MessageBody string }
-			}
-			if err := json.Unmarshal(body, &in); err != nil {
-				return 400, awsErr{"InvalidParameterValue", err.Error()}
-			}
-			q.mu.Lock()
-			defer q.mu.Unlock()
-			q.calls++
-			switch {
-			case in.QueueURL != q.queueURL:
-				return 400, awsErr{"QueueDoesNotExist", "The specified queue does not exist: " + in.QueueURL}
-			case len(in.Entries) == 0 || len(in.Entries) > 10:
-				return 400, awsErr{"TooManyEntriesInBatchRequest", "1 to 10 entries"}
-			}
-			type ok struct{ Id, MessageId, MD5OfMessageBody string }
-			type failed struct {
-				Id, Code, Message string
-				SenderFault       bool
-			}
-			out := struct {
-				Successful []ok     `json:",omitempty"`
-				Failed     []failed `json:",omitempty"`
-			}{}
-			for _, e := range in.Entries {
-				if q.refuse > 0 {
-					out.Failed = append(out.Failed, failed{Id: e.Id, Code: "InternalError", Message: "Try again."})
-					continue
-				}
-				sum := md5.Sum([]byte(e.MessageBody)) // the SDK checks it
-				out.Successful = append(out.Successful, ok{Id: e.Id, MessageId: newRequestID(), MD5OfMessageBody: hex.EncodeToString(sum[:])})
-				q.sent = append(q.sent, e.MessageBody)
-			}
-			if q.refuse > 0 {
-				q.refuse--
-			}
-			return 200, out
-		},
-	})
-	q.queueURL = q.srv.URL + "/123456789012/tally-DeliveryQueue"
-	return q
-}
-
-func (q *sqsAPI) messages() []string {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return slices.Clone(q.sent)
-}
-
-// sfnAPI is a fake of Step Functions' StartExecution with the semantics of
-// a STANDARD state machine (see fakeExecutions).
-type sfnAPI struct {
-	srv     *httptest.Server
-	mu      sync.Mutex
-	started []sfnStart
-	running map[string]bool
-	refused int
-}
-
-type sfnStart struct{ StateMachineArn, Name, Input string }
-
-func newSFNAPI(t *testing.T) *sfnAPI {
-	x := &sfnAPI{running: map[string]bool{}}
-	x.srv = awsJSONServer(t, map[string]func([]byte) (int, any){
-		"AWSStepFunctions.StartExecution": func(body []byte) (int, any) {
-			var in struct {
-				StateMachineArn string `json:"stateMachineArn"`
-				Name            string `json:"name"`
-				Input           string `json:"input"`
-			}
-			if err := json.Unmarshal(body, &in); err != nil || !strings.HasPrefix(in.StateMachineArn, "arn:aws:states:") {
-				return 400, awsErr{"InvalidArn", "Invalid Arn: " + in.StateMachineArn}
-			}
-			if !executionName.MatchString(in.Name) {
-				return 400, awsErr{"InvalidName", "Invalid Name: " + in.Name}
-			}
-			x.mu.Lock()
-			defer x.mu.Unlock()
-			arn := strings.Replace(in.StateMachineArn, ":stateMachine:", ":execution:", 1) + ":" + in.Name
-			out := map[string]any{"executionArn": arn, "startDate": float64(time.Now().UnixMilli()) / 1000}
-			for _, s := range x.started {
-				if s.Name == in.Name {
-					if x.running[in.Name] && s.Input == in.Input {
-						return 200, out
-					}
-					x.refused++
-					return 400, awsErr{"ExecutionAlreadyExists", "Execution Already Exists: '" + arn + "'"}
-				}
-			}
-			x.started = append(x.started, sfnStart{in.StateMachineArn, in.Name, in.Input})
-			x.running[in.Name] = true
-			return 200, out
-		},
-	})
-	return x
-}
-
-func (x *sfnAPI) names() []string {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	var out []string
-	for _, s := range x.started {
-		out = append(out, s.Name)
-	}
-	return out
-}
-
 func TestBootstrap(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs every function's binary")
 	}
 	begin := time.Now()
-	ctx, cancel := context.WithTimeout(t.Context(), bootstrapBudget)
-	defer cancel()
 	fns := functions(t)
 	all := samples(t)
-	bins := buildBootstraps(ctx, t, fns)
+	buildCtx, cancelBuild := context.WithTimeout(t.Context(), buildBudget)
+	bins := buildBootstraps(buildCtx, t, fns)
+	cancelBuild()
+	ctx, cancel := context.WithTimeout(t.Context(), bootstrapBudget)
+	defer cancel()
 
 	client, table := dynamotest.NewTable(t)
 	st := dynamo.New(client, table)
-	queue, executions := newSQSAPI(t), newSFNAPI(t)
+	deliveryQueue := newTestQueue(t)
+	// The retry workflow's waits last a minute here: executions stay
+	// running while the test looks at them.
 	const smARN = "arn:aws:states:us-east-1:123456789012:stateMachine:RetryStateMachine-Vb3Xy9Qw1Ert"
+	executions := sfntest.NewServer(t, smARN, sfntest.RetryWorkflow(t, "arn:aws:lambda:us-east-1:123456789012:function:tally-AttemptFunction",
+		table, dynamotest.Endpoint(t), time.Minute))
 	home := t.TempDir()
 	base := []string{
 		"TALLY_TABLE=" + table,
@@ -522,29 +381,19 @@ func TestBootstrap(t *testing.T) {
 		"AWS_CONFIG_FILE=" + filepath.Join(home, "config"), "AWS_SHARED_CREDENTIALS_FILE=" + filepath.Join(home, "credentials"),
 		"AWS_EC2_METADATA_DISABLED=true",
 		"AWS_ENDPOINT_URL_DYNAMODB=" + dynamotest.Endpoint(t),
-		"AWS_ENDPOINT_URL_SQS=" + queue.srv.URL,
-		"AWS_ENDPOINT_URL_SFN=" + executions.srv.URL,
+		"AWS_ENDPOINT_URL_SQS=" + deliveryQueue.proxy,
+		"AWS_ENDPOINT_URL_SFN=" + executions.URL,
 		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE=256", "AWS_LAMBDA_FUNCTION_VERSION=$LATEST",
 		"AWS_EXECUTION_ENV=AWS_Lambda_provided.al2023", "_HANDLER=bootstrap", "TZ=:UTC",
 	}
 	// The environment of each function, per docs/aws.md.
 	envOf := func(fn function) []string {
 		env := slices.Clone(base)
-		if fn.kind == kindFanout || fn.name == "deliveries" {
-			env = append(env, "TALLY_DELIVERY_QUEUE_URL="+queue.queueURL)
+		if fn.kind == kindFanout || fn.kind == kindReconciler || fn.name == "deliveries" {
+			env = append(env, "TALLY_DELIVERY_QUEUE_URL="+deliveryQueue.URL)
 		}
 		if fn.kind == kindDeliver {
 			env = append(env, "TALLY_RETRY_STATE_MACHINE_ARN="+smARN)
-		}
-		if fn.isFallback() {
-			// It has no table permission on AWS (TALLY_TABLE is set all
-			// the same): here a call to the table would fail, and the
-			// answer with it.
-			for i, kv := range env {
-				if strings.HasPrefix(kv, "AWS_ENDPOINT_URL_DYNAMODB=") {
-					env[i] = "AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:1"
-				}
-			}
 		}
 		return env
 	}
@@ -594,7 +443,7 @@ func TestBootstrap(t *testing.T) {
 					})
 				}
 				if fn.name == "deliveries" {
-					t.Run("manual-retry", func(t *testing.T) { bootstrapManualRetry(t, p, st, queue, all) })
+					t.Run("manual-retry", func(t *testing.T) { bootstrapManualRetry(t, p, st, deliveryQueue, all) })
 				}
 			case kindApprover:
 				f := newFixture(t, st)
@@ -615,7 +464,7 @@ func TestBootstrap(t *testing.T) {
 				f.subscribe(t, []string{tally.EventPartnerApplied, tally.EventConversionCreated}, "")
 				f.applied(t, "Runner Media")
 				raw := sfntest.Substitute(t, all["fanout-stream"], f.vars)
-				before := len(queue.messages()) // the deliveries function queues too
+				before := len(deliveryQueue.messages(t)) // the deliveries function queues too
 				res := invokeOK[map[string]any](t, p, raw)
 				if res["batchItemFailures"] != nil {
 					t.Errorf("answer %v, want no batch item failures", res)
@@ -624,20 +473,21 @@ func TestBootstrap(t *testing.T) {
 				if len(ds) != 2 {
 					t.Fatalf("%d deliveries, want 2", len(ds))
 				}
-				wantMessages(t, f, queue.messages()[before:], ds)
+				wantMessages(t, f, deliveryQueue.messages(t)[before:], ds)
 				// SQS refuses the messages: the INSERT record is reported.
-				queue.mu.Lock()
-				queue.refuse = 1
-				queue.mu.Unlock()
+				deliveryQueue.refuseFrom(1, refuseAll)
 				failed := invokeOK[events.DynamoDBEventResponse](t, p, raw)
+				deliveryQueue.refuseFrom(1, accept)
 				ev := decodeEvent[events.DynamoDBEvent](t, raw)
 				if got := streamFailures(failed); !slices.Equal(got, []string{ev.Records[0].Change.SequenceNumber}) {
 					t.Errorf("with the messages refused: failures %v, want the INSERT's sequence number", got)
 				}
 			case kindDeliver:
-				bootstrapDeliver(t, p, st, executions, all["deliver-sqs"], smARN)
+				bootstrapDeliver(t, p, st, executions, all["deliver-sqs"])
 			case kindAttempt:
 				bootstrapAttempt(t, p, st, all["attempt-task"])
+			case kindReconciler:
+				bootstrapReconciler(t, p, st, deliveryQueue, all["reconciler-scheduled"])
 			default:
 				t.Fatalf("no end-to-end check for lambdafn.%s", fn.kind)
 			}
@@ -684,14 +534,16 @@ func mb(path string) float64 {
 	return float64(fi.Size()) / (1 << 20)
 }
 
-// bootstrapDeliver runs the SQS sample through the deliver binary. Its
-// sender is the cloud's, whose SSRF guard refuses loopback receivers, so
-// both attempts fail without reaching them and both deliveries go on to
-// the retry state machine.
-func bootstrapDeliver(t *testing.T, p *lambdaProcess, st *dynamo.Store, executions *sfnAPI, sample []byte, smARN string) {
+// bootstrapDeliver runs the SQS sample through the deliver binary, whose
+// Step Functions client starts the retry executions on executions. Its
+// sender is the cloud's, which cannot reach a receiver here (a loopback one
+// is refused by the SSRF guard, for good), so both receivers are names no
+// resolver looks up: both attempts fail, and both deliveries go on to the
+// retry state machine.
+func bootstrapDeliver(t *testing.T, p *lambdaProcess, st *dynamo.Store, executions *sfntest.Server, sample []byte) {
 	f := newFixture(t, st)
-	ok := f.subscribe(t, []string{tally.EventPartnerApplied}, webhookSecret, 200)
-	other := f.subscribe(t, []string{tally.EventPartnerApplied}, "", 200)
+	ok := f.subscribeURL(t, unresolvable(1), []string{tally.EventPartnerApplied}, webhookSecret)
+	other := f.subscribeURL(t, unresolvable(2), []string{tally.EventPartnerApplied}, "")
 	evt := f.applied(t, "Runner Media")
 	if _, err := f.svc.FanOut(t.Context(), evt.ID); err != nil {
 		t.Fatal(err)
@@ -700,48 +552,81 @@ func bootstrapDeliver(t *testing.T, p *lambdaProcess, st *dynamo.Store, executio
 	f.vars["TALLY_DELIVERY_ID"], f.vars["TALLY_OTHER_DELIVERY_ID"] = ds[ok.ID].ID, ds[other.ID].ID
 	raw := sfntest.Substitute(t, sample, f.vars)
 	bad := decodeEvent[events.SQSEvent](t, raw).Records[2].MessageId
-	wantNames := []string{ds[ok.ID].ID + "-0", ds[other.ID].ID + "-0"}
-	slices.Sort(wantNames) // the messages of a batch are attempted concurrently
-	for _, when := range []string{"first", "again, while the executions run", "again, after they ended (ExecutionAlreadyExists)"} {
-		if strings.Contains(when, "ended") {
-			executions.mu.Lock()
-			clear(executions.running)
-			executions.mu.Unlock()
+	var first, restarts []string
+	for _, sub := range []tally.Subscription{ok, other} {
+		first = append(first, ds[sub.ID].ID+"-0")
+		restarts = append(restarts, ds[sub.ID].ID+"-0-r1")
+	}
+	before := len(executions.Names())
+	started := func() []string { return slices.Sorted(slices.Values(executions.Names()[before:])) }
+	for _, when := range []string{"first", "again, while the executions run (waiting a minute)", "again, after they were stopped (restarted)"} {
+		want := first
+		if strings.Contains(when, "stopped") {
+			for _, name := range first {
+				if res := executions.Stop(t, name); res.Status != sfntest.StatusAborted {
+					t.Errorf("stopped execution %v", res)
+				}
+			}
+			want = slices.Concat(first, restarts)
 		}
 		res := invokeOK[events.SQSEventResponse](t, p, raw)
 		if got := queueFailures(res); !slices.Equal(got, []string{bad}) {
 			t.Errorf("%s: failures %v, want only the message that is no delivery (%s)", when, got, bad)
 		}
-		if got := slices.Sorted(slices.Values(executions.names())); !slices.Equal(got, wantNames) {
-			t.Errorf("%s: executions %v, want %v", when, got, wantNames)
+		if got := started(); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+			t.Errorf("%s: executions %v, want %v", when, got, want)
 		}
 	}
-	if executions.refused != 2 {
-		t.Errorf("ExecutionAlreadyExists answered %d times, want 2", executions.refused)
-	}
-	executions.mu.Lock()
-	for _, s := range executions.started {
-		if s.StateMachineArn != smARN || !strings.HasPrefix(s.Input, `{"brandId":"`+f.brand.ID+`","deliveryId":"wh_`) {
-			t.Errorf("execution %+v", s)
+	for _, name := range started() {
+		e := executions.Describe(t, name)
+		var in lambdafn.RetryInput
+		restart := strings.HasSuffix(name, "-r1")
+		if err := json.Unmarshal([]byte(e.Input), &in); err != nil || in.BrandID != f.brand.ID ||
+			restart != (e.Status == sfntest.StatusRunning) || restart != (in.Attempt == 2 && in.ResumeAt != nil) {
+			t.Errorf("execution %s: %s, input %s", name, e.Status, e.Input)
 		}
 	}
-	executions.mu.Unlock()
 	for _, sub := range []tally.Subscription{ok, other} {
-		if n := f.receivers[sub.ID].count(); n != 0 {
-			t.Errorf("a loopback receiver got %d requests from the cloud sender", n)
-		}
 		d := f.delivery(t, ds[sub.ID].ID)
-		if d.Status != tally.DeliveryPending || len(d.Attempts) != 1 || d.Attempts[0].Error != tally.AttemptBlocked {
-			t.Errorf("delivery %+v, want pending after one attempt refused by the SSRF guard", d)
+		if d.Status != tally.DeliveryPending || len(d.Attempts) != 1 || !retriedFailure(d.Attempts[0]) {
+			t.Errorf("delivery %+v, want pending after one attempt that reached no receiver", d)
 		}
 	}
 }
 
+// bootstrapReconciler runs the scheduled sample through the reconciler
+// binary: an event written an hour ago and never fanned out is fanned out
+// and its delivery queued, once.
+func bootstrapReconciler(t *testing.T, p *lambdaProcess, st *dynamo.Store, deliveryQueue *testQueue, sample []byte) {
+	f := newFixture(t, st)
+	f.clock.Add(-time.Hour)
+	f.fanOutAll(t)
+	f.subscribe(t, []string{tally.EventPartnerApplied}, "")
+	evt := f.applied(t, "Runner Media")
+	before := len(deliveryQueue.messages(t))
+	res := invokeOK[queue.ReconcilerResult](t, p, sample)
+	ds := f.deliveriesOf(t, evt.ID)
+	if len(ds) != 1 || res.Events < 1 {
+		t.Fatalf("result %+v, %d deliveries of the dropped event; want it fanned out", res, len(ds))
+	}
+	want := messageBody(f.brand.ID, ds[f.subs[0].ID].ID)
+	if got := deliveryQueue.messages(t)[before:]; slices.Index(got, want) < 0 {
+		t.Errorf("queued %q, want %s among them", got, want)
+	}
+	before = len(deliveryQueue.messages(t))
+	invokeOK[queue.ReconcilerResult](t, p, sample)
+	if got := deliveryQueue.messages(t)[before:]; slices.Contains(got, want) {
+		t.Errorf("the next run queued the delivery again")
+	}
+}
+
 // bootstrapAttempt runs the task sample through the attempt binary, and a
-// task the delivery is not ready for, which answers a function error.
+// task the delivery is not ready for, which answers a function error. The
+// receiver is a name no resolver looks up, so every attempt fails and is
+// retried.
 func bootstrapAttempt(t *testing.T, p *lambdaProcess, st *dynamo.Store, sample []byte) {
 	f := newFixture(t, st)
-	sub := f.subscribe(t, []string{tally.EventPartnerApplied}, webhookSecret, 500)
+	sub := f.subscribeURL(t, unresolvable(1), []string{tally.EventPartnerApplied}, webhookSecret)
 	evt := f.applied(t, "Runner Media")
 	if _, err := f.svc.FanOut(t.Context(), evt.ID); err != nil {
 		t.Fatal(err)
@@ -757,8 +642,8 @@ func bootstrapAttempt(t *testing.T, p *lambdaProcess, st *dynamo.Store, sample [
 	wantField(t, res, "attempts", 2)
 	wantField(t, res, "cycle", 0)
 	wantField(t, res, "sent", true)
-	if d = f.delivery(t, d.ID); len(d.Attempts) != 2 || d.Attempts[1].Error != tally.AttemptBlocked {
-		t.Errorf("delivery %+v, want attempt 2 refused by the SSRF guard", d)
+	if d = f.delivery(t, d.ID); len(d.Attempts) != 2 || !retriedFailure(d.Attempts[1]) {
+		t.Errorf("delivery %+v, want attempt 2 failed, reaching no receiver", d)
 	}
 	again := invokeOK[map[string]any](t, p, raw)
 	wantField(t, again, "attempts", 2)
@@ -772,14 +657,11 @@ func bootstrapAttempt(t *testing.T, p *lambdaProcess, st *dynamo.Store, sample [
 	if errRes.errorType == "" || !strings.Contains(lambdaErr.ErrorMessage, "attempt 4") {
 		t.Errorf("attempt 4 before 3: %q %s, want a function error", errRes.errorType, errRes.body)
 	}
-	if n := f.receivers[sub.ID].count(); n != 1 {
-		t.Errorf("the receiver got %d requests, want only attempt 1 (made here)", n)
-	}
 }
 
 // bootstrapManualRetry retries a failed delivery through the deliveries
-// binary, which queues it on the delivery queue: exactly one message.
-func bootstrapManualRetry(t *testing.T, p *lambdaProcess, st *dynamo.Store, queue *sqsAPI, all map[string][]byte) {
+// binary, which queues it on the delivery deliveryQueue: exactly one message.
+func bootstrapManualRetry(t *testing.T, p *lambdaProcess, st *dynamo.Store, deliveryQueue *testQueue, all map[string][]byte) {
 	f := newFixture(t, st)
 	sub := f.subscribe(t, []string{tally.EventPartnerApplied}, "", 500)
 	evt := f.applied(t, "Runner Media")
@@ -800,12 +682,12 @@ func bootstrapManualRetry(t *testing.T, p *lambdaProcess, st *dynamo.Store, queu
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := len(queue.messages())
+	before := len(deliveryQueue.messages(t))
 	res, id := p.invoke(t, raw)
 	r := apiResponse(t, res.body, p.logs.of(id, "request"))
 	wantStatus(t, r, 200)
 	wantField(t, r.body, "status", tally.DeliveryPending)
-	if got, want := queue.messages()[before:], []string{messageBody(f.brand.ID, d.ID)}; !slices.Equal(got, want) {
+	if got, want := deliveryQueue.messages(t)[before:], []string{messageBody(f.brand.ID, d.ID)}; !slices.Equal(got, want) {
 		t.Errorf("queued %q, want exactly %q", got, want)
 	}
 }

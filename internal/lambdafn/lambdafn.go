@@ -1,151 +1,154 @@
 // Package lambdafn runs Tally's Lambda functions. Each main in functions/
-// calls ServeAPI with the route groups its function serves, or one of
-// ServeApprover, ServeFanout, ServeDeliver, ServeAttempt; all the logic
-// lives in internal/.
+// makes one Serve* call: lambdafn.ServeAPI with the route groups its
+// function serves, lambdafn.ServeApprover or ServeAttempt, or one of the
+// packages beside this one, whose functions call AWS services besides the
+// table: lambdafn/queue (the fan-out, the reconciler and the deliveries
+// routes, which send to SQS) and lambdafn/deliver (which starts Step
+// Functions executions). Each function so links only the clients it uses.
+// All the logic lives in internal/.
 //
-// The handlers are built by APIHandler, ApproverHandler, FanoutHandler,
-// DeliverHandler and AttemptHandler, which take a tracking.Service, so tests
-// invoke them with sample events directly; only the Serve functions read the
-// environment and call lambda.Start.
+// The handlers are built by APIHandler, ApproverHandler, AttemptHandler and
+// their siblings in those packages, which take a tracking.Service, so tests
+// invoke them with sample events directly; only the Serve functions read
+// the environment and call lambda.Start.
 package lambdafn
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/sfn"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/tally-hq/tally/internal/app"
+	"github.com/tally-hq/tally/internal/awsenv"
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/store/dynamo"
 	"github.com/tally-hq/tally/internal/tracking"
 )
 
-// openTimeout bounds how long opening the store may take during init.
-const openTimeout = 10 * time.Second
+// Pages makes the dashboard's handler (dashboard.New). The main of the
+// function that serves httpapi.GroupDashboard sets it before ServeAPI, so
+// that no other function links the dashboard's templates.
+var Pages func(*tracking.Service, httpapi.Config) http.Handler
+
+// Zones loads the time zones reports bucket days in (tzdb.LoadLocation).
+// The mains of the functions that serve reports set it before ServeAPI:
+// provided.al2023 has no zone database, and the other functions need none.
+var Zones func(name string) (*time.Location, error)
+
+// Environment of the webhook pipeline's functions.
+const (
+	EnvDeliveryQueueURL     = "TALLY_DELIVERY_QUEUE_URL"      // fanout and reconciler send to it; deliveries requeues manual retries
+	EnvRetryStateMachineARN = "TALLY_RETRY_STATE_MACHINE_ARN" // deliver starts it
+)
 
 // ServeAPI runs a function that serves the HTTP API's routes of groups
 // (httpapi.GroupOffers, …) behind API Gateway (HTTP API, payload format 2.0).
 // It never returns; a configuration error ends the process with a log line
 // saying what to fix, so the function fails at init, not per request.
-func ServeAPI(groups ...string) {
-	log := app.Logger()
-	slog.SetDefault(log)
-	svc, cfg, err := Setup(context.Background(), log)
+func ServeAPI(groups ...string) { ServeAPIWith(nil, groups...) }
+
+// ServeAPIWith is ServeAPI with the service's options opts added to those
+// of the environment.
+func ServeAPIWith(opts []tracking.Option, groups ...string) {
+	log := Logger()
+	if Zones != nil {
+		opts = append(opts, tracking.WithZones(Zones))
+	}
+	svc, cfg, err := Setup(log, opts...)
 	if err != nil {
-		fatal(log, err)
+		Fatal(log, err)
+	}
+	if Pages != nil {
+		cfg.Dashboard = Pages(svc, cfg)
 	}
 	handler, err := APIHandler(svc, cfg, groups...)
 	if err != nil {
-		fatal(log, err)
+		Fatal(log, err)
 	}
 	lambda.Start(handler)
 }
 
-// Environment of the webhook pipeline's functions.
-const (
-	EnvDeliveryQueueURL     = "TALLY_DELIVERY_QUEUE_URL"      // fanout sends to it; deliveries requeues manual retries
-	EnvRetryStateMachineARN = "TALLY_RETRY_STATE_MACHINE_ARN" // deliver starts it
-)
-
-// ServeFanout runs the function behind the table's stream. It never returns.
-func ServeFanout() {
-	log, svc := start()
-	lambda.Start(FanoutHandler(svc, sqs.NewFromConfig(awsConfig(log)), mustEnv(log, EnvDeliveryQueueURL), log))
-}
-
-// ServeDeliver runs the function behind the delivery queue. It never returns.
-func ServeDeliver() {
-	log, svc := start()
-	lambda.Start(DeliverHandler(svc, cloudSender(), sfn.NewFromConfig(awsConfig(log)), mustEnv(log, EnvRetryStateMachineARN), log))
-}
-
 // ServeAttempt runs the retry state machine's task. It never returns.
 func ServeAttempt() {
-	_, svc := start()
-	lambda.Start(AttemptHandler(svc, cloudSender()))
-}
-
-// cloudSender sends to public https receivers only (the SSRF guard).
-func cloudSender() *delivery.Sender { return delivery.NewSender(delivery.Options{}) }
-
-func start() (*slog.Logger, *tracking.Service) {
-	log := app.Logger()
-	slog.SetDefault(log)
-	svc, _, err := Setup(context.Background(), log)
-	if err != nil {
-		fatal(log, err)
-	}
-	return log, svc
-}
-
-func mustEnv(log *slog.Logger, name string) string {
-	v := os.Getenv(name)
-	if v == "" {
-		fatal(log, fmt.Errorf("%s is not set", name))
-	}
-	return v
-}
-
-func awsConfig(log *slog.Logger) aws.Config {
-	cfg, err := config.LoadDefaultConfig(context.Background())
-	if err != nil {
-		fatal(log, err)
-	}
-	return cfg
+	_, svc := Start()
+	lambda.Start(AttemptHandler(svc, CloudSender()))
 }
 
 // ServeApprover runs the scheduled function that approves pending
 // conversions whose hold time has elapsed. It never returns.
 func ServeApprover() {
-	log, svc := start()
+	log, svc := Start()
 	lambda.Start(ApproverHandler(svc, log))
 }
 
+// CloudSender sends to public https receivers only (the SSRF guard).
+func CloudSender() *delivery.Sender { return delivery.NewSender(delivery.Options{}) }
+
+// Logger is every function's logger (JSON lines at TALLY_LOG_LEVEL), also
+// made slog's default.
+func Logger() *slog.Logger {
+	log := app.Logger()
+	slog.SetDefault(log)
+	return log
+}
+
+// Start sets up a function that is not behind the HTTP API: its logger and
+// its service. A configuration error ends the process.
+func Start() (*slog.Logger, *tracking.Service) {
+	log := Logger()
+	svc, _, err := Setup(log)
+	if err != nil {
+		Fatal(log, err)
+	}
+	return log, svc
+}
+
+// MustEnv returns the variable name, or ends the process when it is unset.
+func MustEnv(log *slog.Logger, name string) string {
+	v := os.Getenv(name)
+	if v == "" {
+		Fatal(log, fmt.Errorf("%s is not set", name))
+	}
+	return v
+}
+
 // Setup builds what every function needs from its environment: the tracking
-// service over the DynamoDB table TALLY_TABLE names, and the HTTP API's
-// settings (TALLY_RATE_LIMIT, TALLY_APPLICATION_RATE_LIMIT). Unlike the
-// local server, a function never falls back to the embedded store: that
-// would keep data in one instance's /tmp and lose it. Opening the table
-// builds a client and makes no call, so a function that never reads it (the
-// fallback behind the $default route) runs without any table permission;
-// it still needs TALLY_TABLE set.
-func Setup(ctx context.Context, log *slog.Logger) (*tracking.Service, httpapi.Config, error) {
+// service over the DynamoDB table TALLY_TABLE names (with opts), and the
+// HTTP API's settings (TALLY_RATE_LIMIT, TALLY_APPLICATION_RATE_LIMIT).
+// Unlike the local server, a function never falls back to the embedded
+// store: that would keep data in one instance's /tmp and lose it. Opening
+// the table builds a client and makes no call.
+func Setup(log *slog.Logger, opts ...tracking.Option) (*tracking.Service, httpapi.Config, error) {
 	cfg, err := app.APIConfig(log)
 	if err != nil {
 		return nil, cfg, err
 	}
-	if !app.UsesDynamoDB() {
+	table := os.Getenv(app.EnvTable)
+	if table == "" {
 		return nil, cfg, fmt.Errorf("%s is not set: a Lambda function needs the name of its DynamoDB table", app.EnvTable)
 	}
-	ctx, cancel := context.WithTimeout(ctx, openTimeout)
-	defer cancel()
-	st, err := app.OpenStore(ctx, "")
+	awsCfg, err := awsenv.Config()
 	if err != nil {
-		return nil, cfg, fmt.Errorf("open DynamoDB table %q: %w", os.Getenv(app.EnvTable), err)
+		return nil, cfg, err
 	}
-	var opts []tracking.Option
-	if queueURL := os.Getenv(EnvDeliveryQueueURL); queueURL != "" {
-		awsCfg, err := config.LoadDefaultConfig(ctx)
-		if err != nil {
-			return nil, cfg, err
-		}
-		opts = append(opts, tracking.WithRequeue(Requeue(sqs.NewFromConfig(awsCfg), queueURL)))
+	client := dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) { o.BaseEndpoint = awsenv.Endpoint("DYNAMODB") })
+	envOpts, err := app.ServiceOptions()
+	if err != nil {
+		return nil, cfg, err
 	}
-	return tracking.New(st, opts...), cfg, nil
+	return tracking.New(dynamo.New(client, table), append(envOpts, opts...)...), cfg, nil
 }
 
-// fatal logs why the function cannot start and exits; Lambda reports an
+// Fatal logs why the function cannot start and exits; Lambda reports an
 // init error (Runtime.ExitError) and retries init on the next invocation.
-func fatal(log *slog.Logger, err error) {
+func Fatal(log *slog.Logger, err error) {
 	log.Error("cannot start the function", "err", err.Error())
 	os.Exit(1)
 }

@@ -7,6 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
+	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,18 +24,21 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/catalog"
+	"github.com/tally-hq/tally/internal/dashboard"
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/deploy"
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/lambdafn/queue"
 	"github.com/tally-hq/tally/internal/sfntest"
+	"github.com/tally-hq/tally/internal/sqstest"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
 	"github.com/tally-hq/tally/internal/tracking"
 )
 
-func TestMain(m *testing.M) { dynamotest.Main(m) }
+func TestMain(m *testing.M) { sqstest.Main(m) }
 
 const (
 	functionsDir = "../../functions"
@@ -50,11 +56,12 @@ type function struct {
 // The kinds of function, by the lambdafn call of their main. A Serve* added
 // to lambdafn without a line here fails TestFunctionsAreCovered.
 const (
-	kindAPI      = "ServeAPI"      // API Gateway HTTP API events
-	kindApprover = "ServeApprover" // EventBridge scheduled events
-	kindFanout   = "ServeFanout"   // DynamoDB Streams batches
-	kindDeliver  = "ServeDeliver"  // SQS batches
-	kindAttempt  = "ServeAttempt"  // the retry state machine's task payload
+	kindAPI        = "ServeAPI"        // API Gateway HTTP API events
+	kindApprover   = "ServeApprover"   // EventBridge scheduled events
+	kindFanout     = "ServeFanout"     // DynamoDB Streams batches
+	kindDeliver    = "ServeDeliver"    // SQS batches
+	kindAttempt    = "ServeAttempt"    // the retry state machine's task payload
+	kindReconciler = "ServeReconciler" // EventBridge scheduled events
 )
 
 // allGroups are the groups a function may serve: httpapi.AllGroups (which
@@ -72,7 +79,7 @@ func functions(t *testing.T) []function {
 	fns := make([]function, len(mains))
 	for i, m := range mains {
 		fns[i] = function{name: m.Dir, kind: m.Serve, groups: m.Groups}
-		if !slices.Contains([]string{kindAPI, kindApprover, kindFanout, kindDeliver, kindAttempt}, m.Serve) {
+		if !slices.Contains([]string{kindAPI, kindApprover, kindFanout, kindDeliver, kindAttempt, kindReconciler}, m.Serve) {
 			t.Errorf("functions/%s calls lambdafn.%s, which this test does not know", m.Dir, m.Serve)
 		}
 	}
@@ -172,14 +179,17 @@ type fixture struct {
 	logs  *logBuffer
 	cfg   httpapi.Config
 
-	// The webhook pipeline's AWS services, faked at the SDK interface
-	// (pipeline_test.go), and the sender for loopback receivers.
-	queue      *fakeQueue
+	// The webhook pipeline's AWS services: the delivery queue in fauxqs
+	// (made when first used: deliveryQueue), Step Functions faked at the
+	// SDK interface (pipeline_test.go); and the sender for loopback
+	// receivers.
+	queue      *testQueue
 	executions *fakeExecutions
 	sender     *delivery.Sender
 
 	brand      tally.Brand
 	key        string
+	keyID      string
 	offer      tally.Offer
 	partner    tally.Partner
 	conversion tally.Conversion
@@ -200,30 +210,52 @@ func newFixture(t *testing.T, st store.Store, opts ...tracking.Option) *fixture 
 	f := &fixture{st: st, clock: &clock{now: time.Now().UTC()}, logs: &logBuffer{}, receivers: map[string]*receiver{}}
 	f.svc = tracking.New(st, append([]tracking.Option{tracking.WithClock(f.clock.Now), tracking.WithLoopbackReceivers()}, opts...)...)
 	f.cfg = httpapi.Config{Logger: slog.New(slog.NewJSONHandler(f.logs, nil))}
-	f.queue = &fakeQueue{}
+	f.cfg.Dashboard = dashboard.New(f.svc, f.cfg)
 	f.executions = &fakeExecutions{}
 	f.sender = delivery.NewSender(delivery.Options{AllowLoopback: true, Timeout: 5 * time.Second})
 	var err error
 	if f.brand, err = f.svc.CreateBrand(ctx, "Northwind Running"); err != nil {
 		t.Fatal(err)
 	}
-	if _, f.key, err = f.svc.CreateAPIKey(ctx, f.brand.ID); err != nil {
+	k, err := f.svc.CreateKey(ctx, f.brand.ID, tracking.APIKeyInput{})
+	if err != nil {
 		t.Fatal(err)
 	}
+	f.key, f.keyID = k.Key, k.ID
 	f.offer = f.createOffer(t, tally.ApprovalAuto, 0)
 	f.partner = f.activePartner(t, "Trail Deals", "hello@traildeals.example")
 	f.conversion = f.recordConversion(t, f.offer, "fixture-1")
+	click, _, err := f.svc.RecordClick(ctx, tracking.ClickInput{OfferID: f.offer.ID, PartnerID: f.partner.ID,
+		IP: netip.MustParseAddr("198.51.100.7"), UserAgent: "Mozilla/5.0", Subs: [5]string{"spring"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := f.svc.CreatePostbackToken(ctx, f.brand.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
 	f.vars = map[string]string{
-		"TALLY_API_KEY":       f.key,
-		"TALLY_BRAND_ID":      f.brand.ID,
-		"TALLY_OFFER_ID":      f.offer.ID,
-		"TALLY_PARTNER_ID":    f.partner.ID,
-		"TALLY_CONVERSION_ID": f.conversion.ID,
+		"TALLY_CLICK_ID":       click.ID,
+		"TALLY_POSTBACK_TOKEN": token.Token,
+		"TALLY_API_KEY":        f.key,
+		"TALLY_BRAND_ID":       f.brand.ID,
+		"TALLY_OFFER_ID":       f.offer.ID,
+		"TALLY_PARTNER_ID":     f.partner.ID,
+		"TALLY_CONVERSION_ID":  f.conversion.ID,
 	}
 	return f
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// deliveryQueue is the fixture's delivery queue, made on first use.
+func (f *fixture) deliveryQueue(t *testing.T) *testQueue {
+	t.Helper()
+	if f.queue == nil {
+		f.queue = newTestQueue(t)
+	}
+	return f.queue
+}
 
 func (f *fixture) createOffer(t *testing.T, approval string, holdHours int) tally.Offer {
 	t.Helper()
@@ -271,7 +303,9 @@ func (f *fixture) recordConversion(t *testing.T, o tally.Offer, txn string) tall
 type response struct {
 	status  int
 	headers map[string]string
-	body    map[string]any
+	body    map[string]any // a JSON answer
+	page    string         // an HTML answer (the dashboard's)
+	cookies []string       // Set-Cookie values, which payload 2.0 answers carry apart
 	logs    []map[string]any
 }
 
@@ -335,9 +369,19 @@ func apiResponse(t *testing.T, raw []byte, logs []map[string]any) response {
 	if err := json.Unmarshal(raw, &wire); err != nil {
 		t.Fatalf("the answer is not an API Gateway response: %v: %s", err, raw)
 	}
-	r := response{status: wire.StatusCode, headers: wire.Headers, logs: logs}
+	r := response{status: wire.StatusCode, headers: wire.Headers, cookies: wire.Cookies, logs: logs}
 	if wire.IsBase64Encoded {
 		t.Fatalf("JSON answer is base64-encoded: %q", wire.Body)
+	}
+	if r.status == http.StatusFound { // a tracking link's redirect has no body
+		if wire.Body != "" || r.header("Location") == "" {
+			t.Errorf("redirect with body %q and Location %q", wire.Body, r.header("Location"))
+		}
+		return r
+	}
+	if r.header("Content-Type") == "text/html; charset=utf-8" || (r.status == 303 && r.header("Location") != "") {
+		r.page = wire.Body
+		return r
 	}
 	if err := json.Unmarshal([]byte(wire.Body), &r.body); err != nil {
 		t.Fatalf("status %d: body is not a JSON object: %q", r.status, wire.Body)
@@ -385,12 +429,15 @@ type sampleCase struct {
 	// attempt checks the task sample in; call runs a task through the attempt
 	// handler and returns its answer as the state machine reads it (JSON).
 	attempt func(t *testing.T, f *fixture, in lambdafn.RetryInput, call func(lambdafn.RetryInput) (map[string]any, error))
+	// reconciler checks the scheduled sample; call runs the reconciler's
+	// handler, which queues on f.deliveryQueue.
+	reconciler func(t *testing.T, f *fixture, call func() (queue.ReconcilerResult, error))
 }
 
 // fits reports whether the case checks a sample of a function of kind.
 func (c sampleCase) fits(kind string) bool {
 	set := map[string]bool{kindAPI: c.api != nil, kindApprover: c.approver != nil, kindFanout: c.fanout != nil,
-		kindDeliver: c.deliver != nil, kindAttempt: c.attempt != nil}
+		kindDeliver: c.deliver != nil, kindAttempt: c.attempt != nil, kindReconciler: c.reconciler != nil}
 	n := 0
 	for _, ok := range set {
 		if ok {
@@ -505,6 +552,50 @@ var cases = map[string]sampleCase{
 			}
 		},
 	},
+	"keys-create": {api: func(t *testing.T, f *fixture, call func() response) {
+		r := call()
+		wantStatus(t, r, 201)
+		id := wantPrefix(t, r.body, "id", "key_")
+		wantField(t, r.body, "name", "Order system")
+		secret := wantPrefix(t, r.body, "key", "tally_sk_")
+		if _, err := f.svc.Authenticate(t.Context(), secret); err != nil {
+			t.Errorf("the new key %s does not authenticate: %v", id, err)
+		}
+	}},
+	"keys-list": {api: func(t *testing.T, f *fixture, call func() response) {
+		k := wantInList(t, call(), f.keyID)
+		if k["lastUsedAt"] == nil {
+			t.Errorf("the key that listed the keys shows no lastUsedAt: %v", k)
+		}
+		if _, ok := k["key"]; ok {
+			t.Errorf("the list shows a secret: %v", k)
+		}
+	}},
+	"dashboard-signin": {api: func(t *testing.T, f *fixture, call func() response) {
+		r := call()
+		wantStatus(t, r, 200)
+		if !strings.Contains(r.page, `action="/dashboard/sign-in"`) || len(r.cookies) != 1 || !strings.Contains(r.cookies[0], "; Secure") ||
+			!strings.Contains(r.cookies[0], "HttpOnly") || !strings.Contains(r.cookies[0], "SameSite=Lax") {
+			t.Errorf("sign-in page: cookies %q (want HttpOnly, SameSite=Lax and Secure: API Gateway is https), page %.300s", r.cookies, r.page)
+		}
+		if csp := r.header("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") {
+			t.Errorf("Content-Security-Policy %q", csp)
+		}
+	}},
+	"dashboard-overview": {api: func(t *testing.T, f *fixture, call func() response) {
+		r := call() // no session: to the sign-in page
+		wantStatus(t, r, 303)
+		if r.header("Location") != "/dashboard/sign-in?next=%2Fdashboard" {
+			t.Errorf("Location %q", r.header("Location"))
+		}
+	}},
+	"dashboard-apply": {api: func(t *testing.T, f *fixture, call func() response) {
+		r := call()
+		wantStatus(t, r, 200)
+		if !strings.Contains(r.page, "Partner with Northwind Running") || !strings.Contains(r.page, `action="/apply/`+f.brand.ID+`"`) {
+			t.Errorf("application page: %.500s", r.page)
+		}
+	}},
 	"offers-list": {api: func(t *testing.T, f *fixture, call func() response) {
 		wantInList(t, call(), f.offer.ID)
 	}},
@@ -524,6 +615,21 @@ var cases = map[string]sampleCase{
 		wantField(t, r.body, "id", f.partner.ID)
 		wantField(t, r.body, "email", "hello@traildeals.example")
 	}},
+	"partners-postback": {
+		setup: func(t *testing.T, f *fixture) {
+			f.vars["TALLY_PARTNER_ID"] = f.activePartner(t, "Cashback Club", "team@cashback.example").ID
+		},
+		api: func(t *testing.T, f *fixture, call func() response) {
+			r := call()
+			wantStatus(t, r, 200)
+			wantField(t, r.body, "partnerId", f.vars["TALLY_PARTNER_ID"])
+			wantField(t, r.body, "status", "enabled")
+			pb, err := f.svc.Postback(t.Context(), f.brand.ID, f.vars["TALLY_PARTNER_ID"])
+			if err != nil || !strings.Contains(pb.URL, "{click_id}") || len(pb.Events) != 2 {
+				t.Errorf("the stored postback: %+v, %v", pb, err)
+			}
+		},
+	},
 	"partners-approve": {
 		setup: func(t *testing.T, f *fixture) {
 			f.vars["TALLY_PARTNER_ID"] = f.appliedPartner(t, "Run Reviews", "team@runreviews.example").ID
@@ -621,6 +727,57 @@ var cases = map[string]sampleCase{
 			t.Errorf("applying again: code %q, want conflict", r.errorCode())
 		}
 	}},
+	// An advertiser's GET postback, with the brand's postback token.
+	"conversions-postback": {
+		api: func(t *testing.T, f *fixture, call func() response) {
+			r := call()
+			wantStatus(t, r, 201)
+			id := wantPrefix(t, r.body, "conversionId", "cnv_")
+			wantField(t, r.body, "duplicate", false)
+			c, err := f.svc.Conversion(t.Context(), f.brand.ID, id)
+			if err != nil || c.ClickID != f.vars["TALLY_CLICK_ID"] || c.RevenueCents != 8990 || c.Currency != "EUR" || c.Sub1 != "spring" || c.ExternalTxnID != "order-200817" {
+				t.Errorf("conversion %+v (%v)", c, err)
+			}
+			r = call()
+			wantStatus(t, r, 200)
+			wantField(t, r.body, "conversionId", id)
+			wantField(t, r.body, "duplicate", true)
+		},
+	},
+	// The tracking link: API Gateway's sourceIp is the visitor, whatever
+	// X-Forwarded-For claims.
+	"click-follow": {api: func(t *testing.T, f *fixture, call func() response) {
+		r := call()
+		wantStatus(t, r, 302)
+		loc := r.header("Location")
+		clickID, ok := strings.CutPrefix(loc, "https://shop.example.com/trail?click=")
+		if !ok || r.header("Cache-Control") != "no-store" {
+			t.Fatalf("Location %q, Cache-Control %q", loc, r.header("Cache-Control"))
+		}
+		c, err := f.svc.Click(t.Context(), f.brand.ID, clickID)
+		if err != nil {
+			t.Fatalf("the click %q cannot be read back: %v", clickID, err)
+		}
+		if c.IP != "203.0.113.24" || c.PartnerID != f.partner.ID || c.Sub1 != "spring-sale" || c.Sub2 != "email" ||
+			c.Referer != "https://trailblog.example/best-shoes" || !strings.HasPrefix(c.UserAgent, "Mozilla/5.0 (iPhone") {
+			t.Errorf("stored click %+v", c)
+		}
+	}},
+	"fraud-clicks": {
+		setup: func(t *testing.T, f *fixture) {
+			c, _, err := f.svc.RecordClick(t.Context(), tracking.ClickInput{OfferID: f.offer.ID, PartnerID: f.partner.ID,
+				IP: netip.MustParseAddr("198.51.100.7"), UserAgent: "Mozilla/5.0"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.vars["TALLY_CLICK_ID"] = c.ID // not in the sample; kept for the check
+		},
+		api: func(t *testing.T, f *fixture, call func() response) {
+			c := wantInList(t, call(), f.vars["TALLY_CLICK_ID"])
+			wantField(t, c, "ip", "198.51.100.7")
+			wantField(t, c, "fraudScore", 0)
+		},
+	},
 	// The $default route: what no other function's route matches.
 	"fallback-unknown": {api: func(t *testing.T, f *fixture, call func() response) {
 		r := call()
@@ -635,8 +792,8 @@ var cases = map[string]sampleCase{
 	"fallback-method": {api: func(t *testing.T, f *fixture, call func() response) {
 		r := call()
 		wantStatus(t, r, 405)
-		if r.errorCode() != "method_not_allowed" || r.header("Allow") != "GET" {
-			t.Errorf("error %v, Allow %q; want method_not_allowed with Allow: GET", r.body, r.header("Allow"))
+		if r.errorCode() != "method_not_allowed" || r.header("Allow") != "GET, PATCH" {
+			t.Errorf("error %v, Allow %q; want method_not_allowed with Allow: GET, PATCH", r.body, r.header("Allow"))
 		}
 		if _, err := f.svc.Offer(t.Context(), f.brand.ID, f.offer.ID); err != nil {
 			t.Errorf("the offer is gone: %v", err)
@@ -700,7 +857,7 @@ func TestFunctionsAreCovered(t *testing.T) {
 			t.Errorf("functions/%s has no sample: add events/%s-<action>.json and a case in this test", fn.name, fn.name)
 		}
 		if fn.kind == kindAPI {
-			if _, err := lambdafn.APIHandler(tracking.New(nil), httpapi.Config{}, fn.groups...); err != nil {
+			if _, err := lambdafn.APIHandler(tracking.New(nil), httpapi.Config{Dashboard: dashboard.New(nil, httpapi.Config{})}, fn.groups...); err != nil {
 				t.Errorf("functions/%s: %v", fn.name, err)
 			}
 		}
@@ -751,9 +908,12 @@ func TestFunctionsAreCovered(t *testing.T) {
 }
 
 // TestSamples runs every sample through the handler its function's main
-// builds, on both stores.
+// builds, on both stores. On DynamoDB Local it records the DynamoDB
+// actions the handler makes and checks the function's role in
+// template.yaml allows each of them.
 func TestSamples(t *testing.T) {
 	all := samples(t)
+	tpl := template(t)
 	for _, fn := range functions(t) {
 		for _, name := range samplesOf(fn.name, all) {
 			c, ok := cases[name]
@@ -762,7 +922,10 @@ func TestSamples(t *testing.T) {
 				continue
 			}
 			t.Run(name, func(t *testing.T) {
-				testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+				forEachRecordedStore(t, func(t *testing.T, st store.Store, used *usedActions) {
+					if used != nil {
+						defer used.allowedFor(t, tpl, fn.name)
+					}
 					f := newFixture(t, st)
 					if c.setup != nil {
 						c.setup(t, f)
@@ -793,6 +956,13 @@ func TestSamples(t *testing.T) {
 						c.deliver(t, f, decodeEvent[events.SQSEvent](t, raw), deliverCall(t, f))
 					case kindAttempt:
 						c.attempt(t, f, decodeEvent[lambdafn.RetryInput](t, raw), attemptCall(t, f))
+					case kindReconciler:
+						q := f.deliveryQueue(t)
+						h := queue.DefaultReconciler.Handler(f.svc, q.client, q.URL, f.cfg.Logger)
+						ev := decodeEvent[events.EventBridgeEvent](t, raw)
+						c.reconciler(t, f, func() (queue.ReconcilerResult, error) {
+							return h(lambdaContext(t, "reconciler-invocation"), ev)
+						})
 					}
 				})
 			})
@@ -800,19 +970,20 @@ func TestSamples(t *testing.T) {
 	}
 }
 
-// checkCommon checks what every API answer through fn carries. The
-// fallback authenticates and counts nothing (it never reads the table), so
-// its answers have no rate-limit headers.
+// checkCommon checks what every API answer through fn carries, the
+// fallback's included: every answer is counted against a rate limit.
 func checkCommon(t *testing.T, r response, ev events.APIGatewayV2HTTPRequest, fn function) {
 	t.Helper()
 	if !strings.HasPrefix(r.header("X-Request-Id"), "req_") {
 		t.Errorf("X-Request-Id = %q", r.header("X-Request-Id"))
 	}
+	pages := slices.Equal(fn.groups, []string{httpapi.GroupDashboard}) // pages count sign-ins and forms only
+	clicks := slices.Equal(fn.groups, []string{httpapi.GroupClick})    // the tracking link counts nothing
 	switch limit := r.header("X-RateLimit-Limit"); {
-	case fn.isFallback() && limit != "":
-		t.Errorf("X-RateLimit-Limit = %q from the fallback, which counts nothing", limit)
-	case !fn.isFallback() && limit == "":
-		t.Error("no X-RateLimit-Limit header")
+	case clicks && limit != "":
+		t.Errorf("X-RateLimit-Limit = %q from functions/%s, which counts nothing", limit, fn.name)
+	case limit == "" && !pages && !clicks:
+		t.Errorf("no X-RateLimit-Limit header from functions/%s", fn.name)
 	}
 	var line map[string]any
 	for _, l := range r.logs {
@@ -842,6 +1013,7 @@ func TestOtherFunctionsRoutes(t *testing.T) {
 	fns := functions(t)
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		f := newFixture(t, st)
+		f.cfg.RateLimit = 10_000 // every answer counts against the key, 404s and 405s too
 		for _, fn := range fns {
 			if fn.kind != kindAPI {
 				continue
@@ -874,49 +1046,46 @@ func TestOtherFunctionsRoutes(t *testing.T) {
 	})
 }
 
-// TestFallbackTouchesNoTable runs the fallback over a service without a
-// store, as it runs on AWS without any table permission: every answer is
-// the error shape, none a 500 from touching the store.
-func TestFallbackTouchesNoTable(t *testing.T) {
-	logs := &logBuffer{}
-	cfg := httpapi.Config{Logger: slog.New(slog.NewJSONHandler(logs, nil))}
-	h, err := lambdafn.APIHandler(tracking.New(nil), cfg, httpapi.GroupFallback)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vars := map[string]string{"TALLY_API_KEY": "tally_sk_0000000000000000000000000000", "TALLY_OFFER_ID": "off_01jd0000000000000000000000"}
-	base := decodeEvent[events.APIGatewayV2HTTPRequest](t, sfntest.Substitute(t, samples(t)["fallback-unknown"], vars))
-	for _, c := range []struct {
-		method, path string
-		status       int
-		allow        string
-	}{
-		{"GET", "/api/v1/campaigns", 404, ""},
-		{"GET", "/", 404, ""},
-		{"DELETE", "/api/v1/offers", 405, "GET, POST"},
-		{"PUT", "/api/public/webhooks/sub_01jd0000000000000000000000", 405, "GET, DELETE"},
-		// A route of another function: API Gateway never sends it here.
-		{"GET", "/api/v1/reports", 405, "GET"},
-		// The local server's admin API is not deployed.
-		{"POST", "/_admin/brands", 404, ""},
-	} {
-		ev := base
-		ev.RawPath, ev.RequestContext.HTTP.Path, ev.RequestContext.HTTP.Method = c.path, c.path, c.method
-		ev.RawQueryString, ev.QueryStringParameters = "", nil
-		out, err := h(lambdaContext(t, "fallback-invocation"), ev)
-		if err != nil {
-			t.Fatalf("%s %s: %v", c.method, c.path, err)
-		}
-		r := apiResponse(t, []byte(mustJSON(t, out)), logs.take(t))
-		if r.status != c.status || r.header("Allow") != c.allow || r.errorCode() == "" {
-			t.Errorf("%s %s: %d %v Allow %q, want %d in the error shape, Allow %q", c.method, c.path, r.status, r.body, r.header("Allow"), c.status, c.allow)
-		}
-		for _, l := range r.logs {
-			if l["msg"] == "panic" {
-				t.Errorf("%s %s: the fallback touched the store: %v", c.method, c.path, l)
+// TestFallbackCountsLikeTheRoutes runs the fallback as API Gateway's
+// $default route: every answer is in the error shape and carries the
+// rate-limit headers; where routes take a key, the key is checked first and
+// the answer counted against it.
+func TestFallbackCountsLikeTheRoutes(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		f := newFixture(t, st)
+		h := apiHandler(t, f, []string{httpapi.GroupFallback})
+		base := decodeEvent[events.APIGatewayV2HTTPRequest](t, sfntest.Substitute(t, samples(t)["fallback-unknown"], f.vars))
+		for _, c := range []struct {
+			method, path string
+			key          bool
+			status       int
+			allow        string
+		}{
+			{"GET", "/api/v1/campaigns", true, 404, ""},
+			{"GET", "/api/v1/campaigns", false, 401, ""},
+			{"GET", "/", false, 404, ""},
+			{"DELETE", "/api/v1/offers", true, 405, "GET, POST"},
+			{"DELETE", "/api/v1/offers", false, 401, ""},
+			{"PUT", "/api/public/webhooks/sub_01jd0000000000000000000000", true, 405, "GET, PATCH, DELETE"},
+			// A route of another function: API Gateway never sends it here.
+			{"GET", "/api/v1/reports", true, 405, "GET"},
+			// The local server's admin API is not deployed.
+			{"POST", "/_admin/brands", false, 404, ""},
+		} {
+			ev := base
+			ev.RawPath, ev.RequestContext.HTTP.Path, ev.RequestContext.HTTP.Method = c.path, c.path, c.method
+			ev.RawQueryString, ev.QueryStringParameters = "", nil
+			ev.Headers = maps.Clone(ev.Headers)
+			if !c.key {
+				delete(ev.Headers, "authorization")
+			}
+			r := invokeAPI(t, f, h, ev)
+			if r.status != c.status || r.header("Allow") != c.allow || r.errorCode() == "" || r.header("X-RateLimit-Remaining") == "" {
+				t.Errorf("%s %s (key %v): %d %v Allow %q X-RateLimit-Remaining %q, want %d in the error shape, Allow %q, with rate-limit headers",
+					c.method, c.path, c.key, r.status, r.body, r.header("Allow"), r.header("X-RateLimit-Remaining"), c.status, c.allow)
 			}
 		}
-	}
+	})
 }
 
 func mustJSON(t *testing.T, v any) string {
@@ -1041,12 +1210,12 @@ func TestSetup(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 
 	t.Setenv("TALLY_TABLE", "")
-	if _, _, err := lambdafn.Setup(t.Context(), log); err == nil || !strings.Contains(err.Error(), "TALLY_TABLE") {
+	if _, _, err := lambdafn.Setup(log); err == nil || !strings.Contains(err.Error(), "TALLY_TABLE") {
 		t.Errorf("without TALLY_TABLE: err %v, want one naming TALLY_TABLE", err)
 	}
 	t.Setenv("TALLY_TABLE", "tally")
 	t.Setenv("TALLY_RATE_LIMIT", "lots")
-	if _, _, err := lambdafn.Setup(t.Context(), log); err == nil || !strings.Contains(err.Error(), "TALLY_RATE_LIMIT") {
+	if _, _, err := lambdafn.Setup(log); err == nil || !strings.Contains(err.Error(), "TALLY_RATE_LIMIT") {
 		t.Errorf("with TALLY_RATE_LIMIT=lots: err %v, want one naming TALLY_RATE_LIMIT", err)
 	}
 	t.Setenv("TALLY_RATE_LIMIT", "250")
@@ -1054,7 +1223,7 @@ func TestSetup(t *testing.T) {
 	_, table := dynamotest.NewTable(t)
 	t.Setenv("TALLY_TABLE", table)
 	t.Setenv("AWS_ENDPOINT_URL_DYNAMODB", dynamotest.Endpoint(t))
-	svc, cfg, err := lambdafn.Setup(t.Context(), log)
+	svc, cfg, err := lambdafn.Setup(log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,11 @@ package lambdafn_test
 
 // The webhook pipeline's functions (fanout, deliver, attempt) run here
 // through their real handlers, on both stores, with webhook receivers on
-// loopback (httptest). SQS and Step Functions are faked at the SDK interface
-// the handlers take (lambdafn.Queue, lambdafn.Executions): there is no
-// emulator for either on these machines (no Docker, so no LocalStack).
-// bootstrap_test.go runs the built functions against fakes of the two
-// services' HTTP APIs instead.
+// loopback (httptest). SQS is fauxqs (queue_test.go). Step Functions is
+// faked at the SDK interface deliver takes (deliver.Executions), since the
+// embedded store cannot be shared with local-sfn's task programs;
+// internal/sfntest and bootstrap_test.go drive local-sfn through the SDK's
+// client instead.
 
 import (
 	"bytes"
@@ -31,14 +31,15 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	sfntypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/lambdafn/deliver"
+	"github.com/tally-hq/tally/internal/lambdafn/queue"
 	"github.com/tally-hq/tally/internal/sfntest"
+	"github.com/tally-hq/tally/internal/sqstest"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/store/dynamo"
 	"github.com/tally-hq/tally/internal/testenv"
@@ -46,121 +47,29 @@ import (
 	"github.com/tally-hq/tally/webhook"
 )
 
-// The pipeline's AWS resources as the functions' environment names them.
+// The pipeline's AWS resources as the functions' environment names them
+// (the queue is each fixture's own, in fauxqs).
 const (
-	queueURL        = "https://sqs.eu-west-1.amazonaws.com/123456789012/tally-DeliveryQueue-Hn4Rk8Wq2Zx6"
 	stateMachineARN = "arn:aws:states:eu-west-1:123456789012:stateMachine:RetryStateMachine-Vb3Xy9Qw1Ert"
 	webhookSecret   = "whsec_5f0c9a7e3b1d4c6a8e2f"
 )
 
-// fakeQueue stands in for the SQS client (lambdafn.Queue) — there is no SQS
-// emulator here. It checks what SQS checks of a SendMessageBatch (1 to 10
-// entries, distinct ids, a body each) and keeps every call; respond, if
-// set, answers a call instead of accepting every entry.
-type fakeQueue struct {
-	mu      sync.Mutex
-	calls   []*sqs.SendMessageBatchInput
-	sent    []string // bodies of the accepted messages, in order
-	respond func(in *sqs.SendMessageBatchInput) (*sqs.SendMessageBatchOutput, error)
-}
-
-func (q *fakeQueue) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, _ ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.calls = append(q.calls, in)
-	if n := len(in.Entries); n == 0 || n > 10 {
-		return nil, &smithy.GenericAPIError{Code: "AWS.SimpleQueueService.TooManyEntriesInBatchRequest", Message: fmt.Sprintf("%d entries", n)}
-	}
-	ids := map[string]bool{}
-	for _, e := range in.Entries {
-		if ids[aws.ToString(e.Id)] || aws.ToString(e.MessageBody) == "" {
-			return nil, &smithy.GenericAPIError{Code: "AWS.SimpleQueueService.BatchEntryIdsNotDistinct", Message: "ids must be distinct and bodies set"}
-		}
-		ids[aws.ToString(e.Id)] = true
-	}
-	out := &sqs.SendMessageBatchOutput{}
-	if q.respond != nil {
-		var err error
-		if out, err = q.respond(in); err != nil {
-			return nil, err
-		}
-	} else {
-		for _, e := range in.Entries {
-			out.Successful = append(out.Successful, sqstypes.SendMessageBatchResultEntry{Id: e.Id})
-		}
-	}
-	for _, ok := range out.Successful {
-		for _, e := range in.Entries {
-			if aws.ToString(e.Id) == aws.ToString(ok.Id) {
-				q.sent = append(q.sent, aws.ToString(e.MessageBody))
-			}
-		}
-	}
-	return out, nil
-}
-
-func (q *fakeQueue) callCount() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.calls)
-}
-
-func (q *fakeQueue) messages() []string {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return slices.Clone(q.sent)
-}
-
-// refuseFrom answers the batches from call number n (1-based, counted from
-// now) with fail; earlier ones are accepted.
-func (q *fakeQueue) refuseFrom(n int, fail func(in *sqs.SendMessageBatchInput) (*sqs.SendMessageBatchOutput, error)) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	start := len(q.calls)
-	q.respond = func(in *sqs.SendMessageBatchInput) (*sqs.SendMessageBatchOutput, error) {
-		if len(q.calls)-start < n {
-			return acceptAll(in)
-		}
-		return fail(in)
-	}
-}
-
-func acceptAll(in *sqs.SendMessageBatchInput) (*sqs.SendMessageBatchOutput, error) {
-	out := &sqs.SendMessageBatchOutput{}
-	for _, e := range in.Entries {
-		out.Successful = append(out.Successful, sqstypes.SendMessageBatchResultEntry{Id: e.Id})
-	}
-	return out, nil
-}
-
-// refuseLast accepts all entries of a batch but its last, which SQS reports
-// as failed (the call itself succeeds).
-func refuseLast(in *sqs.SendMessageBatchInput) (*sqs.SendMessageBatchOutput, error) {
-	out, _ := acceptAll(in)
-	last := out.Successful[len(out.Successful)-1]
-	out.Successful = out.Successful[:len(out.Successful)-1]
-	out.Failed = []sqstypes.BatchResultErrorEntry{{Id: last.Id, Code: aws.String("InternalError"), Message: aws.String("Try again."), SenderFault: false}}
-	return out, nil
-}
-
-func queueDown(*sqs.SendMessageBatchInput) (*sqs.SendMessageBatchOutput, error) {
-	return nil, &smithy.GenericAPIError{Code: "ServiceUnavailable", Message: "The service is unavailable."}
-}
-
 // fakeExecutions stands in for the Step Functions client
-// (lambdafn.Executions) — there is no emulator for the service here. It
-// answers StartExecution as a STANDARD state machine does: a name not used
-// before starts an execution; the name of a running execution with the same
-// input answers with that execution (no new one); otherwise the name is
-// refused with ExecutionAlreadyExists (a closed execution's name stays taken
-// for 90 days).
+// (deliver.Executions) in these handler tests, which run on both stores
+// (the embedded one cannot be shared with local-sfn's task programs;
+// internal/sfntest runs the real client against local-sfn). It answers
+// StartExecution as a STANDARD state machine does: a name not used before
+// starts an execution; the name of a running execution with the same input
+// answers with that execution (no new one); otherwise the name is refused
+// with ExecutionAlreadyExists (a closed execution's name stays taken for 90
+// days). DescribeExecution answers an execution's status.
 type fakeExecutions struct {
 	mu      sync.Mutex
 	calls   []*sfn.StartExecutionInput
 	started []*sfn.StartExecutionInput // new executions, in order
-	running map[string]bool            // by name
-	refused int                        // ExecutionAlreadyExists answers
-	err     error                      // if set, every call fails with it
+	status  map[string]sfntypes.ExecutionStatus
+	refused int   // ExecutionAlreadyExists answers
+	err     error // if set, every call fails with it
 }
 
 var executionName = regexp.MustCompile(`^[0-9A-Za-z_-]{1,80}$`)
@@ -180,30 +89,54 @@ func (x *fakeExecutions) StartExecution(ctx context.Context, in *sfn.StartExecut
 	case !json.Valid([]byte(aws.ToString(in.Input))):
 		return nil, &sfntypes.InvalidExecutionInput{Message: aws.String("input is not JSON")}
 	}
-	out := &sfn.StartExecutionOutput{ExecutionArn: aws.String(aws.ToString(in.StateMachineArn) + ":" + name), StartDate: aws.Time(time.Now())}
+	out := &sfn.StartExecutionOutput{ExecutionArn: aws.String(executionARN(aws.ToString(in.StateMachineArn), name)), StartDate: aws.Time(time.Now())}
 	for _, prev := range x.started {
 		if aws.ToString(prev.Name) != name {
 			continue
 		}
-		if x.running[name] && aws.ToString(prev.Input) == aws.ToString(in.Input) {
+		if x.status[name] == sfntypes.ExecutionStatusRunning && aws.ToString(prev.Input) == aws.ToString(in.Input) {
 			return out, nil
 		}
 		x.refused++
 		return nil, &sfntypes.ExecutionAlreadyExists{Message: aws.String("Execution Already Exists: '" + aws.ToString(out.ExecutionArn) + "'")}
 	}
 	x.started = append(x.started, in)
-	if x.running == nil {
-		x.running = map[string]bool{}
+	if x.status == nil {
+		x.status = map[string]sfntypes.ExecutionStatus{}
 	}
-	x.running[name] = true
+	x.status[name] = sfntypes.ExecutionStatusRunning
 	return out, nil
 }
 
-// finishAll ends every running execution.
-func (x *fakeExecutions) finishAll() {
+func (x *fakeExecutions) DescribeExecution(ctx context.Context, in *sfn.DescribeExecutionInput, _ ...func(*sfn.Options)) (*sfn.DescribeExecutionOutput, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	clear(x.running)
+	if x.err != nil {
+		return nil, x.err
+	}
+	arn := aws.ToString(in.ExecutionArn)
+	for _, prev := range x.started {
+		if executionARN(aws.ToString(prev.StateMachineArn), aws.ToString(prev.Name)) == arn {
+			return &sfn.DescribeExecutionOutput{ExecutionArn: in.ExecutionArn, Name: prev.Name, Input: prev.Input,
+				StateMachineArn: prev.StateMachineArn, Status: x.status[aws.ToString(prev.Name)], StartDate: aws.Time(time.Now())}, nil
+		}
+	}
+	return nil, &sfntypes.ExecutionDoesNotExist{Message: aws.String("Execution Does Not Exist: '" + arn + "'")}
+}
+
+func executionARN(stateMachineARN, name string) string {
+	return strings.Replace(stateMachineARN, ":stateMachine:", ":execution:", 1) + ":" + name
+}
+
+// endAll ends every running execution with status.
+func (x *fakeExecutions) endAll(status sfntypes.ExecutionStatus) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for name, st := range x.status {
+		if st == sfntypes.ExecutionStatusRunning {
+			x.status[name] = status
+		}
+	}
 }
 
 func (x *fakeExecutions) startedNames() []string {
@@ -269,6 +202,30 @@ func (f *fixture) subscribe(t *testing.T, names []string, secret string, statuse
 		rcv = newReceiver(t, statuses...)
 		url = rcv.srv.URL + "/hooks/tally"
 	}
+	sub := f.subscribeURL(t, url, names, secret)
+	if rcv != nil {
+		f.receivers[sub.ID] = rcv
+	}
+	return sub
+}
+
+// unresolvable is a receiver URL whose host no resolver looks up (RFC 7686
+// .onion names: Go's fails them at once, asking no server): an attempt to
+// it fails as dns_error without any traffic, and is retried.
+func unresolvable(n int) string {
+	return "https://receiver-" + strconv.Itoa(n) + ".tally-test.onion/hooks"
+}
+
+// retriedFailure reports whether an attempt to an unresolvable receiver
+// failed as a network failure, which is retried (not blocked_address, which
+// is not).
+func retriedFailure(a tally.Attempt) bool {
+	return a.StatusCode == 0 && a.Error != "" && a.Error != tally.AttemptBlocked
+}
+
+// subscribeURL subscribes url to names.
+func (f *fixture) subscribeURL(t *testing.T, url string, names []string, secret string) tally.Subscription {
+	t.Helper()
 	in := tracking.SubscriptionInput{URL: &url, Events: names}
 	if secret != "" {
 		in.Secret = &secret
@@ -278,9 +235,6 @@ func (f *fixture) subscribe(t *testing.T, names []string, secret string, statuse
 		t.Fatal(err)
 	}
 	f.subs = append(f.subs, sub)
-	if rcv != nil {
-		f.receivers[sub.ID] = rcv
-	}
 	return sub
 }
 
@@ -355,7 +309,7 @@ func roundTrip[Out any](t *testing.T, v any) Out {
 }
 
 func fanoutCall(t *testing.T, f *fixture) func(events.DynamoDBEvent) events.DynamoDBEventResponse {
-	h := lambdafn.FanoutHandler(f.svc, f.queue, queueURL, f.cfg.Logger)
+	h := queue.FanoutHandler(f.svc, f.deliveryQueue(t).client, f.deliveryQueue(t).URL, f.cfg.Logger)
 	return func(ev events.DynamoDBEvent) events.DynamoDBEventResponse {
 		t.Helper()
 		out, err := h(lambdaContext(t, "fanout-invocation"), ev)
@@ -367,7 +321,7 @@ func fanoutCall(t *testing.T, f *fixture) func(events.DynamoDBEvent) events.Dyna
 }
 
 func deliverCall(t *testing.T, f *fixture) func(events.SQSEvent) events.SQSEventResponse {
-	h := lambdafn.DeliverHandler(f.svc, f.sender, f.executions, stateMachineARN, f.cfg.Logger)
+	h := deliver.DeliverHandler(f.svc, f.sender, f.executions, stateMachineARN, f.cfg.Logger)
 	return func(ev events.SQSEvent) events.SQSEventResponse {
 		t.Helper()
 		out, err := h(lambdaContext(t, "deliver-invocation"), ev)
@@ -465,13 +419,13 @@ func init() {
 			}
 			// One batch of two: the MODIFY record was skipped (a second
 			// fan-out of the event would have queued its deliveries again).
-			if n := f.queue.callCount(); n != 1 {
+			if n := f.deliveryQueue(t).callCount(); n != 1 {
 				t.Errorf("%d SendMessageBatch calls, want 1", n)
 			}
-			if url := aws.ToString(f.queue.calls[0].QueueUrl); url != queueURL {
-				t.Errorf("QueueUrl = %q, want %q", url, queueURL)
+			if url := f.deliveryQueue(t).sendCalls()[0].QueueURL; url != f.deliveryQueue(t).URL {
+				t.Errorf("QueueUrl = %q, want %q", url, f.deliveryQueue(t).URL)
 			}
-			wantMessages(t, f, f.queue.messages(), ds)
+			wantMessages(t, f, f.deliveryQueue(t).messages(t), ds)
 
 			// The stream repeats a batch after a failure: nothing is created
 			// twice, and the pending deliveries are queued again (deliver
@@ -483,7 +437,7 @@ func init() {
 			if !maps.EqualFunc(ds, again, func(a, b tally.Delivery) bool { return a.ID == b.ID }) {
 				t.Errorf("the repeated batch changed the deliveries: %v, then %v", ds, again)
 			}
-			if msgs := f.queue.messages(); len(msgs) != 4 {
+			if msgs := f.deliveryQueue(t).messages(t); len(msgs) != 4 {
 				t.Errorf("after the repeat %d messages, want the 2 queued again", len(msgs))
 			} else {
 				wantMessages(t, f, msgs[2:], ds)
@@ -552,26 +506,104 @@ func init() {
 				t.Errorf("execution input %s, want %s", got, want)
 			}
 
-			// SQS delivers at least once. The same batch again, while the
-			// execution runs (Step Functions answers a repeated start with the
-			// running execution) and after it ended (ExecutionAlreadyExists),
-			// sends nothing and starts nothing.
-			for _, when := range []string{"while the execution runs", "after the execution ended"} {
-				if when == "after the execution ended" {
-					f.executions.finishAll()
-				}
+			// SQS delivers at least once. The same batch again while the
+			// execution runs (Step Functions answers a repeated start with
+			// the running execution) sends nothing and starts nothing.
+			if fails := queueFailures(call(ev)); !slices.Equal(fails, []string{bad}) {
+				t.Errorf("repeated batch: failures %v, want only %s", fails, bad)
+			}
+			if okRcv.count() != 1 || failingRcv.count() != 1 || len(f.executions.startedNames()) != 1 {
+				t.Errorf("repeated batch: the receivers got %d and %d requests, executions %v; want still 1, 1 and one",
+					okRcv.count(), failingRcv.count(), f.executions.startedNames())
+			}
+
+			// The execution fails without deciding the delivery (its abandon
+			// task failed too), or times out, or is stopped: the delivery is
+			// pending with nothing to carry its schedule on. The message again
+			// (the reconciler re-drives such deliveries) restarts the schedule
+			// under a new name at attempt 2, when attempt 2 is due; after
+			// three restarts that ended too, the delivery is marked failed.
+			due := f.delivery(t, failingID).NextAttemptAt
+			for restart := 1; restart <= 4; restart++ {
+				f.executions.endAll(sfntypes.ExecutionStatusFailed)
 				if fails := queueFailures(call(ev)); !slices.Equal(fails, []string{bad}) {
-					t.Errorf("repeated batch %s: failures %v, want only %s", when, fails, bad)
+					t.Errorf("restart %d: failures %v, want only %s", restart, fails, bad)
 				}
-				if okRcv.count() != 1 || failingRcv.count() != 1 {
-					t.Errorf("repeated batch %s: the receivers got %d and %d requests, want still 1 each", when, okRcv.count(), failingRcv.count())
+				names := f.executions.startedNames()
+				if restart == 4 {
+					if len(names) != 4 {
+						t.Errorf("a fourth restart: executions %v", names)
+					}
+					break
 				}
-				if got := f.executions.startedNames(); len(got) != 1 {
-					t.Errorf("repeated batch %s: executions %v, want still one", when, got)
+				if want := fmt.Sprintf("%s-0-r%d", failingID, restart); len(names) != restart+1 || names[restart] != want {
+					t.Fatalf("restart %d: executions %v, want a new one named %s", restart, names, want)
+				}
+				var in lambdafn.RetryInput
+				if err := json.Unmarshal([]byte(aws.ToString(f.executions.started[restart].Input)), &in); err != nil ||
+					in.DeliveryID != failingID || in.Attempt != 2 || in.ResumeAt == nil || !in.ResumeAt.Equal(due.Time) {
+					t.Errorf("restart %d: input %s, want attempt 2 of %s resuming at %v", restart, aws.ToString(f.executions.started[restart].Input), failingID, due)
+				}
+				if d := f.delivery(t, failingID); d.Status != tally.DeliveryPending {
+					t.Errorf("restart %d: the delivery is %s", restart, d.Status)
 				}
 			}
-			if f.executions.refused != 1 {
-				t.Errorf("the fake refused %d starts, want 1 (the repeat after the execution ended)", f.executions.refused)
+			if d := f.delivery(t, failingID); d.Status != tally.DeliveryFailed || len(d.Attempts) != 1 || d.NextAttemptAt != nil {
+				t.Errorf("after every restart ended: delivery %+v, want failed with its one attempt", d)
+			}
+			if d := f.delivery(t, okID); d.Status != tally.DeliverySucceeded || len(d.Attempts) != 1 {
+				t.Errorf("the delivered one changed: %+v", d)
+			}
+			if okRcv.count() != 1 || failingRcv.count() != 1 {
+				t.Errorf("the receivers got %d and %d requests, want 1 each: restarts send nothing themselves", okRcv.count(), failingRcv.count())
+			}
+		},
+	}
+
+	cases["reconciler-scheduled"] = sampleCase{
+		setup: func(t *testing.T, f *fixture) {
+			f.fanOutAll(t) // the fixture's own events, before any subscription
+			f.subscribe(t, []string{tally.EventPartnerApplied}, webhookSecret, 200)
+			f.applied(t, "Runner Media") // never fanned out: the stream dropped it
+			lost := f.applied(t, "Trail Tales")
+			if _, err := f.svc.FanOut(t.Context(), lost.ID); err != nil { // fanned out, its message lost
+				t.Fatal(err)
+			}
+		},
+		reconciler: func(t *testing.T, f *fixture, call func() (queue.ReconcilerResult, error)) {
+			q, rcv := f.deliveryQueue(t), f.receivers[f.subs[0].ID]
+			f.clock.Add(5 * time.Minute)
+			if res, err := call(); err != nil || res != (queue.ReconcilerResult{}) {
+				t.Fatalf("within the grace time: %+v, %v; want nothing re-driven", res, err)
+			}
+			f.clock.Add(6 * time.Minute)
+			res, err := call()
+			if err != nil || res.Events != 1 || res.Deliveries != 1 || res.Deferred {
+				t.Fatalf("after the grace time: %+v, %v; want the event fanned out and the delivery queued", res, err)
+			}
+			msgs := sqstest.Receive(t, q.direct, q.Queue, 10, time.Second)
+			if len(msgs) != 2 {
+				t.Fatalf("%d messages queued, want one per delivery (2)", len(msgs))
+			}
+			// The deliver function takes the messages: both delivered once.
+			resp := deliverCall(t, f)(events.SQSEvent{Records: msgs})
+			if fails := queueFailures(resp); len(fails) != 0 {
+				t.Fatalf("deliver: failures %v", fails)
+			}
+			sqstest.Finish(t, q.direct, q.Queue, msgs, resp)
+			if rcv.count() != 2 {
+				t.Errorf("the receiver got %d requests, want one per event", rcv.count())
+			}
+			// Nothing is left to re-drive.
+			if res, err := call(); err != nil || res.Events != 0 || res.Deliveries != 0 {
+				t.Errorf("the next run: %+v, %v; want nothing re-driven", res, err)
+			}
+			if left := sqstest.Receive(t, q.direct, q.Queue, 10, 0); len(left) != 0 {
+				t.Errorf("the next run queued %d messages", len(left))
+			}
+			lines := f.logs.take(t)
+			if last := lines[len(lines)-1]; last["msg"] != "reconciled" || last["events"] != float64(0) {
+				t.Errorf("log line %v, want msg \"reconciled\" with the counts", last)
 			}
 		},
 	}
@@ -645,7 +677,7 @@ func TestFanoutChunks(t *testing.T) {
 			t.Fatalf("failures %v", fails)
 		}
 		var sizes []int
-		for _, in := range f.queue.calls {
+		for _, in := range f.deliveryQueue(t).sendCalls() {
 			sizes = append(sizes, len(in.Entries))
 		}
 		if !slices.Equal(sizes, []int{10, 10, 3}) {
@@ -655,7 +687,7 @@ func TestFanoutChunks(t *testing.T) {
 		if len(ds) != 23 {
 			t.Fatalf("%d deliveries, want 23", len(ds))
 		}
-		wantMessages(t, f, f.queue.messages(), ds)
+		wantMessages(t, f, f.deliveryQueue(t).messages(t), ds)
 	})
 }
 
@@ -678,29 +710,29 @@ func TestFanoutQueueFailures(t *testing.T) {
 		call := fanoutCall(t, f)
 		step := func(what string, records []events.DynamoDBEventRecord, wantFailed []string, wantCalls int) {
 			t.Helper()
-			before := f.queue.callCount()
+			before := f.deliveryQueue(t).callCount()
 			fails := streamFailures(call(events.DynamoDBEvent{Records: records}))
 			if !slices.Equal(fails, wantFailed) {
 				t.Errorf("%s: failures %v, want %v", what, fails, wantFailed)
 			}
-			if n := f.queue.callCount() - before; n != wantCalls {
+			if n := f.deliveryQueue(t).callCount() - before; n != wantCalls {
 				t.Errorf("%s: %d SendMessageBatch calls, want %d", what, n, wantCalls)
 			}
 		}
 
-		f.queue.refuseFrom(1, queueDown)
+		f.deliveryQueue(t).refuseFrom(1, down)
 		step("SendMessageBatch fails for the first record", []events.DynamoDBEventRecord{recA, recB}, []string{recA.Change.SequenceNumber}, 1)
 		if n := len(f.deliveriesOf(t, b.ID)); n != 0 {
 			t.Errorf("the record after the failed one was processed: %d deliveries of event B", n)
 		}
-		f.queue.refuseFrom(2, refuseLast)
+		f.deliveryQueue(t).refuseFrom(2, refuseLast)
 		step("an entry of the first record's second batch is refused", []events.DynamoDBEventRecord{recA, recB}, []string{recA.Change.SequenceNumber}, 2)
 		if n := len(f.deliveriesOf(t, b.ID)); n != 0 {
 			t.Errorf("the record after the failed one was processed: %d deliveries of event B", n)
 		}
-		f.queue.refuseFrom(3, queueDown)
+		f.deliveryQueue(t).refuseFrom(3, down)
 		step("the first record goes through, the second fails", []events.DynamoDBEventRecord{recA, recB}, []string{recB.Change.SequenceNumber}, 3)
-		f.queue.respond = nil
+		f.deliveryQueue(t).refuseFrom(1, accept)
 		step("the retry from the second record", []events.DynamoDBEventRecord{recB}, nil, 2)
 
 		dsA, dsB := f.deliveriesOf(t, a.ID), f.deliveriesOf(t, b.ID)
@@ -709,7 +741,7 @@ func TestFanoutQueueFailures(t *testing.T) {
 		}
 		// Every delivery was queued at least once; the retries queued some
 		// twice, which deliver tolerates.
-		msgs := f.queue.messages()
+		msgs := f.deliveryQueue(t).messages(t)
 		for _, d := range slices.Concat(slices.Collect(maps.Values(dsA)), slices.Collect(maps.Values(dsB))) {
 			if !slices.Contains(msgs, messageBody(f.brand.ID, d.ID)) {
 				t.Errorf("delivery %s was never queued", d.ID)
@@ -804,25 +836,28 @@ func TestDeliverStartExecutionFails(t *testing.T) {
 
 // TestRequeue checks the hook that queues a manually retried delivery.
 func TestRequeue(t *testing.T) {
-	q := &fakeQueue{}
-	requeue := lambdafn.Requeue(q, queueURL)
+	q := newTestQueue(t)
+	requeue := queue.Requeue(q.client, q.URL)
 	ref := tracking.DeliveryRef{BrandID: "brd_01kaqhzz2r4t6y8a0c2e4g6j8m", DeliveryID: "wh_01kaqj3f8v5m2w7x9c4d6e8g0h"}
 	if err := requeue(t.Context(), ref); err != nil {
 		t.Fatal(err)
 	}
-	if len(q.calls) != 1 || len(q.calls[0].Entries) != 1 || aws.ToString(q.calls[0].QueueUrl) != queueURL {
-		t.Fatalf("calls %+v, want one batch of one message to the queue", q.calls)
+	if calls := q.sendCalls(); len(calls) != 1 || len(calls[0].Entries) != 1 || calls[0].QueueURL != q.URL {
+		t.Fatalf("calls %+v, want one batch of one message to the queue", calls)
 	}
-	if got, want := q.messages(), []string{messageBody(ref.BrandID, ref.DeliveryID)}; !slices.Equal(got, want) {
+	if got, want := q.messages(t), []string{messageBody(ref.BrandID, ref.DeliveryID)}; !slices.Equal(got, want) {
 		t.Errorf("messages %q, want %q", got, want)
 	}
-	q.respond = refuseLast
+	q.refuseFrom(1, refuseLast)
 	if err := requeue(t.Context(), ref); err == nil {
 		t.Error("a refused message is no error")
 	}
-	q.respond = queueDown
+	q.refuseFrom(1, down)
 	if err := requeue(t.Context(), ref); err == nil {
 		t.Error("a failed call is no error")
+	}
+	if got := q.messages(t); len(got) != 1 {
+		t.Errorf("messages %q after the refusals, want still the one", got)
 	}
 }
 
@@ -840,8 +875,8 @@ func TestManualRetryRequeues(t *testing.T) {
 		}
 	}
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
-		q := &fakeQueue{}
-		f := newFixture(t, st, tracking.WithRequeue(lambdafn.Requeue(q, queueURL)))
+		q := newTestQueue(t)
+		f := newFixture(t, st, tracking.WithRequeue(queue.Requeue(q.client, q.URL)))
 		sub := f.subscribe(t, []string{tally.EventPartnerApplied}, webhookSecret, 500)
 		evt := f.applied(t, "Runner Media")
 		if _, err := f.svc.FanOut(t.Context(), evt.ID); err != nil {
@@ -866,23 +901,17 @@ func TestManualRetryRequeues(t *testing.T) {
 		r := invokeAPI(t, f, h, ev)
 		wantStatus(t, r, 200)
 		wantField(t, r.body, "status", tally.DeliveryPending)
-		if got, want := q.messages(), []string{messageBody(f.brand.ID, d.ID)}; !slices.Equal(got, want) {
-			t.Fatalf("queued %q, want exactly %q", got, want)
-		}
 		// A second retry finds it pending: 409, and nothing more is queued.
 		r = invokeAPI(t, f, h, ev)
 		wantStatus(t, r, 409)
-		if n := len(q.messages()); n != 1 {
-			t.Errorf("%d messages after the refused retry, want 1", n)
+		msgs := sqstest.Receive(t, q.direct, q.Queue, 10, time.Second)
+		if len(msgs) != 1 || msgs[0].Body != messageBody(f.brand.ID, d.ID) {
+			t.Fatalf("queued %+v, want exactly one message for %s", msgs, d.ID)
 		}
 
 		// The message through deliver: attempt 1 of the new schedule, and
 		// the execution for that schedule (cycle 7: seven attempts before).
-		sqsEv := decodeEvent[events.SQSEvent](t, sfntest.Substitute(t, all["deliver-sqs"], map[string]string{
-			"TALLY_BRAND_ID": f.brand.ID, "TALLY_DELIVERY_ID": d.ID, "TALLY_OTHER_DELIVERY_ID": d.ID}))
-		sqsEv.Records = sqsEv.Records[:1]
-		sqsEv.Records[0].Body = q.messages()[0]
-		if fails := queueFailures(deliverCall(t, f)(sqsEv)); len(fails) != 0 {
+		if fails := queueFailures(deliverCall(t, f)(events.SQSEvent{Records: msgs})); len(fails) != 0 {
 			t.Fatalf("failures %v", fails)
 		}
 		if n := f.receivers[sub.ID].count(); n != tracking.MaxAttempts+1 {
@@ -894,6 +923,158 @@ func TestManualRetryRequeues(t *testing.T) {
 		}
 		if d = f.delivery(t, d.ID); d.Status != tally.DeliveryPending || len(d.Attempts) != tracking.MaxAttempts+1 {
 			t.Errorf("delivery %+v, want pending with %d attempts", d, tracking.MaxAttempts+1)
+		}
+	})
+}
+
+// TestReconcilerDefersToABacklog checks that overdue deliveries are not
+// queued again while the delivery queue has a backlog (deliver is behind,
+// and they are most likely in it), and are once it is gone; overdue events
+// are fanned out either way.
+func TestReconcilerDefersToABacklog(t *testing.T) {
+	f := newFixture(t, testenv.Bolt(t))
+	f.fanOutAll(t)
+	f.subscribe(t, []string{tally.EventPartnerApplied}, "")
+	evt := f.applied(t, "Runner Media")
+	if _, err := f.svc.FanOut(t.Context(), evt.ID); err != nil {
+		t.Fatal(err)
+	}
+	f.applied(t, "Trail Tales")
+	q := f.deliveryQueue(t)
+	if err := queue.Requeue(q.client, q.URL)(t.Context(), tracking.DeliveryRef{BrandID: f.brand.ID, DeliveryID: "wh_01kaqj3f8v5m2w7x9c4d6e8g0h"}); err != nil {
+		t.Fatal(err)
+	}
+	r := queue.DefaultReconciler
+	r.Backlog = 2
+	h := r.Handler(f.svc, q.client, q.URL, f.cfg.Logger)
+	f.clock.Add(time.Hour)
+	res, err := h(lambdaContext(t, "reconciler-invocation"), events.EventBridgeEvent{})
+	if err != nil || res.Events != 1 || res.Deliveries != 0 || !res.Deferred || res.Backlog != 2 {
+		t.Errorf("with 2 messages waiting: %+v, %v; want the event fanned out and the overdue delivery deferred", res, err)
+	}
+	q.messages(t) // deliver catches up
+	res, err = h(lambdaContext(t, "reconciler-invocation"), events.EventBridgeEvent{})
+	if err != nil || res.Events != 0 || res.Deliveries != 1 || res.Deferred {
+		t.Errorf("with the queue empty: %+v, %v; want the overdue delivery queued", res, err)
+	}
+	d := f.deliveriesOf(t, evt.ID)[f.subs[0].ID]
+	if got := q.messages(t); got[len(got)-1] != messageBody(f.brand.ID, d.ID) {
+		t.Errorf("queued %q last, want the overdue delivery %s", got[len(got)-1], d.ID)
+	}
+}
+
+// fanOutAll fans out every event of the fixture's brand so far.
+func (f *fixture) fanOutAll(t *testing.T) {
+	t.Helper()
+	evts, _, err := f.svc.Events(t.Context(), f.brand.ID, tracking.ListParams{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evts {
+		if _, err := f.svc.FanOut(t.Context(), e.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestDeliverDuplicatesInABatch checks that two messages for the same
+// delivery in one batch (queued twice: a repeated fan-out, a re-drive) make
+// one attempt, not two at once.
+func TestDeliverDuplicatesInABatch(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		f := newFixture(t, st)
+		sub := f.subscribe(t, []string{tally.EventPartnerApplied}, "", 503)
+		evt := f.applied(t, "Runner Media")
+		if _, err := f.svc.FanOut(t.Context(), evt.ID); err != nil {
+			t.Fatal(err)
+		}
+		d := f.deliveriesOf(t, evt.ID)[sub.ID]
+		q := f.deliveryQueue(t)
+		for range 3 {
+			if err := queue.Requeue(q.client, q.URL)(t.Context(), tracking.DeliveryRef{BrandID: f.brand.ID, DeliveryID: d.ID}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		msgs := sqstest.Receive(t, q.direct, q.Queue, 10, time.Second)
+		if len(msgs) != 3 {
+			t.Fatalf("%d messages, want 3", len(msgs))
+		}
+		if fails := queueFailures(deliverCall(t, f)(events.SQSEvent{Records: msgs})); len(fails) != 0 {
+			t.Errorf("failures %v", fails)
+		}
+		if n := f.receivers[sub.ID].count(); n != 1 {
+			t.Errorf("the receiver got %d requests, want attempt 1 once", n)
+		}
+		if got := f.executions.startedNames(); !slices.Equal(got, []string{d.ID + "-0"}) {
+			t.Errorf("executions %v, want one", got)
+		}
+	})
+}
+
+// TestRecoverPostbackRequeues: on AWS the deliveries function serves the
+// recover routes; recovering a partner's failed postback queues it again,
+// and the deliver function then sends it, a GET of the same filled URL
+// under the same id.
+func TestRecoverPostbackRequeues(t *testing.T) {
+	all := samples(t)
+	var groups []string
+	for _, fn := range functions(t) {
+		if fn.name == "deliveries" {
+			groups = fn.groups
+		}
+	}
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		q := newTestQueue(t)
+		f := newFixture(t, st, tracking.WithRequeue(queue.Requeue(q.client, q.URL)))
+		rcv := newReceiver(t, 500, 500, 500, 500, 500, 500, 500, 204)
+		since := f.clock.Now()
+		url := rcv.srv.URL + "/pb?c={conversion_id}"
+		if _, err := f.svc.PutPostback(t.Context(), f.brand.ID, f.partner.ID, tracking.PostbackInput{URL: &url}); err != nil {
+			t.Fatal(err)
+		}
+		c := f.recordConversion(t, f.offer, "recover-1")
+		evts, _, err := f.svc.Events(t.Context(), f.brand.ID, tracking.ListParams{Limit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs, err := f.svc.FanOut(t.Context(), evts[0].ID)
+		if err != nil || len(refs) != 1 {
+			t.Fatalf("fan-out: %v, %v; want the postback's delivery", refs, err)
+		}
+		for n := 1; n <= tracking.MaxAttempts; n++ {
+			if _, err := f.svc.Attempt(t.Context(), refs[0], n, f.sender); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		h := apiHandler(t, f, groups)
+		ev := decodeEvent[events.APIGatewayV2HTTPRequest](t, sfntest.Substitute(t, all["deliveries-list"], f.vars))
+		path := "/api/v1/partners/" + f.partner.ID + "/postback/recover"
+		ev.RouteKey, ev.RawPath, ev.RawQueryString = "POST /api/v1/partners/{id}/postback/recover", path, ""
+		ev.RequestContext.RouteKey, ev.RequestContext.HTTP.Method, ev.RequestContext.HTTP.Path = ev.RouteKey, "POST", path
+		ev.Headers["content-type"] = "application/json"
+		ev.Body = fmt.Sprintf(`{"since":%q}`, since.Format(time.RFC3339Nano))
+		r := invokeAPI(t, f, h, ev)
+		wantStatus(t, r, 200)
+		wantField(t, r.body, "recovered", 1)
+		msgs := sqstest.Receive(t, q.direct, q.Queue, 10, time.Second)
+		if len(msgs) != 1 || msgs[0].Body != messageBody(f.brand.ID, refs[0].DeliveryID) {
+			t.Fatalf("queued %+v, want exactly one message for %s", msgs, refs[0].DeliveryID)
+		}
+
+		// The message through deliver: attempt 1 of the new schedule.
+		if fails := queueFailures(deliverCall(t, f)(events.SQSEvent{Records: msgs})); len(fails) != 0 {
+			t.Fatalf("failures %v", fails)
+		}
+		if rcv.count() != tracking.MaxAttempts+1 {
+			t.Fatalf("the partner got %d requests, want %d", rcv.count(), tracking.MaxAttempts+1)
+		}
+		req, _ := rcv.request(tracking.MaxAttempts)
+		if req.Method != "GET" || req.URL.RequestURI() != "/pb?c="+c.ID || req.Header.Get("X-Tally-Webhook-Id") != refs[0].DeliveryID {
+			t.Errorf("the recovered postback: %s %s id %q", req.Method, req.URL.RequestURI(), req.Header.Get("X-Tally-Webhook-Id"))
+		}
+		if d := f.delivery(t, refs[0].DeliveryID); d.Status != tally.DeliverySucceeded || d.Type != tally.DeliveryPostback {
+			t.Errorf("delivery %+v, want a succeeded postback", d)
 		}
 	})
 }

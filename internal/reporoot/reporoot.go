@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"testing"
 )
 
 // Find walks up from the working directory (go test sets it to the
@@ -25,4 +26,15 @@ func Find() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// Missing reports a tool a test needs that was not fetched: it skips the
+// test, or fails it when the CI variable is set, since CI must not silently
+// skip.
+func Missing(t testing.TB, msg string) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
 }

@@ -1,17 +1,15 @@
 package sfntest_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -19,15 +17,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go/logging"
 	"gopkg.in/yaml.v3"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/lambdafn/queue"
 	"github.com/tally-hq/tally/internal/sfntest"
+	"github.com/tally-hq/tally/internal/sqstest"
 	"github.com/tally-hq/tally/internal/tracking"
 	"github.com/tally-hq/tally/webhook"
 )
@@ -40,13 +38,16 @@ import (
 // feeds the fanout function; its queue messages feed the deliver function,
 // whose attempt 1 fails and which starts the retry workflow; local-sfn runs
 // that execution, whose task, the attempt step, delivers on the first retry.
+// The partner's postback, set through the partners function, rides the
+// same path: the fan-out makes its delivery next to the webhook's, and its
+// GET fails once and succeeds on the retry too.
 //
 // What stands in for AWS: the event source mappings (this test reads the
-// stream and batches the records), SQS (there is no emulator here: a double
-// at lambdafn.Queue, the SDK interface the fanout uses, captures the
-// messages, which the test hands to the deliver function as an SQS event),
-// and Step Functions' StartExecution (a double at lambdafn.Executions; the
-// execution itself runs in local-sfn).
+// stream and batches the records, and receives the queue's messages and
+// deletes the ones the deliver function did not report, as
+// sqstest.Receive and Finish do); SQS is fauxqs, reached by the client
+// the fanout uses (internal/sqsjson); Step Functions' API is sfntest.Server, reached by the
+// SDK client the deliver function uses, whose execution runs in local-sfn.
 func TestAWSPath(t *testing.T) {
 	t.Parallel()
 	sfntest.Find(t)
@@ -60,6 +61,23 @@ func TestAWSPath(t *testing.T) {
 	})
 	f.subscribe(t, rcv.URL, secret, tally.EventConversionCreated)
 	key, offerID, partnerID := f.conversionSetup(t)
+	pbRcv := newReceiver(t, func(n int) int {
+		if n == 1 {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusNoContent
+	})
+	// The partners function, over the set-up service: the receiver is on
+	// loopback, which only the local server accepts.
+	partners, err := lambdafn.APIHandler(f.svc, httpapi.Config{Logger: f.log}, httpapi.GroupPartners)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pbBody := fmt.Sprintf(`{"url":%q}`, pbRcv.URL+"/pb?cnv={conversion_id}&pay={payout}&cur={currency}&s1={sub1}")
+	resp, err := partners(lambdaContext(ctx, "partners"), roundTrip(t, apiEvent("PUT", "/api/v1/partners/"+partnerID+"/postback", key, pbBody)))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT the postback: %v, status %d: %s", err, resp.StatusCode, resp.Body)
+	}
 
 	// The conversions function records a conversion.
 	api, err := lambdafn.APIHandler(f.function(), httpapi.Config{Logger: f.log}, httpapi.GroupConversions)
@@ -67,7 +85,7 @@ func TestAWSPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	body := fmt.Sprintf(`{"offerId":%q,"partnerId":%q,"externalTxnId":"order-100234","revenueCents":8990,"payoutCents":1500,"currency":"EUR","sub1":"newsletter-nov"}`, offerID, partnerID)
-	resp, err := api(lambdaContext(ctx, "conversions"), roundTrip(t, apiEvent("POST", "/api/v1/conversions", key, body)))
+	resp, err = api(lambdaContext(ctx, "conversions"), roundTrip(t, apiEvent("POST", "/api/v1/conversions", key, body)))
 	if err != nil || resp.StatusCode != http.StatusCreated {
 		t.Fatalf("POST /api/v1/conversions: %v, status %d: %s", err, resp.StatusCode, resp.Body)
 	}
@@ -94,41 +112,82 @@ func TestAWSPath(t *testing.T) {
 		}
 	}
 
-	// The fanout function, in batches of 100 (the mapping's BatchSize).
-	queue := &queue{}
-	fanout := lambdafn.FanoutHandler(f.function(), queue, queueURL, f.log)
+	// The fanout function, in batches of 100 (the mapping's BatchSize),
+	// sending to the delivery queue (visibility and redrive as deployed).
+	sqsClient := sqstest.NewClient(sqstest.Endpoint(t))
+	deliveryQueue, _ := sqstest.NewQueueWithDLQ(t, sqsClient, 180*time.Second, 5)
+	fanout := queue.FanoutHandler(f.function(), sqstest.NewSender(sqstest.Endpoint(t)), deliveryQueue.URL, f.log)
 	for chunk := range slices.Chunk(batch, 100) {
 		out, err := fanout(lambdaContext(ctx, "fanout"), roundTrip(t, events.DynamoDBEvent{Records: chunk}))
 		if err != nil || len(out.BatchItemFailures) > 0 {
 			t.Fatalf("fanout: %v, failures %+v", err, out.BatchItemFailures)
 		}
 	}
-	msgs := queue.take()
-	if len(msgs) != 1 {
-		t.Fatalf("the fanout queued %d messages, want 1 (one subscription to conversion.created)", len(msgs))
+	msgs := sqstest.Receive(t, sqsClient, deliveryQueue, 10, time.Second)
+	if len(msgs) != 2 {
+		t.Fatalf("the fanout queued %d messages, want 2 (one subscription to conversion.created, one postback)", len(msgs))
 	}
-	var ref tracking.DeliveryRef
-	if err := json.Unmarshal([]byte(msgs[0].Body), &ref); err != nil || ref.BrandID != f.brand.ID {
-		t.Fatalf("queue message %s: %v", msgs[0].Body, err)
+	var ref, pbRef tracking.DeliveryRef
+	for _, m := range msgs {
+		var r tracking.DeliveryRef
+		if err := json.Unmarshal([]byte(m.Body), &r); err != nil || r.BrandID != f.brand.ID {
+			t.Fatalf("queue message %s: %v", m.Body, err)
+		}
+		d, err := f.function().Delivery(ctx, r.BrandID, r.DeliveryID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Type == tally.DeliveryPostback {
+			pbRef = r
+		} else {
+			ref = r
+		}
+	}
+	if ref.DeliveryID == "" || pbRef.DeliveryID == "" {
+		t.Fatalf("the queued deliveries are not one webhook and one postback: %v", msgs)
 	}
 
-	// The deliver function: attempt 1 fails and starts the retries.
+	// The deliver function: attempt 1 of each fails and starts the
+	// retries. The messages are then deleted from the queue.
 	started := f.deliver(t, msgs...)
-	if len(started) != 1 || aws.ToString(started[0].Name) != ref.DeliveryID+"-0" {
-		t.Fatalf("the deliver function started %d executions, want one named %s-0", len(started), ref.DeliveryID)
+	wantNames := []string{ref.DeliveryID + "-0", pbRef.DeliveryID + "-0"}
+	slices.Sort(started)
+	slices.Sort(wantNames)
+	if !slices.Equal(started, wantNames) {
+		t.Fatalf("the deliver function started %v, want executions %v", started, wantNames)
 	}
-	if n := len(rcv.requests()); n != 1 {
-		t.Fatalf("the receiver got %d requests from the deliver function, want 1", n)
+	if n, m := len(rcv.requests()), len(pbRcv.requests()); n != 1 || m != 1 {
+		t.Fatalf("the receivers got %d and %d requests from the deliver function, want 1 each", n, m)
+	}
+	sqstest.Finish(t, sqsClient, deliveryQueue, msgs, events.SQSEventResponse{})
+
+	// The retry workflows.
+	for _, name := range started {
+		res := f.workflow.Wait(t, name)
+		var out executionOutput
+		if err := json.Unmarshal(res.Output, &out); res.Status != sfntest.StatusSucceeded || err != nil ||
+			out.Result.Status != tally.DeliverySucceeded || out.Result.Attempts != 2 {
+			t.Errorf("the execution %s ended %v, want succeeded after 2 attempts\ntask runs: %+v", name, res, f.taskRuns(t))
+		}
 	}
 
-	// The retry workflow.
-	raw, runs, err := f.retry(t, started[0])
-	if err != nil {
-		t.Fatalf("the execution failed: %v\ntask runs: %+v", err, runs)
+	// The partner got the postback twice, filled in, as GETs.
+	pbReqs := pbRcv.requests()
+	wantURI := "/pb?cnv=" + conv.ID + "&pay=15.00&cur=EUR&s1=newsletter-nov"
+	for i, r := range pbReqs {
+		if r.method != http.MethodGet || r.uri != wantURI || len(r.body) != 0 || r.header.Get(webhook.WebhookIDHeader) != pbRef.DeliveryID {
+			t.Errorf("postback request %d: %s %s (%d body bytes, id %q), want GET %s", i+1, r.method, r.uri, len(r.body), r.header.Get(webhook.WebhookIDHeader), wantURI)
+		}
 	}
-	var out executionOutput
-	if err := json.Unmarshal(raw, &out); err != nil || out.Result.Status != tally.DeliverySucceeded || out.Result.Attempts != 2 {
-		t.Errorf("the execution ended with %s (%v), want succeeded after 2 attempts", raw, err)
+	pb, err := f.function().Delivery(ctx, pbRef.BrandID, pbRef.DeliveryID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pbReqs) != 2 || pb.Status != tally.DeliverySucceeded || len(pb.Attempts) != 2 || pb.PartnerID != partnerID || pb.URL != pbRcv.URL+wantURI {
+		t.Errorf("postback delivery %+v after %d requests, want succeeded on attempt 2", pb, len(pbReqs))
+	}
+	if left := sqstest.Receive(t, sqsClient, deliveryQueue, 10, 0); len(left) != 0 {
+		t.Errorf("the queue still has %d messages", len(left))
 	}
 
 	// The receiver has the conversion.created event, signed.
@@ -492,38 +551,4 @@ func equalJSON(a, b any) bool {
 	x, _ := json.Marshal(a)
 	y, _ := json.Marshal(b)
 	return string(x) == string(y)
-}
-
-// queue stands in for SQS at the SDK interface the fanout uses, since no
-// SQS emulator runs here: it accepts every message and keeps it.
-type queue struct {
-	mu   sync.Mutex
-	msgs []events.SQSMessage
-}
-
-func (q *queue) SendMessageBatch(_ context.Context, in *sqs.SendMessageBatchInput, _ ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
-	if aws.ToString(in.QueueUrl) != queueURL {
-		return nil, fmt.Errorf("no queue %s", aws.ToString(in.QueueUrl))
-	}
-	if n := len(in.Entries); n == 0 || n > 10 {
-		return nil, fmt.Errorf("SendMessageBatch takes 1 to 10 entries, not %d", n)
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	out := &sqs.SendMessageBatchOutput{}
-	for _, e := range in.Entries {
-		id := "msg-" + strconv.Itoa(len(q.msgs)+1)
-		q.msgs = append(q.msgs, events.SQSMessage{MessageId: id, Body: aws.ToString(e.MessageBody), EventSource: "aws:sqs",
-			AWSRegion: "us-east-1", EventSourceARN: "arn:aws:sqs:us-east-1:123456789012:tally-DeliveryQueue"})
-		out.Successful = append(out.Successful, sqstypes.SendMessageBatchResultEntry{Id: e.Id, MessageId: aws.String(id)})
-	}
-	return out, nil
-}
-
-func (q *queue) take() []events.SQSMessage {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	out := q.msgs
-	q.msgs = nil
-	return out
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
@@ -26,29 +27,30 @@ import (
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/lambdafn/deliver"
 	"github.com/tally-hq/tally/internal/sfntest"
-	"github.com/tally-hq/tally/internal/statemachine"
+	"github.com/tally-hq/tally/internal/sqstest"
 	"github.com/tally-hq/tally/internal/store/dynamo"
 	"github.com/tally-hq/tally/internal/tracking"
 )
 
-func TestMain(m *testing.M) { dynamotest.Main(m) }
+func TestMain(m *testing.M) { sqstest.Main(m) }
 
 // The tests run the real steps of the webhook pipeline against one
 // DynamoDB Local table each: the handlers of lambdafn in the test process,
-// the state machine's task in a program local-sfn starts.
+// with the SDK's Step Functions client talking to an sfntest.Server (the
+// API is its stand-in; each execution runs in local-sfn), whose tasks run
+// the attempt program over the same table.
 const (
-	attemptPkg      = "github.com/tally-hq/tally/internal/sfntest/attempt"
 	attemptARN      = "arn:aws:lambda:us-east-1:123456789012:function:tally-AttemptFunction"
 	stateMachineARN = "arn:aws:states:us-east-1:123456789012:stateMachine:tally-RetryStateMachine"
-	queueURL        = "https://sqs.us-east-1.amazonaws.com/123456789012/tally-DeliveryQueue"
 
 	// waitTime replaces every Wait state's time (1 s … 2 h): short, but
 	// still a real pause between attempts.
 	waitTime = 20 * time.Millisecond
 )
 
-// fixture is one brand in a fresh table.
+// fixture is one brand in a fresh table, with the retry workflow served.
 type fixture struct {
 	endpoint string
 	client   *dynamodb.Client
@@ -56,6 +58,11 @@ type fixture struct {
 	svc      *tracking.Service // set-up; accepts loopback receivers
 	log      *slog.Logger
 	brand    tally.Brand
+
+	workflow *sfntest.Server
+	sfn      *sfn.Client // the deliver function's client, at workflow
+	taskLog  string      // the attempt program's runs (SFNTEST_TASK_LOG)
+	failFile string      // runs the attempt program fails on purpose (SFNTEST_FAIL_FILE)
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -67,7 +74,25 @@ func newFixture(t *testing.T) *fixture {
 	if f.brand, err = f.svc.CreateBrand(t.Context(), "Northwind Running"); err != nil {
 		t.Fatal(err)
 	}
+	dir := t.TempDir()
+	f.taskLog, f.failFile = filepath.Join(dir, "tasks.jsonl"), filepath.Join(dir, "fail")
+	f.workflow = sfntest.NewServer(t, stateMachineARN, sfntest.RetryWorkflow(t, attemptARN, f.table, f.endpoint, waitTime,
+		"SFNTEST_TASK_LOG="+f.taskLog, "SFNTEST_FAIL_FILE="+f.failFile))
+	f.sfn = sfn.New(sfn.Options{
+		Region:       "us-east-1",
+		Credentials:  credentials.NewStaticCredentialsProvider("tally", "tally", ""),
+		BaseEndpoint: aws.String(f.workflow.URL),
+	})
 	return f
+}
+
+// failOnPurpose makes the attempt program fail the runs listed ("3",
+// "abandon"), from its next run on.
+func (f *fixture) failOnPurpose(t *testing.T, runs ...string) {
+	t.Helper()
+	if err := os.WriteFile(f.failFile, []byte(strings.Join(runs, ",")), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // function returns the service of another function over the same table:
@@ -89,17 +114,18 @@ func loopbackSender() *delivery.Sender {
 	return delivery.NewSender(delivery.Options{AllowLoopback: true})
 }
 
-// deliver runs the deliver function on queue messages (attempt 1) and
-// returns the executions it started.
-func (f *fixture) deliver(t *testing.T, msgs ...events.SQSMessage) []*sfn.StartExecutionInput {
+// deliver runs the deliver function on queue messages (attempt 1; its
+// client starts the retry executions) and returns the names of the
+// executions started since the last call.
+func (f *fixture) deliver(t *testing.T, msgs ...events.SQSMessage) []string {
 	t.Helper()
-	ex := &executions{}
-	h := lambdafn.DeliverHandler(f.function(), loopbackSender(), ex, stateMachineARN, f.log)
+	before := len(f.workflow.Names())
+	h := deliver.DeliverHandler(f.function(), loopbackSender(), f.sfn, stateMachineARN, f.log)
 	resp, err := h(lambdaContext(t.Context(), "deliver"), roundTrip(t, events.SQSEvent{Records: msgs}))
 	if err != nil || len(resp.BatchItemFailures) > 0 {
 		t.Fatalf("deliver: %v, failures %+v", err, resp.BatchItemFailures)
 	}
-	return ex.take()
+	return f.workflow.Names()[before:]
 }
 
 // message is the queue message the fan-out sends for ref.
@@ -120,63 +146,19 @@ type taskRun struct {
 	Error   string                 `json:"error"`
 }
 
-// retry runs the retry state machine, statemachine/retry.asl.json, on the
-// input of a captured StartExecution: every Attempt task runs the attempt
-// program over the fixture's table, every Wait state waits waitTime.
-func (f *fixture) retry(t *testing.T, start *sfn.StartExecutionInput) (json.RawMessage, []taskRun, error) {
+// taskRuns returns the attempt program's runs so far.
+func (f *fixture) taskRuns(t *testing.T) []taskRun {
 	t.Helper()
-	bin := sfntest.Build(t, attemptPkg)
-	raw, err := os.ReadFile(filepath.Join("..", "..", statemachine.File))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ex := sfntest.Execution{
-		Definition: sfntest.Substitute(t, raw, map[string]string{statemachine.AttemptFunctionVar: attemptARN}),
-		Input:      []byte(aws.ToString(start.Input)),
-		Tasks:      map[string]string{},
-		Waits:      map[string]time.Duration{},
-		Retries:    map[string]time.Duration{},
-	}
-	for retry := 1; retry <= len(tracking.RetrySchedule); retry++ {
-		ex.Waits[statemachine.WaitState(retry)] = waitTime
-		task := statemachine.AttemptState(retry + 1)
-		ex.Tasks[task] = bin
-		ex.Retries[task] = 10 * time.Millisecond // a failed task is retried, but not after 2 s, 4 s, …
-	}
-	taskLog := filepath.Join(t.TempDir(), "tasks.jsonl")
-	ex.Env = []string{
-		"TALLY_TABLE=" + f.table,
-		"AWS_ENDPOINT_URL_DYNAMODB=" + f.endpoint,
-		"AWS_ENDPOINT_URL=",
-		"AWS_REGION=us-east-1",
-		"AWS_ACCESS_KEY_ID=tally",
-		"AWS_SECRET_ACCESS_KEY=tally",
-		"AWS_SESSION_TOKEN=",
-		"AWS_PROFILE=",
-		"AWS_CONFIG_FILE=" + os.DevNull,
-		"AWS_SHARED_CREDENTIALS_FILE=" + os.DevNull,
-		"AWS_EC2_METADATA_DISABLED=true",
-		"TALLY_LOG_LEVEL=warn",
-		"SFNTEST_TASK_LOG=" + taskLog,
-	}
-	started := time.Now()
-	out, runErr := sfntest.Run(t, ex)
-	t.Logf("local-sfn ran the execution in %v", time.Since(started).Round(time.Millisecond))
-	return out, readTaskLog(t, taskLog), runErr
-}
-
-func readTaskLog(t *testing.T, path string) []taskRun {
-	t.Helper()
-	f, err := os.Open(path)
+	file, err := os.Open(f.taskLog)
 	if os.IsNotExist(err) {
 		return nil
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer file.Close()
 	var runs []taskRun
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(file)
 	for sc.Scan() {
 		var r taskRun
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
@@ -198,29 +180,6 @@ type executionOutput struct {
 	} `json:"result"`
 }
 
-// executions stands in for Step Functions: it records the executions the
-// deliver function starts.
-type executions struct {
-	mu      sync.Mutex
-	started []*sfn.StartExecutionInput
-}
-
-func (e *executions) StartExecution(_ context.Context, in *sfn.StartExecutionInput, _ ...func(*sfn.Options)) (*sfn.StartExecutionOutput, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.started = append(e.started, in)
-	arn := strings.Replace(aws.ToString(in.StateMachineArn), ":stateMachine:", ":execution:", 1) + ":" + aws.ToString(in.Name)
-	return &sfn.StartExecutionOutput{ExecutionArn: aws.String(arn), StartDate: aws.Time(time.Now())}, nil
-}
-
-func (e *executions) take() []*sfn.StartExecutionInput {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := e.started
-	e.started = nil
-	return out
-}
-
 // receiver is a webhook receiver on 127.0.0.1 that answers request n
 // (from 1) with status(n).
 type receiver struct {
@@ -232,8 +191,9 @@ type receiver struct {
 }
 
 type request struct {
-	header http.Header
-	body   []byte
+	method, uri string
+	header      http.Header
+	body        []byte
 }
 
 func newReceiver(t *testing.T, status func(n int) int) *receiver {
@@ -245,7 +205,7 @@ func newReceiver(t *testing.T, status func(n int) int) *receiver {
 			return
 		}
 		r.mu.Lock()
-		r.reqs = append(r.reqs, request{header: req.Header.Clone(), body: body})
+		r.reqs = append(r.reqs, request{method: req.Method, uri: req.URL.RequestURI(), header: req.Header.Clone(), body: body})
 		n := len(r.reqs)
 		r.mu.Unlock()
 		w.WriteHeader(r.status(n))

@@ -2,12 +2,12 @@ package sfntest_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/lambdafn"
@@ -18,18 +18,50 @@ import (
 )
 
 // These tests run the deployed retry workflow, statemachine/retry.asl.json,
-// with local-sfn: attempt 1 by the deliver function, which starts the
-// execution, then attempts 2 to 7 by the real attempt step in the state
-// machine's task, with the waits cut to waitTime.
+// with local-sfn: attempt 1 by the deliver function, whose Step Functions
+// client starts the execution, then attempts 2 to 7 by the real attempt
+// step in the state machine's task, with the waits cut to waitTime.
 
 const secret = "whsec_0123456789abcdef"
 
 // retryScenario delivers a webhook.test to a receiver answering status(n)
-// to request n, through the deliver function and the retry workflow.
+// to request n, through the deliver function and the retry workflow, which
+// must succeed.
 func retryScenario(t *testing.T, status func(n int) int) (f *fixture, ref tracking.DeliveryRef, out executionOutput, runs []taskRun, rcv *receiver) {
+	t.Helper()
+	f, ref, name, rcv := startScenario(t, status)
+	res := f.workflow.Wait(t, name)
+	runs = f.taskRuns(t)
+	if res.Status != sfntest.StatusSucceeded {
+		t.Fatalf("the execution ended %v\ntask runs: %+v", res, runs)
+	}
+	var in lambdafn.RetryInput
+	if json.Unmarshal([]byte(res.Input), &in) != nil || in.DeliveryRef != ref || in.Attempt != 0 || in.ResumeAt != nil {
+		t.Errorf("execution input %s, want the delivery %+v", res.Input, ref)
+	}
+	if err := json.Unmarshal(res.Output, &out); err != nil {
+		t.Fatalf("execution output %s: %v", res.Output, err)
+	}
+	if out.BrandID != ref.BrandID || out.DeliveryID != ref.DeliveryID {
+		t.Errorf("execution output %s does not carry the delivery %+v", res.Output, ref)
+	}
+	return f, ref, out, runs, rcv
+}
+
+// startScenario delivers a webhook.test to a receiver answering status(n)
+// to request n through the deliver function, whose attempt 1 must fail, and
+// returns the delivery and the execution it started.
+func startScenario(t *testing.T, status func(n int) int) (f *fixture, ref tracking.DeliveryRef, name string, rcv *receiver) {
+	t.Helper()
+	return startScenarioWith(t, status, func(*fixture) {})
+}
+
+// startScenarioWith is startScenario with setup run on the fixture first.
+func startScenarioWith(t *testing.T, status func(n int) int, setup func(*fixture)) (f *fixture, ref tracking.DeliveryRef, name string, rcv *receiver) {
 	t.Helper()
 	sfntest.Find(t)
 	f = newFixture(t)
+	setup(f)
 	rcv = newReceiver(t, status)
 	sub := f.subscribe(t, rcv.URL, secret, tally.EventConversionCreated)
 	evt, err := f.svc.SendTestEvent(t.Context(), f.brand.ID, sub.ID)
@@ -43,32 +75,10 @@ func retryScenario(t *testing.T, status func(n int) int) (f *fixture, ref tracki
 	ref = refs[0]
 
 	started := f.deliver(t, message(t, "c0ffee00-0000-4000-8000-000000000001", ref))
-	if len(started) != 1 {
-		t.Fatalf("the deliver function started %d executions after a failed attempt 1, want 1", len(started))
+	if want := ref.DeliveryID + "-0"; !slices.Equal(started, []string{want}) {
+		t.Fatalf("the deliver function started %v after a failed attempt 1, want one execution named %s (the delivery id and its cycle)", started, want)
 	}
-	start := started[0]
-	if got, want := aws.ToString(start.Name), ref.DeliveryID+"-0"; got != want {
-		t.Errorf("execution name = %q, want %q (the delivery id and its cycle)", got, want)
-	}
-	if got := aws.ToString(start.StateMachineArn); got != stateMachineARN {
-		t.Errorf("state machine = %q, want %q", got, stateMachineARN)
-	}
-	var in lambdafn.RetryInput
-	if err := json.Unmarshal([]byte(aws.ToString(start.Input)), &in); err != nil || in.DeliveryRef != ref {
-		t.Fatalf("execution input %s: %v, want the delivery %+v", aws.ToString(start.Input), err, ref)
-	}
-
-	raw, runs, err := f.retry(t, start)
-	if err != nil {
-		t.Fatalf("the execution failed: %v\ntask runs: %+v", err, runs)
-	}
-	if err := json.Unmarshal(raw, &out); err != nil {
-		t.Fatalf("execution output %s: %v", raw, err)
-	}
-	if out.BrandID != ref.BrandID || out.DeliveryID != ref.DeliveryID {
-		t.Errorf("execution output %s does not carry the delivery %+v", raw, ref)
-	}
-	return f, ref, out, runs, rcv
+	return f, ref, started[0], rcv
 }
 
 // checkAttempts checks the task runs (attempts 2…last, one run each, no
@@ -152,7 +162,7 @@ func TestRetryGivesUpAfterSeventhAttempt(t *testing.T) {
 	checkAttempts(t, ref, runs, rcv, tracking.MaxAttempts)
 	checkDelivery(t, f, ref, tally.DeliveryFailed, slices.Repeat([]int{500}, tracking.MaxAttempts))
 
-	// The execution succeeded, and Done is the only state that ends one.
+	// The execution succeeded, and Done is the only state that ends one so.
 	raw, err := os.ReadFile(filepath.Join("..", "..", statemachine.File))
 	if err != nil {
 		t.Fatal(err)
@@ -167,9 +177,100 @@ func TestRetryGivesUpAfterSeventhAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, st := range def.States {
-		terminal := st.End || st.Type == "Succeed" || st.Type == "Fail"
-		if terminal != (name == "Done") {
-			t.Errorf("state %s (%s) terminal = %v; the test takes Done as the only end", name, st.Type, terminal)
+		succeeds := st.End || st.Type == "Succeed"
+		if succeeds != (name == "Done") {
+			t.Errorf("state %s (%s) succeeds = %v; the test takes Done as the only successful end", name, st.Type, succeeds)
 		}
 	}
+}
+
+// Attempt 3's task fails every time (standing in for the table or Lambda
+// failing; the receiver is not involved): the task's retries run out, the
+// Catch marks the delivery failed, and the execution fails (which the
+// failed-executions alarm reports). The delivery is not left pending: it is
+// failed with the attempts it had, and a manual retry takes it again.
+func TestRetryAbandonsWhenTheTaskKeepsFailing(t *testing.T) {
+	t.Parallel()
+	f, ref, name, rcv := startFailing(t, "3")
+	res := f.workflow.Wait(t, name)
+	if res.Status != sfntest.StatusFailed || !strings.Contains(res.Cause, "the delivery is marked failed") {
+		t.Fatalf("the execution ended %v, want it failed in %s", res, statemachine.AbandonedState)
+	}
+	want := append([]string{"2:pending"}, slices.Repeat([]string{"3:error"}, 7)...)
+	if got := runSummary(f.taskRuns(t)); !slices.Equal(got, append(want, "abandon:failed")) {
+		t.Errorf("task runs %v, want %v (attempt 3 tried 7 times)", got, append(want, "abandon:failed"))
+	}
+	if n := len(rcv.requests()); n != 2 {
+		t.Errorf("the receiver got %d requests, want attempts 1 and 2", n)
+	}
+	checkDelivery(t, f, ref, tally.DeliveryFailed, []int{500, 500})
+	if d, err := f.function().RetryDelivery(t.Context(), ref.BrandID, ref.DeliveryID); err != nil || d.Status != tally.DeliveryPending {
+		t.Errorf("manual retry of the abandoned delivery: %+v, %v; want pending", d, err)
+	}
+}
+
+// The execution fails without deciding the delivery (attempt 3's task and
+// the abandon task both keep failing): the delivery is pending, its next
+// attempt overdue. A message for it (the reconciler re-drives such
+// deliveries) reaches the deliver function, which finds the execution's
+// name taken, sees through DescribeExecution that it failed, and starts the
+// schedule again under a new name at attempt 3, which now works: the
+// delivery ends decided, each attempt made once.
+func TestRetryRestartsAFailedExecution(t *testing.T) {
+	t.Parallel()
+	f, ref, name, rcv := startFailing(t, "3", "abandon")
+	if res := f.workflow.Wait(t, name); res.Status != sfntest.StatusFailed {
+		t.Fatalf("the first execution ended %v, want failed", res)
+	}
+	d, err := f.function().Delivery(t.Context(), ref.BrandID, ref.DeliveryID)
+	if err != nil || d.Status != tally.DeliveryPending || len(d.Attempts) != 2 {
+		t.Fatalf("after the failed execution: %+v, %v; want pending with 2 attempts", d, err)
+	}
+
+	f.failOnPurpose(t) // the trouble is over
+	restarted := f.deliver(t, message(t, "c0ffee00-0000-4000-8000-000000000002", ref))
+	if want := name + "-r1"; !slices.Equal(restarted, []string{want}) {
+		t.Fatalf("the re-driven message started %v, want %s", restarted, want)
+	}
+	res := f.workflow.Wait(t, restarted[0])
+	var in lambdafn.RetryInput
+	if json.Unmarshal([]byte(res.Input), &in) != nil || in.Attempt != 3 || in.ResumeAt == nil || !in.ResumeAt.Equal(d.NextAttemptAt.Time) {
+		t.Errorf("restart input %s, want attempt 3 at %v", res.Input, d.NextAttemptAt)
+	}
+	if res.Status != sfntest.StatusSucceeded {
+		t.Fatalf("the restarted execution ended %v", res)
+	}
+	checkDelivery(t, f, ref, tally.DeliveryFailed, slices.Repeat([]int{500}, tracking.MaxAttempts))
+	if n := len(rcv.requests()); n != tracking.MaxAttempts {
+		t.Errorf("the receiver got %d requests, want %d: each attempt once", n, tracking.MaxAttempts)
+	}
+
+	// The message once more: the delivery is decided, nothing starts.
+	if again := f.deliver(t, message(t, "c0ffee00-0000-4000-8000-000000000003", ref)); len(again) != 0 {
+		t.Errorf("a message for the decided delivery started %v", again)
+	}
+}
+
+// startFailing starts a delivery to a receiver that always answers 500,
+// with the attempt program failing the runs listed.
+func startFailing(t *testing.T, runs ...string) (*fixture, tracking.DeliveryRef, string, *receiver) {
+	t.Helper()
+	return startScenarioWith(t, func(int) int { return 500 }, func(f *fixture) { f.failOnPurpose(t, runs...) })
+}
+
+// runSummary writes task runs as "attempt:status", "attempt:error" and
+// "abandon:status".
+func runSummary(runs []taskRun) []string {
+	var got []string
+	for _, r := range runs {
+		switch {
+		case r.Payload.Abandon:
+			got = append(got, "abandon:"+r.Result.Status)
+		case r.Error != "":
+			got = append(got, fmt.Sprintf("%d:error", r.Payload.Attempt))
+		default:
+			got = append(got, fmt.Sprintf("%d:%s", r.Payload.Attempt, r.Result.Status))
+		}
+	}
+	return got
 }

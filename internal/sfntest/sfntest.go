@@ -104,11 +104,7 @@ func Find(t testing.TB) Tools {
 	}
 	for _, p := range []string{tools.Node, tools.CLI} {
 		if _, err := os.Stat(p); err != nil {
-			msg := fmt.Sprintf("sfntest: no %s: run `./scripts/local-sfn.sh fetch` first", p)
-			if os.Getenv("CI") != "" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
+			reporoot.Missing(t, fmt.Sprintf("sfntest: no %s: run `./scripts/local-sfn.sh fetch` first", p))
 		}
 	}
 	return tools
@@ -147,56 +143,71 @@ func Run(t testing.TB, ex Execution) (json.RawMessage, error) {
 	t.Helper()
 	tools := Find(t)
 	args := checkOverrides(t, ex)
+	out, stderr, err := tools.execute(t.Context(), ex, args, t.TempDir())
+	if len(stderr) > 0 {
+		t.Logf("sfntest: local-sfn stderr:\n%s", stderr)
+	}
+	var failed *ExecutionError
+	if err != nil && !errors.As(err, &failed) {
+		t.Fatal(err)
+	}
+	return out, err
+}
 
+// errAborted is what execute returns when ctx ended before the execution.
+var errAborted = errors.New("sfntest: the execution was stopped")
+
+// execute runs one execution of ex with local-sfn's options args, in dir.
+// It returns the output, or an *ExecutionError for a failed execution,
+// errAborted when ctx ended, or another error when local-sfn could not run
+// it; and what local-sfn wrote to stderr.
+func (tools Tools) execute(ctx context.Context, ex Execution, args []string, dir string) (json.RawMessage, []byte, error) {
 	var input bytes.Buffer
 	if err := json.Compact(&input, ex.Input); err != nil {
-		t.Fatalf("sfntest: the execution input is not JSON: %v", err)
+		return nil, nil, fmt.Errorf("sfntest: the execution input is not JSON: %w", err)
 	}
 	input.WriteByte('\n') // one line: one execution
-	dir := t.TempDir()
 	def, preload := filepath.Join(dir, "definition.asl.json"), filepath.Join(dir, "jsonlog.cjs")
 	if err := os.WriteFile(def, ex.Definition, 0o644); err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	if err := os.WriteFile(preload, jsonlog, 0o644); err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 
 	timeout := ex.Timeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	runCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, tools.Node, append([]string{"--require", preload, tools.CLI, "-f", def}, args...)...)
+	cmd := exec.CommandContext(runCtx, tools.Node, append([]string{"--require", preload, tools.CLI, "-f", def}, args...)...)
 	cmd.Env = append(os.Environ(), ex.Env...)
 	cmd.Stdin = &input
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = 5 * time.Second
 	err := cmd.Run()
-	if stderr.Len() > 0 {
-		t.Logf("sfntest: local-sfn stderr:\n%s", stderr.Bytes())
-	}
 	out := bytes.TrimSpace(stdout.Bytes())
 	var exit *exec.ExitError
 	switch {
 	case ctx.Err() != nil:
-		t.Fatalf("sfntest: the execution did not end within %v; it printed %q", timeout, out)
+		return nil, stderr.Bytes(), errAborted
+	case runCtx.Err() != nil:
+		return nil, stderr.Bytes(), fmt.Errorf("sfntest: the execution did not end within %v; it printed %q", timeout, out)
 	case err == nil:
 		if !json.Valid(out) || bytes.Contains(out, []byte("\n")) {
-			t.Fatalf("sfntest: local-sfn printed no single JSON result: %q", out)
+			return nil, stderr.Bytes(), fmt.Errorf("sfntest: local-sfn printed no single JSON result: %q", out)
 		}
-		return json.RawMessage(out), nil
+		return json.RawMessage(out), stderr.Bytes(), nil
 	case errors.As(err, &exit) && exit.ExitCode() == 2:
 		var msg string
 		if json.Unmarshal(out, &msg) != nil {
-			t.Fatalf("sfntest: local-sfn printed no error message for a failed execution: %q", out)
+			return nil, stderr.Bytes(), fmt.Errorf("sfntest: local-sfn printed no error message for a failed execution: %q", out)
 		}
-		return nil, &ExecutionError{Message: msg}
+		return nil, stderr.Bytes(), &ExecutionError{Message: msg}
 	}
-	t.Fatalf("sfntest: local-sfn could not run the execution (%v): %s%s", err, out, stderr.Bytes())
-	return nil, nil
+	return nil, stderr.Bytes(), fmt.Errorf("sfntest: local-sfn could not run the execution (%v): %s%s", err, out, stderr.Bytes())
 }
 
 // checkOverrides checks that every Task and Wait state of the definition has

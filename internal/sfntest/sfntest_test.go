@@ -5,9 +5,15 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
+	sfntypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
 
 	"github.com/tally-hq/tally/internal/sfntest"
 )
@@ -111,4 +117,69 @@ func jsonEqual(t *testing.T, a, b []byte) bool {
 	xb, _ := json.Marshal(x)
 	yb, _ := json.Marshal(y)
 	return string(xb) == string(yb)
+}
+
+// The Server answers StartExecution, DescribeExecution and StopExecution as
+// a STANDARD state machine does, through the SDK's client.
+func TestServer(t *testing.T) {
+	t.Parallel()
+	const smARN = "arn:aws:states:us-east-1:123456789012:stateMachine:probe"
+	task := script(t, `printf '{"Payload": %s}\n' "$1"`)
+	srv := sfntest.NewServer(t, smARN, sfntest.Execution{
+		Definition: sfntest.Substitute(t, []byte(probeDefinition), map[string]string{"Fn": "arn:aws:lambda:us-east-1:123456789012:function:probe"}),
+		Tasks:      map[string]string{"Call": task},
+		Waits:      map[string]time.Duration{"Pause": 300 * time.Millisecond},
+		Timeout:    time.Minute,
+	})
+	c := sfn.New(sfn.Options{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("x", "x", ""), BaseEndpoint: aws.String(srv.URL)})
+	ctx := t.Context()
+	start := func(name, input string) error {
+		_, err := c.StartExecution(ctx, &sfn.StartExecutionInput{StateMachineArn: aws.String(smARN), Name: aws.String(name), Input: aws.String(input)})
+		return err
+	}
+	status := func(name string) sfntypes.ExecutionStatus {
+		out, err := c.DescribeExecution(ctx, &sfn.DescribeExecutionInput{ExecutionArn: aws.String(srv.ExecutionARN(name))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.Status
+	}
+	var exists *sfntypes.ExecutionAlreadyExists
+	if err := start("a", `{"n": 1}`); err != nil {
+		t.Fatal(err)
+	}
+	if err := start("a", `{"n": 1}`); err != nil {
+		t.Errorf("a repeated start of the running execution: %v, want it answered", err)
+	}
+	if err := start("a", `{"n": 2}`); !errors.As(err, &exists) {
+		t.Errorf("the running execution's name with another input: %v, want ExecutionAlreadyExists", err)
+	}
+	if s := status("a"); s != sfntypes.ExecutionStatusRunning {
+		t.Errorf("status %s, want RUNNING", s)
+	}
+	if res := srv.Wait(t, "a"); res.Status != sfntest.StatusSucceeded || !jsonEqual(t, res.Output, []byte(`{"n":1,"result":{"echo":{"FunctionName":"arn:aws:lambda:us-east-1:123456789012:function:probe","Payload":{"n":1}}}}`)) {
+		t.Errorf("execution a ended %v", res)
+	}
+	if s := status("a"); s != sfntypes.ExecutionStatusSucceeded {
+		t.Errorf("status %s, want SUCCEEDED", s)
+	}
+	if err := start("a", `{"n": 1}`); !errors.As(err, &exists) {
+		t.Errorf("the name of an execution that ended: %v, want ExecutionAlreadyExists", err)
+	}
+	if err := start("b", `{"n": 3}`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.StopExecution(ctx, &sfn.StopExecutionInput{ExecutionArn: aws.String(srv.ExecutionARN("b"))}); err != nil {
+		t.Fatal(err)
+	}
+	if s := status("b"); s != sfntypes.ExecutionStatusAborted {
+		t.Errorf("status %s after StopExecution, want ABORTED", s)
+	}
+	var missing *sfntypes.ExecutionDoesNotExist
+	if _, err := c.DescribeExecution(ctx, &sfn.DescribeExecutionInput{ExecutionArn: aws.String(srv.ExecutionARN("c"))}); !errors.As(err, &missing) {
+		t.Errorf("describing an execution never started: %v, want ExecutionDoesNotExist", err)
+	}
+	if got := srv.Names(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("executions %v", got)
+	}
 }

@@ -11,6 +11,7 @@ package statemachine
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/tally-hq/tally/internal/tracking"
 )
@@ -27,18 +28,76 @@ func WaitState(retry int) string      { return fmt.Sprintf("Wait%d", retry) }
 func AttemptState(attempt int) string { return fmt.Sprintf("Attempt%d", attempt) }
 func decideState(attempt int) string  { return fmt.Sprintf("Decide%d", attempt) }
 
-const doneState = "Done"
+const (
+	startState  = "Start"
+	resumeState = "Resume"
+	doneState   = "Done"
+	// WaitToResumeState waits, in a restarted execution, until the attempt
+	// it resumes at is due.
+	WaitToResumeState = "WaitToResume"
+	// AbandonState is where an attempt task that keeps failing is caught:
+	// it marks the delivery failed, and the execution ends in
+	// AbandonedState, failed (the ExecutionsFailed alarm).
+	AbandonState   = "Abandon"
+	AbandonedState = "Abandoned"
+)
 
 // lambdaErrors are the transient errors of invoking a Lambda function; the
 // attempt step is idempotent, so retrying it is safe.
 var lambdaErrors = []string{"Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException", "Lambda.TooManyRequestsException", "States.TaskFailed"}
 
+// taskRetry rides out about two minutes of failing invocations (2 s, 4 s, …
+// 64 s between the 7 tries) before the Catch takes over.
+var taskRetry = []any{map[string]any{"ErrorEquals": lambdaErrors, "IntervalSeconds": 2, "MaxAttempts": 6, "BackoffRate": 2}}
+
+// taskTime bounds one task state with its retries: 7 tries of the attempt
+// function (20 s timeout) and the pauses between them.
+const taskTime = 7*20*time.Second + (2+4+8+16+32+64)*time.Second
+
+// Timeout bounds an execution (TimeoutSeconds), so that one that hangs
+// times out (the ExecutionsTimedOut alarm) and the reconciler restarts it:
+// the schedule's waits, one task time per attempt and for the abandon task,
+// and an hour to spare. A restarted execution resumes part way, within the
+// same bound.
+func Timeout() time.Duration {
+	d := time.Hour + time.Duration(len(tracking.RetrySchedule)+1)*taskTime
+	for _, w := range tracking.RetrySchedule {
+		d += w
+	}
+	return d
+}
+
 // Definition returns the workflow: for each retry of the schedule, wait,
 // make the attempt, and go on only while the delivery is still pending. Its
 // input is {"brandId", "deliveryId"}; attempt 1 has been made before it
-// starts.
+// starts. A restarted execution (lambdafn's deliver function starts one
+// when an earlier execution of the schedule ended without deciding the
+// delivery) has {"attempt", "resumeAt"} too: it waits until resumeAt and
+// goes on at that attempt. An attempt task that fails after its retries is
+// caught: the delivery is marked failed rather than left pending.
 func Definition() ([]byte, error) {
-	states := map[string]any{doneState: map[string]any{"Type": "Succeed"}}
+	states := map[string]any{
+		doneState:      map[string]any{"Type": "Succeed"},
+		AbandonedState: map[string]any{"Type": "Fail", "Error": "AttemptFailed", "Cause": "The attempt task kept failing; the delivery is marked failed (a manual retry starts it again)."},
+		AbandonState: map[string]any{
+			"Type":     "Task",
+			"Resource": "arn:aws:states:::lambda:invoke",
+			"Parameters": map[string]any{
+				"FunctionName": "${" + AttemptFunctionVar + "}",
+				"Payload":      map[string]any{"brandId.$": "$.brandId", "deliveryId.$": "$.deliveryId", "abandon": true},
+			},
+			"ResultPath": nil,
+			"Retry":      taskRetry,
+			"Next":       AbandonedState,
+		},
+		startState: map[string]any{
+			"Type":    "Choice",
+			"Choices": []any{map[string]any{"Variable": "$.resumeAt", "IsPresent": true, "Next": WaitToResumeState}},
+			"Default": WaitState(1),
+		},
+		WaitToResumeState: map[string]any{"Type": "Wait", "TimestampPath": "$.resumeAt", "Next": resumeState},
+	}
+	var resume []any
 	for i, wait := range tracking.RetrySchedule {
 		retry, attempt := i+1, i+2
 		next := doneState
@@ -57,7 +116,8 @@ func Definition() ([]byte, error) {
 			},
 			"ResultSelector": map[string]any{"status.$": "$.Payload.status", "attempts.$": "$.Payload.attempts"},
 			"ResultPath":     "$.result",
-			"Retry":          []any{map[string]any{"ErrorEquals": lambdaErrors, "IntervalSeconds": 2, "MaxAttempts": 6, "BackoffRate": 2}},
+			"Retry":          taskRetry,
+			"Catch":          []any{map[string]any{"ErrorEquals": []string{"States.ALL"}, "ResultPath": "$.error", "Next": AbandonState}},
 			"Next":           decideState(attempt),
 		}
 		states[decideState(attempt)] = map[string]any{
@@ -65,11 +125,15 @@ func Definition() ([]byte, error) {
 			"Choices": []any{map[string]any{"Variable": "$.result.status", "StringEquals": "pending", "Next": next}},
 			"Default": doneState,
 		}
+		resume = append(resume, map[string]any{"Variable": "$.attempt", "NumericEquals": attempt, "Next": AttemptState(attempt)})
 	}
+	// An attempt outside the schedule has nothing left to do.
+	states[resumeState] = map[string]any{"Type": "Choice", "Choices": resume, "Default": doneState}
 	def := map[string]any{
-		"Comment": "Webhook retries: wait, attempt, until the delivery is decided. Generated from tracking.RetrySchedule by internal/statemachine; do not edit.",
-		"StartAt": WaitState(1),
-		"States":  states,
+		"Comment":        "Webhook retries: wait, attempt, until the delivery is decided. Generated from tracking.RetrySchedule by internal/statemachine; do not edit.",
+		"StartAt":        startState,
+		"TimeoutSeconds": int(Timeout().Seconds()),
+		"States":         states,
 	}
 	b, err := json.MarshalIndent(def, "", "  ")
 	return append(b, '\n'), err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -30,24 +31,17 @@ func TestWaitsAreTheSchedule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var def struct {
-		StartAt string
-		States  map[string]struct {
-			Type    string
-			Seconds int
-			Next    string
-			Default string
-			Choices []struct{ Next string }
-		}
+	def := parse(t, raw)
+	// A fresh execution (no resumeAt) starts at the first wait.
+	start := def.States[def.StartAt]
+	if start.Type != "Choice" || start.Default != statemachine.WaitState(1) {
+		t.Fatalf("start state %s: %+v, want a choice whose default is %s", def.StartAt, start, statemachine.WaitState(1))
 	}
-	if err := json.Unmarshal(raw, &def); err != nil {
-		t.Fatal(err)
-	}
-	// Walk the pending path from the start: it must wait each delay of the
+	// Walk the pending path from there: it must wait each delay of the
 	// schedule in turn, with one attempt after each, and then end.
 	var waits []time.Duration
 	attempts := 0
-	for name, steps := def.StartAt, 0; steps < 100; steps++ {
+	for name, steps := start.Default, 0; steps < 100; steps++ {
 		st, ok := def.States[name]
 		if !ok {
 			t.Fatalf("state %q does not exist", name)
@@ -60,7 +54,7 @@ func TestWaitsAreTheSchedule(t *testing.T) {
 			attempts++
 			name = st.Next
 		case "Choice":
-			if st.Default != "Done" || len(st.Choices) != 1 {
+			if st.Default != "Done" || len(st.Choices) != 1 || st.Choices[0].StringEquals != "pending" {
 				t.Fatalf("choice %s: %+v", name, st)
 			}
 			name = st.Choices[0].Next
@@ -79,4 +73,110 @@ func TestWaitsAreTheSchedule(t *testing.T) {
 		}
 	}
 	t.Fatal("the workflow does not end")
+}
+
+type definition struct {
+	StartAt        string
+	TimeoutSeconds int
+	States         map[string]state
+}
+
+type state struct {
+	Type    string
+	Seconds int
+	Next    string
+	Default string
+	Choices []struct {
+		Variable      string
+		NumericEquals int
+		StringEquals  string
+		Next          string
+	}
+	Catch []struct {
+		ErrorEquals []string
+		Next        string
+	}
+	Parameters struct {
+		Payload map[string]any
+	}
+}
+
+func parse(t *testing.T, raw []byte) definition {
+	t.Helper()
+	var def definition
+	if err := json.Unmarshal(raw, &def); err != nil {
+		t.Fatal(err)
+	}
+	return def
+}
+
+// Every attempt task that fails after its retries is caught by the abandon
+// task, which marks the delivery failed and fails the execution: no failed
+// execution leaves its delivery pending.
+func TestAttemptFailuresAreCaught(t *testing.T) {
+	raw, err := statemachine.Definition()
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := parse(t, raw)
+	for attempt := 2; attempt <= tracking.MaxAttempts; attempt++ {
+		st := def.States[statemachine.AttemptState(attempt)]
+		if len(st.Catch) != 1 || !slices.Equal(st.Catch[0].ErrorEquals, []string{"States.ALL"}) || st.Catch[0].Next != statemachine.AbandonState {
+			t.Errorf("%s catches %+v, want States.ALL to %s", statemachine.AttemptState(attempt), st.Catch, statemachine.AbandonState)
+		}
+	}
+	abandon := def.States[statemachine.AbandonState]
+	if abandon.Type != "Task" || abandon.Parameters.Payload["abandon"] != true || abandon.Next != statemachine.AbandonedState {
+		t.Errorf("%s: %+v, want a task with abandon: true, then %s", statemachine.AbandonState, abandon, statemachine.AbandonedState)
+	}
+	if st := def.States[statemachine.AbandonedState]; st.Type != "Fail" {
+		t.Errorf("%s is %s, want Fail (so that the failed-executions alarm fires)", statemachine.AbandonedState, st.Type)
+	}
+}
+
+// A restarted execution (with attempt and resumeAt) waits until resumeAt
+// and goes on at that attempt.
+func TestResume(t *testing.T) {
+	raw, err := statemachine.Definition()
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := parse(t, raw)
+	start := def.States[def.StartAt]
+	if len(start.Choices) != 1 || start.Choices[0].Variable != "$.resumeAt" || start.Choices[0].Next != statemachine.WaitToResumeState {
+		t.Fatalf("start state: %+v, want a choice on $.resumeAt to %s", start, statemachine.WaitToResumeState)
+	}
+	resume := def.States[def.States[statemachine.WaitToResumeState].Next]
+	got := map[int]string{}
+	for _, c := range resume.Choices {
+		if c.Variable != "$.attempt" {
+			t.Errorf("resume choice on %s", c.Variable)
+		}
+		got[c.NumericEquals] = c.Next
+	}
+	for attempt := 2; attempt <= tracking.MaxAttempts; attempt++ {
+		if got[attempt] != statemachine.AttemptState(attempt) {
+			t.Errorf("resuming at attempt %d goes to %q, want %s", attempt, got[attempt], statemachine.AttemptState(attempt))
+		}
+	}
+	if len(got) != tracking.MaxAttempts-1 {
+		t.Errorf("resume choices %v", got)
+	}
+}
+
+// The execution has a timeout, longer than the schedule, so that the
+// timed-out-executions alarm can fire and the reconciler restarts it.
+func TestTimeout(t *testing.T) {
+	raw, err := statemachine.Definition()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schedule time.Duration
+	for _, w := range tracking.RetrySchedule {
+		schedule += w
+	}
+	def := parse(t, raw)
+	if got := time.Duration(def.TimeoutSeconds) * time.Second; got != statemachine.Timeout() || got < schedule+time.Hour {
+		t.Errorf("TimeoutSeconds %v, want Timeout() = %v, at least the schedule (%v) and an hour", got, statemachine.Timeout(), schedule)
+	}
 }

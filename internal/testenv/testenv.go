@@ -62,6 +62,11 @@ func NewClock(t time.Time) *Clock {
 	return c
 }
 
+// MidMinute returns a clock stopped 20 s into the current minute: rate limits
+// and velocity counters count per UTC minute, so a test that fills a window
+// must not see it roll over however slow the machine is.
+func MidMinute() *Clock { return NewClock(time.Now().Truncate(time.Minute).Add(20 * time.Second)) }
+
 // Now returns the clock's time.
 func (c *Clock) Now() time.Time { return time.Unix(0, c.unixNano.Load()).UTC() }
 

@@ -20,10 +20,10 @@ const secretPrefix = "tally_sk_"
 
 // CreateBrand creates a tenant.
 func (s *Service) CreateBrand(ctx context.Context, name string) (tally.Brand, error) {
-	name = strings.TrimSpace(name)
-	if name == "" || len(name) > 200 {
-		return tally.Brand{}, tally.Errorf(tally.ECodeValidation, "name is required and must be at most 200 characters.")
+	if err := text("name", &name, true, 200); err != nil {
+		return tally.Brand{}, err
 	}
+	name = strings.TrimSpace(name)
 	now := s.Now()
 	b := tally.Brand{ID: ids.New("brd_", now), Name: name, CreatedAt: tally.NewTime(now)}
 	err := s.transact(ctx, store.Put(store.Item{Key: brandKey(b.ID), Data: mustJSON(b)}, store.NotExists()))
@@ -40,9 +40,22 @@ func (s *Service) Brand(ctx context.Context, brandID string) (tally.Brand, error
 }
 
 // apiKeyRecord is the stored form of a key: the public fields and the hash.
+// LastUsedAt lives outside the JSON body, in the numeric attribute
+// lastUsedMs, so that noting a use changes nothing else of the item.
 type apiKeyRecord struct {
 	tally.APIKey
 	Hash string `json:"hash"`
+}
+
+// lastUsedAttr holds when a key was last used, in Unix milliseconds.
+const lastUsedAttr = "lastUsedMs"
+
+func (r *apiKeyRecord) fromItem(it store.Item) {
+	r.LastUsedAt = nil
+	if ms := it.Nums[lastUsedAttr]; ms > 0 {
+		at := tally.NewTime(time.UnixMilli(ms))
+		r.LastUsedAt = &at
+	}
 }
 
 func hashSecret(secret string) string {
@@ -50,41 +63,78 @@ func hashSecret(secret string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// CreateAPIKey makes a key for a brand and returns it with its secret, which
-// is not stored and cannot be shown again.
+// APIKeyInput is the body of POST /keys.
+type APIKeyInput struct {
+	Name *string `json:"name"`
+}
+
+// CreatedAPIKey is a new key with its secret, which is shown this once.
+type CreatedAPIKey struct {
+	tally.APIKey
+	Key string `json:"key"`
+}
+
+// CreateAPIKey makes an unnamed key for a brand and returns it with its
+// secret, which is not stored and cannot be shown again.
 func (s *Service) CreateAPIKey(ctx context.Context, brandID string) (tally.APIKey, string, error) {
+	k, err := s.CreateKey(ctx, brandID, APIKeyInput{})
+	return k.APIKey, k.Key, err
+}
+
+// CreateKey makes a key for a brand (POST /keys) and returns it with its
+// secret, which is not stored and cannot be shown again.
+func (s *Service) CreateKey(ctx context.Context, brandID string, in APIKeyInput) (CreatedAPIKey, error) {
+	if err := text("name", in.Name, false, 100); err != nil {
+		return CreatedAPIKey{}, err
+	}
 	if _, err := s.Brand(ctx, brandID); err != nil {
-		return tally.APIKey{}, "", err
+		return CreatedAPIKey{}, err
 	}
 	raw := make([]byte, 24)
 	if _, err := rand.Read(raw); err != nil {
-		return tally.APIKey{}, "", err
+		return CreatedAPIKey{}, err
 	}
 	secret := secretPrefix + hex.EncodeToString(raw)
 	now := s.Now()
 	rec := apiKeyRecord{
-		APIKey: tally.APIKey{ID: ids.New("key_", now), BrandID: brandID, Prefix: secret[:len(secretPrefix)+4], CreatedAt: tally.NewTime(now)},
-		Hash:   hashSecret(secret),
+		APIKey: tally.APIKey{ID: ids.New("key_", now), BrandID: brandID, Name: strings.TrimSpace(deref(in.Name, "")),
+			Prefix: secret[:len(secretPrefix)+4], CreatedAt: tally.NewTime(now)},
+		Hash: hashSecret(secret),
 	}
 	err := s.transact(ctx, store.Put(apiKeyItem(rec), store.NotExists()))
-	return rec.APIKey, secret, err
+	return CreatedAPIKey{APIKey: rec.APIKey, Key: secret}, err
 }
 
 func apiKeyItem(rec apiKeyRecord) store.Item {
-	return store.Item{
+	it := store.Item{
 		Key:  apiKeyKey(rec.Hash),
 		GSI1: store.IndexKey{PK: apiKeysByBrand(rec.BrandID), SK: rec.ID},
 		GSI2: store.IndexKey{PK: apiKeyByID(rec.ID), SK: rec.ID},
 		Data: mustJSON(rec),
 	}
+	if rec.LastUsedAt != nil {
+		it.Nums = map[string]int64{lastUsedAttr: rec.LastUsedAt.UnixMilli()}
+	}
+	return it
 }
 
-// APIKeys lists a brand's keys, newest first.
+// APIKeys lists a brand's keys, revoked ones included, newest first (the
+// admin API).
 func (s *Service) APIKeys(ctx context.Context, brandID string, p ListParams) ([]tally.APIKey, string, error) {
+	return s.apiKeyList(ctx, brandID, p, nil)
+}
+
+// ActiveAPIKeys lists the brand's keys that work, newest first (GET /keys:
+// a deleted key is gone from it).
+func (s *Service) ActiveAPIKeys(ctx context.Context, brandID string, p ListParams) ([]tally.APIKey, string, error) {
+	return s.apiKeyList(ctx, brandID, p, func(r *apiKeyRecord) bool { return r.RevokedAt == nil })
+}
+
+func (s *Service) apiKeyList(ctx context.Context, brandID string, p ListParams, keep func(*apiKeyRecord) bool) ([]tally.APIKey, string, error) {
 	if _, err := s.Brand(ctx, brandID); err != nil {
 		return nil, "", err
 	}
-	recs, next, err := list[apiKeyRecord](ctx, s.store, []partition{{index: store.GSI1, pk: apiKeysByBrand(brandID)}}, p, nil)
+	recs, next, err := list(ctx, s, []partition{{index: store.GSI1, pk: apiKeysByBrand(brandID)}}, p, keep)
 	keys := make([]tally.APIKey, len(recs))
 	for i, r := range recs {
 		keys[i] = r.APIKey
@@ -92,21 +142,40 @@ func (s *Service) APIKeys(ctx context.Context, brandID string, p ListParams) ([]
 	return keys, next, err
 }
 
-// RevokeAPIKey stops a key from working. Instances that cached it notice
-// within the cache TTL.
+// RevokeAPIKey stops a key of any brand from working (the admin API).
+// Revoking a revoked key changes nothing.
 func (s *Service) RevokeAPIKey(ctx context.Context, keyID string) (tally.APIKey, error) {
+	return s.revokeAPIKey(ctx, "", keyID)
+}
+
+// DeleteAPIKey revokes one of the brand's keys (DELETE /keys/:id). A key
+// already revoked, or another brand's, answers 404.
+func (s *Service) DeleteAPIKey(ctx context.Context, brandID, keyID string) (tally.APIKey, error) {
+	return s.revokeAPIKey(ctx, brandID, keyID)
+}
+
+// revokeAPIKey revokes a key; with a brandID, only that brand's working
+// keys are found. Instances that cached the key notice within the cache TTL.
+func (s *Service) revokeAPIKey(ctx context.Context, brandID, keyID string) (tally.APIKey, error) {
+	missing := tally.Errorf(tally.ECodeNotFound, "No API key with id %q.", keyID)
+	if !ids.Valid("key_", keyID) {
+		return tally.APIKey{}, missing
+	}
 	page, err := s.store.Query(ctx, store.Query{Index: store.GSI2, PK: apiKeyByID(keyID), Limit: 1})
 	if err != nil {
 		return tally.APIKey{}, err
 	}
 	if len(page.Items) == 0 {
-		return tally.APIKey{}, tally.Errorf(tally.ECodeNotFound, "No API key with id %q.", keyID)
+		return tally.APIKey{}, missing
 	}
 	var rec apiKeyRecord
 	if err := decode(page.Items[0], &rec); err != nil {
 		return tally.APIKey{}, err
 	}
-	if rec.RevokedAt != nil {
+	switch {
+	case brandID != "" && (rec.BrandID != brandID || rec.RevokedAt != nil):
+		return tally.APIKey{}, missing
+	case rec.RevokedAt != nil:
 		return rec.APIKey, nil
 	}
 	at := tally.NewTime(s.Now())
@@ -124,19 +193,26 @@ type Principal struct {
 	KeyID   string
 }
 
-// Authenticate resolves a secret to its brand. Any failure is 401 with the
-// same message, so callers learn nothing about which keys exist.
+// ErrUnauthorized answers every request without a valid API key: the same
+// message whatever was wrong, so callers learn nothing about which keys exist.
+var ErrUnauthorized = tally.Errorf(tally.ECodeUnauthorized, "Provide a valid API key as 'Authorization: Bearer <key>'.")
+
+// Authenticate resolves a secret to its brand. Any failure is ErrUnauthorized.
 func (s *Service) Authenticate(ctx context.Context, secret string) (Principal, error) {
-	denied := tally.Errorf(tally.ECodeUnauthorized, "Provide a valid API key as 'Authorization: Bearer <key>'.")
+	denied := ErrUnauthorized
 	if !strings.HasPrefix(secret, secretPrefix) || len(secret) > 200 {
 		return Principal{}, denied
 	}
 	hash := hashSecret(secret)
+	if _, unknown := s.unknownKeys.get(hash); unknown {
+		return Principal{}, denied
+	}
 	rec, ok := s.apiKeys.get(hash)
 	if !ok {
 		var err error
 		rec, err = getRecord[apiKeyRecord](ctx, s.store, apiKeyKey(hash))
 		if errors.Is(err, store.ErrNotFound) {
+			s.unknownKeys.put(hash, struct{}{})
 			return Principal{}, denied
 		}
 		if err != nil {
@@ -149,7 +225,40 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (Principal, e
 	if rec.RevokedAt != nil {
 		return Principal{}, denied
 	}
+	s.noteKeyUse(ctx, rec)
 	return Principal{BrandID: rec.BrandID, KeyID: rec.ID}, nil
+}
+
+// lastUsedStep is how stale a key's lastUsedAt may get. A key in use costs
+// one conditional write per step (per instance at worst, when several race
+// for it), not one per request.
+const lastUsedStep = time.Minute
+
+// noteKeyUse moves the key's lastUsedAt to now when it is a step or more
+// behind. The write is a compare-and-set on the stored value, so of the
+// instances that notice the same stale value, one writes. Failing to note a
+// use fails no request: the next one tries again.
+func (s *Service) noteKeyUse(ctx context.Context, rec apiKeyRecord) {
+	now := s.Now()
+	var seen int64
+	if rec.LastUsedAt != nil {
+		if now.Sub(rec.LastUsedAt.Time) < lastUsedStep {
+			return
+		}
+		seen = rec.LastUsedAt.UnixMilli()
+	}
+	if _, busy := s.notingKeys.LoadOrStore(rec.Hash, true); busy {
+		return // another request of this instance is writing it
+	}
+	defer s.notingKeys.Delete(rec.Hash)
+	_, err := s.store.Update(ctx, store.Op{Kind: store.OpUpdate, Key: apiKeyKey(rec.Hash),
+		Add:   map[string]int64{lastUsedAttr: now.UnixMilli() - seen},
+		Conds: []store.Cond{store.Exists(), store.NumEquals(lastUsedAttr, seen)}})
+	if _, lost := store.FailedOp(err); err == nil || lost { // lost: another instance noted it just now
+		at := tally.NewTime(now)
+		rec.LastUsedAt = &at
+		s.apiKeys.putUnless(rec.Hash, rec, func(cached apiKeyRecord) bool { return cached.RevokedAt != nil })
+	}
 }
 
 // RateDecision is the outcome of counting one request against a limit.
@@ -166,12 +275,24 @@ const rateWindow = time.Minute
 
 // Allow counts one request of bucket (an API key, a client IP) against limit
 // requests per minute. The count is a conditional counter in the store, so
-// it is exact across every instance sharing the store; a refused request is
-// not counted.
+// it is exact across every instance sharing the store, or, with
+// WithProcessRateLimits, a counter in this process; a refused request is not
+// counted.
 func (s *Service) Allow(ctx context.Context, bucket string, limit int) (RateDecision, error) {
+	return s.AllowPer(ctx, bucket, limit, rateWindow)
+}
+
+// AllowPer is Allow with fixed windows of the given length (aligned to the
+// Unix epoch), for limits such as sign-in attempts per quarter hour.
+func (s *Service) AllowPer(ctx context.Context, bucket string, limit int, per time.Duration) (RateDecision, error) {
 	now := s.now()
-	window := now.Truncate(rateWindow)
-	d := RateDecision{Limit: limit, Reset: window.Add(rateWindow), Wait: window.Add(rateWindow).Sub(now)}
+	window := now.Truncate(per)
+	d := RateDecision{Limit: limit, Reset: window.Add(per), Wait: window.Add(per).Sub(now)}
+	if s.rates != nil {
+		n, ok := s.rates.add(bucket, window, d.Reset, int64(limit))
+		d.Allowed, d.Remaining = ok, max(limit-int(n), 0)
+		return d, nil
+	}
 	it, err := s.store.Update(ctx, store.Op{
 		Kind:      store.OpUpdate,
 		Key:       rateKey(bucket, window.Unix()),

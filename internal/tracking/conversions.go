@@ -2,10 +2,10 @@ package tracking
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/ids"
@@ -17,8 +17,8 @@ type ConversionInput struct {
 	OfferID       *string `json:"offerId"`
 	PartnerID     *string `json:"partnerId"`
 	ClickID       *string `json:"clickId"`
-	RevenueCents  *int64  `json:"revenueCents"`
-	PayoutCents   *int64  `json:"payoutCents"`
+	RevenueCents  *int64  `json:"revenueCents" range:"0,1000000000000"`
+	PayoutCents   *int64  `json:"payoutCents" range:"0,1000000000000"`
 	Currency      *string `json:"currency"`
 	Sub1          *string `json:"sub1"`
 	Sub2          *string `json:"sub2"`
@@ -30,9 +30,8 @@ type ConversionInput struct {
 
 func (in ConversionInput) validate() error {
 	if err := firstError(
-		text("offerId", in.OfferID, true, 64),
-		cents("revenueCents", in.RevenueCents, false),
-		cents("payoutCents", in.PayoutCents, false),
+		text("offerId", in.OfferID, in.ClickID == nil, 64),
+		firstError(ranges(in)...),
 		currency("currency", in.Currency, false),
 		text("sub1", in.Sub1, false, 255), text("sub2", in.Sub2, false, 255), text("sub3", in.Sub3, false, 255),
 		text("sub4", in.Sub4, false, 255), text("sub5", in.Sub5, false, 255),
@@ -40,22 +39,24 @@ func (in ConversionInput) validate() error {
 	); err != nil {
 		return err
 	}
-	if in.ExternalTxnID != nil && strings.IndexFunc(*in.ExternalTxnID, unicode.IsControl) >= 0 {
-		return invalid("externalTxnId must not contain control characters.")
-	}
 	switch {
 	case in.PartnerID == nil && in.ClickID == nil:
 		return invalid("partnerId is required (or clickId, for a tracked click).")
 	case in.PartnerID != nil && in.ClickID != nil:
 		return invalid("Give either partnerId or clickId, not both.")
 	case in.ClickID != nil:
-		// Click tracking records clicks; until a click exists no id can match.
-		return invalid("clickId %q does not match a recorded click.", *in.ClickID)
-	}
-	if !ids.Valid("prt_", *in.PartnerID) {
+		for i, sub := range []*string{in.Sub1, in.Sub2, in.Sub3, in.Sub4, in.Sub5} {
+			if sub != nil {
+				return invalid("sub%d comes from the click; leave it out when you give clickId.", i+1)
+			}
+		}
+		if !ids.Valid("clk_", *in.ClickID) {
+			return invalid("clickId %q does not match a recorded click.", *in.ClickID)
+		}
+	case !ids.Valid("prt_", *in.PartnerID):
 		return invalid("partnerId %q does not match a partner.", *in.PartnerID)
 	}
-	if !ids.Valid("off_", *in.OfferID) {
+	if in.OfferID != nil && !ids.Valid("off_", *in.OfferID) {
 		return invalid("offerId %q does not match an offer.", *in.OfferID)
 	}
 	return nil
@@ -65,23 +66,93 @@ func (in ConversionInput) validate() error {
 // false, and the first conversion, when the same (offer, externalTxnId) was
 // recorded before. The conversion, its idempotency marker, cap counters,
 // report rollup and events are one transaction.
+//
+// A conversion that names a click takes its offer, partner and subs from
+// the click, which must be younger than the offer's attribution window.
 func (s *Service) RecordConversion(ctx context.Context, brandID string, in ConversionInput) (c tally.Conversion, created bool, err error) {
 	if err := in.validate(); err != nil {
 		return c, false, err
 	}
-	offer, err := s.cachedOffer(ctx, brandID, *in.OfferID)
-	if err != nil {
-		if tally.ErrorCode(err) == tally.ECodeNotFound {
-			return c, false, invalid("offerId %q does not match an offer.", *in.OfferID)
+	var click tally.Click
+	if in.ClickID != nil {
+		if click, err = s.attribute(ctx, brandID, &in); err != nil {
+			return c, false, err
 		}
-		return c, false, err
 	}
-	now := s.Now()
-	c = tally.Conversion{
+	for attempt := 0; ; attempt++ {
+		offer, err := s.cachedOffer(ctx, brandID, *in.OfferID)
+		if err != nil {
+			if tally.ErrorCode(err) == tally.ECodeNotFound {
+				return c, false, invalid("offerId %q does not match an offer.", *in.OfferID)
+			}
+			return c, false, err
+		}
+		now := s.Now()
+		if in.ClickID != nil {
+			days := offer.offer.AttributionWindowDays
+			if now.After(click.CreatedAt.AddDate(0, 0, days)) {
+				return c, false, invalid("clickId %q: the click is older than the offer's attribution window of %d days.", click.ID, days)
+			}
+		}
+		c = newConversion(brandID, offer.offer, in, now)
+		c.ClickID = click.ID
+		created, err = s.insertConversion(ctx, c, offer, now)
+		if errors.Is(err, errOfferChanged) && attempt < maxOfferReloads {
+			continue // the cache had an older revision, now replaced: build c again
+		}
+		if err != nil || created {
+			return c, created, err
+		}
+		return s.replay(ctx, c)
+	}
+}
+
+// attribute reads the click a conversion names and fills in the offer,
+// partner and subs from it.
+func (s *Service) attribute(ctx context.Context, brandID string, in *ConversionInput) (tally.Click, error) {
+	click, err := s.Click(ctx, brandID, *in.ClickID)
+	if tally.ErrorCode(err) == tally.ECodeNotFound {
+		return click, invalid("clickId %q does not match a recorded click.", *in.ClickID)
+	}
+	if err != nil {
+		return click, err
+	}
+	if in.OfferID != nil && *in.OfferID != click.OfferID {
+		return click, invalid("offerId %q is not the offer of click %s (%s); leave offerId out or give the click's.", *in.OfferID, click.ID, click.OfferID)
+	}
+	in.OfferID, in.PartnerID = &click.OfferID, &click.PartnerID
+	in.Sub1, in.Sub2, in.Sub3, in.Sub4, in.Sub5 = &click.Sub1, &click.Sub2, &click.Sub3, &click.Sub4, &click.Sub5
+	return click, nil
+}
+
+// maxOfferReloads bounds how often one write follows an offer that keeps
+// changing under it.
+const maxOfferReloads = 5
+
+// errOfferChanged means a write was built from an older revision of an
+// offer than the store holds; the cache has the new one now.
+var errOfferChanged = errors.New("the offer changed meanwhile")
+
+// offerNotActive explains why offerCheck failed: the offer is not active
+// (a user error), or it changed since it was cached (errOfferChanged, after
+// the cache was refreshed).
+func (s *Service) offerNotActive(ctx context.Context, e offerEntry, what string) error {
+	fresh, err := s.loadOffer(ctx, e.offer.BrandID, e.offer.ID)
+	if err != nil {
+		return err
+	}
+	if fresh.offer.Status != tally.OfferActive {
+		return invalid("offerId %q: the offer is %s; %s are accepted only for active offers.", e.offer.ID, fresh.offer.Status, what)
+	}
+	return errOfferChanged
+}
+
+func newConversion(brandID string, offer tally.Offer, in ConversionInput, now time.Time) tally.Conversion {
+	c := tally.Conversion{
 		ID:            ids.New("cnv_", now),
 		BrandID:       brandID,
 		OfferID:       offer.ID,
-		PartnerID:     *in.PartnerID,
+		PartnerID:     deref(in.PartnerID, ""),
 		RevenueCents:  deref(in.RevenueCents, offer.RevenueCents),
 		PayoutCents:   deref(in.PayoutCents, offer.PayoutCents),
 		Currency:      deref(in.Currency, offer.Currency),
@@ -102,12 +173,7 @@ func (s *Service) RecordConversion(ctx context.Context, brandID string, in Conve
 			c.ApproveAt = &at
 		}
 	}
-
-	created, err = s.insertConversion(ctx, c, offer, now)
-	if err != nil || created {
-		return c, created, err
-	}
-	return s.replay(ctx, c)
+	return c
 }
 
 // capState is what a conversion's transaction assumes of one cap: that the
@@ -129,11 +195,11 @@ type capState struct {
 // one conversion can find the counter at limit-1, so the event is written
 // exactly once. When that fails too, the cap is full. Counters only grow, so
 // this ends within one retry per cap.
-func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offer tally.Offer, now time.Time) (bool, error) {
+func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offer offerEntry, now time.Time) (bool, error) {
 	var caps []*capState
-	for _, cl := range capsOf(offer.Caps) {
+	for _, cl := range capsOf(offer.offer.Caps) {
 		period := capPeriod(cl.name, now)
-		caps = append(caps, &capState{capLimit: cl, key: capKey(offer.ID, period), period: period, reaching: cl.limit == 1})
+		caps = append(caps, &capState{capLimit: cl, key: capKey(c.OfferID, period), period: period, reaching: cl.limit == 1})
 	}
 	created, err := s.newEvent(c.BrandID, tally.EventConversionCreated, conversionEventData(c, ""), now)
 	if err != nil {
@@ -149,7 +215,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 		ops = append(ops, store.Put(conversionItem(c), store.NotExists()))
 		offerAt := len(ops)
 		ops = append(ops,
-			store.Check(offerKey(c.BrandID, c.OfferID), store.AttrEquals("status", tally.OfferActive)),
+			offerCheck(offer),
 			store.Check(partnerKey(c.BrandID, c.PartnerID), store.AttrEquals("status", tally.PartnerActive)),
 		)
 		partnerAt, capsAt := offerAt+1, offerAt+2
@@ -169,7 +235,13 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 			ops = append(ops, store.Op{Kind: store.OpUpdate, Key: cs.key, Add: map[string]int64{"n": 1},
 				ExpiresAt: capExpiry(cs.name, now), Conds: []store.Cond{cond}})
 		}
-		ops = append(ops, rollupOp(c, createdDelta(c)), created)
+		clickAt := -1
+		if c.ClickID != "" {
+			clickAt = len(ops)
+			ops = append(ops, attributedOp(c))
+		}
+		ops = append(ops, rollupOps(c, createdDelta(c))...)
+		ops = append(ops, created)
 		ops = append(ops, capEvents...)
 
 		err := s.transact(ctx, ops...)
@@ -180,9 +252,11 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 		case i == markerAt:
 			return false, nil
 		case i == offerAt:
-			return false, invalid("offerId %q: the offer is %s; conversions are accepted only for active offers.", c.OfferID, offer.Status)
+			return false, s.offerNotActive(ctx, offer, "conversions")
 		case i == partnerAt:
 			return false, s.partnerNotActive(ctx, c.BrandID, c.PartnerID)
+		case i == clickAt:
+			return false, invalid("clickId %q does not match a recorded click.", c.ClickID)
 		case i >= capsAt && i < capsAt+len(caps):
 			cs := caps[i-capsAt]
 			if cs.reaching {
@@ -238,15 +312,29 @@ func conversionEventData(c tally.Conversion, reason string) tally.ConversionEven
 	return tally.ConversionEventData{
 		ConversionID: c.ID, PartnerID: c.PartnerID, OfferID: c.OfferID,
 		RevenueCents: c.RevenueCents, PayoutCents: c.PayoutCents, Currency: c.Currency,
-		Status: c.Status, Sub1: c.Sub1, ExternalTxnID: c.ExternalTxnID, Reason: reason,
+		Status: c.Status, Sub1: c.Sub1, ExternalTxnID: c.ExternalTxnID, ClickID: c.ClickID, Reason: reason,
 	}
 }
 
-// rollupOp adds counter deltas to the report rollup of c's creation day.
-func rollupOp(c tally.Conversion, add map[string]int64) store.Op {
-	day := c.CreatedAt.UTC().Format(time.DateOnly)
-	return store.Increment(rollupKey(c.BrandID, shardOf(c.ID), day, c.OfferID, c.PartnerID, c.Currency), add)
+// rollupOps add counter deltas to the report rollups of c's creation: its
+// UTC day and its UTC quarter hour.
+func rollupOps(c tally.Conversion, add map[string]int64) []store.Op {
+	return rollupIncrements(c.BrandID, c.ID, c.CreatedAt.Time, c.OfferID, c.PartnerID, c.Currency, add)
 }
+
+// rollupIncrements add counter deltas to the report rollups of a record
+// (a conversion, a click) made at a time: its UTC day and its UTC quarter
+// hour, in the shard of the record's id.
+func rollupIncrements(brandID, id string, at time.Time, offerID, partnerID, currency string, add map[string]int64) []store.Op {
+	at, shard := at.UTC(), shardOf(id)
+	return []store.Op{
+		store.Increment(rollupKey(brandID, shard, at.Format(time.DateOnly), offerID, partnerID, currency), add),
+		store.Increment(rollupQuarterKey(brandID, shard, at.Truncate(15*time.Minute).Format(quarterLayout), offerID, partnerID, currency), add),
+	}
+}
+
+// quarterLayout names a UTC quarter hour in rollup keys.
+const quarterLayout = "2006-01-02T15:04"
 
 // createdDelta counts a new conversion into its rollup. Money counts for
 // conversions that are not rejected.
@@ -289,11 +377,7 @@ func capExpiry(cap string, now time.Time) int64 {
 
 // Conversion returns one of the brand's conversions.
 func (s *Service) Conversion(ctx context.Context, brandID, conversionID string) (tally.Conversion, error) {
-	if !ids.Valid("cnv_", conversionID) {
-		return tally.Conversion{}, notFound(store.ErrNotFound, "conversion", conversionID)
-	}
-	c, err := getRecord[tally.Conversion](ctx, s.store, conversionKey(brandID, conversionID))
-	return c, notFound(err, "conversion", conversionID)
+	return getByID[tally.Conversion](ctx, s.store, "conversion", "cnv_", conversionID, func() store.Key { return conversionKey(brandID, conversionID) })
 }
 
 // ConversionFilter narrows GET /conversions. From and To are RFC 3339
@@ -316,23 +400,16 @@ func (s *Service) Conversions(ctx context.Context, brandID string, f ConversionF
 		return nil, "", err
 	}
 	sp.filter = fmt.Sprintf("%q", []string{f.Status, f.OfferID, f.PartnerID, f.ExternalTxnID})
-	// Read the narrowest index the filters allow; filter the rest.
-	for shard := range shards {
-		part := partition{pk: conversionPK(brandID, shard)}
-		switch {
-		case f.OfferID != "":
-			part = partition{index: store.GSI1, pk: conversionsByOffer(brandID, f.OfferID, shard)}
-		case f.PartnerID != "":
-			part = partition{index: store.GSI2, pk: conversionsByPartner(brandID, f.PartnerID, shard)}
-		}
-		sp.parts = append(sp.parts, part)
-	}
+	sp.parts = shardedParts(f.OfferID, f.PartnerID,
+		func(shard int) string { return conversionPK(brandID, shard) },
+		func(shard int) string { return conversionsByOffer(brandID, f.OfferID, shard) },
+		func(shard int) string { return conversionsByPartner(brandID, f.PartnerID, shard) })
 	keep := func(c *tally.Conversion) bool {
 		return (f.Status == "" || c.Status == f.Status) &&
 			(f.PartnerID == "" || c.PartnerID == f.PartnerID) &&
 			(f.ExternalTxnID == "" || c.ExternalTxnID == f.ExternalTxnID)
 	}
-	return listSpan(ctx, s.store, sp, p, keep)
+	return listSpan(ctx, s, sp, p, keep)
 }
 
 // timeSpan turns the from and to parameters of a list into bounds on the
@@ -359,15 +436,40 @@ func timeSpan(prefix, from, to string) (span, error) {
 // parseTimeParam reads an RFC 3339 timestamp or a date; a date as an upper
 // bound means the end of that day.
 func parseTimeParam(field, v string, endOfDay bool) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		return t.UTC(), nil
-	}
-	d, err := time.Parse(time.DateOnly, v)
+	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
-		return time.Time{}, invalid("%s must be an RFC 3339 timestamp or a date (YYYY-MM-DD).", field)
+		if t, err = dateParam(field, v); err != nil {
+			return time.Time{}, invalid("%s must be an RFC 3339 timestamp or a date (YYYY-MM-DD) from %s to %s.", field, minDate, maxDate)
+		}
+		if endOfDay {
+			t = t.Add(24*time.Hour - time.Millisecond)
+		}
 	}
-	if endOfDay {
-		return d.Add(24*time.Hour - time.Millisecond), nil
+	if t = t.UTC(); t.Before(minTime) || t.After(maxTime) {
+		return time.Time{}, invalid("%s must be from %s to %s.", field, minDate, maxDate)
+	}
+	return t, nil
+}
+
+// Dates and times in filters lie from minDate to maxDate (UTC): records
+// are stamped within it, and a bound outside it would not narrow a list but
+// silently widen it (identifiers carry a Unix time in milliseconds, which
+// has no place for 1969).
+const (
+	minDate = "1970-01-01"
+	maxDate = "9999-12-31"
+)
+
+var (
+	minTime = time.Unix(0, 0).UTC()
+	maxTime = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
+)
+
+// dateParam reads a date (YYYY-MM-DD) from minDate to maxDate.
+func dateParam(field, v string) (time.Time, error) {
+	d, err := time.Parse(time.DateOnly, v)
+	if err != nil || d.Before(minTime) || d.After(maxTime) {
+		return time.Time{}, invalid("%s must be a date (YYYY-MM-DD) from %s to %s.", field, minDate, maxDate)
 	}
 	return d, nil
 }
@@ -402,11 +504,8 @@ func (s *Service) decideConversion(ctx context.Context, brandID, conversionID, t
 	if err != nil {
 		return c, err
 	}
-	err = s.transact(ctx,
-		store.Put(conversionItem(c), store.AttrEquals("status", tally.ConversionPending)),
-		rollupOp(c, decidedDelta(c, to)),
-		evt,
-	)
+	ops := append([]store.Op{store.Put(conversionItem(c), store.AttrEquals("status", tally.ConversionPending))}, rollupOps(c, decidedDelta(c, to))...)
+	err = s.transact(ctx, append(ops, evt)...)
 	if _, failed := store.FailedOp(err); failed {
 		current, err := s.Conversion(ctx, brandID, conversionID)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/catalog"
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/store"
@@ -58,13 +60,17 @@ func deliveryID(evt tally.Event, subscriptionID string) string {
 	return "wh_" + strings.ToLower(id.String())
 }
 
-func deliveryItem(rec deliveryRecord) store.Item {
+// deliveryItem is the stored delivery; it expires keep after its last
+// change (the table's TTL takes it and its attempts).
+func deliveryItem(rec deliveryRecord, keep time.Duration) store.Item {
 	shard := shardOf(rec.ID)
 	it := store.Item{
-		Key:   deliveryKey(rec.BrandID, rec.ID),
-		GSI2:  store.IndexKey{PK: deliveriesBySubscription(rec.BrandID, rec.SubscriptionID, shard), SK: rec.ID},
-		Attrs: map[string]string{"status": rec.Status, "attempts": strconv.Itoa(len(rec.Attempts))},
-		Data:  mustJSON(rec),
+		Key:       deliveryKey(rec.BrandID, rec.ID),
+		GSI1:      store.IndexKey{PK: deliveriesByTypeStatus(rec.BrandID, rec.Type, rec.Status, shard), SK: rec.ID},
+		GSI2:      store.IndexKey{PK: deliveriesByEndpoint(rec.BrandID, rec.endpointID(), shard), SK: rec.ID},
+		Attrs:     map[string]string{"status": rec.Status, "attempts": strconv.Itoa(len(rec.Attempts))},
+		Data:      mustJSON(rec),
+		ExpiresAt: rec.UpdatedAt.Add(keep).Unix(),
 	}
 	if rec.Status == tally.DeliveryPending && rec.NextAttemptAt != nil {
 		it.GSI3 = store.IndexKey{PK: dueQueuePK(shard), SK: dueQueueSK(rec.NextAttemptAt.Time, rec.ID)}
@@ -72,8 +78,33 @@ func deliveryItem(rec deliveryRecord) store.Item {
 	return it
 }
 
-// FanOut makes the deliveries of an event: one per subscription of its brand
-// whose events name it (a webhook.test goes to its one subscription). It is
+// endpointID is the subscription's id for a webhook, the partner's for a
+// postback.
+func (rec deliveryRecord) endpointID() string {
+	if rec.Type == tally.DeliveryPostback {
+		return rec.PartnerID
+	}
+	return rec.SubscriptionID
+}
+
+func (rec deliveryRecord) endpointName() string {
+	if rec.Type == tally.DeliveryPostback {
+		return "postback of partner " + rec.PartnerID
+	}
+	return "subscription " + rec.SubscriptionID
+}
+
+func (rec deliveryRecord) endpointKey() store.Key {
+	if rec.Type == tally.DeliveryPostback {
+		return postbackKey(rec.BrandID, rec.PartnerID)
+	}
+	return subscriptionKey(rec.BrandID, rec.SubscriptionID)
+}
+
+// FanOut makes the deliveries of an event: one per enabled subscription of
+// its brand whose events name it (a webhook.test goes to its one
+// subscription), and one to the partner's postback for a conversion event
+// it fires on (a postback.test goes to its one postback). It is
 // idempotent: delivery ids are deterministic and written only if absent, so
 // a repeated event creates nothing. It returns every delivery of the event
 // that is still pending, new or not, for the transport to attempt, and takes
@@ -98,24 +129,31 @@ func (s *Service) FanOut(ctx context.Context, eventID string) ([]DeliveryRef, er
 	var recs []deliveryRecord
 	for _, sub := range subs {
 		if target := item.Attrs["subscriptionId"]; target != "" && target != sub.ID ||
-			target == "" && !slices.Contains(sub.Events, evt.Event) {
+			target == "" && (!slices.Contains(sub.Events, evt.Event) || sub.Status == tally.EndpointDisabled) {
 			continue
 		}
 		recs = append(recs, deliveryRecord{
 			Delivery: tally.Delivery{
-				ID: deliveryID(evt, sub.ID), BrandID: evt.BrandID, Type: "webhook", EventID: evt.ID, Event: evt.Event,
+				ID: deliveryID(evt, sub.ID), BrandID: evt.BrandID, Type: tally.DeliveryWebhook, EventID: evt.ID, Event: evt.Event,
 				SubscriptionID: sub.ID, URL: sub.URL, Status: tally.DeliveryPending, Attempts: []tally.Attempt{},
 				NextAttemptAt: ptrTo(tally.NewTime(now)), CreatedAt: tally.NewTime(now), UpdatedAt: tally.NewTime(now),
 			},
 			Body: item.Data,
 		})
 	}
+	pb, err := s.postbackDelivery(ctx, item, evt)
+	if err != nil {
+		return nil, err
+	}
+	if pb != nil {
+		recs = append(recs, *pb)
+	}
 	// The first fan-out of an event writes all its deliveries and takes it
 	// out of the outbox in one transaction (one commit). A repeated one finds
 	// some delivery written already and goes one by one, keeping what exists.
 	ops := make([]store.Op, 0, len(recs)+1)
 	for _, rec := range recs {
-		ops = append(ops, store.Put(deliveryItem(rec), store.NotExists()))
+		ops = append(ops, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
 	}
 	outboxed := item.GSI3 != (store.IndexKey{})
 	if outboxed {
@@ -139,7 +177,7 @@ func (s *Service) FanOut(ctx context.Context, eventID string) ([]DeliveryRef, er
 // deliveries that are missing and reports those still pending.
 func (s *Service) fanOutEach(ctx context.Context, recs []deliveryRecord, event store.Item, outboxed bool) ([]DeliveryRef, error) {
 	for i, rec := range recs {
-		err := s.transact(ctx, store.Put(deliveryItem(rec), store.NotExists()))
+		err := s.transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
 		if _, exists := store.FailedOp(err); exists {
 			recs[i], err = getRecord[deliveryRecord](ctx, s.store, deliveryKey(rec.BrandID, rec.ID))
 		}
@@ -194,24 +232,35 @@ func (s *Service) Attempt(ctx context.Context, ref DeliveryRef, n int, sender Se
 	if made != n-1 {
 		return AttemptResult{}, fmt.Errorf("attempt %d of %s asked for before attempt %d was made", n, rec.ID, made+1)
 	}
-	sub, err := s.subscription(ctx, rec.BrandID, rec.SubscriptionID)
-	if tally.ErrorCode(err) == tally.ECodeNotFound {
-		// A deleted subscription gets nothing further.
-		return s.recordAttempt(ctx, rec, nil)
+	ep, err := s.store.Get(ctx, rec.endpointKey())
+	if errors.Is(err, store.ErrNotFound) {
+		// A deleted subscription or postback gets nothing further.
+		return s.recordAttempt(ctx, rec, nil, nil)
 	}
 	if err != nil {
 		return AttemptResult{}, err
 	}
-	at := sender.Send(ctx, delivery.Request{URL: rec.URL, WebhookID: rec.ID, Event: rec.Event, Body: rec.Body, Secret: sub.Secret})
-	res, err := s.recordAttempt(ctx, rec, &at)
+	req := delivery.Request{URL: rec.URL, WebhookID: rec.ID, Event: rec.Event, Body: rec.Body}
+	if rec.Type == tally.DeliveryPostback {
+		req.Method = http.MethodGet
+	} else {
+		var sub subscriptionRecord
+		if err := decode(ep, &sub); err != nil {
+			return AttemptResult{}, err
+		}
+		req.Secrets = sub.signingSecrets(s.Now())
+	}
+	at := sender.Send(ctx, req)
+	res, err := s.recordAttempt(ctx, rec, &at, &ep)
 	res.Sent = true
 	return res, err
 }
 
-// recordAttempt appends an attempt (nil: the subscription is gone, so the
-// delivery fails without one) and decides what follows. The write holds only
-// if no other step recorded an attempt meanwhile.
-func (s *Service) recordAttempt(ctx context.Context, rec deliveryRecord, at *tally.Attempt) (AttemptResult, error) {
+// recordAttempt appends an attempt (nil: the endpoint is gone, so the
+// delivery fails without one), decides what follows, and records the
+// outcome in the health of the endpoint, read before as ep. The write holds
+// only if no other step recorded an attempt meanwhile.
+func (s *Service) recordAttempt(ctx context.Context, rec deliveryRecord, at *tally.Attempt, ep *store.Item) (AttemptResult, error) {
 	before := strconv.Itoa(len(rec.Attempts))
 	now := s.Now()
 	rec.UpdatedAt = tally.NewTime(now)
@@ -222,6 +271,13 @@ func (s *Service) recordAttempt(ctx context.Context, rec deliveryRecord, at *tal
 	case at.Succeeded():
 		rec.Attempts = append(rec.Attempts, *at)
 		rec.Status = tally.DeliverySucceeded
+	case at.Error == tally.AttemptBlocked:
+		// The SSRF guard refused the receiver's address: asking again
+		// would be refused again (or, after a DNS change, reach an
+		// address that was refused for a reason). The attempt's error
+		// says why in the delivery log; a manual retry can try anew.
+		rec.Attempts = append(rec.Attempts, *at)
+		rec.Status = tally.DeliveryFailed
 	default:
 		rec.Attempts = append(rec.Attempts, *at)
 		if made := len(rec.Attempts) - rec.CycleStart; made >= MaxAttempts {
@@ -230,13 +286,34 @@ func (s *Service) recordAttempt(ctx context.Context, rec deliveryRecord, at *tal
 			rec.NextAttemptAt = ptrTo(tally.NewTime(now.Add(s.retryWait(made))))
 		}
 	}
-	err := s.transact(ctx, store.Put(deliveryItem(rec), store.AttrEquals("attempts", before)))
-	if _, failed := store.FailedOp(err); failed {
-		// Another step recorded this attempt first; report what it decided.
-		current, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(rec.BrandID, rec.ID))
-		return s.resultOf(current), err
+	record := store.Put(deliveryItem(rec, s.deliveryRetention), store.AttrEquals("attempts", before))
+	for {
+		ops := []store.Op{record}
+		if ep != nil && at != nil {
+			if health, ok := s.health.outcomeOp(*ep, at.Succeeded(), now); ok {
+				ops = append(ops, health)
+			}
+		}
+		err := s.transact(ctx, ops...)
+		if i, failed := store.FailedOp(err); failed && i == 1 {
+			// The endpoint changed since it was read: read it again.
+			fresh, err := s.store.Get(ctx, rec.endpointKey())
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+				ep = nil // deleted: nothing left to keep the health of
+			case err != nil:
+				return AttemptResult{}, err
+			default:
+				ep = &fresh
+			}
+			continue
+		} else if failed {
+			// Another step recorded this attempt first; report what it decided.
+			current, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(rec.BrandID, rec.ID))
+			return s.resultOf(current), err
+		}
+		return s.resultOf(rec), err
 	}
-	return s.resultOf(rec), err
 }
 
 // retryWait is the wait after attempt made (1-based) failed.
@@ -263,37 +340,79 @@ func (s *Service) Delivery(ctx context.Context, brandID, deliveryID string) (tal
 
 // DeliveryFilter narrows GET /deliveries. From and To are as for conversions.
 type DeliveryFilter struct {
-	Type, Status, SubscriptionID, EventID string
-	From, To                              string
+	Type, Status, Event, SubscriptionID, PartnerID, EventID string
+	From, To                                                string
 }
 
-// Deliveries lists the brand's deliveries, newest first.
+// deliveryTypes and deliveryStatuses are every value of the two, for the
+// index partitions a list reads.
+var (
+	deliveryTypes    = []string{tally.DeliveryWebhook, tally.DeliveryPostback}
+	deliveryStatuses = []string{tally.DeliveryPending, tally.DeliverySucceeded, tally.DeliveryFailed}
+)
+
+// Deliveries lists the brand's deliveries, newest first. Each filter is
+// served by keys (docs/data-model.md): an endpoint's deliveries by GSI2, a
+// type and status by GSI1, a time span and an event id by sort-key bounds
+// (ids sort by their event's time); the event name narrows what those
+// read.
 func (s *Service) Deliveries(ctx context.Context, brandID string, f DeliveryFilter, p ListParams) ([]tally.Delivery, string, error) {
 	if err := firstError(
-		oneOf("type", &f.Type, "", "webhook", "postback"),
+		oneOf("type", &f.Type, "", tally.DeliveryWebhook, tally.DeliveryPostback),
 		oneOf("status", &f.Status, "", tally.DeliveryPending, tally.DeliverySucceeded, tally.DeliveryFailed),
 		idFilter("subscriptionId", "sub_", f.SubscriptionID),
+		idFilter("partnerId", "prt_", f.PartnerID),
 		idFilter("eventId", "evt_", f.EventID),
 	); err != nil {
 		return nil, "", err
+	}
+	if f.Event != "" && !catalog.Known(f.Event) && f.Event != tally.PostbackTestEvent {
+		return nil, "", invalid("event: %q is not an event; see /api/public/webhook-events.", f.Event)
+	}
+	if f.SubscriptionID != "" && f.PartnerID != "" {
+		return nil, "", invalid("subscriptionId and partnerId name different endpoints; give one of them.")
 	}
 	sp, err := timeSpan("wh_", f.From, f.To)
 	if err != nil {
 		return nil, "", err
 	}
-	sp.filter = fmt.Sprintf("%q", []string{f.Type, f.Status, f.SubscriptionID, f.EventID})
-	for shard := range shards {
-		part := partition{pk: deliveryPK(brandID, shard)}
-		if f.SubscriptionID != "" {
-			part = partition{index: store.GSI2, pk: deliveriesBySubscription(brandID, f.SubscriptionID, shard)}
+	if f.EventID != "" {
+		// A delivery's id carries its event's time: the event's
+		// deliveries lie within that millisecond.
+		t, _ := ulid.ParseStrict(strings.ToUpper(strings.TrimPrefix(f.EventID, "evt_")))
+		at := ulid.Time(t.Time())
+		sp.from = max(sp.from, ids.Floor("wh_", at))
+		if hi := ids.Ceil("wh_", at); sp.to == "" || hi < sp.to {
+			sp.to = hi
 		}
-		sp.parts = append(sp.parts, part)
+	}
+	sp.filter = fmt.Sprintf("%q", []string{f.Type, f.Status, f.Event, f.SubscriptionID, f.PartnerID, f.EventID})
+	types, statuses := deliveryTypes, deliveryStatuses
+	if f.Type != "" {
+		types = []string{f.Type}
+	}
+	if f.Status != "" {
+		statuses = []string{f.Status}
+	}
+	for shard := range shards {
+		switch {
+		case f.SubscriptionID != "" || f.PartnerID != "":
+			sp.parts = append(sp.parts, partition{index: store.GSI2, pk: deliveriesByEndpoint(brandID, f.SubscriptionID+f.PartnerID, shard)})
+		case f.Type != "" || f.Status != "":
+			for _, typ := range types {
+				for _, status := range statuses {
+					sp.parts = append(sp.parts, partition{index: store.GSI1, pk: deliveriesByTypeStatus(brandID, typ, status, shard)})
+				}
+			}
+		default:
+			sp.parts = append(sp.parts, partition{pk: deliveryPK(brandID, shard)})
+		}
 	}
 	keep := func(d *deliveryRecord) bool {
 		return (f.Type == "" || d.Type == f.Type) && (f.Status == "" || d.Status == f.Status) &&
-			(f.EventID == "" || d.EventID == f.EventID)
+			(f.Event == "" || d.Event == f.Event) && (f.EventID == "" || d.EventID == f.EventID)
 	}
-	recs, next, err := listSpan(ctx, s.store, sp, p, keep)
+	recs, next, err := listSpan(ctx, s, sp, p, keep)
 	out := make([]tally.Delivery, len(recs))
 	for i, r := range recs {
 		out[i] = r.Delivery
@@ -314,29 +433,37 @@ func (s *Service) RetryDelivery(ctx context.Context, brandID, deliveryID string)
 	if rec.Status != tally.DeliveryFailed {
 		return tally.Delivery{}, tally.Errorf(tally.ECodeInvalidTransition, "Only failed deliveries can be retried; this one is %s.", rec.Status)
 	}
-	if _, err := s.subscription(ctx, brandID, rec.SubscriptionID); tally.ErrorCode(err) == tally.ECodeNotFound {
-		return tally.Delivery{}, tally.Errorf(tally.ECodeInvalidTransition, "The delivery's subscription %s was deleted; there is nowhere to send it.", rec.SubscriptionID)
+	if _, err := s.store.Get(ctx, rec.endpointKey()); errors.Is(err, store.ErrNotFound) {
+		return tally.Delivery{}, tally.Errorf(tally.ECodeInvalidTransition, "The delivery's %s was deleted; there is nowhere to send it.", rec.endpointName())
 	} else if err != nil {
 		return tally.Delivery{}, err
 	}
+	rec, err = s.restart(ctx, rec)
+	if _, changed := store.FailedOp(err); changed {
+		return tally.Delivery{}, tally.Errorf(tally.ECodeInvalidTransition, "The delivery changed meanwhile; it is no longer failed.")
+	}
+	return rec.Delivery, err
+}
+
+// restart makes a failed delivery pending with a fresh schedule (attempt 1
+// now) and hands it to the transport. It fails with a condition failure if
+// the delivery is no longer failed.
+func (s *Service) restart(ctx context.Context, rec deliveryRecord) (deliveryRecord, error) {
 	failed := rec
 	now := s.Now()
 	rec.Status, rec.CycleStart = tally.DeliveryPending, len(rec.Attempts)
 	rec.NextAttemptAt, rec.UpdatedAt = ptrTo(tally.NewTime(now)), tally.NewTime(now)
-	err = s.transact(ctx, store.Put(deliveryItem(rec), store.AttrEquals("status", tally.DeliveryFailed)))
-	if _, changed := store.FailedOp(err); changed {
-		return tally.Delivery{}, tally.Errorf(tally.ECodeInvalidTransition, "The delivery changed meanwhile; it is no longer failed.")
-	}
+	err := s.transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.AttrEquals("status", tally.DeliveryFailed), store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts)))))
 	if err != nil || s.requeue == nil {
-		return rec.Delivery, err
+		return rec, err
 	}
-	if err := s.requeue(ctx, DeliveryRef{BrandID: brandID, DeliveryID: deliveryID}); err != nil {
+	if err := s.requeue(ctx, DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID}); err != nil {
 		// Nothing will pick the delivery up: put it back as it was, so the
 		// retry can be asked for again.
-		undo := s.transact(ctx, store.Put(deliveryItem(failed), store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts))), store.AttrEquals("status", tally.DeliveryPending)))
-		return tally.Delivery{}, errors.Join(err, undo)
+		undo := s.transact(ctx, store.Put(deliveryItem(failed, s.deliveryRetention), store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts))), store.AttrEquals("status", tally.DeliveryPending)))
+		return rec, errors.Join(err, undo)
 	}
-	return rec.Delivery, nil
+	return rec, nil
 }
 
 func ptrTo[T any](v T) *T { return &v }

@@ -37,6 +37,10 @@ func offerKey(brandID, offerID string) store.Key {
 
 const offerSKPrefix = "OFF#"
 
+// offerRefKey finds an offer's brand from the offer id alone, for the
+// tracking link, which names only the offer. Its Data holds the brand id.
+func offerRefKey(offerID string) store.Key { return store.Key{PK: "OFF#" + offerID, SK: "#OFF"} }
+
 func partnerKey(brandID, partnerID string) store.Key {
 	return store.Key{PK: brandPK(brandID), SK: "PRT#" + partnerID}
 }
@@ -55,6 +59,22 @@ func apiKeyKey(secretHash string) store.Key {
 }
 func apiKeysByBrand(brandID string) string { return "BRD#" + brandID + "#KEY" }
 func apiKeyByID(keyID string) string       { return "KEYID#" + keyID }
+
+// Dashboard users are found by e-mail address (sign-in), which is unique
+// across brands, and listed per brand (GSI1). Sessions are found by the
+// hash of their token.
+func userKey(email string) store.Key        { return store.Key{PK: "USER#" + email, SK: "#USER"} }
+func usersByBrand(brandID string) string    { return "BRD#" + brandID + "#USR" }
+func sessionKey(tokenHash string) store.Key { return store.Key{PK: "SESS#" + tokenHash, SK: "#SESS"} }
+
+// A brand's postback token is found by the hash of its secret (the
+// postback) and from the brand (showing, rotating and deleting it).
+func postbackTokenKey(secretHash string) store.Key {
+	return store.Key{PK: "PBT#" + secretHash, SK: "#PBT"}
+}
+func brandPostbackTokenKey(brandID string) store.Key {
+	return store.Key{PK: brandPK(brandID), SK: "#PBTOKEN"}
+}
 
 // Conversions live in the brand's conversion shards, sorted by id (and so by
 // time). GSI1 lists them per offer, GSI2 per partner, each sharded the same
@@ -93,6 +113,51 @@ func capKey(offerID, period string) store.Key {
 	return store.Key{PK: "CAP#" + offerID, SK: period}
 }
 
+// Clicks live in the brand's click shards, sorted by id, and are listed per
+// offer (GSI1) and per partner (GSI2) like conversions.
+func clickPK(brandID string, shard int) string {
+	return fmt.Sprintf("BRD#%s#CLK#%d", brandID, shard)
+}
+func clickKey(brandID, clickID string) store.Key {
+	return store.Key{PK: clickPK(brandID, shardOf(clickID)), SK: clickID}
+}
+func clicksByOffer(brandID, offerID string, shard int) string {
+	return fmt.Sprintf("BRD#%s#OFF#%s#CLK#%d", brandID, offerID, shard)
+}
+func clicksByPartner(brandID, partnerID string, shard int) string {
+	return fmt.Sprintf("BRD#%s#PRT#%s#CLK#%d", brandID, partnerID, shard)
+}
+
+// The brand's fraud settings and blocked address ranges live in the brand
+// partition; a marker per range keeps each range listed once, a counter
+// bounds how many there are.
+func fraudSettingsKey(brandID string) store.Key { return store.Key{PK: brandPK(brandID), SK: "#FRAUD"} }
+func blockedIPKey(brandID, id string) store.Key {
+	return store.Key{PK: brandPK(brandID), SK: blockedIPSKPrefix + id}
+}
+
+const blockedIPSKPrefix = "BIP#"
+
+func blockedCIDRKey(brandID, cidr string) store.Key {
+	return store.Key{PK: brandPK(brandID), SK: "BIPCIDR#" + cidr}
+}
+func blockedIPCountKey(brandID string) store.Key {
+	return store.Key{PK: brandPK(brandID), SK: "#BIPCOUNT"}
+}
+
+// velocityKey counts one address's clicks on one offer in one minute.
+func velocityKey(offerID, ip string, minute int64) store.Key {
+	return store.Key{PK: "VEL#" + offerID + "#" + ip, SK: strconv.FormatInt(minute, 10)}
+}
+
+// highRiskKey counts a partner's high-risk clicks per UTC hour
+// (2026112210), for the auto-ban rule's window.
+func highRiskPK(brandID, partnerID string) string { return "HRC#" + brandID + "#" + partnerID }
+func highRiskKey(brandID, partnerID string, t time.Time) store.Key {
+	return store.Key{PK: highRiskPK(brandID, partnerID), SK: highRiskHour(t)}
+}
+func highRiskHour(t time.Time) string { return t.UTC().Format("2006010215") }
+
 // Rollups: one item per (day, offer, partner, currency) and shard, with the
 // report metrics as counters. A report range-queries each shard by day.
 func rollupPK(brandID string, shard int) string {
@@ -104,6 +169,22 @@ func rollupKey(brandID string, shard int, day, offerID, partnerID, currency stri
 
 // rollupDayTo is the inclusive upper bound of a day's rollup sort keys.
 func rollupDayTo(day string) string { return day + "$" }
+
+// Quarter-hour rollups hold the same counters per UTC quarter hour
+// ("2026-11-22T10:15"), so that a report can cut days at midnight in any
+// time zone: every zone's offset from UTC is a whole number of quarter
+// hours. The daily rollups serve what lies in whole UTC days.
+func rollupQuarterPK(brandID string, shard int) string {
+	return fmt.Sprintf("BRD#%s#RQ#%d", brandID, shard)
+}
+func rollupQuarterKey(brandID string, shard int, quarter, offerID, partnerID, currency string) store.Key {
+	return store.Key{PK: rollupQuarterPK(brandID, shard), SK: quarter + "#" + offerID + "#" + partnerID + "#" + currency}
+}
+
+// rollupQuartersFrom and rollupQuartersTo bound the quarter-hour rollup
+// sort keys of the days from and to, inclusive.
+func rollupQuartersFrom(day string) string { return day + "T" }
+func rollupQuartersTo(day string) string   { return day + "T~" }
 
 // Events are the outbox: one item each, found by id (the stream and the
 // delivery pipeline), per brand (GSI1, sharded) and, until their deliveries
@@ -127,22 +208,40 @@ func subscriptionCountKey(brandID string) store.Key {
 	return store.Key{PK: brandPK(brandID), SK: "#SUBCOUNT"}
 }
 
-// Deliveries live in the brand's delivery shards, sorted by id; GSI2 lists
-// them per subscription; while pending, GSI3 holds them by due time across
-// brands (the local pipeline's queue).
+// A partner's postback lives in the brand partition next to the partner.
+func postbackKey(brandID, partnerID string) store.Key {
+	return store.Key{PK: brandPK(brandID), SK: "PB#" + partnerID}
+}
+
+// Deliveries live in the brand's delivery shards, sorted by id (ids sort by
+// the event's time, so a time span and an event id are sort-key ranges).
+// GSI1 lists them per type and status (what the delivery log is filtered by
+// most), GSI2 per endpoint (a subscription or a partner's postback); while
+// pending, GSI3 holds them by due time across brands (the local pipeline's
+// queue). Each index is sharded like the table.
 func deliveryPK(brandID string, shard int) string {
 	return fmt.Sprintf("BRD#%s#WH#%d", brandID, shard)
 }
 func deliveryKey(brandID, deliveryID string) store.Key {
 	return store.Key{PK: deliveryPK(brandID, shardOf(deliveryID)), SK: deliveryID}
 }
-func deliveriesBySubscription(brandID, subscriptionID string, shard int) string {
-	return fmt.Sprintf("BRD#%s#SUB#%s#WH#%d", brandID, subscriptionID, shard)
+func deliveriesByTypeStatus(brandID, typ, status string, shard int) string {
+	return fmt.Sprintf("BRD#%s#WHT#%s#%s#%d", brandID, typ, status, shard)
+}
+
+// deliveriesByEndpoint takes a subscription id or a partner id (the prefix
+// tells them apart).
+func deliveriesByEndpoint(brandID, endpointID string, shard int) string {
+	return fmt.Sprintf("BRD#%s#EP#%s#WH#%d", brandID, endpointID, shard)
 }
 func dueQueuePK(shard int) string { return "DUE#" + strconv.Itoa(shard) }
 
 // dueQueueSK sorts by due time, like the hold queue.
 func dueQueueSK(due time.Time, deliveryID string) string { return holdQueueSK(due, deliveryID) }
+
+// cursorKeyringKey holds the keyring that signs list cursors, one per
+// deployment (store).
+func cursorKeyringKey() store.Key { return store.Key{PK: "CONFIG", SK: "#CURSORKEYS"} }
 
 // rateKey counts one bucket's requests in one window.
 func rateKey(bucket string, window int64) store.Key {

@@ -2,11 +2,7 @@ package tracking
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
-	"hash/fnv"
-	"strings"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/store"
@@ -45,23 +41,6 @@ type span struct {
 	filter string // the caller's filters, so a cursor only continues the same query
 }
 
-// listCursor is the position in each partition: the last sort key handed
-// out, and whether the partition is exhausted.
-type listCursor struct {
-	Last        []string `json:"l"`
-	Done        []bool   `json:"d"`
-	Fingerprint uint64   `json:"f"`
-}
-
-func (sp span) fingerprint() uint64 {
-	h := fnv.New64a()
-	for _, p := range sp.parts {
-		h.Write([]byte(string(p.index) + "\x00" + p.pk + "\x00"))
-	}
-	h.Write([]byte(sp.prefix + "\x00" + sp.from + "\x00" + sp.to + "\x00" + sp.filter))
-	return h.Sum64()
-}
-
 func validateLimit(limit int) (int, error) {
 	switch {
 	case limit == 0:
@@ -72,30 +51,23 @@ func validateLimit(limit int) (int, error) {
 	return limit, nil
 }
 
-func invalidCursor() error {
-	return tally.Errorf(tally.ECodeValidation, "cursor is not valid for this list; start again without it.")
-}
-
-func (sp span) decodeCursor(s string) (listCursor, error) {
-	c := listCursor{Last: make([]string, len(sp.parts)), Done: make([]bool, len(sp.parts))}
-	if s == "" {
-		return c, nil
-	}
-	raw, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || json.Unmarshal(raw, &c) != nil ||
-		len(c.Last) != len(sp.parts) || len(c.Done) != len(sp.parts) || c.Fingerprint != sp.fingerprint() {
-		return listCursor{}, invalidCursor()
-	}
-	for _, last := range c.Last {
-		if last != "" && !strings.HasPrefix(last, sp.prefix) {
-			return listCursor{}, invalidCursor()
+// shardedParts are the partitions of a sharded, per-offer and per-partner
+// indexed list (conversions, clicks): the table's shards, or the shards of
+// the per-offer (GSI1) or per-partner (GSI2) index when a filter names one,
+// the narrowest read the filters allow.
+func shardedParts(offerID, partnerID string, table, byOffer, byPartner func(shard int) string) []partition {
+	parts := make([]partition, shards)
+	for shard := range parts {
+		switch {
+		case offerID != "":
+			parts[shard] = partition{index: store.GSI1, pk: byOffer(shard)}
+		case partnerID != "":
+			parts[shard] = partition{index: store.GSI2, pk: byPartner(shard)}
+		default:
+			parts[shard] = partition{pk: table(shard)}
 		}
 	}
-	return c, nil
-}
-
-func (c listCursor) encode() string {
-	return base64.RawURLEncoding.EncodeToString(mustJSON(c))
+	return parts
 }
 
 // partIter reads one partition newest first, a page at a time.
@@ -127,22 +99,26 @@ func (it *partIter) head(ctx context.Context) (*store.Item, error) {
 	return &it.buf[0], nil
 }
 
-// list returns one page of records of type T from sp, newest (greatest sort
-// key) first, keeping only those keep accepts (nil keeps all).
-func list[T any](ctx context.Context, st store.Store, parts []partition, p ListParams, keep func(*T) bool) ([]T, string, error) {
-	return listSpan(ctx, st, span{parts: parts}, p, keep)
+// list returns one page of records of type T from the partitions, newest
+// (greatest sort key) first, keeping only those keep accepts (nil keeps
+// all), with the cursor of the next page ("" after the last).
+func list[T any](ctx context.Context, s *Service, parts []partition, p ListParams, keep func(*T) bool) ([]T, string, error) {
+	return listSpan(ctx, s, span{parts: parts}, p, keep)
 }
 
-func listSpan[T any](ctx context.Context, st store.Store, sp span, p ListParams, keep func(*T) bool) ([]T, string, error) {
+// listSpan is list over a span.
+func listSpan[T any](ctx context.Context, s *Service, sp span, p ListParams, keep func(*T) bool) ([]T, string, error) {
 	limit, err := validateLimit(p.Limit)
 	if err != nil {
 		return nil, "", err
 	}
-	cur, err := sp.decodeCursor(p.Cursor)
-	if err != nil {
-		return nil, "", err
+	cur := listCursor{Last: make([]string, len(sp.parts)), Done: make([]bool, len(sp.parts))}
+	if p.Cursor != "" {
+		if cur, err = s.openCursor(ctx, sp, p.Cursor); err != nil {
+			return nil, "", err
+		}
 	}
-	cur.Fingerprint = sp.fingerprint()
+	st := s.store
 	iters := make([]*partIter, len(sp.parts))
 	for i, part := range sp.parts {
 		q := store.Query{Index: part.index, PK: part.pk, Desc: true, Limit: limit + 1,
@@ -206,5 +182,6 @@ func listSpan[T any](ctx context.Context, st store.Store, sp span, p ListParams,
 	if i, err := peek(); err != nil || i < 0 {
 		return out, "", err
 	}
-	return out, cur.encode(), nil
+	next, err := s.sealCursor(ctx, sp, cur)
+	return out, next, err
 }

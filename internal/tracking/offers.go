@@ -1,6 +1,7 @@
 package tracking
 
 import (
+	"cmp"
 	"context"
 	"strings"
 
@@ -10,48 +11,45 @@ import (
 )
 
 // OfferInput is the body of POST /offers. Pointers tell absent from zero.
+// Amounts are at most 10^12 minor units, which keeps sums of many far from
+// int64 overflow; a hold is at most a year (24 × 366 hours): longer holds
+// are surely mistakes.
 type OfferInput struct {
 	Name           *string     `json:"name"`
 	DestinationURL *string     `json:"destinationUrl"`
-	RevenueCents   *int64      `json:"revenueCents"`
-	PayoutCents    *int64      `json:"payoutCents"`
+	RevenueCents   *int64      `json:"revenueCents" range:"0,1000000000000"`
+	PayoutCents    *int64      `json:"payoutCents" range:"0,1000000000000"`
 	Currency       *string     `json:"currency"`
 	Status         *string     `json:"status"`
 	Approval       *string     `json:"approval"`
-	HoldHours      *int        `json:"holdHours"`
+	HoldHours      *int        `json:"holdHours" range:"0,8784"`
 	Caps           *tally.Caps `json:"caps"`
+	// AttributionWindowDays defaults to tally.DefaultAttributionWindowDays.
+	AttributionWindowDays *int `json:"attributionWindowDays" range:"1,365"`
 }
 
-// maxHoldHours is a year: longer holds are surely mistakes.
-const maxHoldHours = 24 * 366
-
-func (in OfferInput) validate() error {
-	err := firstError(
+func (in OfferInput) checks() []error {
+	errs := []error{
 		text("name", in.Name, true, 200),
 		httpURL("destinationUrl", in.DestinationURL, true),
-		cents("revenueCents", in.RevenueCents, true),
-		cents("payoutCents", in.PayoutCents, true),
+		requireField("revenueCents", in.RevenueCents != nil),
+		requireField("payoutCents", in.PayoutCents != nil),
 		currency("currency", in.Currency, true),
 		oneOf("status", in.Status, tally.OfferActive, tally.OfferPaused),
 		oneOf("approval", in.Approval, tally.ApprovalAuto, tally.ApprovalManual),
-	)
-	if err != nil {
-		return err
 	}
-	if h := deref(in.HoldHours, 0); h < 0 || h > maxHoldHours {
-		return invalid("holdHours must be from 0 to %d.", maxHoldHours)
-	} else if h > 0 && deref(in.Approval, tally.ApprovalAuto) != tally.ApprovalManual {
-		return invalid("holdHours applies only to offers with approval \"manual\".")
+	errs = append(errs, ranges(in)...)
+	if deref(in.HoldHours, 0) > 0 && deref(in.Approval, tally.ApprovalAuto) != tally.ApprovalManual {
+		errs = append(errs, invalidField("holdHours", "holdHours applies only to offers with approval \"manual\"."))
 	}
-	if in.Caps != nil {
-		for _, c := range capsOf(*in.Caps) {
-			if c.limit < 1 || c.limit > 1e9 {
-				return invalid("caps.%s must be a whole number from 1 to 1000000000, or null for no cap.", c.name)
-			}
-		}
-	}
-	return nil
+	return errs
 }
+
+func (in OfferInput) validate() error { return firstError(in.checks()...) }
+
+// FieldErrors checks every field of an offer and maps each field with a
+// problem to its message (the dashboard's offer form shows them all).
+func (in OfferInput) FieldErrors() map[string]string { return fieldErrors(in.checks()...) }
 
 // CreateOffer creates an offer for the brand.
 func (s *Service) CreateOffer(ctx context.Context, brandID string, in OfferInput) (tally.Offer, error) {
@@ -60,24 +58,49 @@ func (s *Service) CreateOffer(ctx context.Context, brandID string, in OfferInput
 	}
 	now := s.Now()
 	o := tally.Offer{
-		ID:             ids.New("off_", now),
-		BrandID:        brandID,
-		Name:           strings.TrimSpace(*in.Name),
-		DestinationURL: *in.DestinationURL,
-		RevenueCents:   *in.RevenueCents,
-		PayoutCents:    *in.PayoutCents,
-		Currency:       *in.Currency,
-		Status:         deref(in.Status, tally.OfferActive),
-		Approval:       deref(in.Approval, tally.ApprovalAuto),
-		HoldHours:      deref(in.HoldHours, 0),
-		Caps:           deref(in.Caps, tally.Caps{}),
-		CreatedAt:      tally.NewTime(now),
+		ID:                    ids.New("off_", now),
+		BrandID:               brandID,
+		Name:                  strings.TrimSpace(*in.Name),
+		DestinationURL:        *in.DestinationURL,
+		RevenueCents:          *in.RevenueCents,
+		PayoutCents:           *in.PayoutCents,
+		Currency:              *in.Currency,
+		Status:                deref(in.Status, tally.OfferActive),
+		Approval:              deref(in.Approval, tally.ApprovalAuto),
+		HoldHours:             deref(in.HoldHours, 0),
+		Caps:                  deref(in.Caps, tally.Caps{}),
+		AttributionWindowDays: deref(in.AttributionWindowDays, tally.DefaultAttributionWindowDays),
+		CreatedAt:             tally.NewTime(now),
+		UpdatedAt:             tally.NewTime(now),
 	}
-	item := store.Item{Key: offerKey(brandID, o.ID), Attrs: map[string]string{"status": o.Status}, Data: mustJSON(o)}
-	if err := s.transact(ctx, store.Put(item, store.NotExists())); err != nil {
+	e := offerEntry{offer: o, rev: 1}
+	err := s.transact(ctx,
+		store.Put(offerItem(e), store.NotExists()),
+		store.Put(store.Item{Key: offerRefKey(o.ID), Data: mustJSON(brandID)}, store.NotExists()))
+	if err != nil {
 		return tally.Offer{}, err
 	}
+	s.offers.put(brandID+"/"+o.ID, e)
 	return o, nil
+}
+
+// offerEntry is an offer with its revision, which grows with every change.
+// Writes that rely on a cached offer check the revision in their
+// transaction (offerCheck), so a change is in force at once everywhere.
+type offerEntry struct {
+	offer tally.Offer
+	rev   int64
+}
+
+func offerItem(e offerEntry) store.Item {
+	return store.Item{Key: offerKey(e.offer.BrandID, e.offer.ID), Attrs: map[string]string{"status": e.offer.Status},
+		Nums: map[string]int64{"rev": e.rev}, Data: mustJSON(e.offer)}
+}
+
+// offerCheck holds while the offer is active and still at the revision e
+// was read at.
+func offerCheck(e offerEntry) store.Op {
+	return store.Check(offerKey(e.offer.BrandID, e.offer.ID), store.AttrEquals("status", tally.OfferActive), store.NumEquals("rev", e.rev))
 }
 
 // Offer returns one of the brand's offers.
@@ -89,25 +112,53 @@ func (s *Service) Offer(ctx context.Context, brandID, offerID string) (tally.Off
 	return o, notFound(err, "offer", offerID)
 }
 
-// cachedOffer reads an offer through the per-instance cache. Only fields that
-// never change (amounts, currency, approval, hold, caps) may be taken from
-// it; the offer's status is checked inside the write transaction.
-func (s *Service) cachedOffer(ctx context.Context, brandID, offerID string) (tally.Offer, error) {
-	k := brandID + "/" + offerID
-	if o, ok := s.offers.get(k); ok {
-		return o, nil
+// cachedOffer reads an offer through the per-instance cache. A write that
+// relies on it includes offerCheck, and reloads the offer (loadOffer) when
+// that fails.
+func (s *Service) cachedOffer(ctx context.Context, brandID, offerID string) (offerEntry, error) {
+	if e, ok := s.offers.get(brandID + "/" + offerID); ok {
+		return e, nil
 	}
-	o, err := s.Offer(ctx, brandID, offerID)
-	if err == nil {
-		s.offers.put(k, o)
+	return s.loadOffer(ctx, brandID, offerID)
+}
+
+// loadOffer reads an offer and its revision from the store into the cache.
+func (s *Service) loadOffer(ctx context.Context, brandID, offerID string) (offerEntry, error) {
+	if !ids.Valid("off_", offerID) {
+		return offerEntry{}, notFound(store.ErrNotFound, "offer", offerID)
 	}
-	return o, err
+	it, err := s.store.Get(ctx, offerKey(brandID, offerID))
+	if err != nil {
+		return offerEntry{}, notFound(err, "offer", offerID)
+	}
+	e := offerEntry{rev: it.Nums["rev"]}
+	if err := decode(it, &e.offer); err != nil {
+		return offerEntry{}, err
+	}
+	s.offers.put(brandID+"/"+offerID, e)
+	return e, nil
+}
+
+// offerByID finds an offer from its id alone (the tracking link).
+func (s *Service) offerByID(ctx context.Context, offerID string) (offerEntry, error) {
+	if !ids.Valid("off_", offerID) {
+		return offerEntry{}, notFound(store.ErrNotFound, "offer", offerID)
+	}
+	brandID, ok := s.offerBrands.get(offerID)
+	if !ok {
+		var err error
+		if brandID, err = getRecord[string](ctx, s.store, offerRefKey(offerID)); err != nil {
+			return offerEntry{}, notFound(err, "offer", offerID)
+		}
+		s.offerBrands.put(offerID, brandID)
+	}
+	return s.cachedOffer(ctx, brandID, offerID)
 }
 
 // Offers lists the brand's offers, newest first.
 func (s *Service) Offers(ctx context.Context, brandID string, p ListParams) ([]tally.Offer, string, error) {
 	sp := span{parts: []partition{{pk: brandPK(brandID)}}, prefix: offerSKPrefix}
-	return listSpan[tally.Offer](ctx, s.store, sp, p, nil)
+	return listSpan[tally.Offer](ctx, s, sp, p, nil)
 }
 
 type capLimit struct {
@@ -127,4 +178,95 @@ func capsOf(c tally.Caps) []capLimit {
 		}
 	}
 	return out
+}
+
+// OfferPatch is the body of PATCH /offers/{id}: the fields to change.
+// Caps are merged by name: a cap given as null is removed, a cap left out
+// is kept. The currency cannot change.
+type OfferPatch struct {
+	Name                  *string           `json:"name"`
+	DestinationURL        *string           `json:"destinationUrl"`
+	RevenueCents          *int64            `json:"revenueCents"`
+	PayoutCents           *int64            `json:"payoutCents"`
+	Currency              *string           `json:"currency"`
+	Status                *string           `json:"status"`
+	Approval              *string           `json:"approval"`
+	HoldHours             *int              `json:"holdHours"`
+	Caps                  map[string]*int64 `json:"caps"`
+	AttributionWindowDays *int              `json:"attributionWindowDays"`
+}
+
+// apply returns o with the patch's changes, as the input that creating such
+// an offer would take, so that both are validated alike.
+func (in OfferPatch) apply(o tally.Offer) (OfferInput, error) {
+	if in.Currency != nil && *in.Currency != o.Currency {
+		return OfferInput{}, invalidField("currency", "currency cannot change: reports and payouts are kept in it. Create another offer.")
+	}
+	caps := o.Caps
+	for name, limit := range in.Caps {
+		switch name {
+		case "daily":
+			caps.Daily = limit
+		case "weekly":
+			caps.Weekly = limit
+		case "monthly":
+			caps.Monthly = limit
+		case "global":
+			caps.Global = limit
+		default:
+			return OfferInput{}, invalidField("caps."+name, "caps.%s is not a cap; caps are daily, weekly, monthly and global.", name)
+		}
+	}
+	return OfferInput{
+		Name:                  cmp.Or(in.Name, &o.Name),
+		DestinationURL:        cmp.Or(in.DestinationURL, &o.DestinationURL),
+		RevenueCents:          cmp.Or(in.RevenueCents, &o.RevenueCents),
+		PayoutCents:           cmp.Or(in.PayoutCents, &o.PayoutCents),
+		Currency:              &o.Currency,
+		Status:                cmp.Or(in.Status, &o.Status),
+		Approval:              cmp.Or(in.Approval, &o.Approval),
+		HoldHours:             cmp.Or(in.HoldHours, &o.HoldHours),
+		Caps:                  &caps,
+		AttributionWindowDays: cmp.Or(in.AttributionWindowDays, &o.AttributionWindowDays),
+	}, nil
+}
+
+// UpdateOffer changes an offer. The change is in force at once for clicks
+// and conversions on every instance (they check the offer's revision). A
+// cap changed mid-period applies to the period's count so far: lowering it
+// below the count refuses further conversions, raising it admits more, and
+// the conversion that reaches the new cap emits cap.reached.
+func (s *Service) UpdateOffer(ctx context.Context, brandID, offerID string, in OfferPatch) (tally.Offer, error) {
+	for {
+		cur, err := s.loadOffer(ctx, brandID, offerID)
+		if err != nil {
+			return tally.Offer{}, err
+		}
+		merged, err := in.apply(cur.offer)
+		if err != nil {
+			return tally.Offer{}, err
+		}
+		if err := merged.validate(); err != nil {
+			return tally.Offer{}, err
+		}
+		o := cur.offer
+		o.Name, o.DestinationURL = strings.TrimSpace(*merged.Name), *merged.DestinationURL
+		o.RevenueCents, o.PayoutCents = *merged.RevenueCents, *merged.PayoutCents
+		o.Status, o.Approval, o.HoldHours = *merged.Status, *merged.Approval, *merged.HoldHours
+		o.Caps, o.AttributionWindowDays = *merged.Caps, *merged.AttributionWindowDays
+		if o == cur.offer {
+			return o, nil // nothing changes
+		}
+		o.UpdatedAt = tally.NewTime(s.Now())
+		next := offerEntry{offer: o, rev: cur.rev + 1}
+		err = s.transact(ctx, store.Put(offerItem(next), store.Exists(), store.NumEquals("rev", cur.rev)))
+		if _, failed := store.FailedOp(err); failed {
+			continue // changed (or deleted) meanwhile: apply the patch to what is there now
+		}
+		if err != nil {
+			return tally.Offer{}, err
+		}
+		s.offers.put(brandID+"/"+offerID, next)
+		return o, nil
+	}
 }

@@ -17,15 +17,23 @@ type ApplicationInput struct {
 	Message *string `json:"message"`
 }
 
-// Apply records a partner application for the brand and emits partner.applied.
-// One e-mail address applies once per brand; a second application answers 409.
-func (s *Service) Apply(ctx context.Context, brandID string, in ApplicationInput) (tally.Partner, error) {
-	if err := firstError(
+func (in ApplicationInput) checks() []error {
+	return []error{
 		text("name", in.Name, true, 200),
 		email("email", in.Email),
 		httpURL("website", in.Website, false),
-		text("message", in.Message, false, 2000),
-	); err != nil {
+		paragraph("message", in.Message, false, 2000),
+	}
+}
+
+// FieldErrors checks every field of an application and maps each field
+// with a problem to its message (the application page shows them all).
+func (in ApplicationInput) FieldErrors() map[string]string { return fieldErrors(in.checks()...) }
+
+// Apply records a partner application for the brand and emits partner.applied.
+// One e-mail address applies once per brand; a second application answers 409.
+func (s *Service) Apply(ctx context.Context, brandID string, in ApplicationInput) (tally.Partner, error) {
+	if err := firstError(in.checks()...); err != nil {
 		return tally.Partner{}, err
 	}
 	if _, err := s.Brand(ctx, brandID); err != nil {
@@ -53,7 +61,9 @@ func (s *Service) Apply(ctx context.Context, brandID string, in ApplicationInput
 		evt,
 	)
 	if i, failed := store.FailedOp(err); failed && i == 1 {
-		return tally.Partner{}, tally.Errorf(tally.ECodeConflict, "An application with this email already exists for this brand.")
+		e := tally.Errorf(tally.ECodeConflict, "An application with this email already exists for this brand.")
+		e.Field = "email"
+		return tally.Partner{}, e
 	}
 	return p, err
 }
@@ -86,7 +96,7 @@ func (s *Service) Partners(ctx context.Context, brandID, status string, p ListPa
 	if status != "" {
 		keep = func(p *tally.Partner) bool { return p.Status == status }
 	}
-	return listSpan(ctx, s.store, sp, p, keep)
+	return listSpan(ctx, s, sp, p, keep)
 }
 
 // partnerTransitions says, for each action, which states it leaves from, where
@@ -136,7 +146,11 @@ func (s *Service) transitionPartner(ctx context.Context, brandID, partnerID, act
 		previous := p.Status
 		now := s.Now()
 		p.Status, p.UpdatedAt = t.to, tally.NewTime(now)
-		evt, err := s.newEvent(brandID, t.event, partnerEventData(p, previous), now)
+		data := partnerEventData(p, previous)
+		if action == "ban" {
+			data.Reason = tally.BanManual
+		}
+		evt, err := s.newEvent(brandID, t.event, data, now)
 		if err != nil {
 			return tally.Partner{}, err
 		}

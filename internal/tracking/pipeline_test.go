@@ -305,19 +305,8 @@ func TestManualRetryThatCannotBeQueuedStaysFailed(t *testing.T) {
 		queued = append(queued, ref)
 		return nil
 	}
-	f := &fixture{t: t, ctx: context.Background(), st: st, clock: clock,
-		svc: tracking.New(st, tracking.WithClock(clock.Now), tracking.WithRequeue(requeue))}
-	b, _ := f.svc.CreateBrand(f.ctx, "Acme")
-	f.brandID = b.ID
-	url := "https://hooks.example.com/x"
-	if _, err := f.svc.CreateSubscription(f.ctx, f.brandID, tracking.SubscriptionInput{URL: &url, Events: []string{tally.EventPartnerApplied}}); err != nil {
-		t.Fatal(err)
-	}
-	f.partner(false)
-	refs, err := f.svc.FanOut(f.ctx, f.events(tally.EventPartnerApplied)[0].ID)
-	if err != nil || len(refs) != 1 {
-		t.Fatalf("fan-out: %v, %v", refs, err)
-	}
+	f, ref := oneDelivery(t, st, clock, tracking.WithRequeue(requeue))
+	refs := []tracking.DeliveryRef{ref}
 	for n := 1; n <= tracking.MaxAttempts; n++ {
 		if _, err := f.svc.Attempt(f.ctx, refs[0], n, refusingSender{clock.Now}); err != nil {
 			t.Fatal(err)

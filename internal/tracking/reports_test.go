@@ -18,13 +18,21 @@ import (
 // expectedReport computes a report from raw conversions, the way a user
 // would check one by hand.
 func expectedReport(cs []tally.Conversion, q tracking.ReportQuery) []tally.ReportRow {
+	loc := time.UTC
+	if q.Timezone != "" {
+		var err error
+		if loc, err = time.LoadLocation(q.Timezone); err != nil {
+			panic(err)
+		}
+	}
 	group := map[string]bool{}
 	for _, g := range q.GroupBy {
 		group[g] = true
 	}
 	rows := map[tally.ReportRow]*tally.ReportRow{}
 	for _, c := range cs {
-		day := c.CreatedAt.Format(time.DateOnly)
+		local := c.CreatedAt.In(loc)
+		day := local.Format(time.DateOnly)
 		if day < q.From || day > q.To || (q.OfferID != "" && c.OfferID != q.OfferID) || (q.PartnerID != "" && c.PartnerID != q.PartnerID) {
 			continue
 		}
@@ -33,11 +41,11 @@ func expectedReport(cs []tally.Conversion, q tracking.ReportQuery) []tally.Repor
 			k.Day = day
 		}
 		if group["week"] {
-			y, w := c.CreatedAt.ISOWeek()
+			y, w := local.ISOWeek()
 			k.Week = fmt.Sprintf("%04d-W%02d", y, w)
 		}
 		if group["month"] {
-			k.Month = c.CreatedAt.Format("2006-01")
+			k.Month = local.Format("2006-01")
 		}
 		if group["offer"] {
 			k.OfferID = c.OfferID

@@ -25,6 +25,15 @@ import (
 // them within seconds, the rest is for inspection.
 const eventRetention = 30 * 24 * time.Hour
 
+// unknownKeyTTL is how long an instance takes a secret that matched no key
+// as unknown. A key is created before it is handed out, so this only delays
+// a key that a client guessed right before it existed.
+const unknownKeyTTL = 5 * time.Second
+
+// DefaultDeliveryRetention is how long a delivery and its attempts stay in
+// the log after its last change, unless WithDeliveryRetention says otherwise.
+const DefaultDeliveryRetention = 30 * 24 * time.Hour
+
 // Service runs the business operations over a store.
 type Service struct {
 	store store.Store
@@ -42,11 +51,35 @@ type Service struct {
 	// requeue hands a manually retried delivery to a transport that does
 	// not watch the due index (the queue on AWS).
 	requeue func(context.Context, DeliveryRef) error
+	// health says when an endpoint is disabled.
+	health healthConfig
 
-	offers   *cache[tally.Offer]
-	apiKeys  *cache[apiKeyRecord]
-	keyTTL   time.Duration
-	offerTTL time.Duration
+	// rates counts requests in this process instead of the store, when this
+	// process is the only one serving from the store.
+	rates *processRates
+
+	offers      *cache[offerEntry]
+	offerBrands *cache[string] // offer id → brand id; never changes
+	// fraudConfigs are the brands' fraud settings and blocklists; a change
+	// reaches other instances within offerTTL.
+	fraudConfigs *cache[fraudConfig]
+	apiKeys      *cache[apiKeyRecord]
+	// postbackTokens are postback tokens by the hash of their secret.
+	postbackTokens *cache[postbackTokenRecord]
+	// notingKeys holds the hashes of keys whose lastUsedAt this instance is
+	// writing, so that concurrent requests write it once.
+	notingKeys sync.Map
+	cursorKeys keyringCache // signs list cursors
+	// unknownKeys remembers secrets that match no key for a few seconds, so
+	// a client repeating a wrong key costs no read per request.
+	unknownKeys *cache[struct{}]
+	keyTTL      time.Duration
+	offerTTL    time.Duration
+
+	// deliveryRetention is how long a delivery stays after its last change.
+	deliveryRetention time.Duration
+	// zones loads the IANA time zones that reports bucket days in.
+	zones func(name string) (*time.Location, error)
 }
 
 // Option configures a Service.
@@ -59,6 +92,18 @@ func WithClock(now func() time.Time) Option { return func(s *Service) { s.now = 
 // offers. A revoked key keeps working on an instance for at most this long.
 func WithCacheTTL(d time.Duration) Option {
 	return func(s *Service) { s.keyTTL, s.offerTTL = d, d }
+}
+
+// WithDeliveryRetention sets how long a delivery and its attempts stay in
+// the log after its last change (the table's TTL removes them then).
+func WithDeliveryRetention(d time.Duration) Option {
+	return func(s *Service) { s.deliveryRetention = d }
+}
+
+// WithZones loads reports' time zones with load instead of
+// time.LoadLocation (on Lambda, where the system has no zone database).
+func WithZones(load func(name string) (*time.Location, error)) Option {
+	return func(s *Service) { s.zones = load }
 }
 
 // WithRetryScale multiplies the webhook retry schedule's waits by f.
@@ -76,21 +121,50 @@ func WithRequeue(queue func(context.Context, DeliveryRef) error) Option {
 	return func(s *Service) { s.requeue = queue }
 }
 
+// WithProcessRateLimits counts rate limits in this process's memory rather
+// than in the store. It is exact only when no other process serves from the
+// same store, which holds for the embedded store (its file is locked to one
+// process); it spares every request a write, and so a commit, to the store.
+// A restart forgets the current minute's counts.
+func WithProcessRateLimits() Option { return func(s *Service) { s.rates = &processRates{} } }
+
+// WithEndpointHealth sets when an endpoint (a webhook subscription or a
+// partner's postback) is disabled: after failures consecutive failed
+// attempts, or after failing for the duration failing with no success.
+// Zero values keep the defaults.
+func WithEndpointHealth(failures int, failing time.Duration) Option {
+	return func(s *Service) {
+		if failures > 0 {
+			s.health.failures = int64(failures)
+		}
+		if failing > 0 {
+			s.health.failing = failing
+		}
+	}
+}
+
 // New returns a Service over st.
 func New(st store.Store, opts ...Option) *Service {
 	s := &Service{
-		store:      st,
-		now:        time.Now,
-		keyTTL:     30 * time.Second,
-		offerTTL:   30 * time.Second,
-		retryScale: 1,
-		checkURL:   func(u string) error { return delivery.CheckURL(u, false) },
+		store:             st,
+		now:               time.Now,
+		keyTTL:            30 * time.Second,
+		offerTTL:          30 * time.Second,
+		retryScale:        1,
+		health:            healthConfig{failures: DefaultDisableAfterFailures, failing: DefaultDisableAfterFailing},
+		deliveryRetention: DefaultDeliveryRetention,
+		checkURL:          func(u string) error { return delivery.CheckURL(u, false) },
+		zones:             time.LoadLocation,
 	}
 	for _, o := range opts {
 		o(s)
 	}
-	s.offers = newCache[tally.Offer](s.offerTTL, s.now)
+	s.offers = newCache[offerEntry](s.offerTTL, s.now)
+	s.offerBrands = newCache[string](time.Hour, s.now)
+	s.fraudConfigs = newCache[fraudConfig](s.offerTTL, s.now)
 	s.apiKeys = newCache[apiKeyRecord](s.keyTTL, s.now)
+	s.postbackTokens = newCache[postbackTokenRecord](s.keyTTL, s.now)
+	s.unknownKeys = newCache[struct{}](min(s.keyTTL, unknownKeyTTL), s.now)
 	return s
 }
 
@@ -126,7 +200,7 @@ func (s *Service) Events(ctx context.Context, brandID string, p ListParams) ([]t
 	for i := range parts {
 		parts[i] = partition{index: store.GSI1, pk: eventsByBrand(brandID, i)}
 	}
-	return list[tally.Event](ctx, s.store, parts, p, nil)
+	return list[tally.Event](ctx, s, parts, p, nil)
 }
 
 // transact runs ops, retrying transaction conflicts with jittered backoff:
@@ -173,12 +247,30 @@ func getRecord[T any](ctx context.Context, st store.Store, key store.Key) (T, er
 	return v, decode(it, &v)
 }
 
+// getByID reads one of a brand's records by its id: an id without the
+// record type's prefix, or of another brand, is not found.
+func getByID[T any](ctx context.Context, st store.Store, what, prefix, id string, key func() store.Key) (T, error) {
+	if !ids.Valid(prefix, id) {
+		var zero T
+		return zero, notFound(store.ErrNotFound, what, id)
+	}
+	v, err := getRecord[T](ctx, st, key())
+	return v, notFound(err, what, id)
+}
+
 func decode(it store.Item, v any) error {
 	if err := json.Unmarshal(it.Data, v); err != nil {
 		return fmt.Errorf("decode %s/%s: %w", it.PK, it.SK, err)
 	}
+	if r, ok := v.(itemReader); ok {
+		r.fromItem(it)
+	}
 	return nil
 }
+
+// itemReader is a record that keeps fields outside its JSON body, in
+// attributes that updates change in place.
+type itemReader interface{ fromItem(store.Item) }
 
 func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)
@@ -229,6 +321,13 @@ func (c *cache[V]) get(k string) (V, bool) {
 
 func (c *cache[V]) put(k string, v V) {
 	c.putUnless(k, v, func(V) bool { return false })
+}
+
+// forget drops k, so the next get misses.
+func (c *cache[V]) forget(k string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.entries, k)
 }
 
 // putUnless stores v unless the live entry for k is one keep wants kept.

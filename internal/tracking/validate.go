@@ -4,9 +4,11 @@ import (
 	"net/mail"
 	"net/url"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/fields"
 	"github.com/tally-hq/tally/internal/ids"
 )
 
@@ -14,47 +16,105 @@ func invalid(format string, args ...any) error {
 	return tally.Errorf(tally.ECodeValidation, format, args...)
 }
 
-// text checks a string field's length in characters; required fields must
-// not be blank.
+// invalidField is a validation error about one input field.
+func invalidField(field, format string, args ...any) error {
+	e := tally.Errorf(tally.ECodeValidation, format, args...)
+	e.Field = field
+	return e
+}
+
+// fieldErrors maps each field with a problem to its first message, for
+// forms that show every problem at once.
+func fieldErrors(errs ...error) map[string]string {
+	out := map[string]string{}
+	for _, err := range errs {
+		if f := tally.ErrorField(err); f != "" && out[f] == "" {
+			out[f] = tally.ErrorMessage(err)
+		}
+	}
+	return out
+}
+
+// text checks a one-line string field: not blank when required, at most
+// maxLen characters, and only characters that show as what they are (see
+// plainText). Every text field of every input goes through it (or
+// paragraph), so they all refuse the same things.
 func text(field string, v *string, required bool, maxLen int) error {
+	return checkText(field, v, required, maxLen, false)
+}
+
+// paragraph is text for a free-text field that may hold line breaks and tabs.
+func paragraph(field string, v *string, required bool, maxLen int) error {
+	return checkText(field, v, required, maxLen, true)
+}
+
+func checkText(field string, v *string, required bool, maxLen int, multiline bool) error {
 	if v == nil || strings.TrimSpace(*v) == "" {
 		if required {
-			return invalid("%s is required.", field)
+			return invalidField(field, "%s is required.", field)
 		}
 		return nil
 	}
 	if utf8.RuneCountInString(*v) > maxLen {
-		return invalid("%s must be at most %d characters.", field, maxLen)
+		return invalidField(field, "%s must be at most %d characters.", field, maxLen)
 	}
-	return nil
-}
-
-// cents checks a money amount in minor units.
-func cents(field string, v *int64, required bool) error {
-	if v == nil {
-		if required {
-			return invalid("%s is required.", field)
+	if r, ok := plainText(*v, multiline); !ok {
+		if r == utf8.RuneError {
+			return invalidField(field, "%s is not valid UTF-8.", field)
 		}
-		return nil
-	}
-	if *v < 0 || *v > maxCents {
-		return invalid("%s must be an integer from 0 to %d (minor currency units).", field, int64(maxCents))
+		return invalidField(field, "%s must not contain the character U+%04X: control characters, bidirectional overrides and line separators are not allowed.", field, r)
 	}
 	return nil
 }
 
-// maxCents keeps sums of many amounts far from int64 overflow.
-const maxCents = 1e12
+// plainText reports whether s is valid UTF-8 without characters that do
+// not show as themselves: control characters (C0, DEL, C1; line breaks and
+// tabs are allowed when multiline), the bidirectional formatting characters
+// (U+202A–U+202E, U+2066–U+2069, U+200E, U+200F, U+061C), with which stored
+// text reads differently than it is ("Trojan Source"), line and paragraph
+// separators, and noncharacters. If not, it returns the first offending
+// rune (utf8.RuneError for invalid UTF-8).
+func plainText(s string, multiline bool) (rune, bool) {
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"): // an invalid byte, not U+FFFD itself
+			return utf8.RuneError, false
+		case multiline && (r == '\n' || r == '\r' || r == '\t'):
+		case unicode.IsControl(r), unicode.Is(unicode.Bidi_Control, r), unicode.In(r, unicode.Zl, unicode.Zp),
+			unicode.Is(unicode.Noncharacter_Code_Point, r):
+			return r, false
+		}
+	}
+	return 0, true
+}
+
+// requireField checks that a field that is not text is present.
+func requireField(field string, present bool) error {
+	if !present {
+		return invalidField(field, "%s is required.", field)
+	}
+	return nil
+}
+
+// ranges checks every integer field of a body that has a range tag (see
+// package fields), nested ones included, in the order they are declared.
+func ranges(body any) []error {
+	var errs []error
+	for _, bad := range fields.OutOfRange(body) {
+		errs = append(errs, invalidField(bad.Path, "%s", bad.RangeMessage(bad.Path)))
+	}
+	return errs
+}
 
 func currency(field string, v *string, required bool) error {
 	if v == nil {
 		if required {
-			return invalid("%s is required.", field)
+			return invalidField(field, "%s is required.", field)
 		}
 		return nil
 	}
 	if !currencies[*v] {
-		return invalid("%s must be an ISO 4217 currency code in upper case, such as USD or EUR.", field)
+		return invalidField(field, "%s must be an ISO 4217 currency code in upper case, such as USD or EUR.", field)
 	}
 	return nil
 }
@@ -65,7 +125,7 @@ func httpURL(field string, v *string, required bool) error {
 	}
 	u, err := url.Parse(*v)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return invalid("%s must be an absolute http or https URL.", field)
+		return invalidField(field, "%s must be an absolute http or https URL.", field)
 	}
 	return nil
 }
@@ -76,7 +136,7 @@ func email(field string, v *string) error {
 	}
 	a, err := mail.ParseAddress(*v)
 	if err != nil || a.Address != *v {
-		return invalid("%s must be a plain e-mail address such as name@example.com.", field)
+		return invalidField(field, "%s must be a plain e-mail address such as name@example.com.", field)
 	}
 	return nil
 }
@@ -90,14 +150,14 @@ func oneOf(field string, v *string, allowed ...string) error {
 			return nil
 		}
 	}
-	return invalid("%s must be one of: %s.", field, strings.Join(allowed, ", "))
+	return invalidField(field, "%s must be one of: %s.", field, strings.Join(allowed, ", "))
 }
 
 // idFilter checks an optional identifier filter, so a mistyped id is an
 // error rather than an empty result.
 func idFilter(field, prefix, v string) error {
 	if v != "" && !ids.Valid(prefix, v) {
-		return invalid("%s must be an identifier starting with %q.", field, prefix)
+		return invalidField(field, "%s must be an identifier starting with %q.", field, prefix)
 	}
 	return nil
 }

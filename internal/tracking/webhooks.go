@@ -4,10 +4,12 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/catalog"
+	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/store"
 )
@@ -27,11 +29,28 @@ type SubscriptionInput struct {
 type subscriptionRecord struct {
 	tally.Subscription
 	Secret string `json:"secret,omitempty"`
+	// PreviousSecret is a rotated-out secret that signs next to Secret
+	// until PreviousSecretExpiresAt.
+	PreviousSecret string `json:"previousSecret,omitempty"`
 }
 
+// signingSecrets are the secrets that sign a delivery made at now.
+func (r subscriptionRecord) signingSecrets(now time.Time) []string {
+	var out []string
+	if r.Secret != "" {
+		out = append(out, r.Secret)
+	}
+	if r.PreviousSecret != "" && r.PreviousSecretExpiresAt != nil && now.Before(r.PreviousSecretExpiresAt.Time) {
+		out = append(out, r.PreviousSecret)
+	}
+	return out
+}
+
+func (r *subscriptionRecord) fromItem(it store.Item) { r.EndpointHealth = healthOf(it).public() }
+
 func (in SubscriptionInput) validate(checkURL func(string) error) error {
-	if in.URL == nil {
-		return invalid("url is required.")
+	if err := firstError(text("url", in.URL, true, delivery.MaxURLLength), text("secret", in.Secret, false, 256)); err != nil {
+		return err
 	}
 	if err := checkURL(*in.URL); err != nil {
 		return err
@@ -39,16 +58,24 @@ func (in SubscriptionInput) validate(checkURL func(string) error) error {
 	if len(in.Events) == 0 {
 		return invalid("events is required: a non-empty list of event names from /api/public/webhook-events.")
 	}
-	for i, name := range in.Events {
+	return firstError(checkEvents(in.Events), checkSecret(in.Secret))
+}
+
+func checkEvents(events []string) error {
+	for i, name := range events {
 		if !catalog.Known(name) {
 			return invalid("events[%d]: %q is not an event; see /api/public/webhook-events.", i, name)
 		}
-		if slices.Contains(in.Events[:i], name) {
+		if slices.Contains(events[:i], name) {
 			return invalid("events[%d]: %q is listed twice.", i, name)
 		}
 	}
-	if in.Secret != nil {
-		if n := utf8.RuneCountInString(*in.Secret); n < 16 || n > 256 || strings.TrimSpace(*in.Secret) != *in.Secret {
+	return nil
+}
+
+func checkSecret(secret *string) error {
+	if secret != nil {
+		if n := utf8.RuneCountInString(*secret); n < 16 || n > 256 || strings.TrimSpace(*secret) != *secret {
 			return invalid("secret must be 16 to 256 characters without leading or trailing spaces.")
 		}
 	}
@@ -64,10 +91,10 @@ func (s *Service) CreateSubscription(ctx context.Context, brandID string, in Sub
 	now := s.Now()
 	rec := subscriptionRecord{
 		Subscription: tally.Subscription{ID: ids.New("sub_", now), BrandID: brandID, URL: *in.URL,
-			Events: in.Events, HasSecret: in.Secret != nil, CreatedAt: tally.NewTime(now)},
+			Events: in.Events, HasSecret: in.Secret != nil, CreatedAt: tally.NewTime(now), UpdatedAt: tally.NewTime(now)},
 		Secret: deref(in.Secret, ""),
 	}
-	item := store.Item{Key: subscriptionKey(brandID, rec.ID), Data: mustJSON(rec)}
+	item := newEndpointItem(subscriptionKey(brandID, rec.ID), rec)
 	err := s.transact(ctx,
 		store.Increment(subscriptionCountKey(brandID), map[string]int64{"n": 1}, store.NumLess("n", maxSubscriptions)),
 		store.Put(item, store.NotExists()))
@@ -77,6 +104,7 @@ func (s *Service) CreateSubscription(ctx context.Context, brandID string, in Sub
 	if err != nil {
 		return tally.Subscription{}, err
 	}
+	rec.fromItem(item)
 	return rec.Subscription, nil
 }
 
@@ -97,7 +125,7 @@ func (s *Service) subscription(ctx context.Context, brandID, subscriptionID stri
 // Subscriptions lists the brand's subscriptions, newest first.
 func (s *Service) Subscriptions(ctx context.Context, brandID string, p ListParams) ([]tally.Subscription, string, error) {
 	sp := span{parts: []partition{{pk: brandPK(brandID)}}, prefix: subscriptionSKPrefix}
-	recs, next, err := listSpan[subscriptionRecord](ctx, s.store, sp, p, nil)
+	recs, next, err := listSpan[subscriptionRecord](ctx, s, sp, p, nil)
 	subs := make([]tally.Subscription, len(recs))
 	for i, r := range recs {
 		subs[i] = r.Subscription
@@ -162,4 +190,70 @@ func (s *Service) SendTestEvent(ctx context.Context, brandID, subscriptionID str
 	}
 	var evt tally.Event
 	return evt, decode(op.Item, &evt)
+}
+
+// SecretRotationWindow is how long a replaced secret keeps signing next to
+// the new one, so receivers can switch without dropping a delivery.
+const SecretRotationWindow = 24 * time.Hour
+
+// UpdateSubscription changes a subscription's url, events or secret (the
+// fields given). A new secret signs at once; the one it replaces signs too,
+// as a second v1, for SecretRotationWindow. Deliveries already made keep
+// their URL; the next attempt of any delivery signs with the secrets of the
+// moment.
+func (s *Service) UpdateSubscription(ctx context.Context, brandID, subscriptionID string, in SubscriptionInput) (tally.Subscription, error) {
+	if in.URL == nil && in.Events == nil && in.Secret == nil {
+		return tally.Subscription{}, invalid("Give at least one of url, events and secret.")
+	}
+	if in.URL != nil {
+		if err := s.checkURL(*in.URL); err != nil {
+			return tally.Subscription{}, err
+		}
+	}
+	if in.Events != nil && len(in.Events) == 0 {
+		return tally.Subscription{}, invalid("events must name at least one event from /api/public/webhook-events.")
+	}
+	if err := firstError(checkEvents(in.Events), checkSecret(in.Secret)); err != nil {
+		return tally.Subscription{}, err
+	}
+	if !ids.Valid("sub_", subscriptionID) {
+		return tally.Subscription{}, notFound(store.ErrNotFound, "webhook subscription", subscriptionID)
+	}
+	for {
+		it, err := s.store.Get(ctx, subscriptionKey(brandID, subscriptionID))
+		if err != nil {
+			return tally.Subscription{}, notFound(err, "webhook subscription", subscriptionID)
+		}
+		var rec subscriptionRecord
+		if err := decode(it, &rec); err != nil {
+			return tally.Subscription{}, err
+		}
+		now := s.Now()
+		if in.URL != nil {
+			rec.URL = *in.URL
+		}
+		if in.Events != nil {
+			rec.Events = in.Events
+		}
+		if in.Secret != nil && *in.Secret != rec.Secret {
+			rec.PreviousSecret, rec.PreviousSecretExpiresAt = "", nil
+			if rec.Secret != "" {
+				rec.PreviousSecret, rec.PreviousSecretExpiresAt = rec.Secret, ptrTo(tally.NewTime(now.Add(SecretRotationWindow)))
+			}
+			rec.Secret, rec.HasSecret = *in.Secret, true
+		}
+		if rec.PreviousSecretExpiresAt != nil && !now.Before(rec.PreviousSecretExpiresAt.Time) {
+			rec.PreviousSecret, rec.PreviousSecretExpiresAt = "", nil
+		}
+		rec.UpdatedAt = tally.NewTime(now)
+		op := replaceEndpointRecord(it, rec)
+		err = s.transact(ctx, op)
+		if _, raced := store.FailedOp(err); raced {
+			continue // an attempt or another change came first: apply to the new state
+		}
+		if err != nil {
+			return tally.Subscription{}, err
+		}
+		return rec.Subscription, nil
+	}
 }

@@ -6,6 +6,8 @@
 # receiver getting the webhook. run.sh measures the ingest rate alone.
 # Usage: scripts/loadtest/webhooks.sh [burst conversions] [connections] [paced conversions] [paced rate/s]
 # TALLY_WEBHOOK_WORKERS in the environment is passed to the server.
+# POSTBACKS=1 also sets the partner's postback to the receiver, so that
+# every conversion makes a webhook and a postback (GET), mixed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 n=${1:-5000}
@@ -18,7 +20,8 @@ go build -o "$tmp/webhooks" ./scripts/loadtest/webhooks
 . scripts/loadtest/server.sh
 start_server 18190
 
-"$tmp/webhooks" -server http://127.0.0.1:18190 -n "$n" -c "$conns" -paced-n "$paced_n" -paced-rate "$paced_rate"
+"$tmp/webhooks" -server http://127.0.0.1:18190 -n "$n" -c "$conns" -paced-n "$paced_n" -paced-rate "$paced_rate" \
+  -postbacks="${POSTBACKS:-0}"
 if grep -q '"level":"ERROR"' "$tmp/serve.log"; then
   echo "== the server logged errors:"; grep '"level":"ERROR"' "$tmp/serve.log" | sort | uniq -c | sort -rn | head -5
 fi

@@ -17,6 +17,11 @@
 //
 // When SFNTEST_TASK_LOG names a file, each run appends one JSON line to it:
 // {"payload": ..., "result": ... | "error": "..."}.
+//
+// SFNTEST_FAIL_FILE names a file that lists runs to fail on purpose,
+// standing in for an attempt task that cannot do its work (the table or
+// Lambda failing): a comma list of attempt numbers and "abandon" (the
+// Catch's task), read at each run, so a test can change it between runs.
 package main
 
 import (
@@ -26,6 +31,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tally-hq/tally/internal/delivery"
@@ -35,6 +43,9 @@ import (
 
 // TaskLogEnv names the file each run appends its input and outcome to.
 const TaskLogEnv = "SFNTEST_TASK_LOG"
+
+// FailFileEnv names the file listing the runs that fail on purpose.
+const FailFileEnv = "SFNTEST_FAIL_FILE"
 
 // timeout bounds a run: the attempt function's timeout (docs/aws.md).
 const timeout = 20 * time.Second
@@ -72,10 +83,13 @@ func run(stdout io.Writer) (err error) {
 	if err := json.Unmarshal(task.Payload, &in); err != nil {
 		return fmt.Errorf("payload: %w", err)
 	}
+	if failOnPurpose(in) {
+		return fmt.Errorf("failing on purpose (%s)", FailFileEnv)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	svc, _, err := lambdafn.Setup(ctx, log)
+	svc, _, err := lambdafn.Setup(log)
 	if err != nil {
 		return err
 	}
@@ -106,4 +120,13 @@ func logTask(payload json.RawMessage, res tracking.AttemptResult, err error) {
 	if _, ferr := f.Write(append(b, '\n')); ferr != nil {
 		fmt.Fprintln(os.Stderr, "attempt:", ferr)
 	}
+}
+
+func failOnPurpose(in lambdafn.RetryInput) bool {
+	run := strconv.Itoa(in.Attempt)
+	if in.Abandon {
+		run = "abandon"
+	}
+	list, _ := os.ReadFile(os.Getenv(FailFileEnv))
+	return slices.Contains(strings.Split(strings.TrimSpace(string(list)), ","), run)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -48,6 +49,19 @@ func BenchmarkTransact(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	})
+	// 64 writers, as 64 connections of a load test: how well they share
+	// commits.
+	b.Run("writers=64", func(b *testing.B) {
+		b.SetParallelism(max(64/runtime.GOMAXPROCS(0), 1))
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := s.Transact(ctx, ops(n.Add(1))...); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
 	})
 	b.Run("parallel", func(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {

@@ -43,15 +43,21 @@ var (
 )
 
 // Store is a store.Store backed by one bbolt file. It is safe for concurrent
-// use; bbolt serializes writers, so Transact never returns store.ErrConflict.
+// use; one goroutine makes every write (see committer), so Transact never
+// returns store.ErrConflict.
 type Store struct {
 	db *bbolt.DB
 
-	stop      chan struct{} // closed by Close to end the sweep
-	done      chan struct{} // closed when the sweep has ended
+	writes    chan *pendingWrite // to the committer; unbuffered
+	stop      chan struct{}      // closed by Close to end the sweep and the committer
+	done      chan struct{}      // closed when the sweep has ended
+	committed chan struct{}      // closed when the committer has ended
 	closeOnce sync.Once
 	closeErr  error
 }
+
+// ErrClosed answers a write that comes after Close.
+var ErrClosed = errors.New("bolt: store is closed")
 
 var _ store.Store = (*Store)(nil)
 
@@ -63,9 +69,6 @@ func Open(path string) (*Store, error) {
 }
 
 // open is Open with the TTL sweep interval as a parameter, for tests.
-// batchDelay is how long a write waits for others to share its commit.
-const batchDelay = 2 * time.Millisecond
-
 func open(path string, sweep time.Duration) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("bolt: %w", err)
@@ -79,10 +82,6 @@ func open(path string, sweep time.Duration) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bolt: open %s: %w", path, err)
 	}
-	// Writes go through db.Batch: concurrent writers share one commit and so
-	// one fsync (group commit), which under load is most of a write's cost.
-	// A writer alone waits at most batchDelay for company.
-	db.MaxBatchDelay = batchDelay
 	err = db.Update(func(tx *bbolt.Tx) error {
 		for _, name := range append([][]byte{itemsBucket, ttlBucket}, indexBuckets()...) {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
@@ -95,8 +94,9 @@ func open(path string, sweep time.Duration) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("bolt: init %s: %w", path, err)
 	}
-	s := &Store{db: db, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Store{db: db, writes: make(chan *pendingWrite), stop: make(chan struct{}), done: make(chan struct{}), committed: make(chan struct{})}
 	go s.sweepLoop(sweep)
+	go s.committer()
 	return s, nil
 }
 
@@ -106,6 +106,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.stop)
 		<-s.done
+		<-s.committed
 		s.closeErr = s.db.Close()
 	})
 	return s.closeErr
@@ -132,11 +133,8 @@ func (s *Store) Get(ctx context.Context, key store.Key) (store.Item, error) {
 	return it, err
 }
 
-// Transact applies ops atomically in one bbolt transaction: it evaluates
-// every operation's conditions first and writes nothing unless all hold.
-// db.Batch may run the function more than once (alone, when another in its
-// batch failed); apply reads all it needs from the transaction, so each run
-// decides afresh.
+// Transact applies ops atomically: it evaluates every operation's
+// conditions first and writes nothing unless all hold.
 func (s *Store) Transact(ctx context.Context, ops ...store.Op) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -144,10 +142,8 @@ func (s *Store) Transact(ctx context.Context, ops ...store.Op) error {
 	if err := store.ValidateOps(ops); err != nil {
 		return err
 	}
-	return s.db.Batch(func(tx *bbolt.Tx) error {
-		_, err := apply(tx, ops)
-		return err
-	})
+	_, err := s.write(ctx, ops)
+	return err
 }
 
 // Update applies a single OpUpdate and returns the item after it.
@@ -158,58 +154,64 @@ func (s *Store) Update(ctx context.Context, op store.Op) (store.Item, error) {
 	if err := store.ValidateUpdate(op); err != nil {
 		return store.Item{}, err
 	}
-	ops := []store.Op{op}
-	var it store.Item
-	err := s.db.Batch(func(tx *bbolt.Tx) error {
-		var err error
-		it, err = apply(tx, ops)
-		return err
-	})
-	return it, err
+	return s.write(ctx, []store.Op{op})
 }
 
-// apply checks the conditions of all ops against the state in tx, then
-// performs them. It returns the item written by the last op when that is an
-// update, for Update.
-func apply(tx *bbolt.Tx, ops []store.Op) (store.Item, error) {
-	type state struct {
-		item   store.Item
-		exists bool
-	}
-	cur := make([]state, len(ops))
+// step is one operation of a planned write: the item as it is and, for a
+// put or an update, as it will be.
+type step struct {
+	op     store.Op
+	old    store.Item
+	exists bool
+	next   store.Item
+}
+
+// plan reads the items ops act on in tx, checks every condition and works
+// out what each op writes, writing nothing: an error here leaves tx as it
+// was.
+func plan(tx *bbolt.Tx, ops []store.Op) ([]step, error) {
+	steps := make([]step, len(ops))
 	for i, op := range ops {
 		it, ok, err := load(tx, op.Target())
 		if err != nil {
-			return store.Item{}, err
+			return nil, err
 		}
 		for _, c := range op.Conds {
 			if !holds(c, it, ok) {
-				return store.Item{}, &store.ConditionFailedError{Index: i}
+				return nil, &store.ConditionFailedError{Index: i}
 			}
 		}
-		cur[i] = state{it, ok}
-	}
-	var last store.Item
-	for i, op := range ops {
-		old, exists := cur[i].item, cur[i].exists
-		last = store.Item{}
+		st := step{op: op, old: it, exists: ok}
 		switch op.Kind {
 		case store.OpPut:
-			if err := write(tx, old, exists, op.Item); err != nil {
-				return store.Item{}, err
-			}
+			st.next = op.Item
 		case store.OpUpdate:
-			it, err := updated(old, exists, op)
-			if err != nil {
+			if st.next, err = updated(it, ok, op); err != nil {
+				return nil, err
+			}
+		}
+		steps[i] = st
+	}
+	return steps, nil
+}
+
+// perform writes planned steps. It returns the item written by the last
+// step when that is an update, for Update.
+func perform(tx *bbolt.Tx, steps []step) (store.Item, error) {
+	var last store.Item
+	for _, st := range steps {
+		last = store.Item{}
+		switch st.op.Kind {
+		case store.OpPut, store.OpUpdate:
+			if err := write(tx, st.old, st.exists, st.next); err != nil {
 				return store.Item{}, err
 			}
-			if err := write(tx, old, exists, it); err != nil {
-				return store.Item{}, err
+			if st.op.Kind == store.OpUpdate {
+				last = st.next
 			}
-			last = it
 		case store.OpDelete:
-			if exists {
-				if err := remove(tx, old); err != nil {
+			if st.exists {
+				if err := remove(tx, st.old); err != nil {
 					return store.Item{}, err
 				}
 			}

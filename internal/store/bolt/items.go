@@ -3,26 +3,12 @@ package bolt
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 
 	"go.etcd.io/bbolt"
 
 	"github.com/tally-hq/tally/internal/store"
 )
-
-// record is the stored form of an item; its primary key is the bbolt key.
-// encoding/json decodes numbers straight into int64, so counters round-trip
-// exactly.
-type record struct {
-	GSI1  store.IndexKey    `json:"g1,omitzero"`
-	GSI2  store.IndexKey    `json:"g2,omitzero"`
-	GSI3  store.IndexKey    `json:"g3,omitzero"`
-	Attrs map[string]string `json:"a,omitempty"`
-	Nums  map[string]int64  `json:"n,omitempty"`
-	Data  []byte            `json:"d,omitempty"`
-	TTL   int64             `json:"t,omitempty"`
-}
 
 // itemKey is the items bucket key of k: pk 0x00 sk.
 func itemKey(k store.Key) []byte {
@@ -66,26 +52,6 @@ func indexBuckets() [][]byte {
 		names[i] = []byte(ix)
 	}
 	return names
-}
-
-func encode(it store.Item) ([]byte, error) {
-	return json.Marshal(record{
-		GSI1: it.GSI1, GSI2: it.GSI2, GSI3: it.GSI3,
-		Attrs: it.Attrs, Nums: it.Nums, Data: it.Data, TTL: it.ExpiresAt,
-	})
-}
-
-// decode returns a fresh item (no memory shared with the bbolt page).
-func decode(k store.Key, v []byte) (store.Item, error) {
-	var r record
-	if err := json.Unmarshal(v, &r); err != nil {
-		return store.Item{}, fmt.Errorf("bolt: corrupt item %q/%q: %w", k.PK, k.SK, err)
-	}
-	return store.Item{
-		Key:  k,
-		GSI1: r.GSI1, GSI2: r.GSI2, GSI3: r.GSI3,
-		Attrs: r.Attrs, Nums: r.Nums, Data: r.Data, ExpiresAt: r.TTL,
-	}, nil
 }
 
 // load reads the item at k; ok is false when there is none.

@@ -343,26 +343,3 @@ func TestCreateTable(t *testing.T) {
 		t.Errorf("TTL = %+v, want enabled on ttl", d)
 	}
 }
-
-func TestNewClientFromEnv(t *testing.T) {
-	_, table := dynamotest.NewTable(t)
-	dir := t.TempDir()
-	for k, v := range map[string]string{
-		"AWS_ENDPOINT_URL_DYNAMODB":   dynamotest.Endpoint(t),
-		"AWS_REGION":                  "eu-west-1",
-		"AWS_ACCESS_KEY_ID":           "env",
-		"AWS_SECRET_ACCESS_KEY":       "env",
-		"AWS_CONFIG_FILE":             dir + "/config",
-		"AWS_SHARED_CREDENTIALS_FILE": dir + "/credentials",
-	} {
-		t.Setenv(k, v)
-	}
-	client, err := dynamo.NewClientFromEnv(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Only the endpoint from the environment has this table.
-	if _, err := client.DescribeTable(t.Context(), &dynamodb.DescribeTableInput{TableName: aws.String(table)}); err != nil {
-		t.Fatal(err)
-	}
-}

@@ -7,24 +7,11 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/tally-hq/tally/internal/store"
 )
-
-// NewClientFromEnv returns a client configured the standard AWS way: region,
-// credentials and so on from the environment, shared config files or the
-// Lambda role. AWS_ENDPOINT_URL_DYNAMODB (or AWS_ENDPOINT_URL) points it at
-// another endpoint, such as DynamoDB Local.
-func NewClientFromEnv(ctx context.Context) (*dynamodb.Client, error) {
-	cfg, err := config.LoadDefaultConfig(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("dynamo: load AWS config: %w", err)
-	}
-	return dynamodb.NewFromConfig(cfg), nil
-}
 
 // CreateTableAPI is the part of *dynamodb.Client that CreateTable uses.
 type CreateTableAPI interface {

@@ -1,6 +1,8 @@
 // Command webhooks measures the local server's webhook pipeline: it starts
 // a loopback receiver that answers 200, subscribes it to conversion.created
-// on a running server, posts conversions and times their deliveries.
+// on a running server and, with -postbacks, sets the partner's postback to
+// it too (so every conversion makes a webhook and a postback, mixed in one
+// pipeline), posts conversions and times their deliveries.
 //
 //   - Burst: -n conversions posted as fast as -c connections allow. It
 //     reports the ingest rate meanwhile and the delivery rate: deliveries
@@ -48,13 +50,14 @@ func main() {
 	receiverAddr := flag.String("receiver", "127.0.0.1:0", "address of the webhook receiver this program runs")
 	timeout := flag.Duration("timeout", 5*time.Minute, "how long a phase may wait for its deliveries")
 	check := flag.Bool("check-log", true, "read the delivery log at the end and count its statuses")
+	postbacks := flag.Bool("postbacks", false, "also set the partner's postback to the receiver: a webhook and a postback per conversion")
 	flag.Parse()
 	if *key == "" || *offer == "" || *partner == "" {
 		fail(errors.New("-key, -offer and -partner (or $KEY, $OFFER, $PARTNER) are required"))
 	}
 	l := &loadtest{server: strings.TrimRight(*server, "/"), key: *key, offer: *offer, partner: *partner,
 		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}},
-		rcv:    newReceiver(), run: time.Now().UnixNano()}
+		rcv:    newReceiver(), run: time.Now().UnixNano(), kinds: []string{kindWebhook}}
 	if err := l.rcv.listen(*receiverAddr); err != nil {
 		fail(err)
 	}
@@ -63,6 +66,19 @@ func main() {
 		fail(err)
 	}
 	fmt.Printf("receiver %s, subscription %s\n", l.rcv.url, subID)
+	if *postbacks {
+		l.kinds = append(l.kinds, kindPostback)
+		pb := map[string]any{"url": l.rcv.base + "/pb?cnv={conversion_id}&payout={payout}&s1={sub1}"}
+		if err := l.do("PUT", "/api/v1/partners/"+l.partner+"/postback", pb, nil); err != nil {
+			fail(err)
+		}
+		fmt.Printf("postback of partner %s: %s\n", l.partner, pb["url"])
+		defer func() {
+			if err := l.do("DELETE", "/api/v1/partners/"+l.partner+"/postback", nil, nil); err != nil {
+				fmt.Fprintln(os.Stderr, "delete the postback:", err)
+			}
+		}()
+	}
 	defer func() {
 		// Deleting the subscription keeps later runs on the same server
 		// from sending to a receiver that is gone.
@@ -89,11 +105,17 @@ func main() {
 	}
 	fmt.Printf("\nreceiver: %d requests, %d of them repeats of a webhook id already received\n", l.rcv.total.Load(), l.rcv.repeats.Load())
 	if *check {
-		counts, err := l.deliveryStatuses(subID)
+		counts, err := l.deliveryStatuses(url.Values{"subscriptionId": {subID}})
 		if err != nil {
 			fail(err)
 		}
 		fmt.Printf("delivery log of the subscription: %v\n", counts)
+		if *postbacks {
+			if counts, err = l.deliveryStatuses(url.Values{"partnerId": {l.partner}}); err != nil {
+				fail(err)
+			}
+			fmt.Printf("delivery log of the postback: %v\n", counts)
+		}
 	}
 }
 
@@ -105,19 +127,25 @@ func fail(err error) {
 // ---------------------------------------------------------------------------
 // The receiver
 
+// The kinds of delivery the receiver takes: webhooks (POST /hooks) and
+// postbacks (GET /pb?cnv=…).
+const (
+	kindWebhook  = "webhook"
+	kindPostback = "postback"
+)
+
 type receiver struct {
-	url     string
-	total   atomic.Int64
-	repeats atomic.Int64
+	base, url string
+	total     atomic.Int64
+	repeats   atomic.Int64
 
 	mu      sync.Mutex
-	arrived map[string]time.Time // conversion id → first arrival
+	arrived map[string]time.Time // kind + conversion id → first arrival
 	ids     map[string]bool      // webhook ids seen
-	waiters map[string]chan struct{}
 }
 
 func newReceiver() *receiver {
-	return &receiver{arrived: map[string]time.Time{}, ids: map[string]bool{}, waiters: map[string]chan struct{}{}}
+	return &receiver{arrived: map[string]time.Time{}, ids: map[string]bool{}}
 }
 
 func (r *receiver) listen(addr string) error {
@@ -125,7 +153,8 @@ func (r *receiver) listen(addr string) error {
 	if err != nil {
 		return err
 	}
-	r.url = "http://" + ln.Addr().String() + "/hooks"
+	r.base = "http://" + ln.Addr().String()
+	r.url = r.base + "/hooks"
 	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	return nil
@@ -133,17 +162,22 @@ func (r *receiver) listen(addr string) error {
 
 func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	now := time.Now()
-	body, err := io.ReadAll(req.Body)
-	var env struct {
-		Data struct {
-			ConversionID string `json:"conversionId"`
-		} `json:"data"`
+	kind, conversionID := kindWebhook, ""
+	if req.Method == http.MethodGet && req.URL.Path == "/pb" {
+		kind, conversionID = kindPostback, req.URL.Query().Get("cnv")
+	} else {
+		body, err := io.ReadAll(req.Body)
+		var env struct {
+			Data struct {
+				ConversionID string `json:"conversionId"`
+			} `json:"data"`
+		}
+		if err == nil && json.Unmarshal(body, &env) == nil {
+			conversionID = env.Data.ConversionID
+		}
 	}
-	if err == nil {
-		err = json.Unmarshal(body, &env)
-	}
-	if err != nil || env.Data.ConversionID == "" {
-		http.Error(w, "not a conversion envelope", http.StatusBadRequest)
+	if conversionID == "" {
+		http.Error(w, "neither a conversion envelope nor a postback", http.StatusBadRequest)
 		return
 	}
 	r.total.Add(1)
@@ -153,21 +187,22 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.repeats.Add(1)
 	}
 	r.ids[id] = true
-	if _, ok := r.arrived[env.Data.ConversionID]; !ok {
-		r.arrived[env.Data.ConversionID] = now
+	if _, ok := r.arrived[kind+conversionID]; !ok {
+		r.arrived[kind+conversionID] = now
 	}
 	r.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	w.Write([]byte(`{"ok":true}`))
 }
 
-// arrivals returns the first arrival of each of ids that arrived.
-func (r *receiver) arrivals(ids []string) map[string]time.Time {
+// arrivals returns the first arrival of each delivery of the given kind
+// for the conversion ids that arrived.
+func (r *receiver) arrivals(kind string, ids []string) map[string]time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make(map[string]time.Time, len(ids))
 	for _, id := range ids {
-		if at, ok := r.arrived[id]; ok {
+		if at, ok := r.arrived[kind+id]; ok {
 			out[id] = at
 		}
 	}
@@ -181,7 +216,8 @@ type loadtest struct {
 	server, key, offer, partner string
 	client                      *http.Client
 	rcv                         *receiver
-	run                         int64 // makes externalTxnIds unique across runs
+	kinds                       []string // what each conversion makes
+	run                         int64    // makes externalTxnIds unique across runs
 	seq                         atomic.Int64
 }
 
@@ -235,12 +271,16 @@ func (l *loadtest) postConversion() (string, time.Time, error) {
 	return c.ID, time.Now(), err
 }
 
-// deliveryStatuses counts the subscription's deliveries per status.
-func (l *loadtest) deliveryStatuses(subID string) (map[string]int, error) {
+// deliveryStatuses counts an endpoint's deliveries per status (filter:
+// subscriptionId or partnerId).
+func (l *loadtest) deliveryStatuses(filter url.Values) (map[string]int, error) {
 	counts := map[string]int{}
 	cursor := ""
 	for {
-		q := url.Values{"subscriptionId": {subID}, "limit": {"100"}}
+		q := url.Values{"limit": {"100"}}
+		for k, v := range filter {
+			q[k] = v
+		}
 		if cursor != "" {
 			q.Set("cursor", cursor)
 		}
@@ -275,8 +315,10 @@ type result struct {
 	start            time.Time // the first POST went out
 	postsDone        time.Time // the last POST returned
 	lastArrival      time.Time
-	deliveredByPosts int // delivered when the last POST returned
-	latencies        []time.Duration
+	kinds            []string
+	deliveries       int                        // conversions × kinds
+	deliveredByPosts int                        // delivered when the last POST returned
+	latencies        map[string][]time.Duration // per kind
 	errors           int
 	firstErr         error
 	maxInFlight      int64 // most POSTs under way at once (paced: grows when the server falls behind)
@@ -341,48 +383,64 @@ func (l *loadtest) phase(name string, n, conns int, rate float64, timeout time.D
 	for i, p := range done {
 		ids[i] = p.id
 	}
-	res.deliveredByPosts = len(l.rcv.arrivals(ids))
+	arrivedAll := func() (map[string]map[string]time.Time, int) {
+		out, n := map[string]map[string]time.Time{}, 0
+		for _, kind := range l.kinds {
+			out[kind] = l.rcv.arrivals(kind, ids)
+			n += len(out[kind])
+		}
+		return out, n
+	}
+	_, res.deliveredByPosts = arrivedAll()
+	res.deliveries = len(ids) * len(l.kinds)
 
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	var arrived map[string]time.Time
+	var arrived map[string]map[string]time.Time
 	for {
-		arrived = l.rcv.arrivals(ids)
-		if len(arrived) == len(ids) {
+		var n int
+		if arrived, n = arrivedAll(); n == res.deliveries {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			return res, fmt.Errorf("%s: only %d of %d conversions delivered after %v", name, len(arrived), len(ids), timeout)
+			return res, fmt.Errorf("%s: only %d of %d deliveries made after %v", name, n, res.deliveries, timeout)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	for _, p := range done {
-		at := arrived[p.id]
-		if at.After(res.lastArrival) {
-			res.lastArrival = at
+	res.latencies = map[string][]time.Duration{}
+	for _, kind := range l.kinds {
+		for _, p := range done {
+			at := arrived[kind][p.id]
+			if at.After(res.lastArrival) {
+				res.lastArrival = at
+			}
+			res.latencies[kind] = append(res.latencies[kind], at.Sub(p.returned))
 		}
-		res.latencies = append(res.latencies, at.Sub(p.returned))
+		slices.Sort(res.latencies[kind])
 	}
-	slices.Sort(res.latencies)
+	res.kinds = l.kinds
 	return res, nil
 }
 
 func (r result) print() {
-	ok := len(r.latencies)
+	ok := r.deliveries / len(r.kinds)
 	posting := r.postsDone.Sub(r.start)
 	all := r.lastArrival.Sub(r.start)
 	fmt.Printf("ingest:     %d conversions in %v: %.0f/s (%d POSTs failed, at most %d under way at once)\n",
 		ok, posting.Round(time.Millisecond), float64(ok)/posting.Seconds(), r.errors, r.maxInFlight)
-	fmt.Printf("deliveries: all %d delivered %v after the first POST: %.0f/s; %d of them (%.0f%%) by the time the last POST returned\n",
-		ok, all.Round(time.Millisecond), float64(ok)/all.Seconds(), r.deliveredByPosts, 100*float64(r.deliveredByPosts)/float64(max(ok, 1)))
-	if after := r.lastArrival.Sub(r.postsDone); ok > r.deliveredByPosts && after > 0 {
+	fmt.Printf("deliveries: all %d (%s) delivered %v after the first POST: %.0f/s; %d of them (%.0f%%) by the time the last POST returned\n",
+		r.deliveries, strings.Join(r.kinds, "s + ")+"s", all.Round(time.Millisecond), float64(r.deliveries)/all.Seconds(), r.deliveredByPosts,
+		100*float64(r.deliveredByPosts)/float64(max(r.deliveries, 1)))
+	if after := r.lastArrival.Sub(r.postsDone); r.deliveries > r.deliveredByPosts && after > 0 {
 		fmt.Printf("            while posting %.0f/s, after it %.0f/s (%d in %v)\n",
-			float64(r.deliveredByPosts)/posting.Seconds(), float64(ok-r.deliveredByPosts)/after.Seconds(), ok-r.deliveredByPosts, after.Round(time.Millisecond))
+			float64(r.deliveredByPosts)/posting.Seconds(), float64(r.deliveries-r.deliveredByPosts)/after.Seconds(), r.deliveries-r.deliveredByPosts, after.Round(time.Millisecond))
 	}
-	if ok > 0 {
-		fmt.Printf("latency, POST returned → receiver got it: p50 %v  p90 %v  p99 %v  max %v\n",
-			pct(r.latencies, 50), pct(r.latencies, 90), pct(r.latencies, 99), r.latencies[ok-1].Round(10*time.Microsecond))
+	for _, kind := range r.kinds {
+		if ls := r.latencies[kind]; len(ls) > 0 {
+			fmt.Printf("latency, POST returned → receiver got the %s: p50 %v  p90 %v  p99 %v  max %v\n",
+				kind, pct(ls, 50), pct(ls, 90), pct(ls, 99), ls[len(ls)-1].Round(10*time.Microsecond))
+		}
 	}
 }
 

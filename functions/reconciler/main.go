@@ -1,0 +1,9 @@
+// Command reconciler is the scheduled Lambda function (an EventBridge rule,
+// every five minutes) that re-drives webhook work the pipeline dropped:
+// events not fanned out and pending deliveries whose next attempt is
+// overdue.
+package main
+
+import "github.com/tally-hq/tally/internal/lambdafn/queue"
+
+func main() { queue.ServeReconciler() }

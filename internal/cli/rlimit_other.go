@@ -1,0 +1,6 @@
+//go:build !unix
+
+package cli
+
+// openFileLimit: the platform has no such limit to read.
+func openFileLimit() (int, bool) { return 0, false }

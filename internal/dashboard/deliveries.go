@@ -1,0 +1,83 @@
+package dashboard
+
+import (
+	"net/http"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+// deliveryRow is a delivery with its latest attempt and, for a postback,
+// its partner's name.
+type deliveryRow struct {
+	tally.Delivery
+	Last        *tally.Attempt
+	PartnerName string
+}
+
+type deliveriesData struct {
+	Rows     []deliveryRow
+	Filter   tracking.DeliveryFilter
+	Types    []string
+	Statuses []string
+	Partners picker
+	Page     page
+}
+
+func (d *Dashboard) deliveries(w http.ResponseWriter, r *request) error {
+	q := r.URL.Query()
+	f := tracking.DeliveryFilter{Type: q.Get("type"), Status: q.Get("status"), SubscriptionID: q.Get("subscriptionId"), PartnerID: q.Get("partnerId")}
+	ds, next, err := d.svc.Deliveries(r.Context(), r.brandID(), f, tracking.ListParams{Cursor: q.Get("cursor")})
+	if err != nil {
+		return err
+	}
+	dir, err := d.directory(r)
+	if err != nil {
+		return err
+	}
+	rows := make([]deliveryRow, len(ds))
+	for i, del := range ds {
+		rows[i] = deliveryRow{Delivery: del, PartnerName: dir.names[del.PartnerID]}
+		if n := len(del.Attempts); n > 0 {
+			rows[i].Last = &del.Attempts[n-1]
+		}
+	}
+	partners := dir.partnerPicker(f.PartnerID)
+	partners.Label = "Partner (postbacks)"
+	render(w, "deliveries", r.view("Delivery log", "deliveries", deliveriesData{
+		Rows: rows, Filter: f, Page: pageOf(r, next), Partners: partners,
+		Types:    []string{tally.DeliveryWebhook, tally.DeliveryPostback},
+		Statuses: []string{tally.DeliveryPending, tally.DeliverySucceeded, tally.DeliveryFailed},
+	}))
+	return nil
+}
+
+type deliveryData struct {
+	tally.Delivery
+	PartnerName string
+}
+
+func (d *Dashboard) delivery(w http.ResponseWriter, r *request) error {
+	del, err := d.svc.Delivery(r.Context(), r.brandID(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	data := deliveryData{Delivery: del}
+	if del.PartnerID != "" {
+		p, err := d.svc.Partner(r.Context(), r.brandID(), del.PartnerID)
+		if err != nil {
+			return err
+		}
+		data.PartnerName = p.Name
+	}
+	render(w, "delivery", r.view("Delivery", "deliveries", data))
+	return nil
+}
+
+func (d *Dashboard) retryDelivery(w http.ResponseWriter, r *request) error {
+	del, err := d.svc.RetryDelivery(r.Context(), r.brandID(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return redirect(w, r, "/dashboard/activity/deliveries/"+del.ID, "delivery-retried")
+}

@@ -1,0 +1,125 @@
+package dashboard
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/fraud"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+// fraudData is Settings → Fraud: the settings form, the blocklist and the
+// form that adds to it, each with what was typed and the problems.
+type fraudData struct {
+	Settings    map[string]string
+	AutoBan     bool
+	Errors      map[string]string
+	Blocked     []tally.BlockedIP
+	BlockValues map[string]string
+	BlockErrors map[string]string
+	Page        page
+	Weights     []signal
+}
+
+// fraudLabels are the settings form's labels, for its messages.
+var fraudLabels = map[string]string{
+	"threshold": "Threshold", "autoBan.highRiskClicks": "High-risk clicks", "autoBan.windowHours": "Window (hours)", "cidr": "Address or range", "note": "Note",
+}
+
+// fraudData reads the settings and a page of the blocklist.
+func (d *Dashboard) fraudData(r *request) (fraudData, error) {
+	s, err := d.svc.FraudSettings(r.Context(), r.brandID())
+	if err != nil {
+		return fraudData{}, err
+	}
+	blocked, next, err := d.svc.BlockedIPs(r.Context(), r.brandID(), tracking.ListParams{Cursor: r.URL.Query().Get("cursor")})
+	data := fraudData{
+		Settings: map[string]string{
+			"threshold":              strconv.Itoa(s.Threshold),
+			"autoBan.highRiskClicks": strconv.Itoa(s.AutoBan.HighRiskClicks),
+			"autoBan.windowHours":    strconv.Itoa(s.AutoBan.WindowHours),
+		},
+		AutoBan: s.AutoBan.Enabled, Errors: map[string]string{}, Blocked: blocked, Page: pageOf(r, next),
+		BlockValues: map[string]string{}, BlockErrors: map[string]string{},
+	}
+	for _, name := range []string{tally.SignalBlockedIP, tally.SignalBotUserAgent, tally.SignalDatacenterIP, tally.SignalMissingUserAgent, tally.SignalIPVelocity} {
+		data.Weights = append(data.Weights, signal{Name: name, Meaning: signalMeanings[name], Weight: fraud.Weights[name]})
+	}
+	return data, err
+}
+
+func (d *Dashboard) fraudSettings(w http.ResponseWriter, r *request) error {
+	data, err := d.fraudData(r)
+	if err != nil {
+		return err
+	}
+	render(w, "fraud", r.settingsView("Fraud", "fraud", data))
+	return nil
+}
+
+// saveFraudSettings replaces the settings with the form's (the form always
+// holds all of them, as PUT /fraud/settings does).
+func (d *Dashboard) saveFraudSettings(w http.ResponseWriter, r *request) error {
+	data, err := d.fraudData(r)
+	if err != nil {
+		return err
+	}
+	enabled := r.PostFormValue("autoBan.enabled") == "on"
+	in := tracking.FraudSettingsInput{AutoBan: &tracking.AutoBanInput{Enabled: &enabled}}
+	data.AutoBan = enabled
+	for field, target := range map[string]**int{"threshold": &in.Threshold, "autoBan.highRiskClicks": &in.AutoBan.HighRiskClicks, "autoBan.windowHours": &in.AutoBan.WindowHours} {
+		v := strings.TrimSpace(r.PostFormValue(field))
+		data.Settings[field] = v
+		if n, err := strconv.Atoi(v); err == nil {
+			*target = &n
+		} else {
+			data.Errors[field] = "Enter a whole number."
+		}
+	}
+	if len(data.Errors) == 0 {
+		_, err = d.svc.UpdateFraudSettings(r.Context(), r.brandID(), in)
+		if err == nil {
+			return redirect(w, r, "/dashboard/settings/fraud", "fraud-saved")
+		}
+		if !isCode(err, tally.ECodeValidation) {
+			return err
+		}
+		data.Errors[fieldOf(err, "threshold", "autoBan.highRiskClicks", "autoBan.windowHours")] = tally.ErrorMessage(err)
+	}
+	labelled(data.Errors, fraudLabels)
+	renderStatus(w, http.StatusUnprocessableEntity, "fraud", r.settingsView("Fraud", "fraud", data))
+	return nil
+}
+
+func (d *Dashboard) blockIP(w http.ResponseWriter, r *request) error {
+	cidr, note := strings.TrimSpace(r.PostFormValue("cidr")), strings.TrimSpace(r.PostFormValue("note"))
+	_, err := d.svc.BlockIP(r.Context(), r.brandID(), tracking.BlockedIPInput{CIDR: &cidr, Note: &note})
+	if err == nil {
+		return redirect(w, r, "/dashboard/settings/fraud", "ip-blocked")
+	}
+	if !isCode(err, tally.ECodeValidation, tally.ECodeConflict) {
+		return err
+	}
+	data, derr := d.fraudData(r)
+	if derr != nil {
+		return derr
+	}
+	data.BlockValues["cidr"], data.BlockValues["note"] = cidr, note
+	field := fieldOf(err, "cidr", "note")
+	if field == "" {
+		field = "cidr"
+	}
+	data.BlockErrors[field] = tally.ErrorMessage(err)
+	labelled(data.BlockErrors, fraudLabels)
+	renderStatus(w, http.StatusUnprocessableEntity, "fraud", r.settingsView("Fraud", "fraud", data))
+	return nil
+}
+
+func (d *Dashboard) unblockIP(w http.ResponseWriter, r *request) error {
+	if _, err := d.svc.UnblockIP(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
+		return err
+	}
+	return redirect(w, r, "/dashboard/settings/fraud", "ip-unblocked")
+}

@@ -1,0 +1,68 @@
+package dashboard
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+// keyRow is a key with how long ago it was used.
+type keyRow struct {
+	tally.APIKey
+	LastUsed string
+}
+
+type keysData struct {
+	Keys    []keyRow
+	Created *tracking.CreatedAPIKey // shown once, right after creation
+	Name    string
+	Error   string
+	Page    page
+}
+
+func (d *Dashboard) keysData(r *request) (keysData, error) {
+	keys, next, err := d.svc.ActiveAPIKeys(r.Context(), r.brandID(), tracking.ListParams{Cursor: r.URL.Query().Get("cursor")})
+	data := keysData{Page: pageOf(r, next)}
+	for _, k := range keys {
+		data.Keys = append(data.Keys, keyRow{APIKey: k, LastUsed: ago(d.svc.Now(), k.LastUsedAt)})
+	}
+	return data, err
+}
+
+func (d *Dashboard) keys(w http.ResponseWriter, r *request) error {
+	data, err := d.keysData(r)
+	if err != nil {
+		return err
+	}
+	render(w, "keys", r.settingsView("API keys", "keys", data))
+	return nil
+}
+
+func (d *Dashboard) createKey(w http.ResponseWriter, r *request) error {
+	name := strings.TrimSpace(r.PostFormValue("name"))
+	k, err := d.svc.CreateKey(r.Context(), r.brandID(), tracking.APIKeyInput{Name: &name})
+	data, lerr := d.keysData(r)
+	if lerr != nil {
+		return lerr
+	}
+	if err != nil {
+		if !isCode(err, tally.ECodeValidation) {
+			return err
+		}
+		data.Name, data.Error = name, tally.ErrorMessage(err)
+		renderStatus(w, http.StatusUnprocessableEntity, "keys", r.settingsView("API keys", "keys", data))
+		return nil
+	}
+	data.Created = &k
+	render(w, "keys", r.settingsView("API keys", "keys", data))
+	return nil
+}
+
+func (d *Dashboard) revokeKey(w http.ResponseWriter, r *request) error {
+	if _, err := d.svc.DeleteAPIKey(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
+		return err
+	}
+	return redirect(w, r, "/dashboard/settings/keys", "key-revoked")
+}

@@ -1,0 +1,191 @@
+package dashboard
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+type offersData struct {
+	Offers []tally.Offer
+	Page   page
+}
+
+func (d *Dashboard) offers(w http.ResponseWriter, r *request) error {
+	offers, next, err := d.svc.Offers(r.Context(), r.brandID(), tracking.ListParams{Cursor: r.URL.Query().Get("cursor")})
+	if err != nil {
+		return err
+	}
+	render(w, "offers", r.view("Offers", "offers", offersData{Offers: offers, Page: pageOf(r, next)}))
+	return nil
+}
+
+// offerForm is the offer form, to create an offer or edit one: what was
+// typed, and the problems beside each field.
+type offerForm struct {
+	Offer      *tally.Offer // the offer edited; nil for a new one
+	Values     map[string]string
+	Errors     map[string]string
+	Currencies []string
+	CapNames   []string
+}
+
+var capNames = []string{"daily", "weekly", "monthly", "global"}
+
+var formCurrencies = []string{"USD", "EUR", "GBP", "CAD", "AUD", "JPY", "INR", "BRL", "CHF", "SEK"}
+
+// offerFields are the form's fields, as the API names them where it can.
+var offerFields = []string{"name", "destinationUrl", "revenue", "payout", "currency", "approval", "holdHours", "status", "attributionWindowDays", "daily", "weekly", "monthly", "global"}
+
+// offerLabels are the form's labels, for its messages.
+var offerLabels = map[string]string{"name": "Name", "destinationUrl": "Destination URL", "revenueCents": "Revenue",
+	"payoutCents": "Payout", "currency": "Currency", "holdHours": "Hold hours", "attributionWindowDays": "Attribution window"}
+
+func (d *Dashboard) newOffer(w http.ResponseWriter, r *request) error {
+	render(w, "offer-form", r.view("New offer", "offers", offerForm{
+		Values: map[string]string{"currency": "USD", "approval": tally.ApprovalAuto, "status": tally.OfferActive, "holdHours": "0",
+			"attributionWindowDays": strconv.Itoa(tally.DefaultAttributionWindowDays)},
+		Currencies: formCurrencies, CapNames: capNames,
+	}))
+	return nil
+}
+
+// readOfferForm reads the form into the input creating such an offer takes,
+// and checks every field of it, so the form shows all its problems at once.
+// An edited offer keeps its currency, which cannot change.
+func readOfferForm(r *request, edited *tally.Offer) (offerForm, tracking.OfferInput) {
+	f := offerForm{Offer: edited, Values: map[string]string{}, Errors: map[string]string{}, Currencies: formCurrencies, CapNames: capNames}
+	for _, k := range offerFields {
+		f.Values[k] = strings.TrimSpace(r.PostFormValue(k))
+	}
+	v := f.Values
+	if edited != nil {
+		v["currency"] = edited.Currency
+	}
+	in := tracking.OfferInput{Name: ptr(v["name"]), DestinationURL: ptr(v["destinationUrl"]), Currency: ptr(v["currency"]),
+		Approval: ptr(v["approval"]), Status: ptr(v["status"]), Caps: &tally.Caps{}}
+	for field, target := range map[string]**int64{"revenue": &in.RevenueCents, "payout": &in.PayoutCents} {
+		if cents, ok := parseMoney(v[field], v["currency"]); ok {
+			*target = &cents
+		} else if v[field] != "" {
+			f.Errors[field+"Cents"] = "Enter an amount such as 12.50."
+		}
+	}
+	for field, target := range map[string]**int{"holdHours": &in.HoldHours, "attributionWindowDays": &in.AttributionWindowDays} {
+		if v[field] == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v[field])
+		if err != nil {
+			f.Errors[field] = "Enter a whole number."
+			continue
+		}
+		*target = &n
+	}
+	for name, target := range map[string]**int64{"daily": &in.Caps.Daily, "weekly": &in.Caps.Weekly, "monthly": &in.Caps.Monthly, "global": &in.Caps.Global} {
+		if v[name] == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(v[name], 10, 64)
+		if err != nil {
+			f.Errors["caps."+name] = "Enter a whole number, or leave it empty for no cap."
+			continue
+		}
+		*target = &n
+	}
+	for field, msg := range in.FieldErrors() {
+		if f.Errors[field] == "" {
+			f.Errors[field] = msg
+		}
+	}
+	labelled(f.Errors, offerLabels)
+	return f, in
+}
+
+func (d *Dashboard) createOffer(w http.ResponseWriter, r *request) error {
+	f, in := readOfferForm(r, nil)
+	if len(f.Errors) > 0 {
+		renderStatus(w, http.StatusUnprocessableEntity, "offer-form", r.view("New offer", "offers", f))
+		return nil
+	}
+	o, err := d.svc.CreateOffer(r.Context(), r.brandID(), in)
+	if err != nil {
+		return err
+	}
+	return redirect(w, r, "/dashboard/offers/"+o.ID, "offer-created")
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// offerData is an offer's page, with its tracking link.
+type offerData struct {
+	tally.Offer
+	Link string // the link with the partner's id left to fill in
+}
+
+func (d *Dashboard) offer(w http.ResponseWriter, r *request) error {
+	o, err := d.svc.Offer(r.Context(), r.brandID(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	render(w, "offer", r.view(o.Name, "offers", offerData{Offer: o, Link: publicBase(r.Request) + "/c/" + o.ID + "?pid="}))
+	return nil
+}
+
+// editOffer shows the offer form filled with the offer.
+func (d *Dashboard) editOffer(w http.ResponseWriter, r *request) error {
+	o, err := d.svc.Offer(r.Context(), r.brandID(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	f := offerForm{Offer: &o, Errors: map[string]string{}, Currencies: formCurrencies, CapNames: capNames, Values: map[string]string{
+		"name": o.Name, "destinationUrl": o.DestinationURL, "revenue": moneyIn(o.RevenueCents, o.Currency), "payout": moneyIn(o.PayoutCents, o.Currency),
+		"currency": o.Currency, "approval": o.Approval, "status": o.Status, "holdHours": strconv.Itoa(o.HoldHours),
+		"attributionWindowDays": strconv.Itoa(o.AttributionWindowDays),
+	}}
+	for name, limit := range map[string]*int64{"daily": o.Caps.Daily, "weekly": o.Caps.Weekly, "monthly": o.Caps.Monthly, "global": o.Caps.Global} {
+		if limit != nil {
+			f.Values[name] = strconv.FormatInt(*limit, 10)
+		}
+	}
+	render(w, "offer-form", r.view("Edit "+o.Name, "offers", f))
+	return nil
+}
+
+// updateOffer saves the form as PATCH /offers/{id} would: every field of
+// the form, a cap left empty removed.
+func (d *Dashboard) updateOffer(w http.ResponseWriter, r *request) error {
+	o, err := d.svc.Offer(r.Context(), r.brandID(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	f, in := readOfferForm(r, &o)
+	if len(f.Errors) > 0 {
+		renderStatus(w, http.StatusUnprocessableEntity, "offer-form", r.view("Edit "+o.Name, "offers", f))
+		return nil
+	}
+	patch := tracking.OfferPatch{Name: in.Name, DestinationURL: in.DestinationURL, RevenueCents: in.RevenueCents, PayoutCents: in.PayoutCents,
+		Status: in.Status, Approval: in.Approval, HoldHours: cmpOr(in.HoldHours, 0), AttributionWindowDays: in.AttributionWindowDays,
+		Caps: map[string]*int64{"daily": in.Caps.Daily, "weekly": in.Caps.Weekly, "monthly": in.Caps.Monthly, "global": in.Caps.Global}}
+	if _, err := d.svc.UpdateOffer(r.Context(), r.brandID(), o.ID, patch); err != nil {
+		if !isCode(err, tally.ECodeValidation) {
+			return err
+		}
+		f.Errors[fieldOr(err, "name", offerFields...)] = tally.ErrorMessage(err)
+		labelled(f.Errors, offerLabels)
+		renderStatus(w, http.StatusUnprocessableEntity, "offer-form", r.view("Edit "+o.Name, "offers", f))
+		return nil
+	}
+	return redirect(w, r, "/dashboard/offers/"+o.ID, "offer-updated")
+}
+
+// cmpOr is p, or a pointer to def when p is nil: an empty hold means none.
+func cmpOr(p *int, def int) *int {
+	if p == nil {
+		return &def
+	}
+	return p
+}

@@ -1,0 +1,319 @@
+package dashboard
+
+import (
+	"context"
+	"html/template"
+	"net/http"
+	"time"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+// amount is a sum in one currency.
+type amount struct {
+	Cents    int64
+	Currency string
+}
+
+type overviewData struct {
+	Today                  string
+	Clicks, HighRiskClicks int64
+	Conversions            int64
+	Pending                int64
+	Revenue, Payout        []amount
+	ClickChart, Chart      chart
+	RevenueChart           chart
+	PayoutChart            chart
+	Applications           int
+	ApplicationsMore       bool
+	Recent                 []conversionRow
+}
+
+// overview shows today's numbers (UTC) and the last 30 days.
+func (d *Dashboard) overview(w http.ResponseWriter, r *request) error {
+	ctx := r.Context()
+	today := d.svc.Now().Format(time.DateOnly)
+	now, err := d.svc.Report(ctx, r.brandID(), tracking.ReportQuery{From: today, To: today})
+	if err != nil {
+		return err
+	}
+	data := overviewData{Today: today}
+	for _, row := range now.Data {
+		data.Clicks += row.Clicks
+		data.HighRiskClicks += row.HighRiskClicks
+		data.Conversions += row.Conversions
+		data.Pending += row.Pending
+		data.Revenue = append(data.Revenue, amount{row.RevenueCents, row.Currency})
+		data.Payout = append(data.Payout, amount{row.PayoutCents, row.Currency})
+	}
+	month, err := d.svc.Report(ctx, r.brandID(), tracking.ReportQuery{To: today, GroupBy: []string{"day"}})
+	if err != nil {
+		return err
+	}
+	data.ClickChart, data.Chart, data.RevenueChart, data.PayoutChart = dayCharts(month)
+	applied, more, err := d.svc.Partners(ctx, r.brandID(), tally.PartnerApplied, tracking.ListParams{Limit: 20})
+	if err != nil {
+		return err
+	}
+	data.Applications, data.ApplicationsMore = len(applied), more != ""
+	recent, _, err := d.svc.Conversions(ctx, r.brandID(), tracking.ConversionFilter{}, tracking.ListParams{Limit: 5})
+	if err != nil {
+		return err
+	}
+	if data.Recent, err = d.conversionRows(r, recent); err != nil {
+		return err
+	}
+	render(w, "overview", r.view("Overview", "overview", data))
+	return nil
+}
+
+// dayCharts draws clicks and conversions per day, and the revenue and
+// payout per day of the currency with the most revenue (none when nothing
+// was earned).
+func dayCharts(rep tracking.Report) (clicks, conversions, revenue, payout chart) {
+	per := countsBy{}
+	money := map[string]map[string][2]int64{} // currency → day → revenue, payout
+	totals := map[string]int64{}
+	for _, row := range rep.Data {
+		per.add(row.Day, row)
+		if money[row.Currency] == nil {
+			money[row.Currency] = map[string][2]int64{}
+		}
+		m := money[row.Currency][row.Day]
+		money[row.Currency][row.Day] = [2]int64{m[0] + row.RevenueCents, m[1] + row.PayoutCents}
+		totals[row.Currency] += row.RevenueCents
+	}
+	order := days(rep.From, rep.To)
+	clicks, conversions = countCharts("day", order, per)
+	currency := ""
+	for c, t := range totals {
+		if currency == "" || t > totals[currency] || (t == totals[currency] && c < currency) {
+			currency = c
+		}
+	}
+	if currency == "" {
+		return clicks, conversions, chart{}, chart{}
+	}
+	var rp, pp []point
+	for _, day := range order {
+		m := money[currency][day]
+		rp = append(rp, point{Label: day[5:], Value: float64(m[0]), Tip: day + ": " + moneyOf(m[0], currency) + " revenue"})
+		pp = append(pp, point{Label: day[5:], Value: float64(m[1]), Tip: day + ": " + moneyOf(m[1], currency) + " payout"})
+	}
+	in := func(v float64) string { return moneyIn(int64(v), currency) }
+	return clicks, conversions, newChart("Revenue per day ("+currency+")", rp, in), newChart("Payout per day ("+currency+")", pp, in)
+}
+
+// page is a list page's paging: the next page's cursor, if any, and the
+// query that opens it (the same filters).
+type page struct {
+	Next  string
+	Query template.URL
+}
+
+func pageOf(r *request, next string) page {
+	q := r.URL.Query()
+	q.Set("cursor", next)
+	q.Del("done")
+	return page{Next: next, Query: template.URL(q.Encode())}
+}
+
+type partnersData struct {
+	Partners []tally.Partner
+	Status   string
+	Statuses []string
+	ApplyURL string
+	Page     page
+}
+
+func (d *Dashboard) partners(w http.ResponseWriter, r *request) error {
+	status := r.URL.Query().Get("status")
+	partners, next, err := d.svc.Partners(r.Context(), r.brandID(), status, tracking.ListParams{Cursor: r.URL.Query().Get("cursor")})
+	if err != nil {
+		return err
+	}
+	render(w, "partners", r.view("Partners", "partners", partnersData{
+		Partners: partners, Status: status, Page: pageOf(r, next), ApplyURL: publicBase(r.Request) + "/apply/" + r.brandID(),
+		Statuses: []string{tally.PartnerApplied, tally.PartnerActive, tally.PartnerRejected, tally.PartnerBanned},
+	}))
+	return nil
+}
+
+// publicBase is {public_base_url} as the browser reached it.
+func publicBase(r *http.Request) string {
+	scheme := "http"
+	if secure(r) {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
+func (d *Dashboard) partnerAction(w http.ResponseWriter, r *request) error {
+	do := map[string]func(ctx context.Context, brandID, id string) (tally.Partner, error){
+		"approve": d.svc.ApprovePartner, "reject": d.svc.RejectPartner, "ban": d.svc.BanPartner,
+	}[r.PathValue("action")]
+	if do == nil {
+		return tally.Errorf(tally.ECodeNotFound, "No such action.")
+	}
+	p, err := do(r.Context(), r.brandID(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	done := map[string]string{"approve": "partner-approved", "reject": "partner-rejected", "ban": "partner-banned"}[r.PathValue("action")]
+	return redirect(w, r, backTo(r, "/dashboard/partners/"+p.ID), done)
+}
+
+// backTo is where a form asked to return to (a dashboard page), or def.
+func backTo(r *request, def string) string {
+	if b := r.PostFormValue("back"); b != "" && localNext(b) == b {
+		return b
+	}
+	return def
+}
+
+// conversionRow is a conversion with its offer's and partner's names.
+type conversionRow struct {
+	tally.Conversion
+	OfferName, PartnerName string
+}
+
+// conversionRows names the offers and partners of conversions.
+func (d *Dashboard) conversionRows(r *request, cs []tally.Conversion) ([]conversionRow, error) {
+	dir, err := d.directory(r)
+	if err != nil {
+		return nil, err
+	}
+	return namedRows(cs, dir.names), nil
+}
+
+func namedRows(cs []tally.Conversion, names map[string]string) []conversionRow {
+	rows := make([]conversionRow, len(cs))
+	for i, c := range cs {
+		rows[i] = conversionRow{Conversion: c, OfferName: names[c.OfferID], PartnerName: names[c.PartnerID]}
+	}
+	return rows
+}
+
+// directory is the brand's newest offers and partners (100 of each), to
+// name them in lists and offer them in filters; older ones show by id.
+type directory struct {
+	names    map[string]string // offer and partner ids to names
+	offers   []tally.Offer
+	partners []tally.Partner
+}
+
+func (d *Dashboard) directory(r *request) (directory, error) {
+	dir := directory{names: map[string]string{}}
+	var err error
+	if dir.offers, _, err = d.svc.Offers(r.Context(), r.brandID(), tracking.ListParams{Limit: tracking.MaxLimit}); err != nil {
+		return dir, err
+	}
+	for _, o := range dir.offers {
+		dir.names[o.ID] = o.Name
+	}
+	if dir.partners, _, err = d.svc.Partners(r.Context(), r.brandID(), "", tracking.ListParams{Limit: tracking.MaxLimit}); err != nil {
+		return dir, err
+	}
+	for _, p := range dir.partners {
+		dir.names[p.ID] = p.Name
+	}
+	return dir, nil
+}
+
+// picker is a filter's select of offers or partners by name.
+type picker struct {
+	Name, Label string
+	Choices     []choice
+}
+
+type choice struct {
+	Value, Label string
+	Selected     bool
+}
+
+// offerPicker and partnerPicker offer the directory's offers and partners,
+// and the current value even when it is not among them.
+func (dir directory) offerPicker(current string) picker {
+	p := picker{Name: "offerId", Label: "Offer"}
+	for _, o := range dir.offers {
+		p.Choices = append(p.Choices, choice{o.ID, o.Name, o.ID == current})
+	}
+	return p.withCurrent(current)
+}
+
+func (dir directory) partnerPicker(current string) picker {
+	p := picker{Name: "partnerId", Label: "Partner"}
+	for _, pr := range dir.partners {
+		p.Choices = append(p.Choices, choice{pr.ID, pr.Name, pr.ID == current})
+	}
+	return p.withCurrent(current)
+}
+
+func (p picker) withCurrent(current string) picker {
+	if current == "" {
+		return p
+	}
+	for _, c := range p.Choices {
+		if c.Selected {
+			return p
+		}
+	}
+	p.Choices = append(p.Choices, choice{current, current, true})
+	return p
+}
+
+type conversionsData struct {
+	Rows     []conversionRow
+	Filter   tracking.ConversionFilter
+	Offers   picker
+	Partners picker
+	Statuses []string
+	Page     page
+	Back     string
+}
+
+func (d *Dashboard) conversions(w http.ResponseWriter, r *request) error {
+	q := r.URL.Query()
+	f := tracking.ConversionFilter{Status: q.Get("status"), OfferID: q.Get("offerId"), PartnerID: q.Get("partnerId"), From: q.Get("from"), To: q.Get("to")}
+	cs, next, err := d.svc.Conversions(r.Context(), r.brandID(), f, tracking.ListParams{Cursor: q.Get("cursor")})
+	if err != nil {
+		return err
+	}
+	dir, err := d.directory(r)
+	if err != nil {
+		return err
+	}
+	render(w, "conversions", r.view("Conversions", "conversions", conversionsData{
+		Rows: namedRows(cs, dir.names), Filter: f, Offers: dir.offerPicker(f.OfferID), Partners: dir.partnerPicker(f.PartnerID), Page: pageOf(r, next), Back: r.URL.RequestURI(),
+		Statuses: []string{tally.ConversionPending, tally.ConversionApproved, tally.ConversionRejected},
+	}))
+	return nil
+}
+
+func (d *Dashboard) conversion(w http.ResponseWriter, r *request) error {
+	c, err := d.svc.Conversion(r.Context(), r.brandID(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	rows, err := d.conversionRows(r, []tally.Conversion{c})
+	if err != nil {
+		return err
+	}
+	render(w, "conversion", r.view("Conversion", "conversions", rows[0]))
+	return nil
+}
+
+func (d *Dashboard) conversionAction(w http.ResponseWriter, r *request) error {
+	do := map[string]func(ctx context.Context, brandID, id string) (tally.Conversion, error){
+		"approve": d.svc.ApproveConversion, "reject": d.svc.RejectConversion,
+	}[r.PathValue("action")]
+	if do == nil {
+		return tally.Errorf(tally.ECodeNotFound, "No such action.")
+	}
+	c, err := do(r.Context(), r.brandID(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return redirect(w, r, backTo(r, "/dashboard/conversions/"+c.ID), "conversion-"+c.Status)
+}

@@ -1,0 +1,144 @@
+package dashboard
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+// partnerData is a partner's page: the partner, its tracking link for each
+// offer, and its postback with the form that sets it.
+type partnerData struct {
+	tally.Partner
+	Links    []trackingLink
+	Postback *tally.Postback
+	Macros   []string
+	Events   []string          // the events a postback may fire on
+	Values   map[string]string // url, since
+	Checked  []string
+	Errors   map[string]string // url, events, since
+}
+
+// trackingLink is an offer's link for one partner.
+type trackingLink struct {
+	Offer tally.Offer
+	URL   string
+}
+
+func (d *Dashboard) partnerData(r *request) (partnerData, error) {
+	p, err := d.svc.Partner(r.Context(), r.brandID(), r.PathValue("id"))
+	if err != nil {
+		return partnerData{}, err
+	}
+	data := partnerData{Partner: p, Macros: tracking.PostbackMacros(), Events: tracking.PostbackEvents(),
+		Values: map[string]string{}, Errors: map[string]string{}, Checked: []string{tally.EventConversionCreated}}
+	pb, err := d.svc.Postback(r.Context(), r.brandID(), p.ID)
+	switch {
+	case err == nil:
+		data.Postback, data.Checked = &pb, pb.Events
+		data.Values["url"], data.Values["since"] = pb.URL, sinceDefault(d.svc.Now(), pb.EndpointHealth)
+	case !isCode(err, tally.ECodeNotFound):
+		return data, err
+	}
+	offers, _, err := d.svc.Offers(r.Context(), r.brandID(), tracking.ListParams{Limit: tracking.MaxLimit})
+	for _, o := range offers {
+		data.Links = append(data.Links, trackingLink{Offer: o, URL: publicBase(r.Request) + "/c/" + o.ID + "?pid=" + p.ID})
+	}
+	return data, err
+}
+
+func (d *Dashboard) partner(w http.ResponseWriter, r *request) error {
+	data, err := d.partnerData(r)
+	if err != nil {
+		return err
+	}
+	render(w, "partner", r.view(data.Name, "partners", data))
+	return nil
+}
+
+// savePostback sets the partner's postback from the form; problems show
+// beside the URL or the events.
+func (d *Dashboard) savePostback(w http.ResponseWriter, r *request) error {
+	data, err := d.partnerData(r)
+	if err != nil {
+		return err
+	}
+	u := strings.TrimSpace(r.PostFormValue("url"))
+	in := tracking.PostbackInput{URL: &u, Events: r.PostForm["events"]}
+	if in.Events == nil {
+		in.Events = []string{} // none ticked: refused, not the default
+	}
+	if _, err := d.svc.PutPostback(r.Context(), r.brandID(), data.ID, in); err != nil {
+		if !isCode(err, tally.ECodeValidation) {
+			return err
+		}
+		data.Errors[fieldOr(err, "url", "url", "events")] = postbackMessage(err)
+		data.Values["url"], data.Checked = u, in.Events
+		renderStatus(w, http.StatusUnprocessableEntity, "partner", r.view(data.Name, "partners", data))
+		return nil
+	}
+	return redirect(w, r, "/dashboard/partners/"+data.ID, "postback-saved")
+}
+
+// postbackMessage says a postback error in the form's words.
+func postbackMessage(err error) string {
+	msg := tally.ErrorMessage(err)
+	if strings.HasPrefix(msg, "events must name at least one event") {
+		return "Tick at least one event."
+	}
+	if rest, ok := strings.CutPrefix(msg, "url"); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, ":")) {
+		return "URL" + rest
+	}
+	return msg
+}
+
+// postbackAction runs one of the postback's buttons and returns to the
+// partner's page with its notice.
+func (d *Dashboard) postbackAction(w http.ResponseWriter, r *request) error {
+	id := r.PathValue("id")
+	ctx, brand := r.Context(), r.brandID()
+	var err error
+	done := "postback-" + r.PathValue("action")
+	switch r.PathValue("action") {
+	case "test":
+		_, err = d.svc.SendTestPostback(ctx, brand, id)
+		done = "postback-tested"
+	case "enable":
+		_, err = d.svc.EnablePostback(ctx, brand, id)
+		done = "postback-enabled"
+	case "delete":
+		_, err = d.svc.DeletePostback(ctx, brand, id)
+		done = "postback-deleted"
+	default:
+		return tally.Errorf(tally.ECodeNotFound, "No such action.")
+	}
+	if err != nil {
+		return err
+	}
+	return redirect(w, r, "/dashboard/partners/"+id, done)
+}
+
+// recoverPostback queues again the postback's failed deliveries since the
+// form's date; a problem shows beside the date.
+func (d *Dashboard) recoverPostback(w http.ResponseWriter, r *request) error {
+	data, err := d.partnerData(r)
+	if err != nil {
+		return err
+	}
+	if data.Postback == nil {
+		return tally.Errorf(tally.ECodeNotFound, "Partner %s has no postback.", data.ID)
+	}
+	since := strings.TrimSpace(r.PostFormValue("since"))
+	rec, err := d.svc.RecoverPostback(r.Context(), r.brandID(), data.ID, tracking.RecoverInput{Since: sinceOf(since)})
+	if err != nil {
+		if !isCode(err, tally.ECodeValidation, tally.ECodeInvalidTransition) {
+			return err
+		}
+		data.Values["since"], data.Errors["since"] = since, recoverMessage(err, d.svc.Now())
+		renderStatus(w, http.StatusUnprocessableEntity, "partner", r.view(data.Name, "partners", data))
+		return nil
+	}
+	return redirect(w, r, "/dashboard/partners/"+data.ID, recovered("postback", rec))
+}

@@ -1,0 +1,62 @@
+package dashboard
+
+import (
+	"net/http"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+// postbackTokenData is Settings → Postback token: the brand's token for
+// advertisers' GET postbacks, its secret only right after it was made.
+type postbackTokenData struct {
+	Token   *tally.PostbackToken
+	Created *tracking.CreatedPostbackToken
+	// Replaced says Created took the place of a token, which stopped working.
+	Replaced bool
+	Base     string // {public_base_url}
+}
+
+func (d *Dashboard) postbackTokenData(r *request) (postbackTokenData, error) {
+	data := postbackTokenData{Base: publicBase(r.Request)}
+	t, err := d.svc.PostbackToken(r.Context(), r.brandID())
+	switch {
+	case err == nil:
+		data.Token = &t
+	case !isCode(err, tally.ECodeNotFound):
+		return data, err
+	}
+	return data, nil
+}
+
+func (d *Dashboard) postbackToken(w http.ResponseWriter, r *request) error {
+	data, err := d.postbackTokenData(r)
+	if err != nil {
+		return err
+	}
+	render(w, "postback-token", r.settingsView("Postback token", "postback-token", data))
+	return nil
+}
+
+// createPostbackToken makes the token, or a new one in place of the
+// current one, and shows its secret once.
+func (d *Dashboard) createPostbackToken(w http.ResponseWriter, r *request) error {
+	before, err := d.postbackTokenData(r)
+	if err != nil {
+		return err
+	}
+	t, err := d.svc.CreatePostbackToken(r.Context(), r.brandID())
+	if err != nil {
+		return err
+	}
+	data := postbackTokenData{Token: &t.PostbackToken, Created: &t, Replaced: before.Token != nil, Base: before.Base}
+	render(w, "postback-token", r.settingsView("Postback token", "postback-token", data))
+	return nil
+}
+
+func (d *Dashboard) deletePostbackToken(w http.ResponseWriter, r *request) error {
+	if _, err := d.svc.DeletePostbackToken(r.Context(), r.brandID()); err != nil {
+		return err
+	}
+	return redirect(w, r, "/dashboard/settings/postback-token", "token-deleted")
+}

@@ -1,0 +1,181 @@
+package dashboard
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+// zones are offered in the time zone field; any IANA name may be typed.
+var zones = []string{
+	"UTC", "America/Los_Angeles", "America/Denver", "America/Chicago", "America/New_York", "America/Sao_Paulo",
+	"Europe/London", "Europe/Paris", "Europe/Berlin", "Europe/Madrid", "Europe/Istanbul", "Africa/Lagos",
+	"Africa/Johannesburg", "Asia/Dubai", "Asia/Kolkata", "Asia/Kathmandu", "Asia/Singapore", "Asia/Shanghai",
+	"Asia/Tokyo", "Australia/Sydney", "Pacific/Auckland",
+}
+
+type reportRow struct {
+	tally.ReportRow
+	OfferName, PartnerName string
+}
+
+type reportsData struct {
+	Query      reportForm
+	Report     tracking.Report
+	Rows       []reportRow
+	ClickChart chart
+	Chart      chart
+	Zones      []string
+	CSV        string
+	Error      string
+	ErrorField string
+}
+
+// reportForm is what the report form asks for.
+type reportForm struct {
+	From, To, Timezone, Time string
+	Offer, Partner           bool
+}
+
+func readReportForm(q url.Values) (reportForm, tracking.ReportQuery) {
+	f := reportForm{From: q.Get("from"), To: q.Get("to"), Timezone: q.Get("timezone"), Time: q.Get("time"),
+		Offer: q.Get("offer") == "1", Partner: q.Get("partner") == "1"}
+	if len(q) == 0 { // the page as first opened: the last 30 days, by day
+		f.Time = "day"
+	}
+	rq := tracking.ReportQuery{From: f.From, To: f.To, Timezone: f.Timezone, GroupBy: []string{}}
+	if f.Time == "day" || f.Time == "week" || f.Time == "month" {
+		rq.GroupBy = append(rq.GroupBy, f.Time)
+	}
+	if f.Offer {
+		rq.GroupBy = append(rq.GroupBy, "offer")
+	}
+	if f.Partner {
+		rq.GroupBy = append(rq.GroupBy, "partner")
+	}
+	return f, rq
+}
+
+func (d *Dashboard) reports(w http.ResponseWriter, r *request) error {
+	form, rq := readReportForm(r.URL.Query())
+	data := reportsData{Query: form, Zones: zones}
+	rep, err := d.svc.Report(r.Context(), r.brandID(), rq)
+	if err != nil {
+		if !isCode(err, tally.ECodeValidation) {
+			return err
+		}
+		data.Error, data.ErrorField = tally.ErrorMessage(err), fieldOf(err, "from", "to", "timezone", "groupBy")
+		renderStatus(w, http.StatusUnprocessableEntity, "reports", r.view("Reports", "reports", data))
+		return nil
+	}
+	data.Report = rep
+	dir, err := d.directory(r)
+	if err != nil {
+		return err
+	}
+	for _, row := range rep.Data {
+		data.Rows = append(data.Rows, reportRow{ReportRow: row, OfferName: dir.names[row.OfferID], PartnerName: dir.names[row.PartnerID]})
+	}
+	data.ClickChart, data.Chart = reportCharts(rep, form.Time)
+	data.Query.From, data.Query.To, data.Query.Timezone = rep.From, rep.To, rep.Timezone
+	q := r.URL.Query()
+	for k, v := range map[string]string{"from": rep.From, "to": rep.To, "timezone": rep.Timezone, "time": form.Time} {
+		q.Set(k, v)
+	}
+	data.CSV = "/dashboard/reports.csv?" + q.Encode()
+	render(w, "reports", r.view("Reports", "reports", data))
+	return nil
+}
+
+// reportCharts draws clicks and conversions per time row, summed over
+// offers, partners and currencies; nothing when the report is not by time.
+func reportCharts(rep tracking.Report, by string) (clicks, conversions chart) {
+	if by != "day" && by != "week" && by != "month" {
+		return chart{}, chart{}
+	}
+	var order []string
+	per := countsBy{}
+	for _, row := range rep.Data {
+		k := row.Day + row.Week + row.Month
+		if per[k] == nil {
+			order = append(order, k)
+		}
+		per.add(k, row)
+	}
+	if by == "day" { // every day, those without any too
+		order = days(rep.From, rep.To)
+	}
+	return countCharts(by, order, per)
+}
+
+// counts are the clicks and conversions of one bar.
+type counts struct{ clicks, highRisk, conversions int64 }
+
+type countsBy map[string]*counts
+
+func (m countsBy) add(k string, row tally.ReportRow) {
+	c := m[k]
+	if c == nil {
+		c = &counts{}
+		m[k] = c
+	}
+	c.clicks += row.Clicks
+	c.highRisk += row.HighRiskClicks
+	c.conversions += row.Conversions
+}
+
+// countCharts draws clicks (the high-risk ones marked) and conversions per
+// day, week or month, a bar for each of order.
+func countCharts(by string, order []string, per countsBy) (clicks, conversions chart) {
+	var kp, cp []point
+	for _, k := range order {
+		label := k
+		if by == "day" {
+			label = k[5:] // MM-DD; the range above the chart gives the year
+		}
+		c := per[k]
+		if c == nil {
+			c = &counts{}
+		}
+		kp = append(kp, point{Label: label, Value: float64(c.clicks), Part: float64(c.highRisk),
+			Tip: fmt.Sprintf("%s: %s clicks, %s high-risk", k, number(c.clicks), number(c.highRisk))})
+		cp = append(cp, point{Label: label, Value: float64(c.conversions), Tip: fmt.Sprintf("%s: %s conversions", k, number(c.conversions))})
+	}
+	count := func(v float64) string { return number(int64(v)) }
+	clicks = newChart("Clicks per "+by, kp, count)
+	clicks.PartLabel = "high-risk"
+	return clicks, newChart("Conversions per "+by, cp, count)
+}
+
+// reportCSV is the report's CSV download, the same as the API's.
+func (d *Dashboard) reportCSV(w http.ResponseWriter, r *request) error {
+	_, rq := readReportForm(r.URL.Query())
+	rep, err := d.svc.Report(r.Context(), r.brandID(), rq)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s"`, httpapi.ReportFilename(rep)))
+	_ = rep.WriteCSV(w) // the client went away; nothing left to tell it
+	return nil
+}
+
+// fieldOf names the form field an error is about: the field it carries,
+// or the first of fields its message starts with.
+func fieldOf(err error, fields ...string) string {
+	if f := tally.ErrorField(err); f != "" {
+		return f
+	}
+	msg := tally.ErrorMessage(err)
+	for _, f := range fields {
+		if strings.HasPrefix(msg, f+" ") || strings.HasPrefix(msg, f+":") || strings.HasPrefix(msg, f+"[") {
+			return f
+		}
+	}
+	return ""
+}

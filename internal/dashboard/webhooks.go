@@ -1,0 +1,237 @@
+package dashboard
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/catalog"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+type webhooksData struct {
+	Subscriptions []tally.Subscription
+	Events        []catalog.EventType
+	Values        map[string]string
+	Checked       []string
+	Errors        map[string]string
+	Created       *tally.Subscription
+	Secret        string // shown once, right after creation
+	Page          page
+}
+
+func (d *Dashboard) webhooksData(r *request) (webhooksData, error) {
+	subs, next, err := d.svc.Subscriptions(r.Context(), r.brandID(), tracking.ListParams{Cursor: r.URL.Query().Get("cursor")})
+	return webhooksData{Subscriptions: subs, Events: catalog.Events(), Page: pageOf(r, next), Values: map[string]string{}, Errors: map[string]string{}}, err
+}
+
+func (d *Dashboard) webhooks(w http.ResponseWriter, r *request) error {
+	data, err := d.webhooksData(r)
+	if err != nil {
+		return err
+	}
+	data.Checked = []string{tally.EventConversionCreated}
+	render(w, "webhooks", r.view("Webhooks", "webhooks", data))
+	return nil
+}
+
+// newSecret makes a webhook signing secret, which the page that made it
+// shows once (as Svix and Stripe do).
+func newSecret() (string, error) {
+	raw := make([]byte, 24)
+	if _, err := rand.Read(raw); err != nil {
+		return "", err
+	}
+	return "whsec_" + hex.EncodeToString(raw), nil
+}
+
+// createWebhook subscribes a URL with a signing secret made here.
+func (d *Dashboard) createWebhook(w http.ResponseWriter, r *request) error {
+	u := strings.TrimSpace(r.PostFormValue("url"))
+	events := r.PostForm["events"]
+	secret, err := newSecret()
+	if err != nil {
+		return err
+	}
+	sub, err := d.svc.CreateSubscription(r.Context(), r.brandID(), tracking.SubscriptionInput{URL: &u, Events: events, Secret: &secret})
+	data, lerr := d.webhooksData(r)
+	if lerr != nil {
+		return lerr
+	}
+	if err != nil {
+		if !isCode(err, tally.ECodeValidation, tally.ECodeConflict) {
+			return err
+		}
+		data.Errors[fieldOr(err, "url", "url", "events")] = tally.ErrorMessage(err)
+		data.Values["url"], data.Checked = u, events
+		renderStatus(w, http.StatusUnprocessableEntity, "webhooks", r.view("Webhooks", "webhooks", data))
+		return nil
+	}
+	data.Created, data.Secret, data.Checked = &sub, secret, []string{tally.EventConversionCreated}
+	render(w, "webhooks", r.view("Webhooks", "webhooks", data))
+	return nil
+}
+
+// webhookData is one webhook's page: its health and actions, the recover
+// form and the edit form.
+type webhookData struct {
+	tally.Subscription
+	Events  []catalog.EventType
+	Values  map[string]string // url, since
+	Checked []string
+	Errors  map[string]string // url, events, since
+	Secret  string            // a rotated-in secret, shown once
+	Rotated *tally.Time       // until when the previous secret signs too
+}
+
+func (d *Dashboard) webhookData(r *request) (webhookData, error) {
+	sub, err := d.svc.Subscription(r.Context(), r.brandID(), r.PathValue("id"))
+	return webhookData{Subscription: sub, Events: catalog.Events(), Checked: sub.Events, Errors: map[string]string{},
+		Values: map[string]string{"url": sub.URL, "since": sinceDefault(d.svc.Now(), sub.EndpointHealth)}}, err
+}
+
+func (d *Dashboard) webhook(w http.ResponseWriter, r *request) error {
+	data, err := d.webhookData(r)
+	if err != nil {
+		return err
+	}
+	render(w, "webhook", r.view("Webhook", "webhooks", data))
+	return nil
+}
+
+// updateWebhook saves the edit form: the URL and events, and a new signing
+// secret when asked for (shown once; the old one signs too for
+// tracking.SecretRotationWindow).
+func (d *Dashboard) updateWebhook(w http.ResponseWriter, r *request) error {
+	data, err := d.webhookData(r)
+	if err != nil {
+		return err
+	}
+	u := strings.TrimSpace(r.PostFormValue("url"))
+	in := tracking.SubscriptionInput{URL: &u, Events: r.PostForm["events"]}
+	if in.Events == nil {
+		in.Events = []string{} // none ticked: refused, not left unchanged
+	}
+	rotate := r.PostFormValue("rotate") == "on"
+	if rotate {
+		secret, err := newSecret()
+		if err != nil {
+			return err
+		}
+		in.Secret = &secret
+	}
+	sub, err := d.svc.UpdateSubscription(r.Context(), r.brandID(), data.ID, in)
+	if err != nil {
+		if !isCode(err, tally.ECodeValidation) {
+			return err
+		}
+		data.Errors[fieldOr(err, "url", "url", "events")] = tally.ErrorMessage(err)
+		data.Values["url"], data.Checked = u, in.Events
+		renderStatus(w, http.StatusUnprocessableEntity, "webhook", r.view("Webhook", "webhooks", data))
+		return nil
+	}
+	if !rotate {
+		return redirect(w, r, "/dashboard/webhooks/"+sub.ID, "webhook-updated")
+	}
+	data.Subscription, data.Checked, data.Values["url"] = sub, sub.Events, sub.URL
+	data.Secret, data.Rotated = *in.Secret, sub.PreviousSecretExpiresAt
+	render(w, "webhook", r.view("Webhook", "webhooks", data))
+	return nil
+}
+
+func (d *Dashboard) testWebhook(w http.ResponseWriter, r *request) error {
+	if _, err := d.svc.SendTestEvent(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
+		return err
+	}
+	return redirect(w, r, backTo(r, "/dashboard/webhooks"), "webhook-tested")
+}
+
+func (d *Dashboard) enableWebhook(w http.ResponseWriter, r *request) error {
+	if _, err := d.svc.EnableSubscription(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
+		return err
+	}
+	return redirect(w, r, backTo(r, "/dashboard/webhooks/"+r.PathValue("id")), "webhook-enabled")
+}
+
+// recoverWebhook queues again the webhook's failed deliveries since the
+// form's date; a problem shows beside the date.
+func (d *Dashboard) recoverWebhook(w http.ResponseWriter, r *request) error {
+	data, err := d.webhookData(r)
+	if err != nil {
+		return err
+	}
+	since := strings.TrimSpace(r.PostFormValue("since"))
+	rec, err := d.svc.RecoverSubscription(r.Context(), r.brandID(), data.ID, tracking.RecoverInput{Since: sinceOf(since)})
+	if err != nil {
+		if !isCode(err, tally.ECodeValidation, tally.ECodeInvalidTransition) {
+			return err
+		}
+		data.Values["since"], data.Errors["since"] = since, recoverMessage(err, d.svc.Now())
+		renderStatus(w, http.StatusUnprocessableEntity, "webhook", r.view("Webhook", "webhooks", data))
+		return nil
+	}
+	return redirect(w, r, "/dashboard/webhooks/"+data.ID, recovered("webhook", rec))
+}
+
+func (d *Dashboard) deleteWebhook(w http.ResponseWriter, r *request) error {
+	if _, err := d.svc.DeleteSubscription(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
+		return err
+	}
+	return redirect(w, r, "/dashboard/webhooks", "webhook-deleted")
+}
+
+// sinceDefault is the recover form's first date: the day the endpoint
+// started failing (or was disabled), else today; in UTC.
+func sinceDefault(now time.Time, h tally.EndpointHealth) string {
+	switch {
+	case h.FailingSince != nil:
+		return h.FailingSince.UTC().Format(time.DateOnly)
+	case h.DisabledAt != nil:
+		return h.DisabledAt.UTC().Format(time.DateOnly)
+	}
+	return now.Format(time.DateOnly)
+}
+
+// sinceOf turns the recover form's date into the API's since: the start of
+// that day in UTC. Anything else goes through as typed, for the service to
+// refuse with its message.
+func sinceOf(date string) *string {
+	if t, err := time.Parse(time.DateOnly, date); err == nil {
+		date = t.Format(time.RFC3339)
+	}
+	return &date
+}
+
+// recoverMessage says a recover error in the form's words: the form asks
+// for a date, not an RFC 3339 time.
+func recoverMessage(err error, now time.Time) string {
+	msg := tally.ErrorMessage(err)
+	if strings.HasPrefix(msg, "since is required") || strings.HasPrefix(msg, "since must be") {
+		return "Enter a date, such as " + now.Format(time.DateOnly) + "."
+	}
+	if strings.HasPrefix(msg, "since is in the future") {
+		return "The date is in the future: pick today or a day before."
+	}
+	return msg
+}
+
+// recovered is the notice after a recover: how many, and whether more wait.
+func recovered(what string, rec tracking.Recovery) string {
+	done := what + "-recovered"
+	if rec.More {
+		done += "-more"
+	}
+	return done + "&n=" + strconv.Itoa(rec.Recovered)
+}
+
+// fieldOr is fieldOf with a default for errors that name no field.
+func fieldOr(err error, def string, fields ...string) string {
+	if f := fieldOf(err, fields...); f != "" {
+		return f
+	}
+	return def
+}

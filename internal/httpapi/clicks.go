@@ -1,0 +1,82 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+// clickParams are the query parameters a tracking link reads. Others are
+// ignored: ad platforms append their own (utm_*, gclid, …) to links.
+var clickParams = []string{"pid", "sub1", "sub2", "sub3", "sub4", "sub5"}
+
+// click serves the tracking link: it records the click and redirects the
+// visitor to the offer's destination, or answers in the error shape.
+func (a *API) click(w http.ResponseWriter, r *http.Request, _ tracking.Principal) error {
+	w.Header().Set("Cache-Control", "no-store")
+	if r.Method != http.MethodGet { // the GET pattern also matches HEAD, which must not count as a click
+		w.Header().Set("Allow", http.MethodGet)
+		return tally.Errorf(tally.ECodeMethodNotAllowed, "%s is not allowed here; use GET.", r.Method)
+	}
+	q := r.URL.Query()
+	for _, name := range clickParams {
+		if len(q[name]) > 1 {
+			return tally.Errorf(tally.ECodeValidation, "Query parameter %q is given more than once.", name)
+		}
+	}
+	in := tracking.ClickInput{
+		OfferID:   r.PathValue("offerId"),
+		PartnerID: q.Get("pid"),
+		Subs:      [5]string{q.Get("sub1"), q.Get("sub2"), q.Get("sub3"), q.Get("sub4"), q.Get("sub5")},
+		IP:        a.clientAddr(r),
+		UserAgent: r.Header.Get("User-Agent"),
+		Referer:   r.Header.Get("Referer"),
+	}
+	_, location, err := a.svc.RecordClick(r.Context(), in)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", location)
+	w.WriteHeader(http.StatusFound)
+	return nil
+}
+
+func (a *API) listClicks(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+	q, lp, err := listQuery(r, "offerId", "partnerId", "minScore", "from", "to")
+	if err != nil {
+		return err
+	}
+	f := tracking.ClickFilter{OfferID: q.Get("offerId"), PartnerID: q.Get("partnerId"), MinScore: q.Get("minScore"), From: q.Get("from"), To: q.Get("to")}
+	clicks, next, err := a.svc.Clicks(r.Context(), p.BrandID, f, lp)
+	if err != nil {
+		return err
+	}
+	writeList(w, clicks, next)
+	return nil
+}
+
+func (a *API) fraudSettings(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+	if _, err := query(r); err != nil {
+		return err
+	}
+	settings, err := a.svc.FraudSettings(r.Context(), p.BrandID)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, settings)
+	return nil
+}
+
+func (a *API) updateFraudSettings(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+	var in tracking.FraudSettingsInput
+	if err := decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	settings, err := a.svc.UpdateFraudSettings(r.Context(), p.BrandID, in)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, settings)
+	return nil
+}

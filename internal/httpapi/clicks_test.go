@@ -1,0 +1,181 @@
+package httpapi_test
+
+import (
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/testenv"
+)
+
+// visit follows a tracking link as a browser would, without following the
+// redirect, with the given request headers.
+func (e *env) visit(path string, header map[string]string) response {
+	e.t.Helper()
+	r, err := e.tryVisit(path, header)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return r
+}
+
+func (e *env) tryVisit(path string, header map[string]string) (response, error) {
+	req := e.srvRequest("GET", path)
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	return e.sendNoRedirect(req)
+}
+
+// srvRequest is a request to the test server, without a body.
+func (e *env) srvRequest(method, path string) *http.Request {
+	req, err := http.NewRequest(method, e.srv.URL+path, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return req
+}
+
+// sendNoRedirect sends req and answers with what came, redirects included.
+func (e *env) sendNoRedirect(req *http.Request) (response, error) {
+	client := *e.srv.Client()
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := client.Do(req)
+	if err != nil {
+		return response{}, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	return response{status: resp.StatusCode, header: resp.Header, body: raw}, err
+}
+
+func (e *env) doNoRedirect(req *http.Request) response {
+	e.t.Helper()
+	r, err := e.sendNoRedirect(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return r
+}
+
+const browserUA = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"
+
+func TestClickRecordsAndRedirects(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, httpapi.Config{RateLimit: 10_000})
+		brandID, key := e.brand()
+		offerID := e.offer(key, map[string]any{
+			"destinationUrl": "https://shop.example/land?c={click_id}&o={offer_id}&p={partner_id}&s1={sub1}&s2={sub2}&s5={sub5}&keep={other}",
+		})
+		partnerID := e.activePartner(brandID, key)
+
+		r := e.visit("/c/"+offerID+"?pid="+partnerID+"&sub1="+url.QueryEscape("spring sale&more")+"&sub5=%C3%A9t%C3%A9&utm_source=news",
+			map[string]string{"User-Agent": browserUA, "Referer": "https://blog.example/post"})
+		if r.status != http.StatusFound || r.header.Get("Cache-Control") != "no-store" {
+			t.Fatalf("click: %d %v %s", r.status, r.header, r.body)
+		}
+		loc, err := url.Parse(r.header.Get("Location"))
+		if err != nil || loc.Host != "shop.example" || loc.Path != "/land" {
+			t.Fatalf("Location %q", r.header.Get("Location"))
+		}
+		lq := loc.Query()
+		clickID := lq.Get("c")
+		if !strings.HasPrefix(clickID, "clk_") || lq.Get("o") != offerID || lq.Get("p") != partnerID ||
+			lq.Get("s1") != "spring sale&more" || lq.Get("s2") != "" || lq.Get("s5") != "été" || lq.Get("keep") != "{other}" {
+			t.Errorf("Location %s: macros not filled as expected: %v", loc, lq)
+		}
+
+		var c tally.Click
+		e.must(200, e.call("GET", "/api/v1/clicks/"+clickID, key, nil)).decode(t, &c)
+		if c.OfferID != offerID || c.PartnerID != partnerID || c.BrandID != brandID || c.Sub1 != "spring sale&more" || c.Sub5 != "été" ||
+			c.UserAgent != browserUA || c.Referer != "https://blog.example/post" || c.IP != "127.0.0.1" || c.FraudSignals == nil {
+			t.Errorf("stored click %+v", c)
+		}
+
+		// More clicks, on a second offer too; lists filter and the report
+		// counts exactly what is stored.
+		other := e.offer(key, map[string]any{"currency": "EUR"})
+		for range 3 {
+			e.must(302, e.visit("/c/"+other+"?pid="+partnerID, map[string]string{"User-Agent": browserUA}))
+		}
+		all := e.listAll("/api/v1/clicks", key)
+		byOffer := e.listAll("/api/v1/clicks?offerId="+other, key)
+		byPartner := e.listAll("/api/v1/clicks?partnerId="+partnerID, key)
+		if len(all) != 4 || len(byOffer) != 3 || len(byPartner) != 4 || all[3] != clickID {
+			t.Errorf("lists: all %v, by offer %v, by partner %v", all, byOffer, byPartner)
+		}
+		var report struct{ Data []tally.ReportRow }
+		e.must(200, e.call("GET", "/api/v1/reports?groupBy=offer", key, nil)).decode(t, &report)
+		got := map[string]tally.ReportRow{}
+		for _, row := range report.Data {
+			got[row.OfferID] = row
+		}
+		if len(report.Data) != 2 || got[offerID].Clicks != 1 || got[offerID].Currency != "USD" || got[other].Clicks != 3 ||
+			got[other].Currency != "EUR" || got[other].Conversions != 0 {
+			t.Errorf("report rows %+v, want 1 USD click and 3 EUR clicks", report.Data)
+		}
+	})
+}
+
+func TestClicksThatAreRefusedStoreNothing(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, httpapi.Config{RateLimit: 10_000})
+		brandID, key := e.brand()
+		offerID := e.offer(key, nil)
+		paused := e.offer(key, map[string]any{"status": "paused"})
+		active := e.activePartner(brandID, key)
+		applied := e.must(201, e.call("POST", "/api/public/brands/"+brandID+"/applications", "", map[string]any{"name": "New", "email": "new@example.com"})).field(t, "id")
+		banned := e.activePartner(brandID, key)
+		e.must(200, e.call("POST", "/api/v1/partners/"+banned+"/ban", key, nil))
+		otherBrand, otherKey := e.brand()
+		otherPartner := e.activePartner(otherBrand, otherKey)
+
+		for _, c := range []struct {
+			path   string
+			status int
+			code   string
+		}{
+			{"/c/off_01jd8x5y3z0000000000000000?pid=" + active, 404, "not_found"},
+			{"/c/not-an-offer?pid=" + active, 404, "not_found"},
+			{"/c/" + paused + "?pid=" + active, 404, "not_found"},
+			{"/c/" + offerID, 404, "not_found"},
+			{"/c/" + offerID + "?pid=", 404, "not_found"},
+			{"/c/" + offerID + "?pid=prt_nope", 404, "not_found"},
+			{"/c/" + offerID + "?pid=" + applied, 404, "not_found"},
+			{"/c/" + offerID + "?pid=" + banned, 404, "not_found"},
+			{"/c/" + offerID + "?pid=" + otherPartner, 404, "not_found"},
+			{"/c/" + offerID + "?pid=" + active + "&pid=" + active, 422, "validation_error"},
+			{"/c/" + offerID + "?pid=" + active + "&sub2=" + strings.Repeat("x", 256), 422, "validation_error"},
+			{"/c/" + offerID + "?pid=" + active + "&sub3=a%0Ab", 422, "validation_error"},
+			{"/c/" + offerID + "?pid=" + active + "&sub4=%FF%FE", 422, "validation_error"},
+			{"/c/" + offerID + "?pid=" + active + "&sub1=a&sub1=b", 422, "validation_error"},
+		} {
+			r := e.visit(c.path, map[string]string{"User-Agent": browserUA})
+			if r.status != c.status || r.errorCode() != c.code || r.header.Get("Location") != "" {
+				t.Errorf("GET %s: %d %s, want %d %s", c.path, r.status, r.body, c.status, c.code)
+			}
+		}
+		req, err := http.NewRequest("HEAD", e.srv.URL+"/c/"+offerID+"?pid="+active, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := e.send(req); err != nil || r.status != 405 || r.header.Get("Allow") != "GET" {
+			t.Errorf("HEAD on a tracking link: %v %+v, want 405 with Allow: GET", err, r)
+		}
+		if got := e.listAll("/api/v1/clicks", key); len(got) != 0 {
+			t.Errorf("refused clicks were stored: %v", got)
+		}
+		var report struct{ Data []tally.ReportRow }
+		e.must(200, e.call("GET", "/api/v1/reports", key, nil)).decode(t, &report)
+		if len(report.Data) != 0 {
+			t.Errorf("refused clicks counted in the report: %+v", report.Data)
+		}
+		// The same link works once the partner is active and the offer too.
+		e.must(302, e.visit("/c/"+offerID+"?pid="+active, nil))
+	})
+}

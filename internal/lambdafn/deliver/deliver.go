@@ -1,0 +1,154 @@
+// Package deliver is the Lambda function behind the delivery queue:
+// attempt 1 of each delivery, then the retry workflow (Step Functions) for
+// the ones that failed. Only this function links the Step Functions client.
+package deliver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
+	sfntypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/awsenv"
+	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+// ServeDeliver runs the function behind the delivery queue. It never returns.
+func ServeDeliver() {
+	log, svc := lambdafn.Start()
+	cfg, err := awsenv.Config()
+	if err != nil {
+		lambdafn.Fatal(log, err)
+	}
+	client := sfn.NewFromConfig(cfg, func(o *sfn.Options) { o.BaseEndpoint = awsenv.Endpoint("SFN") })
+	lambda.Start(DeliverHandler(svc, lambdafn.CloudSender(), client, lambdafn.MustEnv(log, lambdafn.EnvRetryStateMachineARN), log))
+}
+
+// Executions is the part of the Step Functions client deliver uses.
+type Executions interface {
+	StartExecution(ctx context.Context, in *sfn.StartExecutionInput, optFns ...func(*sfn.Options)) (*sfn.StartExecutionOutput, error)
+	DescribeExecution(ctx context.Context, in *sfn.DescribeExecutionInput, optFns ...func(*sfn.Options)) (*sfn.DescribeExecutionOutput, error)
+}
+
+// maxRestarts bounds how many times deliver restarts a schedule whose
+// executions ended without deciding the delivery (timed out, aborted, or
+// failed before marking it); then it marks the delivery failed.
+const maxRestarts = 3
+
+// DeliverHandler handles a batch of the delivery queue: for each message it
+// makes attempt 1 and, when that fails, starts the retry state machine. The
+// execution is named after the delivery (and its schedule), so a repeated
+// message cannot start a second one; a repeated attempt 1 sends nothing.
+// A message for a delivery that is still pending although the execution of
+// its schedule has ended (the reconciler re-drives such deliveries) restarts
+// the schedule under a new name, at the attempt that is next; after
+// maxRestarts the delivery is marked failed instead. Failed messages are
+// reported (partial batch response) and retried by SQS, then go to the
+// dead-letter queue. The order of the reported failures is not the order of
+// the batch.
+func DeliverHandler(svc *tracking.Service, sender tracking.Sender, ex Executions, stateMachineARN string, log *slog.Logger) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
+	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+		// The messages are attempted at once, so a batch takes as long as its
+		// slowest receiver (at most the 10 s limit), not the sum of them.
+		// Messages with the same body (a delivery queued twice: a repeated
+		// fan-out, a re-drive) are one step, or both would make attempt 1.
+		var (
+			resp  events.SQSEventResponse
+			mu    sync.Mutex
+			wg    sync.WaitGroup
+			ids   = map[string][]string{} // message ids by body
+			order []string
+		)
+		for _, msg := range ev.Records {
+			if ids[msg.Body] == nil {
+				order = append(order, msg.Body)
+			}
+			ids[msg.Body] = append(ids[msg.Body], msg.MessageId)
+		}
+		for _, body := range order {
+			wg.Go(func() {
+				if err := deliver(ctx, svc, sender, ex, stateMachineARN, body); err != nil {
+					log.Error("delivery failed", "messageIds", ids[body], "err", err.Error())
+					mu.Lock()
+					for _, id := range ids[body] {
+						resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: id})
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		return resp, nil
+	}
+}
+
+func deliver(ctx context.Context, svc *tracking.Service, sender tracking.Sender, ex Executions, stateMachineARN, body string) error {
+	var ref tracking.DeliveryRef
+	if err := json.Unmarshal([]byte(body), &ref); err != nil || ref.BrandID == "" || ref.DeliveryID == "" {
+		return fmt.Errorf("not a delivery message: %q", body)
+	}
+	res, err := svc.Attempt(ctx, ref, 1, sender)
+	if err != nil || res.Status != tally.DeliveryPending {
+		return err
+	}
+	return startRetries(ctx, svc, ex, stateMachineARN, ref, res)
+}
+
+// startRetries makes sure an execution runs the delivery's schedule: it
+// starts one named <delivery>-<cycle>; if that name is taken by an
+// execution that has ended, the delivery being still pending, it starts
+// <delivery>-<cycle>-r1 (then r2, …) at the next attempt. A name taken by a
+// running execution means the retries are under way. Names make the starts
+// idempotent: a repeated message finds its execution.
+func startRetries(ctx context.Context, svc *tracking.Service, ex Executions, stateMachineARN string, ref tracking.DeliveryRef, res tracking.AttemptResult) error {
+	for restart := 0; restart <= maxRestarts; restart++ {
+		in := lambdafn.RetryInput{DeliveryRef: ref}
+		name := fmt.Sprintf("%s-%d", ref.DeliveryID, res.Cycle)
+		if restart > 0 {
+			d, err := svc.Delivery(ctx, ref.BrandID, ref.DeliveryID)
+			if err != nil {
+				return err
+			}
+			if d.Status != tally.DeliveryPending || d.NextAttemptAt == nil {
+				return nil // decided meanwhile
+			}
+			name = fmt.Sprintf("%s-r%d", name, restart)
+			in.Attempt, in.ResumeAt = res.Attempts+1, d.NextAttemptAt
+		}
+		input, _ := json.Marshal(in)
+		_, err := ex.StartExecution(ctx, &sfn.StartExecutionInput{
+			StateMachineArn: aws.String(stateMachineARN),
+			Name:            aws.String(name),
+			Input:           aws.String(string(input)),
+		})
+		var exists *sfntypes.ExecutionAlreadyExists
+		if !errors.As(err, &exists) {
+			return err
+		}
+		out, err := ex.DescribeExecution(ctx, &sfn.DescribeExecutionInput{ExecutionArn: aws.String(executionARN(stateMachineARN, name))})
+		if err != nil {
+			return err
+		}
+		if out.Status == sfntypes.ExecutionStatusRunning || out.Status == sfntypes.ExecutionStatusPendingRedrive {
+			return nil // a repeated message: the retries are under way
+		}
+	}
+	_, err := svc.AbandonDelivery(ctx, ref)
+	return err
+}
+
+// executionARN is the ARN of the state machine's execution name.
+func executionARN(stateMachineARN, name string) string {
+	return strings.Replace(stateMachineARN, ":stateMachine:", ":execution:", 1) + ":" + name
+}

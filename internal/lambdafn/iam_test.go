@@ -1,0 +1,151 @@
+package lambdafn_test
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-lambda-go/lambdacontext"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/tally-hq/tally/internal/deploy"
+	"github.com/tally-hq/tally/internal/dynamotest"
+	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/store/dynamo"
+	"github.com/tally-hq/tally/internal/testenv"
+)
+
+// usedActions records the IAM actions the DynamoDB calls made inside a
+// Lambda invocation need (a context with a LambdaContext, as the handlers
+// get; the tests' own set-up and checks have none). A transaction is
+// authorized item by item: a put needs dynamodb:PutItem, and so on.
+type usedActions struct {
+	dynamo.API
+	mu   sync.Mutex
+	seen map[usedAction]bool
+}
+
+type usedAction struct {
+	action, resource string // "dynamodb:GetItem", "Table" or "Table/index"
+	leadingKey       string // the item's partition key, for single-item actions
+	// invocation is the request id: "<function>-invocation" for the
+	// pipeline's handlers (a case may run another function's handler too),
+	// a UUID for the API's.
+	invocation string
+}
+
+func (u *usedActions) note(ctx context.Context, action, resource string, key map[string]ddbtypes.AttributeValue) {
+	lc, ok := lambdacontext.FromContext(ctx)
+	if !ok {
+		return
+	}
+	pk := ""
+	if v, ok := key["pk"].(*ddbtypes.AttributeValueMemberS); ok {
+		pk = v.Value
+	}
+	u.mu.Lock()
+	u.seen[usedAction{action, resource, pk, lc.AwsRequestID}] = true
+	u.mu.Unlock()
+}
+
+func (u *usedActions) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	u.note(ctx, "dynamodb:GetItem", "Table", in.Key)
+	return u.API.GetItem(ctx, in, o...)
+}
+
+func (u *usedActions) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	resource := "Table"
+	if aws.ToString(in.IndexName) != "" {
+		resource = "Table/index"
+	}
+	u.note(ctx, "dynamodb:Query", resource, nil)
+	return u.API.Query(ctx, in, o...)
+}
+
+func (u *usedActions) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, o ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	for _, it := range in.TransactItems {
+		switch {
+		case it.Put != nil:
+			u.note(ctx, "dynamodb:PutItem", "Table", it.Put.Item)
+		case it.Update != nil:
+			u.note(ctx, "dynamodb:UpdateItem", "Table", it.Update.Key)
+		case it.Delete != nil:
+			u.note(ctx, "dynamodb:DeleteItem", "Table", it.Delete.Key)
+		case it.ConditionCheck != nil:
+			u.note(ctx, "dynamodb:ConditionCheckItem", "Table", it.ConditionCheck.Key)
+		}
+	}
+	return u.API.TransactWriteItems(ctx, in, o...)
+}
+
+func (u *usedActions) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	u.note(ctx, "dynamodb:UpdateItem", "Table", in.Key)
+	return u.API.UpdateItem(ctx, in, o...)
+}
+
+// forEachRecordedStore runs fn on the embedded store (used is nil) and on
+// DynamoDB Local through a recorder.
+func forEachRecordedStore(t *testing.T, fn func(t *testing.T, st store.Store, used *usedActions)) {
+	t.Run("bolt", func(t *testing.T) { fn(t, testenv.Bolt(t), nil) })
+	t.Run("dynamodb", func(t *testing.T) {
+		client, table := dynamotest.NewTable(t)
+		used := &usedActions{API: client, seen: map[usedAction]bool{}}
+		fn(t, dynamo.New(used, table), used)
+	})
+}
+
+func template(t *testing.T) *deploy.Template {
+	t.Helper()
+	tpl, err := deploy.Load(filepath.Join("..", "..", "template.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tpl
+}
+
+// allowedFor checks that the role of functions/<dir> in the template allows
+// every action recorded: least privilege is also enough privilege.
+func (u *usedActions) allowedFor(t *testing.T, tpl *deploy.Template, dir string) {
+	t.Helper()
+	id := strings.ToUpper(dir[:1]) + dir[1:] + "Function"
+	f, err := tpl.Function(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	role, err := deploy.RoleOf(f.Role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grants, _, err := tpl.RoleGrants(role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for a := range u.seen {
+		if strings.HasSuffix(a.invocation, "-invocation") && a.invocation != dir+"-invocation" {
+			continue // another function's handler, run by the same case
+		}
+		if !slices.ContainsFunc(grants, func(g deploy.Grant) bool { return allows(g, a) }) {
+			t.Errorf("functions/%s did %s on %s (key %q), which %s does not allow", dir, a.action, a.resource, a.leadingKey, role)
+		}
+	}
+}
+
+// allows reports whether g covers a; the only condition the template uses
+// is dynamodb:LeadingKeys with a prefix pattern.
+func allows(g deploy.Grant, a usedAction) bool {
+	if g.Action != a.action || g.Resource != a.resource {
+		return false
+	}
+	if g.Condition == "" {
+		return true
+	}
+	const counters = `{"ForAllValues:StringLike":{"dynamodb:LeadingKeys":["RATE#*","KEY#*"]}}`
+	return g.Condition == counters && (strings.HasPrefix(a.leadingKey, "RATE#") || strings.HasPrefix(a.leadingKey, "KEY#"))
+}

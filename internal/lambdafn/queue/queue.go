@@ -1,0 +1,262 @@
+// Package queue is the part of Tally's Lambda functions that sends to the
+// delivery queue (SQS): the fan-out behind the table's stream, the
+// reconciler, and the deliveries function's manual retry. Only those
+// functions link the SQS client (internal/sqsjson).
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/tally-hq/tally/internal/awsenv"
+	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/sqsjson"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+// ServeFanout runs the function behind the table's stream. It never returns.
+func ServeFanout() {
+	log, svc, client, url := start()
+	lambda.Start(FanoutHandler(svc, client, url, log))
+}
+
+// ServeReconciler runs the scheduled function that re-drives the webhook
+// work the pipeline dropped (Reconciler). It never returns.
+func ServeReconciler() {
+	log, svc, client, url := start()
+	lambda.Start(DefaultReconciler.Handler(svc, client, url, log))
+}
+
+// ServeAPI is lambdafn.ServeAPI for a function whose routes queue
+// deliveries (the deliveries group's manual retry): its service hands them
+// to the queue TALLY_DELIVERY_QUEUE_URL names.
+func ServeAPI(groups ...string) {
+	log := lambdafn.Logger()
+	client, url := newClient(log), lambdafn.MustEnv(log, lambdafn.EnvDeliveryQueueURL)
+	lambdafn.ServeAPIWith([]tracking.Option{tracking.WithRequeue(Requeue(client, url))}, groups...)
+}
+
+func start() (*slog.Logger, *tracking.Service, *sqsjson.Client, string) {
+	log, svc := lambdafn.Start()
+	return log, svc, newClient(log), lambdafn.MustEnv(log, lambdafn.EnvDeliveryQueueURL)
+}
+
+// newClient is the SQS client of the environment (internal/awsenv).
+func newClient(log *slog.Logger) *sqsjson.Client {
+	cfg, err := awsenv.Config()
+	if err != nil {
+		lambdafn.Fatal(log, err)
+	}
+	return sqsjson.New(cfg, awsenv.Endpoint("SQS"))
+}
+
+// Queue is the part of the SQS client the fan-out uses (*sqsjson.Client).
+type Queue interface {
+	// SendBatch queues 1 to sqsjson.MaxBatch messages in one
+	// SendMessageBatch call.
+	SendBatch(ctx context.Context, queueURL string, bodies []string) error
+}
+
+// FanoutHandler handles a DynamoDB Streams batch: for each new event item it
+// makes the event's deliveries and queues one message per pending delivery.
+// The event source mapping's filter lets only event inserts through; other
+// records are skipped all the same. A record that fails is reported (partial
+// batch response) and the rest of the batch is left for the retry, which
+// starts at that record: repeating a fan-out creates nothing twice.
+func FanoutHandler(svc *tracking.Service, q Queue, queueURL string, log *slog.Logger) func(context.Context, events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+	return func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+		var resp events.DynamoDBEventResponse
+		for _, rec := range ev.Records {
+			eventID, ok := insertedEvent(rec)
+			if !ok {
+				continue
+			}
+			if err := fanOut(ctx, svc, q, queueURL, eventID); err != nil {
+				log.Error("fan-out failed", "eventId", eventID, "err", err.Error())
+				resp.BatchItemFailures = append(resp.BatchItemFailures, events.DynamoDBBatchItemFailure{ItemIdentifier: rec.Change.SequenceNumber})
+				return resp, nil
+			}
+		}
+		return resp, nil
+	}
+}
+
+// insertedEvent returns the event id of a stream record that inserts an
+// event item.
+func insertedEvent(rec events.DynamoDBEventRecord) (string, bool) {
+	if rec.EventName != string(events.DynamoDBOperationTypeInsert) {
+		return "", false
+	}
+	pk, ok := rec.Change.Keys["pk"]
+	if !ok || pk.DataType() != events.DataTypeString {
+		return "", false
+	}
+	return strings.CutPrefix(pk.String(), "EVT#")
+}
+
+func fanOut(ctx context.Context, svc *tracking.Service, q Queue, queueURL, eventID string) error {
+	refs, err := svc.FanOut(ctx, eventID)
+	if err != nil {
+		return err
+	}
+	return sendRefs(ctx, q, queueURL, refs)
+}
+
+// sendRefs queues one delivery message per ref, in batches.
+func sendRefs(ctx context.Context, q Queue, queueURL string, refs []tracking.DeliveryRef) error {
+	for len(refs) > 0 {
+		chunk := refs[:min(sqsjson.MaxBatch, len(refs))]
+		refs = refs[len(chunk):]
+		bodies := make([]string, len(chunk))
+		for i, ref := range chunk {
+			body, _ := json.Marshal(ref) // two strings always marshal
+			bodies[i] = string(body)
+		}
+		if err := q.SendBatch(ctx, queueURL, bodies); err != nil {
+			return fmt.Errorf("queue deliveries: %w", err)
+		}
+	}
+	return nil
+}
+
+// Requeue returns the tracking.WithRequeue hook that queues a manually
+// retried delivery.
+func Requeue(q Queue, queueURL string) func(context.Context, tracking.DeliveryRef) error {
+	return func(ctx context.Context, ref tracking.DeliveryRef) error {
+		if err := sendRefs(ctx, q, queueURL, []tracking.DeliveryRef{ref}); err != nil {
+			return fmt.Errorf("queue the retried delivery: %w", err)
+		}
+		return nil
+	}
+}
+
+// ReconcileQueue is the part of the SQS client the reconciler uses: it
+// queues, and it looks at the delivery queue's backlog.
+type ReconcileQueue interface {
+	Queue
+	// ApproximateNumberOfMessages is the queue's attribute of that name.
+	ApproximateNumberOfMessages(ctx context.Context, queueURL string) (int, error)
+}
+
+// Reconciler re-drives the webhook work the AWS transport dropped. Every
+// stage may lose work for good: a stream batch that exhausts its retries
+// leaves only metadata in FanoutDLQ, and the records expire with the
+// stream; events written while the event source mapping is recreated are
+// never read (it starts at LATEST); a delivery message received 5 times
+// goes to DeliveryDLQ, or expires with the queue's retention; an execution
+// can end without deciding its delivery. The table still knows all of it:
+// events not fanned out keep their outbox key, pending deliveries their due
+// key (gsi3). A run fans out again the events that have been in the outbox
+// longer than Grace, and queues again the pending deliveries whose next
+// attempt is overdue by more than Grace; both steps are idempotent, so a
+// false alarm costs a repeated step, not a repeated request.
+type Reconciler struct {
+	// Grace is how long work may wait before it counts as dropped: well
+	// above what the stream, the queue and the state machine take when
+	// they work, retries included.
+	Grace time.Duration
+	// Limit bounds the events and the deliveries a run re-drives (each),
+	// oldest first; the next run takes the rest.
+	Limit int
+	// Backlog is how many visible messages the delivery queue may hold for
+	// the run to queue deliveries again: a longer queue means deliver is
+	// behind, and overdue deliveries are most likely in it already.
+	Backlog int
+	// Workers bounds the fan-outs a run makes at once.
+	Workers int
+}
+
+// DefaultReconciler is the deployed reconciler's configuration (docs/aws.md).
+var DefaultReconciler = Reconciler{Grace: 10 * time.Minute, Limit: 2000, Backlog: 1000, Workers: 8}
+
+// ReconcilerResult is what a run did.
+type ReconcilerResult struct {
+	Events     int  `json:"events"`     // events fanned out again
+	Deliveries int  `json:"deliveries"` // deliveries queued again
+	Backlog    int  `json:"backlog"`    // visible messages in the delivery queue
+	Deferred   bool `json:"deferred"`   // deliveries were left for a later run: the queue has a backlog
+}
+
+// Handler returns the scheduled handler. A run that could not re-drive
+// everything it found returns an error, after doing the rest, so that the
+// function's Errors metric (ReconcilerErrorsAlarm) reports it.
+func (r Reconciler) Handler(svc *tracking.Service, q ReconcileQueue, queueURL string, log *slog.Logger) func(context.Context, events.EventBridgeEvent) (ReconcilerResult, error) {
+	return func(ctx context.Context, ev events.EventBridgeEvent) (ReconcilerResult, error) {
+		var res ReconcilerResult
+		evts, refs, err := svc.Overdue(ctx, svc.Now().Add(-r.Grace), r.Limit)
+		if err != nil {
+			return res, err
+		}
+		var errs []error
+		failed := r.fanOutAll(ctx, svc, q, queueURL, evts, log)
+		res.Events = len(evts) - failed
+		if failed > 0 {
+			errs = append(errs, fmt.Errorf("%d of %d events could not be fanned out", failed, len(evts)))
+		}
+		if len(refs) > 0 {
+			res.Backlog, err = backlog(ctx, q, queueURL)
+			switch {
+			case err != nil:
+				errs = append(errs, err)
+			case res.Backlog >= r.Backlog:
+				res.Deferred = true
+				log.Warn("the delivery queue has a backlog: overdue deliveries are left for a later run", "backlog", res.Backlog, "overdue", len(refs))
+			default:
+				refs = refs[:min(len(refs), r.Backlog-res.Backlog)]
+				if err := sendRefs(ctx, q, queueURL, refs); err != nil {
+					errs = append(errs, err)
+				} else {
+					res.Deliveries = len(refs)
+				}
+			}
+		}
+		log.Info("reconciled", "events", res.Events, "deliveries", res.Deliveries, "backlog", res.Backlog, "deferred", res.Deferred)
+		return res, errors.Join(errs...)
+	}
+}
+
+// fanOutAll fans out events, Workers at a time, and returns how many failed.
+func (r Reconciler) fanOutAll(ctx context.Context, svc *tracking.Service, q Queue, queueURL string, evts []string, log *slog.Logger) int {
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		failed int
+		next   = make(chan string)
+	)
+	for range max(r.Workers, 1) {
+		wg.Go(func() {
+			for id := range next {
+				if err := fanOut(ctx, svc, q, queueURL, id); err != nil {
+					log.Error("re-driven fan-out failed", "eventId", id, "err", err.Error())
+					mu.Lock()
+					failed++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for _, id := range evts {
+		next <- id
+	}
+	close(next)
+	wg.Wait()
+	return failed
+}
+
+// backlog is the number of visible messages in the queue.
+func backlog(ctx context.Context, q ReconcileQueue, queueURL string) (int, error) {
+	n, err := q.ApproximateNumberOfMessages(ctx, queueURL)
+	if err != nil {
+		return 0, fmt.Errorf("delivery queue backlog: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,336 @@
+package sfntest_test
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/lambdafn/queue"
+	"github.com/tally-hq/tally/internal/sfntest"
+	"github.com/tally-hq/tally/internal/sqsjson"
+	"github.com/tally-hq/tally/internal/sqstest"
+	"github.com/tally-hq/tally/internal/store/dynamo"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+// These tests drop webhook work on purpose, each the way AWS can drop it,
+// and check that the reconciler re-drives it from what the table keeps:
+// every event delivered, each once, and nothing left pending. The table is
+// DynamoDB Local, the queues are fauxqs, the retry workflow runs in
+// local-sfn behind sfntest.Server. Stand-ins: the event source mappings
+// (the tests hand stream records to the fan-out and queue messages to the
+// deliver function, deleting the ones it did not report, as Lambda does),
+// and a message's expiry (fauxqs never expires one: the test deletes it,
+// which loses it the same way).
+
+// pipeline is a fixture with the delivery queue and its dead-letter queue,
+// and one subscription to a receiver.
+type pipeline struct {
+	*fixture
+	sqs        *sqs.Client     // the SDK's, for what the event source mapping and the test do
+	send       *sqsjson.Client // the functions' own
+	queue, dlq sqstest.Queue
+	rcv        *receiver
+}
+
+// newPipeline makes the queues with a visibility timeout of visibility (the
+// deployed one is 180 s) and the deployed redrive (5 receives), and a
+// subscription to webhook.test at a receiver answering status(n).
+func newPipeline(t *testing.T, visibility time.Duration, status func(n int) int) *pipeline {
+	t.Helper()
+	p := &pipeline{fixture: newFixture(t), sqs: sqstest.NewClient(sqstest.Endpoint(t)), send: sqstest.NewSender(sqstest.Endpoint(t))}
+	p.queue, p.dlq = sqstest.NewQueueWithDLQ(t, p.sqs, visibility, 5)
+	p.rcv = newReceiver(t, status)
+	p.subscribe(t, p.rcv.URL, secret, tally.EventConversionCreated)
+	return p
+}
+
+func ok200(int) int { return 200 }
+
+// event emits a webhook.test to the subscription and returns its id.
+func (p *pipeline) event(t *testing.T) string {
+	t.Helper()
+	subs, _, err := p.svc.Subscriptions(t.Context(), p.brand.ID, tracking.ListParams{Limit: 1})
+	if err != nil || len(subs) != 1 {
+		t.Fatalf("subscriptions: %v, %v", subs, err)
+	}
+	evt, err := p.svc.SendTestEvent(t.Context(), p.brand.ID, subs[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evt.ID
+}
+
+// streamBatch is what the fan-out's event source mapping hands it: the
+// table's stream, filtered as deployed.
+func (p *pipeline) streamBatch(t *testing.T) []events.DynamoDBEventRecord {
+	t.Helper()
+	patterns := fanoutFilterPatterns(t)
+	var batch []events.DynamoDBEventRecord
+	for _, rec := range p.readStream(t) {
+		if matchesAny(t, patterns, rec) {
+			batch = append(batch, rec)
+		}
+	}
+	return batch
+}
+
+// fanout runs the fan-out function on a batch, sending with client.
+func (p *pipeline) fanout(t *testing.T, client queue.Queue, batch []events.DynamoDBEventRecord) events.DynamoDBEventResponse {
+	t.Helper()
+	h := queue.FanoutHandler(p.function(), client, p.queue.URL, p.log)
+	out, err := h(lambdaContext(t.Context(), "fanout"), roundTrip(t, events.DynamoDBEvent{Records: batch}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// deliverAll runs the deliver function on the queue's messages, a batch at
+// a time, until the queue is empty; it returns how many it took.
+func (p *pipeline) deliverAll(t *testing.T) int {
+	t.Helper()
+	n := 0
+	for {
+		msgs := sqstest.Receive(t, p.sqs, p.queue, 10, 0)
+		if len(msgs) == 0 {
+			return n
+		}
+		p.deliver(t, msgs...) // fails the test on a batch item failure
+		sqstest.Finish(t, p.sqs, p.queue, msgs, events.SQSEventResponse{})
+		n += len(msgs)
+	}
+}
+
+// reconcile runs the reconciler as it would run grace and a minute after
+// now.
+func (p *pipeline) reconcile(t *testing.T) queue.ReconcilerResult {
+	t.Helper()
+	later := func() time.Time { return time.Now().Add(queue.DefaultReconciler.Grace + time.Minute) }
+	svc := tracking.New(dynamo.New(p.client, p.table), tracking.WithClock(later))
+	h := queue.DefaultReconciler.Handler(svc, p.send, p.queue.URL, p.log)
+	res, err := h(lambdaContext(t.Context(), "reconciler"), events.EventBridgeEvent{})
+	if err != nil {
+		t.Fatalf("reconciler: %+v, %v", res, err)
+	}
+	return res
+}
+
+// recovered checks the end state: every event of the brand has its one
+// delivery, succeeded after one request, and a further run of the
+// reconciler finds nothing.
+func (p *pipeline) recovered(t *testing.T, eventIDs ...string) {
+	t.Helper()
+	for _, id := range eventIDs {
+		ds, _, err := p.svc.Deliveries(t.Context(), p.brand.ID, tracking.DeliveryFilter{EventID: id}, tracking.ListParams{Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) != 1 || ds[0].Status != tally.DeliverySucceeded || len(ds[0].Attempts) != 1 {
+			t.Errorf("event %s: deliveries %+v, want one, succeeded at its first attempt", id, ds)
+		}
+	}
+	var got []string
+	for _, r := range p.rcv.requests() {
+		var env tally.Event
+		json.Unmarshal(r.body, &env)
+		got = append(got, env.ID)
+	}
+	slices.Sort(got)
+	if want := slices.Sorted(slices.Values(eventIDs)); !slices.Equal(got, want) {
+		t.Errorf("the receiver got events %v, want each of %v once", got, want)
+	}
+	if res := p.reconcile(t); res.Events != 0 || res.Deliveries != 0 {
+		t.Errorf("a further run re-drove %+v, want nothing", res)
+	}
+	if left := sqstest.Receive(t, p.sqs, p.queue, 10, 0); len(left) != 0 {
+		t.Errorf("%d messages left in the queue", len(left))
+	}
+}
+
+// pendingWithoutAttempt checks that a delivery of the event is pending with
+// no attempt made: dropped.
+func (p *pipeline) pendingWithoutAttempt(t *testing.T, eventID string) {
+	t.Helper()
+	ds, _, err := p.svc.Deliveries(t.Context(), p.brand.ID, tracking.DeliveryFilter{EventID: eventID}, tracking.ListParams{Limit: 10})
+	if err != nil || len(ds) != 1 || ds[0].Status != tally.DeliveryPending || len(ds[0].Attempts) != 0 {
+		t.Fatalf("after the drop: %+v, %v; want one delivery, pending, no attempt", ds, err)
+	}
+}
+
+// A delivery message the deliver function failed 5 times goes to
+// DeliveryDLQ (here it is received 5 times and never deleted).
+func TestReconcileDeadLetteredMessage(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t, time.Second, ok200)
+	evt := p.event(t)
+	if out := p.fanout(t, p.send, p.streamBatch(t)); len(out.BatchItemFailures) > 0 {
+		t.Fatalf("fanout: %+v", out)
+	}
+	for range 5 {
+		if msgs := sqstest.Receive(t, p.sqs, p.queue, 10, 3*time.Second); len(msgs) != 1 {
+			t.Fatalf("received %d messages, want the delivery's", len(msgs))
+		}
+	}
+	if msgs := sqstest.Receive(t, p.sqs, p.queue, 10, 3*time.Second); len(msgs) != 0 {
+		t.Fatal("the message was not moved to the dead-letter queue")
+	}
+	if dead := sqstest.Drain(t, p.sqs, p.dlq); len(dead) != 1 {
+		t.Fatalf("the dead-letter queue has %d messages, want 1", len(dead))
+	}
+	p.pendingWithoutAttempt(t, evt)
+
+	if res := p.reconcile(t); res.Deliveries != 1 || res.Events != 0 {
+		t.Fatalf("reconciler %+v, want the delivery queued again", res)
+	}
+	if n := p.deliverAll(t); n != 1 {
+		t.Errorf("deliver took %d messages, want 1", n)
+	}
+	p.recovered(t, evt)
+}
+
+// A delivery message expires (the queue keeps messages 4 days): fauxqs
+// never expires one, so the test takes it off the queue unprocessed.
+func TestReconcileExpiredMessage(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t, 180*time.Second, ok200)
+	evt := p.event(t)
+	p.fanout(t, p.send, p.streamBatch(t))
+	if lost := sqstest.Drain(t, p.sqs, p.queue); len(lost) != 1 {
+		t.Fatalf("%d messages, want the delivery's", len(lost))
+	}
+	p.pendingWithoutAttempt(t, evt)
+
+	if res := p.reconcile(t); res.Deliveries != 1 {
+		t.Fatalf("reconciler %+v, want the delivery queued again", res)
+	}
+	p.deliverAll(t)
+	p.recovered(t, evt)
+}
+
+// A stream batch exhausts its retries: the fan-out cannot queue (SQS
+// refuses), reports the first record, and Lambda gives up on the batch,
+// sending only its metadata to FanoutDLQ; the records expire with the
+// stream. The first event was fanned out (its delivery written, not
+// queued); the second was never reached (still in the outbox).
+func TestReconcileStreamBatchLost(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t, 180*time.Second, ok200)
+	a, b := p.event(t), p.event(t)
+	batch := p.streamBatch(t)
+	if len(batch) != 2 {
+		t.Fatalf("the stream has %d event inserts, want 2", len(batch))
+	}
+	down := sqstest.NewSender("http://127.0.0.1:1") // nothing listens: every call fails
+	for range 3 {                                   // the mapping's retries (10 deployed) all fail alike
+		out := p.fanout(t, down, batch)
+		if len(out.BatchItemFailures) != 1 || out.BatchItemFailures[0].ItemIdentifier != batch[0].Change.SequenceNumber {
+			t.Fatalf("fanout with the queue down: %+v, want the first record reported", out)
+		}
+	}
+	// What Lambda sends to the on-failure destination: the batch's
+	// metadata, not its records.
+	fanoutDLQ := sqstest.NewQueue(t, p.sqs, nil)
+	meta, _ := json.Marshal(map[string]any{"requestContext": map[string]any{"condition": "RetryAttemptsExhausted"},
+		"DDBStreamBatchInfo": map[string]any{"startSequenceNumber": batch[0].Change.SequenceNumber, "endSequenceNumber": batch[1].Change.SequenceNumber, "batchSize": 2}})
+	if _, err := p.sqs.SendMessage(t.Context(), &sqs.SendMessageInput{QueueUrl: &fanoutDLQ.URL, MessageBody: ptr(string(meta))}); err != nil {
+		t.Fatal(err)
+	}
+	p.pendingWithoutAttempt(t, a)
+	if ds, _, _ := p.svc.Deliveries(t.Context(), p.brand.ID, tracking.DeliveryFilter{EventID: b}, tracking.ListParams{Limit: 10}); len(ds) != 0 {
+		t.Fatalf("event %s has deliveries %+v, want none yet", b, ds)
+	}
+
+	if res := p.reconcile(t); res.Events != 1 || res.Deliveries != 1 {
+		t.Fatalf("reconciler %+v, want one event fanned out and one delivery queued", res)
+	}
+	if n := p.deliverAll(t); n != 2 {
+		t.Errorf("deliver took %d messages, want 2", n)
+	}
+	p.recovered(t, a, b)
+}
+
+// Events written while the fan-out's event source mapping is recreated:
+// it starts at LATEST, after them, and never reads them.
+func TestReconcileEventsTheMappingMissed(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t, 180*time.Second, ok200)
+	evts := []string{p.event(t), p.event(t), p.event(t)}
+	if res := p.reconcile(t); res.Events != 3 || res.Deliveries != 0 {
+		t.Fatalf("reconciler %+v, want the three events fanned out", res)
+	}
+	p.deliverAll(t)
+	p.recovered(t, evts...)
+}
+
+// Two runs at once (the deployed function has reserved concurrency 1, so
+// this is a deploy going wrong, or a manual invocation): each dropped event
+// gets its one delivery, and each delivery, whatever the messages, is
+// delivered once when deliver takes them one batch at a time.
+func TestReconcileRunsRacing(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t, 180*time.Second, ok200)
+	evts := []string{p.event(t), p.event(t), p.event(t), p.event(t)}
+	var wg sync.WaitGroup
+	results := make([]queue.ReconcilerResult, 2)
+	for i := range results {
+		wg.Go(func() { results[i] = p.reconcile(t) })
+	}
+	wg.Wait()
+	if n := results[0].Events + results[1].Events; n < len(evts) {
+		t.Errorf("the runs fanned out %d events, want at least %d", n, len(evts))
+	}
+	p.deliverAll(t)
+	p.recovered(t, evts...)
+}
+
+// An execution ends without deciding its delivery: attempt 3's task and the
+// abandon task keep failing (standing in for the table or Lambda failing).
+// The delivery is pending, its next attempt overdue; the reconciler queues
+// it, and the deliver function restarts the schedule at attempt 3.
+func TestReconcileEndedExecution(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t, 180*time.Second, func(n int) int {
+		if n < 3 {
+			return 503
+		}
+		return 200
+	})
+	p.failOnPurpose(t, "3", "abandon")
+	evt := p.event(t)
+	p.fanout(t, p.send, p.streamBatch(t))
+	p.deliverAll(t)
+	names := p.workflow.Names()
+	if len(names) != 1 || p.workflow.Wait(t, names[0]).Status != sfntest.StatusFailed {
+		t.Fatalf("executions %v, want one, failed", names)
+	}
+	p.failOnPurpose(t) // the trouble is over
+
+	if res := p.reconcile(t); res.Deliveries != 1 {
+		t.Fatalf("reconciler %+v, want the delivery queued again", res)
+	}
+	p.deliverAll(t)
+	names = p.workflow.Names()
+	if len(names) != 2 || !strings.HasSuffix(names[1], "-r1") {
+		t.Fatalf("executions %v, want a restart", names)
+	}
+	if res := p.workflow.Wait(t, names[1]); res.Status != sfntest.StatusSucceeded {
+		t.Fatalf("the restart ended %v", res)
+	}
+	ds, _, err := p.svc.Deliveries(t.Context(), p.brand.ID, tracking.DeliveryFilter{EventID: evt}, tracking.ListParams{Limit: 10})
+	if err != nil || len(ds) != 1 || ds[0].Status != tally.DeliverySucceeded || len(ds[0].Attempts) != 3 || len(p.rcv.requests()) != 3 {
+		t.Fatalf("delivery %+v (%v), %d requests; want succeeded at attempt 3, each attempt sent once", ds, err, len(p.rcv.requests()))
+	}
+	if res := p.reconcile(t); res.Events != 0 || res.Deliveries != 0 {
+		t.Errorf("a further run re-drove %+v", res)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

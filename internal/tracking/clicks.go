@@ -1,0 +1,395 @@
+package tracking
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/fraud"
+	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/store"
+)
+
+// ClickInput is what a tracking link request carries: the offer from the
+// path, the partner (pid) and sub1–sub5 from the query, and what the
+// request says about the visitor.
+type ClickInput struct {
+	OfferID   string
+	PartnerID string
+	Subs      [5]string
+	IP        netip.Addr
+	UserAgent string
+	Referer   string
+}
+
+// Limits of what a click stores of the visitor's headers. Longer values are
+// cut, not refused: the visitor's browser wrote them, not the partner.
+const (
+	maxUserAgent = 512
+	maxReferer   = 2048
+)
+
+// clickRetention is how long a click is kept beyond its offer's
+// attribution window before the table may delete it.
+const clickRetention = 7 * 24 * time.Hour
+
+func (in ClickInput) validate() error {
+	for i, v := range in.Subs {
+		field := fmt.Sprintf("sub%d", i+1)
+		if err := text(field, &v, false, 255); err != nil {
+			return err
+		}
+		if !utf8.ValidString(v) || strings.IndexFunc(v, unicode.IsControl) >= 0 {
+			return invalid("%s must be text without control characters.", field)
+		}
+	}
+	return nil
+}
+
+// RecordClick records a visit through a partner's tracking link and returns
+// the click and the URL to redirect the visitor to. The offer must be active
+// and the partner active; otherwise it answers not_found and stores nothing.
+func (s *Service) RecordClick(ctx context.Context, in ClickInput) (tally.Click, string, error) {
+	for attempt := 0; ; attempt++ {
+		offer, err := s.offerByID(ctx, in.OfferID)
+		if err != nil {
+			return tally.Click{}, "", err
+		}
+		if offer.offer.Status != tally.OfferActive {
+			return tally.Click{}, "", notFound(store.ErrNotFound, "offer", in.OfferID)
+		}
+		if !ids.Valid("prt_", in.PartnerID) {
+			return tally.Click{}, "", noActivePartner()
+		}
+		if err := in.validate(); err != nil {
+			return tally.Click{}, "", err
+		}
+		c, err := s.insertClick(ctx, offer, in)
+		if err == errOfferChanged && attempt < maxOfferReloads {
+			continue
+		}
+		if err != nil {
+			return tally.Click{}, "", err
+		}
+		return c, fillMacros(offer.offer.DestinationURL, c), nil
+	}
+}
+
+// maxClicksPerMinute is how many clicks one address may make on one offer
+// in a minute before the next ones raise ip_velocity.
+const maxClicksPerMinute = 10
+
+// insertClick scores and writes a click in one transaction with its rollup,
+// its counters, and the events it causes. Counters with conditions decide,
+// exactly under any concurrency, what the transaction first assumes: that
+// the address is not making its 11th click on the offer this minute, and
+// that this high-risk click does not bring the partner's count to the
+// auto-ban rule's limit. When a condition fails, the click is scored or
+// written again as the one that crosses the line.
+func (s *Service) insertClick(ctx context.Context, offer offerEntry, in ClickInput) (tally.Click, error) {
+	now := s.Now()
+	o := offer.offer
+	fc, err := s.fraudConfig(ctx, o.BrandID)
+	if err != nil {
+		return tally.Click{}, err
+	}
+	c := tally.Click{
+		ID:        ids.New("clk_", now),
+		BrandID:   o.BrandID,
+		OfferID:   o.ID,
+		PartnerID: in.PartnerID,
+		UserAgent: truncate(in.UserAgent, maxUserAgent),
+		Referer:   truncate(in.Referer, maxReferer),
+		Sub1:      in.Subs[0],
+		Sub2:      in.Subs[1],
+		Sub3:      in.Subs[2],
+		Sub4:      in.Subs[3],
+		Sub5:      in.Subs[4],
+		CreatedAt: tally.NewTime(now),
+	}
+	if in.IP.IsValid() {
+		c.IP = in.IP.String()
+	}
+	visitor := fraud.Visitor{IP: in.IP, UserAgent: in.UserAgent, Blocked: fc.blocked}
+	window := time.Duration(o.AttributionWindowDays) * 24 * time.Hour
+	rule := fc.settings.AutoBan
+	banLimit := int64(-1)  // high-risk clicks this hour below which this one bans nobody; -1: not read yet
+	var ban *tally.Partner // the partner, when this click bans it
+
+	for attempt := 0; ; attempt++ {
+		c.FraudSignals = fraud.Signals(visitor)
+		c.FraudScore = fraud.Score(c.FraudSignals)
+		highRisk := c.FraudScore > fc.settings.Threshold
+		if highRisk && rule.Enabled && banLimit < 0 {
+			earlier, err := s.earlierHighRiskClicks(ctx, c, rule.WindowHours)
+			if err != nil {
+				return c, err
+			}
+			banLimit = max(int64(rule.HighRiskClicks)-1-earlier, 0)
+		}
+		if highRisk && rule.Enabled && banLimit == 0 && ban == nil {
+			if ban, err = s.partnerToBan(ctx, c); err != nil {
+				return c, err
+			}
+		}
+
+		ops := []store.Op{store.Put(clickItem(c, now.Add(window+clickRetention)))}
+		offerAt, partnerAt := len(ops), len(ops)+1
+		ops = append(ops, offerCheck(offer))
+		if ban != nil {
+			ops = append(ops, store.Put(partnerItem(*ban), store.AttrEquals("status", tally.PartnerActive)))
+		} else {
+			ops = append(ops, store.Check(partnerKey(c.BrandID, c.PartnerID), store.AttrEquals("status", tally.PartnerActive)))
+		}
+		counts := map[string]int64{"clicks": 1}
+		if highRisk {
+			counts["highRiskClicks"] = 1
+		}
+		ops = append(ops, rollupIncrements(c.BrandID, c.ID, now, c.OfferID, c.PartnerID, o.Currency, counts)...)
+		velocityAt := -1
+		if in.IP.IsValid() {
+			velocityAt = len(ops)
+			minute := now.Truncate(time.Minute)
+			op := store.Increment(velocityKey(c.OfferID, c.IP, minute.Unix()), map[string]int64{"n": 1})
+			op.ExpiresAt = minute.Add(time.Hour).Unix()
+			if !visitor.Burst {
+				op.Conds = []store.Cond{store.NumLess("n", maxClicksPerMinute)}
+			}
+			ops = append(ops, op)
+		}
+		highRiskAt := -1
+		if highRisk {
+			highRiskAt = len(ops)
+			op := store.Increment(highRiskKey(c.BrandID, c.PartnerID, now), map[string]int64{"n": 1})
+			op.ExpiresAt = now.Add((maxBanWindowHours + 1) * time.Hour).Unix()
+			if rule.Enabled && ban == nil {
+				op.Conds = []store.Cond{store.NumLess("n", banLimit)}
+			}
+			evt, err := s.newEvent(c.BrandID, tally.EventFraudHighRisk, tally.FraudEventData{
+				ClickID: c.ID, OfferID: c.OfferID, PartnerID: c.PartnerID, Score: c.FraudScore, Threshold: fc.settings.Threshold,
+				Signals: c.FraudSignals, IP: c.IP, UserAgent: c.UserAgent,
+			}, now)
+			if err != nil {
+				return c, err
+			}
+			ops = append(ops, op, evt)
+		}
+		if ban != nil {
+			data := partnerEventData(*ban, tally.PartnerActive)
+			data.Reason, data.Rule = tally.BanAutomation, tally.RuleHighRiskClicks
+			evt, err := s.newEvent(c.BrandID, tally.EventPartnerBanned, data, now)
+			if err != nil {
+				return c, err
+			}
+			ops = append(ops, evt)
+		}
+
+		err := s.transact(ctx, ops...)
+		i, failed := store.FailedOp(err)
+		switch {
+		case !failed:
+			return c, err
+		case attempt == 8:
+			return c, fmt.Errorf("record click: conditions keep failing: %w", err)
+		case i == offerAt:
+			if err := s.offerNotActive(ctx, offer, "clicks"); err != errOfferChanged {
+				return c, notFound(store.ErrNotFound, "offer", c.OfferID)
+			}
+			return c, errOfferChanged
+		case i == partnerAt:
+			return c, noActivePartner()
+		case i == velocityAt:
+			visitor.Burst = true
+		case i == highRiskAt:
+			banLimit = 0 // this click reaches the rule's limit
+		default:
+			return c, fmt.Errorf("record click: unexpected condition failure at op %d: %w", i, err)
+		}
+	}
+}
+
+// earlierHighRiskClicks counts the partner's high-risk clicks in the
+// auto-ban window's whole UTC hours before the current one.
+func (s *Service) earlierHighRiskClicks(ctx context.Context, c tally.Click, windowHours int) (int64, error) {
+	if windowHours <= 1 {
+		return 0, nil
+	}
+	hour := c.CreatedAt.Truncate(time.Hour)
+	q := store.Query{PK: highRiskPK(c.BrandID, c.PartnerID), Limit: maxBanWindowHours,
+		SKFrom: highRiskHour(hour.Add(-time.Duration(windowHours-1) * time.Hour)), SKTo: highRiskHour(hour.Add(-time.Hour))}
+	var n int64
+	for {
+		page, err := s.store.Query(ctx, q)
+		if err != nil {
+			return 0, err
+		}
+		for _, it := range page.Items {
+			n += it.Nums["n"]
+		}
+		if q.Cursor = page.Cursor; q.Cursor == "" {
+			return n, nil
+		}
+	}
+}
+
+// partnerToBan returns the click's partner as the auto-ban rule leaves it,
+// or not_found when it is no longer active.
+func (s *Service) partnerToBan(ctx context.Context, c tally.Click) (*tally.Partner, error) {
+	p, err := s.Partner(ctx, c.BrandID, c.PartnerID)
+	if tally.ErrorCode(err) == tally.ECodeNotFound || (err == nil && p.Status != tally.PartnerActive) {
+		return nil, noActivePartner()
+	}
+	if err != nil {
+		return nil, err
+	}
+	p.Status, p.UpdatedAt = tally.PartnerBanned, c.CreatedAt
+	return &p, nil
+}
+
+// noActivePartner answers a link whose pid is missing, unknown or not
+// active, alike: a link tells nothing about the brand's partners.
+func noActivePartner() error {
+	return tally.Errorf(tally.ECodeNotFound, "The link names no active partner of this offer (pid).")
+}
+
+// clickItem places a click in its shard and the per-offer and per-partner
+// indexes; the table may delete it after expires.
+func clickItem(c tally.Click, expires time.Time) store.Item {
+	shard := shardOf(c.ID)
+	return store.Item{
+		Key:       clickKey(c.BrandID, c.ID),
+		GSI1:      store.IndexKey{PK: clicksByOffer(c.BrandID, c.OfferID, shard), SK: c.ID},
+		GSI2:      store.IndexKey{PK: clicksByPartner(c.BrandID, c.PartnerID, shard), SK: c.ID},
+		Data:      mustJSON(c),
+		ExpiresAt: expires.Unix(),
+	}
+}
+
+// fillMacros puts the click's values, query-escaped, into the offer's
+// destination URL. It runs on every click, so it is one pass over the URL
+// rather than a strings.Replacer built each time.
+func fillMacros(dest string, c tally.Click) string {
+	if !strings.Contains(dest, "{") {
+		return dest
+	}
+	var b strings.Builder
+	b.Grow(len(dest) + len(c.ID))
+	for {
+		i := strings.IndexByte(dest, '{')
+		j := strings.IndexByte(dest[max(i, 0):], '}')
+		if i < 0 || j < 0 {
+			b.WriteString(dest)
+			return b.String()
+		}
+		name := dest[i+1 : i+j]
+		if k := strings.LastIndexByte(name, '{'); k >= 0 { // "{a{click_id}": the macro starts at the last brace
+			b.WriteString(dest[:i+1+k])
+			dest = dest[i+1+k:]
+			continue
+		}
+		b.WriteString(dest[:i])
+		if v, ok := macroValue(name, c); ok {
+			b.WriteString(url.QueryEscape(v))
+		} else {
+			b.WriteString(dest[i : i+j+1]) // not a macro: kept as written
+		}
+		dest = dest[i+j+1:]
+	}
+}
+
+func macroValue(name string, c tally.Click) (string, bool) {
+	switch name {
+	case "click_id":
+		return c.ID, true
+	case "offer_id":
+		return c.OfferID, true
+	case "partner_id":
+		return c.PartnerID, true
+	case "sub1":
+		return c.Sub1, true
+	case "sub2":
+		return c.Sub2, true
+	case "sub3":
+		return c.Sub3, true
+	case "sub4":
+		return c.Sub4, true
+	case "sub5":
+		return c.Sub5, true
+	}
+	return "", false
+}
+
+// truncate cuts s to at most n characters and makes it valid UTF-8.
+func truncate(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n])
+}
+
+// clickRecord is a stored click: the conversion attributed to it last is an
+// attribute of its item, which the conversion's transaction sets.
+type clickRecord struct{ tally.Click }
+
+func (r *clickRecord) fromItem(it store.Item) { r.ConversionID = it.Attrs["conversionId"] }
+
+// attributedOp marks the click a conversion names with the conversion; it
+// fails if the click is gone (expired since it was read).
+func attributedOp(c tally.Conversion) store.Op {
+	return store.Op{Kind: store.OpUpdate, Key: clickKey(c.BrandID, c.ClickID),
+		Set: map[string]string{"conversionId": c.ID}, Conds: []store.Cond{store.Exists()}}
+}
+
+// Click returns one of the brand's clicks.
+func (s *Service) Click(ctx context.Context, brandID, clickID string) (tally.Click, error) {
+	rec, err := getByID[clickRecord](ctx, s.store, "click", "clk_", clickID, func() store.Key { return clickKey(brandID, clickID) })
+	return rec.Click, err
+}
+
+// ClickFilter narrows GET /clicks. MinScore is "" or a score from 0 to 100;
+// From and To are RFC 3339 timestamps or dates, as for conversions.
+type ClickFilter struct {
+	OfferID, PartnerID string
+	MinScore           string
+	From, To           string
+}
+
+// Clicks lists the brand's clicks, newest first.
+func (s *Service) Clicks(ctx context.Context, brandID string, f ClickFilter, p ListParams) ([]tally.Click, string, error) {
+	if err := firstError(idFilter("offerId", "off_", f.OfferID), idFilter("partnerId", "prt_", f.PartnerID)); err != nil {
+		return nil, "", err
+	}
+	minScore := 0
+	if f.MinScore != "" {
+		var err error
+		if minScore, err = strconv.Atoi(f.MinScore); err != nil || strconv.Itoa(minScore) != f.MinScore || minScore < 0 || minScore > 100 {
+			return nil, "", invalid("minScore must be a whole number from 0 to 100.")
+		}
+	}
+	sp, err := timeSpan("clk_", f.From, f.To)
+	if err != nil {
+		return nil, "", err
+	}
+	sp.filter = fmt.Sprintf("%q", []string{f.OfferID, f.PartnerID, f.MinScore})
+	sp.parts = shardedParts(f.OfferID, f.PartnerID,
+		func(shard int) string { return clickPK(brandID, shard) },
+		func(shard int) string { return clicksByOffer(brandID, f.OfferID, shard) },
+		func(shard int) string { return clicksByPartner(brandID, f.PartnerID, shard) })
+	keep := func(c *clickRecord) bool {
+		return (f.PartnerID == "" || c.PartnerID == f.PartnerID) && c.FraudScore >= minScore
+	}
+	recs, next, err := listSpan(ctx, s, sp, p, keep)
+	clicks := make([]tally.Click, len(recs))
+	for i, r := range recs {
+		clicks[i] = r.Click
+	}
+	return clicks, next, err
+}

@@ -1,0 +1,184 @@
+package tracking
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/fraud"
+	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/store"
+)
+
+// Bounds of the fraud settings.
+const (
+	maxHighRiskClicks = 10_000
+	maxBanWindowHours = 720 // 30 days
+	maxBlockedIPs     = 1000
+	maxBlockedIPNote  = 500
+)
+
+// FraudSettingsInput is the body of PUT /fraud/settings: the whole
+// settings, every field required.
+type FraudSettingsInput struct {
+	Threshold *int          `json:"threshold"`
+	AutoBan   *AutoBanInput `json:"autoBan"`
+}
+
+// AutoBanInput is the autoBan object of FraudSettingsInput.
+type AutoBanInput struct {
+	Enabled        *bool `json:"enabled"`
+	HighRiskClicks *int  `json:"highRiskClicks"`
+	WindowHours    *int  `json:"windowHours"`
+}
+
+func (in FraudSettingsInput) settings() (tally.FraudSettings, error) {
+	switch {
+	case in.Threshold == nil:
+		return tally.FraudSettings{}, invalid("threshold is required.")
+	case *in.Threshold < 0 || *in.Threshold > 100:
+		return tally.FraudSettings{}, invalid("threshold must be a whole number from 0 to 100; clicks scoring above it are high-risk.")
+	case in.AutoBan == nil:
+		return tally.FraudSettings{}, invalid("autoBan is required: {\"enabled\", \"highRiskClicks\", \"windowHours\"}.")
+	case in.AutoBan.Enabled == nil:
+		return tally.FraudSettings{}, invalid("autoBan.enabled is required.")
+	case in.AutoBan.HighRiskClicks == nil || *in.AutoBan.HighRiskClicks < 1 || *in.AutoBan.HighRiskClicks > maxHighRiskClicks:
+		return tally.FraudSettings{}, invalid("autoBan.highRiskClicks must be a whole number from 1 to %d.", maxHighRiskClicks)
+	case in.AutoBan.WindowHours == nil || *in.AutoBan.WindowHours < 1 || *in.AutoBan.WindowHours > maxBanWindowHours:
+		return tally.FraudSettings{}, invalid("autoBan.windowHours must be a whole number from 1 to %d.", maxBanWindowHours)
+	}
+	return tally.FraudSettings{Threshold: *in.Threshold, AutoBan: tally.AutoBan{
+		Enabled: *in.AutoBan.Enabled, HighRiskClicks: *in.AutoBan.HighRiskClicks, WindowHours: *in.AutoBan.WindowHours,
+	}}, nil
+}
+
+// FraudSettings returns the brand's fraud settings (the defaults until it
+// changes them).
+func (s *Service) FraudSettings(ctx context.Context, brandID string) (tally.FraudSettings, error) {
+	settings, err := getRecord[tally.FraudSettings](ctx, s.store, fraudSettingsKey(brandID))
+	if errors.Is(err, store.ErrNotFound) {
+		return tally.DefaultFraudSettings, nil
+	}
+	return settings, err
+}
+
+// UpdateFraudSettings replaces the brand's fraud settings. They apply to
+// clicks from now on (on other instances within the cache time).
+func (s *Service) UpdateFraudSettings(ctx context.Context, brandID string, in FraudSettingsInput) (tally.FraudSettings, error) {
+	settings, err := in.settings()
+	if err != nil {
+		return settings, err
+	}
+	if err := s.transact(ctx, store.Put(store.Item{Key: fraudSettingsKey(brandID), Data: mustJSON(settings)})); err != nil {
+		return settings, err
+	}
+	s.fraudConfigs.forget(brandID)
+	return settings, nil
+}
+
+// BlockedIPInput is the body of POST /fraud/blocked-ips.
+type BlockedIPInput struct {
+	CIDR *string `json:"cidr"`
+	Note *string `json:"note"`
+}
+
+// BlockIP adds an address range to the brand's blocklist: its clicks raise
+// blocked_ip. Each range is listed once (409 for a second time).
+func (s *Service) BlockIP(ctx context.Context, brandID string, in BlockedIPInput) (tally.BlockedIP, error) {
+	if err := text("cidr", in.CIDR, true, 64); err != nil {
+		return tally.BlockedIP{}, err
+	}
+	if err := text("note", in.Note, false, maxBlockedIPNote); err != nil {
+		return tally.BlockedIP{}, err
+	}
+	prefix, err := fraud.ParsePrefix(strings.TrimSpace(*in.CIDR))
+	if err != nil {
+		return tally.BlockedIP{}, invalid("cidr must be an IPv4 or IPv6 address or CIDR range, such as 203.0.113.0/24 or 2001:db8::/48.")
+	}
+	now := s.Now()
+	b := tally.BlockedIP{ID: ids.New("bip_", now), BrandID: brandID, CIDR: prefix.String(), Note: deref(in.Note, ""), CreatedAt: tally.NewTime(now)}
+	err = s.transact(ctx,
+		store.Increment(blockedIPCountKey(brandID), map[string]int64{"n": 1}, store.NumLess("n", maxBlockedIPs)),
+		store.Put(store.Item{Key: blockedCIDRKey(brandID, b.CIDR), Data: mustJSON(b.ID)}, store.NotExists()),
+		store.Put(store.Item{Key: blockedIPKey(brandID, b.ID), Data: mustJSON(b)}, store.NotExists()))
+	switch i, failed := store.FailedOp(err); {
+	case failed && i == 0:
+		return tally.BlockedIP{}, tally.Errorf(tally.ECodeConflict, "A brand blocks at most %d ranges; delete one first, or block a wider range.", maxBlockedIPs)
+	case failed && i == 1:
+		return tally.BlockedIP{}, tally.Errorf(tally.ECodeConflict, "%s is blocked already.", b.CIDR)
+	case err != nil:
+		return tally.BlockedIP{}, err
+	}
+	s.fraudConfigs.forget(brandID)
+	return b, nil
+}
+
+// BlockedIPs lists the brand's blocked ranges, newest first.
+func (s *Service) BlockedIPs(ctx context.Context, brandID string, p ListParams) ([]tally.BlockedIP, string, error) {
+	sp := span{parts: []partition{{pk: brandPK(brandID)}}, prefix: blockedIPSKPrefix}
+	return listSpan[tally.BlockedIP](ctx, s, sp, p, nil)
+}
+
+// UnblockIP removes a range from the brand's blocklist and returns it.
+func (s *Service) UnblockIP(ctx context.Context, brandID, id string) (tally.BlockedIP, error) {
+	b, err := getByID[tally.BlockedIP](ctx, s.store, "blocked IP range", "bip_", id, func() store.Key { return blockedIPKey(brandID, id) })
+	if err != nil {
+		return b, err
+	}
+	err = s.transact(ctx,
+		store.Delete(blockedIPKey(brandID, id), store.Exists()),
+		store.Delete(blockedCIDRKey(brandID, b.CIDR)),
+		store.Increment(blockedIPCountKey(brandID), map[string]int64{"n": -1}))
+	if _, failed := store.FailedOp(err); failed {
+		return tally.BlockedIP{}, notFound(store.ErrNotFound, "blocked IP range", id) // deleted meanwhile
+	}
+	if err != nil {
+		return tally.BlockedIP{}, err
+	}
+	s.fraudConfigs.forget(brandID)
+	return b, nil
+}
+
+// fraudConfig is what scoring a brand's clicks needs, cached per instance.
+type fraudConfig struct {
+	settings tally.FraudSettings
+	blocked  *fraud.IPSet
+}
+
+func (s *Service) fraudConfig(ctx context.Context, brandID string) (fraudConfig, error) {
+	if fc, ok := s.fraudConfigs.get(brandID); ok {
+		return fc, nil
+	}
+	settings, err := s.FraudSettings(ctx, brandID)
+	if err != nil {
+		return fraudConfig{}, err
+	}
+	q := store.Query{PK: brandPK(brandID), SKPrefix: blockedIPSKPrefix, Limit: maxBlockedIPs}
+	var prefixes []netip.Prefix
+	for {
+		page, err := s.store.Query(ctx, q)
+		if err != nil {
+			return fraudConfig{}, err
+		}
+		for _, it := range page.Items {
+			var b tally.BlockedIP
+			if err := decode(it, &b); err != nil {
+				return fraudConfig{}, err
+			}
+			p, err := fraud.ParsePrefix(b.CIDR)
+			if err != nil {
+				return fraudConfig{}, fmt.Errorf("blocked IP %s: %w", b.ID, err)
+			}
+			prefixes = append(prefixes, p)
+		}
+		if q.Cursor = page.Cursor; q.Cursor == "" {
+			break
+		}
+	}
+	fc := fraudConfig{settings: settings, blocked: fraud.NewIPSet(prefixes)}
+	s.fraudConfigs.put(brandID, fc)
+	return fc, nil
+}

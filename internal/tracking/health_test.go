@@ -1,0 +1,166 @@
+package tracking_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/delivery"
+	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/testenv"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+// acceptingSender stands in for a receiver that always answers 200.
+type acceptingSender struct{ now func() time.Time }
+
+func (s acceptingSender) Send(context.Context, delivery.Request) tally.Attempt {
+	return tally.Attempt{At: tally.NewTime(s.now()), StatusCode: 200}
+}
+
+// raceAttempts makes attempt n of every delivery at once.
+func raceAttempts(t *testing.T, f *fixture, refs []tracking.DeliveryRef, n int, sender tracking.Sender) {
+	t.Helper()
+	var ready, done sync.WaitGroup
+	gun := make(chan struct{})
+	errs := make([]error, len(refs))
+	for i, ref := range refs {
+		ready.Add(1)
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			ready.Done()
+			<-gun
+			_, errs[i] = f.svc.Attempt(f.ctx, ref, n, sender)
+		}()
+	}
+	ready.Wait()
+	close(gun)
+	done.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// fanOutAll fans out every event of the given name not fanned out yet.
+func fanOutAll(t *testing.T, f *fixture, name string) []tracking.DeliveryRef {
+	t.Helper()
+	var refs []tracking.DeliveryRef
+	for _, evt := range f.events(name) {
+		got, err := f.svc.FanOut(f.ctx, evt.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, got...)
+	}
+	return refs
+}
+
+// TestEndpointHealthIsExactUnderConcurrentAttempts races failed attempts to
+// one endpoint: every failure is counted once, the endpoint is disabled
+// once the threshold is crossed, and it then gets no new deliveries while the
+// ones it has go on.
+func TestEndpointHealthIsExactUnderConcurrentAttempts(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		const threshold, racers = 10, 32
+		f := &fixture{t: t, ctx: context.Background(), st: st, clock: testenv.NewClock(start)}
+		f.svc = tracking.New(st, tracking.WithClock(f.clock.Now), tracking.WithEndpointHealth(threshold, 0))
+		b, err := f.svc.CreateBrand(f.ctx, "Acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.brandID = b.ID
+		url := "https://hooks.example.com/x"
+		sub, err := f.svc.CreateSubscription(f.ctx, f.brandID, tracking.SubscriptionInput{URL: &url, Events: []string{tally.EventPartnerApplied}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sub.Status != tally.EndpointEnabled || sub.ConsecutiveFailures != 0 || sub.LastSuccessAt != nil {
+			t.Fatalf("a new subscription: %+v", sub.EndpointHealth)
+		}
+		for range racers {
+			f.partner(false)
+		}
+		refs := fanOutAll(t, f, tally.EventPartnerApplied)
+		if len(refs) != racers {
+			t.Fatalf("%d deliveries, want %d", len(refs), racers)
+		}
+
+		raceAttempts(t, f, refs, 1, refusingSender{f.clock.Now})
+		got, err := f.svc.Subscription(f.ctx, f.brandID, sub.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := got.EndpointHealth
+		if h.ConsecutiveFailures != racers || h.Status != tally.EndpointDisabled || h.DisabledReason != tally.DisabledConsecutiveFailures ||
+			h.DisabledAt == nil || h.FailingSince == nil || !h.FailingSince.Equal(start) {
+			t.Fatalf("after %d concurrent failures (threshold %d): %+v", racers, threshold, h)
+		}
+
+		// Disabled: a new event makes no delivery; the scheduled retries
+		// still run, and count, without disabling it again.
+		f.partner(false)
+		if refs2 := fanOutAll(t, f, tally.EventPartnerApplied); len(refs2) != 0 {
+			t.Errorf("a disabled subscription got %d new deliveries", len(refs2))
+		}
+		f.clock.Advance(time.Second)
+		raceAttempts(t, f, refs, 2, refusingSender{f.clock.Now})
+		again, _ := f.svc.Subscription(f.ctx, f.brandID, sub.ID)
+		if again.ConsecutiveFailures != 2*racers || !again.DisabledAt.Equal(h.DisabledAt.Time) {
+			t.Errorf("after the retries: %+v; want %d failures and the first disabledAt %v", again.EndpointHealth, 2*racers, h.DisabledAt)
+		}
+
+		// Enabled again it starts from zero; a success clears the count.
+		enabled, err := f.svc.EnableSubscription(f.ctx, f.brandID, sub.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if enabled.Status != tally.EndpointEnabled || enabled.ConsecutiveFailures != 0 || enabled.FailingSince != nil || enabled.DisabledReason != "" {
+			t.Errorf("enabled: %+v", enabled.EndpointHealth)
+		}
+		f.clock.Advance(5 * time.Second)
+		raceAttempts(t, f, refs[:threshold-1], 3, refusingSender{f.clock.Now})
+		raceAttempts(t, f, refs[threshold-1:], 3, acceptingSender{f.clock.Now})
+		healthy, _ := f.svc.Subscription(f.ctx, f.brandID, sub.ID)
+		if healthy.Status != tally.EndpointEnabled || healthy.ConsecutiveFailures != 0 || healthy.FailingSince != nil ||
+			healthy.LastSuccessAt == nil || !healthy.LastSuccessAt.Equal(f.clock.Now()) {
+			t.Errorf("after %d failures, then successes: %+v; want enabled, nothing failing", threshold-1, healthy.EndpointHealth)
+		}
+	})
+}
+
+// TestEndpointDisabledAfterFailingTooLong: a few failures spread over more
+// than the time threshold disable the endpoint, however few they are.
+func TestEndpointDisabledAfterFailingTooLong(t *testing.T) {
+	st := testenv.Bolt(t)
+	f := &fixture{t: t, ctx: context.Background(), st: st, clock: testenv.NewClock(start)}
+	f.svc = tracking.New(st, tracking.WithClock(f.clock.Now), tracking.WithEndpointHealth(0, 48*time.Hour))
+	b, _ := f.svc.CreateBrand(f.ctx, "Acme")
+	f.brandID = b.ID
+	url := "https://hooks.example.com/x"
+	sub, err := f.svc.CreateSubscription(f.ctx, f.brandID, tracking.SubscriptionInput{URL: &url, Events: []string{tally.EventPartnerApplied}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []time.Duration{0, 24 * time.Hour, 24*time.Hour - time.Millisecond, time.Millisecond} {
+		f.clock.Advance(step)
+		f.partner(false)
+		for _, ref := range fanOutAll(t, f, tally.EventPartnerApplied) {
+			if _, err := f.svc.Attempt(f.ctx, ref, 1, refusingSender{f.clock.Now}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, _ := f.svc.Subscription(f.ctx, f.brandID, sub.ID)
+		failingFor := f.clock.Now().Sub(start)
+		if wantDisabled := failingFor >= 48*time.Hour; (got.Status == tally.EndpointDisabled) != wantDisabled {
+			t.Fatalf("failing for %v: %+v", failingFor, got.EndpointHealth)
+		}
+		if got.Status == tally.EndpointDisabled && got.DisabledReason != tally.DisabledFailingTooLong {
+			t.Errorf("disabled for %q, want %q", got.DisabledReason, tally.DisabledFailingTooLong)
+		}
+	}
+}

@@ -1,0 +1,347 @@
+package tracking
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/store"
+)
+
+// Partner postbacks (DESIGN "Partner postbacks"): a partner gives a URL
+// template; on the conversion events it names, Tally fills the template's
+// macros with the conversion's values, query-escaped, and GETs it through
+// the same delivery engine as webhooks. Revenue is never among the values:
+// what the brand earns is not the partner's business.
+
+// PostbackInput is the body of PUT /api/v1/partners/{id}/postback.
+type PostbackInput struct {
+	URL    *string  `json:"url"`
+	Events []string `json:"events"`
+}
+
+// postbackEvents are the events a postback may fire on.
+var postbackEvents = []string{tally.EventConversionCreated, tally.EventConversionApproved, tally.EventConversionRejected}
+
+// postbackMacros are the placeholders a postback URL may hold.
+var postbackMacros = []string{"click_id", "conversion_id", "offer_id", "partner_id", "payout", "payout_cents",
+	"currency", "status", "event", "sub1", "sub2", "sub3", "sub4", "sub5"}
+
+// PostbackMacros and PostbackEvents list the macros a postback URL may
+// hold and the events a postback may fire on, for forms that offer them.
+func PostbackMacros() []string { return slices.Clone(postbackMacros) }
+func PostbackEvents() []string { return slices.Clone(postbackEvents) }
+
+// postbackRecord is the stored postback; its health is in the item's
+// attributes.
+type postbackRecord struct {
+	tally.Postback
+}
+
+func (r *postbackRecord) fromItem(it store.Item) { r.EndpointHealth = healthOf(it).public() }
+
+// postbackValues are what a postback's macros are filled with.
+type postbackValues struct {
+	ClickID      string    `json:"clickId"`
+	ConversionID string    `json:"conversionId"`
+	OfferID      string    `json:"offerId"`
+	PartnerID    string    `json:"partnerId"`
+	PayoutCents  int64     `json:"payoutCents"`
+	Currency     string    `json:"currency"`
+	Status       string    `json:"status"`
+	Subs         [5]string `json:"subs"`
+}
+
+func (v postbackValues) macro(name, event string) string {
+	switch name {
+	case "click_id":
+		return v.ClickID
+	case "conversion_id":
+		return v.ConversionID
+	case "offer_id":
+		return v.OfferID
+	case "partner_id":
+		return v.PartnerID
+	case "payout":
+		return majorUnits(v.PayoutCents, v.Currency)
+	case "payout_cents":
+		return strconv.FormatInt(v.PayoutCents, 10)
+	case "currency":
+		return v.Currency
+	case "status":
+		return v.Status
+	case "event":
+		return event
+	}
+	if n, ok := strings.CutPrefix(name, "sub"); ok && len(n) == 1 && n[0] >= '1' && n[0] <= '5' {
+		return v.Subs[n[0]-'1']
+	}
+	return ""
+}
+
+// fillPostback replaces each macro of tmpl with its value, query-escaped.
+// The template was validated when it was stored.
+func fillPostback(tmpl, event string, v postbackValues) string {
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(tmpl, '{')
+		j := strings.IndexByte(tmpl[i+1:], '}')
+		if i < 0 || j < 0 {
+			b.WriteString(tmpl)
+			return b.String()
+		}
+		b.WriteString(tmpl[:i])
+		b.WriteString(url.QueryEscape(v.macro(tmpl[i+1:i+1+j], event)))
+		tmpl = tmpl[i+1+j+1:]
+	}
+}
+
+// checkPostbackTemplate finds the macros of tmpl, refusing unknown ones and
+// macros in the scheme or host (the address is the partner's, fixed).
+func checkPostbackTemplate(tmpl string) error {
+	rest := tmpl
+	for {
+		i := strings.IndexAny(rest, "{}")
+		if i < 0 {
+			break
+		}
+		if rest[i] == '}' {
+			return invalid("url: a '}' without its '{'; macros are written {name}.")
+		}
+		j := strings.IndexAny(rest[i+1:], "{}")
+		if j < 0 || rest[i+1+j] != '}' {
+			return invalid("url: a '{' without its '}'; macros are written {name}.")
+		}
+		if name := rest[i+1 : i+1+j]; !slices.Contains(postbackMacros, name) {
+			return invalid("url: {%s} is not a macro; the macros are {%s}.", name, strings.Join(postbackMacros, "}, {"))
+		}
+		rest = rest[i+1+j+1:]
+	}
+	if scheme, after, ok := strings.Cut(tmpl, "://"); ok {
+		host, _, _ := strings.Cut(after, "/")
+		host, _, _ = strings.Cut(host, "?")
+		if strings.ContainsAny(scheme+host, "{}") {
+			return invalid("url: macros may stand in the path and query only, not in the scheme or host.")
+		}
+	}
+	return nil
+}
+
+func (in PostbackInput) validate(checkURL func(string) error) error {
+	if in.URL == nil {
+		return invalid("url is required.")
+	}
+	if err := text("url", in.URL, true, 2048); err != nil {
+		return err
+	}
+	if err := checkPostbackTemplate(*in.URL); err != nil {
+		return err
+	}
+	// The URL as it will be sent, with every macro empty, must be one
+	// receivers may have.
+	if err := checkURL(fillPostback(*in.URL, "", postbackValues{})); err != nil {
+		return err
+	}
+	for i, name := range in.Events {
+		if !slices.Contains(postbackEvents, name) {
+			return invalid("events[%d]: a postback fires on %s, not %q.", i, strings.Join(postbackEvents, ", "), name)
+		}
+		if slices.Contains(in.Events[:i], name) {
+			return invalid("events[%d]: %q is listed twice.", i, name)
+		}
+	}
+	if in.Events != nil && len(in.Events) == 0 {
+		return invalid("events must name at least one event, or be left out for conversion.created.")
+	}
+	return nil
+}
+
+// PutPostback sets a partner's postback, creating or replacing it. Its
+// health carries over a replacement; deliveries already made keep the URL
+// they were made with.
+func (s *Service) PutPostback(ctx context.Context, brandID, partnerID string, in PostbackInput) (tally.Postback, error) {
+	if err := in.validate(s.checkURL); err != nil {
+		return tally.Postback{}, err
+	}
+	if _, err := s.Partner(ctx, brandID, partnerID); err != nil {
+		return tally.Postback{}, err
+	}
+	if in.Events == nil {
+		in.Events = []string{tally.EventConversionCreated}
+	}
+	now := tally.NewTime(s.Now())
+	for {
+		key := postbackKey(brandID, partnerID)
+		it, err := s.store.Get(ctx, key)
+		var op store.Op
+		rec := postbackRecord{tally.Postback{PartnerID: partnerID, BrandID: brandID, URL: *in.URL, Events: in.Events, CreatedAt: now, UpdatedAt: now}}
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			it = newEndpointItem(key, rec)
+			op = store.Put(it, store.NotExists())
+		case err != nil:
+			return tally.Postback{}, err
+		default:
+			var old postbackRecord
+			if err := decode(it, &old); err != nil {
+				return tally.Postback{}, err
+			}
+			rec.CreatedAt = old.CreatedAt
+			op = replaceEndpointRecord(it, rec)
+			it = op.Item
+		}
+		err = s.transact(ctx, op)
+		if _, raced := store.FailedOp(err); raced {
+			continue // created, changed or deleted meanwhile: start over
+		}
+		if err != nil {
+			return tally.Postback{}, err
+		}
+		rec.fromItem(it)
+		return rec.Postback, nil
+	}
+}
+
+// Postback returns a partner's postback.
+func (s *Service) Postback(ctx context.Context, brandID, partnerID string) (tally.Postback, error) {
+	rec, err := s.postback(ctx, brandID, partnerID)
+	return rec.Postback, err
+}
+
+func (s *Service) postback(ctx context.Context, brandID, partnerID string) (postbackRecord, error) {
+	if _, err := s.Partner(ctx, brandID, partnerID); err != nil {
+		return postbackRecord{}, err
+	}
+	rec, err := getRecord[postbackRecord](ctx, s.store, postbackKey(brandID, partnerID))
+	if errors.Is(err, store.ErrNotFound) {
+		return rec, tally.Errorf(tally.ECodeNotFound, "Partner %s has no postback.", partnerID)
+	}
+	return rec, err
+}
+
+// DeletePostback removes a partner's postback; its pending deliveries fail
+// at their next attempt instead of being sent.
+func (s *Service) DeletePostback(ctx context.Context, brandID, partnerID string) (tally.Postback, error) {
+	rec, err := s.postback(ctx, brandID, partnerID)
+	if err != nil {
+		return tally.Postback{}, err
+	}
+	err = s.transact(ctx, store.Delete(postbackKey(brandID, partnerID), store.Exists()))
+	if _, gone := store.FailedOp(err); gone {
+		return tally.Postback{}, tally.Errorf(tally.ECodeNotFound, "Partner %s has no postback.", partnerID)
+	}
+	return rec.Postback, err
+}
+
+// postbackTestValues fill a test postback: recognisable sample values, the
+// partner's own id.
+func postbackTestValues(partnerID string) postbackValues {
+	return postbackValues{ClickID: "clk_test", ConversionID: "cnv_test", OfferID: "off_test", PartnerID: partnerID,
+		PayoutCents: 123, Currency: "USD", Status: tally.ConversionApproved, Subs: [5]string{"test", "test", "test", "test", "test"}}
+}
+
+// SendTestPostback emits a postback.test event that goes to this partner's
+// postback only, filled with sample values; it is delivered and logged like
+// any postback.
+func (s *Service) SendTestPostback(ctx context.Context, brandID, partnerID string) (tally.Event, error) {
+	if _, err := s.postback(ctx, brandID, partnerID); err != nil {
+		return tally.Event{}, err
+	}
+	op, err := s.newEvent(brandID, tally.PostbackTestEvent, postbackTestValues(partnerID), s.Now())
+	if err != nil {
+		return tally.Event{}, err
+	}
+	op.Item.Attrs["partnerId"] = partnerID
+	if err := s.transact(ctx, op); err != nil {
+		return tally.Event{}, err
+	}
+	var evt tally.Event
+	return evt, decode(op.Item, &evt)
+}
+
+// postbackDelivery makes the postback delivery of an event, if the event
+// is one for a partner whose postback is enabled and fires on it (a test
+// goes to its postback whatever its state). The event item is as stored.
+func (s *Service) postbackDelivery(ctx context.Context, item store.Item, evt tally.Event) (*deliveryRecord, error) {
+	var (
+		partnerID string
+		values    postbackValues
+	)
+	switch evt.Event {
+	case tally.PostbackTestEvent:
+		partnerID = item.Attrs["partnerId"]
+		if err := json.Unmarshal(evt.Data, &values); err != nil {
+			return nil, err
+		}
+	case tally.EventConversionCreated, tally.EventConversionApproved, tally.EventConversionRejected:
+		var data tally.ConversionEventData
+		if err := json.Unmarshal(evt.Data, &data); err != nil {
+			return nil, err
+		}
+		partnerID = data.PartnerID
+		values = postbackValues{ConversionID: data.ConversionID, OfferID: data.OfferID, PartnerID: data.PartnerID,
+			PayoutCents: data.PayoutCents, Currency: data.Currency, Status: data.Status}
+	default:
+		return nil, nil
+	}
+	pbItem, err := s.store.Get(ctx, postbackKey(evt.BrandID, partnerID))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var pb postbackRecord
+	if err := decode(pbItem, &pb); err != nil {
+		return nil, err
+	}
+	if evt.Event != tally.PostbackTestEvent && (pb.Status == tally.EndpointDisabled || !slices.Contains(pb.Events, evt.Event)) {
+		return nil, nil
+	}
+	if values.ConversionID != "" && evt.Event != tally.PostbackTestEvent {
+		// The event carries sub1 only; the other macros come from the
+		// conversion itself.
+		c, err := getRecord[tally.Conversion](ctx, s.store, conversionKey(evt.BrandID, values.ConversionID))
+		if err != nil {
+			return nil, err
+		}
+		values.ClickID, values.Subs = c.ClickID, [5]string{c.Sub1, c.Sub2, c.Sub3, c.Sub4, c.Sub5}
+	}
+	now := tally.NewTime(s.Now())
+	return &deliveryRecord{Delivery: tally.Delivery{
+		ID: deliveryID(evt, partnerID), BrandID: evt.BrandID, Type: tally.DeliveryPostback, EventID: evt.ID, Event: evt.Event,
+		PartnerID: partnerID, URL: fillPostback(pb.URL, evt.Event, values), Status: tally.DeliveryPending,
+		Attempts: []tally.Attempt{}, NextAttemptAt: &now, CreatedAt: now, UpdatedAt: now,
+	}}, nil
+}
+
+// majorUnits writes minor units as a decimal amount in the currency's
+// major unit: 300 USD cents is "3.00", 300 JPY is "300".
+func majorUnits(minor int64, currency string) string {
+	exp := minorUnitExponent(currency)
+	if exp == 0 {
+		return strconv.FormatInt(minor, 10)
+	}
+	s := strconv.FormatInt(minor, 10)
+	for len(s) <= exp {
+		s = "0" + s
+	}
+	return s[:len(s)-exp] + "." + s[len(s)-exp:]
+}
+
+// minorUnitExponent is ISO 4217's number of decimals of a currency: 2
+// unless listed.
+func minorUnitExponent(currency string) int {
+	switch currency {
+	case "BIF", "CLP", "DJF", "GNF", "ISK", "JPY", "KMF", "KRW", "PYG", "RWF", "UGX", "VND", "VUV", "XAF", "XOF", "XPF":
+		return 0
+	case "BHD", "IQD", "JOD", "KWD", "LYD", "OMR", "TND":
+		return 3
+	}
+	return 2
+}

@@ -1,0 +1,80 @@
+package tracking
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/store"
+)
+
+// AbandonDelivery marks a pending delivery failed without another attempt,
+// for a transport that cannot carry its schedule on (on AWS: the retry
+// workflow's attempt task kept erroring, or its executions kept ending
+// early). The delivery stays in the log with the attempts it had, and a
+// manual retry starts it again. A delivery that is no longer pending is
+// left as it is; like Attempt, the step may be repeated.
+func (s *Service) AbandonDelivery(ctx context.Context, ref DeliveryRef) (AttemptResult, error) {
+	rec, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(ref.BrandID, ref.DeliveryID))
+	if err != nil {
+		return AttemptResult{}, notFound(err, "delivery", ref.DeliveryID)
+	}
+	if rec.Status != tally.DeliveryPending {
+		return s.resultOf(rec), nil
+	}
+	return s.recordAttempt(ctx, rec, nil, nil)
+}
+
+// Overdue lists what a transport that does not watch the indexes itself
+// (on AWS: the stream, the queue and the state machine) should have moved on
+// before cutoff but has not: events still in the outbox (not fanned out)
+// and pending deliveries whose next attempt was due. Both come from gsi3,
+// oldest first, at most limit of each (a run takes a bounded share; the next
+// run the rest). Nothing is changed: fanning out and attempting again are
+// idempotent, so the caller re-drives them through the usual steps.
+func (s *Service) Overdue(ctx context.Context, cutoff time.Time, limit int) (events []string, deliveries []DeliveryRef, err error) {
+	events, err = oldestFirst(ctx, s.store, outboxPK, ids.Ceil("evt_", cutoff), limit, func(it store.Item) (string, error) {
+		return it.GSI3.SK, nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	deliveries, err = oldestFirst(ctx, s.store, dueQueuePK, dueQueueSK(cutoff, "~"), limit, func(it store.Item) (DeliveryRef, error) {
+		var rec deliveryRecord
+		err := decode(it, &rec)
+		return DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID}, err
+	})
+	return events, deliveries, err
+}
+
+// oldestFirst reads the gsi3 entries of every shard of a queue index up to
+// skTo (inclusive), oldest first, at most limit in all.
+func oldestFirst[T any](ctx context.Context, st store.Store, pk func(shard int) string, skTo string, limit int, read func(store.Item) (T, error)) ([]T, error) {
+	type entry struct {
+		sk string
+		v  T
+	}
+	var all []entry
+	for shard := range shards {
+		page, err := st.Query(ctx, store.Query{Index: store.GSI3, PK: pk(shard), SKTo: skTo, Limit: min(limit, maxScan)})
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range page.Items {
+			v, err := read(it)
+			if err != nil {
+				return nil, err
+			}
+			all = append(all, entry{it.GSI3.SK, v})
+		}
+	}
+	slices.SortFunc(all, func(a, b entry) int { return strings.Compare(a.sk, b.sk) })
+	out := make([]T, 0, min(limit, len(all)))
+	for _, e := range all[:min(limit, len(all))] {
+		out = append(out, e.v)
+	}
+	return out, nil
+}

@@ -1,0 +1,161 @@
+package tracking_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/testenv"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+// expiries records the TTL of every delivery write.
+type expiries struct {
+	store.Store
+	mu  sync.Mutex
+	ttl map[string]int64 // by sort key (the delivery id)
+}
+
+func (e *expiries) Transact(ctx context.Context, ops ...store.Op) error {
+	err := e.Store.Transact(ctx, ops...)
+	if err == nil {
+		e.mu.Lock()
+		for _, op := range ops {
+			if op.Kind == store.OpPut && strings.HasPrefix(op.Item.SK, "wh_") {
+				e.ttl[op.Item.SK] = op.Item.ExpiresAt
+			}
+		}
+		e.mu.Unlock()
+	}
+	return err
+}
+
+func (e *expiries) of(id string) time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return time.Unix(e.ttl[id], 0).UTC()
+}
+
+// A delivery and its attempts expire a retention after its last change:
+// 30 days by default, or what the deployment sets.
+func TestDeliveriesExpire(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []tracking.Option
+		keep time.Duration
+	}{
+		{"default", nil, 30 * 24 * time.Hour},
+		{"configured", []tracking.Option{tracking.WithDeliveryRetention(7 * 24 * time.Hour)}, 7 * 24 * time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+				rec := &expiries{Store: st, ttl: map[string]int64{}}
+				clock := testenv.NewClock(start)
+				f, ref := oneDelivery(t, rec, clock, tc.opts...)
+				refs, id := []tracking.DeliveryRef{ref}, ref.DeliveryID
+				if got := rec.of(id); !got.Equal(start.Add(tc.keep)) {
+					t.Errorf("a new delivery expires at %v, want %v", got, start.Add(tc.keep))
+				}
+				clock.Advance(time.Hour)
+				for n := 1; n <= tracking.MaxAttempts; n++ {
+					if _, err := f.svc.Attempt(f.ctx, refs[0], n, refusingSender{clock.Now}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if got, want := rec.of(id), start.Add(time.Hour+tc.keep); !got.Equal(want) {
+					t.Errorf("after its last attempt it expires at %v, want %v", got, want)
+				}
+			})
+		})
+	}
+}
+
+// oneDelivery makes a brand on st with a subscription to partner.applied
+// (at an https URL, nothing is sent there), has a partner apply, and fans
+// the event out: one pending delivery.
+func oneDelivery(t *testing.T, st store.Store, clock *testenv.Clock, opts ...tracking.Option) (*fixture, tracking.DeliveryRef) {
+	t.Helper()
+	f := &fixture{t: t, ctx: context.Background(), st: st, clock: clock,
+		svc: tracking.New(st, append([]tracking.Option{tracking.WithClock(clock.Now)}, opts...)...)}
+	b, err := f.svc.CreateBrand(f.ctx, "Acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.brandID = b.ID
+	url := "https://hooks.example.com/x"
+	if _, err := f.svc.CreateSubscription(f.ctx, f.brandID, tracking.SubscriptionInput{URL: &url, Events: []string{tally.EventPartnerApplied}}); err != nil {
+		t.Fatal(err)
+	}
+	f.partner(false)
+	refs, err := f.svc.FanOut(f.ctx, f.events(tally.EventPartnerApplied)[0].ID)
+	if err != nil || len(refs) != 1 {
+		t.Fatalf("fan-out: %v, %v", refs, err)
+	}
+	return f, refs[0]
+}
+
+// Overdue lists the events still in the outbox and the pending deliveries
+// whose next attempt was due, both before the cutoff, oldest first and up
+// to the limit; AbandonDelivery fails a pending delivery once.
+func TestOverdueAndAbandon(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		f := newFixture(t, st)
+		url := "https://hooks.example.com/x"
+		if _, err := f.svc.CreateSubscription(f.ctx, f.brandID, tracking.SubscriptionInput{URL: &url, Events: []string{tally.EventPartnerApplied}}); err != nil {
+			t.Fatal(err)
+		}
+		var fanned []tracking.DeliveryRef
+		for range 3 {
+			f.partner(false)
+			refs, err := f.svc.FanOut(f.ctx, f.events(tally.EventPartnerApplied)[0].ID)
+			if err != nil || len(refs) != 1 {
+				t.Fatalf("fan-out: %v, %v", refs, err)
+			}
+			fanned = append(fanned, refs[0])
+			f.clock.Advance(time.Minute)
+		}
+		f.partner(false) // its event stays in the outbox
+		outboxed := f.events(tally.EventPartnerApplied)[0].ID
+		all := f.events("")
+
+		evts, refs, err := f.svc.Overdue(f.ctx, start.Add(-time.Second), 10)
+		if err != nil || len(evts) != 0 || len(refs) != 0 {
+			t.Errorf("before anything was due: %v, %v, %v", evts, refs, err)
+		}
+		evts, refs, err = f.svc.Overdue(f.ctx, f.clock.Now(), 10)
+		if err != nil || !slices.Equal(refs, fanned) || !slices.Contains(evts, outboxed) {
+			t.Errorf("overdue: events %v, deliveries %v (%v); want %s among the events and %v", evts, refs, err, outboxed, fanned)
+		}
+		// Every event of the brand but the three fanned out is still in
+		// the outbox (the partner.approved ones too: nothing fanned them out).
+		if len(evts) != len(all)-3 {
+			t.Errorf("%d events in the outbox, want %d", len(evts), len(all)-3)
+		}
+		if _, refs, _ = f.svc.Overdue(f.ctx, f.clock.Now(), 2); !slices.Equal(refs, fanned[:2]) {
+			t.Errorf("limit 2: %v, want the two oldest %v", refs, fanned[:2])
+		}
+
+		res, err := f.svc.AbandonDelivery(f.ctx, fanned[0])
+		if err != nil || res.Status != tally.DeliveryFailed {
+			t.Fatalf("abandon: %+v, %v", res, err)
+		}
+		d, _ := f.svc.Delivery(f.ctx, f.brandID, fanned[0].DeliveryID)
+		if d.Status != tally.DeliveryFailed || d.NextAttemptAt != nil || len(d.Attempts) != 0 {
+			t.Errorf("abandoned delivery %+v, want failed without attempts", d)
+		}
+		if _, refs, _ = f.svc.Overdue(f.ctx, f.clock.Now(), 10); !slices.Equal(refs, fanned[1:]) {
+			t.Errorf("after the abandon: %v, want %v", refs, fanned[1:])
+		}
+		if res, err := f.svc.AbandonDelivery(f.ctx, fanned[0]); err != nil || res.Status != tally.DeliveryFailed {
+			t.Errorf("abandon again: %+v, %v", res, err)
+		}
+		if _, err := f.svc.RetryDelivery(f.ctx, f.brandID, fanned[0].DeliveryID); err != nil {
+			t.Errorf("a manual retry of the abandoned delivery: %v", err)
+		}
+	})
+}

@@ -1,0 +1,78 @@
+package tracking_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tally-hq/tally/internal/store/bolt"
+	"github.com/tally-hq/tally/internal/testenv"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+// BenchmarkReport30Days compares a 30-day report by day in UTC (daily
+// rollups only) with the same in New York (quarter-hour rollups) and by
+// month in New York (daily rollups but for the days a month boundary
+// cuts), over 3,000 conversions of 4 offers and 5 partners spread over the
+// 30 days, on the embedded store.
+func BenchmarkReport30Days(b *testing.B) {
+	st, err := bolt.Open(b.TempDir() + "/tally.db")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	f := &fixture{ctx: b.Context(), st: st, clock: testenv.NewClock(start)}
+	f.svc = tracking.New(st, tracking.WithClock(f.clock.Now))
+	brand, err := f.svc.CreateBrand(f.ctx, "Bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	f.brandID = brand.ID
+	var offers []string
+	var partners []string
+	for range 4 {
+		o, err := f.svc.CreateOffer(f.ctx, f.brandID, tracking.OfferInput{Name: ptr("O"), DestinationURL: ptr("https://x.example/"),
+			RevenueCents: ptr(int64(1000)), PayoutCents: ptr(int64(300)), Currency: ptr("USD")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		offers = append(offers, o.ID)
+	}
+	for i := range 5 {
+		p, err := f.svc.Apply(f.ctx, f.brandID, tracking.ApplicationInput{Name: ptr("P"), Email: ptr("p" + string(rune('a'+i)) + "@x.example")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := f.svc.ApprovePartner(f.ctx, f.brandID, p.ID); err != nil {
+			b.Fatal(err)
+		}
+		partners = append(partners, p.ID)
+	}
+	first := start.AddDate(0, 0, -30)
+	for i := range 3000 {
+		f.clock.Set(first.Add(time.Duration(i) * 30 * 24 * time.Hour / 3000))
+		if _, _, err := f.svc.RecordConversion(f.ctx, f.brandID, tracking.ConversionInput{OfferID: &offers[i%4], PartnerID: &partners[i%5]}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	f.clock.Set(start)
+	to := start.Format(time.DateOnly)
+	from := first.Format(time.DateOnly)
+	for name, q := range map[string]tracking.ReportQuery{
+		"day-UTC":           {From: from, To: to, GroupBy: []string{"day"}},
+		"day-New_York":      {From: from, To: to, GroupBy: []string{"day"}, Timezone: "America/New_York"},
+		"month-New_York":    {From: from, To: to, GroupBy: []string{"month"}, Timezone: "America/New_York"},
+		"day-offer-Kolkata": {From: from, To: to, GroupBy: []string{"day", "offer"}, Timezone: "Asia/Kolkata"},
+	} {
+		b.Run(name, func(b *testing.B) {
+			var rows int
+			for b.Loop() {
+				r, err := f.svc.Report(f.ctx, f.brandID, q)
+				if err != nil {
+					b.Fatal(err)
+				}
+				rows = len(r.Data)
+			}
+			b.ReportMetric(float64(rows), "rows")
+		})
+	}
+}

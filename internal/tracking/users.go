@@ -1,0 +1,196 @@
+package tracking
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/password"
+	"github.com/tally-hq/tally/internal/store"
+)
+
+// Password length bounds, in characters: long enough for a passphrase to
+// resist guessing (sign-in is throttled too), short enough that hashing
+// cannot be made expensive by the input.
+const (
+	MinPasswordLen = 12
+	maxPasswordLen = 256
+)
+
+// userRecord is the stored form of a user: the public fields and the hash.
+type userRecord struct {
+	tally.User
+	PasswordHash string `json:"passwordHash"`
+}
+
+// UserInput is the admin API's body for a new dashboard user.
+type UserInput struct {
+	BrandID  *string `json:"brandId"`
+	Email    *string `json:"email"`
+	Password *string `json:"password"`
+}
+
+// CreateUser makes a dashboard user of a brand. E-mail addresses are unique
+// across brands (sign-in finds the brand by the address); a second user
+// with the same address answers 409.
+func (s *Service) CreateUser(ctx context.Context, in UserInput) (tally.User, error) {
+	if in.Email != nil {
+		e := strings.ToLower(strings.TrimSpace(*in.Email))
+		in.Email = &e
+	}
+	if err := firstError(text("brandId", in.BrandID, true, 64), email("email", in.Email), checkPassword(in.Password)); err != nil {
+		return tally.User{}, err
+	}
+	if _, err := s.Brand(ctx, *in.BrandID); err != nil {
+		return tally.User{}, err
+	}
+	hash, err := password.Hash(*in.Password)
+	if err != nil {
+		return tally.User{}, err
+	}
+	now := s.Now()
+	u := userRecord{User: tally.User{ID: ids.New("usr_", now), BrandID: *in.BrandID, Email: *in.Email, CreatedAt: tally.NewTime(now)}, PasswordHash: hash}
+	err = s.transact(ctx, store.Put(store.Item{
+		Key:  userKey(u.Email),
+		GSI1: store.IndexKey{PK: usersByBrand(u.BrandID), SK: u.ID},
+		Data: mustJSON(u),
+	}, store.NotExists()))
+	if _, failed := store.FailedOp(err); failed {
+		return tally.User{}, tally.Errorf(tally.ECodeConflict, "A user with the email %s exists already.", u.Email)
+	}
+	return u.User, err
+}
+
+func checkPassword(pw *string) error {
+	switch {
+	case pw == nil || *pw == "":
+		return invalidField("password", "password is required.")
+	case utf8.RuneCountInString(*pw) < MinPasswordLen:
+		return invalidField("password", "password must be at least %d characters.", MinPasswordLen)
+	case utf8.RuneCountInString(*pw) > maxPasswordLen:
+		return invalidField("password", "password must be at most %d characters.", maxPasswordLen)
+	}
+	return nil
+}
+
+// Users lists a brand's dashboard users, newest first.
+func (s *Service) Users(ctx context.Context, brandID string, p ListParams) ([]tally.User, string, error) {
+	recs, next, err := list[userRecord](ctx, s, []partition{{index: store.GSI1, pk: usersByBrand(brandID)}}, p, nil)
+	users := make([]tally.User, len(recs))
+	for i, r := range recs {
+		users[i] = r.User
+	}
+	return users, next, err
+}
+
+// errSignIn is the one answer to any failed sign-in, so that it tells
+// nothing about which addresses have users.
+var errSignIn = tally.Errorf(tally.ECodeUnauthorized, "The email or password is not right.")
+
+// dummyHash is checked against when no user has the address, so that an
+// unknown address takes as long to refuse as a wrong password. It is made
+// on first use: hashing takes tens of milliseconds and 19 MB, which every
+// Lambda function would otherwise pay at start, signing in or not.
+var dummyHash = sync.OnceValue(func() string {
+	h, err := password.Hash("no user has this password")
+	if err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	return h
+})
+
+// SignIn checks a user's e-mail address and password. Throttling attempts
+// is the caller's part (it knows the client's address).
+func (s *Service) SignIn(ctx context.Context, emailAddr, pw string) (tally.User, error) {
+	emailAddr = strings.ToLower(strings.TrimSpace(emailAddr))
+	hash := dummyHash()
+	u, err := tally.User{}, error(nil)
+	if emailAddr != "" && len(emailAddr) <= 254 && len(pw) <= 4*maxPasswordLen {
+		var rec userRecord
+		rec, err = getRecord[userRecord](ctx, s.store, userKey(emailAddr))
+		switch {
+		case err == nil:
+			u, hash = rec.User, rec.PasswordHash
+		case !errors.Is(err, store.ErrNotFound):
+			return tally.User{}, err
+		}
+	}
+	ok, verr := password.Verify(hash, pw)
+	if verr != nil {
+		return tally.User{}, verr
+	}
+	if !ok || u.ID == "" {
+		return tally.User{}, errSignIn
+	}
+	return u, nil
+}
+
+// SessionTTL is how long a dashboard session lasts after sign-in.
+const SessionTTL = 12 * time.Hour
+
+// Session is a signed-in user's server-side session. Only a hash of its
+// token is stored; the token itself lives in the user's cookie.
+type Session struct {
+	UserID    string     `json:"userId"`
+	BrandID   string     `json:"brandId"`
+	BrandName string     `json:"brandName"`
+	Email     string     `json:"email"`
+	CreatedAt tally.Time `json:"createdAt"`
+	ExpiresAt tally.Time `json:"expiresAt"`
+}
+
+// StartSession makes a session for u and returns its token.
+func (s *Service) StartSession(ctx context.Context, u tally.User) (string, Session, error) {
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", Session{}, err
+	}
+	token := base64.RawURLEncoding.EncodeToString(raw)
+	b, err := s.Brand(ctx, u.BrandID)
+	if err != nil {
+		return "", Session{}, err
+	}
+	now := s.Now()
+	sess := Session{UserID: u.ID, BrandID: u.BrandID, BrandName: b.Name, Email: u.Email, CreatedAt: tally.NewTime(now), ExpiresAt: tally.NewTime(now.Add(SessionTTL))}
+	err = s.transact(ctx, store.Put(store.Item{
+		Key:       sessionKey(hashSecret(token)),
+		Data:      mustJSON(sess),
+		ExpiresAt: sess.ExpiresAt.Unix(),
+	}, store.NotExists()))
+	return token, sess, err
+}
+
+// errNoSession answers a missing, unknown, expired or ended session.
+var errNoSession = tally.Errorf(tally.ECodeUnauthorized, "Sign in to continue.")
+
+// Session returns the live session of a token.
+func (s *Service) Session(ctx context.Context, token string) (Session, error) {
+	if token == "" || len(token) > 100 {
+		return Session{}, errNoSession
+	}
+	sess, err := getRecord[Session](ctx, s.store, sessionKey(hashSecret(token)))
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return Session{}, errNoSession
+	case err != nil:
+		return Session{}, err
+	case !s.Now().Before(sess.ExpiresAt.Time): // the TTL deletes it later, lazily
+		return Session{}, errNoSession
+	}
+	return sess, nil
+}
+
+// EndSession signs a session out; ending an unknown one is not an error.
+func (s *Service) EndSession(ctx context.Context, token string) error {
+	if token == "" || len(token) > 100 {
+		return nil
+	}
+	return s.transact(ctx, store.Delete(sessionKey(hashSecret(token))))
+}
