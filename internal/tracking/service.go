@@ -203,17 +203,27 @@ func (s *Service) Events(ctx context.Context, brandID string, p ListParams) ([]t
 	return list[tally.Event](ctx, s, parts, p, nil)
 }
 
+// conflictBudget is how long transact keeps retrying conflicts. Hundreds of
+// writers on one hot item (a cap counter, a rollup) need many rounds on a
+// busy table; a count of attempts ran out where time would not have.
+const conflictBudget = 5 * time.Second
+
 // transact runs ops, retrying transaction conflicts with jittered backoff:
 // they only mean another writer touched the same items at the same moment.
+// Conflicts that outlast the budget answer 409, for the client to retry.
 func (s *Service) transact(ctx context.Context, ops ...store.Op) error {
 	backoff := 5 * time.Millisecond
-	for attempt := 0; ; attempt++ {
+	start := time.Now()
+	for {
 		err := s.store.Transact(ctx, ops...)
 		if err == nil && s.onEvent != nil && slices.ContainsFunc(ops, isEvent) {
 			s.onEvent()
 		}
-		if !errors.Is(err, store.ErrConflict) || attempt == 12 {
+		if !errors.Is(err, store.ErrConflict) {
 			return err
+		}
+		if time.Since(start) > conflictBudget {
+			return fmt.Errorf("%w: %w", tally.Errorf(tally.ECodeConflict, "Other requests kept changing the same records; retry the request."), err)
 		}
 		if err := sleep(ctx, backoff/2+rand.N(backoff)); err != nil {
 			return err
