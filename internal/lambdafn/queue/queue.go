@@ -173,15 +173,19 @@ type Reconciler struct {
 	Backlog int
 	// Workers bounds the fan-outs a run makes at once.
 	Workers int
+	// Release bounds the parked deliveries a run releases (queues) when
+	// their endpoint's circuit closed (tracking.Service.Released).
+	Release int
 }
 
 // DefaultReconciler is the deployed reconciler's configuration (docs/aws.md).
-var DefaultReconciler = Reconciler{Grace: 10 * time.Minute, Limit: 2000, Backlog: 1000, Workers: 8}
+var DefaultReconciler = Reconciler{Grace: 10 * time.Minute, Limit: 2000, Backlog: 1000, Workers: 8, Release: 10000}
 
 // ReconcilerResult is what a run did.
 type ReconcilerResult struct {
 	Events     int  `json:"events"`     // events fanned out again
 	Deliveries int  `json:"deliveries"` // deliveries queued again
+	Released   int  `json:"released"`   // parked deliveries queued: their endpoint's circuit closed
 	Backlog    int  `json:"backlog"`    // visible messages in the delivery queue
 	Deferred   bool `json:"deferred"`   // deliveries were left for a later run: the queue has a backlog
 }
@@ -202,24 +206,31 @@ func (r Reconciler) Handler(svc *tracking.Service, q ReconcileQueue, queueURL st
 		if failed > 0 {
 			errs = append(errs, fmt.Errorf("%d of %d events could not be fanned out", failed, len(evts)))
 		}
-		if len(refs) > 0 {
-			res.Backlog, err = backlog(ctx, q, queueURL)
-			switch {
-			case err != nil:
+		res.Backlog, err = backlog(ctx, q, queueURL)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case res.Backlog >= r.Backlog:
+			res.Deferred = true
+			log.Warn("the delivery queue has a backlog: overdue and parked deliveries are left for a later run", "backlog", res.Backlog, "overdue", len(refs))
+		default:
+			refs = refs[:min(len(refs), r.Backlog-res.Backlog)]
+			if err := sendRefs(ctx, q, queueURL, refs); err != nil {
 				errs = append(errs, err)
-			case res.Backlog >= r.Backlog:
-				res.Deferred = true
-				log.Warn("the delivery queue has a backlog: overdue deliveries are left for a later run", "backlog", res.Backlog, "overdue", len(refs))
-			default:
-				refs = refs[:min(len(refs), r.Backlog-res.Backlog)]
-				if err := sendRefs(ctx, q, queueURL, refs); err != nil {
-					errs = append(errs, err)
-				} else {
-					res.Deliveries = len(refs)
-				}
+			} else {
+				res.Deliveries = len(refs)
+			}
+			released, err := svc.Released(ctx, r.Release)
+			if err == nil {
+				err = sendRefs(ctx, q, queueURL, released)
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("release parked deliveries: %w", err))
+			} else {
+				res.Released = len(released)
 			}
 		}
-		log.Info("reconciled", "events", res.Events, "deliveries", res.Deliveries, "backlog", res.Backlog, "deferred", res.Deferred)
+		log.Info("reconciled", "events", res.Events, "deliveries", res.Deliveries, "released", res.Released, "backlog", res.Backlog, "deferred", res.Deferred)
 		return res, errors.Join(errs...)
 	}
 }

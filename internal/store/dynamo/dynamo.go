@@ -44,6 +44,11 @@ func New(api API, table string) *Store {
 	return &Store{api: api, table: table}
 }
 
+var _ store.WritesApart = (*Store)(nil)
+
+// WritesApart says that a transaction costs more than its writes made apart.
+func (s *Store) WritesApart() {}
+
 // Close does nothing: the client owns no resources that need releasing.
 func (s *Store) Close() error { return nil }
 

@@ -1,0 +1,109 @@
+package sfntest_test
+
+import (
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/sfntest"
+	"github.com/tally-hq/tally/internal/sqstest"
+	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/webhook"
+)
+
+// While an endpoint is down, its deliveries do not each start a retry
+// execution: after the first failures one delivery probes the endpoint and
+// the others are parked; when it is back, the reconciler releases them and
+// every delivery is made. DynamoDB Local, fauxqs and local-sfn, with 2 s
+// waits so that the executions outlive the outage.
+func TestBreakerParksDeliveriesOfADownEndpoint(t *testing.T) {
+	t.Parallel()
+	sfntest.Find(t)
+	const n = 30
+	var up atomic.Bool
+	p := &pipeline{fixture: newFixtureWaiting(t, 2*time.Second), sqs: sqstest.NewClient(sqstest.Endpoint(t)), send: sqstest.NewSender(sqstest.Endpoint(t))}
+	p.queue, p.dlq = sqstest.NewQueueWithDLQ(t, p.sqs, 180*time.Second, 5)
+	p.rcv = newReceiver(t, func(int) int {
+		if up.Load() {
+			return http.StatusOK
+		}
+		return http.StatusServiceUnavailable
+	})
+	p.subscribe(t, p.rcv.URL, secret, tally.EventConversionCreated)
+	for range n {
+		p.event(t)
+	}
+	if out := p.fanout(t, p.send, p.streamBatch(t)); len(out.BatchItemFailures) > 0 {
+		t.Fatalf("fanout: %+v", out.BatchItemFailures)
+	}
+	if got := p.deliverAll(t); got != n {
+		t.Fatalf("the deliver function took %d messages, want %d", got, n)
+	}
+	// The first batch of 10 is attempted at once, while the endpoint still
+	// looks healthy: each of those runs its own schedule; then one probe.
+	started := p.workflow.Names()
+	if len(started) > 11 {
+		t.Errorf("%d deliveries to a down endpoint started %d executions, want at most 11", n, len(started))
+	}
+	ds := p.allDeliveries(t)
+	parked := 0
+	for _, d := range ds {
+		if d.Status == tally.DeliveryPending && len(d.Attempts) == 0 {
+			parked++
+		}
+	}
+	if parked < n-11 {
+		t.Errorf("%d deliveries wait without an attempt, want at least %d", parked, n-11)
+	}
+
+	up.Store(true)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		p.reconcile(t)
+		p.deliverAll(t)
+		ds = p.allDeliveries(t)
+		done := 0
+		for _, d := range ds {
+			if d.Status == tally.DeliverySucceeded {
+				done++
+			}
+		}
+		if done == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d deliveries succeeded after the endpoint came back: %+v", done, n, ds)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Each delivery reached the receiver with a 2xx once.
+	ok := map[string]int{}
+	for _, r := range p.rcv.requests() {
+		if r.status == http.StatusOK {
+			ok[r.header.Get(webhook.WebhookIDHeader)]++
+		}
+	}
+	for _, d := range ds {
+		if ok[d.ID] != 1 {
+			t.Errorf("delivery %s was accepted %d times, want once", d.ID, ok[d.ID])
+		}
+	}
+	if res := p.reconcile(t); res.Released != 0 || res.Deliveries != 0 {
+		t.Errorf("a further reconciler run did %+v, want nothing", res)
+	}
+	if len(p.workflow.Names()) > 12 {
+		t.Errorf("%d executions in all, want at most 12 (the first batch, a probe, perhaps a second probe)", len(p.workflow.Names()))
+	}
+}
+
+// allDeliveries is every delivery of the brand.
+func (p *pipeline) allDeliveries(t *testing.T) []tally.Delivery {
+	t.Helper()
+	ds, _, err := p.svc.Deliveries(t.Context(), p.brand.ID, tracking.DeliveryFilter{}, tracking.ListParams{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ds
+}

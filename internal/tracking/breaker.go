@@ -1,0 +1,214 @@
+package tracking
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/store"
+)
+
+// The circuit breaker of a transport that runs one retry schedule per
+// delivery (on AWS, a Step Functions execution each): while an endpoint is
+// failing (breakerFailures attempts in a row failed), one delivery probes it on its
+// schedule and the endpoint's other new deliveries wait, parked, instead of
+// each running a schedule of its own against an endpoint known to be down.
+//
+//	probe   the endpoint's attr: the delivery probing it while it fails
+//	parked  a pending delivery with no attempt that waits for its endpoint;
+//	        its gsi3 key is the endpoint's wait list (parkedPK), not the
+//	        due queue, so nothing attempts it until it is released
+//	breaker one item per endpoint that ever had a probe (breakerKey), in
+//	        gsi3 under breakerPK: where Released looks for wait lists
+//
+// Released, called by the transport on a schedule (the reconciler on AWS),
+// lets parked deliveries go once the probe is decided: all of them when the
+// endpoint recovered (or was disabled, or deleted: their attempt decides
+// them without a request), the oldest one when the probe failed and the
+// endpoint is still failing; that one becomes the next probe.
+
+// breakerFailures is how many consecutive failed attempts open an
+// endpoint's circuit: a receiver that fails now and then keeps every
+// delivery on its own schedule.
+const breakerFailures = 3
+
+// breakerPK is the gsi3 partition of the breaker items: written once per
+// probe, read by each reconciler run.
+const breakerPK = "BREAKER"
+
+func breakerKey(brandID, endpointID string) store.Key {
+	return store.Key{PK: brandPK(brandID), SK: "BRK#" + endpointID}
+}
+
+// parkedPK is an endpoint's wait list in gsi3, sharded by delivery so that
+// a flood of deliveries to one endpoint spreads its writes.
+func parkedPK(brandID, endpointID string, shard int) string {
+	return "WAIT#" + brandID + "#" + endpointID + "#" + strconv.Itoa(shard)
+}
+
+// breakerRecord is the breaker item: which endpoint.
+type breakerRecord struct {
+	BrandID    string `json:"brandId"`
+	Type       string `json:"type"`
+	EndpointID string `json:"endpointId"`
+}
+
+// FirstAttempt is Attempt's attempt 1 behind the circuit breaker. When the
+// delivery's endpoint is failing and another delivery probes it, the
+// delivery is parked instead (the result says Parked: start no schedule);
+// when it is failing and nobody probes it, this delivery becomes the probe.
+// A disabled endpoint gets nothing: the delivery fails without a request.
+func (s *Service) FirstAttempt(ctx context.Context, ref DeliveryRef, sender Sender) (AttemptResult, error) {
+	rec, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(ref.BrandID, ref.DeliveryID))
+	if err != nil {
+		return AttemptResult{}, notFound(err, "delivery", ref.DeliveryID)
+	}
+	if rec.Status != tally.DeliveryPending || len(rec.Attempts) > rec.CycleStart {
+		return s.resultOf(rec), nil
+	}
+	for {
+		ep, err := s.store.Get(ctx, rec.endpointKey())
+		if errors.Is(err, store.ErrNotFound) {
+			return s.recordAttempt(ctx, rec, nil, nil) // nowhere to send
+		}
+		if err != nil {
+			return AttemptResult{}, err
+		}
+		h := healthOf(ep)
+		if h.status == tally.EndpointDisabled {
+			return s.recordAttempt(ctx, rec, nil, nil)
+		}
+		if probe := ep.Attrs["probe"]; h.fails >= breakerFailures && probe != rec.ID {
+			if probe != "" {
+				live, err := s.pendingDelivery(ctx, rec.BrandID, probe)
+				if err != nil {
+					return AttemptResult{}, err
+				}
+				if live {
+					return s.park(ctx, rec)
+				}
+			}
+			err = s.claimProbe(ctx, rec, ep)
+			if _, changed := store.FailedOp(err); changed {
+				continue // the endpoint changed meanwhile: decide again
+			}
+			if err != nil {
+				return AttemptResult{}, err
+			}
+			if ep, err = s.store.Get(ctx, rec.endpointKey()); err != nil {
+				return AttemptResult{}, err
+			}
+		}
+		// Healthy, or a failure or two (no circuit yet), or this is the probe.
+		return s.send(ctx, rec, ep, sender)
+	}
+}
+
+func (s *Service) pendingDelivery(ctx context.Context, brandID, id string) (bool, error) {
+	it, err := s.store.Get(ctx, deliveryKey(brandID, id))
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil && it.Attrs["status"] == tally.DeliveryPending, err
+}
+
+// claimProbe makes rec the probe of its endpoint, read as ep, and makes sure
+// the endpoint's breaker item exists (refreshing its expiry).
+func (s *Service) claimProbe(ctx context.Context, rec deliveryRecord, ep store.Item) error {
+	// The breaker item first: a delivery parks only behind a probe, so
+	// whatever parks can be found.
+	brk := store.Item{
+		Key:       breakerKey(rec.BrandID, rec.endpointID()),
+		GSI3:      store.IndexKey{PK: breakerPK, SK: rec.BrandID + "#" + rec.endpointID()},
+		Data:      mustJSON(breakerRecord{BrandID: rec.BrandID, Type: rec.Type, EndpointID: rec.endpointID()}),
+		ExpiresAt: s.Now().Add(s.deliveryRetention + 24*time.Hour).Unix(),
+	}
+	if err := s.transact(ctx, store.Put(brk)); err != nil {
+		return err
+	}
+	claim := store.Op{Kind: store.OpUpdate, Key: ep.Key, Set: map[string]string{"probe": rec.ID}, Add: map[string]int64{"rev": 1},
+		Conds: []store.Cond{store.Exists(), store.NumEquals("rev", healthOf(ep).rev)}}
+	return s.transact(ctx, claim)
+}
+
+// park puts a delivery on its endpoint's wait list.
+func (s *Service) park(ctx context.Context, rec deliveryRecord) (AttemptResult, error) {
+	rec.Parked, rec.NextAttemptAt, rec.UpdatedAt = true, nil, tally.NewTime(s.Now())
+	err := s.transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.AttrEquals("status", tally.DeliveryPending), store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts)))))
+	if _, changed := store.FailedOp(err); changed {
+		current, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(rec.BrandID, rec.ID))
+		return s.resultOf(current), err
+	}
+	if err != nil {
+		return AttemptResult{}, err
+	}
+	res := s.resultOf(rec)
+	res.Parked = true
+	return res, nil
+}
+
+// Released returns the parked deliveries that may go now (see above), at
+// most limit, for the transport to queue as new deliveries: FirstAttempt
+// then attempts them, or parks them again. A delivery stays on its wait
+// list until it is attempted, so one queued but not yet attempted is
+// released again by the next call; attempts are idempotent.
+func (s *Service) Released(ctx context.Context, limit int) ([]DeliveryRef, error) {
+	var out []DeliveryRef
+	var cursor string
+	for len(out) < limit {
+		page, err := s.store.Query(ctx, store.Query{Index: store.GSI3, PK: breakerPK, Cursor: cursor, Limit: maxScan})
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range page.Items {
+			var brk breakerRecord
+			if err := decode(it, &brk); err != nil {
+				return nil, err
+			}
+			refs, err := s.releasedFrom(ctx, brk, limit-len(out))
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, refs...)
+			if len(out) >= limit {
+				return out, nil
+			}
+		}
+		if cursor = page.Cursor; cursor == "" {
+			break
+		}
+	}
+	return out, nil
+}
+
+// releasedFrom is Released for one endpoint.
+func (s *Service) releasedFrom(ctx context.Context, brk breakerRecord, limit int) ([]DeliveryRef, error) {
+	key := subscriptionKey(brk.BrandID, brk.EndpointID)
+	if brk.Type == tally.DeliveryPostback {
+		key = postbackKey(brk.BrandID, brk.EndpointID)
+	}
+	ep, err := s.store.Get(ctx, key)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		// Deleted: each attempt fails its delivery.
+	case err != nil:
+		return nil, err
+	default:
+		h := healthOf(ep)
+		if h.status != tally.EndpointDisabled && h.fails >= breakerFailures {
+			if probe := ep.Attrs["probe"]; probe != "" {
+				live, err := s.pendingDelivery(ctx, brk.BrandID, probe)
+				if err != nil || live {
+					return nil, err // the probe is under way
+				}
+			}
+			limit = 1 // failing, nobody probes: the oldest is the next probe
+		}
+	}
+	return oldestFirst(ctx, s.store, func(shard int) string { return parkedPK(brk.BrandID, brk.EndpointID, shard) }, "", limit,
+		func(it store.Item) (DeliveryRef, error) {
+			return DeliveryRef{BrandID: brk.BrandID, DeliveryID: it.Key.SK}, nil
+		})
+}
