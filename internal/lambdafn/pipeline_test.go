@@ -663,7 +663,8 @@ func init() {
 }
 
 // TestFanoutChunks checks that an event with 23 deliveries is queued in
-// batches of at most 10 (SendMessageBatch's limit): 10, 10, 3.
+// batches of at most 10 (SendMessageBatch's limit): 10, 10, 3, each message
+// in its brand's message group.
 func TestFanoutChunks(t *testing.T) {
 	sample := samples(t)["fanout-stream"]
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
@@ -679,6 +680,12 @@ func TestFanoutChunks(t *testing.T) {
 		var sizes []int
 		for _, in := range f.deliveryQueue(t).sendCalls() {
 			sizes = append(sizes, len(in.Entries))
+			// The brand is each message's group (fair queues).
+			for _, e := range in.Entries {
+				if e.MessageGroupID != f.brand.ID {
+					t.Errorf("message %s in group %q, want the brand %s", e.ID, e.MessageGroupID, f.brand.ID)
+				}
+			}
 		}
 		if !slices.Equal(sizes, []int{10, 10, 3}) {
 			t.Errorf("batch sizes %v, want [10 10 3]", sizes)

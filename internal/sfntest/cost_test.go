@@ -18,6 +18,7 @@ import (
 	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/lambdafn/deliver"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
+	"github.com/tally-hq/tally/internal/sqsjson"
 	"github.com/tally-hq/tally/internal/sqstest"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/store/dynamo"
@@ -96,11 +97,11 @@ type countingQueue struct {
 	calls int
 }
 
-func (q *countingQueue) SendBatch(ctx context.Context, url string, bodies []string) error {
+func (q *countingQueue) SendBatch(ctx context.Context, url string, msgs []sqsjson.Message) error {
 	q.mu.Lock()
 	q.calls++
 	q.mu.Unlock()
-	return q.Queue.SendBatch(ctx, url, bodies)
+	return q.Queue.SendBatch(ctx, url, msgs)
 }
 
 func (q *countingQueue) take() int {

@@ -63,7 +63,7 @@ func newClient(log *slog.Logger) *sqsjson.Client {
 type Queue interface {
 	// SendBatch queues 1 to sqsjson.MaxBatch messages in one
 	// SendMessageBatch call.
-	SendBatch(ctx context.Context, queueURL string, bodies []string) error
+	SendBatch(ctx context.Context, queueURL string, msgs []sqsjson.Message) error
 }
 
 // FanoutHandler handles a DynamoDB Streams batch: for each new event item it
@@ -116,12 +116,15 @@ func sendRefs(ctx context.Context, q Queue, queueURL string, refs []tracking.Del
 	for len(refs) > 0 {
 		chunk := refs[:min(sqsjson.MaxBatch, len(refs))]
 		refs = refs[len(chunk):]
-		bodies := make([]string, len(chunk))
+		msgs := make([]sqsjson.Message, len(chunk))
 		for i, ref := range chunk {
 			body, _ := json.Marshal(ref) // two strings always marshal
-			bodies[i] = string(body)
+			// The brand is the message group: with the queue a fair
+			// queue, one brand's backlog or slow receivers do not hold
+			// up the others' deliveries (docs/aws.md, "Fair delivery").
+			msgs[i] = sqsjson.Message{Body: string(body), Group: ref.BrandID}
 		}
-		if err := q.SendBatch(ctx, queueURL, bodies); err != nil {
+		if err := q.SendBatch(ctx, queueURL, msgs); err != nil {
 			return fmt.Errorf("queue deliveries: %w", err)
 		}
 	}
