@@ -303,7 +303,7 @@ func conversionItem(c tally.Conversion) store.Item {
 		Data:  mustJSON(c),
 	}
 	if c.Status == tally.ConversionPending && c.ApproveAt != nil {
-		it.GSI3 = store.IndexKey{PK: holdQueuePK(shard), SK: holdQueueSK(c.ApproveAt.Time, c.ID)}
+		it.GSI3 = store.IndexKey{PK: holdQueuePK(queueShardOf(c.ID)), SK: holdQueueSK(c.ApproveAt.Time, c.ID)}
 	}
 	return it
 }
@@ -523,7 +523,7 @@ func (s *Service) decideConversion(ctx context.Context, brandID, conversionID, t
 func (s *Service) ApproveDue(ctx context.Context) (int, error) {
 	upTo := holdQueueUpTo(s.Now())
 	approved := 0
-	for shard := range shards {
+	for shard := range queueShards {
 		q := store.Query{Index: store.GSI3, PK: holdQueuePK(shard), SKTo: upTo, Limit: 100}
 		for {
 			page, err := s.store.Query(ctx, q)

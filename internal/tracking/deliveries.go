@@ -80,9 +80,9 @@ func deliveryItem(rec deliveryRecord, keep time.Duration) store.Item {
 	switch {
 	case rec.Status != tally.DeliveryPending:
 	case rec.Parked:
-		it.GSI3 = store.IndexKey{PK: parkedPK(rec.BrandID, rec.endpointID(), shard), SK: rec.ID}
+		it.GSI3 = store.IndexKey{PK: parkedPK(rec.BrandID, rec.endpointID(), queueShardOf(rec.ID)), SK: rec.ID}
 	case rec.NextAttemptAt != nil:
-		it.GSI3 = store.IndexKey{PK: dueQueuePK(shard), SK: dueQueueSK(rec.NextAttemptAt.Time, rec.ID)}
+		it.GSI3 = store.IndexKey{PK: dueQueuePK(queueShardOf(rec.ID)), SK: dueQueueSK(rec.NextAttemptAt.Time, rec.ID)}
 	}
 	return it
 }

@@ -187,7 +187,7 @@ func (s *Service) newEvent(brandID, name string, data any, at time.Time) (store.
 	return store.Put(store.Item{
 		Key:       eventKey(evt.ID),
 		GSI1:      store.IndexKey{PK: eventsByBrand(brandID, shardOf(evt.ID)), SK: evt.ID},
-		GSI3:      store.IndexKey{PK: outboxPK(shardOf(evt.ID)), SK: evt.ID},
+		GSI3:      store.IndexKey{PK: outboxPK(queueShardOf(evt.ID)), SK: evt.ID},
 		Attrs:     map[string]string{"type": name, "brandId": brandID},
 		Data:      body,
 		ExpiresAt: at.Add(max(eventRetention, s.deliveryRetention)).Unix(), // deliveries read their envelope from it
