@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -66,25 +68,57 @@ type Queue interface {
 	SendBatch(ctx context.Context, queueURL string, msgs []sqsjson.Message) error
 }
 
+// fanoutWorkers bounds the records of a stream batch fanned out at once.
+const fanoutWorkers = 10
+
 // FanoutHandler handles a DynamoDB Streams batch: for each new event item it
-// makes the event's deliveries and queues one message per pending delivery.
+// makes the event's deliveries, fanoutWorkers records at a time, then
+// queues one message per pending delivery, the batch's messages together
+// in batches of 10 (a message per event would cost an SQS request each).
 // The event source mapping's filter lets only event inserts through; other
-// records are skipped all the same. A record that fails is reported (partial
-// batch response) and the rest of the batch is left for the retry, which
-// starts at that record: repeating a fan-out creates nothing twice.
+// records are skipped all the same. The first record that fails (its
+// fan-out, or queueing one of its deliveries) is reported (partial batch
+// response), and the retry starts at it: repeating a fan-out creates
+// nothing twice and queues its pending deliveries again.
 func FanoutHandler(svc *tracking.Service, q Queue, queueURL string, log *slog.Logger) func(context.Context, events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
 	return func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
-		var resp events.DynamoDBEventResponse
-		for _, rec := range ev.Records {
+		refs := make([][]tracking.DeliveryRef, len(ev.Records))
+		errs := make([]error, len(ev.Records))
+		var wg sync.WaitGroup
+		slots := make(chan struct{}, fanoutWorkers)
+		for i, rec := range ev.Records {
 			eventID, ok := insertedEvent(rec)
 			if !ok {
 				continue
 			}
-			if err := fanOut(ctx, svc, q, queueURL, eventID); err != nil {
-				log.Error("fan-out failed", "eventId", eventID, "err", err.Error())
-				resp.BatchItemFailures = append(resp.BatchItemFailures, events.DynamoDBBatchItemFailure{ItemIdentifier: rec.Change.SequenceNumber})
-				return resp, nil
+			wg.Go(func() {
+				slots <- struct{}{}
+				defer func() { <-slots }()
+				if refs[i], errs[i] = svc.FanOut(ctx, eventID); errs[i] != nil {
+					log.Error("fan-out failed", "eventId", eventID, "err", errs[i].Error())
+				}
+			})
+		}
+		wg.Wait()
+		failed := slices.IndexFunc(errs, func(err error) bool { return err != nil })
+		if failed < 0 {
+			failed = len(ev.Records)
+		}
+		var all []tracking.DeliveryRef
+		var owner []int // the record of each of all
+		for i := range failed {
+			all = append(all, refs[i]...)
+			for range refs[i] {
+				owner = append(owner, i)
 			}
+		}
+		if n, err := sendRefs(ctx, q, queueURL, all); err != nil {
+			log.Error("queueing deliveries failed", "deliveryId", all[n].DeliveryID, "err", err.Error())
+			failed = owner[n]
+		}
+		var resp events.DynamoDBEventResponse
+		if failed < len(ev.Records) {
+			resp.BatchItemFailures = []events.DynamoDBBatchItemFailure{{ItemIdentifier: ev.Records[failed].Change.SequenceNumber}}
 		}
 		return resp, nil
 	}
@@ -108,14 +142,15 @@ func fanOut(ctx context.Context, svc *tracking.Service, q Queue, queueURL, event
 	if err != nil {
 		return err
 	}
-	return sendRefs(ctx, q, queueURL, refs)
+	_, err = sendRefs(ctx, q, queueURL, refs)
+	return err
 }
 
-// sendRefs queues one delivery message per ref, in batches.
-func sendRefs(ctx context.Context, q Queue, queueURL string, refs []tracking.DeliveryRef) error {
-	for len(refs) > 0 {
-		chunk := refs[:min(sqsjson.MaxBatch, len(refs))]
-		refs = refs[len(chunk):]
+// sendRefs queues one delivery message per ref, in batches. On an error it
+// returns the index of the first ref it cannot say was queued.
+func sendRefs(ctx context.Context, q Queue, queueURL string, refs []tracking.DeliveryRef) (int, error) {
+	for start := 0; start < len(refs); start += sqsjson.MaxBatch {
+		chunk := refs[start:min(start+sqsjson.MaxBatch, len(refs))]
 		msgs := make([]sqsjson.Message, len(chunk))
 		for i, ref := range chunk {
 			body, _ := json.Marshal(ref) // two strings always marshal
@@ -125,17 +160,27 @@ func sendRefs(ctx context.Context, q Queue, queueURL string, refs []tracking.Del
 			msgs[i] = sqsjson.Message{Body: string(body), Group: ref.BrandID}
 		}
 		if err := q.SendBatch(ctx, queueURL, msgs); err != nil {
-			return fmt.Errorf("queue deliveries: %w", err)
+			first := 0
+			var refused *sqsjson.Refused
+			if errors.As(err, &refused) {
+				first = len(chunk)
+				for _, f := range refused.Failed {
+					if i, convErr := strconv.Atoi(f.ID); convErr == nil {
+						first = min(first, i)
+					}
+				}
+			}
+			return start + min(first, len(chunk)-1), fmt.Errorf("queue deliveries: %w", err)
 		}
 	}
-	return nil
+	return len(refs), nil
 }
 
 // Requeue returns the tracking.WithRequeue hook that queues a manually
 // retried delivery.
 func Requeue(q Queue, queueURL string) func(context.Context, tracking.DeliveryRef) error {
 	return func(ctx context.Context, ref tracking.DeliveryRef) error {
-		if err := sendRefs(ctx, q, queueURL, []tracking.DeliveryRef{ref}); err != nil {
+		if _, err := sendRefs(ctx, q, queueURL, []tracking.DeliveryRef{ref}); err != nil {
 			return fmt.Errorf("queue the retried delivery: %w", err)
 		}
 		return nil
@@ -218,14 +263,14 @@ func (r Reconciler) Handler(svc *tracking.Service, q ReconcileQueue, queueURL st
 			log.Warn("the delivery queue has a backlog: overdue and parked deliveries are left for a later run", "backlog", res.Backlog, "overdue", len(refs))
 		default:
 			refs = refs[:min(len(refs), r.Backlog-res.Backlog)]
-			if err := sendRefs(ctx, q, queueURL, refs); err != nil {
+			if _, err := sendRefs(ctx, q, queueURL, refs); err != nil {
 				errs = append(errs, err)
 			} else {
 				res.Deliveries = len(refs)
 			}
 			released, err := svc.Released(ctx, r.Release)
 			if err == nil {
-				err = sendRefs(ctx, q, queueURL, released)
+				_, err = sendRefs(ctx, q, queueURL, released)
 			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("release parked deliveries: %w", err))
