@@ -98,6 +98,46 @@ func TestBreakerParksDeliveriesOfADownEndpoint(t *testing.T) {
 	}
 }
 
+// An endpoint that stays down: the probe fails its whole schedule, and the
+// deliveries that waited behind it all along are failed by the reconciler,
+// as their own schedules would have failed them, without a request each.
+// Nothing stays pending.
+func TestBreakerFailsWhatWaitedOutAFailedProbe(t *testing.T) {
+	t.Parallel()
+	sfntest.Find(t)
+	const n = 30
+	p := newPipeline(t, 180*time.Second, func(int) int { return http.StatusServiceUnavailable })
+	for range n {
+		p.event(t)
+	}
+	if out := p.fanout(t, p.send, p.streamBatch(t)); len(out.BatchItemFailures) > 0 {
+		t.Fatalf("fanout: %+v", out.BatchItemFailures)
+	}
+	p.deliverAll(t)
+	started := p.workflow.Names()
+	if len(started) > 11 {
+		t.Errorf("%d deliveries to a down endpoint started %d executions, want at most 11", n, len(started))
+	}
+	for _, name := range started {
+		if res := p.workflow.Wait(t, name); res.Status != sfntest.StatusSucceeded {
+			t.Fatalf("execution %s ended %v", name, res)
+		}
+	}
+	res := p.reconcile(t)
+	if res.Failed != n-len(started) {
+		t.Errorf("the reconciler failed %d parked deliveries, want %d (every one but those with executions)", res.Failed, n-len(started))
+	}
+	p.deliverAll(t)
+	for _, d := range p.allDeliveries(t) {
+		if d.Status != tally.DeliveryFailed {
+			t.Errorf("delivery %s is %s with %d attempts, want failed", d.ID, d.Status, len(d.Attempts))
+		}
+	}
+	if got, most := len(p.rcv.requests()), len(started)*tracking.MaxAttempts; got > most {
+		t.Errorf("the receiver got %d requests, want at most %d (the executions' attempts)", got, most)
+	}
+}
+
 // allDeliveries is every delivery of the brand.
 func (p *pipeline) allDeliveries(t *testing.T) []tally.Delivery {
 	t.Helper()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/store"
 )
 
@@ -26,8 +27,13 @@ import (
 // Released, called by the transport on a schedule (the reconciler on AWS),
 // lets parked deliveries go once the probe is decided: all of them when the
 // endpoint recovered (or was disabled, or deleted: their attempt decides
-// them without a request), the oldest one when the probe failed and the
-// endpoint is still failing; that one becomes the next probe.
+// them without a request). When the probe failed its whole schedule and the
+// endpoint is still failing, the deliveries that were waiting when the
+// probe started are failed (the endpoint failed every attempt of a
+// schedule as long as theirs while they waited), and the oldest of the rest
+// is let go to become the next probe. So a delivery is decided within about
+// two schedules, as the retry schedule's 6 attempts would, with one
+// execution per endpoint instead of one per delivery.
 
 // breakerFailures is how many consecutive failed attempts open an
 // endpoint's circuit: a receiver that fails now and then keeps every
@@ -153,38 +159,42 @@ func (s *Service) park(ctx context.Context, rec deliveryRecord) (AttemptResult, 
 // most limit, for the transport to queue as new deliveries: FirstAttempt
 // then attempts them, or parks them again. A delivery stays on its wait
 // list until it is attempted, so one queued but not yet attempted is
-// released again by the next call; attempts are idempotent.
-func (s *Service) Released(ctx context.Context, limit int) ([]DeliveryRef, error) {
-	var out []DeliveryRef
+// released again by the next call; attempts are idempotent. It fails the
+// deliveries that waited out a probe's failed schedule itself (at most
+// limit too) and says how many.
+func (s *Service) Released(ctx context.Context, limit int) (refs []DeliveryRef, failed int, err error) {
 	var cursor string
-	for len(out) < limit {
+	for len(refs) < limit && failed < limit {
 		page, err := s.store.Query(ctx, store.Query{Index: store.GSI3, PK: breakerPK, Cursor: cursor, Limit: maxScan})
 		if err != nil {
-			return nil, err
+			return refs, failed, err
 		}
 		for _, it := range page.Items {
 			var brk breakerRecord
 			if err := decode(it, &brk); err != nil {
-				return nil, err
+				return refs, failed, err
 			}
-			refs, err := s.releasedFrom(ctx, brk, limit-len(out))
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, refs...)
-			if len(out) >= limit {
-				return out, nil
+			next, n, err := s.releasedFrom(ctx, brk, min(limit-len(refs), limit-failed))
+			refs, failed = append(refs, next...), failed+n
+			if err != nil || len(refs) >= limit || failed >= limit {
+				return refs, failed, err
 			}
 		}
 		if cursor = page.Cursor; cursor == "" {
 			break
 		}
 	}
-	return out, nil
+	return refs, failed, nil
 }
 
 // releasedFrom is Released for one endpoint.
-func (s *Service) releasedFrom(ctx context.Context, brk breakerRecord, limit int) ([]DeliveryRef, error) {
+func (s *Service) releasedFrom(ctx context.Context, brk breakerRecord, limit int) ([]DeliveryRef, int, error) {
+	parked := func(upTo string, limit int) ([]DeliveryRef, error) {
+		return oldestFirst(ctx, s.store, func(shard int) string { return parkedPK(brk.BrandID, brk.EndpointID, shard) }, upTo, limit,
+			func(it store.Item) (DeliveryRef, error) {
+				return DeliveryRef{BrandID: brk.BrandID, DeliveryID: it.Key.SK}, nil
+			})
+	}
 	key := subscriptionKey(brk.BrandID, brk.EndpointID)
 	if brk.Type == tally.DeliveryPostback {
 		key = postbackKey(brk.BrandID, brk.EndpointID)
@@ -194,21 +204,38 @@ func (s *Service) releasedFrom(ctx context.Context, brk breakerRecord, limit int
 	case errors.Is(err, store.ErrNotFound):
 		// Deleted: each attempt fails its delivery.
 	case err != nil:
-		return nil, err
+		return nil, 0, err
 	default:
 		h := healthOf(ep)
-		if h.status != tally.EndpointDisabled && h.fails >= breakerFailures {
-			if probe := ep.Attrs["probe"]; probe != "" {
-				live, err := s.pendingDelivery(ctx, brk.BrandID, probe)
-				if err != nil || live {
-					return nil, err // the probe is under way
+		if h.status == tally.EndpointDisabled || h.fails < breakerFailures {
+			break // all go
+		}
+		failed := 0
+		if probe := ep.Attrs["probe"]; probe != "" {
+			rec, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(brk.BrandID, probe))
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+			case err != nil:
+				return nil, 0, err
+			case rec.Status == tally.DeliveryPending:
+				return nil, 0, nil // the probe is under way
+			case rec.Status == tally.DeliveryFailed && len(rec.Attempts)-rec.CycleStart >= MaxAttempts:
+				waited, err := parked(ids.Ceil("wh_", rec.Attempts[rec.CycleStart].At.Time), limit)
+				if err != nil {
+					return nil, 0, err
+				}
+				for _, ref := range waited {
+					if _, err := s.AbandonDelivery(ctx, ref); err != nil {
+						return nil, failed, err
+					}
+					failed++
 				}
 			}
-			limit = 1 // failing, nobody probes: the oldest is the next probe
 		}
+		// Failing, nobody probes: the oldest is the next probe.
+		next, err := parked("", 1)
+		return next, failed, err
 	}
-	return oldestFirst(ctx, s.store, func(shard int) string { return parkedPK(brk.BrandID, brk.EndpointID, shard) }, "", limit,
-		func(it store.Item) (DeliveryRef, error) {
-			return DeliveryRef{BrandID: brk.BrandID, DeliveryID: it.Key.SK}, nil
-		})
+	refs, err := parked("", limit)
+	return refs, 0, err
 }

@@ -233,7 +233,8 @@ var DefaultReconciler = Reconciler{Grace: 10 * time.Minute, Limit: 2000, Backlog
 type ReconcilerResult struct {
 	Events     int  `json:"events"`     // events fanned out again
 	Deliveries int  `json:"deliveries"` // deliveries queued again
-	Released   int  `json:"released"`   // parked deliveries queued: their endpoint's circuit closed
+	Released   int  `json:"released"`   // parked deliveries queued: their endpoint's circuit closed, or the next probe
+	Failed     int  `json:"failed"`     // parked deliveries failed: they waited out a probe's failed schedule
 	Backlog    int  `json:"backlog"`    // visible messages in the delivery queue
 	Deferred   bool `json:"deferred"`   // deliveries were left for a later run: the queue has a backlog
 }
@@ -268,7 +269,8 @@ func (r Reconciler) Handler(svc *tracking.Service, q ReconcileQueue, queueURL st
 			} else {
 				res.Deliveries = len(refs)
 			}
-			released, err := svc.Released(ctx, r.Release)
+			released, failed, err := svc.Released(ctx, r.Release)
+			res.Failed = failed
 			if err == nil {
 				_, err = sendRefs(ctx, q, queueURL, released)
 			}
@@ -278,7 +280,7 @@ func (r Reconciler) Handler(svc *tracking.Service, q ReconcileQueue, queueURL st
 				res.Released = len(released)
 			}
 		}
-		log.Info("reconciled", "events", res.Events, "deliveries", res.Deliveries, "released", res.Released, "backlog", res.Backlog, "deferred", res.Deferred)
+		log.Info("reconciled", "events", res.Events, "deliveries", res.Deliveries, "released", res.Released, "failed", res.Failed, "backlog", res.Backlog, "deferred", res.Deferred)
 		return res, errors.Join(errs...)
 	}
 }
