@@ -1,6 +1,7 @@
 package sfntest_test
 
 import (
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -8,7 +9,6 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/sfntest"
-	"github.com/tally-hq/tally/internal/sqstest"
 	"github.com/tally-hq/tally/internal/tracking"
 	"github.com/tally-hq/tally/webhook"
 )
@@ -23,18 +23,13 @@ func TestBreakerParksDeliveriesOfADownEndpoint(t *testing.T) {
 	sfntest.Find(t)
 	const n = 30
 	var up atomic.Bool
-	p := &pipeline{fixture: newFixtureWaiting(t, 2*time.Second), sqs: sqstest.NewClient(sqstest.Endpoint(t)), send: sqstest.NewSender(sqstest.Endpoint(t))}
-	p.queue, p.dlq = sqstest.NewQueueWithDLQ(t, p.sqs, 180*time.Second, 5)
-	p.rcv = newReceiver(t, func(int) int {
+	p := newPipelineWaiting(t, 2*time.Second, 180*time.Second, func(int) int {
 		if up.Load() {
 			return http.StatusOK
 		}
 		return http.StatusServiceUnavailable
 	})
-	p.subscribe(t, p.rcv.URL, secret, tally.EventConversionCreated)
-	for range n {
-		p.event(t)
-	}
+	p.conversions(t, n)
 	if out := p.fanout(t, p.send, p.streamBatch(t)); len(out.BatchItemFailures) > 0 {
 		t.Fatalf("fanout: %+v", out.BatchItemFailures)
 	}
@@ -107,9 +102,7 @@ func TestBreakerFailsWhatWaitedOutAFailedProbe(t *testing.T) {
 	sfntest.Find(t)
 	const n = 30
 	p := newPipeline(t, 180*time.Second, func(int) int { return http.StatusServiceUnavailable })
-	for range n {
-		p.event(t)
-	}
+	p.conversions(t, n)
 	if out := p.fanout(t, p.send, p.streamBatch(t)); len(out.BatchItemFailures) > 0 {
 		t.Fatalf("fanout: %+v", out.BatchItemFailures)
 	}
@@ -135,6 +128,46 @@ func TestBreakerFailsWhatWaitedOutAFailedProbe(t *testing.T) {
 	}
 	if got, most := len(p.rcv.requests()), len(started)*tracking.MaxAttempts; got > most {
 		t.Errorf("the receiver got %d requests, want at most %d (the executions' attempts)", got, most)
+	}
+}
+
+// A test event is sent whatever the endpoint's circuit: whoever sends one
+// is looking at the endpoint now.
+func TestBreakerSendsTestEvents(t *testing.T) {
+	t.Parallel()
+	sfntest.Find(t)
+	// Waits of 2 s: the probe is still under way when the test event comes.
+	p := newPipelineWaiting(t, 2*time.Second, 180*time.Second, func(int) int { return http.StatusServiceUnavailable })
+	p.conversions(t, 15)
+	if out := p.fanout(t, p.send, p.streamBatch(t)); len(out.BatchItemFailures) > 0 {
+		t.Fatalf("fanout: %+v", out.BatchItemFailures)
+	}
+	p.deliverAll(t) // the circuit opens; a probe; the rest parked
+	before := len(p.rcv.requests())
+	evt := p.event(t)
+	batch := p.streamBatch(t)
+	if out := p.fanout(t, p.send, batch[len(batch)-1:]); len(out.BatchItemFailures) > 0 {
+		t.Fatalf("fanout: %+v", out.BatchItemFailures)
+	}
+	p.deliverAll(t)
+	ds, _, err := p.svc.Deliveries(t.Context(), p.brand.ID, tracking.DeliveryFilter{EventID: evt}, tracking.ListParams{Limit: 10})
+	if err != nil || len(ds) != 1 || len(ds[0].Attempts) != 1 {
+		t.Fatalf("the test event's delivery: %+v, %v; want one attempt made", ds, err)
+	}
+	if got := len(p.rcv.requests()); got <= before {
+		t.Errorf("the receiver got no request for the test event")
+	}
+}
+
+// conversions records n conversions, each a conversion.created event.
+func (p *pipeline) conversions(t *testing.T, n int) {
+	t.Helper()
+	_, offerID, partnerID := p.conversionSetup(t)
+	for i := range n {
+		txn := fmt.Sprint("order-", i)
+		if _, _, err := p.svc.RecordConversion(t.Context(), p.brand.ID, tracking.ConversionInput{OfferID: &offerID, PartnerID: &partnerID, ExternalTxnID: &txn}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -45,7 +45,13 @@ type pipeline struct {
 // subscription to webhook.test at a receiver answering status(n).
 func newPipeline(t *testing.T, visibility time.Duration, status func(n int) int) *pipeline {
 	t.Helper()
-	p := &pipeline{fixture: newFixture(t), sqs: sqstest.NewClient(sqstest.Endpoint(t)), send: sqstest.NewSender(sqstest.Endpoint(t))}
+	return newPipelineWaiting(t, waitTime, visibility, status)
+}
+
+// newPipelineWaiting is newPipeline with the retry workflow's waits wait.
+func newPipelineWaiting(t *testing.T, wait, visibility time.Duration, status func(n int) int) *pipeline {
+	t.Helper()
+	p := &pipeline{fixture: newFixtureWaiting(t, wait), sqs: sqstest.NewClient(sqstest.Endpoint(t)), send: sqstest.NewSender(sqstest.Endpoint(t))}
 	p.queue, p.dlq = sqstest.NewQueueWithDLQ(t, p.sqs, visibility, 5)
 	p.rcv = newReceiver(t, status)
 	p.subscribe(t, p.rcv.URL, secret, tally.EventConversionCreated)
