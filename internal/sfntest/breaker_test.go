@@ -131,8 +131,8 @@ func TestBreakerFailsWhatWaitedOutAFailedProbe(t *testing.T) {
 	}
 }
 
-// A test event is sent whatever the endpoint's circuit: whoever sends one
-// is looking at the endpoint now.
+// A test event is sent whatever the endpoint's circuit or health: whoever
+// sends one is looking at the endpoint now.
 func TestBreakerSendsTestEvents(t *testing.T) {
 	t.Parallel()
 	sfntest.Find(t)
@@ -143,20 +143,31 @@ func TestBreakerSendsTestEvents(t *testing.T) {
 		t.Fatalf("fanout: %+v", out.BatchItemFailures)
 	}
 	p.deliverAll(t) // the circuit opens; a probe; the rest parked
-	before := len(p.rcv.requests())
-	evt := p.event(t)
-	batch := p.streamBatch(t)
-	if out := p.fanout(t, p.send, batch[len(batch)-1:]); len(out.BatchItemFailures) > 0 {
-		t.Fatalf("fanout: %+v", out.BatchItemFailures)
+	test := func(what string) {
+		t.Helper()
+		evt := p.event(t)
+		batch := p.streamBatch(t)
+		if out := p.fanout(t, p.send, batch[len(batch)-1:]); len(out.BatchItemFailures) > 0 {
+			t.Fatalf("fanout: %+v", out.BatchItemFailures)
+		}
+		p.deliverAll(t)
+		ds, _, err := p.svc.Deliveries(t.Context(), p.brand.ID, tracking.DeliveryFilter{EventID: evt}, tracking.ListParams{Limit: 10})
+		if err != nil || len(ds) != 1 || len(ds[0].Attempts) != 1 {
+			t.Fatalf("%s: the test event's delivery: %+v, %v; want one attempt made", what, ds, err)
+		}
+		got := 0
+		for _, r := range p.rcv.requests() {
+			if r.header.Get(webhook.WebhookIDHeader) == ds[0].ID {
+				got++
+			}
+		}
+		if got != 1 {
+			t.Errorf("%s: the receiver got %d requests for the test event, want 1", what, got)
+		}
 	}
-	p.deliverAll(t)
-	ds, _, err := p.svc.Deliveries(t.Context(), p.brand.ID, tracking.DeliveryFilter{EventID: evt}, tracking.ListParams{Limit: 10})
-	if err != nil || len(ds) != 1 || len(ds[0].Attempts) != 1 {
-		t.Fatalf("the test event's delivery: %+v, %v; want one attempt made", ds, err)
-	}
-	if got := len(p.rcv.requests()); got <= before {
-		t.Errorf("the receiver got no request for the test event")
-	}
+	test("circuit open")
+	p.disableSubscription(t)
+	test("endpoint disabled")
 }
 
 // conversions records n conversions, each a conversion.created event.

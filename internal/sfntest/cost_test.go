@@ -266,16 +266,7 @@ func TestCostDownReceiver(t *testing.T) {
 		t.Fatalf("behind an open circuit, %d deliveries started %d executions, want none", n, started)
 	}
 
-	// The endpoint is disabled (as its health does after enough failures).
-	subs, _, err := p.f.svc.Subscriptions(t.Context(), p.f.brand.ID, tracking.ListParams{Limit: 1})
-	if err != nil || len(subs) != 1 {
-		t.Fatalf("subscriptions: %v, %v", subs, err)
-	}
-	st := dynamo.New(p.f.client, p.f.table)
-	if _, err := st.Update(t.Context(), store.Op{Kind: store.OpUpdate, Key: store.Key{PK: "BRD#" + p.f.brand.ID, SK: "SUB#" + subs[0].ID},
-		Set: map[string]string{"status": tally.EndpointDisabled, "disabledReason": tally.DisabledConsecutiveFailures, "disabledAt": "1"}}); err != nil {
-		t.Fatal(err)
-	}
+	p.f.disableSubscription(t)
 	p.meter.Take()
 	client := sqstest.NewClient(sqstest.Endpoint(t))
 	deliveryQueue, _ := sqstest.NewQueueWithDLQ(t, client, 180*time.Second, 5)
@@ -333,4 +324,19 @@ func (f *fixture) mustDeliveries(t *testing.T) []tally.Delivery {
 		t.Fatal(err)
 	}
 	return ds
+}
+
+// disableSubscription disables the brand's one subscription, as its health
+// does after enough failures (the store's attributes: there is no API to).
+func (f *fixture) disableSubscription(t *testing.T) {
+	t.Helper()
+	subs, _, err := f.svc.Subscriptions(t.Context(), f.brand.ID, tracking.ListParams{Limit: 1})
+	if err != nil || len(subs) != 1 {
+		t.Fatalf("subscriptions: %v, %v", subs, err)
+	}
+	st := dynamo.New(f.client, f.table)
+	if _, err := st.Update(t.Context(), store.Op{Kind: store.OpUpdate, Key: store.Key{PK: "BRD#" + f.brand.ID, SK: "SUB#" + subs[0].ID},
+		Set: map[string]string{"status": tally.EndpointDisabled, "disabledReason": tally.DisabledConsecutiveFailures, "disabledAt": "1"}}); err != nil {
+		t.Fatal(err)
+	}
 }

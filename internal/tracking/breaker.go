@@ -66,7 +66,8 @@ type breakerRecord struct {
 // delivery is parked instead (the result says Parked: start no schedule);
 // when it is failing and nobody probes it, this delivery becomes the probe.
 // A disabled endpoint gets nothing: the delivery fails without a request.
-// Test events (webhook.test, postback.test) are always attempted.
+// Test events (webhook.test, postback.test) are always sent, as on a
+// healthy endpoint.
 func (s *Service) FirstAttempt(ctx context.Context, ref DeliveryRef, sender Sender) (AttemptResult, error) {
 	rec, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(ref.BrandID, ref.DeliveryID))
 	if err != nil {
@@ -84,11 +85,11 @@ func (s *Service) FirstAttempt(ctx context.Context, ref DeliveryRef, sender Send
 			return AttemptResult{}, err
 		}
 		h := healthOf(ep)
-		if h.status == tally.EndpointDisabled {
-			return s.recordAttempt(ctx, rec, nil, nil)
-		}
 		// A test event is someone checking the endpoint now: it is sent.
 		test := rec.Event == tally.EventWebhookTest || rec.Event == tally.PostbackTestEvent
+		if h.status == tally.EndpointDisabled && !test {
+			return s.recordAttempt(ctx, rec, nil, nil)
+		}
 		if probe := ep.Attrs["probe"]; h.fails >= breakerFailures && probe != rec.ID && !test {
 			if probe != "" {
 				live, err := s.pendingDelivery(ctx, rec.BrandID, probe)
