@@ -85,8 +85,13 @@ func TestBreakerParksDeliveriesOfADownEndpoint(t *testing.T) {
 			t.Errorf("delivery %s was accepted %d times, want once", d.ID, ok[d.ID])
 		}
 	}
-	if res := p.reconcile(t); res.Released != 0 || res.Deliveries != 0 {
-		t.Errorf("a further reconciler run did %+v, want nothing", res)
+	if res := p.reconcile(t); res.Released != 0 || res.Deliveries != 0 || res.Circuits != 1 {
+		t.Errorf("a further reconciler run did %+v, want nothing, with the endpoint's wait list read", res)
+	}
+	// Once nothing has waited for 10 minutes, the wait list is no longer
+	// read (the endpoint can only get parked deliveries after a new probe).
+	if res := p.reconcileAfter(t, time.Hour); res.Circuits != 0 {
+		t.Errorf("an hour later the reconciler read %d wait lists, want none", res.Circuits)
 	}
 	if len(p.workflow.Names()) > 12 {
 		t.Errorf("%d executions in all, want at most 12 (the first batch, a probe, perhaps a second probe)", len(p.workflow.Names()))

@@ -119,7 +119,13 @@ func (p *pipeline) deliverAll(t *testing.T) int {
 // now.
 func (p *pipeline) reconcile(t *testing.T) queue.ReconcilerResult {
 	t.Helper()
-	later := func() time.Time { return time.Now().Add(queue.DefaultReconciler.Grace + time.Minute) }
+	return p.reconcileAfter(t, queue.DefaultReconciler.Grace+time.Minute)
+}
+
+// reconcileAfter runs the reconciler as it would run d after now.
+func (p *pipeline) reconcileAfter(t *testing.T, d time.Duration) queue.ReconcilerResult {
+	t.Helper()
+	later := func() time.Time { return time.Now().Add(d) }
 	svc := tracking.New(dynamo.New(p.client, p.table), tracking.WithClock(later))
 	h := queue.DefaultReconciler.Handler(svc, p.send, p.queue.URL, p.log)
 	res, err := h(lambdaContext(t.Context(), "reconciler"), events.EventBridgeEvent{})

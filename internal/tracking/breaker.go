@@ -21,8 +21,13 @@ import (
 //	parked  a pending delivery with no attempt that waits for its endpoint;
 //	        its gsi3 key is the endpoint's wait list (parkedPK), not the
 //	        due queue, so nothing attempts it until it is released
-//	breaker one item per endpoint that ever had a probe (breakerKey), in
-//	        gsi3 under breakerPK: where Released looks for wait lists
+//	breaker one item per endpoint that had a probe (breakerKey), in gsi3
+//	        under breakerPK: where Released looks for wait lists; attrs
+//	        claimedAt (unix ms of the last claim) and emptyAt (unix ms
+//	        Released first found the endpoint past its outage with nothing
+//	        waiting, 0 while not); once that held for breakerRetire,
+//	        Released skips it until a claim writes it anew (the TTL
+//	        takes it a retention after the last claim)
 //
 // Released, called by the transport on a schedule (the reconciler on AWS),
 // lets parked deliveries go once the probe is decided: all of them when the
@@ -39,6 +44,13 @@ import (
 // endpoint's circuit: a receiver that fails now and then keeps every
 // delivery on its own schedule.
 const breakerFailures = 3
+
+// breakerRetire is how long an endpoint past its outage must have nothing
+// waiting before Released stops reading its wait list (32 queries). Nothing parks without a live probe,
+// and a probe needs a failing endpoint and a claim (which writes the item
+// anew), so only a park decided from a read made before the endpoint
+// recovered can come later: within one deliver invocation (30 s).
+const breakerRetire = 10 * time.Minute
 
 // breakerPK is the gsi3 partition of the breaker items: written once per
 // probe, read by each reconciler run.
@@ -132,6 +144,7 @@ func (s *Service) claimProbe(ctx context.Context, rec deliveryRecord, ep store.I
 	brk := store.Item{
 		Key:       breakerKey(rec.BrandID, rec.endpointID()),
 		GSI3:      store.IndexKey{PK: breakerPK, SK: rec.BrandID + "#" + rec.endpointID()},
+		Attrs:     map[string]string{"claimedAt": strconv.FormatInt(s.Now().UnixMilli(), 10), "emptyAt": "0"},
 		Data:      mustJSON(breakerRecord{BrandID: rec.BrandID, Type: rec.Type, EndpointID: rec.endpointID()}),
 		ExpiresAt: s.Now().Add(s.deliveryRetention + 24*time.Hour).Unix(),
 	}
@@ -159,40 +172,52 @@ func (s *Service) park(ctx context.Context, rec deliveryRecord) (AttemptResult, 
 	return res, nil
 }
 
+// Release is what Released found.
+type Release struct {
+	Refs    []DeliveryRef // to queue as new deliveries
+	Failed  int           // failed: they waited out a probe's failed schedule
+	Watched int           // endpoints whose wait lists were read
+}
+
 // Released returns the parked deliveries that may go now (see above), at
 // most limit, for the transport to queue as new deliveries: FirstAttempt
 // then attempts them, or parks them again. A delivery stays on its wait
 // list until it is attempted, so one queued but not yet attempted is
 // released again by the next call; attempts are idempotent. It fails the
 // deliveries that waited out a probe's failed schedule itself (at most
-// limit too) and says how many.
-func (s *Service) Released(ctx context.Context, limit int) (refs []DeliveryRef, failed int, err error) {
+// limit too).
+func (s *Service) Released(ctx context.Context, limit int) (Release, error) {
+	var r Release
 	var cursor string
-	for len(refs) < limit && failed < limit {
+	for len(r.Refs) < limit && r.Failed < limit {
 		page, err := s.store.Query(ctx, store.Query{Index: store.GSI3, PK: breakerPK, Cursor: cursor, Limit: maxScan})
 		if err != nil {
-			return refs, failed, err
+			return r, err
 		}
 		for _, it := range page.Items {
 			var brk breakerRecord
 			if err := decode(it, &brk); err != nil {
-				return refs, failed, err
+				return r, err
 			}
-			next, n, err := s.releasedFrom(ctx, brk, min(limit-len(refs), limit-failed))
-			refs, failed = append(refs, next...), failed+n
-			if err != nil || len(refs) >= limit || failed >= limit {
-				return refs, failed, err
+			if since, _ := strconv.ParseInt(it.Attrs["emptyAt"], 10, 64); since != 0 && s.Now().Sub(time.UnixMilli(since)) >= breakerRetire {
+				continue // retired: nothing can be waiting
+			}
+			r.Watched++
+			next, n, err := s.releasedFrom(ctx, it, brk, min(limit-len(r.Refs), limit-r.Failed))
+			r.Refs, r.Failed = append(r.Refs, next...), r.Failed+n
+			if err != nil || len(r.Refs) >= limit || r.Failed >= limit {
+				return r, err
 			}
 		}
 		if cursor = page.Cursor; cursor == "" {
 			break
 		}
 	}
-	return refs, failed, nil
+	return r, nil
 }
 
-// releasedFrom is Released for one endpoint.
-func (s *Service) releasedFrom(ctx context.Context, brk breakerRecord, limit int) ([]DeliveryRef, int, error) {
+// releasedFrom is Released for one endpoint, whose breaker item is it.
+func (s *Service) releasedFrom(ctx context.Context, it store.Item, brk breakerRecord, limit int) ([]DeliveryRef, int, error) {
 	parked := func(upTo string, limit int) ([]DeliveryRef, error) {
 		return oldestFirst(ctx, s.store, func(shard int) string { return parkedPK(brk.BrandID, brk.EndpointID, shard) }, upTo, limit,
 			func(it store.Item) (DeliveryRef, error) {
@@ -241,5 +266,28 @@ func (s *Service) releasedFrom(ctx context.Context, brk breakerRecord, limit int
 		return next, failed, err
 	}
 	refs, err := parked("", limit)
-	return refs, 0, err
+	if err != nil {
+		return nil, 0, err
+	}
+	return refs, 0, s.retire(ctx, it, len(refs) == 0)
+}
+
+// retire notes on an endpoint's breaker item, read as it, whether its
+// endpoint (past its outage) has nothing waiting, and since when. The write
+// holds only if no claim came meanwhile.
+func (s *Service) retire(ctx context.Context, it store.Item, empty bool) error {
+	was := it.Attrs["emptyAt"]
+	switch {
+	case empty && was == "0":
+		it.Attrs = map[string]string{"claimedAt": it.Attrs["claimedAt"], "emptyAt": strconv.FormatInt(s.Now().UnixMilli(), 10)}
+	case !empty && was != "0":
+		it.Attrs = map[string]string{"claimedAt": it.Attrs["claimedAt"], "emptyAt": "0"}
+	default:
+		return nil
+	}
+	err := s.transact(ctx, store.Put(it, store.AttrEquals("claimedAt", it.Attrs["claimedAt"]), store.AttrEquals("emptyAt", was)))
+	if _, changed := store.FailedOp(err); changed {
+		return nil // claimed again meanwhile: the next run sees it
+	}
+	return err
 }

@@ -235,6 +235,7 @@ type ReconcilerResult struct {
 	Deliveries int  `json:"deliveries"` // deliveries queued again
 	Released   int  `json:"released"`   // parked deliveries queued: their endpoint's circuit closed, or the next probe
 	Failed     int  `json:"failed"`     // parked deliveries failed: they waited out a probe's failed schedule
+	Circuits   int  `json:"circuits"`   // endpoints whose wait lists were read: open circuits, or recently closed
 	Backlog    int  `json:"backlog"`    // visible messages in the delivery queue
 	Deferred   bool `json:"deferred"`   // deliveries were left for a later run: the queue has a backlog
 }
@@ -269,18 +270,18 @@ func (r Reconciler) Handler(svc *tracking.Service, q ReconcileQueue, queueURL st
 			} else {
 				res.Deliveries = len(refs)
 			}
-			released, failed, err := svc.Released(ctx, r.Release)
-			res.Failed = failed
+			rel, err := svc.Released(ctx, r.Release)
+			res.Failed, res.Circuits = rel.Failed, rel.Watched
 			if err == nil {
-				_, err = sendRefs(ctx, q, queueURL, released)
+				_, err = sendRefs(ctx, q, queueURL, rel.Refs)
 			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("release parked deliveries: %w", err))
 			} else {
-				res.Released = len(released)
+				res.Released = len(rel.Refs)
 			}
 		}
-		log.Info("reconciled", "events", res.Events, "deliveries", res.Deliveries, "released", res.Released, "failed", res.Failed, "backlog", res.Backlog, "deferred", res.Deferred)
+		log.Info("reconciled", "events", res.Events, "deliveries", res.Deliveries, "released", res.Released, "failed", res.Failed, "circuits", res.Circuits, "backlog", res.Backlog, "deferred", res.Deferred)
 		return res, errors.Join(errs...)
 	}
 }
