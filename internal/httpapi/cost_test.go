@@ -1,63 +1,14 @@
 package httpapi_test
 
 import (
-	"context"
 	"fmt"
 	"maps"
-	"sync"
 	"testing"
-
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/store/dynamo"
 )
-
-// countingAPI counts the DynamoDB calls the store makes.
-type countingAPI struct {
-	dynamo.API
-	mu    sync.Mutex
-	calls map[string]int
-}
-
-func (c *countingAPI) count(op string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.calls[op]++
-}
-
-// take returns the counts so far and starts again from zero.
-func (c *countingAPI) take() map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := maps.Clone(c.calls)
-	clear(c.calls)
-	return out
-}
-
-func (c *countingAPI) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
-	c.count("GetItem")
-	return c.API.GetItem(ctx, in, o...)
-}
-
-func (c *countingAPI) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
-	c.count("Query")
-	return c.API.Query(ctx, in, o...)
-}
-
-func (c *countingAPI) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, o ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
-	c.count("TransactWriteItems")
-	c.mu.Lock()
-	c.calls["items written"] += len(in.TransactItems)
-	c.mu.Unlock()
-	return c.API.TransactWriteItems(ctx, in, o...)
-}
-
-func (c *countingAPI) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	c.count("UpdateItem")
-	return c.API.UpdateItem(ctx, in, o...)
-}
 
 // Recording a conversion costs one TransactWriteItems (conversion, marker,
 // cap counters, rollup, events); the offer read is cached per instance, and
@@ -65,16 +16,16 @@ func (c *countingAPI) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInp
 // authenticated request pays.
 func TestConversionCostsOneTransaction(t *testing.T) {
 	client, table := dynamotest.NewTable(t)
-	api := &countingAPI{API: client, calls: map[string]int{}}
+	api := dynamotest.NewMeter(client, table)
 	e := newEnv(t, dynamo.New(api, table), httpapi.Config{})
 	brandID, key := e.brand()
 	offerID := e.offer(key, map[string]any{"caps": map[string]any{"daily": 100, "weekly": 500, "monthly": 1000, "global": 5000}})
 	partnerID := e.activePartner(brandID, key)
-	api.take()
+	api.Take()
 
 	post := func(txn string) map[string]int {
 		e.must(201, e.call("POST", "/api/v1/conversions", key, map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": txn}))
-		return api.take()
+		return api.Take().Calls
 	}
 	// The key and the offer were cached by this instance when they were made.
 	for i := range 6 {
@@ -84,7 +35,7 @@ func TestConversionCostsOneTransaction(t *testing.T) {
 	}
 	// A replay reads the marker and the conversion it names, and writes nothing.
 	e.must(200, e.call("POST", "/api/v1/conversions", key, map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": "order-1"}))
-	if got, want := api.take(), map[string]int{"TransactWriteItems": 1, "items written": 11, "GetItem": 2, "UpdateItem": 1}; !maps.Equal(got, want) {
+	if got, want := api.Take().Calls, map[string]int{"TransactWriteItems": 1, "items written": 11, "GetItem": 2, "UpdateItem": 1}; !maps.Equal(got, want) {
 		t.Errorf("replay made %v, want %v", got, want)
 	}
 }
@@ -93,15 +44,15 @@ func TestConversionCostsOneTransaction(t *testing.T) {
 // transaction, marks the click with the conversion (its conversionId).
 func TestAttributedConversionCost(t *testing.T) {
 	client, table := dynamotest.NewTable(t)
-	api := &countingAPI{API: client, calls: map[string]int{}}
+	api := dynamotest.NewMeter(client, table)
 	e := newEnv(t, dynamo.New(api, table), behindProxy())
 	brandID, key := e.brand()
 	offerID := e.offer(key, clickDest)
 	partnerID := e.activePartner(brandID, key)
 	clickID := clickIDOf(t, e.must(302, e.clickFrom("/c/"+offerID+"?pid="+partnerID, "192.0.2.1", browserUA)))
-	api.take()
+	api.Take()
 	e.must(201, e.call("POST", "/api/v1/conversions", key, map[string]any{"clickId": clickID, "externalTxnId": "order-1"}))
-	if got, want := api.take(), map[string]int{"GetItem": 1, "TransactWriteItems": 1, "items written": 8, "UpdateItem": 1}; !maps.Equal(got, want) {
+	if got, want := api.Take().Calls, map[string]int{"GetItem": 1, "TransactWriteItems": 1, "items written": 8, "UpdateItem": 1}; !maps.Equal(got, want) {
 		t.Errorf("a conversion by clickId made %v, want %v (the click read; the 7 items of a conversion and the click's mark)", got, want)
 	}
 }
@@ -114,7 +65,7 @@ func TestAttributedConversionCost(t *testing.T) {
 // window's earlier hours. docs/aws.md prices these counts.
 func TestClickCostsOneTransaction(t *testing.T) {
 	client, table := dynamotest.NewTable(t)
-	api := &countingAPI{API: client, calls: map[string]int{}}
+	api := dynamotest.NewMeter(client, table)
 	st := dynamo.New(api, table)
 	e := newEnv(t, st, behindProxy())
 	brandID, key := e.brand()
@@ -124,31 +75,31 @@ func TestClickCostsOneTransaction(t *testing.T) {
 
 	// A fresh instance, as a newly started Lambda: it reads what it caches.
 	fresh := newEnv(t, st, behindProxy())
-	api.take()
+	api.Take()
 	fresh.must(302, fresh.clickFrom(link, "192.0.2.1", browserUA))
-	if got, want := api.take(), map[string]int{"GetItem": 3, "Query": 1, "TransactWriteItems": 1, "items written": 6}; !maps.Equal(got, want) {
+	if got, want := api.Take().Calls, map[string]int{"GetItem": 3, "Query": 1, "TransactWriteItems": 1, "items written": 6}; !maps.Equal(got, want) {
 		t.Errorf("the first click of an instance made %v, want %v (offer reference, offer, fraud settings, blocked ranges, then the click)", got, want)
 	}
 	for i := range 5 {
 		fresh.must(302, fresh.clickFrom(link, fmt.Sprint("192.0.2.", 10+i), browserUA))
-		if got, want := api.take(), map[string]int{"TransactWriteItems": 1, "items written": 6}; !maps.Equal(got, want) {
+		if got, want := api.Take().Calls, map[string]int{"TransactWriteItems": 1, "items written": 6}; !maps.Equal(got, want) {
 			t.Errorf("click %d made %v, want %v", i+2, got, want)
 		}
 	}
 	fresh.must(302, fresh.clickFrom(link, "192.0.2.50", "curl/8.5.0"))
-	if got, want := api.take(), map[string]int{"TransactWriteItems": 1, "items written": 8}; !maps.Equal(got, want) {
+	if got, want := api.Take().Calls, map[string]int{"TransactWriteItems": 1, "items written": 8}; !maps.Equal(got, want) {
 		t.Errorf("a high-risk click made %v, want %v", got, want)
 	}
 	// The instance that changes the settings reads them again at once.
 	e.must(302, e.clickFrom(link, "192.0.2.51", browserUA))
-	api.take()
+	api.Take()
 	e.must(200, e.call("PUT", "/api/v1/fraud/settings", key, map[string]any{"threshold": 70,
 		"autoBan": map[string]any{"enabled": true, "highRiskClicks": 100, "windowHours": 24}}))
-	if got, want := api.take(), map[string]int{"UpdateItem": 1, "TransactWriteItems": 1, "items written": 1}; !maps.Equal(got, want) {
-		t.Errorf("changing the settings made %v, want %v (the rate counter and the settings)", got, want)
+	if got, want := api.Take().Calls, map[string]int{"UpdateItem": 1, "PutItem": 1}; !maps.Equal(got, want) {
+		t.Errorf("changing the settings made %v, want %v (the rate counter and the settings, a conditional put)", got, want)
 	}
 	e.must(302, e.clickFrom(link, "192.0.2.52", "curl/8.5.0"))
-	if got, want := api.take(), map[string]int{"GetItem": 1, "Query": 2, "TransactWriteItems": 1, "items written": 8}; !maps.Equal(got, want) {
+	if got, want := api.Take().Calls, map[string]int{"GetItem": 1, "Query": 2, "TransactWriteItems": 1, "items written": 8}; !maps.Equal(got, want) {
 		t.Errorf("a high-risk click under the auto-ban rule made %v, want %v (settings and blocked ranges again, the window's earlier hours, the click)", got, want)
 	}
 }
@@ -159,20 +110,20 @@ func TestClickCostsOneTransaction(t *testing.T) {
 // per request.
 func TestUnknownKeyCostsOneRead(t *testing.T) {
 	client, table := dynamotest.NewTable(t)
-	api := &countingAPI{API: client, calls: map[string]int{}}
+	api := dynamotest.NewMeter(client, table)
 	e := newEnv(t, dynamo.New(api, table), httpapi.Config{})
-	api.take()
+	api.Take()
 	const wrong = "tally_sk_000000000000000000000000000000000000000000000000"
 	for range 10 {
 		e.must(401, e.call("GET", "/api/v1/offers", wrong, nil))
 	}
 	// Each refused request still counts against the client's rate limit
 	// (one UpdateItem); the key is read once.
-	if got, want := api.take(), map[string]int{"GetItem": 1, "UpdateItem": 10}; !maps.Equal(got, want) {
+	if got, want := api.Take().Calls, map[string]int{"GetItem": 1, "UpdateItem": 10}; !maps.Equal(got, want) {
 		t.Errorf("10 requests with an unknown key made %v, want %v", got, want)
 	}
 	// A real key is not held back by it.
 	_, key := e.brand()
-	api.take()
+	api.Take()
 	e.must(200, e.call("GET", "/api/v1/offers", key, nil))
 }

@@ -88,6 +88,16 @@ func (u *usedActions) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInp
 	return u.API.UpdateItem(ctx, in, o...)
 }
 
+func (u *usedActions) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	u.note(ctx, "dynamodb:PutItem", "Table", in.Item)
+	return u.API.PutItem(ctx, in, o...)
+}
+
+func (u *usedActions) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
+	u.note(ctx, "dynamodb:DeleteItem", "Table", in.Key)
+	return u.API.DeleteItem(ctx, in, o...)
+}
+
 // forEachRecordedStore runs fn on the embedded store (used is nil) and on
 // DynamoDB Local through a recorder.
 func forEachRecordedStore(t *testing.T, fn func(t *testing.T, st store.Store, used *usedActions)) {

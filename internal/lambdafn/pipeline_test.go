@@ -663,7 +663,8 @@ func init() {
 }
 
 // TestFanoutChunks checks that an event with 23 deliveries is queued in
-// batches of at most 10 (SendMessageBatch's limit): 10, 10, 3.
+// batches of at most 10 (SendMessageBatch's limit): 10, 10, 3, each message
+// in its brand's message group.
 func TestFanoutChunks(t *testing.T) {
 	sample := samples(t)["fanout-stream"]
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
@@ -679,6 +680,12 @@ func TestFanoutChunks(t *testing.T) {
 		var sizes []int
 		for _, in := range f.deliveryQueue(t).sendCalls() {
 			sizes = append(sizes, len(in.Entries))
+			// The brand is each message's group (fair queues).
+			for _, e := range in.Entries {
+				if e.MessageGroupID != f.brand.ID {
+					t.Errorf("message %s in group %q, want the brand %s", e.ID, e.MessageGroupID, f.brand.ID)
+				}
+			}
 		}
 		if !slices.Equal(sizes, []int{10, 10, 3}) {
 			t.Errorf("batch sizes %v, want [10 10 3]", sizes)
@@ -693,13 +700,15 @@ func TestFanoutChunks(t *testing.T) {
 
 // TestFanoutQueueFailures checks the partial batch response: when queueing
 // an event's deliveries fails (the call, or one entry), that record's
-// sequence number is reported and the records after it are left alone, so
-// that Lambda retries the batch from there; the retries create nothing twice.
+// sequence number is reported and no delivery of a later record is queued,
+// so that Lambda retries the batch from there; the retries create nothing
+// twice. The batch's messages are queued together, 10 a call: A's 12 and
+// B's 12 go as A0–A9, A10–A11 with B0–B7, B8–B11.
 func TestFanoutQueueFailures(t *testing.T) {
 	sample := samples(t)["fanout-stream"]
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		f := newFixture(t, st)
-		for range 12 { // two batches per event
+		for range 12 {
 			f.subscribe(t, []string{tally.EventPartnerApplied}, "")
 		}
 		a := f.applied(t, "Runner Media")
@@ -719,19 +728,26 @@ func TestFanoutQueueFailures(t *testing.T) {
 				t.Errorf("%s: %d SendMessageBatch calls, want %d", what, n, wantCalls)
 			}
 		}
+		queuedOf := func(evt tally.Event) int {
+			t.Helper()
+			msgs, n := f.deliveryQueue(t).messages(t), 0
+			for _, d := range f.deliveriesOf(t, evt.ID) {
+				if slices.Contains(msgs, messageBody(f.brand.ID, d.ID)) {
+					n++
+				}
+			}
+			return n
+		}
 
 		f.deliveryQueue(t).refuseFrom(1, down)
 		step("SendMessageBatch fails for the first record", []events.DynamoDBEventRecord{recA, recB}, []string{recA.Change.SequenceNumber}, 1)
-		if n := len(f.deliveriesOf(t, b.ID)); n != 0 {
-			t.Errorf("the record after the failed one was processed: %d deliveries of event B", n)
+		if n := queuedOf(b); n != 0 {
+			t.Errorf("%d deliveries of the record after the failed one were queued", n)
 		}
 		f.deliveryQueue(t).refuseFrom(2, refuseLast)
-		step("an entry of the first record's second batch is refused", []events.DynamoDBEventRecord{recA, recB}, []string{recA.Change.SequenceNumber}, 2)
-		if n := len(f.deliveriesOf(t, b.ID)); n != 0 {
-			t.Errorf("the record after the failed one was processed: %d deliveries of event B", n)
-		}
+		step("the last entry of the second call, B7, is refused", []events.DynamoDBEventRecord{recA, recB}, []string{recB.Change.SequenceNumber}, 2)
 		f.deliveryQueue(t).refuseFrom(3, down)
-		step("the first record goes through, the second fails", []events.DynamoDBEventRecord{recA, recB}, []string{recB.Change.SequenceNumber}, 3)
+		step("the third call, B's last four, fails", []events.DynamoDBEventRecord{recA, recB}, []string{recB.Change.SequenceNumber}, 3)
 		f.deliveryQueue(t).refuseFrom(1, accept)
 		step("the retry from the second record", []events.DynamoDBEventRecord{recB}, nil, 2)
 

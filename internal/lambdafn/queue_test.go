@@ -40,8 +40,9 @@ type testQueue struct {
 type sendCall struct {
 	QueueURL string `json:"QueueUrl"`
 	Entries  []struct {
-		ID          string `json:"Id"`
-		MessageBody string `json:"MessageBody"`
+		ID             string `json:"Id"`
+		MessageBody    string `json:"MessageBody"`
+		MessageGroupID string `json:"MessageGroupId"`
 	} `json:"Entries"`
 }
 

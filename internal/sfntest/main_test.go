@@ -65,7 +65,10 @@ type fixture struct {
 	failFile string      // runs the attempt program fails on purpose (SFNTEST_FAIL_FILE)
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T) *fixture { return newFixtureWaiting(t, waitTime) }
+
+// newFixtureWaiting is newFixture with every Wait state's time set to wait.
+func newFixtureWaiting(t *testing.T, wait time.Duration) *fixture {
 	t.Helper()
 	f := &fixture{endpoint: dynamotest.Endpoint(t), log: slog.New(slog.NewTextHandler(testWriter{t}, nil))}
 	f.client, f.table = dynamotest.NewTable(t)
@@ -76,7 +79,7 @@ func newFixture(t *testing.T) *fixture {
 	}
 	dir := t.TempDir()
 	f.taskLog, f.failFile = filepath.Join(dir, "tasks.jsonl"), filepath.Join(dir, "fail")
-	f.workflow = sfntest.NewServer(t, stateMachineARN, sfntest.RetryWorkflow(t, attemptARN, f.table, f.endpoint, waitTime,
+	f.workflow = sfntest.NewServer(t, stateMachineARN, sfntest.RetryWorkflow(t, attemptARN, f.table, f.endpoint, wait,
 		"SFNTEST_TASK_LOG="+f.taskLog, "SFNTEST_FAIL_FILE="+f.failFile))
 	f.sfn = sfn.New(sfn.Options{
 		Region:       "us-east-1",
@@ -194,6 +197,7 @@ type request struct {
 	method, uri string
 	header      http.Header
 	body        []byte
+	status      int // the answer
 }
 
 func newReceiver(t *testing.T, status func(n int) int) *receiver {
@@ -205,10 +209,11 @@ func newReceiver(t *testing.T, status func(n int) int) *receiver {
 			return
 		}
 		r.mu.Lock()
-		r.reqs = append(r.reqs, request{method: req.Method, uri: req.URL.RequestURI(), header: req.Header.Clone(), body: body})
-		n := len(r.reqs)
+		n := len(r.reqs) + 1
+		status := r.status(n)
+		r.reqs = append(r.reqs, request{method: req.Method, uri: req.URL.RequestURI(), header: req.Header.Clone(), body: body, status: status})
 		r.mu.Unlock()
-		w.WriteHeader(r.status(n))
+		w.WriteHeader(status)
 		fmt.Fprintf(w, "request %d", n)
 	}))
 	t.Cleanup(r.Close)

@@ -117,23 +117,40 @@ func (r *Refused) Error() string {
 	return fmt.Sprintf("%d of %d messages refused, first: %s: %s", len(r.Failed), r.Of, r.Failed[0].Code, r.Failed[0].Message)
 }
 
-// SendBatch queues bodies (at most MaxBatch) in one SendMessageBatch call.
+// Message is a message to send. Group is its message group (empty: none):
+// on a standard queue, the tenant that SQS fair queues balance the
+// delivery of messages across.
+type Message struct {
+	Body, Group string
+}
+
+// Messages are messages with bodies and no group.
+func Messages(bodies ...string) []Message {
+	out := make([]Message, len(bodies))
+	for i, b := range bodies {
+		out[i].Body = b
+	}
+	return out
+}
+
+// SendBatch queues msgs (at most MaxBatch) in one SendMessageBatch call.
 // It returns a *Refused when SQS refused some of them: the others are
 // queued.
-func (c *Client) SendBatch(ctx context.Context, queueURL string, bodies []string) error {
-	if len(bodies) == 0 || len(bodies) > MaxBatch {
-		return fmt.Errorf("sqs SendMessageBatch: %d messages, want 1 to %d", len(bodies), MaxBatch)
+func (c *Client) SendBatch(ctx context.Context, queueURL string, msgs []Message) error {
+	if len(msgs) == 0 || len(msgs) > MaxBatch {
+		return fmt.Errorf("sqs SendMessageBatch: %d messages, want 1 to %d", len(msgs), MaxBatch)
 	}
 	type entry struct {
-		ID          string `json:"Id"`
-		MessageBody string `json:"MessageBody"`
+		ID             string `json:"Id"`
+		MessageBody    string `json:"MessageBody"`
+		MessageGroupID string `json:"MessageGroupId,omitempty"`
 	}
 	in := struct {
 		QueueURL string  `json:"QueueUrl"`
 		Entries  []entry `json:"Entries"`
 	}{QueueURL: queueURL}
-	for i, b := range bodies {
-		in.Entries = append(in.Entries, entry{ID: strconv.Itoa(i), MessageBody: b})
+	for i, m := range msgs {
+		in.Entries = append(in.Entries, entry{ID: strconv.Itoa(i), MessageBody: m.Body, MessageGroupID: m.Group})
 	}
 	var out struct {
 		Failed []struct {
@@ -149,7 +166,7 @@ func (c *Client) SendBatch(ctx context.Context, queueURL string, bodies []string
 	if len(out.Failed) == 0 {
 		return nil
 	}
-	r := &Refused{Of: len(bodies)}
+	r := &Refused{Of: len(msgs)}
 	for _, f := range out.Failed {
 		r.Failed = append(r.Failed, Failure{ID: f.ID, Code: f.Code, Message: f.Message, SenderFault: f.SenderFault})
 	}

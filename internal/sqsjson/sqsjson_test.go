@@ -46,7 +46,9 @@ func TestSendAndBacklog(t *testing.T) {
 		"queue URL": sqsjson.New(cfg, nil),
 	} {
 		sent := []string{`{"n":1}`, `{"n":2}`, "three ✓"}
-		if err := c.SendBatch(t.Context(), onEndpoint, sent); err != nil {
+		msgs := sqsjson.Messages(sent...)
+		msgs[1].Group = "brd_01kaqj3f8v5m2w7x9c4d6e8g0h" // a standard queue takes groups (fair queues)
+		if err := c.SendBatch(t.Context(), onEndpoint, msgs); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		n, err := c.ApproximateNumberOfMessages(t.Context(), onEndpoint)
@@ -67,7 +69,7 @@ func TestSendAndBacklog(t *testing.T) {
 func TestErrors(t *testing.T) {
 	endpoint := sqstest.Endpoint(t)
 	c := sqstest.NewSender(endpoint)
-	err := c.SendBatch(t.Context(), endpoint+"/000000000000/no-such-queue", []string{"x"})
+	err := c.SendBatch(t.Context(), endpoint+"/000000000000/no-such-queue", sqsjson.Messages("x"))
 	var e *sqsjson.Error
 	if !errors.As(err, &e) || e.Code != "QueueDoesNotExist" || e.Status != http.StatusBadRequest {
 		t.Fatalf("send to a missing queue: %v, want QueueDoesNotExist (400)", err)
@@ -76,13 +78,13 @@ func TestErrors(t *testing.T) {
 		t.Fatalf("backlog of a missing queue: %v", err)
 	}
 	for _, n := range []int{0, sqsjson.MaxBatch + 1} {
-		if err := c.SendBatch(t.Context(), endpoint+"/q", make([]string, n)); err == nil {
+		if err := c.SendBatch(t.Context(), endpoint+"/q", sqsjson.Messages(make([]string, n)...)); err == nil {
 			t.Errorf("a batch of %d sent", n)
 		}
 	}
 
 	srv := newScripted(t, answer{http.StatusOK, `{"Successful":[{"Id":"0"}],"Failed":[{"Id":"1","Code":"InternalError","Message":"Try again.","SenderFault":false}]}`})
-	err = sqstest.NewSender(srv.URL).SendBatch(t.Context(), srv.URL+"/1/q", []string{"a", "b"})
+	err = sqstest.NewSender(srv.URL).SendBatch(t.Context(), srv.URL+"/1/q", sqsjson.Messages("a", "b"))
 	var r *sqsjson.Refused
 	if !errors.As(err, &r) || r.Of != 2 || len(r.Failed) != 1 || r.Failed[0].ID != "1" || r.Failed[0].Code != "InternalError" {
 		t.Fatalf("a batch with a refused entry: %v", err)
@@ -112,7 +114,7 @@ func TestRetries(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			srv := newScripted(t, c.answers...)
-			err := sqstest.NewSender(srv.URL).SendBatch(t.Context(), srv.URL+"/1/q", []string{"a"})
+			err := sqstest.NewSender(srv.URL).SendBatch(t.Context(), srv.URL+"/1/q", sqsjson.Messages("a"))
 			var e *sqsjson.Error
 			switch {
 			case c.wantCode == "" && err != nil:
@@ -127,7 +129,7 @@ func TestRetries(t *testing.T) {
 	}
 	// Nothing listens: three attempts, then the transport's error.
 	start := time.Now()
-	if err := sqstest.NewSender("http://127.0.0.1:1").SendBatch(t.Context(), "http://127.0.0.1:1/1/q", []string{"a"}); err == nil {
+	if err := sqstest.NewSender("http://127.0.0.1:1").SendBatch(t.Context(), "http://127.0.0.1:1/1/q", sqsjson.Messages("a")); err == nil {
 		t.Fatal("sent with nothing listening")
 	}
 	if d := time.Since(start); d > 5*time.Second {

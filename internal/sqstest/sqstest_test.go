@@ -8,6 +8,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/tally-hq/tally/internal/sqsjson"
 	"github.com/tally-hq/tally/internal/sqstest"
 )
 
@@ -19,7 +20,7 @@ func TestMain(m *testing.M) { sqstest.Main(m) }
 
 func send(t *testing.T, q sqstest.Queue, bodies ...string) {
 	t.Helper()
-	if err := sqstest.NewSender(sqstest.Endpoint(t)).SendBatch(context.Background(), q.URL, bodies); err != nil {
+	if err := sqstest.NewSender(sqstest.Endpoint(t)).SendBatch(context.Background(), q.URL, sqsjson.Messages(bodies...)); err != nil {
 		t.Fatalf("send: %v", err)
 	}
 }

@@ -241,6 +241,13 @@ type Store interface {
 	Close() error
 }
 
+// WritesApart is implemented by a backend on which items written one by one
+// cost less than the same items in one transaction (DynamoDB bills each
+// item of a transaction twice; the embedded store, by contrast, commits and
+// syncs once per transaction). Code whose writes need no atomicity across
+// items writes them apart there.
+type WritesApart interface{ WritesApart() }
+
 var (
 	// ErrNotFound means no item has the key.
 	ErrNotFound = errors.New("store: item not found")

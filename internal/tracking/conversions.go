@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tally-hq/tally"
@@ -303,7 +305,7 @@ func conversionItem(c tally.Conversion) store.Item {
 		Data:  mustJSON(c),
 	}
 	if c.Status == tally.ConversionPending && c.ApproveAt != nil {
-		it.GSI3 = store.IndexKey{PK: holdQueuePK(shard), SK: holdQueueSK(c.ApproveAt.Time, c.ID)}
+		it.GSI3 = store.IndexKey{PK: holdQueuePK(queueShardOf(c.ID)), SK: holdQueueSK(c.ApproveAt.Time, c.ID)}
 	}
 	return it
 }
@@ -516,37 +518,56 @@ func (s *Service) decideConversion(ctx context.Context, brandID, conversionID, t
 	return c, err
 }
 
+// approveWorkers bounds the approvals ApproveDue makes at once.
+const approveWorkers = 16
+
 // ApproveDue approves every pending conversion whose hold time has elapsed,
-// across all brands, and returns how many it approved. It runs on a ticker
-// in the local server and on a schedule in AWS; running it twice at once is
-// safe, since each approval is conditional.
+// across all brands, and returns how many it approved: a page of the hold
+// queue at a time, approveWorkers approvals at once (each is a transaction
+// of its own, so a busy hour's backlog takes minutes, not hours). It runs
+// on a ticker in the local server and on a schedule in AWS; running it
+// twice at once is safe, since each approval is conditional: a conversion
+// approved by the other run counts for that one only.
 func (s *Service) ApproveDue(ctx context.Context) (int, error) {
 	upTo := holdQueueUpTo(s.Now())
-	approved := 0
-	for shard := range shards {
+	var approved atomic.Int64
+	for shard := range queueShards {
 		q := store.Query{Index: store.GSI3, PK: holdQueuePK(shard), SKTo: upTo, Limit: 100}
 		for {
 			page, err := s.store.Query(ctx, q)
 			if err != nil {
-				return approved, err
+				return int(approved.Load()), err
 			}
-			for _, it := range page.Items {
-				var c tally.Conversion
-				if err := decode(it, &c); err != nil {
-					return approved, err
-				}
-				_, err := s.decideConversion(ctx, c.BrandID, c.ID, tally.ConversionApproved, "hold_elapsed")
-				switch {
-				case err == nil:
-					approved++
-				case tally.ErrorCode(err) != tally.ECodeInvalidTransition:
-					return approved, err
-				}
+			var (
+				wg    sync.WaitGroup
+				slots = make(chan struct{}, approveWorkers)
+				errs  = make([]error, len(page.Items))
+			)
+			for i, it := range page.Items {
+				wg.Go(func() {
+					slots <- struct{}{}
+					defer func() { <-slots }()
+					var c tally.Conversion
+					if errs[i] = decode(it, &c); errs[i] != nil {
+						return
+					}
+					_, err := s.decideConversion(ctx, c.BrandID, c.ID, tally.ConversionApproved, "hold_elapsed")
+					switch {
+					case err == nil:
+						approved.Add(1)
+					case tally.ErrorCode(err) != tally.ECodeInvalidTransition:
+						errs[i] = err
+					}
+				})
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				return int(approved.Load()), err
 			}
 			if q.Cursor = page.Cursor; q.Cursor == "" {
 				break
 			}
 		}
 	}
-	return approved, nil
+	return int(approved.Load()), nil
 }

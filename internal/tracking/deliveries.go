@@ -37,10 +37,15 @@ type Sender interface {
 // attempt needs without further reads.
 type deliveryRecord struct {
 	tally.Delivery
-	Body []byte `json:"body"` // the envelope, sent as is on every attempt
+	// Body is the envelope in deliveries made before it was read from the
+	// event item at each attempt (which keeps a delivery item under 1 KB,
+	// one write unit, and the envelope stored once per event).
+	Body []byte `json:"body,omitempty"`
 	// CycleStart is how many attempts came before the current schedule (a
 	// manual retry starts a new one).
 	CycleStart int `json:"cycleStart,omitempty"`
+	// Parked: waiting for its endpoint's circuit (breaker.go).
+	Parked bool `json:"parked,omitempty"`
 }
 
 // DeliveryRef names a delivery for the transports (queue messages, state
@@ -72,8 +77,12 @@ func deliveryItem(rec deliveryRecord, keep time.Duration) store.Item {
 		Data:      mustJSON(rec),
 		ExpiresAt: rec.UpdatedAt.Add(keep).Unix(),
 	}
-	if rec.Status == tally.DeliveryPending && rec.NextAttemptAt != nil {
-		it.GSI3 = store.IndexKey{PK: dueQueuePK(shard), SK: dueQueueSK(rec.NextAttemptAt.Time, rec.ID)}
+	switch {
+	case rec.Status != tally.DeliveryPending:
+	case rec.Parked:
+		it.GSI3 = store.IndexKey{PK: parkedPK(rec.BrandID, rec.endpointID(), queueShardOf(rec.ID)), SK: rec.ID}
+	case rec.NextAttemptAt != nil:
+		it.GSI3 = store.IndexKey{PK: dueQueuePK(queueShardOf(rec.ID)), SK: dueQueueSK(rec.NextAttemptAt.Time, rec.ID)}
 	}
 	return it
 }
@@ -138,7 +147,6 @@ func (s *Service) FanOut(ctx context.Context, eventID string) ([]DeliveryRef, er
 				SubscriptionID: sub.ID, URL: sub.URL, Status: tally.DeliveryPending, Attempts: []tally.Attempt{},
 				NextAttemptAt: ptrTo(tally.NewTime(now)), CreatedAt: tally.NewTime(now), UpdatedAt: tally.NewTime(now),
 			},
-			Body: item.Data,
 		})
 	}
 	pb, err := s.postbackDelivery(ctx, item, evt)
@@ -148,6 +156,12 @@ func (s *Service) FanOut(ctx context.Context, eventID string) ([]DeliveryRef, er
 	if pb != nil {
 		recs = append(recs, *pb)
 	}
+	outboxed := item.GSI3 != (store.IndexKey{})
+	if _, apart := s.store.(store.WritesApart); apart {
+		// No atomicity is needed: a fan-out cut short is completed by a
+		// repeated one (the event stays in the outbox until the end).
+		return s.fanOutEach(ctx, recs, item, outboxed)
+	}
 	// The first fan-out of an event writes all its deliveries and takes it
 	// out of the outbox in one transaction (one commit). A repeated one finds
 	// some delivery written already and goes one by one, keeping what exists.
@@ -155,7 +169,6 @@ func (s *Service) FanOut(ctx context.Context, eventID string) ([]DeliveryRef, er
 	for _, rec := range recs {
 		ops = append(ops, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
 	}
-	outboxed := item.GSI3 != (store.IndexKey{})
 	if outboxed {
 		item.GSI3 = store.IndexKey{}
 		ops = append(ops, store.Put(item, store.Exists()))
@@ -173,8 +186,10 @@ func (s *Service) FanOut(ctx context.Context, eventID string) ([]DeliveryRef, er
 	return refsOf(recs), nil
 }
 
-// fanOutEach is FanOut for an event fanned out before: it writes only the
-// deliveries that are missing and reports those still pending.
+// fanOutEach is FanOut one item at a time, for an event fanned out before
+// or a store that writes apart: it writes only the deliveries that are
+// missing, reports those still pending, and takes the event out of the
+// outbox last.
 func (s *Service) fanOutEach(ctx context.Context, recs []deliveryRecord, event store.Item, outboxed bool) ([]DeliveryRef, error) {
 	for i, rec := range recs {
 		err := s.transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
@@ -186,6 +201,7 @@ func (s *Service) fanOutEach(ctx context.Context, recs []deliveryRecord, event s
 		}
 	}
 	if outboxed {
+		event.GSI3 = store.IndexKey{}
 		err := s.transact(ctx, store.Put(event, store.Exists()))
 		if _, gone := store.FailedOp(err); !gone && err != nil {
 			return nil, err // (gone: the event expired meanwhile)
@@ -211,8 +227,9 @@ type AttemptResult struct {
 	// Cycle tells the delivery's schedules apart: 0 for the first, then the
 	// number of attempts before a manual retry started the current one.
 	Cycle   int           `json:"cycle"`
-	Sent    bool          `json:"sent"`    // whether this step sent a request
-	RetryIn time.Duration `json:"retryIn"` // while pending: the wait before the next attempt
+	Sent    bool          `json:"sent"`             // whether this step sent a request
+	RetryIn time.Duration `json:"retryIn"`          // while pending: the wait before the next attempt
+	Parked  bool          `json:"parked,omitempty"` // waits for its endpoint's circuit: no schedule of its own
 }
 
 // Attempt makes attempt number n (1 to MaxAttempts, counted in the current
@@ -240,10 +257,28 @@ func (s *Service) Attempt(ctx context.Context, ref DeliveryRef, n int, sender Se
 	if err != nil {
 		return AttemptResult{}, err
 	}
+	return s.send(ctx, rec, ep, sender)
+}
+
+// send makes the next attempt of rec to its endpoint, read as ep, and
+// records it.
+func (s *Service) send(ctx context.Context, rec deliveryRecord, ep store.Item, sender Sender) (AttemptResult, error) {
 	req := delivery.Request{URL: rec.URL, WebhookID: rec.ID, Event: rec.Event, Body: rec.Body}
 	if rec.Type == tally.DeliveryPostback {
 		req.Method = http.MethodGet
 	} else {
+		if req.Body == nil {
+			evt, err := s.store.Get(ctx, eventKey(rec.EventID))
+			if errors.Is(err, store.ErrNotFound) {
+				// Expired (events are kept as long as deliveries, counted from
+				// the event; a delivery retried later than that): nothing to send.
+				return s.recordAttempt(ctx, rec, nil, nil)
+			}
+			if err != nil {
+				return AttemptResult{}, err
+			}
+			req.Body = evt.Data
+		}
 		var sub subscriptionRecord
 		if err := decode(ep, &sub); err != nil {
 			return AttemptResult{}, err
@@ -264,7 +299,7 @@ func (s *Service) recordAttempt(ctx context.Context, rec deliveryRecord, at *tal
 	before := strconv.Itoa(len(rec.Attempts))
 	now := s.Now()
 	rec.UpdatedAt = tally.NewTime(now)
-	rec.NextAttemptAt = nil
+	rec.NextAttemptAt, rec.Parked = nil, false
 	switch {
 	case at == nil:
 		rec.Status = tally.DeliveryFailed

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"reflect"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -178,6 +180,58 @@ func TestHoldTimeApproval(t *testing.T) {
 		f.clock.Advance(time.Hour)
 		if n, _ := f.svc.ApproveDue(f.ctx); n != 1 {
 			t.Errorf("an hour later approved %d, want 1", n)
+		}
+	})
+}
+
+// Approval runs that overlap (the local server's ticker and a run on AWS
+// on one table, or a retried invocation) approve each due conversion once:
+// the counts add up to the conversions, each has one conversion.approved.
+func TestHoldTimeApprovalRuns(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		f := newFixture(t, st)
+		p := f.partner(true)
+		held := f.offer(tally.ApprovalManual, 1, tally.Caps{})
+		const n = 60
+		for range n {
+			f.convert(held.ID, p.ID, tracking.ConversionInput{})
+		}
+		f.clock.Advance(time.Hour)
+		var (
+			wg       sync.WaitGroup
+			approved atomic.Int64
+		)
+		for range 3 {
+			wg.Go(func() {
+				got, err := f.svc.ApproveDue(f.ctx)
+				if err != nil {
+					t.Error(err)
+				}
+				approved.Add(int64(got))
+			})
+		}
+		wg.Wait()
+		if approved.Load() != n {
+			t.Errorf("the runs approved %d in all, want %d", approved.Load(), n)
+		}
+		seen := map[string]int{}
+		for _, e := range f.events(tally.EventConversionApproved) {
+			var d tally.ConversionEventData
+			if err := json.Unmarshal(e.Data, &d); err != nil {
+				t.Fatal(err)
+			}
+			seen[d.ConversionID]++
+		}
+		for id, k := range seen {
+			if k != 1 {
+				t.Errorf("conversion %s approved %d times", id, k)
+			}
+		}
+		if len(seen) != n {
+			t.Errorf("%d conversions approved, want %d", len(seen), n)
+		}
+		if got, _ := f.svc.ApproveDue(f.ctx); got != 0 {
+			t.Errorf("a further run approved %d, want 0", got)
 		}
 	})
 }

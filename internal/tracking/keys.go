@@ -15,14 +15,29 @@ import (
 // shards spreads a brand's high-volume items (conversions, their index
 // entries, rollups, events, the hold queue) over several partitions so that
 // a brand posting 1,000 conversions a second stays under DynamoDB's
-// per-partition write limit. Changing it orphans existing items.
+// per-partition write limit. Changing it orphans existing items. (The
+// queues across brands have queueShards.)
 const shards = 4
 
 // shardOf places an identifier in a shard, stably.
-func shardOf(id string) int {
+func shardOf(id string) int { return int(hash(id) % shards) }
+
+// queueShards spreads the queues that every brand's work passes through
+// (gsi3: the outbox, the due, hold and wait queues) over enough partitions
+// for the table to carry 10,000 conversions a second: each item enters and
+// leaves its queue (2 index writes), 20,000 writes a second per queue,
+// 625 per partition key, under DynamoDB's 1,000 (docs/aws.md, "Scale").
+// The readers read every shard, so raising it orphans nothing; lowering
+// it would.
+const queueShards = 32
+
+// queueShardOf places an identifier in a queue shard, stably.
+func queueShardOf(id string) int { return int(hash(id) % queueShards) }
+
+func hash(id string) uint32 {
 	h := fnv.New32a()
 	h.Write([]byte(id))
-	return int(h.Sum32() % shards)
+	return h.Sum32()
 }
 
 // Brand partition: the brand record and its low-volume children (offers,

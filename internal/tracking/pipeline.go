@@ -152,7 +152,7 @@ func (p *Pipeline) release(key string) {
 func (p *Pipeline) dispatch(ctx context.Context, steps chan<- step) (time.Duration, error) {
 	pass := min(p.workers, 1000) // the store's largest page
 	next := maxIdle
-	for shard := range shards {
+	for shard := range queueShards {
 		// Each pass takes a bounded share of each queue, so that a stream of
 		// new events cannot keep due retries waiting.
 		page, err := p.svc.store.Query(ctx, store.Query{Index: store.GSI3, PK: outboxPK(shard), Limit: pass})
@@ -169,7 +169,7 @@ func (p *Pipeline) dispatch(ctx context.Context, steps chan<- step) (time.Durati
 		}
 	}
 	now := p.svc.Now()
-	for shard := range shards {
+	for shard := range queueShards {
 		page, err := p.svc.store.Query(ctx, store.Query{Index: store.GSI3, PK: dueQueuePK(shard), SKTo: dueQueueSK(now, "~"), Limit: pass})
 		if err != nil {
 			return 0, err

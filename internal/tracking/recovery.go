@@ -58,7 +58,7 @@ func oldestFirst[T any](ctx context.Context, st store.Store, pk func(shard int) 
 		v  T
 	}
 	var all []entry
-	for shard := range shards {
+	for shard := range queueShards {
 		page, err := st.Query(ctx, store.Query{Index: store.GSI3, PK: pk(shard), SKTo: skTo, Limit: min(limit, maxScan)})
 		if err != nil {
 			return nil, err

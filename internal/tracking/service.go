@@ -21,8 +21,9 @@ import (
 	"github.com/tally-hq/tally/internal/store"
 )
 
-// eventRetention is how long event items stay in the table; delivery reads
-// them within seconds, the rest is for inspection.
+// eventRetention is how long event items stay in the table at least; each
+// delivery attempt reads the envelope from its event, so events stay as
+// long as deliveries do (WithDeliveryRetention) when that is longer.
 const eventRetention = 30 * 24 * time.Hour
 
 // unknownKeyTTL is how long an instance takes a secret that matched no key
@@ -186,10 +187,10 @@ func (s *Service) newEvent(brandID, name string, data any, at time.Time) (store.
 	return store.Put(store.Item{
 		Key:       eventKey(evt.ID),
 		GSI1:      store.IndexKey{PK: eventsByBrand(brandID, shardOf(evt.ID)), SK: evt.ID},
-		GSI3:      store.IndexKey{PK: outboxPK(shardOf(evt.ID)), SK: evt.ID},
+		GSI3:      store.IndexKey{PK: outboxPK(queueShardOf(evt.ID)), SK: evt.ID},
 		Attrs:     map[string]string{"type": name, "brandId": brandID},
 		Data:      body,
-		ExpiresAt: at.Add(eventRetention).Unix(),
+		ExpiresAt: at.Add(max(eventRetention, s.deliveryRetention)).Unix(), // deliveries read their envelope from it
 	}, store.NotExists()), nil
 }
 

@@ -98,8 +98,8 @@ func deliver(ctx context.Context, svc *tracking.Service, sender tracking.Sender,
 	if err := json.Unmarshal([]byte(body), &ref); err != nil || ref.BrandID == "" || ref.DeliveryID == "" {
 		return fmt.Errorf("not a delivery message: %q", body)
 	}
-	res, err := svc.Attempt(ctx, ref, 1, sender)
-	if err != nil || res.Status != tally.DeliveryPending {
+	res, err := svc.FirstAttempt(ctx, ref, sender)
+	if err != nil || res.Status != tally.DeliveryPending || res.Parked {
 		return err
 	}
 	return startRetries(ctx, svc, ex, stateMachineARN, ref, res)

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -63,28 +65,60 @@ func newClient(log *slog.Logger) *sqsjson.Client {
 type Queue interface {
 	// SendBatch queues 1 to sqsjson.MaxBatch messages in one
 	// SendMessageBatch call.
-	SendBatch(ctx context.Context, queueURL string, bodies []string) error
+	SendBatch(ctx context.Context, queueURL string, msgs []sqsjson.Message) error
 }
 
+// fanoutWorkers bounds the records of a stream batch fanned out at once.
+const fanoutWorkers = 10
+
 // FanoutHandler handles a DynamoDB Streams batch: for each new event item it
-// makes the event's deliveries and queues one message per pending delivery.
+// makes the event's deliveries, fanoutWorkers records at a time, then
+// queues one message per pending delivery, the batch's messages together
+// in batches of 10 (a message per event would cost an SQS request each).
 // The event source mapping's filter lets only event inserts through; other
-// records are skipped all the same. A record that fails is reported (partial
-// batch response) and the rest of the batch is left for the retry, which
-// starts at that record: repeating a fan-out creates nothing twice.
+// records are skipped all the same. The first record that fails (its
+// fan-out, or queueing one of its deliveries) is reported (partial batch
+// response), and the retry starts at it: repeating a fan-out creates
+// nothing twice and queues its pending deliveries again.
 func FanoutHandler(svc *tracking.Service, q Queue, queueURL string, log *slog.Logger) func(context.Context, events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
 	return func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
-		var resp events.DynamoDBEventResponse
-		for _, rec := range ev.Records {
+		refs := make([][]tracking.DeliveryRef, len(ev.Records))
+		errs := make([]error, len(ev.Records))
+		var wg sync.WaitGroup
+		slots := make(chan struct{}, fanoutWorkers)
+		for i, rec := range ev.Records {
 			eventID, ok := insertedEvent(rec)
 			if !ok {
 				continue
 			}
-			if err := fanOut(ctx, svc, q, queueURL, eventID); err != nil {
-				log.Error("fan-out failed", "eventId", eventID, "err", err.Error())
-				resp.BatchItemFailures = append(resp.BatchItemFailures, events.DynamoDBBatchItemFailure{ItemIdentifier: rec.Change.SequenceNumber})
-				return resp, nil
+			wg.Go(func() {
+				slots <- struct{}{}
+				defer func() { <-slots }()
+				if refs[i], errs[i] = svc.FanOut(ctx, eventID); errs[i] != nil {
+					log.Error("fan-out failed", "eventId", eventID, "err", errs[i].Error())
+				}
+			})
+		}
+		wg.Wait()
+		failed := slices.IndexFunc(errs, func(err error) bool { return err != nil })
+		if failed < 0 {
+			failed = len(ev.Records)
+		}
+		var all []tracking.DeliveryRef
+		var owner []int // the record of each of all
+		for i := range failed {
+			all = append(all, refs[i]...)
+			for range refs[i] {
+				owner = append(owner, i)
 			}
+		}
+		if n, err := sendRefs(ctx, q, queueURL, all); err != nil {
+			log.Error("queueing deliveries failed", "deliveryId", all[n].DeliveryID, "err", err.Error())
+			failed = owner[n]
+		}
+		var resp events.DynamoDBEventResponse
+		if failed < len(ev.Records) {
+			resp.BatchItemFailures = []events.DynamoDBBatchItemFailure{{ItemIdentifier: ev.Records[failed].Change.SequenceNumber}}
 		}
 		return resp, nil
 	}
@@ -108,31 +142,45 @@ func fanOut(ctx context.Context, svc *tracking.Service, q Queue, queueURL, event
 	if err != nil {
 		return err
 	}
-	return sendRefs(ctx, q, queueURL, refs)
+	_, err = sendRefs(ctx, q, queueURL, refs)
+	return err
 }
 
-// sendRefs queues one delivery message per ref, in batches.
-func sendRefs(ctx context.Context, q Queue, queueURL string, refs []tracking.DeliveryRef) error {
-	for len(refs) > 0 {
-		chunk := refs[:min(sqsjson.MaxBatch, len(refs))]
-		refs = refs[len(chunk):]
-		bodies := make([]string, len(chunk))
+// sendRefs queues one delivery message per ref, in batches. On an error it
+// returns the index of the first ref it cannot say was queued.
+func sendRefs(ctx context.Context, q Queue, queueURL string, refs []tracking.DeliveryRef) (int, error) {
+	for start := 0; start < len(refs); start += sqsjson.MaxBatch {
+		chunk := refs[start:min(start+sqsjson.MaxBatch, len(refs))]
+		msgs := make([]sqsjson.Message, len(chunk))
 		for i, ref := range chunk {
 			body, _ := json.Marshal(ref) // two strings always marshal
-			bodies[i] = string(body)
+			// The brand is the message group: with the queue a fair
+			// queue, one brand's backlog or slow receivers do not hold
+			// up the others' deliveries (docs/aws.md, "Fair delivery").
+			msgs[i] = sqsjson.Message{Body: string(body), Group: ref.BrandID}
 		}
-		if err := q.SendBatch(ctx, queueURL, bodies); err != nil {
-			return fmt.Errorf("queue deliveries: %w", err)
+		if err := q.SendBatch(ctx, queueURL, msgs); err != nil {
+			first := 0
+			var refused *sqsjson.Refused
+			if errors.As(err, &refused) {
+				first = len(chunk)
+				for _, f := range refused.Failed {
+					if i, convErr := strconv.Atoi(f.ID); convErr == nil {
+						first = min(first, i)
+					}
+				}
+			}
+			return start + min(first, len(chunk)-1), fmt.Errorf("queue deliveries: %w", err)
 		}
 	}
-	return nil
+	return len(refs), nil
 }
 
 // Requeue returns the tracking.WithRequeue hook that queues a manually
 // retried delivery.
 func Requeue(q Queue, queueURL string) func(context.Context, tracking.DeliveryRef) error {
 	return func(ctx context.Context, ref tracking.DeliveryRef) error {
-		if err := sendRefs(ctx, q, queueURL, []tracking.DeliveryRef{ref}); err != nil {
+		if _, err := sendRefs(ctx, q, queueURL, []tracking.DeliveryRef{ref}); err != nil {
 			return fmt.Errorf("queue the retried delivery: %w", err)
 		}
 		return nil
@@ -173,15 +221,21 @@ type Reconciler struct {
 	Backlog int
 	// Workers bounds the fan-outs a run makes at once.
 	Workers int
+	// Release bounds the parked deliveries a run releases (queues) when
+	// their endpoint's circuit closed (tracking.Service.Released).
+	Release int
 }
 
 // DefaultReconciler is the deployed reconciler's configuration (docs/aws.md).
-var DefaultReconciler = Reconciler{Grace: 10 * time.Minute, Limit: 2000, Backlog: 1000, Workers: 8}
+var DefaultReconciler = Reconciler{Grace: 10 * time.Minute, Limit: 2000, Backlog: 1000, Workers: 8, Release: 10000}
 
 // ReconcilerResult is what a run did.
 type ReconcilerResult struct {
 	Events     int  `json:"events"`     // events fanned out again
 	Deliveries int  `json:"deliveries"` // deliveries queued again
+	Released   int  `json:"released"`   // parked deliveries queued: their endpoint's circuit closed, or the next probe
+	Failed     int  `json:"failed"`     // parked deliveries failed: they waited out a probe's failed schedule
+	Circuits   int  `json:"circuits"`   // endpoints whose wait lists were read: open circuits, or recently closed
 	Backlog    int  `json:"backlog"`    // visible messages in the delivery queue
 	Deferred   bool `json:"deferred"`   // deliveries were left for a later run: the queue has a backlog
 }
@@ -202,24 +256,32 @@ func (r Reconciler) Handler(svc *tracking.Service, q ReconcileQueue, queueURL st
 		if failed > 0 {
 			errs = append(errs, fmt.Errorf("%d of %d events could not be fanned out", failed, len(evts)))
 		}
-		if len(refs) > 0 {
-			res.Backlog, err = backlog(ctx, q, queueURL)
-			switch {
-			case err != nil:
+		res.Backlog, err = backlog(ctx, q, queueURL)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case res.Backlog >= r.Backlog:
+			res.Deferred = true
+			log.Warn("the delivery queue has a backlog: overdue and parked deliveries are left for a later run", "backlog", res.Backlog, "overdue", len(refs))
+		default:
+			refs = refs[:min(len(refs), r.Backlog-res.Backlog)]
+			if _, err := sendRefs(ctx, q, queueURL, refs); err != nil {
 				errs = append(errs, err)
-			case res.Backlog >= r.Backlog:
-				res.Deferred = true
-				log.Warn("the delivery queue has a backlog: overdue deliveries are left for a later run", "backlog", res.Backlog, "overdue", len(refs))
-			default:
-				refs = refs[:min(len(refs), r.Backlog-res.Backlog)]
-				if err := sendRefs(ctx, q, queueURL, refs); err != nil {
-					errs = append(errs, err)
-				} else {
-					res.Deliveries = len(refs)
-				}
+			} else {
+				res.Deliveries = len(refs)
+			}
+			rel, err := svc.Released(ctx, r.Release)
+			res.Failed, res.Circuits = rel.Failed, rel.Watched
+			if err == nil {
+				_, err = sendRefs(ctx, q, queueURL, rel.Refs)
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("release parked deliveries: %w", err))
+			} else {
+				res.Released = len(rel.Refs)
 			}
 		}
-		log.Info("reconciled", "events", res.Events, "deliveries", res.Deliveries, "backlog", res.Backlog, "deferred", res.Deferred)
+		log.Info("reconciled", "events", res.Events, "deliveries", res.Deliveries, "released", res.Released, "failed", res.Failed, "circuits", res.Circuits, "backlog", res.Backlog, "deferred", res.Deferred)
 		return res, errors.Join(errs...)
 	}
 }

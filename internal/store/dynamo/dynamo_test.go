@@ -150,6 +150,16 @@ func (f *fakeAPI) UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func
 	return nil, f.err
 }
 
+func (f *fakeAPI) PutItem(context.Context, *dynamodb.PutItemInput, ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	f.calls++
+	return nil, f.err
+}
+
+func (f *fakeAPI) DeleteItem(context.Context, *dynamodb.DeleteItemInput, ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
+	f.calls++
+	return nil, f.err
+}
+
 func canceled(codes ...string) error {
 	e := &types.TransactionCanceledException{}
 	for _, c := range codes {
@@ -180,6 +190,17 @@ func TestErrorMapping(t *testing.T) {
 		}
 		if err == nil || i != tc.failedOp || errors.Is(err, store.ErrConflict) != tc.conflict {
 			t.Errorf("Transact with %v: got %v, want failed op %d, conflict %v", tc.err, err, tc.failedOp, tc.conflict)
+		}
+	}
+
+	// A single put, update or delete is one conditional write, not a
+	// transaction: its errors are mapped the same way.
+	for _, op := range []store.Op{store.Put(store.Item{Key: key("p", "1")}, store.NotExists()), store.Increment(key("p", "1"), map[string]int64{"n": 1}), store.Delete(key("p", "1"), store.Exists())} {
+		if err := dynamo.New(&fakeAPI{err: &types.ConditionalCheckFailedException{}}, "t").Transact(t.Context(), op); !isFailedOp(err, 0) {
+			t.Errorf("Transact(kind %d) with ConditionalCheckFailedException: got %v, want operation 0 failed", op.Kind, err)
+		}
+		if err := dynamo.New(&fakeAPI{err: &types.TransactionConflictException{}}, "t").Transact(t.Context(), op); !errors.Is(err, store.ErrConflict) {
+			t.Errorf("Transact(kind %d) with TransactionConflictException: got %v, want ErrConflict", op.Kind, err)
 		}
 	}
 

@@ -1,0 +1,342 @@
+package sfntest_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/dynamotest"
+	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/lambdafn/deliver"
+	"github.com/tally-hq/tally/internal/lambdafn/queue"
+	"github.com/tally-hq/tally/internal/sqsjson"
+	"github.com/tally-hq/tally/internal/sqstest"
+	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/store/dynamo"
+	"github.com/tally-hq/tally/internal/tracking"
+)
+
+// Prices: AWS's on-demand list prices in us-east-1, dollars per unit.
+const (
+	priceWRU        = 0.625e-6
+	priceRRU        = 0.125e-6
+	priceHTTPAPI    = 1.00e-6
+	priceSQS        = 0.40e-6
+	priceTransition = 25e-6
+	priceInvoke     = 0.20e-6
+	priceGBSecond   = 0.0000133334 // Lambda arm64
+	lambdaGB        = 0.25         // every function has 256 MB
+)
+
+// bill is what one stage of the pipeline did, counted on the real code
+// path.
+type bill struct {
+	stage       string
+	db          dynamotest.Usage
+	sqs         int     // SQS requests
+	starts      int     // StartExecution calls
+	transitions int     // Step Functions state transitions
+	invocations float64 // Lambda invocations
+	lambdaMs    float64 // Lambda duration, modelled (see below)
+	http        int     // HTTP API requests
+}
+
+func (b bill) dollars() float64 {
+	return b.db.WRU*priceWRU + b.db.RRU*priceRRU + float64(b.sqs)*priceSQS + float64(b.transitions)*priceTransition +
+		b.invocations*priceInvoke + b.lambdaMs/1000*lambdaGB*priceGBSecond + float64(b.http)*priceHTTPAPI
+}
+
+// costTable prints the bills per million of n units (conversions or
+// deliveries) as docs/aws.md shows them, and returns the total.
+func costTable(t *testing.T, title string, n int, bills []bill) float64 {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s, per 1M:\n| stage | DynamoDB calls | WRU | RRU | bytes written | SQS requests | executions | transitions | Lambda invocations | $ |\n|---|---|---|---|---|---|---|---|---|---|\n", title)
+	per := 1e6 / float64(n)
+	total := 0.0
+	for _, x := range bills {
+		calls := 0
+		for op, c := range x.db.Calls {
+			if op != "items written" {
+				calls += c
+			}
+		}
+		d := x.dollars() * per
+		total += d
+		fmt.Fprintf(&b, "| %s | %.2f M | %.2f M | %.2f M | %.0f MB | %.2f M | %.2f M | %.2f M | %.2f M | %.2f |\n", x.stage,
+			float64(calls)*per/1e6, x.db.WRU*per/1e6, x.db.RRU*per/1e6, float64(x.db.BytesWritten)*per/1e6,
+			float64(x.sqs)*per/1e6, float64(x.starts)*per/1e6, float64(x.transitions)*per/1e6, x.invocations*per/1e6, d)
+	}
+	fmt.Fprintf(&b, "| **total** | | | | | | | | | **%.2f** |", total)
+	t.Log(b.String())
+	return total
+}
+
+// Lambda durations are modelled, not measured (a test on a shared machine
+// says nothing about Lambda's): an API request 20 ms, a stream batch 10 ms
+// per record, a delivery batch 300 ms (its receivers are called at once),
+// an attempt task 100 ms. They are a small part of the bill either way.
+const (
+	apiMs, fanoutMsPerRecord, deliverMsPerBatch, attemptMs = 20, 10, 300, 100
+	fanoutBatch, deliverBatch                              = 100, 10 // the event source mappings' batch sizes
+)
+
+// countingQueue counts the SendMessageBatch calls of the fan-out.
+type countingQueue struct {
+	queue.Queue
+	mu    sync.Mutex
+	calls int
+}
+
+func (q *countingQueue) SendBatch(ctx context.Context, url string, msgs []sqsjson.Message) error {
+	q.mu.Lock()
+	q.calls++
+	q.mu.Unlock()
+	return q.Queue.SendBatch(ctx, url, msgs)
+}
+
+func (q *countingQueue) take() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := q.calls
+	q.calls = 0
+	return n
+}
+
+// countingExecutions is Step Functions for the cost scenarios: it counts
+// StartExecution and runs nothing (the scenario makes the attempts the
+// execution would, with the attempt function's handler, so that the meter
+// sees them; sfntest.Server runs real executions in the other tests).
+type countingExecutions struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (c *countingExecutions) StartExecution(_ context.Context, in *sfn.StartExecutionInput, _ ...func(*sfn.Options)) (*sfn.StartExecutionOutput, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.names = append(c.names, *in.Name)
+	return &sfn.StartExecutionOutput{}, nil
+}
+
+func (c *countingExecutions) DescribeExecution(context.Context, *sfn.DescribeExecutionInput, ...func(*sfn.Options)) (*sfn.DescribeExecutionOutput, error) {
+	panic("the cost scenarios start every execution once")
+}
+
+// costPipeline runs conversions through the AWS path with every DynamoDB
+// call metered: the conversions API function, the stream (filtered as the
+// mapping does) into the fanout function, fauxqs, the deliver function.
+type costPipeline struct {
+	f     *fixture
+	meter *dynamotest.Meter
+	q     *countingQueue
+	ex    *countingExecutions
+}
+
+func newCostPipeline(t *testing.T, status func(n int) int) (*costPipeline, string, string, string) {
+	f := newFixture(t)
+	rcv := newReceiver(t, status)
+	f.subscribe(t, rcv.URL, secret, tally.EventConversionCreated)
+	key, offerID, partnerID := f.conversionSetup(t)
+	p := &costPipeline{f: f, meter: dynamotest.NewMeter(f.client, f.table), ex: &countingExecutions{}}
+	p.q = &countingQueue{Queue: sqstest.NewSender(sqstest.Endpoint(t))}
+	return p, key, offerID, partnerID
+}
+
+// service is a function's service over the metered table.
+func (p *costPipeline) service() *tracking.Service {
+	return tracking.New(dynamo.New(p.meter, p.f.table))
+}
+
+// run records n conversions and takes them through fan-out and attempt 1,
+// returning the bills of the three stages and the executions started.
+func (p *costPipeline) run(t *testing.T, tag string, n int, key, offerID, partnerID string) []bill {
+	ctx := t.Context()
+	started := len(p.ex.names)
+	api, err := lambdafn.APIHandler(p.service(), httpapi.Config{Logger: p.f.log}, httpapi.GroupConversions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One request first, so that the instance's caches (key, offer) are warm
+	// as they are in a steady flow; it is not counted.
+	post := func(i int) {
+		body := fmt.Sprintf(`{"offerId":%q,"partnerId":%q,"externalTxnId":"%s-%d","revenueCents":8990,"payoutCents":1500,"currency":"EUR","sub1":"newsletter-nov"}`, offerID, partnerID, tag, i)
+		resp, err := api(lambdaContext(ctx, "conversions"), roundTrip(t, apiEvent("POST", "/api/v1/conversions", key, body)))
+		if err != nil || resp.StatusCode != http.StatusCreated {
+			t.Fatalf("POST /api/v1/conversions: %v, status %d: %s", err, resp.StatusCode, resp.Body)
+		}
+	}
+	post(0)
+	p.meter.Take()
+	for i := range n {
+		post(i + 1)
+	}
+	conv := bill{stage: "conversion (API)", db: p.meter.Take(), invocations: float64(n), lambdaMs: float64(n) * apiMs, http: n}
+
+	var batch []events.DynamoDBEventRecord
+	patterns := fanoutFilterPatterns(t)
+	for _, rec := range p.f.readStream(t) {
+		if matchesAny(t, patterns, rec) {
+			batch = append(batch, rec)
+		}
+	}
+	// The events of the n conversions, the last writes; the set-up's and
+	// the warm-up's are not fanned out.
+	batch = batch[len(batch)-n:]
+	client := sqstest.NewClient(sqstest.Endpoint(t))
+	deliveryQueue, _ := sqstest.NewQueueWithDLQ(t, client, 180*time.Second, 5)
+	fanout := queue.FanoutHandler(p.service(), p.q, deliveryQueue.URL, p.f.log)
+	if out, err := fanout(lambdaContext(ctx, "fanout"), roundTrip(t, events.DynamoDBEvent{Records: batch})); err != nil || len(out.BatchItemFailures) > 0 {
+		t.Fatalf("fanout: %v, failures %+v", err, out.BatchItemFailures)
+	}
+	fan := bill{stage: "fan-out (stream)", db: p.meter.Take(), sqs: p.q.take(), invocations: float64(n) / fanoutBatch, lambdaMs: float64(n) * fanoutMsPerRecord}
+
+	h := deliver.DeliverHandler(p.service(), loopbackSender(), p.ex, stateMachineARN, p.f.log)
+	msgs := 0
+	for {
+		got := sqstest.Receive(t, client, deliveryQueue, deliverBatch, 0)
+		if len(got) == 0 {
+			break
+		}
+		msgs += len(got)
+		resp, err := h(lambdaContext(ctx, "deliver"), roundTrip(t, events.SQSEvent{Records: got}))
+		if err != nil || len(resp.BatchItemFailures) > 0 {
+			t.Fatalf("deliver: %v, failures %+v", err, resp.BatchItemFailures)
+		}
+		sqstest.Finish(t, client, deliveryQueue, got, resp)
+	}
+	if msgs != n {
+		t.Fatalf("the deliver function got %d messages, want %d", msgs, n)
+	}
+	batches := float64(n) / deliverBatch
+	// The event source mapping's ReceiveMessage and DeleteMessageBatch per
+	// batch (its empty long polls are a fixed cost, not per delivery).
+	del := bill{stage: "deliver (attempt 1)", db: p.meter.Take(), sqs: int(2 * batches), starts: len(p.ex.names) - started,
+		invocations: batches, lambdaMs: batches * deliverMsPerBatch}
+	return []bill{conv, fan, del}
+}
+
+// The cost of a conversion with one webhook subscription to a healthy
+// receiver, counted on the AWS path: docs/aws.md's table comes from this
+// test's log (go test -run TestCost -v ./internal/sfntest).
+func TestCostHealthyConversions(t *testing.T) {
+	t.Parallel()
+	const n = 20
+	p, key, offerID, partnerID := newCostPipeline(t, ok200)
+	bills := p.run(t, "order", n, key, offerID, partnerID)
+	if len(p.ex.names) != 0 {
+		t.Fatalf("a healthy receiver started %d executions", len(p.ex.names))
+	}
+	costTable(t, "conversions, one healthy webhook subscription", n, bills)
+	// The webhook pipeline's share (fan-out and delivery) meets the $10;
+	// the conversion's own write does not yet (docs/aws.md, "Cost").
+	if pipeline := costTable(t, "their webhook deliveries", n, bills[1:]); pipeline > 10 {
+		t.Errorf("the deliveries of 1M conversions cost $%.2f, want at most $10", pipeline)
+	}
+	if wru := bills[0].db.WRU / n; wru > 19 {
+		t.Errorf("a conversion costs %.1f write units, want at most 19", wru)
+	}
+}
+
+// The cost of deliveries to a receiver that is always down (503 at once),
+// once its circuit is open (the first few deliveries of an outage run
+// their own schedules; TestBreakerParksDeliveriesOfADownEndpoint): each
+// delivery is parked behind the probe, whose one execution is a cost per
+// outage, not per delivery. The endpoint stays down until its health
+// disables it (DefaultDisableAfterFailures failed attempts of the probes, or
+// DefaultDisableAfterFailing); then the reconciler releases the parked
+// deliveries and each fails without a request.
+func TestCostDownReceiver(t *testing.T) {
+	t.Parallel()
+	const n = 20
+	p, key, offerID, partnerID := newCostPipeline(t, func(int) int { return http.StatusServiceUnavailable })
+	p.run(t, "outage", 12, key, offerID, partnerID) // opens the circuit: 10 schedules of their own, then a probe
+	probes := len(p.ex.names)
+	bills := p.run(t, "order", n, key, offerID, partnerID)[1:]
+	if started := len(p.ex.names) - probes; started != 0 {
+		t.Fatalf("behind an open circuit, %d deliveries started %d executions, want none", n, started)
+	}
+
+	p.f.disableSubscription(t)
+	p.meter.Take()
+	client := sqstest.NewClient(sqstest.Endpoint(t))
+	deliveryQueue, _ := sqstest.NewQueueWithDLQ(t, client, 180*time.Second, 5)
+	sender := &countingReconcileQueue{countingQueue: countingQueue{Queue: sqstest.NewSender(sqstest.Endpoint(t))}}
+	res, err := queue.DefaultReconciler.Handler(p.service(), sender, deliveryQueue.URL, p.f.log)(lambdaContext(t.Context(), "reconciler"), events.EventBridgeEvent{})
+	if err != nil || res.Released < n {
+		t.Fatalf("reconciler: %+v, %v; want the %d parked deliveries released", res, err, n)
+	}
+	h := deliver.DeliverHandler(p.service(), loopbackSender(), p.ex, stateMachineARN, p.f.log)
+	for {
+		got := sqstest.Receive(t, client, deliveryQueue, deliverBatch, 0)
+		if len(got) == 0 {
+			break
+		}
+		if resp, err := h(lambdaContext(t.Context(), "deliver"), roundTrip(t, events.SQSEvent{Records: got})); err != nil || len(resp.BatchItemFailures) > 0 {
+			t.Fatalf("deliver: %v, failures %+v", err, resp.BatchItemFailures)
+		}
+		sqstest.Finish(t, client, deliveryQueue, got, events.SQSEventResponse{})
+	}
+	// Scaled to the measured n: the released deliveries of the warm-up
+	// are counted too, so scale by what was released.
+	released := float64(res.Released)
+	rel := p.meter.Take()
+	scale := func(x float64) float64 { return x * n / released }
+	rel.WRU, rel.RRU, rel.BytesWritten = scale(rel.WRU), scale(rel.RRU), int(scale(float64(rel.BytesWritten)))
+	for op, c := range rel.Calls {
+		rel.Calls[op] = int(scale(float64(c)))
+	}
+	bills = append(bills, bill{stage: "release (endpoint disabled)", db: rel, sqs: int(scale(float64(sender.take()) + 2*released/deliverBatch)),
+		invocations: scale(released / deliverBatch), lambdaMs: scale(released / deliverBatch * deliverMsPerBatch)})
+	for _, d := range p.f.mustDeliveries(t) {
+		if d.Status != tally.DeliveryFailed && len(d.Attempts) == 0 {
+			t.Errorf("delivery %s is %s after its endpoint was disabled, want failed", d.ID, d.Status)
+		}
+	}
+	if total := costTable(t, "deliveries to a receiver that is always down (the conversions not counted)", n, bills); total > 30 {
+		t.Errorf("1M deliveries to a down receiver cost $%.2f, want at most $30", total)
+	}
+}
+
+// countingReconcileQueue is the reconciler's queue, counting its sends.
+type countingReconcileQueue struct{ countingQueue }
+
+func (q *countingReconcileQueue) ApproximateNumberOfMessages(ctx context.Context, url string) (int, error) {
+	q.mu.Lock()
+	q.calls++
+	q.mu.Unlock()
+	return q.Queue.(queue.ReconcileQueue).ApproximateNumberOfMessages(ctx, url)
+}
+
+func (f *fixture) mustDeliveries(t *testing.T) []tally.Delivery {
+	t.Helper()
+	ds, _, err := f.svc.Deliveries(t.Context(), f.brand.ID, tracking.DeliveryFilter{}, tracking.ListParams{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ds
+}
+
+// disableSubscription disables the brand's one subscription, as its health
+// does after enough failures (the store's attributes: there is no API to).
+func (f *fixture) disableSubscription(t *testing.T) {
+	t.Helper()
+	subs, _, err := f.svc.Subscriptions(t.Context(), f.brand.ID, tracking.ListParams{Limit: 1})
+	if err != nil || len(subs) != 1 {
+		t.Fatalf("subscriptions: %v, %v", subs, err)
+	}
+	st := dynamo.New(f.client, f.table)
+	if _, err := st.Update(t.Context(), store.Op{Kind: store.OpUpdate, Key: store.Key{PK: "BRD#" + f.brand.ID, SK: "SUB#" + subs[0].ID},
+		Set: map[string]string{"status": tally.EndpointDisabled, "disabledReason": tally.DisabledConsecutiveFailures, "disabledAt": "1"}}); err != nil {
+		t.Fatal(err)
+	}
+}

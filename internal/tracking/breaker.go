@@ -1,0 +1,293 @@
+package tracking
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/store"
+)
+
+// The circuit breaker of a transport that runs one retry schedule per
+// delivery (on AWS, a Step Functions execution each): while an endpoint is
+// failing (breakerFailures attempts in a row failed), one delivery probes it on its
+// schedule and the endpoint's other new deliveries wait, parked, instead of
+// each running a schedule of its own against an endpoint known to be down.
+//
+//	probe   the endpoint's attr: the delivery probing it while it fails
+//	parked  a pending delivery with no attempt that waits for its endpoint;
+//	        its gsi3 key is the endpoint's wait list (parkedPK), not the
+//	        due queue, so nothing attempts it until it is released
+//	breaker one item per endpoint that had a probe (breakerKey), in gsi3
+//	        under breakerPK: where Released looks for wait lists; attrs
+//	        claimedAt (unix ms of the last claim) and emptyAt (unix ms
+//	        Released first found the endpoint past its outage with nothing
+//	        waiting, 0 while not); once that held for breakerRetire,
+//	        Released skips it until a claim writes it anew (the TTL
+//	        takes it a retention after the last claim)
+//
+// Released, called by the transport on a schedule (the reconciler on AWS),
+// lets parked deliveries go once the probe is decided: all of them when the
+// endpoint recovered (or was disabled, or deleted: their attempt decides
+// them without a request). When the probe failed its whole schedule and the
+// endpoint is still failing, the deliveries that were waiting when the
+// probe started are failed (the endpoint failed every attempt of a
+// schedule as long as theirs while they waited), and the oldest of the rest
+// is let go to become the next probe. So a delivery is decided within about
+// two schedules, as the retry schedule's 6 attempts would, with one
+// execution per endpoint instead of one per delivery.
+
+// breakerFailures is how many consecutive failed attempts open an
+// endpoint's circuit: a receiver that fails now and then keeps every
+// delivery on its own schedule.
+const breakerFailures = 3
+
+// breakerRetire is how long an endpoint past its outage must have nothing
+// waiting before Released stops reading its wait list (32 queries). Nothing parks without a live probe,
+// and a probe needs a failing endpoint and a claim (which writes the item
+// anew), so only a park decided from a read made before the endpoint
+// recovered can come later: within one deliver invocation (30 s).
+const breakerRetire = 10 * time.Minute
+
+// breakerPK is the gsi3 partition of the breaker items: written once per
+// probe, read by each reconciler run.
+const breakerPK = "BREAKER"
+
+func breakerKey(brandID, endpointID string) store.Key {
+	return store.Key{PK: brandPK(brandID), SK: "BRK#" + endpointID}
+}
+
+// parkedPK is an endpoint's wait list in gsi3, sharded by delivery so that
+// a flood of deliveries to one endpoint spreads its writes.
+func parkedPK(brandID, endpointID string, shard int) string {
+	return "WAIT#" + brandID + "#" + endpointID + "#" + strconv.Itoa(shard)
+}
+
+// breakerRecord is the breaker item: which endpoint.
+type breakerRecord struct {
+	BrandID    string `json:"brandId"`
+	Type       string `json:"type"`
+	EndpointID string `json:"endpointId"`
+}
+
+// FirstAttempt is Attempt's attempt 1 behind the circuit breaker. When the
+// delivery's endpoint is failing and another delivery probes it, the
+// delivery is parked instead (the result says Parked: start no schedule);
+// when it is failing and nobody probes it, this delivery becomes the probe.
+// A disabled endpoint gets nothing: the delivery fails without a request.
+// Test events (webhook.test, postback.test) are always sent, as on a
+// healthy endpoint.
+func (s *Service) FirstAttempt(ctx context.Context, ref DeliveryRef, sender Sender) (AttemptResult, error) {
+	rec, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(ref.BrandID, ref.DeliveryID))
+	if err != nil {
+		return AttemptResult{}, notFound(err, "delivery", ref.DeliveryID)
+	}
+	if rec.Status != tally.DeliveryPending || len(rec.Attempts) > rec.CycleStart {
+		return s.resultOf(rec), nil
+	}
+	for {
+		ep, err := s.store.Get(ctx, rec.endpointKey())
+		if errors.Is(err, store.ErrNotFound) {
+			return s.recordAttempt(ctx, rec, nil, nil) // nowhere to send
+		}
+		if err != nil {
+			return AttemptResult{}, err
+		}
+		h := healthOf(ep)
+		// A test event is someone checking the endpoint now: it is sent.
+		test := rec.Event == tally.EventWebhookTest || rec.Event == tally.PostbackTestEvent
+		if h.status == tally.EndpointDisabled && !test {
+			return s.recordAttempt(ctx, rec, nil, nil)
+		}
+		if probe := ep.Attrs["probe"]; h.fails >= breakerFailures && probe != rec.ID && !test {
+			if probe != "" {
+				live, err := s.pendingDelivery(ctx, rec.BrandID, probe)
+				if err != nil {
+					return AttemptResult{}, err
+				}
+				if live {
+					return s.park(ctx, rec)
+				}
+			}
+			err = s.claimProbe(ctx, rec, ep)
+			if _, changed := store.FailedOp(err); changed {
+				continue // the endpoint changed meanwhile: decide again
+			}
+			if err != nil {
+				return AttemptResult{}, err
+			}
+			if ep, err = s.store.Get(ctx, rec.endpointKey()); err != nil {
+				return AttemptResult{}, err
+			}
+		}
+		// Healthy, or a failure or two (no circuit yet), or this is the probe.
+		return s.send(ctx, rec, ep, sender)
+	}
+}
+
+func (s *Service) pendingDelivery(ctx context.Context, brandID, id string) (bool, error) {
+	it, err := s.store.Get(ctx, deliveryKey(brandID, id))
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil && it.Attrs["status"] == tally.DeliveryPending, err
+}
+
+// claimProbe makes rec the probe of its endpoint, read as ep, and makes sure
+// the endpoint's breaker item exists (refreshing its expiry).
+func (s *Service) claimProbe(ctx context.Context, rec deliveryRecord, ep store.Item) error {
+	// The breaker item first: a delivery parks only behind a probe, so
+	// whatever parks can be found.
+	brk := store.Item{
+		Key:       breakerKey(rec.BrandID, rec.endpointID()),
+		GSI3:      store.IndexKey{PK: breakerPK, SK: rec.BrandID + "#" + rec.endpointID()},
+		Attrs:     map[string]string{"claimedAt": strconv.FormatInt(s.Now().UnixMilli(), 10), "emptyAt": "0"},
+		Data:      mustJSON(breakerRecord{BrandID: rec.BrandID, Type: rec.Type, EndpointID: rec.endpointID()}),
+		ExpiresAt: s.Now().Add(s.deliveryRetention + 24*time.Hour).Unix(),
+	}
+	if err := s.transact(ctx, store.Put(brk)); err != nil {
+		return err
+	}
+	claim := store.Op{Kind: store.OpUpdate, Key: ep.Key, Set: map[string]string{"probe": rec.ID}, Add: map[string]int64{"rev": 1},
+		Conds: []store.Cond{store.Exists(), store.NumEquals("rev", healthOf(ep).rev)}}
+	return s.transact(ctx, claim)
+}
+
+// park puts a delivery on its endpoint's wait list.
+func (s *Service) park(ctx context.Context, rec deliveryRecord) (AttemptResult, error) {
+	rec.Parked, rec.NextAttemptAt, rec.UpdatedAt = true, nil, tally.NewTime(s.Now())
+	err := s.transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.AttrEquals("status", tally.DeliveryPending), store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts)))))
+	if _, changed := store.FailedOp(err); changed {
+		current, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(rec.BrandID, rec.ID))
+		return s.resultOf(current), err
+	}
+	if err != nil {
+		return AttemptResult{}, err
+	}
+	res := s.resultOf(rec)
+	res.Parked = true
+	return res, nil
+}
+
+// Release is what Released found.
+type Release struct {
+	Refs    []DeliveryRef // to queue as new deliveries
+	Failed  int           // failed: they waited out a probe's failed schedule
+	Watched int           // endpoints whose wait lists were read
+}
+
+// Released returns the parked deliveries that may go now (see above), at
+// most limit, for the transport to queue as new deliveries: FirstAttempt
+// then attempts them, or parks them again. A delivery stays on its wait
+// list until it is attempted, so one queued but not yet attempted is
+// released again by the next call; attempts are idempotent. It fails the
+// deliveries that waited out a probe's failed schedule itself (at most
+// limit too).
+func (s *Service) Released(ctx context.Context, limit int) (Release, error) {
+	var r Release
+	var cursor string
+	for len(r.Refs) < limit && r.Failed < limit {
+		page, err := s.store.Query(ctx, store.Query{Index: store.GSI3, PK: breakerPK, Cursor: cursor, Limit: maxScan})
+		if err != nil {
+			return r, err
+		}
+		for _, it := range page.Items {
+			var brk breakerRecord
+			if err := decode(it, &brk); err != nil {
+				return r, err
+			}
+			if since, _ := strconv.ParseInt(it.Attrs["emptyAt"], 10, 64); since != 0 && s.Now().Sub(time.UnixMilli(since)) >= breakerRetire {
+				continue // retired: nothing can be waiting
+			}
+			r.Watched++
+			next, n, err := s.releasedFrom(ctx, it, brk, min(limit-len(r.Refs), limit-r.Failed))
+			r.Refs, r.Failed = append(r.Refs, next...), r.Failed+n
+			if err != nil || len(r.Refs) >= limit || r.Failed >= limit {
+				return r, err
+			}
+		}
+		if cursor = page.Cursor; cursor == "" {
+			break
+		}
+	}
+	return r, nil
+}
+
+// releasedFrom is Released for one endpoint, whose breaker item is it.
+func (s *Service) releasedFrom(ctx context.Context, it store.Item, brk breakerRecord, limit int) ([]DeliveryRef, int, error) {
+	parked := func(upTo string, limit int) ([]DeliveryRef, error) {
+		return oldestFirst(ctx, s.store, func(shard int) string { return parkedPK(brk.BrandID, brk.EndpointID, shard) }, upTo, limit,
+			func(it store.Item) (DeliveryRef, error) {
+				return DeliveryRef{BrandID: brk.BrandID, DeliveryID: it.Key.SK}, nil
+			})
+	}
+	key := subscriptionKey(brk.BrandID, brk.EndpointID)
+	if brk.Type == tally.DeliveryPostback {
+		key = postbackKey(brk.BrandID, brk.EndpointID)
+	}
+	ep, err := s.store.Get(ctx, key)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		// Deleted: each attempt fails its delivery.
+	case err != nil:
+		return nil, 0, err
+	default:
+		h := healthOf(ep)
+		if h.status == tally.EndpointDisabled || h.fails < breakerFailures {
+			break // all go
+		}
+		failed := 0
+		if probe := ep.Attrs["probe"]; probe != "" {
+			rec, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(brk.BrandID, probe))
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+			case err != nil:
+				return nil, 0, err
+			case rec.Status == tally.DeliveryPending:
+				return nil, 0, nil // the probe is under way
+			case rec.Status == tally.DeliveryFailed && len(rec.Attempts)-rec.CycleStart >= MaxAttempts:
+				waited, err := parked(ids.Ceil("wh_", rec.Attempts[rec.CycleStart].At.Time), limit)
+				if err != nil {
+					return nil, 0, err
+				}
+				for _, ref := range waited {
+					if _, err := s.AbandonDelivery(ctx, ref); err != nil {
+						return nil, failed, err
+					}
+					failed++
+				}
+			}
+		}
+		// Failing, nobody probes: the oldest is the next probe.
+		next, err := parked("", 1)
+		return next, failed, err
+	}
+	refs, err := parked("", limit)
+	if err != nil {
+		return nil, 0, err
+	}
+	return refs, 0, s.retire(ctx, it, len(refs) == 0)
+}
+
+// retire notes on an endpoint's breaker item, read as it, whether its
+// endpoint (past its outage) has nothing waiting, and since when. The write
+// holds only if no claim came meanwhile.
+func (s *Service) retire(ctx context.Context, it store.Item, empty bool) error {
+	was := it.Attrs["emptyAt"]
+	switch {
+	case empty && was == "0":
+		it.Attrs = map[string]string{"claimedAt": it.Attrs["claimedAt"], "emptyAt": strconv.FormatInt(s.Now().UnixMilli(), 10)}
+	case !empty && was != "0":
+		it.Attrs = map[string]string{"claimedAt": it.Attrs["claimedAt"], "emptyAt": "0"}
+	default:
+		return nil
+	}
+	err := s.transact(ctx, store.Put(it, store.AttrEquals("claimedAt", it.Attrs["claimedAt"]), store.AttrEquals("emptyAt", was)))
+	if _, changed := store.FailedOp(err); changed {
+		return nil // claimed again meanwhile: the next run sees it
+	}
+	return err
+}
