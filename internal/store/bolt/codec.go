@@ -62,17 +62,27 @@ func appendString(b []byte, s string) []byte {
 
 // decode returns a fresh item (no memory shared with the bbolt page).
 func decode(k store.Key, v []byte) (store.Item, error) {
+	return decodeItem(k, v, true)
+}
+
+// decodeHead is decode without Data, which conditions and index and TTL
+// entries do not need: a checked offer's body is not copied for nothing.
+func decodeHead(k store.Key, v []byte) (store.Item, error) {
+	return decodeItem(k, v, false)
+}
+
+func decodeItem(k store.Key, v []byte, withData bool) (store.Item, error) {
 	if len(v) > 0 && v[0] == '{' {
 		return decodeJSON(k, v)
 	}
-	it, err := decodeV1(k, v)
+	it, err := decodeV1(k, v, withData)
 	if err != nil {
 		return store.Item{}, fmt.Errorf("bolt: corrupt item %q/%q: %w", k.PK, k.SK, err)
 	}
 	return it, nil
 }
 
-func decodeV1(k store.Key, v []byte) (store.Item, error) {
+func decodeV1(k store.Key, v []byte, withData bool) (store.Item, error) {
 	if len(v) == 0 || v[0] != codecV1 {
 		return store.Item{}, errCorrupt
 	}
@@ -99,7 +109,7 @@ func decodeV1(k store.Key, v []byte) (store.Item, error) {
 	if r.err != nil {
 		return store.Item{}, r.err
 	}
-	if len(r.b) > 0 {
+	if withData && len(r.b) > 0 {
 		it.Data = append([]byte(nil), r.b...)
 	}
 	return it, nil

@@ -26,15 +26,20 @@ import (
 const maxRound = 1000
 
 type pendingWrite struct {
-	ops  []store.Op
-	item store.Item // after the last op, when it is an update
-	err  error
-	done chan struct{}
+	steps []step
+	item  store.Item // after the last op, when it is an update
+	err   error
+	done  chan struct{}
 }
 
-// write hands ops to the committer and waits for their commit.
+// write prepares ops, hands them to the committer and waits for their
+// commit.
 func (s *Store) write(ctx context.Context, ops []store.Op) (store.Item, error) {
-	w := &pendingWrite{ops: ops, done: make(chan struct{})}
+	steps, err := prepare(ops)
+	if err != nil {
+		return store.Item{}, err
+	}
+	w := &pendingWrite{steps: steps, done: make(chan struct{})}
 	select {
 	case s.writes <- w:
 	case <-s.stop:
@@ -75,12 +80,11 @@ func (s *Store) commit(round []*pendingWrite) {
 		var dirty *pendingWrite // the write that failed while writing
 		err := s.db.Update(func(tx *bbolt.Tx) error {
 			for _, w := range round {
-				steps, err := plan(tx, w.ops)
-				if err != nil {
+				if err := plan(tx, w.steps); err != nil {
 					w.item, w.err = store.Item{}, err // nothing written
 					continue
 				}
-				if w.item, w.err = perform(tx, steps); w.err != nil {
+				if w.item, w.err = perform(tx, w.steps); w.err != nil {
 					dirty = w
 					return w.err
 				}
@@ -105,9 +109,9 @@ func (s *Store) commit(round []*pendingWrite) {
 		}
 		var item store.Item
 		err = s.db.Update(func(tx *bbolt.Tx) error {
-			steps, err := plan(tx, dirty.ops)
+			err := plan(tx, dirty.steps)
 			if err == nil {
-				item, err = perform(tx, steps)
+				item, err = perform(tx, dirty.steps)
 			}
 			return err
 		})
