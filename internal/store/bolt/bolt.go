@@ -75,6 +75,12 @@ func open(path string, sweep time.Duration) (*Store, error) {
 	}
 	opts := *bbolt.DefaultOptions
 	opts.Timeout = lockTimeout
+	// As etcd does: the freelist is rebuilt from the pages when the file
+	// is opened instead of written by every commit (a page or more, and a
+	// merge of every free page id, per commit), and kept in maps, whose
+	// allocations do not slow down as the file collects free pages.
+	opts.NoFreelistSync = true
+	opts.FreelistType = bbolt.FreelistMapType
 	db, err := bbolt.Open(path, 0o600, &opts)
 	if errors.Is(err, bberrors.ErrTimeout) {
 		return nil, fmt.Errorf("%w: %s", ErrLocked, path)
