@@ -130,7 +130,7 @@ func (s *Store) Get(ctx context.Context, key store.Key) (store.Item, error) {
 	err := s.db.View(func(tx *bbolt.Tx) error {
 		var ok bool
 		var err error
-		it, ok, err = load(tx, itemKey(key), key, true)
+		it, ok, err = load(tx, itemKey(key), key, allParts)
 		if err == nil && !ok {
 			err = store.ErrNotFound
 		}
@@ -167,11 +167,11 @@ func (s *Store) Update(ctx context.Context, op store.Op) (store.Item, error) {
 // committer takes the write, and what plan adds, the item as it is and,
 // for a put or an update, as it will be.
 type step struct {
-	op  store.Op
+	op  *store.Op
 	key []byte // the items bucket key of op's target
 	val []byte // a put's encoded item
 
-	old    store.Item // without Data unless op is an update
+	old    store.Item // the parts partsFor names
 	exists bool
 	next   store.Item
 }
@@ -180,7 +180,8 @@ type step struct {
 // the committer, which does every write of the store one after another.
 func prepare(ops []store.Op) ([]step, error) {
 	steps := make([]step, len(ops))
-	for i, op := range ops {
+	for i := range ops {
+		op := &ops[i]
 		steps[i] = step{op: op, key: itemKey(op.Target())}
 		if op.Kind == store.OpPut {
 			v, err := encode(op.Item)
@@ -193,6 +194,17 @@ func prepare(ops []store.Op) ([]step, error) {
 	return steps, nil
 }
 
+// partsFor is what a write reads of the item an op of kind k acts on.
+func partsFor(k store.OpKind) parts {
+	switch k {
+	case store.OpCheck:
+		return 0
+	case store.OpUpdate:
+		return allParts
+	}
+	return entryParts
+}
+
 // plan reads the items of steps in tx, checks every condition and works
 // out what each update writes, writing nothing: an error here leaves tx as
 // it was.
@@ -200,7 +212,7 @@ func plan(tx *bbolt.Tx, steps []step) error {
 	for i := range steps {
 		st := &steps[i]
 		op := st.op
-		it, ok, err := load(tx, st.key, op.Target(), op.Kind == store.OpUpdate)
+		it, ok, err := load(tx, st.key, op.Target(), partsFor(op.Kind))
 		if err != nil {
 			return err
 		}
@@ -214,7 +226,7 @@ func plan(tx *bbolt.Tx, steps []step) error {
 		case store.OpPut:
 			st.next = op.Item
 		case store.OpUpdate:
-			if st.next, err = updated(it, ok, op); err != nil {
+			if st.next, err = updated(it, ok, *op); err != nil {
 				return err
 			}
 		}
@@ -226,7 +238,8 @@ func plan(tx *bbolt.Tx, steps []step) error {
 // step when that is an update, for Update.
 func perform(tx *bbolt.Tx, steps []step) (store.Item, error) {
 	var last store.Item
-	for _, st := range steps {
+	for i := range steps {
+		st := &steps[i]
 		last = store.Item{}
 		switch st.op.Kind {
 		case store.OpPut, store.OpUpdate:

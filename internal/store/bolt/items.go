@@ -54,18 +54,14 @@ var indexBuckets = func() [][]byte {
 	return names
 }()
 
-// load reads the item k at items bucket key key; ok is false when there is
-// none. Without withData it leaves the item's Data out.
-func load(tx *bbolt.Tx, key []byte, k store.Key, withData bool) (it store.Item, ok bool, err error) {
+// load reads the parts want of the item k at items bucket key key; ok is
+// false when there is none.
+func load(tx *bbolt.Tx, key []byte, k store.Key, want parts) (it store.Item, ok bool, err error) {
 	v := tx.Bucket(itemsBucket).Get(key)
 	if v == nil {
 		return store.Item{}, false, nil
 	}
-	if withData {
-		it, err = decode(k, v)
-	} else {
-		it, err = decodeHead(k, v)
-	}
+	it, err = decodeParts(k, v, want)
 	return it, err == nil, err
 }
 

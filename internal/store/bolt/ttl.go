@@ -54,7 +54,7 @@ func (s *Store) sweep(now int64) error {
 				if err != nil {
 					return err
 				}
-				it, ok, err := load(tx, k[8:], key, false)
+				it, ok, err := load(tx, k[8:], key, entryParts)
 				if err != nil {
 					return err
 				}
