@@ -3,9 +3,10 @@
 # /api/v1/conversions on the local server (embedded store, fsync on every
 # commit), next to a trivial net/http handler, with wrk (Debian package
 # `wrk`). Usage: scripts/loadtest/run.sh [duration] [connections]
-# It prints one table per run (rate, ratio to the trivial handler, p50, p99,
-# the server's CPU time per request) and ends by counting what the server
-# stored against what it answered. RAW=1 also prints wrk's own output.
+# It prints one table per run (rate, ratio to the trivial handler measured
+# just before, p50, p99, the server's CPU time per request) and ends by
+# counting what the server stored against what it answered. RAW=1 also
+# prints wrk's own output.
 # The webhook pipeline (deliveries per second, POST-to-receiver latency) has
 # its own script: scripts/loadtest/webhooks.sh.
 set -euo pipefail
@@ -37,8 +38,12 @@ measure() {
 }
 
 echo "$(date -u '+%F %R UTC'), $(nproc) CPUs, load average at start: $(cut -d' ' -f1-3 /proc/loadavg), wrk -t2 -c$conns -d$duration"
+# The trivial handler runs right before each path, and each path's ratio is
+# to that run: on a shared machine whose load changes from one ten-second
+# window to the next, the two rates then come from the same conditions.
 measure trivial "$trivial_pid" http://127.0.0.1:18181 conversions.lua
 measure clicks "$SERVER_PID" http://127.0.0.1:18180 clicks.lua
+measure trivial "$trivial_pid" http://127.0.0.1:18181 conversions.lua
 measure conversions "$SERVER_PID" http://127.0.0.1:18180 conversions.lua
 
 awk -v ticks="$ticks" '
