@@ -332,7 +332,8 @@ func NewTime(t time.Time) Time { return Time{t.UTC().Truncate(time.Millisecond)}
 
 // MarshalJSON writes e.g. "2026-11-22T10:04:05.123Z".
 func (t Time) MarshalJSON() ([]byte, error) {
-	return []byte(`"` + t.UTC().Format(TimeLayout) + `"`), nil
+	b := make([]byte, 0, len(TimeLayout)+2)
+	return append(t.UTC().AppendFormat(append(b, '"'), TimeLayout), '"'), nil
 }
 
 // UnmarshalJSON accepts RFC 3339.

@@ -140,7 +140,10 @@ func (s *Service) insertClick(ctx context.Context, offer offerEntry, in ClickInp
 			}
 		}
 
-		ops := []store.Op{store.Put(clickItem(c, now.Add(window+clickRetention)))}
+		// Room for every op a click may have: growing the slice op by op
+		// was most of this function's allocation.
+		ops := make([]store.Op, 0, 9)
+		ops = append(ops, store.Put(clickItem(c, now.Add(window+clickRetention))))
 		offerAt, partnerAt := len(ops), len(ops)+1
 		ops = append(ops, offerCheck(offer))
 		if ban != nil {

@@ -208,7 +208,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 		return false, err
 	}
 	for {
-		var ops []store.Op
+		ops := make([]store.Op, 0, 8+2*len(caps)) // room for all, without growing
 		markerAt := -1
 		if c.ExternalTxnID != "" {
 			markerAt = len(ops)

@@ -3,7 +3,10 @@
 # /api/v1/conversions on the local server (embedded store, fsync on every
 # commit), next to a trivial net/http handler, with wrk (Debian package
 # `wrk`). Usage: scripts/loadtest/run.sh [duration] [connections]
-# It ends by counting what the server stored against what it answered.
+# It prints one table per run (rate, ratio to the trivial handler measured
+# just before, p50, p99, the server's CPU time per request) and ends by
+# counting what the server stored against what it answered. RAW=1 also
+# prints wrk's own output.
 # The webhook pipeline (deliveries per second, POST-to-receiver latency) has
 # its own script: scripts/loadtest/webhooks.sh.
 set -euo pipefail
@@ -17,14 +20,49 @@ go build -o "$tmp/trivial" ./scripts/loadtest/trivial
 . scripts/loadtest/server.sh
 start_server 18180
 "$tmp/trivial" --addr 127.0.0.1:18181 &
+trivial_pid=$!
 wait_for 127.0.0.1:18181
 
-echo "== trivial net/http handler"
-wrk -t2 -c"$conns" -d"$duration" --latency -s scripts/loadtest/conversions.lua http://127.0.0.1:18181
-echo "== GET /c/{offerId} tracking link (embedded store, durable)"
-wrk -t2 -c"$conns" -d"$duration" --latency -s scripts/loadtest/clicks.lua http://127.0.0.1:18180 | tee "$tmp/clicks.out"
-echo "== POST /api/v1/conversions (embedded store, durable)"
-wrk -t2 -c"$conns" -d"$duration" --latency -s scripts/loadtest/conversions.lua http://127.0.0.1:18180
+# cpu PID: the process's user and system time so far, in clock ticks.
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+ticks=$(getconf CLK_TCK)
+
+# measure NAME PID URL SCRIPT runs wrk and adds a row of figures to $tmp/rows.
+measure() {
+  local before after
+  before=$(cpu "$2")
+  wrk -t2 -c"$conns" -d"$duration" --latency -s "scripts/loadtest/$4" "$3" >"$tmp/$1.out"
+  after=$(cpu "$2")
+  [ -z "${RAW:-}" ] || cat "$tmp/$1.out"
+  echo "$1 $(sed -n 's/^figures: //p' "$tmp/$1.out") $((after - before))" >>"$tmp/rows"
+}
+
+echo "$(date -u '+%F %R UTC'), $(nproc) CPUs, load average at start: $(cut -d' ' -f1-3 /proc/loadavg), wrk -t2 -c$conns -d$duration"
+# The trivial handler runs right before each path, and each path's ratio is
+# to that run: on a shared machine whose load changes from one ten-second
+# window to the next, the two rates then come from the same conditions.
+measure trivial "$trivial_pid" http://127.0.0.1:18181 conversions.lua
+measure clicks "$SERVER_PID" http://127.0.0.1:18180 clicks.lua
+measure trivial "$trivial_pid" http://127.0.0.1:18181 conversions.lua
+measure conversions "$SERVER_PID" http://127.0.0.1:18180 conversions.lua
+
+awk -v ticks="$ticks" '
+  BEGIN {
+    path["trivial"] = "trivial net/http handler"
+    path["clicks"] = "GET /c/{offerId} (302)"
+    path["conversions"] = "POST /api/v1/conversions"
+    print "| path | rate | / trivial | p50 | p99 | CPU / request | failed |"
+    print "|---|---|---|---|---|---|---|"
+  }
+  {
+    rate = $2 / ($3 / 1e6)
+    if ($1 == "trivial") base = rate
+    printf "| %s | %d/s | %.1f %% | %.1f ms | %.1f ms | %d µs | %d |\n", path[$1], rate, 100 * rate / base, $4 / 1000, $5 / 1000, $7 * 1e6 / ticks / $2, $6
+  }' "$tmp/rows"
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+
 stored() { curl -fs "127.0.0.1:18180/api/v1/reports?groupBy=offer" -H "Authorization: Bearer $KEY" | python3 -c "import json,sys; print(sum(r['$1'] for r in json.load(sys.stdin)['data']))"; }
-echo "== clicks answered 302: $(sed -n 's/^answered: \([0-9]*\), of which not 302 or socket errors: \([0-9]*\)$/\1 - \2/p' "$tmp/clicks.out" | bc), clicks stored: $(stored clicks)"
-echo "== conversions stored: $(stored conversions)"
+read -r _ clicks _ _ _ failed _ < <(grep '^clicks ' "$tmp/rows")
+read -r _ conversions _ _ _ cfailed _ < <(grep '^conversions ' "$tmp/rows")
+echo "clicks answered 302: $((clicks - failed)), stored: $(stored clicks)"
+echo "conversions answered 201: $((conversions - cfailed)), stored: $(stored conversions)"

@@ -1,6 +1,7 @@
 # Sourced by the load scripts: start_server PORT builds and starts the local
 # server (embedded durable store, rate limit out of the way) in $tmp, waits
-# for it, and exports BRAND, KEY, OFFER and an active PARTNER to load with.
+# for it, and exports BRAND, KEY, OFFER and an active PARTNER to load with;
+# SERVER_PID is the server's process.
 # It trusts loopback as a proxy (clicks name their address in
 # X-Forwarded-For); TALLY_PPROF=ADDR serves Go's profiler there.
 # The caller sets tmp and a trap that kills its jobs.
@@ -18,6 +19,7 @@ start_server() {
   go build -o "$tmp/tally" ./cmd/tally
   TALLY_RATE_LIMIT=1000000000 TALLY_LOG_LEVEL=warn TALLY_TRUSTED_PROXIES=127.0.0.1 \
     "$tmp/tally" serve --addr "127.0.0.1:$port" --data "$tmp/data" ${TALLY_PPROF:+--pprof "$TALLY_PPROF"} 2>"$tmp/serve.log" &
+  SERVER_PID=$!
   wait_for "127.0.0.1:$port"
   export BRAND KEY OFFER PARTNER
   BRAND=$("$tmp/tally" brands create --name Load --data "$tmp/data" | json id)

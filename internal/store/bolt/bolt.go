@@ -75,6 +75,12 @@ func open(path string, sweep time.Duration) (*Store, error) {
 	}
 	opts := *bbolt.DefaultOptions
 	opts.Timeout = lockTimeout
+	// As etcd does: the freelist is rebuilt from the pages when the file
+	// is opened instead of written by every commit (a page or more, and a
+	// merge of every free page id, per commit), and kept in maps, whose
+	// allocations do not slow down as the file collects free pages.
+	opts.NoFreelistSync = true
+	opts.FreelistType = bbolt.FreelistMapType
 	db, err := bbolt.Open(path, 0o600, &opts)
 	if errors.Is(err, bberrors.ErrTimeout) {
 		return nil, fmt.Errorf("%w: %s", ErrLocked, path)
@@ -83,7 +89,7 @@ func open(path string, sweep time.Duration) (*Store, error) {
 		return nil, fmt.Errorf("bolt: open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bbolt.Tx) error {
-		for _, name := range append([][]byte{itemsBucket, ttlBucket}, indexBuckets()...) {
+		for _, name := range append([][]byte{itemsBucket, ttlBucket}, indexBuckets...) {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -124,7 +130,7 @@ func (s *Store) Get(ctx context.Context, key store.Key) (store.Item, error) {
 	err := s.db.View(func(tx *bbolt.Tx) error {
 		var ok bool
 		var err error
-		it, ok, err = load(tx, key)
+		it, ok, err = load(tx, itemKey(key), key, allParts)
 		if err == nil && !ok {
 			err = store.ErrNotFound
 		}
@@ -157,61 +163,100 @@ func (s *Store) Update(ctx context.Context, op store.Op) (store.Item, error) {
 	return s.write(ctx, []store.Op{op})
 }
 
-// step is one operation of a planned write: the item as it is and, for a
-// put or an update, as it will be.
+// step is one operation of a write: what prepare works out before the
+// committer takes the write, and what plan adds, the item as it is and,
+// for a put or an update, as it will be.
 type step struct {
-	op     store.Op
-	old    store.Item
+	op  *store.Op
+	key []byte // the items bucket key of op's target
+	val []byte // a put's encoded item
+
+	old    store.Item // the parts partsFor names
 	exists bool
 	next   store.Item
 }
 
-// plan reads the items ops act on in tx, checks every condition and works
-// out what each op writes, writing nothing: an error here leaves tx as it
-// was.
-func plan(tx *bbolt.Tx, ops []store.Op) ([]step, error) {
+// prepare turns ops into steps with their keys and encoded puts, outside
+// the committer, which does every write of the store one after another.
+func prepare(ops []store.Op) ([]step, error) {
 	steps := make([]step, len(ops))
-	for i, op := range ops {
-		it, ok, err := load(tx, op.Target())
+	for i := range ops {
+		op := &ops[i]
+		steps[i] = step{op: op, key: itemKey(op.Target())}
+		if op.Kind == store.OpPut {
+			v, err := encode(op.Item)
+			if err != nil {
+				return nil, fmt.Errorf("bolt: encode item: %w", err)
+			}
+			steps[i].val = v
+		}
+	}
+	return steps, nil
+}
+
+// partsFor is what a write reads of the item an op of kind k acts on.
+func partsFor(k store.OpKind) parts {
+	switch k {
+	case store.OpCheck:
+		return 0
+	case store.OpUpdate:
+		return allParts
+	}
+	return entryParts
+}
+
+// plan reads the items of steps in tx, checks every condition and works
+// out what each update writes, writing nothing: an error here leaves tx as
+// it was.
+func plan(tx *bbolt.Tx, steps []step) error {
+	for i := range steps {
+		st := &steps[i]
+		op := st.op
+		it, ok, err := load(tx, st.key, op.Target(), partsFor(op.Kind))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for _, c := range op.Conds {
 			if !holds(c, it, ok) {
-				return nil, &store.ConditionFailedError{Index: i}
+				return &store.ConditionFailedError{Index: i}
 			}
 		}
-		st := step{op: op, old: it, exists: ok}
+		st.old, st.exists = it, ok
 		switch op.Kind {
 		case store.OpPut:
 			st.next = op.Item
 		case store.OpUpdate:
-			if st.next, err = updated(it, ok, op); err != nil {
-				return nil, err
+			if st.next, err = updated(it, ok, *op); err != nil {
+				return err
 			}
 		}
-		steps[i] = st
 	}
-	return steps, nil
+	return nil
 }
 
 // perform writes planned steps. It returns the item written by the last
 // step when that is an update, for Update.
 func perform(tx *bbolt.Tx, steps []step) (store.Item, error) {
 	var last store.Item
-	for _, st := range steps {
+	for i := range steps {
+		st := &steps[i]
 		last = store.Item{}
 		switch st.op.Kind {
 		case store.OpPut, store.OpUpdate:
-			if err := write(tx, st.old, st.exists, st.next); err != nil {
-				return store.Item{}, err
-			}
+			v := st.val
 			if st.op.Kind == store.OpUpdate {
+				var err error
+				if v, err = encode(st.next); err != nil {
+					return store.Item{}, fmt.Errorf("bolt: encode item: %w", err)
+				}
 				last = st.next
+			}
+			if err := write(tx, st.key, st.old, st.next, v); err != nil { // st.old is zero when !st.exists
+				return store.Item{}, err
 			}
 		case store.OpDelete:
 			if st.exists {
-				if err := remove(tx, st.old); err != nil {
+				if err := remove(tx, st.key, st.old); err != nil {
 					return store.Item{}, err
 				}
 			}

@@ -347,18 +347,18 @@ func checkConsistent(t *testing.T, s *Store) {
 			}
 			for _, ix := range store.Indexes {
 				if ik := it.IndexKey(ix); ik.PK != "" {
-					want[string(ix)] = append(want[string(ix)], string(indexEntry(ik, key)))
+					want[string(ix)] = append(want[string(ix)], string(indexEntry(ik, k)))
 				}
 			}
 			if it.ExpiresAt > 0 {
-				want["ttl"] = append(want["ttl"], string(ttlEntry(it.ExpiresAt, key)))
+				want["ttl"] = append(want["ttl"], string(ttlEntry(it.ExpiresAt, k)))
 			}
 			return nil
 		})
 		if err != nil {
 			return err
 		}
-		for _, name := range append(indexBuckets(), ttlBucket) {
+		for _, name := range append(indexBuckets, ttlBucket) {
 			err := tx.Bucket(name).ForEach(func(k, v []byte) error {
 				if len(v) != 0 {
 					return fmt.Errorf("%s entry %q has value %q", name, k, v)
@@ -375,7 +375,7 @@ func checkConsistent(t *testing.T, s *Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range append(indexBuckets(), ttlBucket) {
+	for _, name := range append(indexBuckets, ttlBucket) {
 		w, g := want[string(name)], got[string(name)]
 		slices.SortFunc(w, strings.Compare)
 		if !slices.Equal(w, g) {

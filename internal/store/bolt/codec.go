@@ -45,15 +45,29 @@ func encode(it store.Item) ([]byte, error) {
 	}
 	b = binary.AppendVarint(b, it.ExpiresAt)
 	b = binary.AppendUvarint(b, uint64(len(it.Attrs)))
-	// Sorted, so that the same item always encodes to the same bytes.
-	for _, k := range slices.Sorted(maps.Keys(it.Attrs)) {
+	for _, k := range sortedKeys(it.Attrs) {
 		b = appendString(appendString(b, k), it.Attrs[k])
 	}
 	b = binary.AppendUvarint(b, uint64(len(it.Nums)))
-	for _, k := range slices.Sorted(maps.Keys(it.Nums)) {
+	for _, k := range sortedKeys(it.Nums) {
 		b = binary.AppendVarint(appendString(b, k), it.Nums[k])
 	}
 	return append(b, it.Data...), nil
+}
+
+// sortedKeys returns the names of m in order, so that the same item always
+// encodes to the same bytes. Most items have one attribute or counter at
+// most, which need no sorting (sorting was 7 % of BenchmarkApply).
+func sortedKeys[V any](m map[string]V) []string {
+	if len(m) > 1 {
+		return slices.Sorted(maps.Keys(m))
+	}
+	var one [1]string
+	for k := range m {
+		one[0] = k
+		return one[:]
+	}
+	return nil
 }
 
 func appendString(b []byte, s string) []byte {
@@ -62,26 +76,51 @@ func appendString(b []byte, s string) []byte {
 
 // decode returns a fresh item (no memory shared with the bbolt page).
 func decode(k store.Key, v []byte) (store.Item, error) {
+	return decodeParts(k, v, allParts)
+}
+
+// parts says which parts of an item a reader needs besides its attributes
+// and counters, so that a write does not copy what it does not use: a
+// condition needs none (a checked offer's body and index keys are not
+// copied for nothing), replacing or deleting an item needs its index keys
+// and expiry to move its entries, and only an update needs Data.
+type parts uint8
+
+const (
+	entryParts parts = 1 << iota // index keys and ExpiresAt
+	dataParts                    // Data
+	allParts   = entryParts | dataParts
+)
+
+// decodeParts is decode leaving out what want does not ask for.
+func decodeParts(k store.Key, v []byte, want parts) (store.Item, error) {
 	if len(v) > 0 && v[0] == '{' {
 		return decodeJSON(k, v)
 	}
-	it, err := decodeV1(k, v)
+	it, err := decodeV1(k, v, want)
 	if err != nil {
 		return store.Item{}, fmt.Errorf("bolt: corrupt item %q/%q: %w", k.PK, k.SK, err)
 	}
 	return it, nil
 }
 
-func decodeV1(k store.Key, v []byte) (store.Item, error) {
+func decodeV1(k store.Key, v []byte, want parts) (store.Item, error) {
 	if len(v) == 0 || v[0] != codecV1 {
 		return store.Item{}, errCorrupt
 	}
 	r := reader{b: v[1:]}
 	it := store.Item{Key: k}
 	for _, ik := range [...]*store.IndexKey{&it.GSI1, &it.GSI2, &it.GSI3} {
-		ik.PK, ik.SK = r.string(), r.string()
+		if want&entryParts != 0 {
+			ik.PK, ik.SK = r.string(), r.string()
+		} else {
+			r.skip()
+			r.skip()
+		}
 	}
-	it.ExpiresAt = r.varint()
+	if exp := r.varint(); want&entryParts != 0 {
+		it.ExpiresAt = exp
+	}
 	if n := r.count(); n > 0 {
 		it.Attrs = make(map[string]string, n)
 		for range n {
@@ -99,7 +138,7 @@ func decodeV1(k store.Key, v []byte) (store.Item, error) {
 	if r.err != nil {
 		return store.Item{}, r.err
 	}
-	if len(r.b) > 0 {
+	if want&dataParts != 0 && len(r.b) > 0 {
 		it.Data = append([]byte(nil), r.b...)
 	}
 	return it, nil
@@ -143,14 +182,22 @@ func (r *reader) count() int {
 }
 
 func (r *reader) string() string {
+	return string(r.bytes())
+}
+
+// skip passes over a string.
+func (r *reader) skip() { r.bytes() }
+
+// bytes returns the next string's bytes, in the encoded item.
+func (r *reader) bytes() []byte {
 	n := r.uvarint()
 	if n > uint64(len(r.b)) {
 		r.fail()
-		return ""
+		return nil
 	}
-	s := string(r.b[:n])
+	b := r.b[:n]
 	r.b = r.b[n:]
-	return s
+	return b
 }
 
 func (r *reader) fail() {

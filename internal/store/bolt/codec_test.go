@@ -86,6 +86,24 @@ func TestCodecRoundTrip(t *testing.T) {
 	}
 }
 
+// A write reads only the parts of an item it needs; what it reads is as
+// stored.
+func TestDecodeParts(t *testing.T) {
+	v, err := encode(benchItem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noEntries := store.Item{Key: benchItem.Key, Attrs: benchItem.Attrs, Nums: benchItem.Nums}
+	entries := benchItem
+	entries.Data = nil
+	for want, item := range map[parts]store.Item{0: noEntries, entryParts: entries, allParts: benchItem} {
+		got, err := decodeParts(benchItem.Key, v, want)
+		if err != nil || !reflect.DeepEqual(got, item) {
+			t.Errorf("decodeParts(%b) = %+v, %v; want %+v", want, got, err, item)
+		}
+	}
+}
+
 // FuzzDecode: no stored bytes, however damaged, make decode panic, and what
 // decodes re-encodes to an item that decodes the same.
 func FuzzDecode(f *testing.F) {

@@ -10,11 +10,12 @@ import (
 
 // Group commit. A commit costs two fsyncs, whatever it holds, so writes
 // share commits: one goroutine, the committer, makes every write. It takes
-// the first write that comes and every other already waiting, applies them
-// in order in one bbolt transaction and commits; writes that come
-// meanwhile wait for the next round, which starts the moment this one has
-// committed. A lone write commits at once; under load, a round holds what
-// arrived during the previous commit. No write waits on a timer.
+// the first write that comes, applies it in a bbolt transaction, and as long
+// as other writes are waiting applies them too, in order; when none is
+// left it commits. Writes that come during the commit wait for the next
+// round, which starts the moment this one has committed; writes that come
+// while the round is still applying join it, rather than wait a whole
+// round. A lone write commits at once. No write waits on a timer.
 //
 // A write whose conditions fail changes nothing (plan writes nothing), so
 // it is answered with its error and the others go on. A write that fails
@@ -26,15 +27,20 @@ import (
 const maxRound = 1000
 
 type pendingWrite struct {
-	ops  []store.Op
-	item store.Item // after the last op, when it is an update
-	err  error
-	done chan struct{}
+	steps []step
+	item  store.Item // after the last op, when it is an update
+	err   error
+	done  chan struct{}
 }
 
-// write hands ops to the committer and waits for their commit.
+// write prepares ops, hands them to the committer and waits for their
+// commit.
 func (s *Store) write(ctx context.Context, ops []store.Op) (store.Item, error) {
-	w := &pendingWrite{ops: ops, done: make(chan struct{})}
+	steps, err := prepare(ops)
+	if err != nil {
+		return store.Item{}, err
+	}
+	w := &pendingWrite{steps: steps, done: make(chan struct{})}
 	select {
 	case s.writes <- w:
 	case <-s.stop:
@@ -49,38 +55,43 @@ func (s *Store) write(ctx context.Context, ops []store.Op) (store.Item, error) {
 func (s *Store) committer() {
 	defer close(s.committed)
 	for {
-		var round []*pendingWrite
 		select {
 		case w := <-s.writes:
-			round = append(round, w)
+			s.commit([]*pendingWrite{w})
 		case <-s.stop:
 			return
 		}
-	more:
-		for len(round) < maxRound {
-			select {
-			case w := <-s.writes:
-				round = append(round, w)
-			default:
-				break more
-			}
-		}
-		s.commit(round)
 	}
 }
 
-// commit applies a round of writes in one transaction and answers each.
+// waiting adds a write that is waiting to round, if there is one and round
+// has room.
+func (s *Store) waiting(round *[]*pendingWrite) bool {
+	if len(*round) >= maxRound {
+		return false
+	}
+	select {
+	case w := <-s.writes:
+		*round = append(*round, w)
+		return true
+	default:
+		return false
+	}
+}
+
+// commit applies a round of writes in one transaction, with the writes that
+// come meanwhile, and answers each.
 func (s *Store) commit(round []*pendingWrite) {
 	for len(round) > 0 {
 		var dirty *pendingWrite // the write that failed while writing
 		err := s.db.Update(func(tx *bbolt.Tx) error {
-			for _, w := range round {
-				steps, err := plan(tx, w.ops)
-				if err != nil {
+			for i := 0; i < len(round) || s.waiting(&round); i++ {
+				w := round[i]
+				if err := plan(tx, w.steps); err != nil {
 					w.item, w.err = store.Item{}, err // nothing written
 					continue
 				}
-				if w.item, w.err = perform(tx, steps); w.err != nil {
+				if w.item, w.err = perform(tx, w.steps); w.err != nil {
 					dirty = w
 					return w.err
 				}
@@ -105,9 +116,9 @@ func (s *Store) commit(round []*pendingWrite) {
 		}
 		var item store.Item
 		err = s.db.Update(func(tx *bbolt.Tx) error {
-			steps, err := plan(tx, dirty.ops)
+			err := plan(tx, dirty.steps)
 			if err == nil {
-				item, err = perform(tx, steps)
+				item, err = perform(tx, dirty.steps)
 			}
 			return err
 		})

@@ -27,90 +27,95 @@ func splitItemKey(b []byte) (store.Key, error) {
 	return store.Key{PK: string(pk), SK: string(sk)}, nil
 }
 
-// indexEntry is the index bucket key placing item k at ik:
-// indexPK 0x00 indexSK 0x00 pk 0x00 sk.
-func indexEntry(ik store.IndexKey, k store.Key) []byte {
-	b := make([]byte, 0, len(ik.PK)+len(ik.SK)+len(k.PK)+len(k.SK)+3)
+// indexEntry is the index bucket key placing the item at items bucket key
+// key at ik: indexPK 0x00 indexSK 0x00 pk 0x00 sk.
+func indexEntry(ik store.IndexKey, key []byte) []byte {
+	b := make([]byte, 0, len(ik.PK)+len(ik.SK)+2+len(key))
 	b = append(b, ik.PK...)
 	b = append(b, 0)
 	b = append(b, ik.SK...)
 	b = append(b, 0)
-	return append(b, itemKey(k)...)
+	return append(b, key...)
 }
 
-// ttlEntry is the ttl bucket key of item k expiring at exp (> 0): the
-// big-endian time orders entries by expiry.
-func ttlEntry(exp int64, k store.Key) []byte {
-	b := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(k.PK)+1+len(k.SK)), uint64(exp))
-	return append(b, itemKey(k)...)
+// ttlEntry is the ttl bucket key of the item with items bucket key key
+// expiring at exp (> 0): the big-endian time orders entries by expiry.
+func ttlEntry(exp int64, key []byte) []byte {
+	return append(binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(key)), uint64(exp)), key...)
 }
 
-// indexBuckets returns the names of the GSI buckets.
-func indexBuckets() [][]byte {
+// indexBuckets are the names of the GSI buckets, in the order of
+// store.Indexes.
+var indexBuckets = func() [][]byte {
 	names := make([][]byte, len(store.Indexes))
 	for i, ix := range store.Indexes {
 		names[i] = []byte(ix)
 	}
 	return names
-}
+}()
 
-// load reads the item at k; ok is false when there is none.
-func load(tx *bbolt.Tx, k store.Key) (it store.Item, ok bool, err error) {
-	v := tx.Bucket(itemsBucket).Get(itemKey(k))
+// load reads the parts want of the item k at items bucket key key; ok is
+// false when there is none.
+func load(tx *bbolt.Tx, key []byte, k store.Key, want parts) (it store.Item, ok bool, err error) {
+	v := tx.Bucket(itemsBucket).Get(key)
 	if v == nil {
 		return store.Item{}, false, nil
 	}
-	it, err = decode(k, v)
+	it, err = decodeParts(k, v, want)
 	return it, err == nil, err
 }
 
-// write stores it, replacing old (when exists) together with its index and
+// write stores it, encoded as v at items bucket key key, in place of old
+// (the zero Item when there was none).
+func write(tx *bbolt.Tx, key []byte, old, it store.Item, v []byte) error {
+	if err := tx.Bucket(itemsBucket).Put(key, v); err != nil {
+		return err
+	}
+	return reindex(tx, key, old, it)
+}
+
+// remove deletes the item it at items bucket key key with its index and
 // TTL entries.
-func write(tx *bbolt.Tx, old store.Item, exists bool, it store.Item) error {
-	if exists {
-		if err := unindex(tx, old); err != nil {
+func remove(tx *bbolt.Tx, key []byte, it store.Item) error {
+	if err := reindex(tx, key, it, store.Item{}); err != nil {
+		return err
+	}
+	return tx.Bucket(itemsBucket).Delete(key)
+}
+
+// reindex replaces the index and TTL entries of the item at items bucket
+// key key, as they were for was, with those of is (a zero Item has none).
+// Entries that stay the same are left alone: an update of a counter
+// touches no index page.
+func reindex(tx *bbolt.Tx, key []byte, was, is store.Item) error {
+	for i, ix := range store.Indexes {
+		from, to := was.IndexKey(ix), is.IndexKey(ix)
+		if from == to {
+			continue
+		}
+		b := tx.Bucket(indexBuckets[i])
+		if from.PK != "" {
+			if err := b.Delete(indexEntry(from, key)); err != nil {
+				return err
+			}
+		}
+		if to.PK != "" {
+			if err := b.Put(indexEntry(to, key), nil); err != nil {
+				return err
+			}
+		}
+	}
+	if was.ExpiresAt == is.ExpiresAt {
+		return nil
+	}
+	b := tx.Bucket(ttlBucket)
+	if was.ExpiresAt > 0 {
+		if err := b.Delete(ttlEntry(was.ExpiresAt, key)); err != nil {
 			return err
 		}
 	}
-	v, err := encode(it)
-	if err != nil {
-		return fmt.Errorf("bolt: encode item: %w", err)
-	}
-	if err := tx.Bucket(itemsBucket).Put(itemKey(it.Key), v); err != nil {
-		return err
-	}
-	for _, ix := range store.Indexes {
-		if ik := it.IndexKey(ix); ik.PK != "" {
-			if err := tx.Bucket([]byte(ix)).Put(indexEntry(ik, it.Key), nil); err != nil {
-				return err
-			}
-		}
-	}
-	if it.ExpiresAt > 0 {
-		return tx.Bucket(ttlBucket).Put(ttlEntry(it.ExpiresAt, it.Key), nil)
-	}
-	return nil
-}
-
-// remove deletes it with its index and TTL entries.
-func remove(tx *bbolt.Tx, it store.Item) error {
-	if err := unindex(tx, it); err != nil {
-		return err
-	}
-	return tx.Bucket(itemsBucket).Delete(itemKey(it.Key))
-}
-
-// unindex deletes the index and TTL entries of it.
-func unindex(tx *bbolt.Tx, it store.Item) error {
-	for _, ix := range store.Indexes {
-		if ik := it.IndexKey(ix); ik.PK != "" {
-			if err := tx.Bucket([]byte(ix)).Delete(indexEntry(ik, it.Key)); err != nil {
-				return err
-			}
-		}
-	}
-	if it.ExpiresAt > 0 {
-		return tx.Bucket(ttlBucket).Delete(ttlEntry(it.ExpiresAt, it.Key))
+	if is.ExpiresAt > 0 {
+		return b.Put(ttlEntry(is.ExpiresAt, key), nil)
 	}
 	return nil
 }

@@ -54,12 +54,12 @@ func (s *Store) sweep(now int64) error {
 				if err != nil {
 					return err
 				}
-				it, ok, err := load(tx, key)
+				it, ok, err := load(tx, k[8:], key, entryParts)
 				if err != nil {
 					return err
 				}
 				if ok && it.ExpiresAt > 0 && it.ExpiresAt < now {
-					if err := remove(tx, it); err != nil {
+					if err := remove(tx, k[8:], it); err != nil {
 						return err
 					}
 				}
