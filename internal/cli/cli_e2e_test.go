@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally/internal/reporoot"
+	"github.com/tally-hq/tally/internal/testenv"
 )
 
 // tallyBin is the binary built by TestMain.
@@ -201,28 +202,10 @@ func setupBrand(t *testing.T, environ []string, dataDir, name string) (brandID, 
 // ---------------------------------------------------------------------------
 // Running the server
 
-// syncBuffer collects a process's output while it runs.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type server struct {
 	cmd            *exec.Cmd
 	addr           string // host:port
-	stdout, stderr *syncBuffer
+	stdout, stderr *testenv.SyncBuffer
 	done           chan struct{} // closed when the process has exited
 	waitErr        error         // valid once done is closed
 }
@@ -273,8 +256,8 @@ func startServerThrough(t *testing.T, environ, launcher []string, args ...string
 	t.Helper()
 	s := &server{
 		addr:   fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		stdout: &syncBuffer{},
-		stderr: &syncBuffer{},
+		stdout: &testenv.SyncBuffer{},
+		stderr: &testenv.SyncBuffer{},
 		done:   make(chan struct{}),
 	}
 	argv := append(append(slices.Clone(launcher), tallyBin, "serve", "--addr", s.addr), args...)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally/internal/reporoot"
+	"github.com/tally-hq/tally/internal/testenv"
 )
 
 // rawRequest sends one request over conn and reads its answer, leaving the
@@ -158,7 +159,7 @@ func TestMakeRunTakesAnAddressAndAFolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := t.TempDir()
-	s := &server{addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	s := &server{addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), stdout: &testenv.SyncBuffer{}, stderr: &testenv.SyncBuffer{}, done: make(chan struct{})}
 	s.cmd = exec.Command("make", "--no-print-directory", "run", "ADDR="+s.addr, "DATA="+data, "ARGS=--pprof=")
 	s.cmd.Dir, s.cmd.Env, s.cmd.Stdout, s.cmd.Stderr = root, env(), s.stdout, s.stderr
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // make, go run and the server: one group to stop

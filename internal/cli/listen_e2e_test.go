@@ -10,18 +10,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tally-hq/tally/internal/testenv"
 	"github.com/tally-hq/tally/webhook"
 )
 
 // listener is a running `tally listen`.
 type listener struct {
 	addr           string
-	stdout, stderr *syncBuffer
+	stdout, stderr *testenv.SyncBuffer
 }
 
 func startListen(t *testing.T, args ...string) *listener {
 	t.Helper()
-	l := &listener{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	l := &listener{stdout: &testenv.SyncBuffer{}, stderr: &testenv.SyncBuffer{}}
 	port := freePort(t)
 	l.addr = fmt.Sprintf("127.0.0.1:%d", port)
 	cmd := exec.Command(tallyBin, append([]string{"listen", "--port", fmt.Sprint(port)}, args...)...)

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,10 +58,20 @@ func ErrorBody(err error) (int, []byte) {
 	return statusOf[body.Error.Code], append(b, '\n')
 }
 
+// statusClientClosed is logged for requests their client abandoned.
+const statusClientClosed = 499
+
 // writeError answers with the error shape and logs errors not meant for users.
 // A 401 names the scheme to use (RFC 9110 section 11.6.1), and says the token
 // was refused when one was sent (RFC 6750 section 3).
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		// The client hung up: nobody reads the answer, and it is not our
+		// fault. 499 (nginx's "client closed request") tells the log so.
+		logger(r.Context()).Info("client closed the request", "err", err.Error())
+		w.WriteHeader(statusClientClosed)
+		return
+	}
 	switch tally.ErrorCode(err) {
 	case tally.ECodeInternal:
 		logger(r.Context()).Error("internal error", "err", err.Error())

@@ -5,6 +5,8 @@
 package testenv
 
 import (
+	"bytes"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -75,3 +77,23 @@ func (c *Clock) Set(t time.Time) { c.unixNano.Store(t.UnixNano()) }
 
 // Advance moves the clock forward by d.
 func (c *Clock) Advance(d time.Duration) { c.unixNano.Add(int64(d)) }
+
+// SyncBuffer collects output written from other goroutines (a server's log,
+// a process's stdout) for a test to read while it is still written.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns everything written so far.
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
