@@ -110,6 +110,16 @@ func (rec deliveryRecord) endpointKey() store.Key {
 // that is still pending, new or not, for the transport to attempt, and takes
 // the event out of the outbox.
 func (s *Service) FanOut(ctx context.Context, eventID string) ([]DeliveryRef, error) {
+	recs, err := s.fanOut(ctx, eventID)
+	refs := make([]DeliveryRef, len(recs))
+	for i, rec := range recs {
+		refs[i] = DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID}
+	}
+	return refs, err
+}
+
+// fanOut is FanOut, returning the pending deliveries themselves.
+func (s *Service) fanOut(ctx context.Context, eventID string) ([]deliveryRecord, error) {
 	item, err := s.store.Get(ctx, eventKey(eventID))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil // expired long ago: nothing left to deliver
@@ -170,12 +180,12 @@ func (s *Service) FanOut(ctx context.Context, eventID string) ([]DeliveryRef, er
 	if err != nil {
 		return nil, err
 	}
-	return refsOf(recs), nil
+	return pending(recs), nil
 }
 
 // fanOutEach is FanOut for an event fanned out before: it writes only the
 // deliveries that are missing and reports those still pending.
-func (s *Service) fanOutEach(ctx context.Context, recs []deliveryRecord, event store.Item, outboxed bool) ([]DeliveryRef, error) {
+func (s *Service) fanOutEach(ctx context.Context, recs []deliveryRecord, event store.Item, outboxed bool) ([]deliveryRecord, error) {
 	for i, rec := range recs {
 		err := s.transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
 		if _, exists := store.FailedOp(err); exists {
@@ -191,17 +201,11 @@ func (s *Service) fanOutEach(ctx context.Context, recs []deliveryRecord, event s
 			return nil, err // (gone: the event expired meanwhile)
 		}
 	}
-	return refsOf(recs), nil
+	return pending(recs), nil
 }
 
-func refsOf(recs []deliveryRecord) []DeliveryRef {
-	var refs []DeliveryRef
-	for _, rec := range recs {
-		if rec.Status == tally.DeliveryPending {
-			refs = append(refs, DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID})
-		}
-	}
-	return refs
+func pending(recs []deliveryRecord) []deliveryRecord {
+	return slices.DeleteFunc(recs, func(rec deliveryRecord) bool { return rec.Status != tally.DeliveryPending })
 }
 
 // AttemptResult says what an attempt step did and what comes next.
@@ -221,6 +225,12 @@ type AttemptResult struct {
 // A step whose attempt was already made, or whose delivery is decided, sends
 // nothing and reports the state, so a transport may repeat steps freely.
 func (s *Service) Attempt(ctx context.Context, ref DeliveryRef, n int, sender Sender) (AttemptResult, error) {
+	return s.attempt(ctx, ref, n, sender, 0)
+}
+
+// attempt is Attempt; with a lease it first claims the attempt (claim), and
+// sends nothing if another process holds it.
+func (s *Service) attempt(ctx context.Context, ref DeliveryRef, n int, sender Sender, lease time.Duration) (AttemptResult, error) {
 	rec, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(ref.BrandID, ref.DeliveryID))
 	if err != nil {
 		return AttemptResult{}, notFound(err, "delivery", ref.DeliveryID)
@@ -250,10 +260,37 @@ func (s *Service) Attempt(ctx context.Context, ref DeliveryRef, n int, sender Se
 		}
 		req.Secrets = sub.signingSecrets(s.Now())
 	}
+	if lease > 0 {
+		if err := s.claim(ctx, rec, lease); err != nil {
+			if _, taken := store.FailedOp(err); !taken {
+				return AttemptResult{}, err
+			}
+			current, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(rec.BrandID, rec.ID))
+			return s.resultOf(current), err
+		}
+	}
 	at := sender.Send(ctx, req)
 	res, err := s.recordAttempt(ctx, rec, &at, &ep)
 	res.Sent = true
 	return res, err
+}
+
+// claim holds a pending delivery's next attempt for this process until the
+// lease runs out: a conditional write that only one process wins while the
+// delivery is unchanged and nobody else's lease runs. It also moves the
+// delivery's due entry to the lease's end, so that other processes leave
+// it alone meanwhile and, should this one die before recording the
+// attempt, make it then. Recording the attempt rewrites the item, which
+// ends the lease. It fails with a condition failure when the attempt is
+// taken.
+func (s *Service) claim(ctx context.Context, rec deliveryRecord, lease time.Duration) error {
+	now := s.Now()
+	until := now.Add(lease)
+	it := deliveryItem(rec, s.deliveryRetention)
+	it.GSI3.SK = dueQueueSK(until, rec.ID)
+	it.Nums = map[string]int64{"leaseUntil": until.UnixMilli()}
+	return s.transact(ctx, store.Put(it, store.AttrEquals("status", tally.DeliveryPending),
+		store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts))), store.NumLess("leaseUntil", now.UnixMilli()+1)))
 }
 
 // recordAttempt appends an attempt (nil: the endpoint is gone, so the
