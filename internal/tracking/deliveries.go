@@ -120,6 +120,21 @@ func (s *Service) FanOut(ctx context.Context, eventID string) ([]DeliveryRef, er
 
 // fanOut is FanOut, returning the pending deliveries themselves.
 func (s *Service) fanOut(ctx context.Context, eventID string) ([]deliveryRecord, error) {
+	return s.fanOutMany(ctx, []string{eventID})
+}
+
+// fanOutPlan is what fanning out one event writes: its deliveries, and
+// the event taken out of the outbox.
+type fanOutPlan struct {
+	event    store.Item
+	outboxed bool
+	recs     []deliveryRecord
+	ops      []store.Op
+}
+
+// planFanOut reads what fanning out an event needs; nil means there is
+// nothing to do. subs caches the brands' subscriptions for a batch.
+func (s *Service) planFanOut(ctx context.Context, eventID string, subs map[string][]subscriptionRecord) (*fanOutPlan, error) {
 	item, err := s.store.Get(ctx, eventKey(eventID))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil // expired long ago: nothing left to deliver
@@ -131,13 +146,16 @@ func (s *Service) fanOut(ctx context.Context, eventID string) ([]deliveryRecord,
 	if err := decode(item, &evt); err != nil {
 		return nil, err
 	}
-	subs, err := s.subscriptions(ctx, evt.BrandID)
-	if err != nil {
-		return nil, err
+	brandSubs, ok := subs[evt.BrandID]
+	if !ok {
+		if brandSubs, err = s.subscriptions(ctx, evt.BrandID); err != nil {
+			return nil, err
+		}
+		subs[evt.BrandID] = brandSubs
 	}
 	now := s.Now()
 	var recs []deliveryRecord
-	for _, sub := range subs {
+	for _, sub := range brandSubs {
 		if target := item.Attrs["subscriptionId"]; target != "" && target != sub.ID ||
 			target == "" && (!slices.Contains(sub.Events, evt.Event) || sub.Status == tally.EndpointDisabled) {
 			continue
@@ -158,34 +176,85 @@ func (s *Service) fanOut(ctx context.Context, eventID string) ([]deliveryRecord,
 	if pb != nil {
 		recs = append(recs, *pb)
 	}
-	// The first fan-out of an event writes all its deliveries and takes it
-	// out of the outbox in one transaction (one commit). A repeated one finds
-	// some delivery written already and goes one by one, keeping what exists.
-	ops := make([]store.Op, 0, len(recs)+1)
+	plan := &fanOutPlan{event: item, outboxed: item.GSI3 != (store.IndexKey{}), recs: recs}
 	for _, rec := range recs {
-		ops = append(ops, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
+		plan.ops = append(plan.ops, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
 	}
-	outboxed := item.GSI3 != (store.IndexKey{})
-	if outboxed {
-		item.GSI3 = store.IndexKey{}
-		ops = append(ops, store.Put(item, store.Exists()))
+	if plan.outboxed {
+		out := item
+		out.GSI3 = store.IndexKey{}
+		plan.ops = append(plan.ops, store.Put(out, store.Exists()))
 	}
-	if len(ops) == 0 {
+	if len(plan.ops) == 0 {
 		return nil, nil
 	}
-	err = s.transact(ctx, ops...)
-	if _, failed := store.FailedOp(err); failed {
-		return s.fanOutEach(ctx, recs, item, outboxed)
+	return plan, nil
+}
+
+// fanOutMany fans out events together: the first fan-out of each writes
+// all its deliveries and takes it out of the outbox, and as many events as
+// fit go in one transaction (one commit). Events fanned out before are
+// found when a write meets a delivery that exists; they go one by one,
+// keeping what exists. It returns the pending deliveries.
+func (s *Service) fanOutMany(ctx context.Context, eventIDs []string) ([]deliveryRecord, error) {
+	subs := map[string][]subscriptionRecord{}
+	var out []deliveryRecord
+	var batch []*fanOutPlan
+	var ops []store.Op
+	commit := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		err := s.transact(ctx, ops...)
+		if _, failed := store.FailedOp(err); failed {
+			for _, plan := range batch {
+				err := s.transact(ctx, plan.ops...)
+				if _, failed := store.FailedOp(err); failed {
+					recs, err := s.fanOutEach(ctx, plan.recs, plan.event, plan.outboxed)
+					if err != nil {
+						return err
+					}
+					out = append(out, recs...)
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				out = append(out, pending(plan.recs)...)
+			}
+		} else if err != nil {
+			return err
+		} else {
+			for _, plan := range batch {
+				out = append(out, pending(plan.recs)...)
+			}
+		}
+		batch, ops = batch[:0], ops[:0]
+		return nil
 	}
-	if err != nil {
-		return nil, err
+	for _, id := range eventIDs {
+		plan, err := s.planFanOut(ctx, id, subs)
+		if err != nil {
+			return out, err
+		}
+		if plan == nil {
+			continue
+		}
+		if len(ops)+len(plan.ops) > store.MaxTransactOps {
+			if err := commit(); err != nil {
+				return out, err
+			}
+		}
+		batch = append(batch, plan)
+		ops = append(ops, plan.ops...)
 	}
-	return pending(recs), nil
+	return out, commit()
 }
 
 // fanOutEach is FanOut for an event fanned out before: it writes only the
 // deliveries that are missing and reports those still pending.
 func (s *Service) fanOutEach(ctx context.Context, recs []deliveryRecord, event store.Item, outboxed bool) ([]deliveryRecord, error) {
+	event.GSI3 = store.IndexKey{}
 	for i, rec := range recs {
 		err := s.transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
 		if _, exists := store.FailedOp(err); exists {

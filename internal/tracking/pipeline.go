@@ -48,8 +48,10 @@ type Pipeline struct {
 const (
 	// maxIdle is the longest the pipeline goes without reading its indexes.
 	maxIdle = time.Second
-	// fanOutWorkers fan out concurrently, so that their writes share commits.
+	// fanOutWorkers fan out concurrently, so that their writes share
+	// commits, each up to fanOutBatch events in one transaction.
 	fanOutWorkers = 8
+	fanOutBatch   = 32
 	// fanOutQueue is how many events wait in memory for fan-out; more wait
 	// in the outbox.
 	fanOutQueue = 10_000
@@ -119,16 +121,16 @@ func (p *Pipeline) Run(ctx context.Context) {
 				case <-ctx.Done():
 					return
 				case id := <-p.fanouts:
-					p.fanOut(id)
+					p.fanOut(p.drain(id))
 				}
 			}
 		})
 	}
 	defer p.sched.close()
 	defer fanners.Wait()
-	var outbox, due [shards]string // where the current pass over each index is
+	outbox, due := &indexReader{pk: outboxPK}, &indexReader{pk: dueQueuePK}
 	for {
-		next, more, err := p.pass(ctx, &outbox, &due)
+		next, more, err := p.pass(ctx, outbox, due)
 		if ctx.Err() != nil {
 			return
 		}
@@ -172,36 +174,39 @@ func (p *Pipeline) sleep(ctx context.Context, next time.Duration) bool {
 // stopped, and queues what it finds that is not queued already. It returns
 // how long the pipeline may sleep before the next retry falls due, and
 // whether more entries wait to be read.
-func (p *Pipeline) pass(ctx context.Context, outbox, due *[shards]string) (next time.Duration, more bool, err error) {
+func (p *Pipeline) pass(ctx context.Context, outbox, due *indexReader) (next time.Duration, more bool, err error) {
 	p.mu.Lock()
 	p.soonest = time.Time{}
+	fanning := len(p.fanning)
 	p.mu.Unlock()
+	now := p.svc.Now()
+	outbox.rewindIf(fanning == 0, now)
 	for shard := range shards {
 		if len(p.fanouts) > fanOutQueue/2 {
 			break // the fan-out workers have plenty; the rest waits in the outbox
 		}
-		page, err := readOn(ctx, p.svc.store, outboxPK(shard), "", &outbox[shard])
+		page, full, err := outbox.read(ctx, p.svc.store, shard, "")
 		if err != nil {
 			return 0, false, err
 		}
-		more = more || outbox[shard] != ""
-		var ids []string
-		for _, it := range page {
-			ids = append(ids, it.GSI3.SK)
+		more = more || full
+		ids := make([]string, len(page))
+		for i, it := range page {
+			ids[i] = it.GSI3.SK
 		}
 		p.queueEvents(ids)
 	}
-	now := p.svc.Now()
 	next = maxIdle
+	due.rewindIf(p.sched.queued() == 0, now)
 	for shard := range shards {
 		if p.sched.queued() >= maxQueued {
 			break // the rest waits in the index until the scheduler has room
 		}
-		page, err := readOn(ctx, p.svc.store, dueQueuePK(shard), dueQueueSK(now, "~"), &due[shard])
+		page, full, err := due.read(ctx, p.svc.store, shard, dueQueueSK(now, "~"))
 		if err != nil {
 			return 0, false, err
 		}
-		more = more || due[shard] != ""
+		more = more || full
 		var jobs []job
 		for _, it := range page {
 			if _, id, _ := strings.Cut(it.GSI3.SK, "#"); p.sched.has(id) {
@@ -228,37 +233,75 @@ func (p *Pipeline) pass(ctx context.Context, outbox, due *[shards]string) (next 
 	return next, more, nil
 }
 
-// readOn reads the next page of a gsi3 queue partition up to skTo ("": to
-// the end), from after *at ("": from the start), and moves *at to the last
-// entry read, or back to "" at the end.
-func readOn(ctx context.Context, st store.Store, pk, skTo string, at *string) ([]store.Item, error) {
-	q := store.Query{Index: store.GSI3, PK: pk, SKTo: skTo, Limit: scanPage}
-	if *at != "" && (skTo == "" || *at < skTo) {
-		q.SKFrom = *at + "\x01" // just after it: keys hold no control characters
+// indexReader reads the partitions of a gsi3 queue index a page at a time
+// across passes, going on after the last entry it read: new entries sort
+// after it (event ids and due times grow), so it reads each entry about
+// once while the pipeline works through a backlog, rather than the whole
+// backlog every pass. It reads from the start again when the pipeline has
+// nothing of the index under way, and at least every rescan, to find what
+// lies behind its position and nobody took (an attempt that failed on a
+// store error, another process's entry stamped by a slower clock).
+type indexReader struct {
+	pk      func(shard int) string
+	at      [shards]string
+	rewound time.Time
+}
+
+// rescan is the longest an index goes without a read from the start.
+const rescan = 10 * time.Second
+
+func (r *indexReader) rewindIf(idle bool, now time.Time) {
+	if idle || now.Sub(r.rewound) >= rescan || now.Before(r.rewound) {
+		r.at, r.rewound = [shards]string{}, now
+	}
+}
+
+// read reads the next page of a partition up to skTo ("": to the end); it
+// reports whether the page was full (more may follow).
+func (r *indexReader) read(ctx context.Context, st store.Store, shard int, skTo string) ([]store.Item, bool, error) {
+	q := store.Query{Index: store.GSI3, PK: r.pk(shard), SKTo: skTo, Limit: scanPage}
+	if at := r.at[shard]; at != "" && (skTo == "" || at < skTo) {
+		q.SKFrom = at + "\x01" // just after it: keys hold no control characters
 	}
 	page, err := st.Query(ctx, q)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	*at = ""
-	if page.Cursor != "" {
-		*at = page.Items[len(page.Items)-1].GSI3.SK
+	if n := len(page.Items); n > 0 {
+		r.at[shard] = page.Items[n-1].GSI3.SK
 	}
-	return page.Items, nil
+	return page.Items, page.Cursor != "", nil
 }
 
 func jobOf(rec deliveryRecord) job {
 	return job{ref: DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID}, endpoint: rec.endpointID(), attempt: len(rec.Attempts) - rec.CycleStart + 1}
 }
 
-// fanOut fans an event out and queues its first attempts. It outlives
+// drain takes the events waiting behind first, up to a batch.
+func (p *Pipeline) drain(first string) []string {
+	ids := []string{first}
+	for len(ids) < fanOutBatch {
+		select {
+		case id := <-p.fanouts:
+			ids = append(ids, id)
+		default:
+			return ids
+		}
+	}
+	return ids
+}
+
+// fanOut fans events out and queues their first attempts. It outlives
 // shutdown's cancellation, so that a fan-out under way is committed.
-func (p *Pipeline) fanOut(eventID string) {
-	defer p.releaseEvent(eventID)
-	recs, err := p.svc.fanOut(context.Background(), eventID)
+func (p *Pipeline) fanOut(eventIDs []string) {
+	defer func() {
+		for _, id := range eventIDs {
+			p.releaseEvent(id)
+		}
+	}()
+	recs, err := p.svc.fanOutMany(context.Background(), eventIDs)
 	if err != nil {
-		p.log.Error("webhook fan-out", "eventId", eventID, "err", err.Error())
-		return
+		p.log.Error("webhook fan-out", "eventIds", eventIDs, "err", err.Error())
 	}
 	jobs := make([]job, len(recs))
 	for i, rec := range recs {

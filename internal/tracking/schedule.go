@@ -27,7 +27,7 @@ const (
 // hangs until the attempt times out, gets one at a time.
 const (
 	quickAnswer         = time.Second
-	endpointMaxInFlight = 32
+	endpointMaxInFlight = 256
 )
 
 // scheduler runs attempts fairly: round-robin across brands, then across
