@@ -130,11 +130,12 @@ func ServiceOptions() ([]tracking.Option, error) {
 }
 
 // LocalPipeline reads the local webhook pipeline's settings: how many
-// steps run at once (default 64; they mostly wait on receivers and commits)
+// attempts one brand may have under way at once (default 256, all brands
+// together four times as many; they mostly wait on receivers and commits)
 // and the retry schedule's scale (default 1).
 func LocalPipeline() (workers int, retryScale float64, err error) {
 	if workers, err = positiveInt(EnvWebhookWorkers); err != nil || workers == 0 {
-		workers = 64
+		workers = 256
 	}
 	if err != nil {
 		return 0, 0, err

@@ -21,9 +21,9 @@ import (
 // 10 s limit would, only longer. The brand's other endpoint (its partner's
 // postback) and another brand's receiver are served while every hanging
 // attempt is still under way, and each hanging endpoint holds one attempt.
-// The pipeline has its default 64 workers; before the fair scheduler the
-// noisy brand's fan-outs and attempts took all of them and the other
-// brand's events waited.
+// The pipeline has 64 workers; before the fair scheduler the noisy brand's
+// fan-outs and attempts took all of them and the other brand's events
+// waited.
 func TestHangingEndpointsDelayNoOneElse(t *testing.T) {
 	const hangingEndpoints, conversions, workers = 50, 70, 64
 	release := make(chan struct{})

@@ -58,6 +58,7 @@ func main() {
 	timeout := flag.Duration("timeout", 5*time.Minute, "how long a phase may wait for its deliveries")
 	check := flag.Bool("check-log", true, "read the delivery log at the end and count its statuses")
 	postbacks := flag.Bool("postbacks", false, "also set the partner's postback to the receiver: a webhook and a postback per conversion")
+	compare := flag.Bool("compare", true, "run the burst once without a subscription first, for the ingest rate to compare with")
 	neighbourBrand := flag.String("neighbour-brand", "", "another brand, to give hanging receivers before a second paced phase")
 	neighbourKey := flag.String("neighbour-key", "", "that brand's API key")
 	flag.Parse()
@@ -69,6 +70,18 @@ func main() {
 		rcv:    newReceiver(), run: time.Now().UnixNano(), kinds: []string{kindWebhook}}
 	if err := l.rcv.listen(*receiverAddr); err != nil {
 		fail(err)
+	}
+	var bare float64 // conversions/s without a subscription
+	if *n > 0 && *compare {
+		fmt.Printf("\n== burst without a subscription: %d conversions, %d connections\n", *n, *conns)
+		kinds := l.kinds
+		l.kinds = nil
+		res, err := l.phase("burst without a subscription", *n, *conns, 0, *timeout)
+		if err != nil {
+			fail(err)
+		}
+		res.print()
+		bare, l.kinds = res.ingestRate(), kinds
 	}
 	subID, err := l.subscribe()
 	if err != nil {
@@ -103,6 +116,9 @@ func main() {
 			fail(err)
 		}
 		res.print()
+		if bare > 0 {
+			fmt.Printf("ingest with the subscription: %.0f%% of the rate without\n", 100*res.ingestRate()/bare)
+		}
 	}
 	if *pacedN > 0 {
 		fmt.Printf("\n== paced: %d conversions at %.0f/s\n", *pacedN, *pacedRate)
@@ -488,7 +504,14 @@ func (l *loadtest) phase(name string, n, conns int, rate float64, timeout time.D
 	return res, nil
 }
 
+// ingestRate is the conversions posted per second.
+func (r result) ingestRate() float64 { return float64(r.n-r.errors) / r.postsDone.Sub(r.start).Seconds() }
+
 func (r result) print() {
+	if len(r.kinds) == 0 {
+		fmt.Printf("ingest:     %d conversions in %v: %.0f/s (%d POSTs failed)\n", r.n-r.errors, r.postsDone.Sub(r.start).Round(time.Millisecond), r.ingestRate(), r.errors)
+		return
+	}
 	ok := r.deliveries / len(r.kinds)
 	posting := r.postsDone.Sub(r.start)
 	all := r.lastArrival.Sub(r.start)
