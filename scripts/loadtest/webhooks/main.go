@@ -505,7 +505,9 @@ func (l *loadtest) phase(name string, n, conns int, rate float64, timeout time.D
 }
 
 // ingestRate is the conversions posted per second.
-func (r result) ingestRate() float64 { return float64(r.n-r.errors) / r.postsDone.Sub(r.start).Seconds() }
+func (r result) ingestRate() float64 {
+	return float64(r.n-r.errors) / r.postsDone.Sub(r.start).Seconds()
+}
 
 func (r result) print() {
 	if len(r.kinds) == 0 {
