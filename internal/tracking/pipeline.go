@@ -22,7 +22,8 @@ import (
 // to the fan-out workers at once, whose deliveries go straight to the
 // attempt scheduler, and a retry sets the timer for when it falls due. The
 // indexes are read at start, once a second (events and manual retries of
-// other processes or requests) and when the in-memory queues overflow.
+// other processes or requests; what overflowed the in-memory queues) and
+// when a retry falls due.
 // Fan-out has its own workers, so that it never waits behind attempts, and
 // attempts are scheduled fairly across brands and endpoints (scheduler).
 //
