@@ -44,6 +44,10 @@ type Pipeline struct {
 	mu      sync.Mutex
 	fanning map[string]bool // events queued for fan-out or under way
 	soonest time.Time       // the earliest retry set since the due index was read
+	// back holds, per shard, a due-index key at or before every retry set
+	// since the due index was read: a short wait may put a retry behind
+	// where the reading stopped.
+	back [shards]string
 }
 
 const (
@@ -179,9 +183,12 @@ func (p *Pipeline) pass(ctx context.Context, outbox, due *indexReader) (next tim
 	p.mu.Lock()
 	p.soonest = time.Time{}
 	fanning := len(p.fanning)
+	back := p.back
+	p.back = [shards]string{}
 	p.mu.Unlock()
 	now := p.svc.Now()
 	outbox.rewindIf(fanning == 0, now)
+	due.backTo(back)
 	for shard := range shards {
 		if len(p.fanouts) > fanOutQueue/2 {
 			break // the fan-out workers have plenty; the rest waits in the outbox
@@ -257,6 +264,16 @@ func (r *indexReader) rewindIf(idle bool, now time.Time) {
 	}
 }
 
+// backTo moves the reading back to the given keys where they lie before
+// it ("": leave the shard as it is).
+func (r *indexReader) backTo(keys [shards]string) {
+	for shard, key := range keys {
+		if key != "" && r.at[shard] > key {
+			r.at[shard] = key
+		}
+	}
+}
+
 // read reads the next page of a partition up to skTo ("": to the end); it
 // reports whether the page was full (more may follow).
 func (r *indexReader) read(ctx context.Context, st store.Store, shard int, skTo string) ([]store.Item, bool, error) {
@@ -314,7 +331,7 @@ func (p *Pipeline) fanOut(eventIDs []string) {
 // attempt makes one attempt. Attempts outlive shutdown's cancellation so
 // that one under way is recorded rather than cut off and counted as failed.
 func (p *Pipeline) attempt(j job) outcome {
-	began := time.Now()
+	began, from := time.Now(), p.svc.Now()
 	res, err := p.svc.attempt(context.Background(), j.ref, j.attempt, p.sender, p.lease)
 	if err != nil {
 		p.log.Error("webhook attempt", "deliveryId", j.ref.DeliveryID, "attempt", j.attempt, "err", err.Error())
@@ -325,7 +342,7 @@ func (p *Pipeline) attempt(j job) outcome {
 	}
 	p.log.Debug("webhook attempt", "deliveryId", j.ref.DeliveryID, "attempt", j.attempt, "status", res.Status)
 	if res.RetryIn > 0 {
-		p.retryAt(p.svc.Now().Add(res.RetryIn))
+		p.retryAt(j.ref.DeliveryID, from.Add(res.RetryIn)) // no later than the retry is due
 	}
 	if time.Since(began) < quickAnswer {
 		return quick
@@ -333,11 +350,17 @@ func (p *Pipeline) attempt(j job) outcome {
 	return slow
 }
 
-// retryAt makes the pipeline read the due index when a retry falls due.
-func (p *Pipeline) retryAt(t time.Time) {
+// retryAt makes the pipeline read the due index, back to the retry's
+// entry, when a retry of a delivery falls due at t or later.
+func (p *Pipeline) retryAt(deliveryID string, t time.Time) {
 	p.mu.Lock()
 	if p.soonest.IsZero() || t.Before(p.soonest) {
 		p.soonest = t
+	}
+	// Just before any entry due at t: the key of the millisecond before, at its end.
+	key, shard := dueQueueSK(t.Add(-time.Millisecond), "~"), shardOf(deliveryID)
+	if p.back[shard] == "" || key < p.back[shard] {
+		p.back[shard] = key
 	}
 	p.mu.Unlock()
 	select {
