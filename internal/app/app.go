@@ -29,7 +29,7 @@ const (
 	EnvRateLimit            = "TALLY_RATE_LIMIT"                // requests per minute per API key
 	EnvApplicationRateLimit = "TALLY_APPLICATION_RATE_LIMIT"    // applications per minute per client IP
 	EnvLogLevel             = "TALLY_LOG_LEVEL"                 // debug, info, warn, error
-	EnvWebhookWorkers       = "TALLY_WEBHOOK_WORKERS"           // concurrent webhook steps of the local pipeline
+	EnvWebhookWorkers       = "TALLY_WEBHOOK_WORKERS"           // webhook attempts a brand may have under way on the local server
 	EnvWebhookRetryScale    = "TALLY_WEBHOOK_RETRY_SCALE"       // multiplies the retry schedule (tests: 0.001)
 	EnvMaxConnections       = "TALLY_MAX_CONNECTIONS"           // the local server's open connections
 	EnvDisableAfterFailures = "TALLY_ENDPOINT_DISABLE_FAILURES" // consecutive failed attempts that disable an endpoint
@@ -130,11 +130,12 @@ func ServiceOptions() ([]tracking.Option, error) {
 }
 
 // LocalPipeline reads the local webhook pipeline's settings: how many
-// steps run at once (default 64; they mostly wait on receivers and commits)
+// attempts one brand may have under way at once (default 256, all brands
+// together four times as many; they mostly wait on receivers and commits)
 // and the retry schedule's scale (default 1).
 func LocalPipeline() (workers int, retryScale float64, err error) {
 	if workers, err = positiveInt(EnvWebhookWorkers); err != nil || workers == 0 {
-		workers = 64
+		workers = 256
 	}
 	if err != nil {
 		return 0, 0, err

@@ -903,7 +903,7 @@ func TestServerLogs(t *testing.T) {
 			listening = true
 			// The configuration in effect: defaults, not zeros, when
 			// nothing is set.
-			want := map[string]any{"rateLimit": 100.0, "applicationRateLimit": 10.0, "webhookWorkers": 64.0,
+			want := map[string]any{"rateLimit": 100.0, "applicationRateLimit": 10.0, "webhookWorkers": 256.0,
 				"readHeaderTimeout": "5s", "readTimeout": "15s", "writeTimeout": "30s", "idleTimeout": "1m0s"}
 			for k, v := range want {
 				if l[k] != v {

@@ -46,7 +46,6 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
-	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/reporoot"
 )
 
@@ -300,12 +299,7 @@ func TestDashboardInABrowser(t *testing.T) {
 			// delivery's whole schedule.
 			environ := env("TALLY_WEBHOOK_RETRY_SCALE=0.001", "TALLY_ENDPOINT_DISABLE_FAILURES=7")
 			if backend == "dynamodb" {
-				if os.Getenv(dynamotest.EndpointEnv) == "" && os.Getenv("CI") == "" {
-					t.Skipf("set %s (scripts/test.sh does)", dynamotest.EndpointEnv)
-				}
-				_, table := dynamotest.NewTable(t)
-				environ = append(environ, "TALLY_TABLE="+table, "AWS_ENDPOINT_URL="+dynamotest.Endpoint(t),
-					"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=x", "AWS_SECRET_ACCESS_KEY=x")
+				environ = dynamoEnviron(t, environ)
 			}
 			shots := ""
 			if backend == "bolt" {

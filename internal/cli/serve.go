@@ -103,12 +103,17 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	opts = append(opts, tracking.WithLoopbackReceivers(), tracking.WithRetryScale(retryScale))
-	if !app.UsesDynamoDB() {
+	var pipelineOpts []tracking.PipelineOption
+	if app.UsesDynamoDB() {
+		// Other processes may serve from the same table: each attempt is
+		// claimed in the table before it is sent.
+		pipelineOpts = append(pipelineOpts, tracking.SharedStore())
+	} else {
 		// The embedded store is locked to this process: its counts are exact.
 		opts = append(opts, tracking.WithProcessRateLimits())
 	}
 	svc := tracking.New(st, opts...)
-	pipeline := svc.NewPipeline(delivery.NewSender(delivery.Options{AllowLoopback: true}), workers, log)
+	pipeline := svc.NewPipeline(delivery.NewSender(delivery.Options{AllowLoopback: true}), workers, log, pipelineOpts...)
 
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/logging"
 
 	"github.com/tally-hq/tally/internal/app"
 	"github.com/tally-hq/tally/internal/store"
@@ -32,8 +33,12 @@ func openStore(ctx context.Context, dataDir string) (store.Store, error) {
 // credentials and so on from the environment, shared config files, SSO or
 // the instance role, as people run the CLI. AWS_ENDPOINT_URL_DYNAMODB (or
 // AWS_ENDPOINT_URL) points it at another endpoint, such as DynamoDB Local.
+// The SDK's own warnings join the server's JSON log.
 func dynamoClient(ctx context.Context) (*dynamodb.Client, error) {
-	cfg, err := config.LoadDefaultConfig(ctx)
+	log := app.Logger()
+	cfg, err := config.LoadDefaultConfig(ctx, config.WithLogger(logging.LoggerFunc(func(c logging.Classification, format string, v ...any) {
+		log.Warn(fmt.Sprintf(format, v...), "source", "aws-sdk", "classification", string(c))
+	})))
 	if err != nil {
 		return nil, fmt.Errorf("load AWS config: %w", err)
 	}

@@ -124,7 +124,7 @@ func (s *Service) FirstAttempt(ctx context.Context, ref DeliveryRef, sender Send
 			}
 		}
 		// Healthy, or a failure or two (no circuit yet), or this is the probe.
-		return s.send(ctx, rec, ep, sender)
+		return s.send(ctx, rec, ep, sender, 0)
 	}
 }
 

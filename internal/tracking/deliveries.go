@@ -119,6 +119,31 @@ func (rec deliveryRecord) endpointKey() store.Key {
 // that is still pending, new or not, for the transport to attempt, and takes
 // the event out of the outbox.
 func (s *Service) FanOut(ctx context.Context, eventID string) ([]DeliveryRef, error) {
+	recs, err := s.fanOut(ctx, eventID)
+	refs := make([]DeliveryRef, len(recs))
+	for i, rec := range recs {
+		refs[i] = DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID}
+	}
+	return refs, err
+}
+
+// fanOut is FanOut, returning the pending deliveries themselves.
+func (s *Service) fanOut(ctx context.Context, eventID string) ([]deliveryRecord, error) {
+	return s.fanOutMany(ctx, []string{eventID})
+}
+
+// fanOutPlan is what fanning out one event writes: its deliveries, and
+// the event taken out of the outbox.
+type fanOutPlan struct {
+	event    store.Item
+	outboxed bool
+	recs     []deliveryRecord
+	ops      []store.Op
+}
+
+// planFanOut reads what fanning out an event needs; nil means there is
+// nothing to do. subs caches the brands' subscriptions for a batch.
+func (s *Service) planFanOut(ctx context.Context, eventID string, subs map[string][]subscriptionRecord) (*fanOutPlan, error) {
 	item, err := s.store.Get(ctx, eventKey(eventID))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil // expired long ago: nothing left to deliver
@@ -130,13 +155,16 @@ func (s *Service) FanOut(ctx context.Context, eventID string) ([]DeliveryRef, er
 	if err := decode(item, &evt); err != nil {
 		return nil, err
 	}
-	subs, err := s.subscriptions(ctx, evt.BrandID)
-	if err != nil {
-		return nil, err
+	brandSubs, ok := subs[evt.BrandID]
+	if !ok {
+		if brandSubs, err = s.subscriptions(ctx, evt.BrandID); err != nil {
+			return nil, err
+		}
+		subs[evt.BrandID] = brandSubs
 	}
 	now := s.Now()
 	var recs []deliveryRecord
-	for _, sub := range subs {
+	for _, sub := range brandSubs {
 		if target := item.Attrs["subscriptionId"]; target != "" && target != sub.ID ||
 			target == "" && (!slices.Contains(sub.Events, evt.Event) || sub.Status == tally.EndpointDisabled) {
 			continue
@@ -156,41 +184,96 @@ func (s *Service) FanOut(ctx context.Context, eventID string) ([]DeliveryRef, er
 	if pb != nil {
 		recs = append(recs, *pb)
 	}
-	outboxed := item.GSI3 != (store.IndexKey{})
-	if _, apart := s.store.(store.WritesApart); apart {
-		// No atomicity is needed: a fan-out cut short is completed by a
-		// repeated one (the event stays in the outbox until the end).
-		return s.fanOutEach(ctx, recs, item, outboxed)
-	}
-	// The first fan-out of an event writes all its deliveries and takes it
-	// out of the outbox in one transaction (one commit). A repeated one finds
-	// some delivery written already and goes one by one, keeping what exists.
-	ops := make([]store.Op, 0, len(recs)+1)
+	plan := &fanOutPlan{event: item, outboxed: item.GSI3 != (store.IndexKey{}), recs: recs}
 	for _, rec := range recs {
-		ops = append(ops, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
+		plan.ops = append(plan.ops, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
 	}
-	if outboxed {
-		item.GSI3 = store.IndexKey{}
-		ops = append(ops, store.Put(item, store.Exists()))
+	if plan.outboxed {
+		out := item
+		out.GSI3 = store.IndexKey{}
+		plan.ops = append(plan.ops, store.Put(out, store.Exists()))
 	}
-	if len(ops) == 0 {
+	if len(plan.ops) == 0 {
 		return nil, nil
 	}
-	err = s.transact(ctx, ops...)
-	if _, failed := store.FailedOp(err); failed {
-		return s.fanOutEach(ctx, recs, item, outboxed)
+	return plan, nil
+}
+
+// fanOutMany fans out events together: the first fan-out of each writes
+// all its deliveries and takes it out of the outbox, and as many events as
+// fit go in one transaction (one commit). Events fanned out before are
+// found when a write meets a delivery that exists; they go one by one,
+// keeping what exists. It returns the pending deliveries.
+func (s *Service) fanOutMany(ctx context.Context, eventIDs []string) ([]deliveryRecord, error) {
+	subs := map[string][]subscriptionRecord{}
+	var out []deliveryRecord
+	var batch []*fanOutPlan
+	var ops []store.Op
+	commit := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		err := s.transact(ctx, ops...)
+		if _, failed := store.FailedOp(err); failed {
+			for _, plan := range batch {
+				err := s.transact(ctx, plan.ops...)
+				if _, failed := store.FailedOp(err); failed {
+					recs, err := s.fanOutEach(ctx, plan.recs, plan.event, plan.outboxed)
+					if err != nil {
+						return err
+					}
+					out = append(out, recs...)
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				out = append(out, pending(plan.recs)...)
+			}
+		} else if err != nil {
+			return err
+		} else {
+			for _, plan := range batch {
+				out = append(out, pending(plan.recs)...)
+			}
+		}
+		batch, ops = batch[:0], ops[:0]
+		return nil
 	}
-	if err != nil {
-		return nil, err
+	for _, id := range eventIDs {
+		plan, err := s.planFanOut(ctx, id, subs)
+		if err != nil {
+			return out, err
+		}
+		if plan == nil {
+			continue
+		}
+		if _, apart := s.store.(store.WritesApart); apart {
+			// No atomicity is needed: a fan-out cut short is completed by a
+			// repeated one (the event stays in the outbox until the end).
+			recs, err := s.fanOutEach(ctx, plan.recs, plan.event, plan.outboxed)
+			if err != nil {
+				return out, err
+			}
+			out = append(out, recs...)
+			continue
+		}
+		if len(ops)+len(plan.ops) > store.MaxTransactOps {
+			if err := commit(); err != nil {
+				return out, err
+			}
+		}
+		batch = append(batch, plan)
+		ops = append(ops, plan.ops...)
 	}
-	return refsOf(recs), nil
+	return out, commit()
 }
 
 // fanOutEach is FanOut one item at a time, for an event fanned out before
 // or a store that writes apart: it writes only the deliveries that are
 // missing, reports those still pending, and takes the event out of the
 // outbox last.
-func (s *Service) fanOutEach(ctx context.Context, recs []deliveryRecord, event store.Item, outboxed bool) ([]DeliveryRef, error) {
+func (s *Service) fanOutEach(ctx context.Context, recs []deliveryRecord, event store.Item, outboxed bool) ([]deliveryRecord, error) {
 	for i, rec := range recs {
 		err := s.transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
 		if _, exists := store.FailedOp(err); exists {
@@ -207,17 +290,11 @@ func (s *Service) fanOutEach(ctx context.Context, recs []deliveryRecord, event s
 			return nil, err // (gone: the event expired meanwhile)
 		}
 	}
-	return refsOf(recs), nil
+	return pending(recs), nil
 }
 
-func refsOf(recs []deliveryRecord) []DeliveryRef {
-	var refs []DeliveryRef
-	for _, rec := range recs {
-		if rec.Status == tally.DeliveryPending {
-			refs = append(refs, DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID})
-		}
-	}
-	return refs
+func pending(recs []deliveryRecord) []deliveryRecord {
+	return slices.DeleteFunc(recs, func(rec deliveryRecord) bool { return rec.Status != tally.DeliveryPending })
 }
 
 // AttemptResult says what an attempt step did and what comes next.
@@ -238,6 +315,12 @@ type AttemptResult struct {
 // A step whose attempt was already made, or whose delivery is decided, sends
 // nothing and reports the state, so a transport may repeat steps freely.
 func (s *Service) Attempt(ctx context.Context, ref DeliveryRef, n int, sender Sender) (AttemptResult, error) {
+	return s.attempt(ctx, ref, n, sender, 0)
+}
+
+// attempt is Attempt; with a lease it first claims the attempt (claim), and
+// sends nothing if another process holds it.
+func (s *Service) attempt(ctx context.Context, ref DeliveryRef, n int, sender Sender, lease time.Duration) (AttemptResult, error) {
 	rec, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(ref.BrandID, ref.DeliveryID))
 	if err != nil {
 		return AttemptResult{}, notFound(err, "delivery", ref.DeliveryID)
@@ -257,12 +340,12 @@ func (s *Service) Attempt(ctx context.Context, ref DeliveryRef, n int, sender Se
 	if err != nil {
 		return AttemptResult{}, err
 	}
-	return s.send(ctx, rec, ep, sender)
+	return s.send(ctx, rec, ep, sender, lease)
 }
 
 // send makes the next attempt of rec to its endpoint, read as ep, and
-// records it.
-func (s *Service) send(ctx context.Context, rec deliveryRecord, ep store.Item, sender Sender) (AttemptResult, error) {
+// records it; with a lease it claims the attempt first (claim).
+func (s *Service) send(ctx context.Context, rec deliveryRecord, ep store.Item, sender Sender, lease time.Duration) (AttemptResult, error) {
 	req := delivery.Request{URL: rec.URL, WebhookID: rec.ID, Event: rec.Event, Body: rec.Body}
 	if rec.Type == tally.DeliveryPostback {
 		req.Method = http.MethodGet
@@ -285,10 +368,37 @@ func (s *Service) send(ctx context.Context, rec deliveryRecord, ep store.Item, s
 		}
 		req.Secrets = sub.signingSecrets(s.Now())
 	}
+	if lease > 0 {
+		if err := s.claim(ctx, rec, lease); err != nil {
+			if _, taken := store.FailedOp(err); !taken {
+				return AttemptResult{}, err
+			}
+			current, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(rec.BrandID, rec.ID))
+			return s.resultOf(current), err
+		}
+	}
 	at := sender.Send(ctx, req)
 	res, err := s.recordAttempt(ctx, rec, &at, &ep)
 	res.Sent = true
 	return res, err
+}
+
+// claim holds a pending delivery's next attempt for this process until the
+// lease runs out: a conditional write that only one process wins while the
+// delivery is unchanged and nobody else's lease runs. It also moves the
+// delivery's due entry to the lease's end, so that other processes leave
+// it alone meanwhile and, should this one die before recording the
+// attempt, make it then. Recording the attempt rewrites the item, which
+// ends the lease. It fails with a condition failure when the attempt is
+// taken.
+func (s *Service) claim(ctx context.Context, rec deliveryRecord, lease time.Duration) error {
+	now := s.Now()
+	until := now.Add(lease)
+	it := deliveryItem(rec, s.deliveryRetention)
+	it.GSI3.SK = dueQueueSK(until, rec.ID)
+	it.Nums = map[string]int64{"leaseUntil": until.UnixMilli()}
+	return s.transact(ctx, store.Put(it, store.AttrEquals("status", tally.DeliveryPending),
+		store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts))), store.NumLess("leaseUntil", now.UnixMilli()+1)))
 }
 
 // recordAttempt appends an attempt (nil: the endpoint is gone, so the

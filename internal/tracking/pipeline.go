@@ -18,201 +18,373 @@ import (
 // again and goes on, on schedule. An attempt cut off by a crash is made
 // again (at least once; receivers de-duplicate on the webhook id).
 //
+// Within the process nothing is polled for: an event written here is handed
+// to the fan-out workers at once, whose deliveries go straight to the
+// attempt scheduler, and a retry sets the timer for when it falls due. The
+// indexes are read at start, once a second (events and manual retries of
+// other processes or requests; what overflowed the in-memory queues) and
+// when a retry falls due.
+// Fan-out has its own workers, so that it never waits behind attempts, and
+// attempts are scheduled fairly across brands and endpoints (scheduler).
+//
 // On AWS the same two steps, FanOut and Attempt, run from the stream, the
 // queue and the state machine instead.
 type Pipeline struct {
-	svc     *Service
-	sender  Sender
-	workers int
-	log     *slog.Logger
-	wake    chan struct{}
+	svc    *Service
+	sender Sender
+	log    *slog.Logger
+	// lease, when set, makes each attempt claim its delivery in the store
+	// before sending, for a store that several processes deliver from.
+	lease   time.Duration
+	sched   *scheduler
+	fanouts chan string   // events to fan out
+	scan    chan struct{} // read the indexes now
+	retry   chan struct{} // soonest moved
 
-	mu       sync.Mutex
-	inFlight map[string]bool
+	mu      sync.Mutex
+	fanning map[string]bool // events queued for fan-out or under way
+	soonest time.Time       // the earliest retry set since the due index was read
+	// back holds, per shard, a due-index key at or before every retry set
+	// since the due index was read: a short wait may put a retry behind
+	// where the reading stopped.
+	back [queueShards]string
 }
 
-// maxIdle is the longest the pipeline sleeps without looking at its queues.
-const maxIdle = time.Second
+const (
+	// maxIdle is the longest the pipeline goes without reading its indexes.
+	maxIdle = time.Second
+	// fanOutWorkers fan out concurrently, so that their writes share
+	// commits, each up to fanOutBatch events in one transaction.
+	fanOutWorkers = 8
+	fanOutBatch   = 32
+	// fanOutQueue is how many events wait in memory for fan-out; more wait
+	// in the outbox.
+	fanOutQueue = 10_000
+	// maxQueued is how many attempts the scheduler holds in memory; more
+	// wait in the due index.
+	maxQueued = 100_000
+	// scanPage is how many index entries one read takes.
+	scanPage = 1000
+	// attemptLease is how long a claimed attempt is its process's alone: far
+	// longer than an attempt may take (delivery.DefaultTimeout, 10 s).
+	attemptLease = time.Minute
+)
 
-// NewPipeline returns a pipeline that sends with sender using workers
-// concurrent steps.
-func (s *Service) NewPipeline(sender Sender, workers int, log *slog.Logger) *Pipeline {
-	p := &Pipeline{svc: s, sender: sender, workers: workers, log: log, wake: make(chan struct{}, 1), inFlight: map[string]bool{}}
-	s.onEvent = p.Wake
+// PipelineOption configures a Pipeline.
+type PipelineOption func(*Pipeline)
+
+// SharedStore makes the pipeline safe to run in several processes on one
+// store (DynamoDB): each attempt first claims its delivery with a
+// conditional write that holds it for attemptLease, so that exactly one
+// process sends it. A process that dies holding a claim leaves the attempt
+// due again when the claim runs out.
+func SharedStore() PipelineOption { return func(p *Pipeline) { p.lease = attemptLease } }
+
+// NewPipeline returns a pipeline that sends with sender. Each brand has up
+// to workers attempts under way at once, all brands together four times as
+// many.
+func (s *Service) NewPipeline(sender Sender, workers int, log *slog.Logger, opts ...PipelineOption) *Pipeline {
+	p := &Pipeline{svc: s, sender: sender, log: log, fanouts: make(chan string, fanOutQueue), scan: make(chan struct{}, 1), retry: make(chan struct{}, 1), fanning: map[string]bool{}}
+	p.sched = newScheduler(4*workers, workers, p.attempt)
+	for _, o := range opts {
+		o(p)
+	}
+	s.onEvent = p.queueEvents
 	return p
 }
 
-// Wake makes the pipeline look at its queues now.
+// Wake makes the pipeline read its indexes now.
 func (p *Pipeline) Wake() {
 	select {
-	case p.wake <- struct{}{}:
+	case p.scan <- struct{}{}:
 	default:
 	}
 }
 
-type step struct {
-	key     string // in-flight key
-	eventID string // a fan-out, or
-	ref     DeliveryRef
-	attempt int // an attempt
+// queueEvents hands events just written to the fan-out workers.
+func (p *Pipeline) queueEvents(ids []string) {
+	for _, id := range ids {
+		if !p.claimEvent(id) {
+			continue
+		}
+		select {
+		case p.fanouts <- id:
+		default:
+			p.releaseEvent(id) // it waits in the outbox for the next pass
+		}
+	}
 }
 
 // Run delivers until ctx ends, then waits for the steps under way (an
 // attempt takes at most the sender's timeout).
 func (p *Pipeline) Run(ctx context.Context) {
-	steps := make(chan step)
-	var wg sync.WaitGroup
-	for range p.workers {
-		wg.Go(func() {
-			for st := range steps {
-				p.run(st)
+	var fanners sync.WaitGroup
+	for range fanOutWorkers {
+		fanners.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case id := <-p.fanouts:
+					p.fanOut(p.drain(id))
+				}
 			}
 		})
 	}
-	defer wg.Wait()
-	defer close(steps)
+	defer p.sched.close()
+	defer fanners.Wait()
+	outbox, due := &indexReader{pk: outboxPK}, &indexReader{pk: dueQueuePK}
 	for {
-		next, err := p.dispatch(ctx, steps)
+		next, more, err := p.pass(ctx, outbox, due)
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
 			p.log.Error("webhook pipeline", "err", err.Error())
-			next = maxIdle
+			next, more = maxIdle, false
 		}
+		if !more && !p.sleep(ctx, next) {
+			return
+		}
+	}
+}
+
+// sleep waits until the pipeline should read its indexes again: when woken,
+// after next, or when a retry set meanwhile falls due. It reports false
+// when ctx ended.
+func (p *Pipeline) sleep(ctx context.Context, next time.Duration) bool {
+	for {
+		p.mu.Lock()
+		if !p.soonest.IsZero() {
+			next = min(next, max(p.soonest.Sub(p.svc.Now()), 0))
+		}
+		p.mu.Unlock()
 		t := time.NewTimer(next)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return
-		case <-p.wake:
+			return false
+		case <-p.scan:
 		case <-t.C:
+		case <-p.retry:
+			t.Stop()
+			continue
 		}
 		t.Stop()
+		return true
 	}
 }
 
-// run performs one step. Steps outlive shutdown's cancellation so that an
-// attempt under way is recorded rather than cut off and counted as failed.
-func (p *Pipeline) run(st step) {
-	ctx := context.Background()
-	defer func() {
-		p.release(st.key)
-		p.Wake() // what this step did may make something due
-	}()
-	if st.eventID == "" {
-		p.attempt(ctx, st.ref, st.attempt)
-		return
-	}
-	refs, err := p.svc.FanOut(ctx, st.eventID)
-	if err != nil {
-		p.log.Error("webhook fan-out", "eventId", st.eventID, "err", err.Error())
-		return
-	}
-	// The new deliveries are due now: attempt them here rather than wait for
-	// the next pass over the due queue.
-	for _, ref := range refs {
-		if p.claim(ref.DeliveryID) {
-			p.attempt(ctx, ref, 1)
-			p.release(ref.DeliveryID)
-		}
-	}
-}
-
-func (p *Pipeline) attempt(ctx context.Context, ref DeliveryRef, n int) {
-	res, err := p.svc.Attempt(ctx, ref, n, p.sender)
-	if err != nil {
-		p.log.Error("webhook attempt", "deliveryId", ref.DeliveryID, "attempt", n, "err", err.Error())
-		return
-	}
-	if res.Sent {
-		p.log.Debug("webhook attempt", "deliveryId", ref.DeliveryID, "attempt", n, "status", res.Status)
-	}
-}
-
-// claim marks a step as under way; it reports false when it already was.
-func (p *Pipeline) claim(key string) bool {
+// pass reads a page of each index partition, from where the previous pass
+// stopped, and queues what it finds that is not queued already. It returns
+// how long the pipeline may sleep before the next retry falls due, and
+// whether more entries wait to be read.
+func (p *Pipeline) pass(ctx context.Context, outbox, due *indexReader) (next time.Duration, more bool, err error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.inFlight[key] {
-		return false
-	}
-	p.inFlight[key] = true
-	return true
-}
-
-func (p *Pipeline) release(key string) {
-	p.mu.Lock()
-	delete(p.inFlight, key)
+	p.soonest = time.Time{}
+	fanning := len(p.fanning)
+	back := p.back
+	p.back = [queueShards]string{}
 	p.mu.Unlock()
-}
-
-// dispatch hands every ready step to the workers and returns how long the
-// pipeline may sleep before the next attempt falls due.
-func (p *Pipeline) dispatch(ctx context.Context, steps chan<- step) (time.Duration, error) {
-	pass := min(p.workers, 1000) // the store's largest page
-	next := maxIdle
-	for shard := range queueShards {
-		// Each pass takes a bounded share of each queue, so that a stream of
-		// new events cannot keep due retries waiting.
-		page, err := p.svc.store.Query(ctx, store.Query{Index: store.GSI3, PK: outboxPK(shard), Limit: pass})
-		if err != nil {
-			return 0, err
-		}
-		for _, it := range page.Items {
-			if !p.send(ctx, steps, step{key: it.GSI3.SK, eventID: it.GSI3.SK}) {
-				return 0, nil
-			}
-		}
-		if page.Cursor != "" {
-			next = 0 // more are waiting: come straight back
-		}
-	}
 	now := p.svc.Now()
+	outbox.rewindIf(fanning == 0, now)
+	due.backTo(back)
 	for shard := range queueShards {
-		page, err := p.svc.store.Query(ctx, store.Query{Index: store.GSI3, PK: dueQueuePK(shard), SKTo: dueQueueSK(now, "~"), Limit: pass})
-		if err != nil {
-			return 0, err
+		if len(p.fanouts) > fanOutQueue/2 {
+			break // the fan-out workers have plenty; the rest waits in the outbox
 		}
-		for _, it := range page.Items {
+		page, full, err := outbox.read(ctx, p.svc.store, shard, "")
+		if err != nil {
+			return 0, false, err
+		}
+		more = more || full
+		ids := make([]string, len(page))
+		for i, it := range page {
+			ids[i] = it.GSI3.SK
+		}
+		p.queueEvents(ids)
+	}
+	next = maxIdle
+	due.rewindIf(p.sched.queued() == 0, now)
+	for shard := range queueShards {
+		if p.sched.queued() >= maxQueued {
+			break // the rest waits in the index until the scheduler has room
+		}
+		page, full, err := due.read(ctx, p.svc.store, shard, dueQueueSK(now, "~"))
+		if err != nil {
+			return 0, false, err
+		}
+		more = more || full
+		var jobs []job
+		for _, it := range page {
+			if _, id, _ := strings.Cut(it.GSI3.SK, "#"); p.sched.has(id) {
+				continue
+			}
 			var rec deliveryRecord
 			if err := decode(it, &rec); err != nil {
-				return 0, err
+				return 0, false, err
 			}
-			st := step{key: rec.ID, ref: DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID}, attempt: len(rec.Attempts) - rec.CycleStart + 1}
-			if !p.send(ctx, steps, st) {
-				return 0, nil
-			}
+			jobs = append(jobs, jobOf(rec))
 		}
-		if page.Cursor != "" {
-			next = 0
-		}
+		p.sched.add(jobs...)
 		// The earliest entry not yet due sets the next wake-up.
 		later, err := p.svc.store.Query(ctx, store.Query{Index: store.GSI3, PK: dueQueuePK(shard), SKFrom: dueQueueSK(now, "~"), Limit: 1})
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		if len(later.Items) == 1 {
-			if due, ok := dueTime(later.Items[0].GSI3.SK); ok {
-				next = min(next, max(due.Sub(now), 0))
+			if at, ok := dueTime(later.Items[0].GSI3.SK); ok {
+				next = min(next, max(at.Sub(now), 0))
 			}
 		}
 	}
-	return next, nil
+	return next, more, nil
 }
 
-// send hands a step to a worker unless it is under way already; it reports
-// false when ctx ended.
-func (p *Pipeline) send(ctx context.Context, steps chan<- step, st step) bool {
-	if !p.claim(st.key) {
-		return true
+// indexReader reads the partitions of a gsi3 queue index a page at a time
+// across passes, going on after the last entry it read: new entries sort
+// after it (event ids and due times grow), so it reads each entry about
+// once while the pipeline works through a backlog, rather than the whole
+// backlog every pass. It reads from the start again when the pipeline has
+// nothing of the index under way, and at least every rescan, to find what
+// lies behind its position and nobody took (an attempt that failed on a
+// store error, another process's entry stamped by a slower clock).
+type indexReader struct {
+	pk      func(shard int) string
+	at      [queueShards]string
+	rewound time.Time
+}
+
+// rescan is the longest an index goes without a read from the start.
+const rescan = 10 * time.Second
+
+func (r *indexReader) rewindIf(idle bool, now time.Time) {
+	if idle || now.Sub(r.rewound) >= rescan || now.Before(r.rewound) {
+		r.at, r.rewound = [queueShards]string{}, now
 	}
+}
+
+// backTo moves the reading back to the given keys where they lie before
+// it ("": leave the shard as it is).
+func (r *indexReader) backTo(keys [queueShards]string) {
+	for shard, key := range keys {
+		if key != "" && r.at[shard] > key {
+			r.at[shard] = key
+		}
+	}
+}
+
+// read reads the next page of a partition up to skTo ("": to the end); it
+// reports whether the page was full (more may follow).
+func (r *indexReader) read(ctx context.Context, st store.Store, shard int, skTo string) ([]store.Item, bool, error) {
+	q := store.Query{Index: store.GSI3, PK: r.pk(shard), SKTo: skTo, Limit: scanPage}
+	if at := r.at[shard]; at != "" && (skTo == "" || at < skTo) {
+		q.SKFrom = at + "\x01" // just after it: keys hold no control characters
+	}
+	page, err := st.Query(ctx, q)
+	if err != nil {
+		return nil, false, err
+	}
+	if n := len(page.Items); n > 0 {
+		r.at[shard] = page.Items[n-1].GSI3.SK
+	}
+	return page.Items, page.Cursor != "", nil
+}
+
+func jobOf(rec deliveryRecord) job {
+	return job{ref: DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID}, endpoint: rec.endpointID(), attempt: len(rec.Attempts) - rec.CycleStart + 1}
+}
+
+// drain takes the events waiting behind first, up to a batch.
+func (p *Pipeline) drain(first string) []string {
+	ids := []string{first}
+	for len(ids) < fanOutBatch {
+		select {
+		case id := <-p.fanouts:
+			ids = append(ids, id)
+		default:
+			return ids
+		}
+	}
+	return ids
+}
+
+// fanOut fans events out and queues their first attempts. It outlives
+// shutdown's cancellation, so that a fan-out under way is committed.
+func (p *Pipeline) fanOut(eventIDs []string) {
+	defer func() {
+		for _, id := range eventIDs {
+			p.releaseEvent(id)
+		}
+	}()
+	recs, err := p.svc.fanOutMany(context.Background(), eventIDs)
+	if err != nil {
+		p.log.Error("webhook fan-out", "eventIds", eventIDs, "err", err.Error())
+	}
+	jobs := make([]job, len(recs))
+	for i, rec := range recs {
+		jobs[i] = jobOf(rec)
+	}
+	p.sched.add(jobs...)
+}
+
+// attempt makes one attempt. Attempts outlive shutdown's cancellation so
+// that one under way is recorded rather than cut off and counted as failed.
+func (p *Pipeline) attempt(j job) outcome {
+	began, from := time.Now(), p.svc.Now()
+	res, err := p.svc.attempt(context.Background(), j.ref, j.attempt, p.sender, p.lease)
+	if err != nil {
+		p.log.Error("webhook attempt", "deliveryId", j.ref.DeliveryID, "attempt", j.attempt, "err", err.Error())
+		return unknown
+	}
+	if !res.Sent {
+		return unknown
+	}
+	p.log.Debug("webhook attempt", "deliveryId", j.ref.DeliveryID, "attempt", j.attempt, "status", res.Status)
+	if res.RetryIn > 0 {
+		p.retryAt(j.ref.DeliveryID, from.Add(res.RetryIn)) // no later than the retry is due
+	}
+	if time.Since(began) < quickAnswer {
+		return quick
+	}
+	return slow
+}
+
+// retryAt makes the pipeline read the due index, back to the retry's
+// entry, when a retry of a delivery falls due at t or later.
+func (p *Pipeline) retryAt(deliveryID string, t time.Time) {
+	p.mu.Lock()
+	if p.soonest.IsZero() || t.Before(p.soonest) {
+		p.soonest = t
+	}
+	// Just before any entry due at t: the key of the millisecond before, at its end.
+	key, shard := dueQueueSK(t.Add(-time.Millisecond), "~"), queueShardOf(deliveryID)
+	if p.back[shard] == "" || key < p.back[shard] {
+		p.back[shard] = key
+	}
+	p.mu.Unlock()
 	select {
-	case steps <- st:
-		return true
-	case <-ctx.Done():
+	case p.retry <- struct{}{}:
+	default:
+	}
+}
+
+// claimEvent marks an event as queued for fan-out; it reports false when it
+// already was.
+func (p *Pipeline) claimEvent(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.fanning[id] {
 		return false
 	}
+	p.fanning[id] = true
+	return true
+}
+
+func (p *Pipeline) releaseEvent(id string) {
+	p.mu.Lock()
+	delete(p.fanning, id)
+	p.mu.Unlock()
 }
 
 // dueTime reads the time out of a due-queue sort key.

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -46,9 +45,9 @@ type Service struct {
 	// checkURL vets webhook receiver URLs (SSRF: https to public addresses
 	// only, or loopback too on the local server).
 	checkURL func(string) error
-	// onEvent is told when a transaction wrote events (the local pipeline
-	// wakes up).
-	onEvent func()
+	// onEvent is told the events a transaction put into the outbox (the
+	// local pipeline fans them out).
+	onEvent func(eventIDs []string)
 	// requeue hands a manually retried delivery to a transport that does
 	// not watch the due index (the queue on AWS).
 	requeue func(context.Context, DeliveryRef) error
@@ -217,8 +216,10 @@ func (s *Service) transact(ctx context.Context, ops ...store.Op) error {
 	start := time.Now()
 	for {
 		err := s.store.Transact(ctx, ops...)
-		if err == nil && s.onEvent != nil && slices.ContainsFunc(ops, isEvent) {
-			s.onEvent()
+		if err == nil && s.onEvent != nil {
+			if ids := outboxed(ops); len(ids) > 0 {
+				s.onEvent(ids)
+			}
 		}
 		if !errors.Is(err, store.ErrConflict) {
 			return err
@@ -233,8 +234,15 @@ func (s *Service) transact(ctx context.Context, ops ...store.Op) error {
 	}
 }
 
-func isEvent(op store.Op) bool {
-	return op.Kind == store.OpPut && strings.HasPrefix(op.Item.PK, "EVT#")
+// outboxed returns the ids of the events ops put into the outbox.
+func outboxed(ops []store.Op) []string {
+	var ids []string
+	for _, op := range ops {
+		if op.Kind == store.OpPut && strings.HasPrefix(op.Item.PK, "EVT#") && op.Item.GSI3.PK != "" {
+			ids = append(ids, op.Item.GSI3.SK)
+		}
+	}
+	return ids
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -14,6 +14,13 @@
 // The burst phase reports that latency too, but there it is mostly the
 // time spent in the queue behind the burst.
 //
+//   - Paced beside a hanging neighbour (with -neighbour-brand and
+//     -neighbour-key, another brand's): that brand subscribes 50 endpoints
+//     (the most it may) to a receiver that never answers, so that every
+//     attempt runs into the 10 s limit, and posts 70 conversions (3,500
+//     deliveries); then the paced phase runs again. Its latency should
+//     stay what it was alone.
+//
 // Usage (scripts/loadtest/webhooks.sh sets everything up):
 //
 //	go run ./scripts/loadtest/webhooks -server http://127.0.0.1:18180 -key tally_sk_… -offer off_… -partner prt_…
@@ -51,6 +58,9 @@ func main() {
 	timeout := flag.Duration("timeout", 5*time.Minute, "how long a phase may wait for its deliveries")
 	check := flag.Bool("check-log", true, "read the delivery log at the end and count its statuses")
 	postbacks := flag.Bool("postbacks", false, "also set the partner's postback to the receiver: a webhook and a postback per conversion")
+	compare := flag.Bool("compare", true, "run the burst once without a subscription first, for the ingest rate to compare with")
+	neighbourBrand := flag.String("neighbour-brand", "", "another brand, to give hanging receivers before a second paced phase")
+	neighbourKey := flag.String("neighbour-key", "", "that brand's API key")
 	flag.Parse()
 	if *key == "" || *offer == "" || *partner == "" {
 		fail(errors.New("-key, -offer and -partner (or $KEY, $OFFER, $PARTNER) are required"))
@@ -60,6 +70,18 @@ func main() {
 		rcv:    newReceiver(), run: time.Now().UnixNano(), kinds: []string{kindWebhook}}
 	if err := l.rcv.listen(*receiverAddr); err != nil {
 		fail(err)
+	}
+	var bare float64 // conversions/s without a subscription
+	if *n > 0 && *compare {
+		fmt.Printf("\n== burst without a subscription: %d conversions, %d connections\n", *n, *conns)
+		kinds := l.kinds
+		l.kinds = nil
+		res, err := l.phase("burst without a subscription", *n, *conns, 0, *timeout)
+		if err != nil {
+			fail(err)
+		}
+		res.print()
+		bare, l.kinds = res.ingestRate(), kinds
 	}
 	subID, err := l.subscribe()
 	if err != nil {
@@ -94,10 +116,25 @@ func main() {
 			fail(err)
 		}
 		res.print()
+		if bare > 0 {
+			fmt.Printf("ingest with the subscription: %.0f%% of the rate without\n", 100*res.ingestRate()/bare)
+		}
 	}
 	if *pacedN > 0 {
 		fmt.Printf("\n== paced: %d conversions at %.0f/s\n", *pacedN, *pacedRate)
 		res, err := l.phase("paced", *pacedN, 0, *pacedRate, *timeout)
+		if err != nil {
+			fail(err)
+		}
+		res.print()
+	}
+	if *neighbourKey != "" && *pacedN > 0 {
+		n, err := l.hangingNeighbour(*neighbourBrand, *neighbourKey)
+		if err != nil {
+			fail(err)
+		}
+		fmt.Printf("\n== paced beside a hanging neighbour (%d deliveries to 50 endpoints that never answer): %d conversions at %.0f/s\n", n, *pacedN, *pacedRate)
+		res, err := l.phase("paced, hanging neighbour", *pacedN, 0, *pacedRate, *timeout)
 		if err != nil {
 			fail(err)
 		}
@@ -222,6 +259,11 @@ type loadtest struct {
 }
 
 func (l *loadtest) do(method, path string, in, out any) error {
+	return l.doAs(l.key, method, path, in, out)
+}
+
+// doAs is do with another brand's key.
+func (l *loadtest) doAs(key, method, path string, in, out any) error {
 	var body io.Reader
 	if in != nil {
 		raw, err := json.Marshal(in)
@@ -234,7 +276,9 @@ func (l *loadtest) do(method, path string, in, out any) error {
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+l.key)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -260,6 +304,43 @@ func (l *loadtest) subscribe() (string, error) {
 	var sub struct{ ID string }
 	err := l.do("POST", "/api/public/webhooks", map[string]any{"url": l.rcv.url, "events": []string{"conversion.created"}}, &sub)
 	return sub.ID, err
+}
+
+// hangingNeighbour gives another brand 50 subscriptions to a receiver that
+// holds every request until the server gives up on it, and 70 conversions;
+// it returns the deliveries that makes.
+func (l *loadtest) hangingNeighbour(brand, key string) (int, error) {
+	const endpoints, conversions = 50, 70
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	hang := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })}
+	go hang.Serve(ln)
+	for i := range endpoints {
+		in := map[string]any{"url": fmt.Sprintf("http://%s/hang/%d", ln.Addr(), i), "events": []string{"conversion.created"}}
+		if err := l.doAs(key, "POST", "/api/public/webhooks", in, nil); err != nil {
+			return 0, err
+		}
+	}
+	var offer, partner struct{ ID string }
+	if err := l.doAs(key, "POST", "/api/v1/offers", map[string]any{"name": "Neighbour", "destinationUrl": "https://shop.example/",
+		"revenueCents": 1000, "payoutCents": 300, "currency": "USD"}, &offer); err != nil {
+		return 0, err
+	}
+	if err := l.doAs("", "POST", "/api/public/brands/"+brand+"/applications", map[string]any{"name": "Neighbour", "email": "n@example.com"}, &partner); err != nil {
+		return 0, err
+	}
+	if err := l.doAs(key, "POST", "/api/v1/partners/"+partner.ID+"/approve", nil, nil); err != nil {
+		return 0, err
+	}
+	for i := range conversions {
+		in := map[string]any{"offerId": offer.ID, "partnerId": partner.ID, "externalTxnId": fmt.Sprintf("neighbour-%d-%d", l.run, i)}
+		if err := l.doAs(key, "POST", "/api/v1/conversions", in, nil); err != nil {
+			return 0, err
+		}
+	}
+	return endpoints * conversions, nil
 }
 
 // postConversion posts one conversion and returns its id and the moment the
@@ -423,7 +504,16 @@ func (l *loadtest) phase(name string, n, conns int, rate float64, timeout time.D
 	return res, nil
 }
 
+// ingestRate is the conversions posted per second.
+func (r result) ingestRate() float64 {
+	return float64(r.n-r.errors) / r.postsDone.Sub(r.start).Seconds()
+}
+
 func (r result) print() {
+	if len(r.kinds) == 0 {
+		fmt.Printf("ingest:     %d conversions in %v: %.0f/s (%d POSTs failed)\n", r.n-r.errors, r.postsDone.Sub(r.start).Round(time.Millisecond), r.ingestRate(), r.errors)
+		return
+	}
 	ok := r.deliveries / len(r.kinds)
 	posting := r.postsDone.Sub(r.start)
 	all := r.lastArrival.Sub(r.start)
