@@ -46,20 +46,10 @@ func BenchmarkDrainBacklog(b *testing.B) {
 			b.Fatal(err)
 		}
 		// The backlog: 20,000 events, fanned out, none attempted.
-		var wg sync.WaitGroup
-		var next atomic.Int64
-		for range 64 {
-			wg.Go(func() {
-				for i := next.Add(1); i <= backlog; i = next.Add(1) {
-					_, err := svc.Apply(ctx, brand.ID, tracking.ApplicationInput{Name: ptr("Pat"), Email: ptr(fmt.Sprintf("p%d@example.com", i))})
-					if err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
+		inParallel(b, backlog, func(i int) error {
+			_, err := svc.Apply(ctx, brand.ID, tracking.ApplicationInput{Name: ptr("Pat"), Email: ptr(fmt.Sprintf("p%d@example.com", i))})
+			return err
+		})
 		var ids []string
 		for p := (tracking.ListParams{Limit: tracking.MaxLimit}); ; {
 			page, cursor, err := svc.Events(ctx, brand.ID, p)
@@ -73,18 +63,10 @@ func BenchmarkDrainBacklog(b *testing.B) {
 				break
 			}
 		}
-		next.Store(0)
-		for range 64 {
-			wg.Go(func() {
-				for i := next.Add(1); i <= int64(len(ids)); i = next.Add(1) {
-					if _, err := svc.FanOut(ctx, ids[i-1]); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
+		inParallel(b, len(ids), func(i int) error {
+			_, err := svc.FanOut(ctx, ids[i])
+			return err
+		})
 		b.StartTimer()
 
 		start := time.Now()
@@ -103,4 +85,21 @@ func BenchmarkDrainBacklog(b *testing.B) {
 		rcv.Close()
 		st.Close()
 	}
+}
+
+// inParallel runs do(0) to do(n-1) on 64 goroutines, failing b on an error.
+func inParallel(b *testing.B, n int, do func(i int) error) {
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range 64 {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				if err := do(i); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
