@@ -49,10 +49,12 @@ func paragraph(field string, v *string, required bool, maxLen int) error {
 }
 
 func checkText(field string, v *string, required bool, maxLen int, multiline bool) error {
-	if v == nil || strings.TrimSpace(*v) == "" {
-		if required {
-			return invalidField(field, "%s is required.", field)
-		}
+	if required && (v == nil || strings.TrimSpace(*v) == "") {
+		return invalidField(field, "%s is required.", field)
+	}
+	// An optional value of only white space is checked like any other: a
+	// lone line break or tab is refused, not taken for blank and stored.
+	if v == nil || *v == "" {
 		return nil
 	}
 	if utf8.RuneCountInString(*v) > maxLen {
