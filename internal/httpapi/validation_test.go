@@ -99,6 +99,18 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		}
 	}
 
+	// A filter's message lists the values it takes, not the empty one
+	// that stands for no filter.
+	for path, want := range map[string]string{
+		"/api/v1/conversions?status=done": "status must be one of: pending, approved, rejected.",
+		"/api/v1/partners?status=done":    "status must be one of: applied, active, rejected, banned.",
+		"/api/v1/deliveries?type=sms":     "type must be one of: webhook, postback.",
+	} {
+		if r := e.call("GET", path, key, nil); r.status != 422 || !strings.Contains(string(r.body), want) {
+			t.Errorf("GET %s: %d %s, want 422 saying %q", path, r.status, r.body, want)
+		}
+	}
+
 	// Nothing was created by any of it.
 	if got := e.listAll("/api/v1/offers", key); len(got) != 1 {
 		t.Errorf("%d offers after bad requests, want only the first", len(got))

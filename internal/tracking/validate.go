@@ -3,6 +3,7 @@ package tracking
 import (
 	"net/mail"
 	"net/url"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -152,7 +153,9 @@ func oneOf(field string, v *string, allowed ...string) error {
 			return nil
 		}
 	}
-	return invalidField(field, "%s must be one of: %s.", field, strings.Join(allowed, ", "))
+	// "" among the allowed values stands for "no filter": not worth naming.
+	named := slices.DeleteFunc(slices.Clone(allowed), func(a string) bool { return a == "" })
+	return invalidField(field, "%s must be one of: %s.", field, strings.Join(named, ", "))
 }
 
 // idFilter checks an optional identifier filter, so a mistyped id is an
