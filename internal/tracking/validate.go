@@ -82,13 +82,20 @@ func plainText(s string, multiline bool) (rune, bool) {
 		switch {
 		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"): // an invalid byte, not U+FFFD itself
 			return utf8.RuneError, false
-		case multiline && (r == '\n' || r == '\r' || r == '\t'):
-		case unicode.IsControl(r), unicode.Is(unicode.Bidi_Control, r), unicode.In(r, unicode.Zl, unicode.Zp),
-			unicode.Is(unicode.Noncharacter_Code_Point, r):
+		case hidden(r, multiline):
 			return r, false
 		}
 	}
 	return 0, true
+}
+
+// hidden reports whether r is one of the characters plainText refuses.
+func hidden(r rune, multiline bool) bool {
+	if multiline && (r == '\n' || r == '\r' || r == '\t') {
+		return false
+	}
+	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || unicode.In(r, unicode.Zl, unicode.Zp) ||
+		unicode.Is(unicode.Noncharacter_Code_Point, r)
 }
 
 // requireField checks that a field that is not text is present.
