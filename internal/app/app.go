@@ -109,24 +109,41 @@ func positiveInt(name string) (int, error) {
 	return n, nil
 }
 
+// ServiceSettings are the tracking service's settings in effect, defaults
+// filled in.
+type ServiceSettings struct {
+	DisableAfterFailures int           // TALLY_ENDPOINT_DISABLE_FAILURES
+	DisableAfterFailing  time.Duration // TALLY_ENDPOINT_DISABLE_AFTER
+	DeliveryRetention    time.Duration // TALLY_DELIVERY_RETENTION_DAYS
+}
+
 // ServiceOptions reads the tracking service's settings from the
-// environment: endpoint health (EndpointHealth) and how long deliveries
-// stay (TALLY_DELIVERY_RETENTION_DAYS, default
-// tracking.DefaultDeliveryRetention).
-func ServiceOptions() ([]tracking.Option, error) {
-	health, err := EndpointHealth()
+// environment: when a failing webhook subscription or partner postback is
+// disabled (defaults: 100 consecutive failed attempts, 120h) and how long
+// deliveries stay (default tracking.DefaultDeliveryRetention).
+func ServiceOptions() ([]tracking.Option, ServiceSettings, error) {
+	set := ServiceSettings{tracking.DefaultDisableAfterFailures, tracking.DefaultDisableAfterFailing, tracking.DefaultDeliveryRetention}
+	failures, err := positiveInt(EnvDisableAfterFailures)
 	if err != nil {
-		return nil, err
+		return nil, set, err
 	}
-	opts := []tracking.Option{health}
+	set.DisableAfterFailures = cmp.Or(failures, set.DisableAfterFailures)
+	if s := os.Getenv(EnvDisableAfterFailing); s != "" {
+		if set.DisableAfterFailing, err = time.ParseDuration(s); err != nil || set.DisableAfterFailing <= 0 {
+			return nil, set, fmt.Errorf("%s must be a positive duration such as 120h, not %q", EnvDisableAfterFailing, s)
+		}
+	}
 	days, err := positiveInt(EnvDeliveryRetention)
 	if err != nil {
-		return nil, err
+		return nil, set, err
 	}
 	if days > 0 {
-		opts = append(opts, tracking.WithDeliveryRetention(time.Duration(days)*24*time.Hour))
+		set.DeliveryRetention = time.Duration(days) * 24 * time.Hour
 	}
-	return opts, nil
+	return []tracking.Option{
+		tracking.WithEndpointHealth(set.DisableAfterFailures, set.DisableAfterFailing),
+		tracking.WithDeliveryRetention(set.DeliveryRetention),
+	}, set, nil
 }
 
 // LocalPipeline reads the local webhook pipeline's settings: how many
@@ -149,29 +166,18 @@ func LocalPipeline() (workers int, retryScale float64, err error) {
 	return workers, retryScale, nil
 }
 
-// EndpointHealth reads when a webhook subscription or partner postback is
-// disabled for failing (defaults: 100 consecutive failed attempts, 120h).
-func EndpointHealth() (tracking.Option, error) {
-	failures, err := positiveInt(EnvDisableAfterFailures)
-	if err != nil {
-		return nil, err
-	}
-	var failing time.Duration
-	if s := os.Getenv(EnvDisableAfterFailing); s != "" {
-		if failing, err = time.ParseDuration(s); err != nil || failing <= 0 {
-			return nil, fmt.Errorf("%s must be a positive duration such as 120h, not %q", EnvDisableAfterFailing, s)
-		}
-	}
-	return tracking.WithEndpointHealth(failures, failing), nil
+// Logger writes JSON lines to stderr at LogLevel.
+func Logger() *slog.Logger {
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: LogLevel()}))
 }
 
-// Logger writes JSON lines to stderr at the level TALLY_LOG_LEVEL names.
-func Logger() *slog.Logger {
+// LogLevel is the level TALLY_LOG_LEVEL names; info when unset or unknown.
+func LogLevel() slog.Level {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(os.Getenv(EnvLogLevel))); err != nil {
 		level = slog.LevelInfo
 	}
-	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	return level
 }
 
 // ApproverInterval is how often the local server runs the hold-time

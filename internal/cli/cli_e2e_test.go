@@ -904,11 +904,15 @@ func TestServerLogs(t *testing.T) {
 			// The configuration in effect: defaults, not zeros, when
 			// nothing is set.
 			want := map[string]any{"rateLimit": 100.0, "applicationRateLimit": 10.0, "webhookWorkers": 256.0,
-				"readHeaderTimeout": "5s", "readTimeout": "15s", "writeTimeout": "30s", "idleTimeout": "1m0s"}
+				"readHeaderTimeout": "5s", "readTimeout": "15s", "writeTimeout": "30s", "idleTimeout": "1m0s",
+				"logLevel": "INFO", "endpointDisableFailures": 100.0, "endpointDisableAfter": "120h0m0s", "deliveryRetentionDays": 30.0}
 			for k, v := range want {
 				if l[k] != v {
 					t.Errorf("startup log %s = %v, want %v (in %v)", k, l[k], v, l)
 				}
+			}
+			if p, ok := l["trustedProxies"]; !ok || p != nil {
+				t.Errorf("startup log trustedProxies = %v, want null (none)", p)
 			}
 			if n, _ := l["maxConnections"].(float64); n < 64 {
 				t.Errorf("startup log maxConnections = %v, want the cap in effect", l["maxConnections"])

@@ -98,7 +98,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	maxConns = cmp.Or(maxConns, defaultMaxConnections())
-	opts, err := app.ServiceOptions()
+	opts, settings, err := app.ServiceOptions()
 	if err != nil {
 		return err
 	}
@@ -165,7 +165,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		"rateLimit", cfg.RateLimit, "applicationRateLimit", cfg.ApplicationRateLimit,
 		"maxConnections", maxConns, "readHeaderTimeout", readHeaderTimeout.String(), "readTimeout", readTimeout.String(),
 		"writeTimeout", writeTimeout.String(), "idleTimeout", idleTimeout.String(),
-		"webhookWorkers", workers, "webhookRetryScale", retryScale)
+		"webhookWorkers", workers, "webhookRetryScale", retryScale, "logLevel", app.LogLevel().String(),
+		"trustedProxies", cfg.TrustedProxies, "endpointDisableFailures", settings.DisableAfterFailures,
+		"endpointDisableAfter", settings.DisableAfterFailing.String(), "deliveryRetentionDays", int(settings.DeliveryRetention/(24*time.Hour)))
 	log.Warn("webhook receivers on loopback addresses are allowed: this is the local server; the cloud refuses them")
 
 	select {

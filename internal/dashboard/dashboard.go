@@ -110,9 +110,12 @@ func (d *Dashboard) routes() {
 	} {
 		d.mux.Handle(pattern, d.signedIn(fn))
 	}
-	d.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		d.errorPage(w, r, nil, tally.Errorf(tally.ECodeNotFound, "There is no page here."))
-	})
+	d.mux.HandleFunc("/", d.noPage)
+}
+
+// noPage answers a path that is no page (or asset) with the 404 page.
+func (d *Dashboard) noPage(w http.ResponseWriter, r *http.Request) {
+	d.errorPage(w, r, nil, tally.Errorf(tally.ECodeNotFound, "There is no page here."))
 }
 
 // ServeHTTP sets the headers every page carries and routes the request.

@@ -175,8 +175,11 @@ func TestHeadersAndCookies(t *testing.T) {
 	if css.status != 200 || css.header.Get("Content-Type") != "text/css; charset=utf-8" || strings.Contains(css.body, "url(http") || strings.Contains(css.body, "@import") {
 		t.Errorf("stylesheet: %d %s", css.status, css.header.Get("Content-Type"))
 	}
-	if p := s.get(c, "/dashboard/assets/..%2f..%2fgo.mod"); p.status != 404 {
-		t.Errorf("an asset path outside the assets: %d", p.status)
+	for _, path := range []string{"/dashboard/assets/..%2f..%2fgo.mod", "/dashboard/assets/nope.css"} {
+		// The dashboard's own page, not net/http's plain-text one.
+		if p := s.get(c, path); p.status != 404 || !strings.HasPrefix(p.header.Get("Content-Type"), "text/html") || !strings.Contains(p.body, "Not found") {
+			t.Errorf("%s: %d %s %.100q", path, p.status, p.header.Get("Content-Type"), p.body)
+		}
 	}
 }
 

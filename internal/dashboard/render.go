@@ -191,7 +191,7 @@ func (d *Dashboard) asset(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("file")
 	b, err := assetFiles.ReadFile("assets/" + name)
 	if err != nil || strings.Contains(name, "/") {
-		http.NotFound(w, r)
+		d.noPage(w, r)
 		return
 	}
 	types := map[string]string{".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}

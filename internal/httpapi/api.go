@@ -140,7 +140,7 @@ func (a *API) routes() []route {
 		{GroupConversions, "GET", "/api/v1/postback-token", authKey, a.postbackToken},
 		{GroupConversions, "POST", "/api/v1/postback-token", authKey, a.createPostbackToken},
 		{GroupConversions, "DELETE", "/api/v1/postback-token", authKey, a.deletePostbackToken},
-		{GroupConversions, "GET", "/postback", authPostback, a.postback},
+		{GroupConversions, "GET", "/postback", authPostback, getOnly(a.postback)},
 		{GroupReports, "GET", "/api/v1/reports", authKey, a.report},
 		{GroupApplications, "POST", "/api/public/brands/{brandId}/applications", authForm, a.apply},
 		{GroupWebhooks, "POST", "/api/public/webhooks", authKey, created(a.svc.CreateSubscription)},
@@ -168,7 +168,7 @@ func (a *API) routes() []route {
 		{GroupDashboard, "POST", "/dashboard/{path+}", authPages, a.pages},
 		{GroupDashboard, "GET", "/apply/{brandId}", authPages, a.pages},
 		{GroupDashboard, "POST", "/apply/{brandId}", authPages, a.pages},
-		{GroupClick, "GET", "/c/{offerId}", authNone, a.click},
+		{GroupClick, "GET", "/c/{offerId}", authNone, getOnly(a.click)},
 		{GroupFraud, "GET", "/api/v1/clicks", authKey, a.listClicks},
 		{GroupFraud, "GET", "/api/v1/clicks/{id}", authKey, byID(a.svc.Click)},
 		{GroupFraud, "GET", "/api/v1/fraud/settings", authKey, a.fraudSettings},
@@ -289,6 +289,20 @@ func inKeyArea(path string) bool {
 }
 
 type handlerFunc func(w http.ResponseWriter, r *http.Request, p tracking.Principal) error
+
+// getOnly serves a GET route that records something (a click, a
+// conversion): net/http's GET pattern also matches HEAD, which link checkers
+// and prefetchers send and which must record nothing, so it answers 405.
+func getOnly(handle handlerFunc) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+		if r.Method != http.MethodGet {
+			w.Header().Set("Cache-Control", "no-store")
+			w.Header().Set("Allow", http.MethodGet)
+			return tally.Errorf(tally.ECodeMethodNotAllowed, "%s is not allowed here; use GET.", r.Method)
+		}
+		return handle(w, r, p)
+	}
+}
 
 // guard authenticates and rate-limits a request before running handle.
 func (a *API) guard(mode auth, handle handlerFunc) http.Handler {

@@ -299,10 +299,19 @@ func TestInboundPostback(t *testing.T) {
 			{url.Values{"click_id": {clickID}, "currency": {"usd"}, "token": {tok.Token}}, 422, "validation_error"},
 			{url.Values{"click_id": {clickID}, "payout": {"5"}, "token": {tok.Token}}, 422, "validation_error"},
 			{url.Values{"click_id": {clickID, clickID}, "token": {tok.Token}}, 422, "validation_error"},
+			{url.Values{"click_id": {clickID}, "txn_id": {"\r\n"}, "token": {tok.Token}}, 422, "validation_error"},
 		} {
 			if r := pb(c.q); r.status != c.status || r.errorCode() != c.code {
 				t.Errorf("postback %v: %d %s, want %d %s", c.q, r.status, r.body, c.status, c.code)
 			}
+		}
+		// HEAD (link checkers, prefetchers) records nothing, as on the tracking link.
+		head := e.call("HEAD", "/postback?"+url.Values{"click_id": {clickID}, "txn_id": {"A-HEAD"}, "token": {tok.Token}}.Encode(), "", nil)
+		if head.status != 405 || head.header.Get("Allow") != "GET" {
+			t.Errorf("HEAD /postback: %d %v, want 405 with Allow: GET", head.status, head.header)
+		}
+		if got := e.listAll("/api/v1/conversions", key); len(got) != 2 {
+			t.Errorf("%d conversions after refused postbacks, want the 2 recorded", len(got))
 		}
 
 		// Another brand's click is not this token's to convert.

@@ -15,10 +15,6 @@ var clickParams = []string{"pid", "sub1", "sub2", "sub3", "sub4", "sub5"}
 // visitor to the offer's destination, or answers in the error shape.
 func (a *API) click(w http.ResponseWriter, r *http.Request, _ tracking.Principal) error {
 	w.Header().Set("Cache-Control", "no-store")
-	if r.Method != http.MethodGet { // the GET pattern also matches HEAD, which must not count as a click
-		w.Header().Set("Allow", http.MethodGet)
-		return tally.Errorf(tally.ECodeMethodNotAllowed, "%s is not allowed here; use GET.", r.Method)
-	}
 	q := r.URL.Query()
 	for _, name := range clickParams {
 		if len(q[name]) > 1 {

@@ -96,6 +96,17 @@ func TestClickRecordsAndRedirects(t *testing.T) {
 			c.UserAgent != browserUA || c.Referer != "https://blog.example/post" || c.IP != "127.0.0.1" || c.FraudSignals == nil {
 			t.Errorf("stored click %+v", c)
 		}
+		// The client's headers are its word: characters that would show
+		// stored text as something else (bidi overrides, line separators)
+		// are kept as U+FFFD, not refused (the click still counts).
+		r = e.visit("/c/"+offerID+"?pid="+partnerID, map[string]string{"User-Agent": "Mozilla/5.0 \u202Egpj.exe", "Referer": "https://blog.example/\u2066x\u2028"})
+		e.must(302, r)
+		hidden, _ := url.Parse(r.header.Get("Location"))
+		var h tally.Click
+		e.must(200, e.call("GET", "/api/v1/clicks/"+hidden.Query().Get("c"), key, nil)).decode(t, &h)
+		if h.UserAgent != "Mozilla/5.0 \uFFFDgpj.exe" || h.Referer != "https://blog.example/\uFFFDx\uFFFD" {
+			t.Errorf("stored User-Agent %q, Referer %q: want the hiding characters replaced with U+FFFD", h.UserAgent, h.Referer)
+		}
 
 		// More clicks, on a second offer too; lists filter and the report
 		// counts exactly what is stored.
@@ -106,7 +117,7 @@ func TestClickRecordsAndRedirects(t *testing.T) {
 		all := e.listAll("/api/v1/clicks", key)
 		byOffer := e.listAll("/api/v1/clicks?offerId="+other, key)
 		byPartner := e.listAll("/api/v1/clicks?partnerId="+partnerID, key)
-		if len(all) != 4 || len(byOffer) != 3 || len(byPartner) != 4 || all[3] != clickID {
+		if len(all) != 5 || len(byOffer) != 3 || len(byPartner) != 5 || all[4] != clickID {
 			t.Errorf("lists: all %v, by offer %v, by partner %v", all, byOffer, byPartner)
 		}
 		var report struct{ Data []tally.ReportRow }
@@ -115,9 +126,9 @@ func TestClickRecordsAndRedirects(t *testing.T) {
 		for _, row := range report.Data {
 			got[row.OfferID] = row
 		}
-		if len(report.Data) != 2 || got[offerID].Clicks != 1 || got[offerID].Currency != "USD" || got[other].Clicks != 3 ||
+		if len(report.Data) != 2 || got[offerID].Clicks != 2 || got[offerID].Currency != "USD" || got[other].Clicks != 3 ||
 			got[other].Currency != "EUR" || got[other].Conversions != 0 {
-			t.Errorf("report rows %+v, want 1 USD click and 3 EUR clicks", report.Data)
+			t.Errorf("report rows %+v, want 2 USD clicks and 3 EUR clicks", report.Data)
 		}
 	})
 }

@@ -121,6 +121,9 @@ func byIDWithBody[In, Out any](do func(ctx context.Context, brandID, id string, 
 // follows.
 func sendTest(send func(ctx context.Context, brandID, id string) (tally.Event, error)) func(http.ResponseWriter, *http.Request, tracking.Principal) error {
 	return func(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+		if _, err := query(r); err != nil {
+			return err
+		}
 		evt, err := send(r.Context(), p.BrandID, r.PathValue("id"))
 		if err != nil {
 			return err
@@ -135,6 +138,9 @@ func sendTest(send func(ctx context.Context, brandID, id string) (tally.Event, e
 // with the record.
 func byID[T any](do func(ctx context.Context, brandID, id string) (T, error)) func(http.ResponseWriter, *http.Request, tracking.Principal) error {
 	return func(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+		if _, err := query(r); err != nil {
+			return err
+		}
 		v, err := do(r.Context(), p.BrandID, r.PathValue("id"))
 		if err != nil {
 			return err

@@ -70,6 +70,11 @@ func TestTextFieldsRefuseCharactersThatHideWhatTheySay(t *testing.T) {
 			{"application website with a control", apply, map[string]any{"name": "Pat", "email": "pat4@example.com", "website": "https://pat.example/\x07"}, 422, "validation_error", "website"},
 			{"conversion sub1 with a control", "/api/v1/conversions", conversion("sub1", "a\x01"), 422, "validation_error", "sub1"},
 			{"conversion externalTxnId with an override", "/api/v1/conversions", conversion("externalTxnId", "order-1\u202E"), 422, "validation_error", "externalTxnId"},
+			// Optional fields of nothing but such characters are refused too,
+			// not taken for blank and stored as they are.
+			{"conversion externalTxnId of a line break alone", "/api/v1/conversions", conversion("externalTxnId", "\r\n"), 422, "validation_error", "externalTxnId"},
+			{"conversion sub2 of a tab alone", "/api/v1/conversions", conversion("sub2", "\t"), 422, "validation_error", "sub2"},
+			{"application website of a line separator alone", apply, map[string]any{"name": "Pat", "email": "pat7@example.com", "website": "\u2028"}, 422, "validation_error", "website"},
 			{"subscription url with an override", "/api/public/webhooks", hook("url", "https://hooks.example.com/\u202E"), 422, "validation_error", "url"},
 			{"subscription secret with a control", "/api/public/webhooks", hook("secret", "whsec_0123456789\x1b"), 422, "validation_error", "secret"},
 			// Bytes that are not UTF-8, and escapes that are not characters:
@@ -84,6 +89,9 @@ func TestTextFieldsRefuseCharactersThatHideWhatTheySay(t *testing.T) {
 		}
 		if got := e.listAll("/api/v1/partners", key); len(got) != 1 {
 			t.Errorf("%d partners after refused applications, want only the first", len(got))
+		}
+		if got := e.listAll("/api/v1/conversions", key); len(got) != 0 {
+			t.Errorf("%d conversions after refused requests, want none", len(got))
 		}
 		// Text that merely is not ASCII is fine, line breaks in a message
 		// too, and so is U+FFFD sent on purpose or a surrogate pair escaped.

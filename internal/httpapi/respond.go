@@ -115,8 +115,12 @@ func writeList[T any](w http.ResponseWriter, items []T, next string) {
 // bytes and lone surrogate escapes with U+FFFD), field names exactly as
 // documented and each once (encoding/json matches names in any case and
 // keeps the last of duplicates), no unknown fields, values of the right
-// types, nothing after the object.
+// types, nothing after the object; and no query parameters, which no route
+// with a body takes.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	if _, err := query(r); err != nil {
+		return err
+	}
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
 		return tally.Errorf(tally.ECodeUnsupportedMediaType, "Send the body as JSON with 'Content-Type: application/json'.")

@@ -99,6 +99,48 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		}
 	}
 
+	// A filter's message lists the values it takes, not the empty one
+	// that stands for no filter.
+	for path, want := range map[string]string{
+		"/api/v1/conversions?status=done": "status must be one of: pending, approved, rejected.",
+		"/api/v1/partners?status=done":    "status must be one of: applied, active, rejected, banned.",
+		"/api/v1/deliveries?type=sms":     "type must be one of: webhook, postback.",
+	} {
+		if r := e.call("GET", path, key, nil); r.status != 422 || !strings.Contains(string(r.body), want) {
+			t.Errorf("GET %s: %d %s, want 422 saying %q", path, r.status, r.body, want)
+		}
+	}
+
+	// Unknown query parameters are refused on every route, those that name
+	// a record or take a body too, before anything changes.
+	sub := e.must(201, e.call("POST", "/api/public/webhooks", key, map[string]any{"url": "https://hooks.example.com/x", "events": []string{"cap.reached"}})).field(t, "id")
+	for _, c := range []struct {
+		method, path string
+		body         any
+	}{
+		{"GET", "/api/v1/offers/" + offerID + "?colour=red", nil},
+		{"POST", "/api/v1/partners/" + partnerID + "/ban?reason=spam", nil},
+		{"POST", "/api/public/webhooks/" + sub + "/test?event=cap.reached", nil},
+		{"DELETE", "/api/public/webhooks/" + sub + "?force=1", nil},
+		{"POST", "/api/v1/offers?dryRun=1", valid},
+		{"POST", "/api/v1/conversions?source=x", map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": "q-1"}},
+		{"PATCH", "/api/v1/offers/" + offerID + "?x=1", map[string]any{"status": "paused"}},
+	} {
+		if r := e.call(c.method, c.path, key, c.body); r.status != 422 || !strings.Contains(string(r.body), "Unknown query parameter") {
+			t.Errorf("%s %s: %d %s, want 422 naming the parameter", c.method, c.path, r.status, r.body)
+		}
+	}
+	if got := e.must(200, e.call("GET", "/api/v1/partners/"+partnerID, key, nil)).field(t, "status"); got != "active" {
+		t.Errorf("partner %s after a refused ban, want active", got)
+	}
+	if got := e.must(200, e.call("GET", "/api/v1/offers/"+offerID, key, nil)).field(t, "status"); got != "active" {
+		t.Errorf("offer %s after a refused change, want active", got)
+	}
+	e.must(200, e.call("GET", "/api/public/webhooks/"+sub, key, nil))
+	if n := eventCount(t, e.svc, brandID, "webhook.test"); n != 0 {
+		t.Errorf("%d test events after a refused test, want none", n)
+	}
+
 	// Nothing was created by any of it.
 	if got := e.listAll("/api/v1/offers", key); len(got) != 1 {
 		t.Errorf("%d offers after bad requests, want only the first", len(got))

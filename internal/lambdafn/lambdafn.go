@@ -139,7 +139,7 @@ func Setup(log *slog.Logger, opts ...tracking.Option) (*tracking.Service, httpap
 		return nil, cfg, err
 	}
 	client := dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) { o.BaseEndpoint = awsenv.Endpoint("DYNAMODB") })
-	envOpts, err := app.ServiceOptions()
+	envOpts, _, err := app.ServiceOptions()
 	if err != nil {
 		return nil, cfg, err
 	}

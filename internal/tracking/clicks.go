@@ -329,9 +329,17 @@ func macroValue(name string, c tally.Click) (string, bool) {
 	return "", false
 }
 
-// truncate cuts s to at most n characters and makes it valid UTF-8.
+// truncate cuts a header's value to at most n characters, valid UTF-8 in
+// which invalid bytes and the characters text fields refuse (bidi
+// overrides, line separators; see plainText) are U+FFFD: a header is kept
+// rather than refused, but may not make stored text read as something else.
 func truncate(s string, n int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.Map(func(r rune) rune {
+		if hidden(r, false) {
+			return utf8.RuneError
+		}
+		return r
+	}, strings.ToValidUTF8(s, "\uFFFD"))
 	if utf8.RuneCountInString(s) <= n {
 		return s
 	}

@@ -3,6 +3,7 @@ package tracking
 import (
 	"net/mail"
 	"net/url"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -49,10 +50,12 @@ func paragraph(field string, v *string, required bool, maxLen int) error {
 }
 
 func checkText(field string, v *string, required bool, maxLen int, multiline bool) error {
-	if v == nil || strings.TrimSpace(*v) == "" {
-		if required {
-			return invalidField(field, "%s is required.", field)
-		}
+	if required && (v == nil || strings.TrimSpace(*v) == "") {
+		return invalidField(field, "%s is required.", field)
+	}
+	// An optional value of only white space is checked like any other: a
+	// lone line break or tab is refused, not taken for blank and stored.
+	if v == nil || *v == "" {
 		return nil
 	}
 	if utf8.RuneCountInString(*v) > maxLen {
@@ -79,13 +82,20 @@ func plainText(s string, multiline bool) (rune, bool) {
 		switch {
 		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"): // an invalid byte, not U+FFFD itself
 			return utf8.RuneError, false
-		case multiline && (r == '\n' || r == '\r' || r == '\t'):
-		case unicode.IsControl(r), unicode.Is(unicode.Bidi_Control, r), unicode.In(r, unicode.Zl, unicode.Zp),
-			unicode.Is(unicode.Noncharacter_Code_Point, r):
+		case hidden(r, multiline):
 			return r, false
 		}
 	}
 	return 0, true
+}
+
+// hidden reports whether r is one of the characters plainText refuses.
+func hidden(r rune, multiline bool) bool {
+	if multiline && (r == '\n' || r == '\r' || r == '\t') {
+		return false
+	}
+	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || unicode.In(r, unicode.Zl, unicode.Zp) ||
+		unicode.Is(unicode.Noncharacter_Code_Point, r)
 }
 
 // requireField checks that a field that is not text is present.
@@ -150,7 +160,9 @@ func oneOf(field string, v *string, allowed ...string) error {
 			return nil
 		}
 	}
-	return invalidField(field, "%s must be one of: %s.", field, strings.Join(allowed, ", "))
+	// "" among the allowed values stands for "no filter": not worth naming.
+	named := slices.DeleteFunc(slices.Clone(allowed), func(a string) bool { return a == "" })
+	return invalidField(field, "%s must be one of: %s.", field, strings.Join(named, ", "))
 }
 
 // idFilter checks an optional identifier filter, so a mistyped id is an
