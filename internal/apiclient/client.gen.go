@@ -7912,7 +7912,7 @@ type InboundPostbackParams struct {
 	// Amount The revenue, in major units with at most the currency's decimals (`49.90` USD, `1500` JPY); default the offer's revenueCents. The payout is the offer's.
 	Amount *string `form:"amount,omitempty" json:"amount,omitempty"`
 
-	// Currency Default the offer's.
+	// Currency The offer's (the default); another answers 422, since the payout is the offer's.
 	Currency *Currency `form:"currency,omitempty" json:"currency,omitempty"`
 
 	// Token The brand's postback token (`POST /api/v1/postback-token`).
@@ -9074,7 +9074,7 @@ type ClientInterface interface {
 
 	// CreateConversionWithBody Record a conversion (server-side postback)
 	//
-	// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's. Sending the same `externalTxnId` for the same offer again answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
+	// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's; a conversion in another currency than the offer's gives both amounts (422 otherwise). Sending the same `externalTxnId` for the same offer again answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -9083,7 +9083,7 @@ type ClientInterface interface {
 
 	// CreateConversion Record a conversion (server-side postback)
 	//
-	// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's. Sending the same `externalTxnId` for the same offer again answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
+	// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's; a conversion in another currency than the offer's gives both amounts (422 otherwise). Sending the same `externalTxnId` for the same offer again answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -9706,7 +9706,7 @@ func (c *Client) ListConversions(ctx context.Context, params *ListConversionsPar
 
 // CreateConversionWithBody Record a conversion (server-side postback)
 //
-// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's. Sending the same `externalTxnId` for the same offer again answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
+// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's; a conversion in another currency than the offer's gives both amounts (422 otherwise). Sending the same `externalTxnId` for the same offer again answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
 //
 // Takes any type of body and a specified content type.
 //
@@ -9725,7 +9725,7 @@ func (c *Client) CreateConversionWithBody(ctx context.Context, contentType strin
 
 // CreateConversion Record a conversion (server-side postback)
 //
-// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's. Sending the same `externalTxnId` for the same offer again answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
+// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's; a conversion in another currency than the offer's gives both amounts (422 otherwise). Sending the same `externalTxnId` for the same offer again answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -13149,7 +13149,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateConversionWithBodyWithResponse Record a conversion (server-side postback)
 	//
-	// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's. Sending the same `externalTxnId` for the same offer again answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
+	// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's; a conversion in another currency than the offer's gives both amounts (422 otherwise). Sending the same `externalTxnId` for the same offer again answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -13158,7 +13158,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateConversionWithResponse Record a conversion (server-side postback)
 	//
-	// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's. Sending the same `externalTxnId` for the same offer again answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
+	// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's; a conversion in another currency than the offer's gives both amounts (422 otherwise). Sending the same `externalTxnId` for the same offer again answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -20554,7 +20554,7 @@ func (c *ClientWithResponses) ListConversionsWithResponse(ctx context.Context, p
 
 // CreateConversionWithBodyWithResponse Record a conversion (server-side postback)
 //
-// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's. Sending the same `externalTxnId` for the same offer again answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
+// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's; a conversion in another currency than the offer's gives both amounts (422 otherwise). Sending the same `externalTxnId` for the same offer again answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -20569,7 +20569,7 @@ func (c *ClientWithResponses) CreateConversionWithBodyWithResponse(ctx context.C
 
 // CreateConversionWithResponse Record a conversion (server-side postback)
 //
-// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's. Sending the same `externalTxnId` for the same offer again answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
+// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's; a conversion in another currency than the offer's gives both amounts (422 otherwise). Sending the same `externalTxnId` for the same offer again answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

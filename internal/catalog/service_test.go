@@ -155,7 +155,7 @@ func TestServiceEventsMatchSchemas(t *testing.T) {
 	// approved at once, the second reaches the cap, the third is refused.
 	auto := s.offer(tally.ApprovalAuto, 0, tally.Caps{Global: ptr(int64(2))})
 	s.convert(auto.ID, alice.ID, tracking.ConversionInput{
-		Sub1: ptr("spring-sale"), ExternalTxnID: ptr("ORD-100482"), RevenueCents: ptr(int64(0)), Currency: ptr("EUR"),
+		Sub1: ptr("spring-sale"), ExternalTxnID: ptr("ORD-100482"), RevenueCents: ptr(int64(0)), PayoutCents: ptr(int64(0)), Currency: ptr("EUR"),
 	})
 	// The same externalTxnId again creates nothing.
 	if _, created, err := s.svc.RecordConversion(s.ctx, s.brandID, tracking.ConversionInput{

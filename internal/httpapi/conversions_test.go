@@ -114,16 +114,45 @@ func TestDailyCapUnderConcurrency(t *testing.T) {
 	})
 }
 
+// The offer's default amounts are in its currency: a conversion in another
+// currency must bring both amounts, or its books would mix currencies.
+func TestConversionInAnotherCurrencyNeedsItsAmounts(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, httpapi.Config{})
+		brandID, key := e.brand()
+		partnerID := e.activePartner(brandID, key)
+		offerID := e.offer(key, nil) // USD 1000 / 300
+		for _, body := range []map[string]any{
+			{"offerId": offerID, "partnerId": partnerID, "revenueCents": 500, "currency": "EUR"},
+			{"offerId": offerID, "partnerId": partnerID, "payoutCents": 150, "currency": "EUR"},
+			{"offerId": offerID, "partnerId": partnerID, "currency": "EUR", "externalTxnId": "o-1"},
+		} {
+			if r := e.call("POST", "/api/v1/conversions", key, body); r.status != 422 || r.errorCode() != "validation_error" ||
+				!strings.Contains(string(r.body), "needs both revenueCents and payoutCents in EUR") {
+				t.Errorf("%v: %d %s, want 422 naming both amounts", body, r.status, r.body)
+			}
+		}
+		if n := len(e.listAll("/api/v1/conversions", key)); n != 0 {
+			t.Errorf("%d conversions stored after refusals", n)
+		}
+		var c tally.Conversion
+		e.must(201, e.call("POST", "/api/v1/conversions", key, map[string]any{"offerId": offerID, "partnerId": partnerID, "currency": "USD"})).decode(t, &c)
+		if c.RevenueCents != 1000 || c.PayoutCents != 300 || c.Currency != "USD" {
+			t.Errorf("naming the offer's own currency: %+v, want its defaults", c)
+		}
+	})
+}
+
 func TestConversionStatusFollowsOfferAndPartner(t *testing.T) {
 	e := newEnv(t, testenv.Bolt(t), httpapi.Config{})
 	brandID, key := e.brand()
 	partnerID := e.activePartner(brandID, key)
 	manual := e.offer(key, map[string]any{"approval": "manual", "holdHours": 48})
-	r := e.must(201, e.call("POST", "/api/v1/conversions", key, map[string]any{"offerId": manual, "partnerId": partnerID, "revenueCents": 500, "currency": "EUR"}))
+	r := e.must(201, e.call("POST", "/api/v1/conversions", key, map[string]any{"offerId": manual, "partnerId": partnerID, "revenueCents": 500, "payoutCents": 150, "currency": "EUR"}))
 	var c tally.Conversion
 	r.decode(t, &c)
-	if c.Status != "pending" || c.ApproveAt == nil || c.RevenueCents != 500 || c.PayoutCents != 300 || c.Currency != "EUR" {
-		t.Errorf("conversion on a manual offer = %+v; want pending with approveAt, given revenue and currency, the offer's payout", c)
+	if c.Status != "pending" || c.ApproveAt == nil || c.RevenueCents != 500 || c.PayoutCents != 150 || c.Currency != "EUR" {
+		t.Errorf("conversion on a manual offer = %+v; want pending with approveAt and the given amounts and currency", c)
 	}
 	e.must(200, e.call("POST", "/api/v1/conversions/"+c.ID+"/approve", key, nil))
 	if r := e.call("POST", "/api/v1/conversions/"+c.ID+"/reject", key, nil); r.status != 409 || r.errorCode() != "invalid_transition" {

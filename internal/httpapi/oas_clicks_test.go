@@ -217,8 +217,9 @@ func oasAttribution(t *testing.T, call func(oasCall) oasAnswer, svc *tracking.Se
 		t.Errorf("postback conversion %+v", c2)
 	}
 	call(oasCall{method: "GET", path: pb + "&txn_id=T-2&amount=79.50", status: 200})
-	call(oasCall{method: "GET", path: pb + "&txn_id=T-3&amount=1.234", status: 422, code: "validation_error"}) // EUR has 2 decimals
-	call(oasCall{method: "GET", path: pb + "&txn_id=T-3&amount=1.23&currency=KWD", status: 201})
+	call(oasCall{method: "GET", path: pb + "&txn_id=T-3&amount=1.234", status: 422, code: "validation_error"})             // EUR has 2 decimals
+	call(oasCall{method: "GET", path: pb + "&txn_id=T-3&amount=1.23&currency=KWD", status: 422, code: "validation_error"}) // the payout is in EUR
+	call(oasCall{method: "GET", path: pb + "&txn_id=T-3&amount=1.23&currency=EUR", status: 201})
 	call(oasCall{method: "GET", path: pb + "&txn_id=T-4&payout=5", status: 422, code: "validation_error"})
 	call(oasCall{method: "GET", path: "/postback?token=" + token, status: 422, code: "validation_error", invalid: true})
 	call(oasCall{method: "GET", path: "/postback?click_id=" + clickID + "&token=" + first.Token, status: 401, code: "unauthorized"})

@@ -728,7 +728,7 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 		t.Errorf("pending conversion: %+v", c2)
 	}
 	postConversion(422, "cap_reached", map[string]any{"offerId": manualOffer.ID, "partnerId": p1.ID})
-	postConversion(201, "", map[string]any{"offerId": onceOffer.ID, "partnerId": p1.ID, "currency": "GBP", "revenueCents": 0})
+	postConversion(201, "", map[string]any{"offerId": onceOffer.ID, "partnerId": p1.ID, "currency": "GBP", "revenueCents": 0, "payoutCents": 0})
 	postConversion(422, "cap_reached", map[string]any{"offerId": onceOffer.ID, "partnerId": p1.ID})
 	for _, body := range []map[string]any{
 		{"offerId": pausedOffer.ID, "partnerId": p1.ID},   // offer not active

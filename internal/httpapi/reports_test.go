@@ -27,7 +27,7 @@ func TestReportCSVHasTheJSONRows(t *testing.T) {
 		for i := range 12 {
 			clock.Advance(45 * time.Minute) // from 23:15 UTC on, across midnight UTC and in Kolkata
 			e.must(201, e.call("POST", "/api/v1/conversions", key, map[string]any{
-				"offerId": offerID, "partnerId": partners[i%2], "revenueCents": 1000 + i, "currency": []string{"USD", "EUR"}[i%3/2],
+				"offerId": offerID, "partnerId": partners[i%2], "revenueCents": 1000 + i, "payoutCents": 300, "currency": []string{"USD", "EUR"}[i%3/2],
 			}))
 		}
 		q := "/api/v1/reports?from=2026-11-20&to=2026-11-21&groupBy=day,partner&timezone=Asia/Kolkata"

@@ -96,6 +96,9 @@ func (s *Service) RecordConversion(ctx context.Context, brandID string, in Conve
 				return c, false, invalid("clickId %q: the click is older than the offer's attribution window of %d days.", click.ID, days)
 			}
 		}
+		if err := amountsInCurrency(offer.offer, in); err != nil {
+			return c, false, err
+		}
 		c = newConversion(brandID, offer.offer, in, now)
 		c.ClickID = click.ID
 		created, err = s.insertConversion(ctx, c, offer, now)
@@ -147,6 +150,22 @@ func (s *Service) offerNotActive(ctx context.Context, e offerEntry, what string)
 		return invalid("offerId %q: the offer is %s; %s are accepted only for active offers.", e.offer.ID, fresh.offer.Status, what)
 	}
 	return errOfferChanged
+}
+
+// amountsInCurrency refuses a conversion in another currency than its
+// offer's that leaves an amount to the offer's default: the default is in
+// the offer's currency and would be recorded as if it were in the other.
+func amountsInCurrency(offer tally.Offer, in ConversionInput) error {
+	if in.Currency == nil || *in.Currency == offer.Currency {
+		return nil
+	}
+	for field, v := range map[string]*int64{"revenueCents": in.RevenueCents, "payoutCents": in.PayoutCents} {
+		if v == nil {
+			return invalidField(field, "A conversion in %s, not the offer's %s, needs both revenueCents and payoutCents in %s: the offer's amounts are in %s.",
+				*in.Currency, offer.Currency, *in.Currency, offer.Currency)
+		}
+	}
+	return nil
 }
 
 func newConversion(brandID string, offer tally.Offer, in ConversionInput, now time.Time) tally.Conversion {

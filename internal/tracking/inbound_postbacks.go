@@ -157,24 +157,27 @@ func (s *Service) RecordPostback(ctx context.Context, brandID string, in Inbound
 			return tally.Conversion{}, false, err
 		}
 	}
-	if in.Amount != "" {
-		cur := in.Currency
-		if cur == "" {
-			click, err := s.Click(ctx, brandID, in.ClickID)
-			if err != nil {
-				return s.RecordConversion(ctx, brandID, ci) // says what is wrong with the click
-			}
-			offer, err := s.cachedOffer(ctx, brandID, click.OfferID)
-			if err != nil {
-				return s.RecordConversion(ctx, brandID, ci)
-			}
-			cur = offer.offer.Currency
-		}
-		cents, err := minorUnits(in.Amount, cur)
+	if in.Amount != "" || in.Currency != "" {
+		click, err := s.Click(ctx, brandID, in.ClickID)
 		if err != nil {
-			return tally.Conversion{}, false, err
+			return s.RecordConversion(ctx, brandID, ci) // says what is wrong with the click
 		}
-		ci.RevenueCents = &cents
+		offer, err := s.cachedOffer(ctx, brandID, click.OfferID)
+		if err != nil {
+			return s.RecordConversion(ctx, brandID, ci)
+		}
+		cur := offer.offer.Currency
+		if in.Currency != "" && in.Currency != cur {
+			// The payout is the offer's, in the offer's currency.
+			return tally.Conversion{}, false, invalidField("currency", "currency %s is not the offer's %s: a postback records the offer's payout, so send amount in %s.", in.Currency, cur, cur)
+		}
+		if in.Amount != "" {
+			cents, err := minorUnits(in.Amount, cur)
+			if err != nil {
+				return tally.Conversion{}, false, err
+			}
+			ci.RevenueCents = &cents
+		}
 	}
 	return s.RecordConversion(ctx, brandID, ci)
 }
