@@ -26,6 +26,8 @@ import (
 // when a retry falls due.
 // Fan-out has its own workers, so that it never waits behind attempts, and
 // attempts are scheduled fairly across brands and endpoints (scheduler).
+// On the embedded store a fan-out makes the first attempts that have room
+// itself, and records them in its own write (fanOut).
 //
 // On AWS the same two steps, FanOut and Attempt, run from the stream, the
 // queue and the state machine instead.
@@ -390,7 +392,7 @@ func (p *Pipeline) attemptFirst(plans []*fanOutPlan) []*fastAttempt {
 			if err != nil {
 				continue // the normal path reports it
 			}
-			done, ok := p.sched.claim(j)
+			done, ok := p.sched.reserve(j)
 			if !ok {
 				continue
 			}

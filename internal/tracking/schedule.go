@@ -108,11 +108,11 @@ func (s *scheduler) enter(j job) (*brandQueue, *endpointQueue) {
 	return b, e
 }
 
-// claim counts a job the caller runs itself as under way, if the limits
+// reserve counts a job the caller runs itself as under way, if the limits
 // allow it to start now; done must then be called with its outcome once
 // it is recorded. It fails when the job is queued or under way already,
 // or would have to wait: the caller queues it instead (add).
-func (s *scheduler) claim(j job) (done func(outcome), ok bool) {
+func (s *scheduler) reserve(j job) (done func(outcome), ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed || s.known[j.ref.DeliveryID] || s.inFlight >= s.limit {
