@@ -5,7 +5,8 @@
 # delivery rate and the latency from POST /conversions returning to the
 # receiver getting the webhook. run.sh measures the ingest rate alone.
 # Usage: scripts/loadtest/webhooks.sh [burst conversions] [connections] [paced conversions] [paced rate/s]
-# TALLY_WEBHOOK_WORKERS in the environment is passed to the server.
+# TALLY_WEBHOOK_WORKERS in the environment is passed to the server; PORT (default 18190) is
+# the server's port, TALLY_PPROF=ADDR serves its profiler.
 # POSTBACKS=1 also sets the partner's postback to the receiver, so that
 # every conversion makes a webhook and a postback (GET), mixed.
 set -euo pipefail
