@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,10 +43,23 @@ func (w *deliveryWrites) Transact(ctx context.Context, ops ...store.Op) error {
 	return nil
 }
 
-func (w *deliveryWrites) of(id string) []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.writes[id]
+// of returns the writes of a delivery once there are at least n: a write
+// is seen in the store a moment before Transact returns and it is noted.
+// The writes of a delivery follow one another, so those before the nth
+// are noted by then.
+func (w *deliveryWrites) of(t *testing.T, id string, n int) []string {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		w.mu.Lock()
+		writes := slices.Clone(w.writes[id])
+		w.mu.Unlock()
+		if len(writes) >= n {
+			return writes
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("delivery %s was written %v; want at least %d writes", id, writes, n)
+		}
+	}
 }
 
 // runPipeline runs svc's local pipeline on loopback until the test ends;
@@ -111,21 +125,25 @@ func TestFirstAttemptIsWrittenWithTheDelivery(t *testing.T) {
 		if _, err := svc.Apply(ctx, b.ID, ApplicationInput{Name: ptrTo("Pat"), Email: ptrTo(fmt.Sprintf("p%d@example.com", i))}); err != nil {
 			t.Fatal(err)
 		}
-		var d tally.Delivery
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 			ds, _, err := svc.Deliveries(ctx, b.ID, DeliveryFilter{Status: tally.DeliverySucceeded}, ListParams{Limit: 100})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if len(ds) == i+1 {
-				d = ds[0]
 				break
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("timed out waiting for delivery %d", i+1)
 			}
 		}
-		if w := st.of(d.ID); len(w) != 1 || w[0] != tally.DeliverySucceeded+"/1" {
+	}
+	ds, _, err := svc.Deliveries(ctx, b.ID, DeliveryFilter{}, ListParams{Limit: 100})
+	if err != nil || len(ds) != events {
+		t.Fatalf("deliveries %v, %v; want %d", ds, err, events)
+	}
+	for _, d := range ds {
+		if w := st.of(t, d.ID, 1); len(w) != 1 || w[0] != tally.DeliverySucceeded+"/1" {
 			t.Errorf("delivery %s was written %v; want once, succeeded with its attempt", d.ID, w)
 		}
 		if len(d.Attempts) != 1 || d.Attempts[0].StatusCode != 200 {
@@ -175,6 +193,11 @@ func TestLateFirstAttemptIsRecordedWhenItAnswers(t *testing.T) {
 	if _, err := svc.Apply(ctx, b.ID, ApplicationInput{Name: ptrTo("Pat"), Email: ptrTo("pat@example.com")}); err != nil {
 		t.Fatal(err)
 	}
+	for deadline := time.Now().Add(30 * time.Second); hits.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting for attempt 1 to reach the receiver")
+		}
+	}
 	d := waitForDelivery(t, svc, b.ID, "the delivery written while its attempt hangs", func(d tally.Delivery) bool { return true })
 	if d.Status != tally.DeliveryPending || len(d.Attempts) != 0 || hits.Load() != 1 {
 		t.Errorf("while the receiver holds attempt 1: %s with %d attempts, %d requests; want pending, none recorded, one under way", d.Status, len(d.Attempts), hits.Load())
@@ -184,7 +207,7 @@ func TestLateFirstAttemptIsRecordedWhenItAnswers(t *testing.T) {
 	if d.Status != tally.DeliverySucceeded || len(d.Attempts) != 1 || hits.Load() != 1 {
 		t.Errorf("after the answer: %s with %d attempts, %d requests; want succeeded with the one attempt", d.Status, len(d.Attempts), hits.Load())
 	}
-	if w := st.of(d.ID); len(w) != 2 || w[0] != tally.DeliveryPending+"/0" || w[1] != tally.DeliverySucceeded+"/1" {
+	if w := st.of(t, d.ID, 2); len(w) != 2 || w[0] != tally.DeliveryPending+"/0" || w[1] != tally.DeliverySucceeded+"/1" {
 		t.Errorf("delivery written %v; want pending without an attempt, then with it", w)
 	}
 }
