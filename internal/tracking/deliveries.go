@@ -137,13 +137,58 @@ func (s *Service) fanOut(ctx context.Context, eventID string) ([]deliveryRecord,
 type fanOutPlan struct {
 	event    store.Item
 	outboxed bool
-	recs     []deliveryRecord
-	ops      []store.Op
+	recs     []deliveryRecord // pending, as planned
+	eps      []store.Item     // each delivery's endpoint, as read
+	// first holds, where not nil, attempt 1 of a delivery, made before the
+	// fan-out is written (the local pipeline's fast path).
+	first []*firstAttempt
+}
+
+// firstAttempt is attempt 1 of a delivery made before its fan-out is
+// written. If its answer came in time (answered, set before the write), it
+// is recorded with the fan-out, the delivery written once; otherwise the
+// delivery is written pending and the attempt is recorded when it answers,
+// as any attempt. Until the write commits the event stays in the outbox,
+// so a crash in between makes attempt 1 again, under the same webhook id.
+type firstAttempt struct {
+	at       tally.Attempt
+	sent     chan struct{} // closed once at holds the answer
+	answered bool
+	// What the write did: recorded the attempt (result says with what
+	// outcome), or wrote the delivery as stored, without it. Neither when
+	// the write failed: the event is still in the outbox.
+	recorded, written bool
+	result            AttemptResult
+	stored            deliveryRecord
+}
+
+// subscriptionOf is a stored subscription: its record and its item (the
+// health).
+type subscriptionOf struct {
+	rec  subscriptionRecord
+	item store.Item
+}
+
+// planFanOuts reads what fanning out events needs, skipping those with
+// nothing to do. On an error it returns the plans made before it.
+func (s *Service) planFanOuts(ctx context.Context, eventIDs []string) ([]*fanOutPlan, error) {
+	subs := map[string][]subscriptionOf{} // the brands' subscriptions, read once
+	var plans []*fanOutPlan
+	for _, id := range eventIDs {
+		plan, err := s.planFanOut(ctx, id, subs)
+		if err != nil {
+			return plans, err
+		}
+		if plan != nil {
+			plans = append(plans, plan)
+		}
+	}
+	return plans, nil
 }
 
 // planFanOut reads what fanning out an event needs; nil means there is
-// nothing to do. subs caches the brands' subscriptions for a batch.
-func (s *Service) planFanOut(ctx context.Context, eventID string, subs map[string][]subscriptionRecord) (*fanOutPlan, error) {
+// nothing to do.
+func (s *Service) planFanOut(ctx context.Context, eventID string, subs map[string][]subscriptionOf) (*fanOutPlan, error) {
 	item, err := s.store.Get(ctx, eventKey(eventID))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil // expired long ago: nothing left to deliver
@@ -163,117 +208,270 @@ func (s *Service) planFanOut(ctx context.Context, eventID string, subs map[strin
 		subs[evt.BrandID] = brandSubs
 	}
 	now := s.Now()
-	var recs []deliveryRecord
+	plan := &fanOutPlan{event: item, outboxed: item.GSI3 != (store.IndexKey{})}
 	for _, sub := range brandSubs {
-		if target := item.Attrs["subscriptionId"]; target != "" && target != sub.ID ||
-			target == "" && (!slices.Contains(sub.Events, evt.Event) || sub.Status == tally.EndpointDisabled) {
+		if target := item.Attrs["subscriptionId"]; target != "" && target != sub.rec.ID ||
+			target == "" && (!slices.Contains(sub.rec.Events, evt.Event) || sub.rec.Status == tally.EndpointDisabled) {
 			continue
 		}
-		recs = append(recs, deliveryRecord{
+		plan.recs = append(plan.recs, deliveryRecord{
 			Delivery: tally.Delivery{
-				ID: deliveryID(evt, sub.ID), BrandID: evt.BrandID, Type: tally.DeliveryWebhook, EventID: evt.ID, Event: evt.Event,
-				SubscriptionID: sub.ID, URL: sub.URL, Status: tally.DeliveryPending, Attempts: []tally.Attempt{},
+				ID: deliveryID(evt, sub.rec.ID), BrandID: evt.BrandID, Type: tally.DeliveryWebhook, EventID: evt.ID, Event: evt.Event,
+				SubscriptionID: sub.rec.ID, URL: sub.rec.URL, Status: tally.DeliveryPending, Attempts: []tally.Attempt{},
 				NextAttemptAt: ptrTo(tally.NewTime(now)), CreatedAt: tally.NewTime(now), UpdatedAt: tally.NewTime(now),
 			},
 		})
+		plan.eps = append(plan.eps, sub.item)
 	}
-	pb, err := s.postbackDelivery(ctx, item, evt)
+	pb, pbItem, err := s.postbackDelivery(ctx, item, evt)
 	if err != nil {
 		return nil, err
 	}
 	if pb != nil {
-		recs = append(recs, *pb)
+		plan.recs, plan.eps = append(plan.recs, *pb), append(plan.eps, pbItem)
 	}
-	plan := &fanOutPlan{event: item, outboxed: item.GSI3 != (store.IndexKey{}), recs: recs}
-	for _, rec := range recs {
-		plan.ops = append(plan.ops, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
-	}
-	if plan.outboxed {
-		out := item
-		out.GSI3 = store.IndexKey{}
-		plan.ops = append(plan.ops, store.Put(out, store.Exists()))
-	}
-	if len(plan.ops) == 0 {
+	if len(plan.recs) == 0 && !plan.outboxed {
 		return nil, nil
 	}
+	plan.first = make([]*firstAttempt, len(plan.recs))
 	return plan, nil
 }
 
-// fanOutMany fans out events together: the first fan-out of each writes
-// all its deliveries and takes it out of the outbox, and as many events as
-// fit go in one transaction (one commit). Events fanned out before are
-// found when a write meets a delivery that exists; they go one by one,
-// keeping what exists. It returns the pending deliveries.
-func (s *Service) fanOutMany(ctx context.Context, eventIDs []string) ([]deliveryRecord, error) {
-	subs := map[string][]subscriptionRecord{}
-	var out []deliveryRecord
-	var batch []*fanOutPlan
+// ops is what the plan writes: each delivery only if absent, with its
+// first attempt where answered in time (recorded at now), and the event
+// out of the outbox.
+func (p *fanOutPlan) ops(s *Service, now time.Time) []store.Op {
 	var ops []store.Op
-	commit := func() error {
-		if len(batch) == 0 {
-			return nil
+	for i, rec := range p.recs {
+		if f := p.first[i]; f != nil && f.answered {
+			rec = s.withAttempt(rec, &f.at, now)
 		}
-		err := s.transact(ctx, ops...)
-		if _, failed := store.FailedOp(err); failed {
-			for _, plan := range batch {
-				err := s.transact(ctx, plan.ops...)
-				if _, failed := store.FailedOp(err); failed {
-					recs, err := s.fanOutEach(ctx, plan.recs, plan.event, plan.outboxed)
-					if err != nil {
-						return err
-					}
-					out = append(out, recs...)
-					continue
-				}
-				if err != nil {
-					return err
-				}
-				out = append(out, pending(plan.recs)...)
-			}
-		} else if err != nil {
-			return err
-		} else {
-			for _, plan := range batch {
-				out = append(out, pending(plan.recs)...)
-			}
-		}
-		batch, ops = batch[:0], ops[:0]
-		return nil
+		ops = append(ops, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
 	}
-	for _, id := range eventIDs {
-		plan, err := s.planFanOut(ctx, id, subs)
-		if err != nil {
-			return out, err
-		}
-		if plan == nil {
-			continue
-		}
-		if _, apart := s.store.(store.WritesApart); apart {
-			// No atomicity is needed: a fan-out cut short is completed by a
-			// repeated one (the event stays in the outbox until the end).
+	if p.outboxed {
+		out := p.event
+		out.GSI3 = store.IndexKey{}
+		ops = append(ops, store.Put(out, store.Exists()))
+	}
+	return ops
+}
+
+// fanOutMany fans out events together (writeFanOuts).
+func (s *Service) fanOutMany(ctx context.Context, eventIDs []string) ([]deliveryRecord, error) {
+	plans, err := s.planFanOuts(ctx, eventIDs)
+	out, werr := s.writeFanOuts(ctx, plans)
+	return out, errors.Join(err, werr)
+}
+
+// writeFanOuts writes fan-outs: the first fan-out of each event writes all
+// its deliveries and takes it out of the outbox, and as many events as fit
+// go in one transaction (one commit), with the first attempts answered in
+// time and, one update per endpoint, what they did to its health. Events
+// fanned out before are found when a write meets a delivery that exists;
+// they go one by one, keeping what exists, and their first attempts are
+// recorded afterwards. It returns the pending deliveries with no first
+// attempt, for the transport to attempt.
+func (s *Service) writeFanOuts(ctx context.Context, plans []*fanOutPlan) ([]deliveryRecord, error) {
+	var out []deliveryRecord
+	if _, apart := s.store.(store.WritesApart); apart {
+		// No atomicity is needed: a fan-out cut short is completed by a
+		// repeated one (the event stays in the outbox until the end).
+		for _, plan := range plans {
 			recs, err := s.fanOutEach(ctx, plan.recs, plan.event, plan.outboxed)
 			if err != nil {
 				return out, err
 			}
-			out = append(out, recs...)
-			continue
+			out = append(out, pending(recs)...)
 		}
-		if len(ops)+len(plan.ops) > store.MaxTransactOps {
-			if err := commit(); err != nil {
+		return out, nil
+	}
+	eps := map[store.Key]store.Item{} // the endpoints as last read or written
+	var batch []*fanOutPlan
+	used := 0 // operations in the batch, one per endpoint to update included
+	seen := map[store.Key]bool{}
+	for _, plan := range plans {
+		need := len(plan.recs)
+		if plan.outboxed {
+			need++
+		}
+		fresh := plan.answeredEndpoints(seen)
+		if len(batch) > 0 && used+need+len(fresh) > store.MaxTransactOps {
+			recs, err := s.writeBatch(ctx, batch, eps)
+			out = append(out, recs...)
+			if err != nil {
 				return out, err
+			}
+			batch, used = batch[:0], 0
+			clear(seen)
+			fresh = plan.answeredEndpoints(seen)
+		}
+		if need+len(fresh) > store.MaxTransactOps {
+			// Too many endpoints to update with the deliveries (a brand
+			// with nearly its 50 subscriptions): the attempts are
+			// recorded afterwards.
+			for _, f := range plan.first {
+				if f != nil {
+					f.answered = false
+				}
+			}
+			fresh = nil
+		}
+		for _, ep := range fresh {
+			seen[ep.Key] = true
+			if _, ok := eps[ep.Key]; !ok {
+				eps[ep.Key] = ep
 			}
 		}
 		batch = append(batch, plan)
-		ops = append(ops, plan.ops...)
+		used += need + len(fresh)
 	}
-	return out, commit()
+	if len(batch) == 0 {
+		return out, nil
+	}
+	recs, err := s.writeBatch(ctx, batch, eps)
+	return append(out, recs...), err
+}
+
+// answeredEndpoints are the endpoints, as read, of the plan's first
+// attempts answered in time, but for those in seen.
+func (p *fanOutPlan) answeredEndpoints(seen map[store.Key]bool) []store.Item {
+	var out []store.Item
+	for i, f := range p.first {
+		k := p.eps[i].Key
+		if f != nil && f.answered && !seen[k] && !slices.ContainsFunc(out, func(it store.Item) bool { return it.Key == k }) {
+			out = append(out, p.eps[i])
+		}
+	}
+	return out
+}
+
+// writeBatch writes fan-outs in one transaction (writeFanOuts). eps holds
+// the endpoints of the first attempts it records, as last read; it is kept
+// up to date (an endpoint deleted meanwhile: the zero item).
+func (s *Service) writeBatch(ctx context.Context, batch []*fanOutPlan, eps map[store.Key]store.Item) ([]deliveryRecord, error) {
+	for {
+		now := s.Now()
+		var ops []store.Op
+		for _, plan := range batch {
+			ops = append(ops, plan.ops(s, now)...)
+		}
+		n := len(ops)
+		health := s.healthWrites(batch, eps, now)
+		for _, h := range health {
+			ops = append(ops, h.op)
+		}
+		err := s.transact(ctx, ops...)
+		i, failed := store.FailedOp(err)
+		switch {
+		case failed && i >= n:
+			// An endpoint changed since it was read: read it again.
+			k := health[i-n].key
+			fresh, err := s.store.Get(ctx, k)
+			if errors.Is(err, store.ErrNotFound) {
+				fresh, err = store.Item{}, nil // deleted: nothing left to keep the health of
+			}
+			if err != nil {
+				return nil, err
+			}
+			eps[k] = fresh
+			continue
+		case failed:
+			return s.writeEach(ctx, batch)
+		case err != nil:
+			return nil, err
+		}
+		for _, h := range health {
+			eps[h.key] = applied(eps[h.key], h.op)
+		}
+		var out []deliveryRecord
+		for _, plan := range batch {
+			for i, rec := range plan.recs {
+				switch f := plan.first[i]; {
+				case f == nil:
+					out = append(out, rec)
+				case f.answered:
+					f.recorded, f.result = true, s.resultOf(s.withAttempt(rec, &f.at, now))
+				default:
+					f.written, f.stored = true, rec
+				}
+			}
+		}
+		return out, nil
+	}
+}
+
+// healthWrite is the update of one endpoint's health.
+type healthWrite struct {
+	key store.Key
+	op  store.Op
+}
+
+// healthWrites are the updates that record the outcomes of a batch's first
+// attempts answered in time in their endpoints' health, one per endpoint,
+// from the endpoints in eps.
+func (s *Service) healthWrites(batch []*fanOutPlan, eps map[store.Key]store.Item, now time.Time) []healthWrite {
+	var keys []store.Key
+	oks := map[store.Key][]bool{}
+	for _, plan := range batch {
+		for i, f := range plan.first {
+			if f == nil || !f.answered {
+				continue
+			}
+			k := plan.eps[i].Key
+			if _, ok := oks[k]; !ok {
+				keys = append(keys, k)
+			}
+			oks[k] = append(oks[k], f.at.Succeeded())
+		}
+	}
+	var out []healthWrite
+	for _, k := range keys {
+		if ep := eps[k]; ep.Key == k {
+			if op, ok := s.health.outcomesOp(ep, oks[k], now); ok {
+				out = append(out, healthWrite{key: k, op: op})
+			}
+		}
+	}
+	return out
+}
+
+// writeEach writes fan-outs one by one, for a batch in which one met a
+// delivery that exists (an event fanned out before) or an event gone: each
+// writes what is missing and keeps what exists, and the first attempts are
+// recorded afterwards, on the deliveries as stored.
+func (s *Service) writeEach(ctx context.Context, batch []*fanOutPlan) ([]deliveryRecord, error) {
+	var out []deliveryRecord
+	for _, plan := range batch {
+		for _, f := range plan.first {
+			if f != nil {
+				f.answered = false
+			}
+		}
+		recs := plan.recs
+		err := s.transact(ctx, plan.ops(s, s.Now())...)
+		if _, failed := store.FailedOp(err); failed {
+			recs, err = s.fanOutEach(ctx, plan.recs, plan.event, plan.outboxed)
+		}
+		if err != nil {
+			return out, err
+		}
+		for i, rec := range recs {
+			if f := plan.first[i]; f != nil {
+				f.written, f.stored = true, rec
+			} else if rec.Status == tally.DeliveryPending {
+				out = append(out, rec)
+			}
+		}
+	}
+	return out, nil
 }
 
 // fanOutEach is FanOut one item at a time, for an event fanned out before
 // or a store that writes apart: it writes only the deliveries that are
-// missing, reports those still pending, and takes the event out of the
-// outbox last.
-func (s *Service) fanOutEach(ctx context.Context, recs []deliveryRecord, event store.Item, outboxed bool) ([]deliveryRecord, error) {
+// missing, and takes the event out of the outbox last. It returns the
+// deliveries as stored.
+func (s *Service) fanOutEach(ctx context.Context, planned []deliveryRecord, event store.Item, outboxed bool) ([]deliveryRecord, error) {
+	recs := slices.Clone(planned)
 	for i, rec := range recs {
 		err := s.transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
 		if _, exists := store.FailedOp(err); exists {
@@ -290,7 +488,7 @@ func (s *Service) fanOutEach(ctx context.Context, recs []deliveryRecord, event s
 			return nil, err // (gone: the event expired meanwhile)
 		}
 	}
-	return pending(recs), nil
+	return recs, nil
 }
 
 func pending(recs []deliveryRecord) []deliveryRecord {
@@ -346,27 +544,22 @@ func (s *Service) attempt(ctx context.Context, ref DeliveryRef, n int, sender Se
 // send makes the next attempt of rec to its endpoint, read as ep, and
 // records it; with a lease it claims the attempt first (claim).
 func (s *Service) send(ctx context.Context, rec deliveryRecord, ep store.Item, sender Sender, lease time.Duration) (AttemptResult, error) {
-	req := delivery.Request{URL: rec.URL, WebhookID: rec.ID, Event: rec.Event, Body: rec.Body}
-	if rec.Type == tally.DeliveryPostback {
-		req.Method = http.MethodGet
-	} else {
-		if req.Body == nil {
-			evt, err := s.store.Get(ctx, eventKey(rec.EventID))
-			if errors.Is(err, store.ErrNotFound) {
-				// Expired (events are kept as long as deliveries, counted from
-				// the event; a delivery retried later than that): nothing to send.
-				return s.recordAttempt(ctx, rec, nil, nil)
-			}
-			if err != nil {
-				return AttemptResult{}, err
-			}
-			req.Body = evt.Data
+	var envelope []byte
+	if rec.Type == tally.DeliveryWebhook && rec.Body == nil {
+		evt, err := s.store.Get(ctx, eventKey(rec.EventID))
+		if errors.Is(err, store.ErrNotFound) {
+			// Expired (events are kept as long as deliveries, counted from
+			// the event; a delivery retried later than that): nothing to send.
+			return s.recordAttempt(ctx, rec, nil, nil)
 		}
-		var sub subscriptionRecord
-		if err := decode(ep, &sub); err != nil {
+		if err != nil {
 			return AttemptResult{}, err
 		}
-		req.Secrets = sub.signingSecrets(s.Now())
+		envelope = evt.Data
+	}
+	req, err := s.request(rec, ep, envelope)
+	if err != nil {
+		return AttemptResult{}, err
 	}
 	if lease > 0 {
 		if err := s.claim(ctx, rec, lease); err != nil {
@@ -381,6 +574,26 @@ func (s *Service) send(ctx context.Context, rec deliveryRecord, ep store.Item, s
 	res, err := s.recordAttempt(ctx, rec, &at, &ep)
 	res.Sent = true
 	return res, err
+}
+
+// request is what an attempt of rec to its endpoint, read as ep, sends; a
+// webhook's body is its event's envelope (but in deliveries that kept their
+// own).
+func (s *Service) request(rec deliveryRecord, ep store.Item, envelope []byte) (delivery.Request, error) {
+	req := delivery.Request{URL: rec.URL, WebhookID: rec.ID, Event: rec.Event, Body: rec.Body}
+	if rec.Type == tally.DeliveryPostback {
+		req.Method = http.MethodGet
+		return req, nil
+	}
+	if req.Body == nil {
+		req.Body = envelope
+	}
+	var sub subscriptionRecord
+	if err := decode(ep, &sub); err != nil {
+		return req, err
+	}
+	req.Secrets = sub.signingSecrets(s.Now())
+	return req, nil
 }
 
 // claim holds a pending delivery's next attempt for this process until the
@@ -408,29 +621,7 @@ func (s *Service) claim(ctx context.Context, rec deliveryRecord, lease time.Dura
 func (s *Service) recordAttempt(ctx context.Context, rec deliveryRecord, at *tally.Attempt, ep *store.Item) (AttemptResult, error) {
 	before := strconv.Itoa(len(rec.Attempts))
 	now := s.Now()
-	rec.UpdatedAt = tally.NewTime(now)
-	rec.NextAttemptAt, rec.Parked = nil, false
-	switch {
-	case at == nil:
-		rec.Status = tally.DeliveryFailed
-	case at.Succeeded():
-		rec.Attempts = append(rec.Attempts, *at)
-		rec.Status = tally.DeliverySucceeded
-	case at.Error == tally.AttemptBlocked:
-		// The SSRF guard refused the receiver's address: asking again
-		// would be refused again (or, after a DNS change, reach an
-		// address that was refused for a reason). The attempt's error
-		// says why in the delivery log; a manual retry can try anew.
-		rec.Attempts = append(rec.Attempts, *at)
-		rec.Status = tally.DeliveryFailed
-	default:
-		rec.Attempts = append(rec.Attempts, *at)
-		if made := len(rec.Attempts) - rec.CycleStart; made >= MaxAttempts {
-			rec.Status = tally.DeliveryFailed
-		} else {
-			rec.NextAttemptAt = ptrTo(tally.NewTime(now.Add(s.retryWait(made))))
-		}
-	}
+	rec = s.withAttempt(rec, at, now)
 	record := store.Put(deliveryItem(rec, s.deliveryRetention), store.AttrEquals("attempts", before))
 	for {
 		ops := []store.Op{record}
@@ -459,6 +650,38 @@ func (s *Service) recordAttempt(ctx context.Context, rec deliveryRecord, at *tal
 		}
 		return s.resultOf(rec), err
 	}
+}
+
+// withAttempt is rec with an attempt appended (nil: the endpoint is gone,
+// so the delivery fails without one) and what follows decided at now:
+// succeeded on a 2xx, failed when the last attempt fails (or the address
+// was refused), otherwise pending with the next attempt scheduled.
+func (s *Service) withAttempt(rec deliveryRecord, at *tally.Attempt, now time.Time) deliveryRecord {
+	rec.Attempts = slices.Clip(rec.Attempts) // appends never share the caller's array
+	rec.UpdatedAt = tally.NewTime(now)
+	rec.NextAttemptAt, rec.Parked = nil, false
+	switch {
+	case at == nil:
+		rec.Status = tally.DeliveryFailed
+	case at.Succeeded():
+		rec.Attempts = append(rec.Attempts, *at)
+		rec.Status = tally.DeliverySucceeded
+	case at.Error == tally.AttemptBlocked:
+		// The SSRF guard refused the receiver's address: asking again
+		// would be refused again (or, after a DNS change, reach an
+		// address that was refused for a reason). The attempt's error
+		// says why in the delivery log; a manual retry can try anew.
+		rec.Attempts = append(rec.Attempts, *at)
+		rec.Status = tally.DeliveryFailed
+	default:
+		rec.Attempts = append(rec.Attempts, *at)
+		if made := len(rec.Attempts) - rec.CycleStart; made >= MaxAttempts {
+			rec.Status = tally.DeliveryFailed
+		} else {
+			rec.NextAttemptAt = ptrTo(tally.NewTime(now.Add(s.retryWait(made))))
+		}
+	}
+	return rec
 }
 
 // retryWait is the wait after attempt made (1-based) failed.

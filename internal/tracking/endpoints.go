@@ -3,6 +3,7 @@ package tracking
 import (
 	"context"
 	"errors"
+	"maps"
 	"strconv"
 	"time"
 
@@ -170,6 +171,51 @@ func (c healthConfig) outcomeOp(it store.Item, ok bool, now time.Time) (store.Op
 	}
 	up.Conds = []store.Cond{store.Exists(), store.NumEquals("rev", h.rev)}
 	return up, true
+}
+
+// outcomesOp is outcomeOp for the outcomes of several attempts recorded
+// together, taken in turn: one update. When more than one outcome writes,
+// it holds only on the endpoint as read (rev), as the later ones were
+// decided on what the earlier ones did.
+func (c healthConfig) outcomesOp(it store.Item, oks []bool, now time.Time) (store.Op, bool) {
+	rev := healthOf(it).rev
+	var merged store.Op
+	writes := 0
+	for _, ok := range oks {
+		op, write := c.outcomeOp(it, ok, now)
+		if !write {
+			continue
+		}
+		it = applied(it, op)
+		if writes == 0 {
+			merged = store.Op{Kind: op.Kind, Key: op.Key, Set: map[string]string{}, Add: map[string]int64{}, Conds: op.Conds}
+		}
+		maps.Copy(merged.Set, op.Set)
+		for k, n := range op.Add {
+			merged.Add[k] += n
+		}
+		writes++
+	}
+	if writes > 1 {
+		merged.Conds = []store.Cond{store.Exists(), store.NumEquals("rev", rev)}
+	}
+	if len(merged.Set) == 0 {
+		merged.Set = nil
+	}
+	return merged, writes > 0
+}
+
+// applied is an endpoint's item after an update of its health.
+func applied(it store.Item, op store.Op) store.Item {
+	attrs := make(map[string]string, len(it.Attrs)+len(op.Set))
+	maps.Copy(attrs, it.Attrs)
+	maps.Copy(attrs, op.Set)
+	nums := cloneNums(it.Nums)
+	for k, n := range op.Add {
+		nums[k] += n
+	}
+	it.Attrs, it.Nums = attrs, nums
+	return it
 }
 
 // enableEndpoint re-enables the endpoint at key with a fresh start: no

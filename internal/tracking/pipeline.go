@@ -26,6 +26,8 @@ import (
 // when a retry falls due.
 // Fan-out has its own workers, so that it never waits behind attempts, and
 // attempts are scheduled fairly across brands and endpoints (scheduler).
+// On the embedded store a fan-out makes the first attempts that have room
+// itself, and records them in its own write (fanOut).
 //
 // On AWS the same two steps, FanOut and Attempt, run from the stream, the
 // queue and the state machine instead.
@@ -35,11 +37,18 @@ type Pipeline struct {
 	log    *slog.Logger
 	// lease, when set, makes each attempt claim its delivery in the store
 	// before sending, for a store that several processes deliver from.
-	lease   time.Duration
-	sched   *scheduler
-	fanouts chan string   // events to fan out
-	scan    chan struct{} // read the indexes now
-	retry   chan struct{} // soonest moved
+	lease time.Duration
+	// fast: first attempts are made before their fan-out is written and
+	// recorded with it (fanOut), on a store that commits a process's
+	// writes together and that no other process delivers from.
+	fast bool
+	// firstWait is how long a fan-out waits for the answers to the first
+	// attempts it made (firstAttemptWait).
+	firstWait time.Duration
+	sched     *scheduler
+	fanouts   chan string   // events to fan out
+	scan      chan struct{} // read the indexes now
+	retry     chan struct{} // soonest moved
 
 	mu      sync.Mutex
 	fanning map[string]bool // events queued for fan-out or under way
@@ -89,6 +98,8 @@ func (s *Service) NewPipeline(sender Sender, workers int, log *slog.Logger, opts
 	for _, o := range opts {
 		o(p)
 	}
+	_, apart := s.store.(store.WritesApart)
+	p.fast, p.firstWait = p.lease == 0 && !apart, firstAttemptWait
 	s.onEvent = p.queueEvents
 	return p
 }
@@ -311,13 +322,34 @@ func (p *Pipeline) drain(first string) []string {
 
 // fanOut fans events out and queues their first attempts. It outlives
 // shutdown's cancellation, so that a fan-out under way is committed.
+//
+// Where it may (fast), it makes attempt 1 before the fan-out is written and
+// records it in the fan-out's write: one durable write per delivery instead
+// of two, and no commit between an event and its webhook. Only deliveries
+// whose endpoint has room in the scheduler now go that way, holding their
+// place there as any attempt (fair across brands and endpoints; a hanging
+// endpoint has room for one); the others are queued as pending. The write
+// waits at most firstAttemptWait for the answers; a delivery whose answer
+// is late is written pending, and its attempt recorded when it comes. The
+// event stays in the outbox until the write commits: a crash before makes
+// attempt 1 again after the restart, under the same webhook id (at least
+// once, as for any attempt cut off).
 func (p *Pipeline) fanOut(eventIDs []string) {
 	defer func() {
 		for _, id := range eventIDs {
 			p.releaseEvent(id)
 		}
 	}()
-	recs, err := p.svc.fanOutMany(context.Background(), eventIDs)
+	ctx := context.Background()
+	plans, err := p.svc.planFanOuts(ctx, eventIDs)
+	if err != nil {
+		p.log.Error("webhook fan-out", "eventIds", eventIDs, "err", err.Error())
+	}
+	var firsts []*fastAttempt
+	if p.fast {
+		firsts = p.attemptFirst(plans)
+	}
+	recs, err := p.svc.writeFanOuts(ctx, plans)
 	if err != nil {
 		p.log.Error("webhook fan-out", "eventIds", eventIDs, "err", err.Error())
 	}
@@ -326,6 +358,96 @@ func (p *Pipeline) fanOut(eventIDs []string) {
 		jobs[i] = jobOf(rec)
 	}
 	p.sched.add(jobs...)
+	for _, f := range firsts {
+		p.settle(f)
+	}
+}
+
+// firstAttemptWait is how long a fan-out waits for the answers to the first
+// attempts it made: far longer than a healthy receiver takes, and short
+// enough that one that hangs delays the others' writes little.
+const firstAttemptWait = 100 * time.Millisecond
+
+// fastAttempt is a first attempt the pipeline made before the fan-out's
+// write.
+type fastAttempt struct {
+	*firstAttempt
+	job   job
+	ep    store.Item
+	began time.Time // by the wall clock, to tell quick answers from slow
+	from  time.Time // by the service's clock, to set the retry's timer
+	done  func(outcome)
+}
+
+// attemptFirst sends attempt 1 of the planned deliveries whose endpoints
+// have room in the scheduler, and waits for the answers up to
+// firstWait; those that came are marked to be recorded with the
+// fan-out.
+func (p *Pipeline) attemptFirst(plans []*fanOutPlan) []*fastAttempt {
+	var firsts []*fastAttempt
+	for _, plan := range plans {
+		for i, rec := range plan.recs {
+			j := jobOf(rec)
+			req, err := p.svc.request(rec, plan.eps[i], plan.event.Data)
+			if err != nil {
+				continue // the normal path reports it
+			}
+			done, ok := p.sched.reserve(j)
+			if !ok {
+				continue
+			}
+			f := &fastAttempt{firstAttempt: &firstAttempt{sent: make(chan struct{})}, job: j, ep: plan.eps[i], began: time.Now(), from: p.svc.Now(), done: done}
+			plan.first[i] = f.firstAttempt
+			firsts = append(firsts, f)
+			go func() {
+				f.at = p.sender.Send(context.Background(), req)
+				close(f.sent)
+			}()
+		}
+	}
+	timeout := time.NewTimer(p.firstWait)
+	defer timeout.Stop()
+wait:
+	for _, f := range firsts {
+		select {
+		case <-f.sent:
+		case <-timeout.C:
+			break wait
+		}
+	}
+	for _, f := range firsts {
+		select {
+		case <-f.sent:
+			f.answered = true
+		default:
+		}
+	}
+	return firsts
+}
+
+// settle finishes a first attempt after the fan-out's write: it records the
+// attempt now if the write did not, and gives its place in the scheduler
+// back. A write that failed left the event in the outbox: the fan-out is
+// made again, and so is the attempt, unrecorded here.
+func (p *Pipeline) settle(f *fastAttempt) {
+	if f.recorded {
+		p.settled(f.job, f.result, f.began, f.from, f.done)
+		return
+	}
+	go func() { // its place in the scheduler keeps shutdown waiting for it
+		<-f.sent
+		if !f.written {
+			f.done(unknown)
+			return
+		}
+		res, err := p.svc.recordAttempt(context.Background(), f.stored, &f.at, &f.ep)
+		if err != nil {
+			p.log.Error("webhook attempt", "deliveryId", f.job.ref.DeliveryID, "attempt", 1, "err", err.Error())
+			f.done(unknown)
+			return
+		}
+		p.settled(f.job, res, f.began, f.from, f.done)
+	}()
 }
 
 // attempt makes one attempt. Attempts outlive shutdown's cancellation so
@@ -340,14 +462,24 @@ func (p *Pipeline) attempt(j job) outcome {
 	if !res.Sent {
 		return unknown
 	}
+	var out outcome
+	p.settled(j, res, began, from, func(o outcome) { out = o })
+	return out
+}
+
+// settled notes a recorded attempt, begun at began (from by the service's
+// clock): it sets the timer for the retry, if one is due, and reports what
+// the attempt told about its endpoint to done.
+func (p *Pipeline) settled(j job, res AttemptResult, began, from time.Time, done func(outcome)) {
 	p.log.Debug("webhook attempt", "deliveryId", j.ref.DeliveryID, "attempt", j.attempt, "status", res.Status)
 	if res.RetryIn > 0 {
 		p.retryAt(j.ref.DeliveryID, from.Add(res.RetryIn)) // no later than the retry is due
 	}
 	if time.Since(began) < quickAnswer {
-		return quick
+		done(quick)
+	} else {
+		done(slow)
 	}
-	return slow
 }
 
 // retryAt makes the pipeline read the due index, back to the retry's

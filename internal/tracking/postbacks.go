@@ -266,8 +266,9 @@ func (s *Service) SendTestPostback(ctx context.Context, brandID, partnerID strin
 
 // postbackDelivery makes the postback delivery of an event, if the event
 // is one for a partner whose postback is enabled and fires on it (a test
-// goes to its postback whatever its state). The event item is as stored.
-func (s *Service) postbackDelivery(ctx context.Context, item store.Item, evt tally.Event) (*deliveryRecord, error) {
+// goes to its postback whatever its state), and the postback's item. The
+// event item is as stored.
+func (s *Service) postbackDelivery(ctx context.Context, item store.Item, evt tally.Event) (*deliveryRecord, store.Item, error) {
 	var (
 		partnerID string
 		values    postbackValues
@@ -276,39 +277,39 @@ func (s *Service) postbackDelivery(ctx context.Context, item store.Item, evt tal
 	case tally.PostbackTestEvent:
 		partnerID = item.Attrs["partnerId"]
 		if err := json.Unmarshal(evt.Data, &values); err != nil {
-			return nil, err
+			return nil, store.Item{}, err
 		}
 	case tally.EventConversionCreated, tally.EventConversionApproved, tally.EventConversionRejected:
 		var data tally.ConversionEventData
 		if err := json.Unmarshal(evt.Data, &data); err != nil {
-			return nil, err
+			return nil, store.Item{}, err
 		}
 		partnerID = data.PartnerID
 		values = postbackValues{ConversionID: data.ConversionID, OfferID: data.OfferID, PartnerID: data.PartnerID,
 			PayoutCents: data.PayoutCents, Currency: data.Currency, Status: data.Status}
 	default:
-		return nil, nil
+		return nil, store.Item{}, nil
 	}
 	pbItem, err := s.store.Get(ctx, postbackKey(evt.BrandID, partnerID))
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil
+		return nil, store.Item{}, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, store.Item{}, err
 	}
 	var pb postbackRecord
 	if err := decode(pbItem, &pb); err != nil {
-		return nil, err
+		return nil, store.Item{}, err
 	}
 	if evt.Event != tally.PostbackTestEvent && (pb.Status == tally.EndpointDisabled || !slices.Contains(pb.Events, evt.Event)) {
-		return nil, nil
+		return nil, store.Item{}, nil
 	}
 	if values.ConversionID != "" && evt.Event != tally.PostbackTestEvent {
 		// The event carries sub1 only; the other macros come from the
 		// conversion itself.
 		c, err := getRecord[tally.Conversion](ctx, s.store, conversionKey(evt.BrandID, values.ConversionID))
 		if err != nil {
-			return nil, err
+			return nil, store.Item{}, err
 		}
 		values.ClickID, values.Subs = c.ClickID, [5]string{c.Sub1, c.Sub2, c.Sub3, c.Sub4, c.Sub5}
 	}
@@ -317,7 +318,7 @@ func (s *Service) postbackDelivery(ctx context.Context, item store.Item, evt tal
 		ID: deliveryID(evt, partnerID), BrandID: evt.BrandID, Type: tally.DeliveryPostback, EventID: evt.ID, Event: evt.Event,
 		PartnerID: partnerID, URL: fillPostback(pb.URL, evt.Event, values), Status: tally.DeliveryPending,
 		Attempts: []tally.Attempt{}, NextAttemptAt: &now, CreatedAt: now, UpdatedAt: now,
-	}}, nil
+	}}, pbItem, nil
 }
 
 // majorUnits writes minor units as a decimal amount in the currency's

@@ -83,22 +83,55 @@ func (s *scheduler) add(jobs ...job) {
 			continue
 		}
 		s.known[j.ref.DeliveryID] = true
-		b := s.brands[j.ref.BrandID]
-		if b == nil {
-			b = &brandQueue{id: j.ref.BrandID, endpoints: map[string]*endpointQueue{}}
-			s.brands[b.id] = b
-			s.ring = append(s.ring, b)
-		}
-		e := b.endpoints[j.endpoint]
-		if e == nil {
-			key := j.ref.BrandID + "/" + j.endpoint
-			e = &endpointQueue{key: key, limit: max(s.limits[key], 1)}
-			b.endpoints[j.endpoint] = e
-			b.ring = append(b.ring, e)
-		}
+		_, e := s.enter(j)
 		e.jobs = append(e.jobs, j)
 	}
 	s.start()
+}
+
+// enter takes a job's brand and endpoint into the turns, making their
+// queues if they have none (s.mu held).
+func (s *scheduler) enter(j job) (*brandQueue, *endpointQueue) {
+	b := s.brands[j.ref.BrandID]
+	if b == nil {
+		b = &brandQueue{id: j.ref.BrandID, endpoints: map[string]*endpointQueue{}}
+		s.brands[b.id] = b
+		s.ring = append(s.ring, b)
+	}
+	e := b.endpoints[j.endpoint]
+	if e == nil {
+		key := j.ref.BrandID + "/" + j.endpoint
+		e = &endpointQueue{key: key, limit: max(s.limits[key], 1)}
+		b.endpoints[j.endpoint] = e
+		b.ring = append(b.ring, e)
+	}
+	return b, e
+}
+
+// reserve counts a job the caller runs itself as under way, if the limits
+// allow it to start now; done must then be called with its outcome once
+// it is recorded. It fails when the job is queued or under way already,
+// or would have to wait: the caller queues it instead (add).
+func (s *scheduler) reserve(j job) (done func(outcome), ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.known[j.ref.DeliveryID] || s.inFlight >= s.limit {
+		return nil, false
+	}
+	b, e := s.enter(j)
+	if b.inFlight >= s.brandLimit || e.inFlight >= e.limit {
+		s.leaveIfIdle(b, e, j.endpoint)
+		return nil, false
+	}
+	s.known[j.ref.DeliveryID] = true
+	s.inFlight++
+	b.inFlight++
+	e.inFlight++
+	s.wg.Add(1)
+	return func(out outcome) {
+		s.finish(b, e, j, out)
+		s.wg.Done()
+	}, true
 }
 
 // has reports whether a delivery is queued or under way.
@@ -164,18 +197,22 @@ func (s *scheduler) finish(b *brandQueue, e *endpointQueue, j job, out outcome) 
 	case slow:
 		e.limit = 1
 	}
-	// An endpoint with nothing left leaves the turns (its limit is kept),
-	// and so does a brand without endpoints.
+	s.leaveIfIdle(b, e, j.endpoint)
+	s.start()
+}
+
+// leaveIfIdle takes an endpoint with nothing left out of the turns (its
+// limit is kept), and a brand without endpoints (s.mu held).
+func (s *scheduler) leaveIfIdle(b *brandQueue, e *endpointQueue, endpoint string) {
 	if len(e.jobs) == 0 && e.inFlight == 0 {
 		s.limits[e.key] = e.limit
-		delete(b.endpoints, j.endpoint)
+		delete(b.endpoints, endpoint)
 		b.ring, b.next = leave(b.ring, b.next, e)
 	}
 	if len(b.ring) == 0 {
 		delete(s.brands, b.id)
 		s.ring, s.next = leave(s.ring, s.next, b)
 	}
-	s.start()
 }
 
 // leave takes x out of a ring whose turn is at next, keeping the turn.

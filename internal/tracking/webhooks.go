@@ -134,20 +134,20 @@ func (s *Service) Subscriptions(ctx context.Context, brandID string, p ListParam
 }
 
 // subscriptions reads all of a brand's subscriptions, secrets included.
-func (s *Service) subscriptions(ctx context.Context, brandID string) ([]subscriptionRecord, error) {
+func (s *Service) subscriptions(ctx context.Context, brandID string) ([]subscriptionOf, error) {
 	q := store.Query{PK: brandPK(brandID), SKPrefix: subscriptionSKPrefix, Limit: maxSubscriptions + 1}
-	var out []subscriptionRecord
+	var out []subscriptionOf
 	for {
 		page, err := s.store.Query(ctx, q)
 		if err != nil {
 			return nil, err
 		}
 		for _, it := range page.Items {
-			var rec subscriptionRecord
-			if err := decode(it, &rec); err != nil {
+			sub := subscriptionOf{item: it}
+			if err := decode(it, &sub.rec); err != nil {
 				return nil, err
 			}
-			out = append(out, rec)
+			out = append(out, sub)
 		}
 		if q.Cursor = page.Cursor; q.Cursor == "" {
 			return out, nil
