@@ -8,7 +8,8 @@
 // Context (-c key=value): repoRoot (default ..), binDir (default
 // <repoRoot>/bin), placeholderCode=true to synthesize without binaries (the
 // template is then not deployable; TALLY_CDK_PLACEHOLDER_CODE=1 does the
-// same), RateLimit and ApplicationRateLimit (the parameters' defaults).
+// same), RateLimit, ApplicationRateLimit and DeliverMaxConcurrency (the
+// parameters' defaults).
 package main
 
 import (
@@ -42,6 +43,9 @@ func run() error {
 		return err
 	}
 	if props.ApplicationRateLimit, err = contextNumber(app, "ApplicationRateLimit"); err != nil {
+		return err
+	}
+	if props.DeliverMaxConcurrency, err = contextNumber(app, "DeliverMaxConcurrency"); err != nil {
 		return err
 	}
 	if contextString(app, "placeholderCode", "") == "true" || os.Getenv("TALLY_CDK_PLACEHOLDER_CODE") == "1" {

@@ -132,6 +132,9 @@ func TestParityCatchesDifferences(t *testing.T) {
 		{"api HttpApi throttle", func(doc map[string]any) {
 			find(doc, "AWS::ApiGatewayV2::Stage", nil)["DefaultRouteSettings"] = map[string]any{"ThrottlingRateLimit": 5.0}
 		}},
+		{"parameter DeliverMaxConcurrency", func(doc map[string]any) {
+			doc["Parameters"].(map[string]any)["DeliverMaxConcurrency"].(map[string]any)["MaxValue"] = 500.0
+		}},
 		{"alarm DeliveryQueueAgeAlarm", func(doc map[string]any) { delete(named(doc, "DeliveryQueueAgeAlarm"), "AlarmActions") }},
 		{"output BaseUrl", func(doc map[string]any) {
 			doc["Outputs"].(map[string]any)["BaseUrl"].(map[string]any)["Value"] = getAtt("HttpApi", "ApiEndpoint")

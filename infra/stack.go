@@ -40,10 +40,12 @@ type TallyStackProps struct {
 	// binaries (tests, template diffs). Such a stack is not deployable.
 	PlaceholderCode string
 
-	// RateLimit and ApplicationRateLimit are the defaults of the template
-	// parameters of the same names (0: 100 and 10).
-	RateLimit            float64
-	ApplicationRateLimit float64
+	// RateLimit, ApplicationRateLimit and DeliverMaxConcurrency are the
+	// defaults of the template parameters of the same names (0: 100, 10
+	// and 50).
+	RateLimit             float64
+	ApplicationRateLimit  float64
+	DeliverMaxConcurrency float64
 }
 
 // Default parameter values (docs/aws.md).
@@ -53,6 +55,7 @@ const (
 	defaultRetentionDays        = 30   // deliveries and logs
 	defaultThrottlingRate       = 1000 // the HTTP API, requests a second
 	defaultThrottlingBurst      = 2000
+	defaultDeliverConcurrency   = 50 // batches of 10 at once
 )
 
 // logRetentionDays are the retentions CloudWatch Logs allows.
@@ -106,6 +109,12 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 	})
 	throttlingRate := number("ApiThrottlingRateLimit", "Requests per second the HTTP API accepts in all (its default route settings), before answering 429.", defaultThrottlingRate)
 	throttlingBurst := number("ApiThrottlingBurstLimit", "Requests the HTTP API accepts in a burst above the rate.", defaultThrottlingBurst)
+	deliverConcurrency := awscdk.NewCfnParameter(stack, jsii.String("DeliverMaxConcurrency"), &awscdk.CfnParameterProps{
+		Type: jsii.String("Number"), Default: orDefault(props.DeliverMaxConcurrency, defaultDeliverConcurrency),
+		MinValue: jsii.Number(2), MaxValue: jsii.Number(1000), // what an SQS event source allows
+		Description: jsii.String("Batches of 10 deliveries DeliverFunction works on at once at most (its SQS event source's MaximumConcurrency, 2 to 1000); " +
+			"50 carries about 2,500 deliveries a second, 10k a second needs 200 (docs/aws.md)."),
+	})
 	hasAlarmEmail := awscdk.NewCfnCondition(stack, jsii.String("HasAlarmEmail"), &awscdk.CfnConditionProps{
 		Expression: awscdk.Fn_ConditionNot(awscdk.Fn_ConditionEquals(alarmEmail.ValueAsString(), jsii.String(""))),
 	})
@@ -283,7 +292,7 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		EventSourceArn:        deliveryQueue.QueueArn(),
 		BatchSize:             jsii.Number(10),
 		FunctionResponseTypes: jsii.Strings("ReportBatchItemFailures"),
-		ScalingConfig:         &awslambda.CfnEventSourceMapping_ScalingConfigProperty{MaximumConcurrency: jsii.Number(50)},
+		ScalingConfig:         &awslambda.CfnEventSourceMapping_ScalingConfigProperty{MaximumConcurrency: deliverConcurrency.ValueAsNumber()},
 	})
 	// A mapping is validated against its function's role when created.
 	streamMapping.Node().AddDependency(roles["FanoutFunction"])

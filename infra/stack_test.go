@@ -471,18 +471,22 @@ func TestHttpAPI(t *testing.T) {
 func TestParameters(t *testing.T) {
 	s := synth(t)
 	params := s.json["Parameters"].(map[string]any)
-	for name, def := range map[string]float64{"RateLimit": 100, "ApplicationRateLimit": 10} {
+	for name, def := range map[string]float64{"RateLimit": 100, "ApplicationRateLimit": 10, "DeliverMaxConcurrency": 50} {
 		p, ok := params[name].(map[string]any)
 		if !ok || p["Type"] != "Number" || p["Default"] != def {
 			t.Errorf("parameter %s = %v, want a Number defaulting to %v", name, p, def)
 		}
+	}
+	// What an SQS event source's MaximumConcurrency accepts.
+	if p := params["DeliverMaxConcurrency"].(map[string]any); p["MinValue"] != 2.0 || p["MaxValue"] != 1000.0 {
+		t.Errorf("DeliverMaxConcurrency = %v, want MinValue 2, MaxValue 1000", p)
 	}
 	// The context of the CDK app sets the defaults.
 	code := tempDir(t, "code")
 	if err := WritePlaceholderCode(code); err != nil {
 		t.Fatal(err)
 	}
-	o, err := synthesize(tempDir(t, "cdk.out"), &TallyStackProps{RepoRoot: repoRoot, PlaceholderCode: code, RateLimit: 250, ApplicationRateLimit: 3})
+	o, err := synthesize(tempDir(t, "cdk.out"), &TallyStackProps{RepoRoot: repoRoot, PlaceholderCode: code, RateLimit: 250, ApplicationRateLimit: 3, DeliverMaxConcurrency: 200})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,6 +495,9 @@ func TestParameters(t *testing.T) {
 	})
 	cdkAssert(t, func() {
 		o.template.HasParameter(jsii.String("ApplicationRateLimit"), map[string]any{"Type": "Number", "Default": 3})
+	})
+	cdkAssert(t, func() {
+		o.template.HasParameter(jsii.String("DeliverMaxConcurrency"), map[string]any{"Type": "Number", "Default": 200})
 	})
 }
 
@@ -750,7 +757,7 @@ func TestEventSourceMappings(t *testing.T) {
 		"EventSourceArn":        getAtt("DeliveryQueue", "Arn"),
 		"BatchSize":             10.0,
 		"FunctionResponseTypes": []any{"ReportBatchItemFailures"},
-		"ScalingConfig":         map[string]any{"MaximumConcurrency": 50.0},
+		"ScalingConfig":         map[string]any{"MaximumConcurrency": ref("DeliverMaxConcurrency")},
 	}
 	if !reflect.DeepEqual(queue, wantQueue) {
 		t.Errorf("queue mapping:\n got %s\nwant %s", jsonString(queue), jsonString(wantQueue))

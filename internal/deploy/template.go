@@ -760,7 +760,7 @@ type QueueSource struct {
 	Queue                 any
 	BatchSize             int
 	FunctionResponseTypes []string
-	MaximumConcurrency    int // ScalingConfig; 0 when not set
+	MaximumConcurrency    any // ScalingConfig's, as written (a number or a Ref); nil when not set
 }
 
 // QueueSource reads an SQS event.
@@ -776,9 +776,7 @@ func (e Event) QueueSource() (QueueSource, error) {
 	if q.FunctionResponseTypes, err = stringList(e.Properties["FunctionResponseTypes"]); err != nil {
 		return q, fmt.Errorf("event %s: FunctionResponseTypes: %w", e.Name, err)
 	}
-	if q.MaximumConcurrency, err = optInt(mapAt(e.Properties, "ScalingConfig")["MaximumConcurrency"]); err != nil {
-		return q, fmt.Errorf("event %s: MaximumConcurrency: %w", e.Name, err)
-	}
+	q.MaximumConcurrency = mapAt(e.Properties, "ScalingConfig")["MaximumConcurrency"]
 	return q, nil
 }
 

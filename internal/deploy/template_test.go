@@ -777,10 +777,16 @@ func TestEventSources(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := deploy.QueueSource{Queue: deploy.GetAtt("DeliveryQueue", "Arn"), BatchSize: 10, FunctionResponseTypes: []string{"ReportBatchItemFailures"}, MaximumConcurrency: 50}
+		want := deploy.QueueSource{Queue: deploy.GetAtt("DeliveryQueue", "Arn"), BatchSize: 10, FunctionResponseTypes: []string{"ReportBatchItemFailures"},
+			MaximumConcurrency: deploy.Ref("DeliverMaxConcurrency")}
 		if !reflect.DeepEqual(q, want) {
 			t.Errorf("deliver queue source %+v, want %+v", q, want)
 		}
+	}
+	// The parameter allows what an SQS event source's MaximumConcurrency
+	// does (its default is the contract's, TestParametersAreTheContracts).
+	if p := tpl.Parameters["DeliverMaxConcurrency"]; p.Type != "Number" || fmt.Sprint(p.Properties["MinValue"]) != "2" || fmt.Sprint(p.Properties["MaxValue"]) != "1000" {
+		t.Errorf("parameter DeliverMaxConcurrency %+v, want a Number from 2 to 1000", p)
 	}
 	queue, err := tpl.Queue("DeliveryQueue")
 	if err != nil {
