@@ -140,24 +140,13 @@ func (c *clock) Add(d time.Duration) {
 }
 
 // logBuffer collects the JSON log lines of a handler.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
+type logBuffer struct{ testenv.SyncBuffer }
 
 // take returns the lines written since the last take.
 func (l *logBuffer) take(t *testing.T) []map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var lines []map[string]any
-	sc := bufio.NewScanner(&l.buf)
+	sc := bufio.NewScanner(bytes.NewReader(l.Take()))
 	for sc.Scan() {
 		var m map[string]any
 		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
@@ -165,7 +154,6 @@ func (l *logBuffer) take(t *testing.T) []map[string]any {
 		}
 		lines = append(lines, m)
 	}
-	l.buf.Reset()
 	return lines
 }
 

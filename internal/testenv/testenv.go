@@ -97,3 +97,12 @@ func (b *SyncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// Take returns everything written since the last Take and forgets it.
+func (b *SyncBuffer) Take() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := bytes.Clone(b.buf.Bytes())
+	b.buf.Reset()
+	return out
+}
