@@ -317,6 +317,23 @@ func (a *API) guard(mode auth, handle handlerFunc) http.Handler {
 	})
 }
 
+// admitHolder counts a request that authenticated as p against the
+// credential's bucket, and one refused (err unauthorized) against its
+// client IP's, so that guessing credentials is as slow as using one.
+func (a *API) admitHolder(w http.ResponseWriter, r *http.Request, p tracking.Principal, err error, bucket string) (tracking.Principal, error) {
+	if tally.ErrorCode(err) == tally.ECodeUnauthorized {
+		if limited := a.limit(w, r, "noauth:"+a.sourceIP(r), a.cfg.RateLimit); limited != nil {
+			return p, limited
+		}
+		return p, err
+	}
+	if err != nil {
+		return p, err
+	}
+	setBrand(r.Context(), p.BrandID)
+	return p, a.limit(w, r, bucket+p.KeyID, a.cfg.RateLimit)
+}
+
 // admit authenticates a request as mode says and counts it against its
 // rate limit, setting the X-RateLimit-* headers. A request without a valid
 // key is counted per client IP, so that it carries the headers too and
@@ -325,31 +342,10 @@ func (a *API) admit(w http.ResponseWriter, r *http.Request, mode auth) (tracking
 	switch mode {
 	case authKey:
 		p, err := a.authenticate(r)
-		if tally.ErrorCode(err) == tally.ECodeUnauthorized {
-			if limited := a.limit(w, r, "noauth:"+a.sourceIP(r), a.cfg.RateLimit); limited != nil {
-				return p, limited
-			}
-			return p, err
-		}
-		if err != nil {
-			return p, err
-		}
-		setBrand(r.Context(), p.BrandID)
-		return p, a.limit(w, r, "key:"+p.KeyID, a.cfg.RateLimit)
+		return a.admitHolder(w, r, p, err, "key:")
 	case authPostback:
 		p, err := a.svc.AuthenticatePostback(r.Context(), r.URL.Query().Get("token"))
-		if tally.ErrorCode(err) == tally.ECodeUnauthorized {
-			// As for keys: guessing tokens is as slow as using one.
-			if limited := a.limit(w, r, "noauth:"+a.sourceIP(r), a.cfg.RateLimit); limited != nil {
-				return p, limited
-			}
-			return p, err
-		}
-		if err != nil {
-			return p, err
-		}
-		setBrand(r.Context(), p.BrandID)
-		return p, a.limit(w, r, "postback:"+p.KeyID, a.cfg.RateLimit)
+		return a.admitHolder(w, r, p, err, "postback:")
 	case authForm:
 		return tracking.Principal{}, a.limit(w, r, "form:"+a.sourceIP(r), a.cfg.ApplicationRateLimit)
 	case authPublic:

@@ -86,6 +86,18 @@ func functions(t *testing.T) []function {
 	return fns
 }
 
+// groupsOf returns the route groups functions/<name> serves.
+func groupsOf(t *testing.T, name string) []string {
+	t.Helper()
+	for _, fn := range functions(t) {
+		if fn.name == name {
+			return fn.groups
+		}
+	}
+	t.Fatalf("no functions/%s", name)
+	return nil
+}
+
 // isFallback reports whether fn is the function behind the $default route.
 func (fn function) isFallback() bool {
 	return fn.kind == kindAPI && slices.Equal(fn.groups, []string{httpapi.GroupFallback})

@@ -884,12 +884,7 @@ func TestRequeue(t *testing.T) {
 // schedule and an execution named after that schedule.
 func TestManualRetryRequeues(t *testing.T) {
 	all := samples(t)
-	var groups []string
-	for _, fn := range functions(t) {
-		if fn.name == "deliveries" {
-			groups = fn.groups
-		}
-	}
+	groups := groupsOf(t, "deliveries")
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		q := newTestQueue(t)
 		f := newFixture(t, st, tracking.WithRequeue(queue.Requeue(q.client, q.URL)))
@@ -1033,12 +1028,7 @@ func TestDeliverDuplicatesInABatch(t *testing.T) {
 // under the same id.
 func TestRecoverPostbackRequeues(t *testing.T) {
 	all := samples(t)
-	var groups []string
-	for _, fn := range functions(t) {
-		if fn.name == "deliveries" {
-			groups = fn.groups
-		}
-	}
+	groups := groupsOf(t, "deliveries")
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		q := newTestQueue(t)
 		f := newFixture(t, st, tracking.WithRequeue(queue.Requeue(q.client, q.URL)))

@@ -159,13 +159,15 @@ func amountsInCurrency(offer tally.Offer, in ConversionInput) error {
 	if in.Currency == nil || *in.Currency == offer.Currency {
 		return nil
 	}
-	for field, v := range map[string]*int64{"revenueCents": in.RevenueCents, "payoutCents": in.PayoutCents} {
-		if v == nil {
-			return invalidField(field, "A conversion in %s, not the offer's %s, needs both revenueCents and payoutCents in %s: the offer's amounts are in %s.",
-				*in.Currency, offer.Currency, *in.Currency, offer.Currency)
-		}
+	missing := "revenueCents"
+	switch {
+	case in.RevenueCents != nil && in.PayoutCents != nil:
+		return nil
+	case in.RevenueCents != nil:
+		missing = "payoutCents"
 	}
-	return nil
+	return invalidField(missing, "A conversion in %s, not the offer's %s, needs both revenueCents and payoutCents in %s: the offer's amounts are in %s.",
+		*in.Currency, offer.Currency, *in.Currency, offer.Currency)
 }
 
 func newConversion(brandID string, offer tally.Offer, in ConversionInput, now time.Time) tally.Conversion {
