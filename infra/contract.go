@@ -167,4 +167,4 @@ var queriesIndexes = []kind{apiFunction, approverFunction, reconcilerFunction}
 
 // sendsDeliveries are the functions with TALLY_DELIVERY_QUEUE_URL: they
 // queue deliveries.
-var sendsDeliveries = []string{"FanoutFunction", "DeliveriesFunction", "ReconcilerFunction"}
+var sendsDeliveries = []string{"FanoutFunction", "DeliveriesFunction", "DashboardFunction", "ReconcilerFunction"}

@@ -213,7 +213,6 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 	attempt := fns[attemptFunction][0]
 	fallback := fns[fallbackFunction][0]
 	reconciler := fns[reconcilerFunction][0]
-	deliveries := byID["DeliveriesFunction"]
 
 	// The retry workflow: Wait states between attempts 2..7.
 	retryRole := newRole(stack, "RetryStateMachineRole", "states.amazonaws.com")
@@ -229,9 +228,9 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 	overrideID(retry, "RetryStateMachine")
 
 	// Environment that points at other resources.
-	fanout.AddEnvironment(jsii.String(envDeliveryQueueURL), deliveryQueue.QueueUrl(), nil)
-	reconciler.AddEnvironment(jsii.String(envDeliveryQueueURL), deliveryQueue.QueueUrl(), nil)
-	deliveries.AddEnvironment(jsii.String(envDeliveryQueueURL), deliveryQueue.QueueUrl(), nil)
+	for _, id := range sendsDeliveries {
+		byID[id].AddEnvironment(jsii.String(envDeliveryQueueURL), deliveryQueue.QueueUrl(), nil)
+	}
 	deliver.AddEnvironment(jsii.String(envRetryStateMachineARN), retry.StateMachineArn(), nil)
 
 	// HTTP API (payload format 2.0), one integration per function. The

@@ -110,7 +110,7 @@ func wantEnv(id string) map[string]any {
 		env["TALLY_APPLICATION_RATE_LIMIT"] = ref("ApplicationRateLimit")
 	}
 	switch id {
-	case "FanoutFunction", "DeliveriesFunction", "ReconcilerFunction":
+	case "FanoutFunction", "DeliveriesFunction", "DashboardFunction", "ReconcilerFunction":
 		env["TALLY_DELIVERY_QUEUE_URL"] = ref("DeliveryQueue")
 	case "DeliverFunction":
 		env["TALLY_RETRY_STATE_MACHINE_ARN"] = ref("RetryStateMachine")
@@ -806,6 +806,7 @@ func TestLeastPrivilege(t *testing.T) {
 	want["grant ReconcilerFunction DeliveryQueue"] = "sqs:GetQueueAttributes sqs:SendMessage"
 	want["grant FanoutFunction DeliveryQueue"] = "sqs:SendMessage"
 	want["grant DeliveriesFunction DeliveryQueue"] = "sqs:SendMessage"
+	want["grant DashboardFunction DeliveryQueue"] = "sqs:SendMessage"
 	want["grant RetryStateMachine AttemptFunction"] = "lambda:InvokeFunction"
 	got := map[string]string{}
 	for k, v := range f {

@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -389,7 +390,7 @@ func TestBootstrap(t *testing.T) {
 	// The environment of each function, per docs/aws.md.
 	envOf := func(fn function) []string {
 		env := slices.Clone(base)
-		if fn.kind == kindFanout || fn.kind == kindReconciler || fn.name == "deliveries" {
+		if fn.kind == kindFanout || fn.kind == kindReconciler || fn.name == "deliveries" || fn.name == "dashboard" {
 			env = append(env, "TALLY_DELIVERY_QUEUE_URL="+deliveryQueue.URL)
 		}
 		if fn.kind == kindDeliver {
@@ -442,8 +443,11 @@ func TestBootstrap(t *testing.T) {
 						})
 					})
 				}
-				if fn.name == "deliveries" {
+				switch fn.name {
+				case "deliveries":
 					t.Run("manual-retry", func(t *testing.T) { bootstrapManualRetry(t, p, st, deliveryQueue, all) })
+				case "dashboard":
+					t.Run("retry-button", func(t *testing.T) { bootstrapDashboardRetry(t, p, st, deliveryQueue, all) })
 				}
 			case kindApprover:
 				f := newFixture(t, st)
@@ -659,10 +663,18 @@ func bootstrapAttempt(t *testing.T, p *lambdaProcess, st *dynamo.Store, sample [
 	}
 }
 
-// bootstrapManualRetry retries a failed delivery through the deliveries
-// binary, which queues it on the delivery deliveryQueue: exactly one message.
-func bootstrapManualRetry(t *testing.T, p *lambdaProcess, st *dynamo.Store, deliveryQueue *testQueue, all map[string][]byte) {
-	f := newFixture(t, st)
+func marshal(t *testing.T, v any) []byte {
+	t.Helper()
+	raw, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+// failedDelivery is a delivery of f's brand that has failed all its
+// attempts.
+func failedDelivery(t *testing.T, f *fixture) tally.Delivery {
 	sub := f.subscribe(t, []string{tally.EventPartnerApplied}, "", 500)
 	evt := f.applied(t, "Runner Media")
 	if _, err := f.svc.FanOut(t.Context(), evt.ID); err != nil {
@@ -674,20 +686,78 @@ func bootstrapManualRetry(t *testing.T, p *lambdaProcess, st *dynamo.Store, deli
 			t.Fatal(err)
 		}
 	}
+	return d
+}
+
+// wantQueued checks that exactly delivery d of f's brand was queued since
+// the queue held before messages.
+func wantQueued(t *testing.T, f *fixture, deliveryQueue *testQueue, before int, d tally.Delivery) {
+	t.Helper()
+	if got, want := deliveryQueue.messages(t)[before:], []string{messageBody(f.brand.ID, d.ID)}; !slices.Equal(got, want) {
+		t.Errorf("queued %q, want exactly %q", got, want)
+	}
+}
+
+// bootstrapManualRetry retries a failed delivery through the deliveries
+// binary, which queues it on the delivery deliveryQueue: exactly one message.
+func bootstrapManualRetry(t *testing.T, p *lambdaProcess, st *dynamo.Store, deliveryQueue *testQueue, all map[string][]byte) {
+	f := newFixture(t, st)
+	d := failedDelivery(t, f)
 	ev := decodeEvent[events.APIGatewayV2HTTPRequest](t, sfntest.Substitute(t, all["deliveries-list"], f.vars))
 	path := "/api/v1/deliveries/" + d.ID + "/retry"
 	ev.RouteKey, ev.RawPath, ev.RawQueryString = "POST /api/v1/deliveries/{id}/retry", path, ""
 	ev.RequestContext.RouteKey, ev.RequestContext.HTTP.Method, ev.RequestContext.HTTP.Path = ev.RouteKey, "POST", path
-	raw, err := json.Marshal(ev)
-	if err != nil {
-		t.Fatal(err)
-	}
 	before := len(deliveryQueue.messages(t))
-	res, id := p.invoke(t, raw)
+	res, id := p.invoke(t, marshal(t, ev))
 	r := apiResponse(t, res.body, p.logs.of(id, "request"))
 	wantStatus(t, r, 200)
 	wantField(t, r.body, "status", tally.DeliveryPending)
-	if got, want := deliveryQueue.messages(t)[before:], []string{messageBody(f.brand.ID, d.ID)}; !slices.Equal(got, want) {
-		t.Errorf("queued %q, want exactly %q", got, want)
+	wantQueued(t, f, deliveryQueue, before, d)
+}
+
+// bootstrapDashboardRetry presses a failed delivery's Retry button through
+// the dashboard binary, signed in: the delivery is queued at once, as from
+// the API, rather than left for the reconciler.
+func bootstrapDashboardRetry(t *testing.T, p *lambdaProcess, st *dynamo.Store, deliveryQueue *testQueue, all map[string][]byte) {
+	f := newFixture(t, st)
+	d := failedDelivery(t, f)
+	email := "owner@northwind.example"
+	u, err := f.svc.CreateUser(t.Context(), tracking.UserInput{BrandID: &f.brand.ID, Email: &email, Password: ptr("correct horse battery staple")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, _, err := f.svc.StartSession(t.Context(), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := func(method, path, body string) response {
+		t.Helper()
+		ev := decodeEvent[events.APIGatewayV2HTTPRequest](t, all["dashboard-overview"])
+		ev.RouteKey = method + " /dashboard/{path+}"
+		ev.RawPath, ev.Body, ev.Cookies = path, body, []string{"tally_session=" + token}
+		ev.PathParameters = map[string]string{"path": strings.TrimPrefix(path, "/dashboard/")}
+		ev.RequestContext.RouteKey, ev.RequestContext.HTTP.Method, ev.RequestContext.HTTP.Path = ev.RouteKey, method, path
+		if body != "" {
+			ev.Headers["content-type"] = "application/x-www-form-urlencoded"
+		}
+		res, id := p.invoke(t, marshal(t, ev))
+		return apiResponse(t, res.body, p.logs.of(id, "request"))
+	}
+	path := "/dashboard/activity/deliveries/" + d.ID
+	shown := page("GET", path, "")
+	wantStatus(t, shown, 200)
+	csrf := regexp.MustCompile(`name="csrf" value="([0-9a-f]{64})"`).FindStringSubmatch(shown.page)
+	if csrf == nil {
+		t.Fatalf("the delivery's page has no form token: %.500s", shown.page)
+	}
+	before := len(deliveryQueue.messages(t))
+	r := page("POST", path+"/retry", "csrf="+csrf[1])
+	wantStatus(t, r, 303)
+	if loc := r.header("Location"); !strings.HasPrefix(loc, path) {
+		t.Errorf("after the retry, to %q, want the delivery's page", loc)
+	}
+	wantQueued(t, f, deliveryQueue, before, d)
+	if got := f.delivery(t, d.ID); got.Status != tally.DeliveryPending {
+		t.Errorf("the delivery is %s after the retry, want pending", got.Status)
 	}
 }
