@@ -143,14 +143,18 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 
 	// Queues.
 	fourteenDays := awscdk.Duration_Days(jsii.Number(14))
-	deliveryDLQ := awssqs.NewQueue(stack, jsii.String("DeliveryDLQ"), &awssqs.QueueProps{RetentionPeriod: fourteenDays})
+	// Every queue is encrypted at rest (SQS-managed keys): messages carry
+	// receivers' URLs.
+	sse := awssqs.QueueEncryption_SQS_MANAGED
+	deliveryDLQ := awssqs.NewQueue(stack, jsii.String("DeliveryDLQ"), &awssqs.QueueProps{RetentionPeriod: fourteenDays, Encryption: sse})
 	overrideID(deliveryDLQ, "DeliveryDLQ")
-	fanoutDLQ := awssqs.NewQueue(stack, jsii.String("FanoutDLQ"), &awssqs.QueueProps{RetentionPeriod: fourteenDays})
+	fanoutDLQ := awssqs.NewQueue(stack, jsii.String("FanoutDLQ"), &awssqs.QueueProps{RetentionPeriod: fourteenDays, Encryption: sse})
 	overrideID(fanoutDLQ, "FanoutDLQ")
 	deliveryQueue := awssqs.NewQueue(stack, jsii.String("DeliveryQueue"), &awssqs.QueueProps{
 		VisibilityTimeout: awscdk.Duration_Seconds(jsii.Number(180)),
 		RetentionPeriod:   awscdk.Duration_Days(jsii.Number(4)),
 		DeadLetterQueue:   &awssqs.DeadLetterQueue{Queue: deliveryDLQ, MaxReceiveCount: jsii.Number(5)},
+		Encryption:        sse,
 	})
 	overrideID(deliveryQueue, "DeliveryQueue")
 

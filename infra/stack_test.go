@@ -546,6 +546,7 @@ func TestQueues(t *testing.T) {
 		"VisibilityTimeout":      180.0,
 		"MessageRetentionPeriod": 4 * 86400.0,
 		"RedrivePolicy":          map[string]any{"deadLetterTargetArn": getAtt("DeliveryDLQ", "Arn"), "maxReceiveCount": 5.0},
+		"SqsManagedSseEnabled":   true, // messages carry receivers' URLs
 	}
 	if !reflect.DeepEqual(q, want) {
 		t.Errorf("DeliveryQueue = %s, want %s", jsonString(q), jsonString(want))
@@ -556,7 +557,7 @@ func TestQueues(t *testing.T) {
 		t.Errorf("visibility timeout %v s is below 6 × the deliver timeout", v)
 	}
 	for _, id := range []string{"DeliveryDLQ", "FanoutDLQ"} {
-		if p, want := s.props(t, "AWS::SQS::Queue", id), map[string]any{"MessageRetentionPeriod": 14 * 86400.0}; !reflect.DeepEqual(p, want) {
+		if p, want := s.props(t, "AWS::SQS::Queue", id), map[string]any{"MessageRetentionPeriod": 14 * 86400.0, "SqsManagedSseEnabled": true}; !reflect.DeepEqual(p, want) {
 			t.Errorf("%s = %s, want %s", id, jsonString(p), jsonString(want))
 		}
 	}
