@@ -782,6 +782,21 @@ func TestDeliverWritesCarriedDeliveries(t *testing.T) {
 		if outboxed() {
 			t.Error("the event is still in the outbox with both deliveries written")
 		}
+
+		// Both messages of an event in one batch are attempted at once:
+		// whichever is written last sees the other and takes the event out.
+		for i := range 5 {
+			evt := f.applied(t, "Trail Tales "+strconv.Itoa(i))
+			ev := decodeEvent[events.DynamoDBEvent](t, sfntest.Substitute(t, sample, f.vars))
+			before := len(f.deliveryQueue(t).messages(t))
+			if fails := streamFailures(fanoutCall(t, f)(events.DynamoDBEvent{Records: ev.Records[:1]})); len(fails) != 0 {
+				t.Fatalf("failures %v", fails)
+			}
+			batch(f.deliveryQueue(t).messages(t)[before:]...)
+			if ds := f.deliveriesOf(t, evt.ID); len(ds) != 2 || outboxed() {
+				t.Errorf("both messages of %s at once: %d deliveries, in the outbox %v; want 2, and out", evt.ID, len(ds), outboxed())
+			}
+		}
 	})
 }
 
