@@ -76,10 +76,10 @@ type breakerRecord struct {
 // FirstAttempt is Attempt's attempt 1 behind the circuit breaker, of the
 // delivery a transport's message names, or carries when Dispatch did not
 // write it (it is written once, with what follows, and its event leaves
-// the outbox once its siblings are written too). When the delivery's endpoint is failing and another
-// delivery probes it, the delivery is parked instead (the result says
-// Parked: start no schedule); when it is failing and nobody probes it,
-// this delivery becomes the probe. A disabled endpoint gets nothing: the
+// the outbox once its siblings are written too). When the delivery's
+// endpoint is failing and another delivery probes it, the delivery is
+// parked instead (the result says Parked: start no schedule); when it is
+// failing and nobody probes it, this delivery becomes the probe. A disabled endpoint gets nothing: the
 // delivery fails without a request. Test events (webhook.test,
 // postback.test) are always sent, as on a healthy endpoint.
 func (s *Service) FirstAttempt(ctx context.Context, msg DeliveryMessage, sender Sender) (AttemptResult, error) {

@@ -576,7 +576,8 @@ func (s *Service) fanOutEach(ctx context.Context, planned []deliveryRecord, even
 	return recs, nil
 }
 
-// written says whether the brand's deliveries ids are all written.
+// written says whether the brand's deliveries with these ids are all
+// written.
 func (s *Service) written(ctx context.Context, brandID string, ids []string) (bool, error) {
 	for _, id := range ids {
 		_, err := s.store.Get(ctx, deliveryKey(brandID, id))

@@ -72,10 +72,11 @@ type Queue interface {
 const fanoutWorkers = 10
 
 // FanoutHandler handles a DynamoDB Streams batch: for each new event item it
-// makes the event's deliveries (tracking.Service.Dispatch: an event's only
-// delivery goes in its message, unwritten), fanoutWorkers records at a
-// time, then queues one message per pending delivery, the batch's messages together
-// in batches of 10 (a message per event would cost an SQS request each).
+// makes the event's deliveries (tracking.Service.Dispatch: those of an
+// event with a few go in their messages, unwritten), fanoutWorkers records
+// at a time, then queues one message per pending delivery, the batch's
+// messages together in batches of 10 (a message per event would cost an
+// SQS request each).
 // The event source mapping's filter lets only event inserts through; other
 // records are skipped all the same. The first record that fails (its
 // fan-out, or queueing one of its deliveries) is reported (partial batch
@@ -212,10 +213,10 @@ type ReconcileQueue interface {
 // never read (it starts at LATEST); a delivery message received 5 times
 // goes to DeliveryDLQ, or expires with the queue's retention; an execution
 // can end without deciding its delivery. The table still knows all of it:
-// events not fanned out keep their outbox key (so does an event whose only
-// delivery its message carries, until attempt 1 writes it), pending
-// deliveries their due key (gsi3). A run fans out again the events that have been in the outbox
-// longer than Grace, and queues again the pending deliveries whose next
+// events whose deliveries are not all written keep their outbox key (those
+// their messages carry are written by attempt 1), pending deliveries their
+// due key (gsi3). A run fans out again the events that have been in the
+// outbox longer than Grace, and queues again the pending deliveries whose next
 // attempt is overdue by more than Grace; both steps are idempotent, so a
 // false alarm costs a repeated step, not a repeated request.
 type Reconciler struct {
@@ -229,8 +230,8 @@ type Reconciler struct {
 	// Backlog is how many visible messages the delivery queue may hold for
 	// the run to re-drive events and deliveries: a longer queue means
 	// deliver is behind, and overdue deliveries are most likely in it
-	// already, as are the messages of events whose only delivery attempt 1
-	// writes (they stay in the outbox until then).
+	// already, as are the messages of outboxed events whose deliveries
+	// attempt 1 writes.
 	Backlog int
 	// Workers bounds the fan-outs a run makes at once.
 	Workers int
