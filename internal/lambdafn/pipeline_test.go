@@ -293,6 +293,39 @@ func messageBody(brandID, deliveryID string) string {
 	return `{"brandId":"` + brandID + `","deliveryId":"` + deliveryID + `"}`
 }
 
+// carried returns the deliveries the messages carry, planned and not
+// written (tracking.Service.Dispatch), by subscription.
+func carried(t *testing.T, msgs []string) map[string]tally.Delivery {
+	t.Helper()
+	out := map[string]tally.Delivery{}
+	for _, body := range msgs {
+		var m struct{ Planned *tally.Delivery }
+		if err := json.Unmarshal([]byte(body), &m); err != nil || m.Planned == nil {
+			t.Fatalf("message %q carries no delivery (%v)", body, err)
+		}
+		out[m.Planned.SubscriptionID] = *m.Planned
+	}
+	return out
+}
+
+// plannedOf returns the message among msgs that carries the event's
+// delivery, planned (tracking.Service.Dispatch).
+func plannedOf(t *testing.T, msgs []string, eventID string) (string, bool) {
+	t.Helper()
+	for _, body := range msgs {
+		var m struct {
+			Planned struct{ EventID string }
+		}
+		if err := json.Unmarshal([]byte(body), &m); err != nil {
+			t.Fatalf("message %q: %v", body, err)
+		}
+		if m.Planned.EventID == eventID {
+			return body, true
+		}
+	}
+	return "", false
+}
+
 // roundTrip encodes a handler's answer to JSON and decodes it into Out, as
 // the Lambda runtime and the service that invoked the function do.
 func roundTrip[Out any](t *testing.T, v any) Out {
@@ -407,9 +440,12 @@ func init() {
 			if fails := streamFailures(call(ev)); len(fails) != 0 {
 				t.Fatalf("batch item failures %v, want none", fails)
 			}
-			ds := f.deliveriesOf(t, f.event.ID)
+			if ds := f.deliveriesOf(t, f.event.ID); len(ds) != 0 {
+				t.Errorf("the fan-out wrote %d deliveries, want none: each goes in its message", len(ds))
+			}
+			ds := carried(t, f.deliveryQueue(t).messages(t))
 			if len(ds) != 2 {
-				t.Fatalf("%d deliveries, want one per subscription to partner.applied: %v", len(ds), ds)
+				t.Fatalf("%d deliveries carried, want one per subscription to partner.applied: %v", len(ds), ds)
 			}
 			for _, sub := range f.subs[:2] {
 				d, ok := ds[sub.ID]
@@ -425,22 +461,17 @@ func init() {
 			if url := f.deliveryQueue(t).sendCalls()[0].QueueURL; url != f.deliveryQueue(t).URL {
 				t.Errorf("QueueUrl = %q, want %q", url, f.deliveryQueue(t).URL)
 			}
-			wantMessages(t, f, f.deliveryQueue(t).messages(t), ds)
 
-			// The stream repeats a batch after a failure: nothing is created
-			// twice, and the pending deliveries are queued again (deliver
-			// sends each at most once).
+			// The stream repeats a batch after a failure: nothing is
+			// written, and the deliveries are queued again, the same ones
+			// (deliver sends each at most once).
 			if fails := streamFailures(call(ev)); len(fails) != 0 {
 				t.Fatalf("repeated batch: failures %v", fails)
 			}
-			again := f.deliveriesOf(t, f.event.ID)
-			if !maps.EqualFunc(ds, again, func(a, b tally.Delivery) bool { return a.ID == b.ID }) {
-				t.Errorf("the repeated batch changed the deliveries: %v, then %v", ds, again)
-			}
 			if msgs := f.deliveryQueue(t).messages(t); len(msgs) != 4 {
 				t.Errorf("after the repeat %d messages, want the 2 queued again", len(msgs))
-			} else {
-				wantMessages(t, f, msgs[2:], ds)
+			} else if again := carried(t, msgs[2:]); !maps.EqualFunc(ds, again, func(a, b tally.Delivery) bool { return a.ID == b.ID }) {
+				t.Errorf("the repeated batch carried other deliveries: %v, then %v", ds, again)
 			}
 		},
 	}
@@ -698,6 +729,77 @@ func TestFanoutChunks(t *testing.T) {
 	})
 }
 
+// TestDeliverWritesCarriedDeliveries checks an event's deliveries carried
+// in their messages (two subscriptions): the fan-out writes none; attempt 1
+// writes each once, with its outcome; the event stays in the outbox until
+// the second is written; a repeated message sends nothing again.
+func TestDeliverWritesCarriedDeliveries(t *testing.T) {
+	sample := samples(t)["fanout-stream"]
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		f := newFixture(t, st)
+		subs := []tally.Subscription{
+			f.subscribe(t, []string{tally.EventPartnerApplied}, "", 200),
+			f.subscribe(t, []string{tally.EventPartnerApplied}, "", 200),
+		}
+		f.applied(t, "Runner Media")
+		ev := decodeEvent[events.DynamoDBEvent](t, sfntest.Substitute(t, sample, f.vars))
+		if fails := streamFailures(fanoutCall(t, f)(ev)); len(fails) != 0 {
+			t.Fatalf("failures %v", fails)
+		}
+		msgs := f.deliveryQueue(t).messages(t)
+		if ds := f.deliveriesOf(t, f.event.ID); len(msgs) != 2 || len(ds) != 0 {
+			t.Fatalf("%d messages, %d deliveries written; want 2 messages carrying them, none written", len(msgs), len(ds))
+		}
+		outboxed := func() bool {
+			t.Helper()
+			evts, _, err := f.svc.Overdue(t.Context(), f.clock.Now().Add(time.Hour), 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return slices.Contains(evts, f.event.ID)
+		}
+		batch := func(bodies ...string) {
+			t.Helper()
+			var recs []events.SQSMessage
+			for i, b := range bodies {
+				recs = append(recs, events.SQSMessage{MessageId: "m" + strconv.Itoa(i), Body: b})
+			}
+			if fails := queueFailures(deliverCall(t, f)(events.SQSEvent{Records: recs})); len(fails) != 0 {
+				t.Fatalf("deliver failures %v", fails)
+			}
+		}
+		batch(msgs[0])
+		if ds := f.deliveriesOf(t, f.event.ID); len(ds) != 1 || !outboxed() {
+			t.Fatalf("after the first message: %d deliveries, in the outbox %v; want 1, and the event still there", len(ds), outboxed())
+		}
+		batch(msgs[1], msgs[0])
+		for _, sub := range subs {
+			d := f.deliveriesOf(t, f.event.ID)[sub.ID]
+			if d.Status != tally.DeliverySucceeded || len(d.Attempts) != 1 || f.receivers[sub.ID].count() != 1 {
+				t.Errorf("delivery to %s: %+v, %d requests; want succeeded at its one attempt", sub.ID, d, f.receivers[sub.ID].count())
+			}
+		}
+		if outboxed() {
+			t.Error("the event is still in the outbox with both deliveries written")
+		}
+
+		// Both messages of an event in one batch are attempted at once:
+		// whichever is written last sees the other and takes the event out.
+		for i := range 5 {
+			evt := f.applied(t, "Trail Tales "+strconv.Itoa(i))
+			ev := decodeEvent[events.DynamoDBEvent](t, sfntest.Substitute(t, sample, f.vars))
+			before := len(f.deliveryQueue(t).messages(t))
+			if fails := streamFailures(fanoutCall(t, f)(events.DynamoDBEvent{Records: ev.Records[:1]})); len(fails) != 0 {
+				t.Fatalf("failures %v", fails)
+			}
+			batch(f.deliveryQueue(t).messages(t)[before:]...)
+			if ds := f.deliveriesOf(t, evt.ID); len(ds) != 2 || outboxed() {
+				t.Errorf("both messages of %s at once: %d deliveries, in the outbox %v; want 2, and out", evt.ID, len(ds), outboxed())
+			}
+		}
+	})
+}
+
 // TestFanoutQueueFailures checks the partial batch response: when queueing
 // an event's deliveries fails (the call, or one entry), that record's
 // sequence number is reported and no delivery of a later record is queued,
@@ -938,10 +1040,10 @@ func TestManualRetryRequeues(t *testing.T) {
 	})
 }
 
-// TestReconcilerDefersToABacklog checks that overdue deliveries are not
-// queued again while the delivery queue has a backlog (deliver is behind,
-// and they are most likely in it), and are once it is gone; overdue events
-// are fanned out either way.
+// TestReconcilerDefersToABacklog checks that overdue events and deliveries
+// are not re-driven while the delivery queue has a backlog (deliver is
+// behind, and their messages are most likely in it), and are once it is
+// gone.
 func TestReconcilerDefersToABacklog(t *testing.T) {
 	f := newFixture(t, testenv.Bolt(t))
 	f.fanOutAll(t)
@@ -950,27 +1052,33 @@ func TestReconcilerDefersToABacklog(t *testing.T) {
 	if _, err := f.svc.FanOut(t.Context(), evt.ID); err != nil {
 		t.Fatal(err)
 	}
-	f.applied(t, "Trail Tales")
+	dropped := f.applied(t, "Trail Tales")
 	q := f.deliveryQueue(t)
-	if err := queue.Requeue(q.client, q.URL)(t.Context(), tracking.DeliveryRef{BrandID: f.brand.ID, DeliveryID: "wh_01kaqj3f8v5m2w7x9c4d6e8g0h"}); err != nil {
-		t.Fatal(err)
+	for _, id := range []string{"wh_01kaqj3f8v5m2w7x9c4d6e8g0h", "wh_01kaqj3f8v5m2w7x9c4d6e8g0j"} {
+		if err := queue.Requeue(q.client, q.URL)(t.Context(), tracking.DeliveryRef{BrandID: f.brand.ID, DeliveryID: id}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	r := queue.DefaultReconciler
 	r.Backlog = 2
 	h := r.Handler(f.svc, q.client, q.URL, f.cfg.Logger)
 	f.clock.Add(time.Hour)
 	res, err := h(lambdaContext(t, "reconciler-invocation"), events.EventBridgeEvent{})
-	if err != nil || res.Events != 1 || res.Deliveries != 0 || !res.Deferred || res.Backlog != 2 {
-		t.Errorf("with 2 messages waiting: %+v, %v; want the event fanned out and the overdue delivery deferred", res, err)
+	if err != nil || res.Events != 0 || res.Deliveries != 0 || !res.Deferred || res.Backlog != 2 {
+		t.Errorf("with 2 messages waiting: %+v, %v; want the event and the overdue delivery deferred", res, err)
 	}
-	q.messages(t) // deliver catches up
+	before := len(q.messages(t)) // deliver catches up
 	res, err = h(lambdaContext(t, "reconciler-invocation"), events.EventBridgeEvent{})
-	if err != nil || res.Events != 0 || res.Deliveries != 1 || res.Deferred {
-		t.Errorf("with the queue empty: %+v, %v; want the overdue delivery queued", res, err)
+	if err != nil || res.Events != 1 || res.Deliveries != 1 || res.Deferred {
+		t.Errorf("with the queue empty: %+v, %v; want the event fanned out and the overdue delivery queued", res, err)
 	}
 	d := f.deliveriesOf(t, evt.ID)[f.subs[0].ID]
-	if got := q.messages(t); got[len(got)-1] != messageBody(f.brand.ID, d.ID) {
-		t.Errorf("queued %q last, want the overdue delivery %s", got[len(got)-1], d.ID)
+	got := q.messages(t)[before:]
+	if !slices.Contains(got, messageBody(f.brand.ID, d.ID)) {
+		t.Errorf("queued %q, want the overdue delivery %s", got, d.ID)
+	}
+	if _, ok := plannedOf(t, got, dropped.ID); !ok {
+		t.Errorf("queued %q, want the delivery of the dropped event %s", got, dropped.ID)
 	}
 }
 

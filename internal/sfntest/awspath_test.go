@@ -127,20 +127,21 @@ func TestAWSPath(t *testing.T) {
 	if len(msgs) != 2 {
 		t.Fatalf("the fanout queued %d messages, want 2 (one subscription to conversion.created, one postback)", len(msgs))
 	}
+	// Each message carries its delivery, which attempt 1 writes.
 	var ref, pbRef tracking.DeliveryRef
 	for _, m := range msgs {
-		var r tracking.DeliveryRef
-		if err := json.Unmarshal([]byte(m.Body), &r); err != nil || r.BrandID != f.brand.ID {
+		var r tracking.DeliveryMessage
+		var d tally.Delivery
+		if err := json.Unmarshal([]byte(m.Body), &r); err != nil || r.BrandID != f.brand.ID || json.Unmarshal(r.Planned, &d) != nil {
 			t.Fatalf("queue message %s: %v", m.Body, err)
 		}
-		d, err := f.function().Delivery(ctx, r.BrandID, r.DeliveryID)
-		if err != nil {
-			t.Fatal(err)
+		if _, err := f.function().Delivery(ctx, r.BrandID, r.DeliveryID); tally.ErrorCode(err) != tally.ECodeNotFound {
+			t.Fatalf("delivery %s before attempt 1: %v, want not written", r.DeliveryID, err)
 		}
 		if d.Type == tally.DeliveryPostback {
-			pbRef = r
+			pbRef = r.DeliveryRef
 		} else {
-			ref = r
+			ref = r.DeliveryRef
 		}
 	}
 	if ref.DeliveryID == "" || pbRef.DeliveryID == "" {

@@ -16,6 +16,7 @@ import (
 	"github.com/tally-hq/tally/internal/sfntest"
 	"github.com/tally-hq/tally/internal/sqsjson"
 	"github.com/tally-hq/tally/internal/sqstest"
+	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/store/dynamo"
 	"github.com/tally-hq/tally/internal/tracking"
 )
@@ -167,13 +168,13 @@ func (p *pipeline) recovered(t *testing.T, eventIDs ...string) {
 	}
 }
 
-// pendingWithoutAttempt checks that a delivery of the event is pending with
-// no attempt made: dropped.
-func (p *pipeline) pendingWithoutAttempt(t *testing.T, eventID string) {
+// unwritten checks that the event's delivery is not written: its message,
+// which carried it, was dropped (the event is still in the outbox).
+func (p *pipeline) unwritten(t *testing.T, eventID string) {
 	t.Helper()
 	ds, _, err := p.svc.Deliveries(t.Context(), p.brand.ID, tracking.DeliveryFilter{EventID: eventID}, tracking.ListParams{Limit: 10})
-	if err != nil || len(ds) != 1 || ds[0].Status != tally.DeliveryPending || len(ds[0].Attempts) != 0 {
-		t.Fatalf("after the drop: %+v, %v; want one delivery, pending, no attempt", ds, err)
+	if err != nil || len(ds) != 0 {
+		t.Fatalf("after the drop: %+v, %v; want no delivery written", ds, err)
 	}
 }
 
@@ -197,10 +198,10 @@ func TestReconcileDeadLetteredMessage(t *testing.T) {
 	if dead := sqstest.Drain(t, p.sqs, p.dlq); len(dead) != 1 {
 		t.Fatalf("the dead-letter queue has %d messages, want 1", len(dead))
 	}
-	p.pendingWithoutAttempt(t, evt)
+	p.unwritten(t, evt)
 
-	if res := p.reconcile(t); res.Deliveries != 1 || res.Events != 0 {
-		t.Fatalf("reconciler %+v, want the delivery queued again", res)
+	if res := p.reconcile(t); res.Deliveries != 0 || res.Events != 1 {
+		t.Fatalf("reconciler %+v, want the event fanned out again", res)
 	}
 	if n := p.deliverAll(t); n != 1 {
 		t.Errorf("deliver took %d messages, want 1", n)
@@ -218,10 +219,10 @@ func TestReconcileExpiredMessage(t *testing.T) {
 	if lost := sqstest.Drain(t, p.sqs, p.queue); len(lost) != 1 {
 		t.Fatalf("%d messages, want the delivery's", len(lost))
 	}
-	p.pendingWithoutAttempt(t, evt)
+	p.unwritten(t, evt)
 
-	if res := p.reconcile(t); res.Deliveries != 1 {
-		t.Fatalf("reconciler %+v, want the delivery queued again", res)
+	if res := p.reconcile(t); res.Events != 1 {
+		t.Fatalf("reconciler %+v, want the event fanned out again", res)
 	}
 	p.deliverAll(t)
 	p.recovered(t, evt)
@@ -231,9 +232,9 @@ func TestReconcileExpiredMessage(t *testing.T) {
 // refuses), reports the first record, and Lambda gives up on the batch,
 // sending only its metadata to FanoutDLQ; the records expire with the
 // stream. Both events were fanned out (the records of a batch are fanned
-// out together, then their deliveries queued): their deliveries are
-// written, not queued. (Events never fanned out:
-// TestReconcileEventsTheMappingMissed.)
+// out together, then their deliveries queued), but each one's only
+// delivery goes in its message, unwritten: both events are still in the
+// outbox. (Events never fanned out: TestReconcileEventsTheMappingMissed.)
 func TestReconcileStreamBatchLost(t *testing.T) {
 	t.Parallel()
 	p := newPipeline(t, 180*time.Second, ok200)
@@ -257,11 +258,11 @@ func TestReconcileStreamBatchLost(t *testing.T) {
 	if _, err := p.sqs.SendMessage(t.Context(), &sqs.SendMessageInput{QueueUrl: &fanoutDLQ.URL, MessageBody: ptr(string(meta))}); err != nil {
 		t.Fatal(err)
 	}
-	p.pendingWithoutAttempt(t, a)
-	p.pendingWithoutAttempt(t, b)
+	p.unwritten(t, a)
+	p.unwritten(t, b)
 
-	if res := p.reconcile(t); res.Events != 0 || res.Deliveries != 2 {
-		t.Fatalf("reconciler %+v, want the two deliveries queued", res)
+	if res := p.reconcile(t); res.Events != 2 || res.Deliveries != 0 {
+		t.Fatalf("reconciler %+v, want the two events fanned out again", res)
 	}
 	if n := p.deliverAll(t); n != 2 {
 		t.Errorf("deliver took %d messages, want 2", n)
@@ -280,6 +281,35 @@ func TestReconcileEventsTheMappingMissed(t *testing.T) {
 	}
 	p.deliverAll(t)
 	p.recovered(t, evts...)
+}
+
+// The deliver function wrote the delivery with attempt 1's outcome and
+// stopped before taking the event out of the outbox (the test puts the
+// outbox key back): the reconciler fans the event out again, and deliver,
+// finding the delivery written, sends nothing and finishes the event.
+func TestReconcileDeliverStoppedBeforeTheOutbox(t *testing.T) {
+	t.Parallel()
+	p := newPipeline(t, 180*time.Second, ok200)
+	evt := p.event(t)
+	st := dynamo.New(p.client, p.table)
+	outboxed, err := st.Get(t.Context(), store.Key{PK: "EVT#" + evt, SK: "#EVT"})
+	if err != nil || outboxed.GSI3 == (store.IndexKey{}) {
+		t.Fatalf("event item %+v, %v; want it in the outbox", outboxed, err)
+	}
+	p.fanout(t, p.send, p.streamBatch(t))
+	if n := p.deliverAll(t); n != 1 {
+		t.Fatalf("deliver took %d messages, want 1", n)
+	}
+	if err := st.Transact(t.Context(), store.Put(outboxed)); err != nil {
+		t.Fatal(err)
+	}
+	if res := p.reconcile(t); res.Events != 1 {
+		t.Fatalf("reconciler %+v, want the event fanned out again", res)
+	}
+	if n := p.deliverAll(t); n != 1 {
+		t.Errorf("deliver took %d messages, want 1", n)
+	}
+	p.recovered(t, evt)
 }
 
 // Two runs at once (the deployed function has reserved concurrency 1, so

@@ -73,18 +73,50 @@ type breakerRecord struct {
 	EndpointID string `json:"endpointId"`
 }
 
-// FirstAttempt is Attempt's attempt 1 behind the circuit breaker. When the
-// delivery's endpoint is failing and another delivery probes it, the
-// delivery is parked instead (the result says Parked: start no schedule);
-// when it is failing and nobody probes it, this delivery becomes the probe.
-// A disabled endpoint gets nothing: the delivery fails without a request.
-// Test events (webhook.test, postback.test) are always sent, as on a
-// healthy endpoint.
-func (s *Service) FirstAttempt(ctx context.Context, ref DeliveryRef, sender Sender) (AttemptResult, error) {
-	rec, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(ref.BrandID, ref.DeliveryID))
-	if err != nil {
-		return AttemptResult{}, notFound(err, "delivery", ref.DeliveryID)
+// FirstAttempt is Attempt's attempt 1 behind the circuit breaker, of the
+// delivery a transport's message names, or carries when Dispatch did not
+// write it (it is written once, with what follows, and its event leaves
+// the outbox once its siblings are written too). When the delivery's
+// endpoint is failing and another delivery probes it, the delivery is
+// parked instead (the result says Parked: start no schedule); when it is
+// failing and nobody probes it, this delivery becomes the probe. A disabled endpoint gets nothing: the
+// delivery fails without a request. Test events (webhook.test,
+// postback.test) are always sent, as on a healthy endpoint.
+func (s *Service) FirstAttempt(ctx context.Context, msg DeliveryMessage, sender Sender) (AttemptResult, error) {
+	rec, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(msg.BrandID, msg.DeliveryID))
+	if errors.Is(err, store.ErrNotFound) && msg.Planned != nil {
+		rec, err = msg.planned()
 	}
+	if err != nil {
+		return AttemptResult{}, notFound(err, "delivery", msg.DeliveryID)
+	}
+	if msg.Planned == nil {
+		return s.firstAttempt(ctx, rec, nil, sender)
+	}
+	// Once the event's deliveries are written (this one now, or by an
+	// earlier step whose message came again), its work is done.
+	event, err := s.store.Get(ctx, eventKey(rec.EventID))
+	if errors.Is(err, store.ErrNotFound) {
+		return s.firstAttempt(ctx, rec, nil, sender) // expired: its attempt fails
+	}
+	if err != nil {
+		return AttemptResult{}, err
+	}
+	res, err := s.firstAttempt(ctx, rec, event.Data, sender)
+	if err != nil || event.GSI3 == (store.IndexKey{}) {
+		return res, err
+	}
+	// The sibling written last sees the others: each reads after its own
+	// write, strongly consistent.
+	if all, err := s.written(ctx, msg.BrandID, msg.Siblings); err != nil || !all {
+		return res, err
+	}
+	return res, s.leaveOutbox(ctx, event)
+}
+
+// firstAttempt is FirstAttempt on the delivery rec, stored or planned; a
+// webhook's envelope is read from the event unless given.
+func (s *Service) firstAttempt(ctx context.Context, rec deliveryRecord, envelope []byte, sender Sender) (AttemptResult, error) {
 	if rec.Status != tally.DeliveryPending || len(rec.Attempts) > rec.CycleStart {
 		return s.resultOf(rec), nil
 	}
@@ -112,6 +144,22 @@ func (s *Service) FirstAttempt(ctx context.Context, ref DeliveryRef, sender Send
 					return s.park(ctx, rec)
 				}
 			}
+			if rec.unsaved {
+				// A probe is written before it claims, so that the
+				// deliveries parking behind it find it pending.
+				err := s.transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
+				if _, exists := store.FailedOp(err); exists {
+					// Written by a step of a repeated message meanwhile.
+					if rec, err = getRecord[deliveryRecord](ctx, s.store, deliveryKey(rec.BrandID, rec.ID)); err != nil {
+						return AttemptResult{}, err
+					}
+					return s.firstAttempt(ctx, rec, envelope, sender)
+				}
+				if err != nil {
+					return AttemptResult{}, err
+				}
+				rec.unsaved = false
+			}
 			err = s.claimProbe(ctx, rec, ep)
 			if _, changed := store.FailedOp(err); changed {
 				continue // the endpoint changed meanwhile: decide again
@@ -124,7 +172,7 @@ func (s *Service) FirstAttempt(ctx context.Context, ref DeliveryRef, sender Send
 			}
 		}
 		// Healthy, or a failure or two (no circuit yet), or this is the probe.
-		return s.send(ctx, rec, ep, sender, 0)
+		return s.send(ctx, rec, ep, envelope, sender, 0)
 	}
 }
 
@@ -158,8 +206,12 @@ func (s *Service) claimProbe(ctx context.Context, rec deliveryRecord, ep store.I
 
 // park puts a delivery on its endpoint's wait list.
 func (s *Service) park(ctx context.Context, rec deliveryRecord) (AttemptResult, error) {
+	conds := []store.Cond{rec.asRead()}
+	if !rec.unsaved {
+		conds = append(conds, store.AttrEquals("status", tally.DeliveryPending))
+	}
 	rec.Parked, rec.NextAttemptAt, rec.UpdatedAt = true, nil, tally.NewTime(s.Now())
-	err := s.transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.AttrEquals("status", tally.DeliveryPending), store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts)))))
+	err := s.transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), conds...))
 	if _, changed := store.FailedOp(err); changed {
 		current, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(rec.BrandID, rec.ID))
 		return s.resultOf(current), err

@@ -3,6 +3,7 @@ package tracking
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -46,6 +47,18 @@ type deliveryRecord struct {
 	CycleStart int `json:"cycleStart,omitempty"`
 	// Parked: waiting for its endpoint's circuit (breaker.go).
 	Parked bool `json:"parked,omitempty"`
+	// unsaved: planned by Dispatch and not written yet; its first write
+	// is conditioned on the delivery being absent.
+	unsaved bool
+}
+
+// asRead is the condition that the delivery is stored as rec was read: as
+// many attempts, or absent while it is unsaved.
+func (rec deliveryRecord) asRead() store.Cond {
+	if rec.unsaved {
+		return store.NotExists()
+	}
+	return store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts)))
 }
 
 // DeliveryRef names a delivery for the transports (queue messages, state
@@ -53,6 +66,43 @@ type deliveryRecord struct {
 type DeliveryRef struct {
 	BrandID    string `json:"brandId"`
 	DeliveryID string `json:"deliveryId"`
+}
+
+// DeliveryMessage is what a transport that queues deliveries (AWS) sends
+// for one: its ref and, when Dispatch did not write it, the delivery as
+// planned.
+type DeliveryMessage struct {
+	DeliveryRef
+	// Planned is the delivery, pending and not yet written, of an event
+	// with at most maxCarried: attempt 1 writes it once, with its outcome
+	// (FirstAttempt). The event stays in the outbox until all of its
+	// deliveries are written, so a message lost on the way is re-driven
+	// with the event.
+	Planned json.RawMessage `json:"planned,omitempty"`
+	// Siblings are the ids of the event's other deliveries, carried the
+	// same way: the step that finds them all written after writing its own
+	// takes the event out of the outbox.
+	Siblings []string `json:"siblings,omitempty"`
+}
+
+// maxCarried is the most deliveries of an event that Dispatch carries in
+// their messages rather than writes: each step reads the others after
+// writing its own (strongly consistent reads cost a fifth of a write, and
+// a delivery written pending and again with its outcome costs about six
+// writes more than one written once).
+const maxCarried = 4
+
+// planned is the delivery the message carries, unsaved.
+func (m DeliveryMessage) planned() (deliveryRecord, error) {
+	var rec deliveryRecord
+	if err := json.Unmarshal(m.Planned, &rec); err != nil {
+		return rec, fmt.Errorf("delivery message %s: %w", m.DeliveryID, err)
+	}
+	if rec.ID != m.DeliveryID || rec.BrandID != m.BrandID || rec.Status != tally.DeliveryPending || len(rec.Attempts) != 0 {
+		return rec, fmt.Errorf("delivery message %s carries another delivery", m.DeliveryID)
+	}
+	rec.unsaved = true
+	return rec, nil
 }
 
 // deliveryID is the same for the same (event, subscription), so a repeated
@@ -122,9 +172,46 @@ func (s *Service) FanOut(ctx context.Context, eventID string) ([]DeliveryRef, er
 	recs, err := s.fanOut(ctx, eventID)
 	refs := make([]DeliveryRef, len(recs))
 	for i, rec := range recs {
-		refs[i] = DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID}
+		refs[i] = rec.ref()
 	}
 	return refs, err
+}
+
+// Dispatch is FanOut for a transport that carries deliveries in its
+// messages (AWS): the new deliveries of an event with at most maxCarried
+// are planned, not written (a delivery written pending and again with
+// attempt 1's outcome costs its write and every index entry twice);
+// attempt 1 writes each once, and the last written takes the event out of
+// the outbox (FirstAttempt). The deliveries of an event with more, or of
+// one fanned out before, are written as FanOut writes them, and their
+// messages carry only refs.
+func (s *Service) Dispatch(ctx context.Context, eventID string) ([]DeliveryMessage, error) {
+	plan, err := s.planFanOut(ctx, eventID, map[string][]subscriptionOf{})
+	if err != nil || plan == nil {
+		return nil, err
+	}
+	if n := len(plan.recs); n > 0 && n <= maxCarried && plan.outboxed {
+		msgs := make([]DeliveryMessage, n)
+		for i, rec := range plan.recs {
+			msgs[i] = DeliveryMessage{DeliveryRef: rec.ref(), Planned: mustJSON(rec)}
+			for j, other := range plan.recs {
+				if j != i {
+					msgs[i].Siblings = append(msgs[i].Siblings, other.ID)
+				}
+			}
+		}
+		return msgs, nil
+	}
+	recs, err := s.writeFanOuts(ctx, []*fanOutPlan{plan})
+	msgs := make([]DeliveryMessage, len(recs))
+	for i, rec := range recs {
+		msgs[i] = DeliveryMessage{DeliveryRef: rec.ref()}
+	}
+	return msgs, err
+}
+
+func (rec deliveryRecord) ref() DeliveryRef {
+	return DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID}
 }
 
 // fanOut is FanOut, returning the pending deliveries themselves.
@@ -482,13 +569,37 @@ func (s *Service) fanOutEach(ctx context.Context, planned []deliveryRecord, even
 		}
 	}
 	if outboxed {
-		event.GSI3 = store.IndexKey{}
-		err := s.transact(ctx, store.Put(event, store.Exists()))
-		if _, gone := store.FailedOp(err); !gone && err != nil {
-			return nil, err // (gone: the event expired meanwhile)
+		if err := s.leaveOutbox(ctx, event); err != nil {
+			return nil, err
 		}
 	}
 	return recs, nil
+}
+
+// written says whether the brand's deliveries with these ids are all
+// written.
+func (s *Service) written(ctx context.Context, brandID string, ids []string) (bool, error) {
+	for _, id := range ids {
+		_, err := s.store.Get(ctx, deliveryKey(brandID, id))
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// leaveOutbox writes the event, read as event, without its outbox key: its
+// deliveries are written.
+func (s *Service) leaveOutbox(ctx context.Context, event store.Item) error {
+	event.GSI3 = store.IndexKey{}
+	err := s.transact(ctx, store.Put(event, store.Exists()))
+	if _, gone := store.FailedOp(err); gone {
+		return nil // expired meanwhile
+	}
+	return err
 }
 
 func pending(recs []deliveryRecord) []deliveryRecord {
@@ -538,14 +649,14 @@ func (s *Service) attempt(ctx context.Context, ref DeliveryRef, n int, sender Se
 	if err != nil {
 		return AttemptResult{}, err
 	}
-	return s.send(ctx, rec, ep, sender, lease)
+	return s.send(ctx, rec, ep, nil, sender, lease)
 }
 
 // send makes the next attempt of rec to its endpoint, read as ep, and
-// records it; with a lease it claims the attempt first (claim).
-func (s *Service) send(ctx context.Context, rec deliveryRecord, ep store.Item, sender Sender, lease time.Duration) (AttemptResult, error) {
-	var envelope []byte
-	if rec.Type == tally.DeliveryWebhook && rec.Body == nil {
+// records it; with a lease it claims the attempt first (claim). A webhook's
+// envelope is read from its event unless given.
+func (s *Service) send(ctx context.Context, rec deliveryRecord, ep store.Item, envelope []byte, sender Sender, lease time.Duration) (AttemptResult, error) {
+	if rec.Type == tally.DeliveryWebhook && rec.Body == nil && envelope == nil {
 		evt, err := s.store.Get(ctx, eventKey(rec.EventID))
 		if errors.Is(err, store.ErrNotFound) {
 			// Expired (events are kept as long as deliveries, counted from
@@ -619,10 +730,10 @@ func (s *Service) claim(ctx context.Context, rec deliveryRecord, lease time.Dura
 // outcome in the health of the endpoint, read before as ep. The write holds
 // only if no other step recorded an attempt meanwhile.
 func (s *Service) recordAttempt(ctx context.Context, rec deliveryRecord, at *tally.Attempt, ep *store.Item) (AttemptResult, error) {
-	before := strconv.Itoa(len(rec.Attempts))
+	before := rec.asRead()
 	now := s.Now()
 	rec = s.withAttempt(rec, at, now)
-	record := store.Put(deliveryItem(rec, s.deliveryRetention), store.AttrEquals("attempts", before))
+	record := store.Put(deliveryItem(rec, s.deliveryRetention), before)
 	for {
 		ops := []store.Op{record}
 		if ep != nil && at != nil {

@@ -61,27 +61,34 @@ func DeliverHandler(svc *tracking.Service, sender tracking.Sender, ex Executions
 	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 		// The messages are attempted at once, so a batch takes as long as its
 		// slowest receiver (at most the 10 s limit), not the sum of them.
-		// Messages with the same body (a delivery queued twice: a repeated
-		// fan-out, a re-drive) are one step, or both would make attempt 1.
+		// Messages for the same delivery (queued twice: a repeated fan-out,
+		// a re-drive; their bodies may differ in the planned delivery's
+		// times) are one step, or both would make attempt 1.
 		var (
 			resp  events.SQSEventResponse
 			mu    sync.Mutex
 			wg    sync.WaitGroup
-			ids   = map[string][]string{} // message ids by body
+			ids   = map[string][]string{} // message ids by delivery
+			first = map[string]string{}   // the first body of each delivery
 			order []string
 		)
 		for _, msg := range ev.Records {
-			if ids[msg.Body] == nil {
-				order = append(order, msg.Body)
+			key := msg.Body
+			var ref tracking.DeliveryRef
+			if json.Unmarshal([]byte(msg.Body), &ref) == nil && ref.DeliveryID != "" {
+				key = ref.BrandID + "/" + ref.DeliveryID
 			}
-			ids[msg.Body] = append(ids[msg.Body], msg.MessageId)
+			if ids[key] == nil {
+				order, first[key] = append(order, key), msg.Body
+			}
+			ids[key] = append(ids[key], msg.MessageId)
 		}
-		for _, body := range order {
+		for _, key := range order {
 			wg.Go(func() {
-				if err := deliver(ctx, svc, sender, ex, stateMachineARN, body); err != nil {
-					log.Error("delivery failed", "messageIds", ids[body], "err", err.Error())
+				if err := deliver(ctx, svc, sender, ex, stateMachineARN, first[key]); err != nil {
+					log.Error("delivery failed", "messageIds", ids[key], "err", err.Error())
 					mu.Lock()
-					for _, id := range ids[body] {
+					for _, id := range ids[key] {
 						resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: id})
 					}
 					mu.Unlock()
@@ -94,15 +101,15 @@ func DeliverHandler(svc *tracking.Service, sender tracking.Sender, ex Executions
 }
 
 func deliver(ctx context.Context, svc *tracking.Service, sender tracking.Sender, ex Executions, stateMachineARN, body string) error {
-	var ref tracking.DeliveryRef
-	if err := json.Unmarshal([]byte(body), &ref); err != nil || ref.BrandID == "" || ref.DeliveryID == "" {
+	var msg tracking.DeliveryMessage
+	if err := json.Unmarshal([]byte(body), &msg); err != nil || msg.BrandID == "" || msg.DeliveryID == "" {
 		return fmt.Errorf("not a delivery message: %q", body)
 	}
-	res, err := svc.FirstAttempt(ctx, ref, sender)
+	res, err := svc.FirstAttempt(ctx, msg, sender)
 	if err != nil || res.Status != tally.DeliveryPending || res.Parked {
 		return err
 	}
-	return startRetries(ctx, svc, ex, stateMachineARN, ref, res)
+	return startRetries(ctx, svc, ex, stateMachineARN, msg.DeliveryRef, res)
 }
 
 // startRetries makes sure an execution runs the delivery's schedule: it

@@ -72,9 +72,11 @@ type Queue interface {
 const fanoutWorkers = 10
 
 // FanoutHandler handles a DynamoDB Streams batch: for each new event item it
-// makes the event's deliveries, fanoutWorkers records at a time, then
-// queues one message per pending delivery, the batch's messages together
-// in batches of 10 (a message per event would cost an SQS request each).
+// makes the event's deliveries (tracking.Service.Dispatch: those of an
+// event with a few go in their messages, unwritten), fanoutWorkers records
+// at a time, then queues one message per pending delivery, the batch's
+// messages together in batches of 10 (a message per event would cost an
+// SQS request each).
 // The event source mapping's filter lets only event inserts through; other
 // records are skipped all the same. The first record that fails (its
 // fan-out, or queueing one of its deliveries) is reported (partial batch
@@ -82,7 +84,7 @@ const fanoutWorkers = 10
 // nothing twice and queues its pending deliveries again.
 func FanoutHandler(svc *tracking.Service, q Queue, queueURL string, log *slog.Logger) func(context.Context, events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
 	return func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
-		refs := make([][]tracking.DeliveryRef, len(ev.Records))
+		msgs := make([][]tracking.DeliveryMessage, len(ev.Records))
 		errs := make([]error, len(ev.Records))
 		var wg sync.WaitGroup
 		slots := make(chan struct{}, fanoutWorkers)
@@ -94,7 +96,7 @@ func FanoutHandler(svc *tracking.Service, q Queue, queueURL string, log *slog.Lo
 			wg.Go(func() {
 				slots <- struct{}{}
 				defer func() { <-slots }()
-				if refs[i], errs[i] = svc.FanOut(ctx, eventID); errs[i] != nil {
+				if msgs[i], errs[i] = svc.Dispatch(ctx, eventID); errs[i] != nil {
 					log.Error("fan-out failed", "eventId", eventID, "err", errs[i].Error())
 				}
 			})
@@ -104,15 +106,15 @@ func FanoutHandler(svc *tracking.Service, q Queue, queueURL string, log *slog.Lo
 		if failed < 0 {
 			failed = len(ev.Records)
 		}
-		var all []tracking.DeliveryRef
+		var all []tracking.DeliveryMessage
 		var owner []int // the record of each of all
 		for i := range failed {
-			all = append(all, refs[i]...)
-			for range refs[i] {
+			all = append(all, msgs[i]...)
+			for range msgs[i] {
 				owner = append(owner, i)
 			}
 		}
-		if n, err := sendRefs(ctx, q, queueURL, all); err != nil {
+		if n, err := send(ctx, q, queueURL, all); err != nil {
 			log.Error("queueing deliveries failed", "deliveryId", all[n].DeliveryID, "err", err.Error())
 			failed = owner[n]
 		}
@@ -138,26 +140,35 @@ func insertedEvent(rec events.DynamoDBEventRecord) (string, bool) {
 }
 
 func fanOut(ctx context.Context, svc *tracking.Service, q Queue, queueURL, eventID string) error {
-	refs, err := svc.FanOut(ctx, eventID)
+	msgs, err := svc.Dispatch(ctx, eventID)
 	if err != nil {
 		return err
 	}
-	_, err = sendRefs(ctx, q, queueURL, refs)
+	_, err = send(ctx, q, queueURL, msgs)
 	return err
 }
 
-// sendRefs queues one delivery message per ref, in batches. On an error it
-// returns the index of the first ref it cannot say was queued.
+// sendRefs queues a message per ref (send).
 func sendRefs(ctx context.Context, q Queue, queueURL string, refs []tracking.DeliveryRef) (int, error) {
-	for start := 0; start < len(refs); start += sqsjson.MaxBatch {
-		chunk := refs[start:min(start+sqsjson.MaxBatch, len(refs))]
+	msgs := make([]tracking.DeliveryMessage, len(refs))
+	for i, ref := range refs {
+		msgs[i] = tracking.DeliveryMessage{DeliveryRef: ref}
+	}
+	return send(ctx, q, queueURL, msgs)
+}
+
+// send queues the delivery messages, in batches. On an error it returns
+// the index of the first it cannot say was queued.
+func send(ctx context.Context, q Queue, queueURL string, all []tracking.DeliveryMessage) (int, error) {
+	for start := 0; start < len(all); start += sqsjson.MaxBatch {
+		chunk := all[start:min(start+sqsjson.MaxBatch, len(all))]
 		msgs := make([]sqsjson.Message, len(chunk))
-		for i, ref := range chunk {
-			body, _ := json.Marshal(ref) // two strings always marshal
+		for i, m := range chunk {
+			body, _ := json.Marshal(m) // strings and a record always marshal
 			// The brand is the message group: with the queue a fair
 			// queue, one brand's backlog or slow receivers do not hold
 			// up the others' deliveries (docs/aws.md, "Fair delivery").
-			msgs[i] = sqsjson.Message{Body: string(body), Group: ref.BrandID}
+			msgs[i] = sqsjson.Message{Body: string(body), Group: m.BrandID}
 		}
 		if err := q.SendBatch(ctx, queueURL, msgs); err != nil {
 			first := 0
@@ -173,7 +184,7 @@ func sendRefs(ctx context.Context, q Queue, queueURL string, refs []tracking.Del
 			return start + min(first, len(chunk)-1), fmt.Errorf("queue deliveries: %w", err)
 		}
 	}
-	return len(refs), nil
+	return len(all), nil
 }
 
 // Requeue returns the tracking.WithRequeue hook that queues a manually
@@ -202,9 +213,10 @@ type ReconcileQueue interface {
 // never read (it starts at LATEST); a delivery message received 5 times
 // goes to DeliveryDLQ, or expires with the queue's retention; an execution
 // can end without deciding its delivery. The table still knows all of it:
-// events not fanned out keep their outbox key, pending deliveries their due
-// key (gsi3). A run fans out again the events that have been in the outbox
-// longer than Grace, and queues again the pending deliveries whose next
+// events whose deliveries are not all written keep their outbox key (those
+// their messages carry are written by attempt 1), pending deliveries their
+// due key (gsi3). A run fans out again the events that have been in the
+// outbox longer than Grace, and queues again the pending deliveries whose next
 // attempt is overdue by more than Grace; both steps are idempotent, so a
 // false alarm costs a repeated step, not a repeated request.
 type Reconciler struct {
@@ -216,8 +228,10 @@ type Reconciler struct {
 	// oldest first; the next run takes the rest.
 	Limit int
 	// Backlog is how many visible messages the delivery queue may hold for
-	// the run to queue deliveries again: a longer queue means deliver is
-	// behind, and overdue deliveries are most likely in it already.
+	// the run to re-drive events and deliveries: a longer queue means
+	// deliver is behind, and overdue deliveries are most likely in it
+	// already, as are the messages of outboxed events whose deliveries
+	// attempt 1 writes.
 	Backlog int
 	// Workers bounds the fan-outs a run makes at once.
 	Workers int
@@ -237,7 +251,7 @@ type ReconcilerResult struct {
 	Failed     int  `json:"failed"`     // parked deliveries failed: they waited out a probe's failed schedule
 	Circuits   int  `json:"circuits"`   // endpoints whose wait lists were read: open circuits, or recently closed
 	Backlog    int  `json:"backlog"`    // visible messages in the delivery queue
-	Deferred   bool `json:"deferred"`   // deliveries were left for a later run: the queue has a backlog
+	Deferred   bool `json:"deferred"`   // events and deliveries were left for a later run: the queue has a backlog
 }
 
 // Handler returns the scheduled handler. A run that could not re-drive
@@ -251,19 +265,19 @@ func (r Reconciler) Handler(svc *tracking.Service, q ReconcileQueue, queueURL st
 			return res, err
 		}
 		var errs []error
-		failed := r.fanOutAll(ctx, svc, q, queueURL, evts, log)
-		res.Events = len(evts) - failed
-		if failed > 0 {
-			errs = append(errs, fmt.Errorf("%d of %d events could not be fanned out", failed, len(evts)))
-		}
 		res.Backlog, err = backlog(ctx, q, queueURL)
 		switch {
 		case err != nil:
 			errs = append(errs, err)
 		case res.Backlog >= r.Backlog:
 			res.Deferred = true
-			log.Warn("the delivery queue has a backlog: overdue and parked deliveries are left for a later run", "backlog", res.Backlog, "overdue", len(refs))
+			log.Warn("the delivery queue has a backlog: overdue events and deliveries and parked deliveries are left for a later run", "backlog", res.Backlog, "events", len(evts), "overdue", len(refs))
 		default:
+			failed := r.fanOutAll(ctx, svc, q, queueURL, evts, log)
+			res.Events = len(evts) - failed
+			if failed > 0 {
+				errs = append(errs, fmt.Errorf("%d of %d events could not be fanned out", failed, len(evts)))
+			}
 			refs = refs[:min(len(refs), r.Backlog-res.Backlog)]
 			if _, err := sendRefs(ctx, q, queueURL, refs); err != nil {
 				errs = append(errs, err)
