@@ -1,0 +1,160 @@
+package tracking
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/store"
+)
+
+// WithStreamRollups leaves the report rollups of new conversions to the
+// table's stream: a conversion's transaction does not add to them, and
+// RollUp adds a batch of them at once, one write per rollup item rather
+// than two per conversion. Only the AWS functions set it (a rollup function
+// reads the stream there); the embedded store and the local server keep
+// the rollups in the conversion's transaction. Reports then lag the
+// conversions by as long as the stream takes, seconds.
+func WithStreamRollups() Option { return func(s *Service) { s.streamRollups = true } }
+
+// rolledUpAttr marks a conversion item whose rollups the stream adds (the
+// rollup function's filter passes inserts that carry it). Conversions
+// written with their rollups, before this existed or by the local server,
+// lack it, so no conversion is counted twice.
+const rolledUpAttr = "rollup"
+
+// rolledUpFromStream is rolledUpAttr's value.
+const rolledUpFromStream = "stream"
+
+// StreamChange is an item the table's stream reports as inserted: its
+// sequence number in its stream shard and its new image.
+type StreamChange struct {
+	Seq  string
+	Item store.Item
+}
+
+// rollupCheckpointTTL keeps a shard's checkpoint past the stream's 24-hour
+// retention: no record of the shard can arrive after it.
+const rollupCheckpointTTL = 48 * time.Hour
+
+// RollUp adds the conversions among changes (one stream shard's records,
+// in the shard's order) to the report rollups, exactly once however often
+// and however cut the batches come: a stream batch is retried whole, from
+// a record, or bisected, and a timed-out invocation may still be writing
+// while its retry runs. The shard's checkpoint item holds the sequence
+// number of the last change added; each transaction adds the increments of
+// consecutive changes after it, summed per rollup item, and moves the
+// checkpoint on with the condition that it is still where it was read.
+// Changes at or before the checkpoint are skipped; a failed condition
+// means another invocation got there first, and the checkpoint is read
+// again.
+func (s *Service) RollUp(ctx context.Context, shard string, changes []StreamChange) error {
+	var convs []rolledConversion
+	for _, ch := range changes {
+		if ch.Item.Attrs[rolledUpAttr] != rolledUpFromStream {
+			continue
+		}
+		var c tally.Conversion
+		if err := decode(ch.Item, &c); err != nil {
+			return err
+		}
+		// The increments go to the rollup shard of the stream shard, not of
+		// the conversion: reports sum every shard, and a batch's conversions
+		// of one offer and partner then add to two items, not eight.
+		// Writes to them come one batch at a time, so they need no
+		// spreading.
+		convs = append(convs, rolledConversion{seq: ch.Seq, ops: rollupIncrements(c.BrandID, shard, c.CreatedAt.Time, c.OfferID, c.PartnerID, c.Currency, createdDelta(c))})
+	}
+	key := rollupCheckpointKey(shard)
+	done, err := s.rolledUpTo(ctx, key)
+	for err == nil {
+		i := 0
+		for i < len(convs) && !seqAfter(convs[i].seq, done) {
+			i++
+		}
+		if convs = convs[i:]; len(convs) == 0 {
+			return nil
+		}
+		ops, n := sumRollups(convs)
+		last := convs[n-1].seq
+		cond := store.NotExists()
+		if done != "" {
+			cond = store.AttrEquals("seq", done)
+		}
+		ops = append(ops, store.Put(store.Item{Key: key, Attrs: map[string]string{"seq": last}, ExpiresAt: s.Now().Add(rollupCheckpointTTL).Unix()}, cond))
+		err = s.transact(ctx, ops...)
+		switch _, failed := store.FailedOp(err); {
+		case failed:
+			done, err = s.rolledUpTo(ctx, key)
+		case err == nil:
+			done = last
+		}
+	}
+	return fmt.Errorf("roll up shard %s: %w", shard, err)
+}
+
+// rolledConversion is a conversion's rollup increments and the sequence
+// number of its stream record.
+type rolledConversion struct {
+	seq string
+	ops []store.Op
+}
+
+// sumRollups sums the increments of the first conversions of convs per
+// rollup item, as many conversions as leave room in a transaction for the
+// checkpoint, and returns the updates and how many conversions they hold.
+func sumRollups(convs []rolledConversion) ([]store.Op, int) {
+	sums := map[store.Key]map[string]int64{}
+	n := 0
+	for _, c := range convs {
+		fresh := 0
+		for _, op := range c.ops {
+			if sums[op.Key] == nil {
+				fresh++
+			}
+		}
+		if len(sums)+fresh > store.MaxTransactOps-1 {
+			break
+		}
+		for _, op := range c.ops {
+			if sums[op.Key] == nil {
+				sums[op.Key] = map[string]int64{}
+			}
+			for name, v := range op.Add {
+				sums[op.Key][name] += v
+			}
+		}
+		n++
+	}
+	keys := slices.SortedFunc(maps.Keys(sums), func(a, b store.Key) int { return cmp.Or(cmp.Compare(a.PK, b.PK), cmp.Compare(a.SK, b.SK)) })
+	ops := make([]store.Op, 0, len(keys)+1)
+	for _, k := range keys {
+		ops = append(ops, store.Increment(k, sums[k]))
+	}
+	return ops, n
+}
+
+// rolledUpTo is the sequence number of the last change the shard's
+// checkpoint says was added, "" when none was.
+func (s *Service) rolledUpTo(ctx context.Context, key store.Key) (string, error) {
+	it, err := s.store.Get(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil
+	}
+	return it.Attrs["seq"], err
+}
+
+// seqAfter reports whether stream sequence number a comes after b ("" is
+// before all). They are decimal numbers of up to 40 digits, without
+// leading zeros.
+func seqAfter(a, b string) bool {
+	if len(a) != len(b) {
+		return len(a) > len(b)
+	}
+	return a > b
+}
