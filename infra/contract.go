@@ -15,7 +15,7 @@ const (
 	attemptFunction                // the retry state machine
 	fallbackFunction               // the HTTP API's $default route: what no route matches
 	reconcilerFunction             // EventBridge schedule: re-drives dropped webhook work
-	rollupFunction                 // the table's stream: adds new conversions to the report rollups
+	rollupFunction                 // the table's stream: adds new conversions and clicks to the report rollups
 )
 
 // function is one Lambda function: its logical id, its folder under
@@ -58,7 +58,7 @@ const (
 const fanoutFilter = `{"eventName":["INSERT"],"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"EVT#"}]}}}}`
 
 // rollupFilter is the rollup function's stream filter: only inserted
-// conversions whose rollups are left to the stream.
+// conversions and clicks whose rollups are left to the stream.
 const rollupFilter = `{"eventName":["INSERT"],"dynamodb":{"NewImage":{"rollup":{"S":["stream"]}}}}`
 
 // rateCounterKeys is the partition-key pattern of the rate-limit counters,

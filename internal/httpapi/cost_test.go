@@ -58,6 +58,23 @@ func TestConversionOnAWSLeavesRollupsToTheStream(t *testing.T) {
 	}
 }
 
+// On AWS a click leaves its rollups to the stream too: 4 items, 10 WRU of
+// the 14 of docs/aws.md's table.
+func TestClickOnAWSLeavesRollupsToTheStream(t *testing.T) {
+	client, table := dynamotest.NewTable(t)
+	api := dynamotest.NewMeter(client, table)
+	e := newEnv(t, dynamo.New(api, table), behindProxy(), tracking.WithStreamRollups())
+	brandID, key := e.brand()
+	offerID := e.offer(key, clickDest)
+	partnerID := e.activePartner(brandID, key)
+	e.must(302, e.clickFrom("/c/"+offerID+"?pid="+partnerID, "192.0.2.1", browserUA)) // the instance reads what it caches
+	api.Take()
+	e.must(302, e.clickFrom("/c/"+offerID+"?pid="+partnerID, "192.0.2.2", browserUA))
+	if got, want := api.Take(), map[string]int{"TransactWriteItems": 1, "items written": 4}; !maps.Equal(got.Calls, want) || got.WRU != 10 {
+		t.Errorf("a click made %v, %.1f WRU; want %v, 10 WRU (no rollups)", got.Calls, got.WRU, want)
+	}
+}
+
 // A conversion that names its click reads the click and, in the same
 // transaction, marks the click with the conversion (its conversionId).
 func TestAttributedConversionCost(t *testing.T) {

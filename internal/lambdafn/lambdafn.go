@@ -144,8 +144,8 @@ func Setup(log *slog.Logger, opts ...tracking.Option) (*tracking.Service, httpap
 	if err != nil {
 		return nil, cfg, err
 	}
-	// The table's stream adds new conversions to the report rollups (the
-	// rollup function), in batches rather than in each conversion's write.
+	// The table's stream adds new conversions and clicks to the report
+	// rollups (the rollup function), in batches rather than in each write.
 	envOpts = append(envOpts, tracking.WithStreamRollups())
 	return tracking.New(dynamo.New(client, table), append(envOpts, opts...)...), cfg, nil
 }

@@ -19,8 +19,8 @@ import (
 // internal/deploy's test checks the template against it.
 const RollupFilterPattern = `{"eventName":["INSERT"],"dynamodb":{"NewImage":{"rollup":{"S":["stream"]}}}}`
 
-// ServeRollup runs the function that adds new conversions to the report
-// rollups from the table's stream. It never returns.
+// ServeRollup runs the function that adds new conversions and clicks to the
+// report rollups from the table's stream. It never returns.
 func ServeRollup() {
 	log, svc := Start()
 	lambda.Start(RollupHandler(svc, log))
@@ -32,7 +32,7 @@ func ServeRollup() {
 type RollupFunc func(context.Context, events.DynamoDBTimeWindowEvent) (events.DynamoDBTimeWindowEventResponse, error)
 
 // RollupHandler returns the rollup function's handler: it adds the batch's
-// conversions to the rollups (tracking.Service.RollUp), exactly once
+// conversions and clicks to the rollups (tracking.Service.RollUp), exactly once
 // however Lambda retries or bisects the batch. A failure returns an error,
 // and Lambda retries the batch; the window's state is not used (an empty
 // one is returned: Lambda takes a response without state as a failure).

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"reflect"
 	"sync"
 	"testing"
@@ -19,7 +20,7 @@ import (
 
 // TestRollupsFromTheStreamAreExact records conversions through the
 // conversions function as deployed (its service leaves rollups to the
-// stream), reads the table's stream on DynamoDB Local, filters it as the
+// stream), and clicks, some of them high-risk, reads the table's stream on DynamoDB Local, filters it as the
 // rollup function's mapping does, and hands the records to the rollup
 // function the ways Lambda may: split over two shards, a batch repeated, a
 // batch bisected after it was applied, a retry racing the invocation that
@@ -49,6 +50,28 @@ func TestRollupsFromTheStreamAreExact(t *testing.T) {
 		}
 		convs = append(convs, c)
 	}
+	settings, err := svc.FraudSettings(t.Context(), f.brand.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var clicks, highRisk int64
+	for i := range n {
+		ua := "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"
+		if i%4 == 0 {
+			ua = "" // a missing User-Agent raises the score
+		}
+		c, _, err := svc.RecordClick(t.Context(), tracking.ClickInput{OfferID: offerID, PartnerID: partnerID, IP: netip.MustParseAddr("198.51.100.7"), UserAgent: ua})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clicks++
+		if c.FraudScore > settings.Threshold {
+			highRisk++
+		}
+	}
+	if highRisk == 0 || highRisk == clicks {
+		t.Fatalf("%d of %d clicks are high-risk: the test wants both kinds", highRisk, clicks)
+	}
 	day := convs[0].CreatedAt.UTC().Format("2006-01-02")
 	report := func() []tally.ReportRow {
 		t.Helper()
@@ -59,7 +82,7 @@ func TestRollupsFromTheStreamAreExact(t *testing.T) {
 		return r.Data
 	}
 	if rows := report(); len(rows) != 0 {
-		t.Fatalf("before the stream was read, the report has %+v: the conversions added to the rollups themselves", rows)
+		t.Fatalf("before the stream was read, the report has %+v: the conversions or clicks added to the rollups themselves", rows)
 	}
 
 	var records []events.DynamoDBEventRecord
@@ -69,8 +92,8 @@ func TestRollupsFromTheStreamAreExact(t *testing.T) {
 			records = append(records, rec)
 		}
 	}
-	if len(records) != n {
-		t.Fatalf("the rollup filter passed %d records, want the %d conversions", len(records), n)
+	if len(records) != 2*n {
+		t.Fatalf("the rollup filter passed %d records, want the %d conversions and %d clicks", len(records), n, n)
 	}
 	// Two shards, each in stream order.
 	var shardA, shardB []events.DynamoDBEventRecord
@@ -115,6 +138,7 @@ func TestRollupsFromTheStreamAreExact(t *testing.T) {
 		r.PayoutCents += c.PayoutCents
 		r.ProfitCents = r.RevenueCents - r.PayoutCents
 	}
+	want["EUR"].Clicks, want["EUR"].HighRiskClicks = clicks, highRisk // the offer's currency
 	if got := report(); len(got) != 2 || !reflect.DeepEqual(got[0], *want[got[0].Currency]) || !reflect.DeepEqual(got[1], *want[got[1].Currency]) {
 		t.Errorf("report %+v, want %+v and %+v", got, *want["EUR"], *want["USD"])
 	}

@@ -7,29 +7,46 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/store"
 )
 
-// WithStreamRollups leaves the report rollups of new conversions to the
-// table's stream: a conversion's transaction does not add to them, and
+// WithStreamRollups leaves the report rollups of new conversions and
+// clicks to the table's stream: their transactions do not add to them, and
 // RollUp adds a batch of them at once, one write per rollup item rather
-// than two per conversion. Only the AWS functions set it (a rollup function
+// than two per conversion or click. Only the AWS functions set it (a rollup function
 // reads the stream there); the embedded store and the local server keep
 // the rollups in the conversion's transaction. Reports then lag the
 // conversions by as long as the stream takes, seconds.
 func WithStreamRollups() Option { return func(s *Service) { s.streamRollups = true } }
 
-// rolledUpAttr marks a conversion item whose rollups the stream adds (the
-// rollup function's filter passes inserts that carry it). Conversions
+// rolledUpAttr marks a conversion or click item whose rollups the stream
+// adds (the rollup function's filter passes inserts that carry it). Items
 // written with their rollups, before this existed or by the local server,
-// lack it, so no conversion is counted twice.
+// lack it, so nothing is counted twice.
 const rolledUpAttr = "rollup"
 
 // rolledUpFromStream is rolledUpAttr's value.
 const rolledUpFromStream = "stream"
+
+// Attributes of a click marked for the stream: what its rollups need that
+// the click does not keep (the offer's currency, the brand's threshold at
+// the time).
+const (
+	clickCurrencyAttr = "currency"
+	clickHighRiskAttr = "highRisk"
+)
+
+// markForStream marks a click item for the stream's rollups.
+func markForStream(it *store.Item, currency string, highRisk bool) {
+	it.Attrs = map[string]string{rolledUpAttr: rolledUpFromStream, clickCurrencyAttr: currency}
+	if highRisk {
+		it.Attrs[clickHighRiskAttr] = "1"
+	}
+}
 
 // StreamChange is an item the table's stream reports as inserted: its
 // sequence number in its stream shard and its new image.
@@ -42,8 +59,8 @@ type StreamChange struct {
 // retention: no record of the shard can arrive after it.
 const rollupCheckpointTTL = 48 * time.Hour
 
-// RollUp adds the conversions among changes (one stream shard's records,
-// in the shard's order) to the report rollups, exactly once however often
+// RollUp adds the conversions and clicks among changes (one stream shard's
+// records, in the shard's order) to the report rollups, exactly once however often
 // and however cut the batches come: a stream batch is retried whole, from
 // a record, or bisected, and a timed-out invocation may still be writing
 // while its retry runs. The shard's checkpoint item holds the sequence
@@ -54,21 +71,16 @@ const rollupCheckpointTTL = 48 * time.Hour
 // means another invocation got there first, and the checkpoint is read
 // again.
 func (s *Service) RollUp(ctx context.Context, shard string, changes []StreamChange) error {
-	var convs []rolledConversion
+	var convs []rolledRecord
 	for _, ch := range changes {
 		if ch.Item.Attrs[rolledUpAttr] != rolledUpFromStream {
 			continue
 		}
-		var c tally.Conversion
-		if err := decode(ch.Item, &c); err != nil {
+		ops, err := streamIncrements(ch.Item, shard)
+		if err != nil {
 			return err
 		}
-		// The increments go to the rollup shard of the stream shard, not of
-		// the conversion: reports sum every shard, and a batch's conversions
-		// of one offer and partner then add to two items, not eight.
-		// Writes to them come one batch at a time, so they need no
-		// spreading.
-		convs = append(convs, rolledConversion{seq: ch.Seq, ops: rollupIncrements(c.BrandID, shard, c.CreatedAt.Time, c.OfferID, c.PartnerID, c.Currency, createdDelta(c))})
+		convs = append(convs, rolledRecord{seq: ch.Seq, ops: ops})
 	}
 	key := rollupCheckpointKey(shard)
 	done, err := s.rolledUpTo(ctx, key)
@@ -98,9 +110,29 @@ func (s *Service) RollUp(ctx context.Context, shard string, changes []StreamChan
 	return fmt.Errorf("roll up shard %s: %w", shard, err)
 }
 
-// rolledConversion is a conversion's rollup increments and the sequence
-// number of its stream record.
-type rolledConversion struct {
+// streamIncrements are the rollup increments of a new conversion or click.
+// They go to the rollup shard of the stream shard, not of the record:
+// reports sum every shard, and a batch's records of one offer and partner
+// then add to two items, not eight. Writes to them come one batch at a
+// time, so they need no spreading.
+func streamIncrements(it store.Item, shard string) ([]store.Op, error) {
+	if strings.HasPrefix(it.SK, "clk_") {
+		var c tally.Click
+		if err := decode(it, &c); err != nil {
+			return nil, err
+		}
+		return rollupIncrements(c.BrandID, shard, c.CreatedAt.Time, c.OfferID, c.PartnerID, it.Attrs[clickCurrencyAttr], clickCounts(it.Attrs[clickHighRiskAttr] != "")), nil
+	}
+	var c tally.Conversion
+	if err := decode(it, &c); err != nil {
+		return nil, err
+	}
+	return rollupIncrements(c.BrandID, shard, c.CreatedAt.Time, c.OfferID, c.PartnerID, c.Currency, createdDelta(c)), nil
+}
+
+// rolledRecord is a conversion's (or a click's) rollup increments and
+// the sequence number of its stream record.
+type rolledRecord struct {
 	seq string
 	ops []store.Op
 }
@@ -108,7 +140,7 @@ type rolledConversion struct {
 // sumRollups sums the increments of the first conversions of convs per
 // rollup item, as many conversions as leave room in a transaction for the
 // checkpoint, and returns the updates and how many conversions they hold.
-func sumRollups(convs []rolledConversion) ([]store.Op, int) {
+func sumRollups(convs []rolledRecord) ([]store.Op, int) {
 	sums := map[store.Key]map[string]int64{}
 	n := 0
 	for _, c := range convs {
