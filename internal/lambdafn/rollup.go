@@ -14,8 +14,8 @@ import (
 )
 
 // RollupFilterPattern is the filter of the rollup function's event source
-// mapping: only inserted conversions whose rollups are left to the stream
-// (tracking.WithStreamRollups marks them) reach RollupHandler.
+// mapping: only inserted conversions and clicks whose rollups are left to
+// the stream (tracking.WithStreamRollups marks them) reach RollupHandler.
 // internal/deploy's test checks the template against it.
 const RollupFilterPattern = `{"eventName":["INSERT"],"dynamodb":{"NewImage":{"rollup":{"S":["stream"]}}}}`
 
@@ -32,8 +32,8 @@ func ServeRollup() {
 type RollupFunc func(context.Context, events.DynamoDBTimeWindowEvent) (events.DynamoDBTimeWindowEventResponse, error)
 
 // RollupHandler returns the rollup function's handler: it adds the batch's
-// conversions and clicks to the rollups (tracking.Service.RollUp), exactly once
-// however Lambda retries or bisects the batch. A failure returns an error,
+// conversions and clicks to the rollups (tracking.Service.RollUp), exactly
+// once however Lambda retries or bisects the batch. A failure returns an error,
 // and Lambda retries the batch; the window's state is not used (an empty
 // one is returned: Lambda takes a response without state as a failure).
 func RollupHandler(svc *tracking.Service, log *slog.Logger) RollupFunc {

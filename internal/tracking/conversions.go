@@ -353,7 +353,8 @@ func rollupOps(c tally.Conversion, add map[string]int64) []store.Op {
 
 // rollupIncrements add counter deltas to the report rollups of a record
 // (a conversion, a click) made at a time: its UTC day and its UTC quarter
-// hour, in the shard of the record's id.
+// hour, in the shard of id (the record's, or for RollUp its stream
+// shard's).
 func rollupIncrements(brandID, id string, at time.Time, offerID, partnerID, currency string, add map[string]int64) []store.Op {
 	at, shard := at.UTC(), shardOf(id)
 	return []store.Op{

@@ -17,10 +17,10 @@ import (
 // WithStreamRollups leaves the report rollups of new conversions and
 // clicks to the table's stream: their transactions do not add to them, and
 // RollUp adds a batch of them at once, one write per rollup item rather
-// than two per conversion or click. Only the AWS functions set it (a rollup function
-// reads the stream there); the embedded store and the local server keep
-// the rollups in the conversion's transaction. Reports then lag the
-// conversions by as long as the stream takes, seconds.
+// than two per conversion or click. Only the AWS functions set it (the
+// rollup function reads the stream there); the embedded store and the
+// local server keep the rollups in the record's transaction. Reports then
+// lag by as long as the stream takes, seconds.
 func WithStreamRollups() Option { return func(s *Service) { s.streamRollups = true } }
 
 // rolledUpAttr marks a conversion or click item whose rollups the stream
@@ -60,8 +60,8 @@ type StreamChange struct {
 const rollupCheckpointTTL = 48 * time.Hour
 
 // RollUp adds the conversions and clicks among changes (one stream shard's
-// records, in the shard's order) to the report rollups, exactly once however often
-// and however cut the batches come: a stream batch is retried whole, from
+// records, in the shard's order) to the report rollups, exactly once
+// however often and however cut the batches come: a stream batch is retried whole, from
 // a record, or bisected, and a timed-out invocation may still be writing
 // while its retry runs. The shard's checkpoint item holds the sequence
 // number of the last change added; each transaction adds the increments of
@@ -71,7 +71,7 @@ const rollupCheckpointTTL = 48 * time.Hour
 // means another invocation got there first, and the checkpoint is read
 // again.
 func (s *Service) RollUp(ctx context.Context, shard string, changes []StreamChange) error {
-	var convs []rolledRecord
+	var recs []rolledRecord
 	for _, ch := range changes {
 		if ch.Item.Attrs[rolledUpAttr] != rolledUpFromStream {
 			continue
@@ -80,20 +80,20 @@ func (s *Service) RollUp(ctx context.Context, shard string, changes []StreamChan
 		if err != nil {
 			return err
 		}
-		convs = append(convs, rolledRecord{seq: ch.Seq, ops: ops})
+		recs = append(recs, rolledRecord{seq: ch.Seq, ops: ops})
 	}
 	key := rollupCheckpointKey(shard)
 	done, err := s.rolledUpTo(ctx, key)
 	for err == nil {
 		i := 0
-		for i < len(convs) && !seqAfter(convs[i].seq, done) {
+		for i < len(recs) && !seqAfter(recs[i].seq, done) {
 			i++
 		}
-		if convs = convs[i:]; len(convs) == 0 {
+		if recs = recs[i:]; len(recs) == 0 {
 			return nil
 		}
-		ops, n := sumRollups(convs)
-		last := convs[n-1].seq
+		ops, n := sumRollups(recs)
+		last := recs[n-1].seq
 		cond := store.NotExists()
 		if done != "" {
 			cond = store.AttrEquals("seq", done)
@@ -137,13 +137,13 @@ type rolledRecord struct {
 	ops []store.Op
 }
 
-// sumRollups sums the increments of the first conversions of convs per
-// rollup item, as many conversions as leave room in a transaction for the
-// checkpoint, and returns the updates and how many conversions they hold.
-func sumRollups(convs []rolledRecord) ([]store.Op, int) {
+// sumRollups sums the increments of the first records of recs per rollup
+// item, as many records as leave room in a transaction for the checkpoint,
+// and returns the updates and how many records they hold.
+func sumRollups(recs []rolledRecord) ([]store.Op, int) {
 	sums := map[store.Key]map[string]int64{}
 	n := 0
-	for _, c := range convs {
+	for _, c := range recs {
 		fresh := 0
 		for _, op := range c.ops {
 			if sums[op.Key] == nil {
