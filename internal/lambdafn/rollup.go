@@ -53,7 +53,9 @@ func RollupHandler(svc *tracking.Service, log *slog.Logger) RollupFunc {
 			}
 			changes[i] = tracking.StreamChange{Seq: rec.Change.SequenceNumber, Item: it}
 		}
-		if err := svc.RollUp(ctx, ev.EventSourceARN+"#"+ev.ShardID, changes); err != nil {
+		// The shard is named by its stream too: a stream created again has
+		// shards of its own.
+		if err := svc.RollUp(ctx, ev.Records[0].EventSourceArn+"#"+ev.ShardID, changes); err != nil {
 			log.Error("rollup failed", "shard", ev.ShardID, "records", len(ev.Records), "err", err.Error())
 			return resp, err
 		}
