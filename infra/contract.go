@@ -15,6 +15,7 @@ const (
 	attemptFunction                // the retry state machine
 	fallbackFunction               // the HTTP API's $default route: what no route matches
 	reconcilerFunction             // EventBridge schedule: re-drives dropped webhook work
+	rollupFunction                 // the table's stream: adds new conversions and clicks to the report rollups
 )
 
 // function is one Lambda function: its logical id, its folder under
@@ -55,6 +56,10 @@ const (
 
 // fanoutFilter is the stream filter: only inserted event items (outbox).
 const fanoutFilter = `{"eventName":["INSERT"],"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"EVT#"}]}}}}`
+
+// rollupFilter is the rollup function's stream filter: only inserted
+// conversions and clicks whose rollups are left to the stream.
+const rollupFilter = `{"eventName":["INSERT"],"dynamodb":{"NewImage":{"rollup":{"S":["stream"]}}}}`
 
 // rateCounterKeys is the partition-key pattern of the rate-limit counters,
 // the only items read-only functions may update.
@@ -143,6 +148,7 @@ var functions = []function{
 	{ID: "DeliverFunction", Dir: "deliver", Timeout: 30, Kind: deliverFunction},
 	{ID: "AttemptFunction", Dir: "attempt", Timeout: 20, Kind: attemptFunction},
 	{ID: "ReconcilerFunction", Dir: "reconciler", Timeout: 60, Kind: reconcilerFunction},
+	{ID: "RollupFunction", Dir: "rollup", Timeout: 60, Kind: rollupFunction},
 }
 
 // What each kind of function does to the table (docs/aws.md, "Least
@@ -156,6 +162,7 @@ var tableActions = map[kind][]string{
 	deliverFunction:    {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, // and the endpoint's health
 	attemptFunction:    {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
 	reconcilerFunction: {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem"},
+	rollupFunction:     {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, // the shard checkpoints, the rollups
 }
 
 // readOnlyActions are a read-only API function's; it may also update the

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -93,7 +94,9 @@ func TestParityCatchesDifferences(t *testing.T) {
 			named(doc, "Table")["GlobalSecondaryIndexes"].([]any)[1].(map[string]any)["Projection"] = map[string]any{"ProjectionType": "KEYS_ONLY"}
 		}},
 		{"eventsource FanoutFunction ${Table.StreamArn}", func(doc map[string]any) {
-			find(doc, "AWS::Lambda::EventSourceMapping", func(p map[string]any) bool { return p["BisectBatchOnFunctionError"] == true })["BisectBatchOnFunctionError"] = false
+			find(doc, "AWS::Lambda::EventSourceMapping", func(p map[string]any) bool {
+				return p["BisectBatchOnFunctionError"] == true && reflect.DeepEqual(p["FunctionName"], ref("FanoutFunction"))
+			})["BisectBatchOnFunctionError"] = false
 		}},
 		{"statemachine RetryStateMachine substitution AttemptFunctionArn", func(doc map[string]any) {
 			named(doc, "RetryStateMachine")["DefinitionSubstitutions"] = map[string]any{"AttemptFunctionArn": getAtt("DeliverFunction", "Arn")}

@@ -217,6 +217,7 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 	attempt := fns[attemptFunction][0]
 	fallback := fns[fallbackFunction][0]
 	reconciler := fns[reconcilerFunction][0]
+	rollup := fns[rollupFunction][0]
 
 	// The retry workflow: Wait states between attempts 2..7.
 	retryRole := newRole(stack, "RetryStateMachineRole", "states.amazonaws.com")
@@ -290,6 +291,22 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 			Filters: &[]any{&awslambda.CfnEventSourceMapping_FilterProperty{Pattern: jsii.String(fanoutFilter)}},
 		},
 	})
+	// The rollup function reads from the stream's start (its shard
+	// checkpoints skip what it added before) and retries until it succeeds;
+	// the tumbling window gives each batch its shard id.
+	rollupMapping := awslambda.NewCfnEventSourceMapping(stack, jsii.String("RollupStreamMapping"), &awslambda.CfnEventSourceMappingProps{
+		FunctionName:                   rollup.FunctionName(),
+		EventSourceArn:                 table.TableStreamArn(),
+		StartingPosition:               jsii.String("TRIM_HORIZON"),
+		BatchSize:                      jsii.Number(1000),
+		MaximumBatchingWindowInSeconds: jsii.Number(15),
+		BisectBatchOnFunctionError:     jsii.Bool(true),
+		MaximumRetryAttempts:           jsii.Number(-1),
+		TumblingWindowInSeconds:        jsii.Number(60),
+		FilterCriteria: &awslambda.CfnEventSourceMapping_FilterCriteriaProperty{
+			Filters: &[]any{&awslambda.CfnEventSourceMapping_FilterProperty{Pattern: jsii.String(rollupFilter)}},
+		},
+	})
 	queueMapping := awslambda.NewCfnEventSourceMapping(stack, jsii.String("DeliverQueueMapping"), &awslambda.CfnEventSourceMappingProps{
 		FunctionName:          deliver.FunctionName(),
 		EventSourceArn:        deliveryQueue.QueueArn(),
@@ -299,10 +316,13 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 	})
 	// A mapping is validated against its function's role when created.
 	streamMapping.Node().AddDependency(roles["FanoutFunction"])
+	rollupMapping.Node().AddDependency(roles["RollupFunction"])
 	queueMapping.Node().AddDependency(roles["DeliverFunction"])
 	allow(roles["FanoutFunction"], jsii.String(*table.TableArn()+"/stream/*"), nil,
 		"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams")
 	allow(roles["FanoutFunction"], fanoutDLQ.QueueArn(), nil, "sqs:SendMessage") // its on-failure destination
+	allow(roles["RollupFunction"], jsii.String(*table.TableArn()+"/stream/*"), nil,
+		"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams")
 	allow(roles["DeliverFunction"], deliveryQueue.QueueArn(), nil, "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes")
 	schedule := awsevents.NewRule(stack, jsii.String("ApproverSchedule"), &awsevents.RuleProps{
 		Description: jsii.String("Approves pending conversions whose hold time has elapsed."),
@@ -346,6 +366,7 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		{"RetryFailedExecutionsAlarm", "A retry workflow execution failed.", retry.MetricFailed(nil), 0},
 		{"RetryTimedOutExecutionsAlarm", "A retry workflow execution timed out.", retry.MetricTimedOut(nil), 0},
 		{"FanoutIteratorAgeAlarm", "The fan-out is more than 5 minutes behind the table's stream.", fanout.Metric(jsii.String("IteratorAge"), maximum), 300000},
+		{"RollupIteratorAgeAlarm", "The reports' rollups are more than 5 minutes behind the table's stream.", rollup.Metric(jsii.String("IteratorAge"), maximum), 300000},
 		{"DeliveryQueueAgeAlarm", "A delivery has waited in DeliveryQueue for more than 10 minutes (deliver is behind or failing).",
 			deliveryQueue.MetricApproximateAgeOfOldestMessage(maximum), 600},
 		{"ApproverErrorsAlarm", "A hold-time approval run failed.", approver.MetricErrors(fiveMinutes), 0},

@@ -39,7 +39,7 @@ var (
 		"OffersFunction": 10, "PartnersFunction": 10, "ConversionsFunction": 10, "ReportsFunction": 10,
 		"ApplicationsFunction": 10, "WebhooksFunction": 10, "DeliveriesFunction": 10, "KeysFunction": 10, "DashboardFunction": 10, "FallbackFunction": 10,
 		"ApproverFunction": 60, "FanoutFunction": 60, "DeliverFunction": 30, "AttemptFunction": 20, "ReconcilerFunction": 60,
-		"ClickFunction": 10, "FraudFunction": 10,
+		"RollupFunction": 60, "ClickFunction": 10, "FraudFunction": 10,
 	}
 	// schedules are the EventBridge rules, by the function they run.
 	schedules  = map[string]string{"ApproverSchedule": "ApproverFunction", "ReconcilerSchedule": "ReconcilerFunction"}
@@ -157,9 +157,9 @@ func TestResources(t *testing.T) {
 		"AWS::ApiGatewayV2::Stage":         1,
 		"AWS::ApiGatewayV2::Route":         float64(len(wantRoutes)),
 		"AWS::ApiGatewayV2::Integration":   float64(len(apiFunctions) + 1), // and the fallback's
-		"AWS::Lambda::EventSourceMapping":  2,
+		"AWS::Lambda::EventSourceMapping":  3,
 		"AWS::Events::Rule":                float64(len(schedules)),
-		"AWS::CloudWatch::Alarm":           8,
+		"AWS::CloudWatch::Alarm":           9,
 		"AWS::SNS::Topic":                  1,
 		"AWS::SNS::Subscription":           1, // with AlarmEmail set
 		"AWS::Logs::LogGroup":              float64(len(timeouts)),
@@ -694,6 +694,7 @@ func TestAlarms(t *testing.T) {
 		"RetryFailedExecutionsAlarm":   alarm("AWS/States", "ExecutionsFailed", "StateMachineArn", ref("RetryStateMachine"), "Sum", 0),
 		"RetryTimedOutExecutionsAlarm": alarm("AWS/States", "ExecutionsTimedOut", "StateMachineArn", ref("RetryStateMachine"), "Sum", 0),
 		"FanoutIteratorAgeAlarm":       alarm("AWS/Lambda", "IteratorAge", "FunctionName", ref("FanoutFunction"), "Maximum", 300000),
+		"RollupIteratorAgeAlarm":       alarm("AWS/Lambda", "IteratorAge", "FunctionName", ref("RollupFunction"), "Maximum", 300000),
 		"DeliveryQueueAgeAlarm":        alarm("AWS/SQS", "ApproximateAgeOfOldestMessage", "QueueName", getAtt("DeliveryQueue", "QueueName"), "Maximum", 600),
 		"ApproverErrorsAlarm":          alarm("AWS/Lambda", "Errors", "FunctionName", ref("ApproverFunction"), "Sum", 0),
 		"ReconcilerErrorsAlarm":        alarm("AWS/Lambda", "Errors", "FunctionName", ref("ReconcilerFunction"), "Sum", 0),
@@ -708,38 +709,61 @@ func TestAlarms(t *testing.T) {
 
 func TestEventSourceMappings(t *testing.T) {
 	s := synth(t)
-	var stream, queue map[string]any
+	var stream, rollup, queue map[string]any
 	for id, r := range s.resources("AWS::Lambda::EventSourceMapping") {
 		p := r["Properties"].(map[string]any)
 		switch {
 		case reflect.DeepEqual(p["FunctionName"], ref("FanoutFunction")):
 			stream = p
+		case reflect.DeepEqual(p["FunctionName"], ref("RollupFunction")):
+			rollup = p
 		case reflect.DeepEqual(p["FunctionName"], ref("DeliverFunction")):
 			queue = p
 		default:
 			t.Errorf("unexpected event source mapping %s: %s", id, jsonString(p))
 		}
 	}
-	if stream == nil || queue == nil {
-		t.Fatalf("event source mappings: stream %v, queue %v", stream, queue)
+	if stream == nil || rollup == nil || queue == nil {
+		t.Fatalf("event source mappings: stream %v, rollup %v, queue %v", stream, rollup, queue)
 	}
 
-	// The filter pattern is JSON; compare it as such.
-	filters := stream["FilterCriteria"].(map[string]any)["Filters"].([]any)
-	if len(filters) != 1 {
-		t.Fatalf("filters %s, want one", jsonString(filters))
+	// The filter patterns are JSON; compare them as such.
+	for _, m := range []struct {
+		mapping map[string]any
+		pattern string
+	}{
+		{stream, `{"eventName":["INSERT"],"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"EVT#"}]}}}}`},
+		{rollup, `{"eventName":["INSERT"],"dynamodb":{"NewImage":{"rollup":{"S":["stream"]}}}}`},
+	} {
+		filters := m.mapping["FilterCriteria"].(map[string]any)["Filters"].([]any)
+		if len(filters) != 1 {
+			t.Fatalf("filters %s, want one", jsonString(filters))
+		}
+		var got, want any
+		if err := json.Unmarshal([]byte(filters[0].(map[string]any)["Pattern"].(string)), &got); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte(m.pattern), &want); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("filter pattern %s, want %s", jsonString(got), jsonString(want))
+		}
+		delete(m.mapping, "FilterCriteria")
 	}
-	var got, want any
-	if err := json.Unmarshal([]byte(filters[0].(map[string]any)["Pattern"].(string)), &got); err != nil {
-		t.Fatal(err)
+	wantRollup := map[string]any{
+		"FunctionName":                   ref("RollupFunction"),
+		"EventSourceArn":                 getAtt("Table", "StreamArn"),
+		"BatchSize":                      1000.0,
+		"MaximumBatchingWindowInSeconds": 15.0,
+		"StartingPosition":               "TRIM_HORIZON",
+		"BisectBatchOnFunctionError":     true,
+		"MaximumRetryAttempts":           -1.0,
+		"TumblingWindowInSeconds":        60.0,
 	}
-	if err := json.Unmarshal([]byte(`{"eventName":["INSERT"],"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"EVT#"}]}}}}`), &want); err != nil {
-		t.Fatal(err)
+	if !reflect.DeepEqual(rollup, wantRollup) {
+		t.Errorf("rollup mapping:\n got %s\nwant %s", jsonString(rollup), jsonString(wantRollup))
 	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("filter pattern %s, want %s", jsonString(got), jsonString(want))
-	}
-	delete(stream, "FilterCriteria")
 	wantStream := map[string]any{
 		"FunctionName":               ref("FanoutFunction"),
 		"EventSourceArn":             getAtt("Table", "StreamArn"),
@@ -797,6 +821,8 @@ func TestLeastPrivilege(t *testing.T) {
 	want["grant FanoutFunction Table"] = "dynamodb:GetItem dynamodb:PutItem dynamodb:Query"
 	want["grant FanoutFunction Table/stream"] = "dynamodb:DescribeStream dynamodb:GetRecords dynamodb:GetShardIterator dynamodb:ListStreams"
 	want["grant FanoutFunction FanoutDLQ"] = "sqs:SendMessage" // the stream's on-failure destination
+	want["grant RollupFunction Table"] = "dynamodb:GetItem dynamodb:PutItem dynamodb:UpdateItem"
+	want["grant RollupFunction Table/stream"] = "dynamodb:DescribeStream dynamodb:GetRecords dynamodb:GetShardIterator dynamodb:ListStreams"
 	want["grant DeliverFunction Table"] = "dynamodb:GetItem dynamodb:PutItem dynamodb:UpdateItem"
 	want["grant DeliverFunction DeliveryQueue"] = "sqs:DeleteMessage sqs:GetQueueAttributes sqs:ReceiveMessage"
 	want["grant DeliverFunction RetryStateMachine"] = "states:StartExecution"

@@ -709,6 +709,10 @@ type StreamSource struct {
 	MaximumRetryAttempts       int
 	FunctionResponseTypes      []string
 	OnFailure                  Destination
+	// MaximumBatchingWindowInSeconds and TumblingWindowInSeconds are 0
+	// when not set.
+	MaximumBatchingWindowInSeconds int
+	TumblingWindowInSeconds        int
 	// FilterPatterns are FilterCriteria.Filters[].Pattern, as written (JSON).
 	FilterPatterns []string
 }
@@ -733,6 +737,12 @@ func (e Event) StreamSource() (StreamSource, error) {
 	}
 	if s.MaximumRetryAttempts, err = optInt(p["MaximumRetryAttempts"]); err != nil {
 		return s, fmt.Errorf("event %s: MaximumRetryAttempts: %w", e.Name, err)
+	}
+	if s.MaximumBatchingWindowInSeconds, err = optInt(p["MaximumBatchingWindowInSeconds"]); err != nil {
+		return s, fmt.Errorf("event %s: MaximumBatchingWindowInSeconds: %w", e.Name, err)
+	}
+	if s.TumblingWindowInSeconds, err = optInt(p["TumblingWindowInSeconds"]); err != nil {
+		return s, fmt.Errorf("event %s: TumblingWindowInSeconds: %w", e.Name, err)
 	}
 	if s.BisectBatchOnFunctionError, err = optBool(p["BisectBatchOnFunctionError"]); err != nil {
 		return s, fmt.Errorf("event %s: BisectBatchOnFunctionError: %w", e.Name, err)

@@ -298,10 +298,10 @@ func TestFunctionsAreTheFolders(t *testing.T) {
 
 	// Timeouts from the contract: "API functions 10 s, approver 60 s, …".
 	timeouts := map[string]int{}
-	for _, m := range regexp.MustCompile(`(API functions|approver|fanout|deliver|attempt|reconciler) (\d+) s\b`).FindAllStringSubmatch(c.text, -1) {
+	for _, m := range regexp.MustCompile(`(API functions|approver|fanout|deliver|attempt|reconciler|rollup) (\d+) s\b`).FindAllStringSubmatch(c.text, -1) {
 		timeouts[m[1]], _ = strconv.Atoi(m[2])
 	}
-	if len(timeouts) != 6 {
+	if len(timeouts) != 7 {
 		t.Fatalf("docs/aws.md timeouts: %v", timeouts)
 	}
 	for _, s := range []string{"`provided.al2023`", "`arm64`", "handler `bootstrap`", "memory 256 MB"} {
@@ -721,7 +721,7 @@ func TestEventSources(t *testing.T) {
 			if types["ScheduleV2"] == 1 {
 				want = map[string]int{"ScheduleV2": 1}
 			}
-		case f.LogicalID == "FanoutFunction":
+		case f.LogicalID == "FanoutFunction", f.LogicalID == "RollupFunction":
 			want = map[string]int{"DynamoDB": 1}
 		case f.LogicalID == "DeliverFunction":
 			want = map[string]int{"SQS": 1}
@@ -762,12 +762,42 @@ func TestEventSources(t *testing.T) {
 		}
 		var docPattern string
 		for _, sp := range spans(c.text) {
-			if strings.HasPrefix(sp, `{"eventName"`) {
+			if strings.HasPrefix(sp, `{"eventName"`) && strings.Contains(sp, "EVT#") {
 				docPattern = sp
 			}
 		}
 		if len(s.FilterPatterns) != 1 || !jsonEqual(t, s.FilterPatterns[0], lambdafn.StreamFilterPattern) || !jsonEqual(t, docPattern, lambdafn.StreamFilterPattern) {
 			t.Errorf("filter patterns %q, want lambdafn.StreamFilterPattern %s (docs/aws.md: %s)", s.FilterPatterns, lambdafn.StreamFilterPattern, docPattern)
+		}
+	}
+
+	// The rollup function retries until it succeeds (a batch given up would
+	// be missing from the reports) and reads from the stream's start: its
+	// shard checkpoints skip what it added before. The tumbling window
+	// gives each batch its shard id (lambdafn.RollupHandler).
+	for _, e := range function(t, tpl, "RollupFunction").EventsOfType("DynamoDB") {
+		s, err := e.StreamSource()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := deploy.StreamSource{
+			Stream:                         deploy.GetAtt("Table", "StreamArn"),
+			StartingPosition:               "TRIM_HORIZON",
+			BatchSize:                      1000,
+			MaximumBatchingWindowInSeconds: 15,
+			BisectBatchOnFunctionError:     true,
+			MaximumRetryAttempts:           -1,
+			TumblingWindowInSeconds:        60,
+			FilterPatterns:                 []string{lambdafn.RollupFilterPattern},
+		}
+		if len(s.FilterPatterns) == 1 && jsonEqual(t, s.FilterPatterns[0], lambdafn.RollupFilterPattern) {
+			s.FilterPatterns = want.FilterPatterns
+		}
+		if !reflect.DeepEqual(s, want) {
+			t.Errorf("rollup stream source\n%+v\nwant\n%+v", s, want)
+		}
+		if !strings.Contains(c.text, lambdafn.RollupFilterPattern) {
+			t.Errorf("docs/aws.md does not give the rollup filter, lambdafn.RollupFilterPattern %s", lambdafn.RollupFilterPattern)
 		}
 	}
 
@@ -834,6 +864,7 @@ func TestLeastPrivilege(t *testing.T) {
 		"ServeDeliver":    {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, // and the endpoint's health
 		"ServeAttempt":    {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
 		"ServeReconciler": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem"},
+		"ServeRollup":     {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, // the shard's checkpoint, the rollups
 	}
 	indexKinds := []string{"ServeAPI", "ServeApprover", "ServeReconciler"} // they query gsi1–3
 	rate := `{"ForAllValues:StringLike":{"dynamodb:LeadingKeys":["` + rateCounterKeys + `","` + apiKeyItems + `"]}}`
@@ -875,7 +906,9 @@ func TestLeastPrivilege(t *testing.T) {
 		for _, e := range f.EventsOfType("DynamoDB") {
 			s, _ := e.StreamSource()
 			add(deploy.ARNResource(s.Stream), "dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams")
-			add(deploy.ARNResource(s.OnFailure.Destination), "sqs:SendMessage")
+			if s.OnFailure.Destination != nil {
+				add(deploy.ARNResource(s.OnFailure.Destination), "sqs:SendMessage")
+			}
 		}
 		for _, e := range f.EventsOfType("SQS") {
 			q, _ := e.QueueSource()

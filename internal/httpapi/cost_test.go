@@ -8,6 +8,7 @@ import (
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/store/dynamo"
+	"github.com/tally-hq/tally/internal/tracking"
 )
 
 // Recording a conversion costs one TransactWriteItems (conversion, marker,
@@ -37,6 +38,40 @@ func TestConversionCostsOneTransaction(t *testing.T) {
 	e.must(200, e.call("POST", "/api/v1/conversions", key, map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": "order-1"}))
 	if got, want := api.Take().Calls, map[string]int{"TransactWriteItems": 1, "items written": 11, "GetItem": 2, "UpdateItem": 1}; !maps.Equal(got, want) {
 		t.Errorf("replay made %v, want %v", got, want)
+	}
+}
+
+// On AWS the table's stream adds conversions to the rollups (the rollup
+// function), so the transaction has 2 items fewer: 14 WRU of the 19 of
+// docs/aws.md's table stay (4 caps here add 8).
+func TestConversionOnAWSLeavesRollupsToTheStream(t *testing.T) {
+	client, table := dynamotest.NewTable(t)
+	api := dynamotest.NewMeter(client, table)
+	e := newEnv(t, dynamo.New(api, table), httpapi.Config{}, tracking.WithStreamRollups())
+	brandID, key := e.brand()
+	offerID := e.offer(key, map[string]any{"caps": map[string]any{"daily": 100, "weekly": 500, "monthly": 1000, "global": 5000}})
+	partnerID := e.activePartner(brandID, key)
+	api.Take()
+	e.must(201, e.call("POST", "/api/v1/conversions", key, map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": "order-1"}))
+	if got, want := api.Take().Calls, map[string]int{"TransactWriteItems": 1, "items written": 9, "UpdateItem": 1}; !maps.Equal(got, want) {
+		t.Errorf("conversion made %v, want %v (no rollups)", got, want)
+	}
+}
+
+// On AWS a click leaves its rollups to the stream too: 4 items, 10 WRU of
+// the 14 of docs/aws.md's table.
+func TestClickOnAWSLeavesRollupsToTheStream(t *testing.T) {
+	client, table := dynamotest.NewTable(t)
+	api := dynamotest.NewMeter(client, table)
+	e := newEnv(t, dynamo.New(api, table), behindProxy(), tracking.WithStreamRollups())
+	brandID, key := e.brand()
+	offerID := e.offer(key, clickDest)
+	partnerID := e.activePartner(brandID, key)
+	e.must(302, e.clickFrom("/c/"+offerID+"?pid="+partnerID, "192.0.2.1", browserUA)) // the instance reads what it caches
+	api.Take()
+	e.must(302, e.clickFrom("/c/"+offerID+"?pid="+partnerID, "192.0.2.2", browserUA))
+	if got, want := api.Take(), map[string]int{"TransactWriteItems": 1, "items written": 4}; !maps.Equal(got.Calls, want) || got.WRU != 10 {
+		t.Errorf("a click made %v, %.1f WRU; want %v, 10 WRU (no rollups)", got.Calls, got.WRU, want)
 	}
 }
 

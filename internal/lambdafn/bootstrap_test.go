@@ -492,6 +492,14 @@ func TestBootstrap(t *testing.T) {
 				bootstrapAttempt(t, p, st, all["attempt-task"])
 			case kindReconciler:
 				bootstrapReconciler(t, p, st, deliveryQueue, all["reconciler-scheduled"])
+			case kindRollup:
+				f := newFixture(t, st)
+				for _, when := range []string{"after the batch", "after it was repeated"} {
+					if res := invokeOK[map[string]any](t, p, all["rollup-stream"]); res["state"] == nil {
+						t.Errorf("answer %v without state: Lambda takes it for a failure", res)
+					}
+					wantRollupSample(t, f, when)
+				}
 			default:
 				t.Fatalf("no end-to-end check for lambdafn.%s", fn.kind)
 			}

@@ -122,6 +122,7 @@ func MustEnv(log *slog.Logger, name string) string {
 // Setup builds what every function needs from its environment: the tracking
 // service over the DynamoDB table TALLY_TABLE names (with opts), and the
 // HTTP API's settings (TALLY_RATE_LIMIT, TALLY_APPLICATION_RATE_LIMIT).
+// Reports are kept from the table's stream (tracking.WithStreamRollups).
 // Unlike the local server, a function never falls back to the embedded
 // store: that would keep data in one instance's /tmp and lose it. Opening
 // the table builds a client and makes no call.
@@ -143,6 +144,9 @@ func Setup(log *slog.Logger, opts ...tracking.Option) (*tracking.Service, httpap
 	if err != nil {
 		return nil, cfg, err
 	}
+	// The table's stream adds new conversions and clicks to the report
+	// rollups (the rollup function), in batches rather than in each write.
+	envOpts = append(envOpts, tracking.WithStreamRollups())
 	return tracking.New(dynamo.New(client, table), append(envOpts, opts...)...), cfg, nil
 }
 

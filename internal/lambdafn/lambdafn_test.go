@@ -62,6 +62,7 @@ const (
 	kindDeliver    = "ServeDeliver"    // SQS batches
 	kindAttempt    = "ServeAttempt"    // the retry state machine's task payload
 	kindReconciler = "ServeReconciler" // EventBridge scheduled events
+	kindRollup     = "ServeRollup"     // DynamoDB Streams batches with a tumbling window
 )
 
 // allGroups are the groups a function may serve: httpapi.AllGroups (which
@@ -79,7 +80,7 @@ func functions(t *testing.T) []function {
 	fns := make([]function, len(mains))
 	for i, m := range mains {
 		fns[i] = function{name: m.Dir, kind: m.Serve, groups: m.Groups}
-		if !slices.Contains([]string{kindAPI, kindApprover, kindFanout, kindDeliver, kindAttempt, kindReconciler}, m.Serve) {
+		if !slices.Contains([]string{kindAPI, kindApprover, kindFanout, kindDeliver, kindAttempt, kindReconciler, kindRollup}, m.Serve) {
 			t.Errorf("functions/%s calls lambdafn.%s, which this test does not know", m.Dir, m.Serve)
 		}
 	}
@@ -432,12 +433,15 @@ type sampleCase struct {
 	// reconciler checks the scheduled sample; call runs the reconciler's
 	// handler, which queues on f.deliveryQueue.
 	reconciler func(t *testing.T, f *fixture, call func() (queue.ReconcilerResult, error))
+	// rollup checks the stream sample ev; call runs a batch through the
+	// rollup handler.
+	rollup func(t *testing.T, f *fixture, ev events.DynamoDBTimeWindowEvent, call func(events.DynamoDBTimeWindowEvent) error)
 }
 
 // fits reports whether the case checks a sample of a function of kind.
 func (c sampleCase) fits(kind string) bool {
 	set := map[string]bool{kindAPI: c.api != nil, kindApprover: c.approver != nil, kindFanout: c.fanout != nil,
-		kindDeliver: c.deliver != nil, kindAttempt: c.attempt != nil, kindReconciler: c.reconciler != nil}
+		kindDeliver: c.deliver != nil, kindAttempt: c.attempt != nil, kindReconciler: c.reconciler != nil, kindRollup: c.rollup != nil}
 	n := 0
 	for _, ok := range set {
 		if ok {
@@ -962,6 +966,15 @@ func TestSamples(t *testing.T) {
 						ev := decodeEvent[events.EventBridgeEvent](t, raw)
 						c.reconciler(t, f, func() (queue.ReconcilerResult, error) {
 							return h(lambdaContext(t, "reconciler-invocation"), ev)
+						})
+					case kindRollup:
+						h := lambdafn.RollupHandler(f.svc, f.cfg.Logger)
+						c.rollup(t, f, decodeEvent[events.DynamoDBTimeWindowEvent](t, raw), func(ev events.DynamoDBTimeWindowEvent) error {
+							resp, err := h(lambdaContext(t, "rollup-invocation"), ev)
+							if resp.State == nil {
+								t.Error("the answer has no state: Lambda takes that for a failure")
+							}
+							return err
 						})
 					}
 				})

@@ -96,7 +96,7 @@ func TestAWSPath(t *testing.T) {
 
 	// The stream, filtered as the event source mapping filters it.
 	records := f.readStream(t)
-	patterns := fanoutFilterPatterns(t)
+	patterns := filterPatterns(t, "FanoutFunction")
 	var batch []events.DynamoDBEventRecord
 	for _, rec := range records {
 		if matchesAny(t, patterns, rec) {
@@ -413,9 +413,10 @@ func attribute(t *testing.T, v streamtypes.AttributeValue) events.DynamoDBAttrib
 	return events.DynamoDBAttributeValue{}
 }
 
-// fanoutFilterPatterns reads the FilterCriteria patterns of the
-// FanoutFunction's DynamoDB event in template.yaml: the deployed filter.
-func fanoutFilterPatterns(t *testing.T) []map[string]any {
+// filterPatterns reads the FilterCriteria patterns of the DynamoDB event
+// of function (FanoutFunction, RollupFunction) in template.yaml: the
+// deployed filter.
+func filterPatterns(t *testing.T, function string) []map[string]any {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("..", "..", "template.yaml"))
 	if err != nil {
@@ -425,9 +426,9 @@ func fanoutFilterPatterns(t *testing.T) []map[string]any {
 	if err := yaml.Unmarshal(raw, &doc); err != nil {
 		t.Fatalf("template.yaml: %v", err)
 	}
-	fn := lookup(&doc, "Resources", "FanoutFunction", "Properties", "Events")
+	fn := lookup(&doc, "Resources", function, "Properties", "Events")
 	if fn == nil || fn.Kind != yaml.MappingNode {
-		t.Fatal("template.yaml has no Resources.FanoutFunction.Properties.Events")
+		t.Fatalf("template.yaml has no Resources.%s.Properties.Events", function)
 	}
 	var patterns []map[string]any
 	for i := 1; i < len(fn.Content); i += 2 {
@@ -437,19 +438,19 @@ func fanoutFilterPatterns(t *testing.T) []map[string]any {
 		}
 		filters := lookup(ev, "Properties", "FilterCriteria", "Filters")
 		if filters == nil || filters.Kind != yaml.SequenceNode {
-			t.Fatalf("FanoutFunction's %s event has no FilterCriteria.Filters", fn.Content[i-1].Value)
+			t.Fatalf("%s's %s event has no FilterCriteria.Filters", function, fn.Content[i-1].Value)
 		}
 		for _, filter := range filters.Content {
 			p := lookup(filter, "Pattern")
 			var pattern map[string]any
 			if p == nil || json.Unmarshal([]byte(p.Value), &pattern) != nil {
-				t.Fatalf("FanoutFunction's filter %v has no JSON Pattern", p)
+				t.Fatalf("%s's filter %v has no JSON Pattern", function, p)
 			}
 			patterns = append(patterns, pattern)
 		}
 	}
 	if len(patterns) == 0 {
-		t.Fatal("template.yaml: FanoutFunction has no DynamoDB event with a filter")
+		t.Fatalf("template.yaml: %s has no DynamoDB event with a filter", function)
 	}
 	return patterns
 }

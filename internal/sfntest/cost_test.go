@@ -88,6 +88,7 @@ func costTable(t *testing.T, title string, n int, bills []bill) float64 {
 // an attempt task 100 ms. They are a small part of the bill either way.
 const (
 	apiMs, fanoutMsPerRecord, deliverMsPerBatch, attemptMs = 20, 10, 300, 100
+	rollupMsPerBatch                                       = 50
 	fanoutBatch, deliverBatch                              = 100, 10 // the event source mappings' batch sizes
 )
 
@@ -153,13 +154,15 @@ func newCostPipeline(t *testing.T, status func(n int) int) (*costPipeline, strin
 	return p, key, offerID, partnerID
 }
 
-// service is a function's service over the metered table.
+// service is a function's service over the metered table, as deployed:
+// the stream adds conversions to the rollups (lambdafn.Setup).
 func (p *costPipeline) service() *tracking.Service {
-	return tracking.New(dynamo.New(p.meter, p.f.table))
+	return tracking.New(dynamo.New(p.meter, p.f.table), tracking.WithStreamRollups())
 }
 
-// run records n conversions and takes them through fan-out and attempt 1,
-// returning the bills of the three stages and the executions started.
+// run records n conversions, adds them to the rollups from the stream and
+// takes them through fan-out and attempt 1, returning the bills of the four
+// stages (conversion, rollup, fan-out, deliver) and the executions started.
 func (p *costPipeline) run(t *testing.T, tag string, n int, key, offerID, partnerID string) []bill {
 	ctx := t.Context()
 	started := len(p.ex.names)
@@ -183,16 +186,29 @@ func (p *costPipeline) run(t *testing.T, tag string, n int, key, offerID, partne
 	}
 	conv := bill{stage: "conversion (API)", db: p.meter.Take(), invocations: float64(n), lambdaMs: float64(n) * apiMs, http: n}
 
-	var batch []events.DynamoDBEventRecord
-	patterns := fanoutFilterPatterns(t)
+	var batch, rollups []events.DynamoDBEventRecord
+	patterns, rollupPatterns := filterPatterns(t, "FanoutFunction"), filterPatterns(t, "RollupFunction")
 	for _, rec := range p.f.readStream(t) {
 		if matchesAny(t, patterns, rec) {
 			batch = append(batch, rec)
 		}
+		if matchesAny(t, rollupPatterns, rec) {
+			rollups = append(rollups, rec)
+		}
 	}
 	// The events of the n conversions, the last writes; the set-up's and
 	// the warm-up's are not fanned out.
-	batch = batch[len(batch)-n:]
+	batch, rollups = batch[len(batch)-n:], rollups[len(rollups)-n:]
+
+	// The n conversions in one batch of the rollup function (its mapping
+	// takes up to 1000, gathered for up to 15 s).
+	ev := events.DynamoDBTimeWindowEvent{DynamoDBEvent: events.DynamoDBEvent{Records: rollups}}
+	ev.ShardID, ev.EventSourceARN = "shardId-00000001795300000000-4b2e9c1a", rollups[0].EventSourceArn
+	if _, err := lambdafn.RollupHandler(p.service(), p.f.log)(lambdaContext(ctx, "rollup"), roundTrip(t, ev)); err != nil {
+		t.Fatalf("rollup: %v", err)
+	}
+	roll := bill{stage: "rollup (stream)", db: p.meter.Take(), invocations: 1, lambdaMs: rollupMsPerBatch}
+
 	client := sqstest.NewClient(sqstest.Endpoint(t))
 	deliveryQueue, _ := sqstest.NewQueueWithDLQ(t, client, 180*time.Second, 5)
 	fanout := queue.FanoutHandler(p.service(), p.q, deliveryQueue.URL, p.f.log)
@@ -223,7 +239,7 @@ func (p *costPipeline) run(t *testing.T, tag string, n int, key, offerID, partne
 	// batch (its empty long polls are a fixed cost, not per delivery).
 	del := bill{stage: "deliver (attempt 1)", db: p.meter.Take(), sqs: int(2 * batches), starts: len(p.ex.names) - started,
 		invocations: batches, lambdaMs: batches * deliverMsPerBatch}
-	return []bill{conv, fan, del}
+	return []bill{conv, roll, fan, del}
 }
 
 // The cost of a conversion with one webhook subscription to a healthy
@@ -245,11 +261,16 @@ func TestCostHealthyConversions(t *testing.T) {
 	costTable(t, "conversions, one healthy webhook subscription", n, bills)
 	// The webhook pipeline's share (fan-out and delivery): each delivery
 	// written once, with attempt 1's outcome (docs/aws.md, "Cost").
-	if pipeline := costTable(t, "their webhook deliveries", n, bills[1:]); pipeline > 5 {
+	if pipeline := costTable(t, "their webhook deliveries", n, bills[2:]); pipeline > 5 {
 		t.Errorf("the deliveries of 1M conversions cost $%.2f, want at most $5", pipeline)
 	}
-	if wru := bills[0].db.WRU / n; wru > 19 {
-		t.Errorf("a conversion costs %.1f write units, want at most 19", wru)
+	if wru := bills[0].db.WRU / n; wru > 15 {
+		t.Errorf("a conversion costs %.1f write units, want at most 15", wru)
+	}
+	// A batch adds each rollup item it touches once, with the shard's
+	// checkpoint: here 2 items and the checkpoint, for all n conversions.
+	if wru := bills[1].db.WRU / n; wru > 6.0/n {
+		t.Errorf("the rollups of a conversion cost %.2f write units, want at most %.2f", wru, 6.0/n)
 	}
 }
 
@@ -267,7 +288,7 @@ func TestCostDownReceiver(t *testing.T) {
 	p, key, offerID, partnerID := newCostPipeline(t, func(int) int { return http.StatusServiceUnavailable })
 	p.run(t, "outage", 12, key, offerID, partnerID) // opens the circuit: 10 schedules of their own, then a probe
 	probes := len(p.ex.names)
-	bills := p.run(t, "order", n, key, offerID, partnerID)[1:]
+	bills := p.run(t, "order", n, key, offerID, partnerID)[2:]
 	if started := len(p.ex.names) - probes; started != 0 {
 		t.Fatalf("behind an open circuit, %d deliveries started %d executions, want none", n, started)
 	}

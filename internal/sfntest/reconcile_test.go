@@ -79,7 +79,7 @@ func (p *pipeline) event(t *testing.T) string {
 // table's stream, filtered as deployed.
 func (p *pipeline) streamBatch(t *testing.T) []events.DynamoDBEventRecord {
 	t.Helper()
-	patterns := fanoutFilterPatterns(t)
+	patterns := filterPatterns(t, "FanoutFunction")
 	var batch []events.DynamoDBEventRecord
 	for _, rec := range p.readStream(t) {
 		if matchesAny(t, patterns, rec) {

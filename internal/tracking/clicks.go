@@ -86,7 +86,17 @@ func (s *Service) RecordClick(ctx context.Context, in ClickInput) (tally.Click, 
 // in a minute before the next ones raise ip_velocity.
 const maxClicksPerMinute = 10
 
-// insertClick scores and writes a click in one transaction with its rollup,
+// clickCounts is what a click adds to its rollups.
+func clickCounts(highRisk bool) map[string]int64 {
+	counts := map[string]int64{"clicks": 1}
+	if highRisk {
+		counts["highRiskClicks"] = 1
+	}
+	return counts
+}
+
+// insertClick scores and writes a click in one transaction with its rollup
+// (unless WithStreamRollups),
 // its counters, and the events it causes. Counters with conditions decide,
 // exactly under any concurrency, what the transaction first assumes: that
 // the address is not making its 11th click on the offer this minute, and
@@ -143,7 +153,11 @@ func (s *Service) insertClick(ctx context.Context, offer offerEntry, in ClickInp
 		// Room for every op a click may have: growing the slice op by op
 		// was most of this function's allocation.
 		ops := make([]store.Op, 0, 9)
-		ops = append(ops, store.Put(clickItem(c, now.Add(window+clickRetention))))
+		item := clickItem(c, now.Add(window+clickRetention))
+		if s.streamRollups {
+			markForStream(&item, o.Currency, highRisk)
+		}
+		ops = append(ops, store.Put(item))
 		offerAt, partnerAt := len(ops), len(ops)+1
 		ops = append(ops, offerCheck(offer))
 		if ban != nil {
@@ -151,11 +165,9 @@ func (s *Service) insertClick(ctx context.Context, offer offerEntry, in ClickInp
 		} else {
 			ops = append(ops, store.Check(partnerKey(c.BrandID, c.PartnerID), store.AttrEquals("status", tally.PartnerActive)))
 		}
-		counts := map[string]int64{"clicks": 1}
-		if highRisk {
-			counts["highRiskClicks"] = 1
+		if !s.streamRollups {
+			ops = append(ops, rollupIncrements(c.BrandID, c.ID, now, c.OfferID, c.PartnerID, o.Currency, clickCounts(highRisk))...)
 		}
-		ops = append(ops, rollupIncrements(c.BrandID, c.ID, now, c.OfferID, c.PartnerID, o.Currency, counts)...)
 		velocityAt := -1
 		if in.IP.IsValid() {
 			velocityAt = len(ops)

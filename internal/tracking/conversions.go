@@ -67,7 +67,7 @@ func (in ConversionInput) validate() error {
 // RecordConversion stores a conversion for the brand. It returns created =
 // false, and the first conversion, when the same (offer, externalTxnId) was
 // recorded before. The conversion, its idempotency marker, cap counters,
-// report rollup and events are one transaction.
+// report rollup (unless WithStreamRollups) and events are one transaction.
 //
 // A conversion that names a click takes its offer, partner and subs from
 // the click, which must be younger than the offer's attribution window.
@@ -235,7 +235,11 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 			markerAt = len(ops)
 			ops = append(ops, store.Put(store.Item{Key: txnKey(c.BrandID, c.OfferID, c.ExternalTxnID), Data: mustJSON(c.ID)}, store.NotExists()))
 		}
-		ops = append(ops, store.Put(conversionItem(c), store.NotExists()))
+		item := conversionItem(c)
+		if s.streamRollups {
+			item.Attrs[rolledUpAttr] = rolledUpFromStream
+		}
+		ops = append(ops, store.Put(item, store.NotExists()))
 		offerAt := len(ops)
 		ops = append(ops,
 			offerCheck(offer),
@@ -263,7 +267,9 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 			clickAt = len(ops)
 			ops = append(ops, attributedOp(c))
 		}
-		ops = append(ops, rollupOps(c, createdDelta(c))...)
+		if !s.streamRollups {
+			ops = append(ops, rollupOps(c, createdDelta(c))...)
+		}
 		ops = append(ops, created)
 		ops = append(ops, capEvents...)
 
@@ -347,7 +353,8 @@ func rollupOps(c tally.Conversion, add map[string]int64) []store.Op {
 
 // rollupIncrements add counter deltas to the report rollups of a record
 // (a conversion, a click) made at a time: its UTC day and its UTC quarter
-// hour, in the shard of the record's id.
+// hour, in the shard of id (the record's, or for RollUp its stream
+// shard's).
 func rollupIncrements(brandID, id string, at time.Time, offerID, partnerID, currency string, add map[string]int64) []store.Op {
 	at, shard := at.UTC(), shardOf(id)
 	return []store.Op{

@@ -201,6 +201,13 @@ func rollupQuarterKey(brandID string, shard int, quarter, offerID, partnerID, cu
 func rollupQuartersFrom(day string) string { return day + "T" }
 func rollupQuartersTo(day string) string   { return day + "T~" }
 
+// rollupCheckpointKey holds the last stream record of a shard whose
+// conversions were added to the rollups (RollUp). The shard is named by
+// its stream's ARN and its id: a stream recreated has new shards.
+func rollupCheckpointKey(shard string) store.Key {
+	return store.Key{PK: "RUCP#" + shard, SK: "#RUCP"}
+}
+
 // Events are the outbox: one item each, found by id (the stream and the
 // delivery pipeline), per brand (GSI1, sharded) and, until their deliveries
 // exist, in the outbox (GSI3, sharded) that the local pipeline drains.

@@ -57,6 +57,9 @@ type Service struct {
 	// rates counts requests in this process instead of the store, when this
 	// process is the only one serving from the store.
 	rates *processRates
+	// streamRollups leaves new conversions' rollups to the stream
+	// (WithStreamRollups).
+	streamRollups bool
 
 	offers      *cache[offerEntry]
 	offerBrands *cache[string] // offer id → brand id; never changes

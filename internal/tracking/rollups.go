@@ -1,0 +1,192 @@
+package tracking
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/store"
+)
+
+// WithStreamRollups leaves the report rollups of new conversions and
+// clicks to the table's stream: their transactions do not add to them, and
+// RollUp adds a batch of them at once, one write per rollup item rather
+// than two per conversion or click. Only the AWS functions set it (the
+// rollup function reads the stream there); the embedded store and the
+// local server keep the rollups in the record's transaction. Reports then
+// lag by as long as the stream takes, seconds.
+func WithStreamRollups() Option { return func(s *Service) { s.streamRollups = true } }
+
+// rolledUpAttr marks a conversion or click item whose rollups the stream
+// adds (the rollup function's filter passes inserts that carry it). Items
+// written with their rollups, before this existed or by the local server,
+// lack it, so nothing is counted twice.
+const rolledUpAttr = "rollup"
+
+// rolledUpFromStream is rolledUpAttr's value.
+const rolledUpFromStream = "stream"
+
+// Attributes of a click marked for the stream: what its rollups need that
+// the click does not keep (the offer's currency, the brand's threshold at
+// the time).
+const (
+	clickCurrencyAttr = "currency"
+	clickHighRiskAttr = "highRisk"
+)
+
+// markForStream marks a click item for the stream's rollups.
+func markForStream(it *store.Item, currency string, highRisk bool) {
+	it.Attrs = map[string]string{rolledUpAttr: rolledUpFromStream, clickCurrencyAttr: currency}
+	if highRisk {
+		it.Attrs[clickHighRiskAttr] = "1"
+	}
+}
+
+// StreamChange is an item the table's stream reports as inserted: its
+// sequence number in its stream shard and its new image.
+type StreamChange struct {
+	Seq  string
+	Item store.Item
+}
+
+// rollupCheckpointTTL keeps a shard's checkpoint past the stream's 24-hour
+// retention: no record of the shard can arrive after it.
+const rollupCheckpointTTL = 48 * time.Hour
+
+// RollUp adds the conversions and clicks among changes (one stream shard's
+// records, in the shard's order) to the report rollups, exactly once
+// however often and however cut the batches come: a stream batch is retried whole, from
+// a record, or bisected, and a timed-out invocation may still be writing
+// while its retry runs. The shard's checkpoint item holds the sequence
+// number of the last change added; each transaction adds the increments of
+// consecutive changes after it, summed per rollup item, and moves the
+// checkpoint on with the condition that it is still where it was read.
+// Changes at or before the checkpoint are skipped; a failed condition
+// means another invocation got there first, and the checkpoint is read
+// again.
+func (s *Service) RollUp(ctx context.Context, shard string, changes []StreamChange) error {
+	var recs []rolledRecord
+	for _, ch := range changes {
+		if ch.Item.Attrs[rolledUpAttr] != rolledUpFromStream {
+			continue
+		}
+		ops, err := streamIncrements(ch.Item, shard)
+		if err != nil {
+			return err
+		}
+		recs = append(recs, rolledRecord{seq: ch.Seq, ops: ops})
+	}
+	key := rollupCheckpointKey(shard)
+	done, err := s.rolledUpTo(ctx, key)
+	for err == nil {
+		i := 0
+		for i < len(recs) && !seqAfter(recs[i].seq, done) {
+			i++
+		}
+		if recs = recs[i:]; len(recs) == 0 {
+			return nil
+		}
+		ops, n := sumRollups(recs)
+		last := recs[n-1].seq
+		cond := store.NotExists()
+		if done != "" {
+			cond = store.AttrEquals("seq", done)
+		}
+		ops = append(ops, store.Put(store.Item{Key: key, Attrs: map[string]string{"seq": last}, ExpiresAt: s.Now().Add(rollupCheckpointTTL).Unix()}, cond))
+		err = s.transact(ctx, ops...)
+		switch _, failed := store.FailedOp(err); {
+		case failed:
+			done, err = s.rolledUpTo(ctx, key)
+		case err == nil:
+			done = last
+		}
+	}
+	return fmt.Errorf("roll up shard %s: %w", shard, err)
+}
+
+// streamIncrements are the rollup increments of a new conversion or click.
+// They go to the rollup shard of the stream shard, not of the record:
+// reports sum every shard, and a batch's records of one offer and partner
+// then add to two items, not eight. Writes to them come one batch at a
+// time, so they need no spreading.
+func streamIncrements(it store.Item, shard string) ([]store.Op, error) {
+	if strings.HasPrefix(it.SK, "clk_") {
+		var c tally.Click
+		if err := decode(it, &c); err != nil {
+			return nil, err
+		}
+		return rollupIncrements(c.BrandID, shard, c.CreatedAt.Time, c.OfferID, c.PartnerID, it.Attrs[clickCurrencyAttr], clickCounts(it.Attrs[clickHighRiskAttr] != "")), nil
+	}
+	var c tally.Conversion
+	if err := decode(it, &c); err != nil {
+		return nil, err
+	}
+	return rollupIncrements(c.BrandID, shard, c.CreatedAt.Time, c.OfferID, c.PartnerID, c.Currency, createdDelta(c)), nil
+}
+
+// rolledRecord is a conversion's (or a click's) rollup increments and
+// the sequence number of its stream record.
+type rolledRecord struct {
+	seq string
+	ops []store.Op
+}
+
+// sumRollups sums the increments of the first records of recs per rollup
+// item, as many records as leave room in a transaction for the checkpoint,
+// and returns the updates and how many records they hold.
+func sumRollups(recs []rolledRecord) ([]store.Op, int) {
+	sums := map[store.Key]map[string]int64{}
+	n := 0
+	for _, c := range recs {
+		fresh := 0
+		for _, op := range c.ops {
+			if sums[op.Key] == nil {
+				fresh++
+			}
+		}
+		if len(sums)+fresh > store.MaxTransactOps-1 {
+			break
+		}
+		for _, op := range c.ops {
+			if sums[op.Key] == nil {
+				sums[op.Key] = map[string]int64{}
+			}
+			for name, v := range op.Add {
+				sums[op.Key][name] += v
+			}
+		}
+		n++
+	}
+	keys := slices.SortedFunc(maps.Keys(sums), func(a, b store.Key) int { return cmp.Or(cmp.Compare(a.PK, b.PK), cmp.Compare(a.SK, b.SK)) })
+	ops := make([]store.Op, 0, len(keys)+1)
+	for _, k := range keys {
+		ops = append(ops, store.Increment(k, sums[k]))
+	}
+	return ops, n
+}
+
+// rolledUpTo is the sequence number of the last change the shard's
+// checkpoint says was added, "" when none was.
+func (s *Service) rolledUpTo(ctx context.Context, key store.Key) (string, error) {
+	it, err := s.store.Get(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil
+	}
+	return it.Attrs["seq"], err
+}
+
+// seqAfter reports whether stream sequence number a comes after b ("" is
+// before all). They are decimal numbers of up to 40 digits, without
+// leading zeros.
+func seqAfter(a, b string) bool {
+	if len(a) != len(b) {
+		return len(a) > len(b)
+	}
+	return a > b
+}
