@@ -51,8 +51,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"github.com/tally-hq/tally/internal/procstat"
 )
 
 func main() {
@@ -531,11 +532,8 @@ func (l *loadtest) phase(name string, n, conns int, rate float64, timeout time.D
 	return res, nil
 }
 
-// usage is CPU time and bytes written, of the server and of this program.
-type usage struct {
-	serverCPU, selfCPU time.Duration
-	serverWritten      int64 // bytes the server sent to storage
-}
+// usage is what the server and this program have used so far.
+type usage struct{ server, self procstat.Usage }
 
 // usage reads the server's and this program's usage so far; nil without
 // a server pid.
@@ -543,53 +541,22 @@ func (l *loadtest) usage() (*usage, error) {
 	if l.serverPID == 0 {
 		return nil, nil
 	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", l.serverPID))
+	server, err := procstat.Read(strconv.Itoa(l.serverPID))
 	if err != nil {
 		return nil, err
 	}
-	// utime and stime are fields 14 and 15, in clock ticks (100 a second
-	// on Linux); the command name before them may hold spaces, so count
-	// from the parenthesis that ends it.
-	_, rest, _ := strings.Cut(string(stat), ") ")
-	f := strings.Fields(rest)
-	if len(f) < 13 {
-		return nil, fmt.Errorf("/proc/%d/stat: %q", l.serverPID, stat)
-	}
-	var u usage
-	for _, v := range f[11:13] {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return nil, err
-		}
-		u.serverCPU += time.Duration(n) * 10 * time.Millisecond
-	}
-	io, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", l.serverPID))
-	if err != nil {
-		return nil, err
-	}
-	for line := range strings.Lines(string(io)) {
-		if v, ok := strings.CutPrefix(line, "write_bytes: "); ok {
-			if u.serverWritten, err = strconv.ParseInt(strings.TrimSpace(v), 10, 64); err != nil {
-				return nil, err
-			}
-		}
-	}
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return nil, err
-	}
-	u.selfCPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return &u, nil
+	self, err := procstat.Read("self")
+	return &usage{server, self}, err
 }
 
 func (u usage) minus(v usage) *usage {
-	return &usage{serverCPU: u.serverCPU - v.serverCPU, selfCPU: u.selfCPU - v.selfCPU, serverWritten: u.serverWritten - v.serverWritten}
+	return &usage{server: u.server.Sub(v.server), self: u.self.Sub(v.self)}
 }
 
 // perConversion is the cost of a phase of n conversions, per conversion.
 func (u usage) perConversion(n int) (serverCPU, selfCPU time.Duration, written float64) {
 	d := time.Duration(max(n, 1))
-	return u.serverCPU / d, u.selfCPU / d, float64(u.serverWritten) / float64(max(n, 1))
+	return u.server.CPU / d, u.self.CPU / d, float64(u.server.Written) / float64(max(n, 1))
 }
 
 // ingestRate is the conversions posted per second.
