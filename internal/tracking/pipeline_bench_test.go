@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -97,7 +98,8 @@ func BenchmarkDrainBacklog(b *testing.B) {
 // It records 20,000 conversions on 64 goroutines, without a subscription
 // and with one, and reports conversions/s (until the last delivery) and,
 // per conversion, the bytes the process wrote to storage (Linux
-// /proc) and its CPU time (the receiver's included). The rates
+// /proc) and its CPU time (the receiver's included), and how many
+// connections the receiver took. The rates
 // follow the machine's load; the bytes hardly do, and the commits' bytes
 // are what bounds the rate once the CPU is not.
 func BenchmarkIngestWithWebhook(b *testing.B) {
@@ -110,8 +112,14 @@ func BenchmarkIngestWithWebhook(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				var got atomic.Int64
-				rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got.Add(1) }))
+				var got, conns atomic.Int64
+				rcv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got.Add(1) }))
+				rcv.Config.ConnState = func(_ net.Conn, state http.ConnState) {
+					if state == http.StateNew {
+						conns.Add(1)
+					}
+				}
+				rcv.Start()
 				ctx := context.Background()
 				svc := tracking.New(st, tracking.WithLoopbackReceivers())
 				brand, err := svc.CreateBrand(ctx, "Acme")
@@ -163,6 +171,9 @@ func BenchmarkIngestWithWebhook(b *testing.B) {
 				b.ReportMetric(n/elapsed.Seconds(), "conversions/s")
 				b.ReportMetric(float64(used.Written)/n, "written-B/conversion")
 				b.ReportMetric(float64(used.CPU.Microseconds())/n, "CPU-µs/conversion")
+				if subscribed {
+					b.ReportMetric(float64(conns.Load()), "receiver-connections")
+				}
 				rcv.Close()
 				st.Close()
 			}
