@@ -14,6 +14,14 @@
 // The burst phase reports that latency too, but there it is mostly the
 // time spent in the queue behind the burst.
 //
+// With -server-pid (the script passes it), each phase also reports what it
+// cost per conversion: the server's CPU time and the bytes it wrote to
+// storage (/proc/PID/stat and /proc/PID/io; Linux), and this program's own
+// CPU time (the load and the receiver). On a shared machine, whose load
+// moves the rates from one run to the next, these are the steadier
+// figures: the embedded store commits with fsync, so its ingest is bound
+// by the bytes each commit writes once the CPU is not.
+//
 //   - Paced beside a hanging neighbour (with -neighbour-brand and
 //     -neighbour-key, another brand's): that brand subscribes 50 endpoints
 //     (the most it may) to a receiver that never answers, so that every
@@ -39,10 +47,13 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tally-hq/tally/internal/procstat"
 )
 
 func main() {
@@ -61,17 +72,18 @@ func main() {
 	compare := flag.Bool("compare", true, "run the burst once without a subscription first, for the ingest rate to compare with")
 	neighbourBrand := flag.String("neighbour-brand", "", "another brand, to give hanging receivers before a second paced phase")
 	neighbourKey := flag.String("neighbour-key", "", "that brand's API key")
+	serverPID := flag.Int("server-pid", 0, "the server's process id, for its CPU time and bytes written per conversion (Linux)")
 	flag.Parse()
 	if *key == "" || *offer == "" || *partner == "" {
 		fail(errors.New("-key, -offer and -partner (or $KEY, $OFFER, $PARTNER) are required"))
 	}
 	l := &loadtest{server: strings.TrimRight(*server, "/"), key: *key, offer: *offer, partner: *partner,
 		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}},
-		rcv:    newReceiver(), run: time.Now().UnixNano(), kinds: []string{kindWebhook}}
+		rcv:    newReceiver(), run: time.Now().UnixNano(), kinds: []string{kindWebhook}, serverPID: *serverPID}
 	if err := l.rcv.listen(*receiverAddr); err != nil {
 		fail(err)
 	}
-	var bare float64 // conversions/s without a subscription
+	var bare result // the burst without a subscription
 	if *n > 0 && *compare {
 		fmt.Printf("\n== burst without a subscription: %d conversions, %d connections\n", *n, *conns)
 		kinds := l.kinds
@@ -81,7 +93,7 @@ func main() {
 			fail(err)
 		}
 		res.print()
-		bare, l.kinds = res.ingestRate(), kinds
+		bare, l.kinds = res, kinds
 	}
 	subID, err := l.subscribe()
 	if err != nil {
@@ -116,8 +128,9 @@ func main() {
 			fail(err)
 		}
 		res.print()
-		if bare > 0 {
-			fmt.Printf("ingest with the subscription: %.0f%% of the rate without\n", 100*res.ingestRate()/bare)
+		if bare.n > 0 {
+			fmt.Printf("ingest with the subscription: %.0f%% of the rate without\n", 100*res.ingestRate()/bare.ingestRate())
+			res.compare(bare)
 		}
 	}
 	if *pacedN > 0 {
@@ -256,6 +269,7 @@ type loadtest struct {
 	kinds                       []string // what each conversion makes
 	run                         int64    // makes externalTxnIds unique across runs
 	seq                         atomic.Int64
+	serverPID                   int // 0: no server figures
 }
 
 func (l *loadtest) do(method, path string, in, out any) error {
@@ -403,6 +417,9 @@ type result struct {
 	errors           int
 	firstErr         error
 	maxInFlight      int64 // most POSTs under way at once (paced: grows when the server falls behind)
+	// What the phase cost, from its first POST until its last delivery
+	// arrived (nil: not measured).
+	cost *usage
 }
 
 // phase posts n conversions, with conns concurrent connections (burst) or at
@@ -425,6 +442,10 @@ func (l *loadtest) phase(name string, n, conns int, rate float64, timeout time.D
 			return
 		}
 		done = append(done, posted{id, at})
+	}
+	before, err := l.usage()
+	if err != nil {
+		return res, err
 	}
 	var inFlight, peak atomic.Int64
 	post := func() {
@@ -501,7 +522,41 @@ func (l *loadtest) phase(name string, n, conns int, rate float64, timeout time.D
 		slices.Sort(res.latencies[kind])
 	}
 	res.kinds = l.kinds
+	if before != nil {
+		after, err := l.usage()
+		if err != nil {
+			return res, err
+		}
+		res.cost = after.minus(*before)
+	}
 	return res, nil
+}
+
+// usage is what the server and this program have used so far.
+type usage struct{ server, self procstat.Usage }
+
+// usage reads the server's and this program's usage so far; nil without
+// a server pid.
+func (l *loadtest) usage() (*usage, error) {
+	if l.serverPID == 0 {
+		return nil, nil
+	}
+	server, err := procstat.Read(strconv.Itoa(l.serverPID))
+	if err != nil {
+		return nil, err
+	}
+	self, err := procstat.Read("self")
+	return &usage{server, self}, err
+}
+
+func (u usage) minus(v usage) *usage {
+	return &usage{server: u.server.Sub(v.server), self: u.self.Sub(v.self)}
+}
+
+// perConversion is the cost of a phase of n conversions, per conversion.
+func (u usage) perConversion(n int) (serverCPU, selfCPU time.Duration, written float64) {
+	d := time.Duration(max(n, 1))
+	return u.server.CPU / d, u.self.CPU / d, float64(u.server.Written) / float64(max(n, 1))
 }
 
 // ingestRate is the conversions posted per second.
@@ -510,6 +565,7 @@ func (r result) ingestRate() float64 {
 }
 
 func (r result) print() {
+	defer r.printCost()
 	if len(r.kinds) == 0 {
 		fmt.Printf("ingest:     %d conversions in %v: %.0f/s (%d POSTs failed)\n", r.n-r.errors, r.postsDone.Sub(r.start).Round(time.Millisecond), r.ingestRate(), r.errors)
 		return
@@ -532,6 +588,27 @@ func (r result) print() {
 				kind, pct(ls, 50), pct(ls, 90), pct(ls, 99), ls[len(ls)-1].Round(10*time.Microsecond))
 		}
 	}
+}
+
+func (r result) printCost() {
+	if r.cost == nil {
+		return
+	}
+	server, self, written := r.cost.perConversion(r.n - r.errors)
+	fmt.Printf("per conversion: server CPU %v, server wrote %.1f KB; load and receiver CPU %v\n",
+		server.Round(time.Microsecond), written/1024, self.Round(time.Microsecond))
+}
+
+// compare says what the phase cost per conversion against one without a
+// subscription.
+func (r result) compare(bare result) {
+	if r.cost == nil || bare.cost == nil {
+		return
+	}
+	server, self, written := r.cost.perConversion(r.n - r.errors)
+	bServer, bSelf, bWritten := bare.cost.perConversion(bare.n - bare.errors)
+	fmt.Printf("the burst without a subscription cost per conversion %.0f%% of this one's server CPU, %.0f%% of its bytes written, %.0f%% of its CPU in all (server, load, receiver)\n",
+		100*float64(bServer)/float64(max(server, 1)), 100*bWritten/max(written, 1), 100*float64(bServer+bSelf)/float64(max(server+self, 1)))
 }
 
 func pct(sorted []time.Duration, p int) time.Duration {
