@@ -439,17 +439,21 @@ func (s *Service) Conversions(ctx context.Context, brandID string, f ConversionF
 // time-sortable ids (with prefix) that the list's sort keys are.
 func timeSpan(prefix, from, to string) (span, error) {
 	var sp span
+	var start time.Time
 	if from != "" {
 		t, err := parseTimeParam("from", from, false)
 		if err != nil {
 			return sp, err
 		}
-		sp.from = ids.Floor(prefix, t)
+		sp.from, start = ids.Floor(prefix, t), t
 	}
 	if to != "" {
 		t, err := parseTimeParam("to", to, true)
 		if err != nil {
 			return sp, err
+		}
+		if from != "" && start.After(t) { // a mistake, as on reports, not an empty list
+			return sp, invalidField("from", "from must not be after to.")
 		}
 		sp.to = ids.Ceil(prefix, t)
 	}
