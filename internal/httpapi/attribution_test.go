@@ -305,6 +305,18 @@ func TestInboundPostback(t *testing.T) {
 				t.Errorf("postback %v: %d %s, want %d %s", c.q, r.status, r.body, c.status, c.code)
 			}
 		}
+		// Messages name the parameters the advertiser sent, not the API's
+		// body fields (clickId, externalTxnId).
+		for q, want := range map[string]string{
+			"click_id=clk_nope":                      `click_id \"clk_nope\" does not match a recorded click.`,
+			"click_id=clk_nope&amount=1":             `click_id \"clk_nope\" does not match a recorded click.`,
+			"click_id=" + clickID + "&txn_id=%0D%0A": "txn_id must not contain",
+		} {
+			r := e.call("GET", "/postback?"+q+"&token="+tok.Token, "", nil)
+			if body := string(r.body); r.status != 422 || !strings.Contains(body, want) || strings.Contains(body, "clickId") || strings.Contains(body, "externalTxnId") {
+				t.Errorf("postback %s: %d %s, want 422 saying %s", q, r.status, body, want)
+			}
+		}
 		// HEAD (link checkers, prefetchers) records nothing, as on the tracking link.
 		head := e.call("HEAD", "/postback?"+url.Values{"click_id": {clickID}, "txn_id": {"A-HEAD"}, "token": {tok.Token}}.Encode(), "", nil)
 		if head.status != 405 || head.header.Get("Allow") != "GET" {

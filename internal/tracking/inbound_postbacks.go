@@ -144,6 +144,32 @@ type InboundPostback struct {
 // RecordPostback records the conversion of a click from an advertiser's GET
 // postback, with the rules, idempotency and events of RecordConversion.
 func (s *Service) RecordPostback(ctx context.Context, brandID string, in InboundPostback) (tally.Conversion, bool, error) {
+	c, created, err := s.recordPostback(ctx, brandID, in)
+	return c, created, inPostbackWords(err)
+}
+
+// postbackWords are RecordConversion's names of the fields a GET postback
+// sets, with the query parameters that set them.
+var postbackWords = []struct{ field, param string }{{"clickId", "click_id"}, {"externalTxnId", "txn_id"}}
+
+// inPostbackWords names the query parameter in a validation message about
+// a field a GET postback sets: the advertiser sent click_id, not clickId.
+func inPostbackWords(err error) error {
+	var e *tally.Error
+	if !errors.As(err, &e) || e.Code != tally.ECodeValidation {
+		return err
+	}
+	for _, w := range postbackWords {
+		if rest, ok := strings.CutPrefix(e.Message, w.field+" "); ok {
+			renamed := *e
+			renamed.Message, renamed.Field = w.param+" "+rest, w.param
+			return &renamed
+		}
+	}
+	return err
+}
+
+func (s *Service) recordPostback(ctx context.Context, brandID string, in InboundPostback) (tally.Conversion, bool, error) {
 	if in.ClickID == "" {
 		return tally.Conversion{}, false, invalidField("click_id", "click_id is required: the {click_id} the tracking link passed to the landing page.")
 	}
