@@ -7906,7 +7906,7 @@ type InboundPostbackParams struct {
 	// ClickId The click id the tracking link put in the landing page's URL.
 	ClickId ClickId `form:"click_id" json:"click_id"`
 
-	// TxnId The advertiser's transaction id: the same one again for the same offer answers 200 with the first conversion and records nothing.
+	// TxnId The advertiser's transaction id: the same one again for the same offer answers 200 with the first conversion and records nothing. Without it the click's id stands in (the conversion's externalTxnId), so a click converts once by postback and the same postback fired again is a replay.
 	TxnId *string `form:"txn_id,omitempty" json:"txn_id,omitempty"`
 
 	// Amount The revenue, in major units with at most the currency's decimals (`49.90` USD, `1500` JPY); default the offer's revenueCents. The payout is the offer's.

@@ -136,7 +136,7 @@ func (s *Service) AuthenticatePostback(ctx context.Context, secret string) (Prin
 // InboundPostback is what an advertiser's GET postback carries.
 type InboundPostback struct {
 	ClickID  string // click_id, required
-	TxnID    string // txn_id: the advertiser's transaction id (idempotency)
+	TxnID    string // txn_id: the advertiser's transaction id (idempotency); default the click's id
 	Amount   string // amount: the revenue, in major units ("12.50")
 	Currency string // currency: default the offer's
 }
@@ -174,8 +174,15 @@ func (s *Service) recordPostback(ctx context.Context, brandID string, in Inbound
 		return tally.Conversion{}, false, invalidField("click_id", "click_id is required: the {click_id} the tracking link passed to the landing page.")
 	}
 	ci := ConversionInput{ClickID: &in.ClickID}
-	if in.TxnID != "" {
+	switch {
+	case in.TxnID != "":
 		ci.ExternalTxnID = &in.TxnID
+	case ids.Valid("clk_", in.ClickID):
+		// Without txn_id the click is the transaction, as Everflow and TUNE
+		// count one conversion per click then: an advertiser's system firing
+		// the same postback again (after a timeout, say) replays it instead
+		// of paying twice. (An invalid click id is refused as one.)
+		ci.ExternalTxnID = &in.ClickID
 	}
 	if in.Currency != "" {
 		ci.Currency = &in.Currency
