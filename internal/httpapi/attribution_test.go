@@ -77,6 +77,7 @@ func TestConversionsAttributedToClicks(t *testing.T) {
 		}{
 			{map[string]any{"clickId": clickID, "offerId": other}, "is not the offer of click"},
 			{map[string]any{"clickId": clickID, "partnerId": partnerID}, "either partnerId or clickId"},
+			{map[string]any{"clickId": "", "offerId": offerID, "partnerId": partnerID}, "clickId is empty"}, // not "both"
 			{map[string]any{"clickId": clickID, "sub1": "x"}, "sub1 comes from the click"},
 			{map[string]any{"clickId": "clk_nope"}, "does not match a recorded click"},
 			{map[string]any{"clickId": otherClick}, "does not match a recorded click"}, // another brand's

@@ -44,6 +44,8 @@ func (in ConversionInput) validate() error {
 	switch {
 	case in.PartnerID == nil && in.ClickID == nil:
 		return invalid("partnerId is required (or clickId, for a tracked click).")
+	case in.ClickID != nil && *in.ClickID == "":
+		return invalid("clickId is empty: give the click's id, or leave clickId out and give partnerId.")
 	case in.PartnerID != nil && in.ClickID != nil:
 		return invalid("Give either partnerId or clickId, not both.")
 	case in.ClickID != nil:
