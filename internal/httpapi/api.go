@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tally-hq/tally"
@@ -475,8 +476,23 @@ func (a *API) limit(w http.ResponseWriter, r *http.Request, bucket string, limit
 	return nil
 }
 
-// requestInfo is filled in while a request runs, for its log line.
-type requestInfo struct{ brandID string }
+// requestInfo is filled in while a request runs, for its log line, and
+// holds the request's logger, made when first used: most requests log
+// nothing below the level a loaded server runs at, and making a logger
+// with attributes costs allocations on every request.
+type requestInfo struct {
+	brandID string
+
+	once  sync.Once
+	log   *slog.Logger
+	attrs func() []any // the request's attributes
+	base  *slog.Logger
+}
+
+func (info *requestInfo) logger() *slog.Logger {
+	info.once.Do(func() { info.log = info.base.With(info.attrs()...) })
+	return info.log
+}
 
 type infoKey struct{}
 
@@ -493,12 +509,14 @@ func (a *API) observe(next http.Handler) http.Handler {
 		start := time.Now()
 		reqID := ids.New("req_", start)
 		w.Header().Set("X-Request-Id", reqID)
-		log := a.cfg.Logger.With("requestId", reqID)
-		if a.cfg.RequestAttrs != nil {
-			log = log.With(a.cfg.RequestAttrs(r)...)
-		}
-		info := &requestInfo{}
-		ctx := context.WithValue(context.WithValue(r.Context(), loggerKey{}, log), infoKey{}, info)
+		info := &requestInfo{base: a.cfg.Logger, attrs: func() []any {
+			attrs := []any{"requestId", reqID}
+			if a.cfg.RequestAttrs != nil {
+				attrs = append(attrs, a.cfg.RequestAttrs(r)...)
+			}
+			return attrs
+		}}
+		ctx := context.WithValue(r.Context(), infoKey{}, info)
 		r = r.WithContext(ctx)
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		defer func() {
@@ -506,13 +524,15 @@ func (a *API) observe(next http.Handler) http.Handler {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				log.Error("panic", "panic", fmt.Sprint(v))
+				info.logger().Error("panic", "panic", fmt.Sprint(v))
 				if !rec.wrote {
 					writeError(rec, r, fmt.Errorf("panic: %v", v))
 				}
 			}
-			log.Info("request", "method", r.Method, "path", r.URL.Path, "status", rec.status,
-				"durationMs", time.Since(start).Milliseconds(), "brandId", info.brandID)
+			if a.cfg.Logger.Enabled(ctx, slog.LevelInfo) {
+				info.logger().Info("request", "method", r.Method, "path", r.URL.Path, "status", rec.status,
+					"durationMs", time.Since(start).Milliseconds(), "brandId", info.brandID)
+			}
 		}()
 		next.ServeHTTP(rec, r)
 	})

@@ -394,10 +394,8 @@ func jsonType(kind string) string {
 
 // logger returns the request's logger, which carries the request id.
 func logger(ctx interface{ Value(any) any }) *slog.Logger {
-	if l, ok := ctx.Value(loggerKey{}).(*slog.Logger); ok {
-		return l
+	if info, ok := ctx.Value(infoKey{}).(*requestInfo); ok {
+		return info.logger()
 	}
 	return slog.Default()
 }
-
-type loggerKey struct{}
