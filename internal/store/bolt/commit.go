@@ -84,11 +84,11 @@ func (s *Store) waiting(round *[]*pendingWrite) bool {
 // meanwhile, in one transaction, and answers each.
 func (s *Store) commit(first *pendingWrite) {
 	round := []*pendingWrite{first}
-	err, flushed := s.apply(&round, true)
+	flushed, err := s.apply(&round, true)
 	if !flushed && len(round) > 1 {
 		for _, w := range round {
 			alone := []*pendingWrite{w}
-			err, _ := s.apply(&alone, false)
+			_, err := s.apply(&alone, false)
 			answer(alone, err)
 		}
 		return
@@ -99,7 +99,7 @@ func (s *Store) commit(first *pendingWrite) {
 // apply plans and performs the writes of round (and, when more, those that
 // come meanwhile) in one transaction and commits it. flushed is false when
 // putting the round's overlay into bbolt failed.
-func (s *Store) apply(round *[]*pendingWrite, more bool) (err error, flushed bool) {
+func (s *Store) apply(round *[]*pendingWrite, more bool) (flushed bool, err error) {
 	err = s.db.Update(func(tx *bbolt.Tx) error {
 		r := newRound(tx)
 		for i := 0; i < len(*round) || (more && s.waiting(round)); i++ {
@@ -118,7 +118,7 @@ func (s *Store) apply(round *[]*pendingWrite, more bool) (err error, flushed boo
 		}
 		return nil
 	})
-	return err, flushed
+	return flushed, err
 }
 
 // answer tells the writes of a round how it went: err is the commit's.
