@@ -6260,7 +6260,7 @@ type OfferList struct {
 	NextCursor *NextCursor `json:"nextCursor"`
 }
 
-// OfferPatch The body of PATCH /api/v1/offers/{id}; every field is optional.
+// OfferPatch The body of PATCH /api/v1/offers/{id}; every field is optional, none may be null (but a cap inside `caps`); `{}` changes nothing.
 //
 // Examples: {"caps":{"daily":200,"monthly":null},"payoutCents":450}
 type OfferPatch struct {
@@ -6786,7 +6786,7 @@ type SubscriptionList struct {
 	NextCursor *NextCursor `json:"nextCursor"`
 }
 
-// SubscriptionUpdate The body of PATCH /api/public/webhooks/{id}; the fields given change.
+// SubscriptionUpdate The body of PATCH /api/public/webhooks/{id}; the fields given change, the others stay. A field cannot be null; `{}` changes nothing.
 //
 // Examples: {"secret":"whsec_9d1e77c04a2b4f13"}
 type SubscriptionUpdate struct {
@@ -7906,7 +7906,7 @@ type InboundPostbackParams struct {
 	// ClickId The click id the tracking link put in the landing page's URL.
 	ClickId ClickId `form:"click_id" json:"click_id"`
 
-	// TxnId The advertiser's transaction id: the same one again for the same offer answers 200 with the first conversion and records nothing.
+	// TxnId The advertiser's transaction id: the same one again for the same offer answers 200 with the first conversion and records nothing. Without it the click's id stands in (the conversion's externalTxnId), so a click converts once by postback and the same postback fired again is a replay.
 	TxnId *string `form:"txn_id,omitempty" json:"txn_id,omitempty"`
 
 	// Amount The revenue, in major units with at most the currency's decimals (`49.90` USD, `1500` JPY); default the offer's revenueCents. The payout is the offer's.
@@ -9005,7 +9005,7 @@ type ClientInterface interface {
 
 	// UpdateSubscriptionWithBody Change a webhook subscription
 	//
-	// Changes the fields given: `url`, `events`, `secret` (at least one). A new secret signs every delivery from now on, and for 24 hours the secret it replaces signs too: the `X-Tally-Signature` header then carries two `v1` values, one per secret (`previousSecretExpiresAt` says until when), so receivers can switch secrets without refusing a delivery. Deliveries already made keep their URL. The subscription's health is kept.
+	// Changes the fields given: `url`, `events`, `secret`; a field given as null answers 422, and a body that changes nothing (`{}`, or the values the subscription has) answers 200 with the subscription as it is and writes nothing. A new secret signs every delivery from now on, and for 24 hours the secret it replaces signs too: the `X-Tally-Signature` header then carries two `v1` values, one per secret (`previousSecretExpiresAt` says until when), so receivers can switch secrets without refusing a delivery. Deliveries already made keep their URL. The subscription's health is kept.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -9014,7 +9014,7 @@ type ClientInterface interface {
 
 	// UpdateSubscription Change a webhook subscription
 	//
-	// Changes the fields given: `url`, `events`, `secret` (at least one). A new secret signs every delivery from now on, and for 24 hours the secret it replaces signs too: the `X-Tally-Signature` header then carries two `v1` values, one per secret (`previousSecretExpiresAt` says until when), so receivers can switch secrets without refusing a delivery. Deliveries already made keep their URL. The subscription's health is kept.
+	// Changes the fields given: `url`, `events`, `secret`; a field given as null answers 422, and a body that changes nothing (`{}`, or the values the subscription has) answers 200 with the subscription as it is and writes nothing. A new secret signs every delivery from now on, and for 24 hours the secret it replaces signs too: the `X-Tally-Signature` header then carries two `v1` values, one per secret (`previousSecretExpiresAt` says until when), so receivers can switch secrets without refusing a delivery. Deliveries already made keep their URL. The subscription's health is kept.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -9247,7 +9247,7 @@ type ClientInterface interface {
 
 	// UpdateOfferWithBody Change an offer
 	//
-	// Changes the fields given; the rest stay. `caps` is merged by name: a cap given as null is removed, a cap left out is kept. The result is validated as on create (for example `holdHours` above 0 needs `approval: manual`). The currency cannot change. A change is in force at once for tracking links and conversions: a paused offer's link answers 404 and its conversions 422. A cap changed mid-period applies to the period's count so far.
+	// Changes the fields given; the rest stay. A field given as null answers 422, and a body that changes nothing (`{}`, or the values the offer has) answers 200 with the offer as it is and writes nothing. `caps` is merged by name: a cap given as null is removed, a cap left out is kept. The result is validated as on create (for example `holdHours` above 0 needs `approval: manual`). The currency cannot change. A change is in force at once for tracking links and conversions: a paused offer's link answers 404 and its conversions 422. A cap changed mid-period applies to the period's count so far.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -9256,7 +9256,7 @@ type ClientInterface interface {
 
 	// UpdateOffer Change an offer
 	//
-	// Changes the fields given; the rest stay. `caps` is merged by name: a cap given as null is removed, a cap left out is kept. The result is validated as on create (for example `holdHours` above 0 needs `approval: manual`). The currency cannot change. A change is in force at once for tracking links and conversions: a paused offer's link answers 404 and its conversions 422. A cap changed mid-period applies to the period's count so far.
+	// Changes the fields given; the rest stay. A field given as null answers 422, and a body that changes nothing (`{}`, or the values the offer has) answers 200 with the offer as it is and writes nothing. `caps` is merged by name: a cap given as null is removed, a cap left out is kept. The result is validated as on create (for example `holdHours` above 0 needs `approval: manual`). The currency cannot change. A change is in force at once for tracking links and conversions: a paused offer's link answers 404 and its conversions 422. A cap changed mid-period applies to the period's count so far.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -9547,7 +9547,7 @@ func (c *Client) GetSubscription(ctx context.Context, id SubscriptionIdPath, req
 
 // UpdateSubscriptionWithBody Change a webhook subscription
 //
-// Changes the fields given: `url`, `events`, `secret` (at least one). A new secret signs every delivery from now on, and for 24 hours the secret it replaces signs too: the `X-Tally-Signature` header then carries two `v1` values, one per secret (`previousSecretExpiresAt` says until when), so receivers can switch secrets without refusing a delivery. Deliveries already made keep their URL. The subscription's health is kept.
+// Changes the fields given: `url`, `events`, `secret`; a field given as null answers 422, and a body that changes nothing (`{}`, or the values the subscription has) answers 200 with the subscription as it is and writes nothing. A new secret signs every delivery from now on, and for 24 hours the secret it replaces signs too: the `X-Tally-Signature` header then carries two `v1` values, one per secret (`previousSecretExpiresAt` says until when), so receivers can switch secrets without refusing a delivery. Deliveries already made keep their URL. The subscription's health is kept.
 //
 // Takes any type of body and a specified content type.
 //
@@ -9566,7 +9566,7 @@ func (c *Client) UpdateSubscriptionWithBody(ctx context.Context, id Subscription
 
 // UpdateSubscription Change a webhook subscription
 //
-// Changes the fields given: `url`, `events`, `secret` (at least one). A new secret signs every delivery from now on, and for 24 hours the secret it replaces signs too: the `X-Tally-Signature` header then carries two `v1` values, one per secret (`previousSecretExpiresAt` says until when), so receivers can switch secrets without refusing a delivery. Deliveries already made keep their URL. The subscription's health is kept.
+// Changes the fields given: `url`, `events`, `secret`; a field given as null answers 422, and a body that changes nothing (`{}`, or the values the subscription has) answers 200 with the subscription as it is and writes nothing. A new secret signs every delivery from now on, and for 24 hours the secret it replaces signs too: the `X-Tally-Signature` header then carries two `v1` values, one per secret (`previousSecretExpiresAt` says until when), so receivers can switch secrets without refusing a delivery. Deliveries already made keep their URL. The subscription's health is kept.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -10109,7 +10109,7 @@ func (c *Client) GetOffer(ctx context.Context, id OfferIdPath, reqEditors ...Req
 
 // UpdateOfferWithBody Change an offer
 //
-// Changes the fields given; the rest stay. `caps` is merged by name: a cap given as null is removed, a cap left out is kept. The result is validated as on create (for example `holdHours` above 0 needs `approval: manual`). The currency cannot change. A change is in force at once for tracking links and conversions: a paused offer's link answers 404 and its conversions 422. A cap changed mid-period applies to the period's count so far.
+// Changes the fields given; the rest stay. A field given as null answers 422, and a body that changes nothing (`{}`, or the values the offer has) answers 200 with the offer as it is and writes nothing. `caps` is merged by name: a cap given as null is removed, a cap left out is kept. The result is validated as on create (for example `holdHours` above 0 needs `approval: manual`). The currency cannot change. A change is in force at once for tracking links and conversions: a paused offer's link answers 404 and its conversions 422. A cap changed mid-period applies to the period's count so far.
 //
 // Takes any type of body and a specified content type.
 //
@@ -10128,7 +10128,7 @@ func (c *Client) UpdateOfferWithBody(ctx context.Context, id OfferIdPath, conten
 
 // UpdateOffer Change an offer
 //
-// Changes the fields given; the rest stay. `caps` is merged by name: a cap given as null is removed, a cap left out is kept. The result is validated as on create (for example `holdHours` above 0 needs `approval: manual`). The currency cannot change. A change is in force at once for tracking links and conversions: a paused offer's link answers 404 and its conversions 422. A cap changed mid-period applies to the period's count so far.
+// Changes the fields given; the rest stay. A field given as null answers 422, and a body that changes nothing (`{}`, or the values the offer has) answers 200 with the offer as it is and writes nothing. `caps` is merged by name: a cap given as null is removed, a cap left out is kept. The result is validated as on create (for example `holdHours` above 0 needs `approval: manual`). The currency cannot change. A change is in force at once for tracking links and conversions: a paused offer's link answers 404 and its conversions 422. A cap changed mid-period applies to the period's count so far.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -13070,7 +13070,7 @@ type ClientWithResponsesInterface interface {
 
 	// UpdateSubscriptionWithBodyWithResponse Change a webhook subscription
 	//
-	// Changes the fields given: `url`, `events`, `secret` (at least one). A new secret signs every delivery from now on, and for 24 hours the secret it replaces signs too: the `X-Tally-Signature` header then carries two `v1` values, one per secret (`previousSecretExpiresAt` says until when), so receivers can switch secrets without refusing a delivery. Deliveries already made keep their URL. The subscription's health is kept.
+	// Changes the fields given: `url`, `events`, `secret`; a field given as null answers 422, and a body that changes nothing (`{}`, or the values the subscription has) answers 200 with the subscription as it is and writes nothing. A new secret signs every delivery from now on, and for 24 hours the secret it replaces signs too: the `X-Tally-Signature` header then carries two `v1` values, one per secret (`previousSecretExpiresAt` says until when), so receivers can switch secrets without refusing a delivery. Deliveries already made keep their URL. The subscription's health is kept.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -13079,7 +13079,7 @@ type ClientWithResponsesInterface interface {
 
 	// UpdateSubscriptionWithResponse Change a webhook subscription
 	//
-	// Changes the fields given: `url`, `events`, `secret` (at least one). A new secret signs every delivery from now on, and for 24 hours the secret it replaces signs too: the `X-Tally-Signature` header then carries two `v1` values, one per secret (`previousSecretExpiresAt` says until when), so receivers can switch secrets without refusing a delivery. Deliveries already made keep their URL. The subscription's health is kept.
+	// Changes the fields given: `url`, `events`, `secret`; a field given as null answers 422, and a body that changes nothing (`{}`, or the values the subscription has) answers 200 with the subscription as it is and writes nothing. A new secret signs every delivery from now on, and for 24 hours the secret it replaces signs too: the `X-Tally-Signature` header then carries two `v1` values, one per secret (`previousSecretExpiresAt` says until when), so receivers can switch secrets without refusing a delivery. Deliveries already made keep their URL. The subscription's health is kept.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -13348,7 +13348,7 @@ type ClientWithResponsesInterface interface {
 
 	// UpdateOfferWithBodyWithResponse Change an offer
 	//
-	// Changes the fields given; the rest stay. `caps` is merged by name: a cap given as null is removed, a cap left out is kept. The result is validated as on create (for example `holdHours` above 0 needs `approval: manual`). The currency cannot change. A change is in force at once for tracking links and conversions: a paused offer's link answers 404 and its conversions 422. A cap changed mid-period applies to the period's count so far.
+	// Changes the fields given; the rest stay. A field given as null answers 422, and a body that changes nothing (`{}`, or the values the offer has) answers 200 with the offer as it is and writes nothing. `caps` is merged by name: a cap given as null is removed, a cap left out is kept. The result is validated as on create (for example `holdHours` above 0 needs `approval: manual`). The currency cannot change. A change is in force at once for tracking links and conversions: a paused offer's link answers 404 and its conversions 422. A cap changed mid-period applies to the period's count so far.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -13357,7 +13357,7 @@ type ClientWithResponsesInterface interface {
 
 	// UpdateOfferWithResponse Change an offer
 	//
-	// Changes the fields given; the rest stay. `caps` is merged by name: a cap given as null is removed, a cap left out is kept. The result is validated as on create (for example `holdHours` above 0 needs `approval: manual`). The currency cannot change. A change is in force at once for tracking links and conversions: a paused offer's link answers 404 and its conversions 422. A cap changed mid-period applies to the period's count so far.
+	// Changes the fields given; the rest stay. A field given as null answers 422, and a body that changes nothing (`{}`, or the values the offer has) answers 200 with the offer as it is and writes nothing. `caps` is merged by name: a cap given as null is removed, a cap left out is kept. The result is validated as on create (for example `holdHours` above 0 needs `approval: manual`). The currency cannot change. A change is in force at once for tracking links and conversions: a paused offer's link answers 404 and its conversions 422. A cap changed mid-period applies to the period's count so far.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -20421,7 +20421,7 @@ func (c *ClientWithResponses) GetSubscriptionWithResponse(ctx context.Context, i
 
 // UpdateSubscriptionWithBodyWithResponse Change a webhook subscription
 //
-// Changes the fields given: `url`, `events`, `secret` (at least one). A new secret signs every delivery from now on, and for 24 hours the secret it replaces signs too: the `X-Tally-Signature` header then carries two `v1` values, one per secret (`previousSecretExpiresAt` says until when), so receivers can switch secrets without refusing a delivery. Deliveries already made keep their URL. The subscription's health is kept.
+// Changes the fields given: `url`, `events`, `secret`; a field given as null answers 422, and a body that changes nothing (`{}`, or the values the subscription has) answers 200 with the subscription as it is and writes nothing. A new secret signs every delivery from now on, and for 24 hours the secret it replaces signs too: the `X-Tally-Signature` header then carries two `v1` values, one per secret (`previousSecretExpiresAt` says until when), so receivers can switch secrets without refusing a delivery. Deliveries already made keep their URL. The subscription's health is kept.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -20436,7 +20436,7 @@ func (c *ClientWithResponses) UpdateSubscriptionWithBodyWithResponse(ctx context
 
 // UpdateSubscriptionWithResponse Change a webhook subscription
 //
-// Changes the fields given: `url`, `events`, `secret` (at least one). A new secret signs every delivery from now on, and for 24 hours the secret it replaces signs too: the `X-Tally-Signature` header then carries two `v1` values, one per secret (`previousSecretExpiresAt` says until when), so receivers can switch secrets without refusing a delivery. Deliveries already made keep their URL. The subscription's health is kept.
+// Changes the fields given: `url`, `events`, `secret`; a field given as null answers 422, and a body that changes nothing (`{}`, or the values the subscription has) answers 200 with the subscription as it is and writes nothing. A new secret signs every delivery from now on, and for 24 hours the secret it replaces signs too: the `X-Tally-Signature` header then carries two `v1` values, one per secret (`previousSecretExpiresAt` says until when), so receivers can switch secrets without refusing a delivery. Deliveries already made keep their URL. The subscription's health is kept.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -20891,7 +20891,7 @@ func (c *ClientWithResponses) GetOfferWithResponse(ctx context.Context, id Offer
 
 // UpdateOfferWithBodyWithResponse Change an offer
 //
-// Changes the fields given; the rest stay. `caps` is merged by name: a cap given as null is removed, a cap left out is kept. The result is validated as on create (for example `holdHours` above 0 needs `approval: manual`). The currency cannot change. A change is in force at once for tracking links and conversions: a paused offer's link answers 404 and its conversions 422. A cap changed mid-period applies to the period's count so far.
+// Changes the fields given; the rest stay. A field given as null answers 422, and a body that changes nothing (`{}`, or the values the offer has) answers 200 with the offer as it is and writes nothing. `caps` is merged by name: a cap given as null is removed, a cap left out is kept. The result is validated as on create (for example `holdHours` above 0 needs `approval: manual`). The currency cannot change. A change is in force at once for tracking links and conversions: a paused offer's link answers 404 and its conversions 422. A cap changed mid-period applies to the period's count so far.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -20906,7 +20906,7 @@ func (c *ClientWithResponses) UpdateOfferWithBodyWithResponse(ctx context.Contex
 
 // UpdateOfferWithResponse Change an offer
 //
-// Changes the fields given; the rest stay. `caps` is merged by name: a cap given as null is removed, a cap left out is kept. The result is validated as on create (for example `holdHours` above 0 needs `approval: manual`). The currency cannot change. A change is in force at once for tracking links and conversions: a paused offer's link answers 404 and its conversions 422. A cap changed mid-period applies to the period's count so far.
+// Changes the fields given; the rest stay. A field given as null answers 422, and a body that changes nothing (`{}`, or the values the offer has) answers 200 with the offer as it is and writes nothing. `caps` is merged by name: a cap given as null is removed, a cap left out is kept. The result is validated as on create (for example `holdHours` above 0 needs `approval: manual`). The currency cannot change. A change is in force at once for tracking links and conversions: a paused offer's link answers 404 and its conversions 422. A cap changed mid-period applies to the period's count so far.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -85,6 +85,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if err := fs.Parse(args[2:]); err != nil {
 			return err
 		}
+		if *name == "" {
+			return errors.New("brands create needs --name")
+		}
 		return adminCall(ctx, *data, stdout, "POST", "/_admin/brands", map[string]string{"name": *name})
 	case "keys create":
 		fs, data := flags("keys create")

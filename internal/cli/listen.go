@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -53,6 +54,9 @@ func listen(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("--status %d is not an HTTP status", *status)
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(*host, strconv.Itoa(*port)))
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("%w\nport %d is taken (another tally listen?): stop it, or pick another with --port", err, *port)
+	}
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -22,6 +23,7 @@ import (
 	"github.com/tally-hq/tally/internal/dashboard"
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/store/bolt"
 	"github.com/tally-hq/tally/internal/tracking"
 )
 
@@ -85,6 +87,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}()
 	st, err := openStore(ctx, dataDir)
+	if errors.Is(err, bolt.ErrLocked) {
+		return fmt.Errorf("%w\nanother tally process (tally serve?) has this folder open: stop it, or give this one another folder with --data (make run DATA=…)", err)
+	}
 	if err != nil {
 		return err
 	}
@@ -116,6 +121,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	pipeline := svc.NewPipeline(delivery.NewSender(delivery.Options{AllowLoopback: true}), workers, log, pipelineOpts...)
 
 	ln, err := net.Listen("tcp", *addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("%w\nsomething listens on %s already (another tally serve?): stop it, or listen elsewhere with --addr (make run ADDR=127.0.0.1:9090)", err, *addr)
+	}
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tally-hq/tally"
@@ -121,13 +122,13 @@ func (a *API) routes() []route {
 		{GroupOffers, "GET", "/api/v1/offers", authKey, listed(a.svc.Offers)},
 		{GroupOffers, "POST", "/api/v1/offers", authKey, created(a.svc.CreateOffer)},
 		{GroupOffers, "GET", "/api/v1/offers/{id}", authKey, byID(a.svc.Offer)},
-		{GroupOffers, "PATCH", "/api/v1/offers/{id}", authKey, a.updateOffer},
+		{GroupOffers, "PATCH", "/api/v1/offers/{id}", authKey, byIDWithBody(decodePatch, a.svc.UpdateOffer)},
 		{GroupPartners, "GET", "/api/v1/partners", authKey, a.listPartners},
 		{GroupPartners, "GET", "/api/v1/partners/{id}", authKey, byID(a.svc.Partner)},
 		{GroupPartners, "POST", "/api/v1/partners/{id}/approve", authKey, byID(a.svc.ApprovePartner)},
 		{GroupPartners, "POST", "/api/v1/partners/{id}/reject", authKey, byID(a.svc.RejectPartner)},
 		{GroupPartners, "POST", "/api/v1/partners/{id}/ban", authKey, byID(a.svc.BanPartner)},
-		{GroupPartners, "PUT", "/api/v1/partners/{id}/postback", authKey, byIDWithBody(a.svc.PutPostback)},
+		{GroupPartners, "PUT", "/api/v1/partners/{id}/postback", authKey, byIDWithBody(decodeBody, a.svc.PutPostback)},
 		{GroupPartners, "GET", "/api/v1/partners/{id}/postback", authKey, byID(a.svc.Postback)},
 		{GroupPartners, "DELETE", "/api/v1/partners/{id}/postback", authKey, byID(a.svc.DeletePostback)},
 		{GroupPartners, "POST", "/api/v1/partners/{id}/postback/test", authKey, sendTest(a.svc.SendTestPostback)},
@@ -146,7 +147,7 @@ func (a *API) routes() []route {
 		{GroupWebhooks, "POST", "/api/public/webhooks", authKey, created(a.svc.CreateSubscription)},
 		{GroupWebhooks, "GET", "/api/public/webhooks", authKey, listed(a.svc.Subscriptions)},
 		{GroupWebhooks, "GET", "/api/public/webhooks/{id}", authKey, byID(a.svc.Subscription)},
-		{GroupWebhooks, "PATCH", "/api/public/webhooks/{id}", authKey, byIDWithBody(a.svc.UpdateSubscription)},
+		{GroupWebhooks, "PATCH", "/api/public/webhooks/{id}", authKey, byIDWithBody(decodePatch, a.svc.UpdateSubscription)},
 		{GroupWebhooks, "DELETE", "/api/public/webhooks/{id}", authKey, byID(a.svc.DeleteSubscription)},
 		{GroupWebhooks, "POST", "/api/public/webhooks/{id}/test", authKey, sendTest(a.svc.SendTestEvent)},
 		{GroupWebhooks, "POST", "/api/public/webhooks/{id}/enable", authKey, byID(a.svc.EnableSubscription)},
@@ -156,8 +157,8 @@ func (a *API) routes() []route {
 		{GroupDeliveries, "POST", "/api/v1/deliveries/{id}/retry", authKey, byID(a.svc.RetryDelivery)},
 		// Recovering queues deliveries again, like a retry: the same function
 		// serves both, the one that may send to the delivery queue on AWS.
-		{GroupDeliveries, "POST", "/api/public/webhooks/{id}/recover", authKey, byIDWithBody(a.svc.RecoverSubscription)},
-		{GroupDeliveries, "POST", "/api/v1/partners/{id}/postback/recover", authKey, byIDWithBody(a.svc.RecoverPostback)},
+		{GroupDeliveries, "POST", "/api/public/webhooks/{id}/recover", authKey, byIDWithBody(decodeBody, a.svc.RecoverSubscription)},
+		{GroupDeliveries, "POST", "/api/v1/partners/{id}/postback/recover", authKey, byIDWithBody(decodeBody, a.svc.RecoverPostback)},
 		{GroupKeys, "GET", "/api/v1/keys", authKey, listed(a.svc.ActiveAPIKeys)},
 		{GroupKeys, "POST", "/api/v1/keys", authKey, created(a.svc.CreateKey)},
 		{GroupKeys, "DELETE", "/api/v1/keys/{id}", authKey, byID(a.svc.DeleteAPIKey)},
@@ -475,8 +476,23 @@ func (a *API) limit(w http.ResponseWriter, r *http.Request, bucket string, limit
 	return nil
 }
 
-// requestInfo is filled in while a request runs, for its log line.
-type requestInfo struct{ brandID string }
+// requestInfo is filled in while a request runs, for its log line, and
+// holds the request's logger, made when first used: most requests log
+// nothing below the level a loaded server runs at, and making a logger
+// with attributes costs allocations on every request.
+type requestInfo struct {
+	brandID string
+
+	once  sync.Once
+	log   *slog.Logger
+	attrs func() []any // the request's attributes
+	base  *slog.Logger
+}
+
+func (info *requestInfo) logger() *slog.Logger {
+	info.once.Do(func() { info.log = info.base.With(info.attrs()...) })
+	return info.log
+}
 
 type infoKey struct{}
 
@@ -493,12 +509,14 @@ func (a *API) observe(next http.Handler) http.Handler {
 		start := time.Now()
 		reqID := ids.New("req_", start)
 		w.Header().Set("X-Request-Id", reqID)
-		log := a.cfg.Logger.With("requestId", reqID)
-		if a.cfg.RequestAttrs != nil {
-			log = log.With(a.cfg.RequestAttrs(r)...)
-		}
-		info := &requestInfo{}
-		ctx := context.WithValue(context.WithValue(r.Context(), loggerKey{}, log), infoKey{}, info)
+		info := &requestInfo{base: a.cfg.Logger, attrs: func() []any {
+			attrs := []any{"requestId", reqID}
+			if a.cfg.RequestAttrs != nil {
+				attrs = append(attrs, a.cfg.RequestAttrs(r)...)
+			}
+			return attrs
+		}}
+		ctx := context.WithValue(r.Context(), infoKey{}, info)
 		r = r.WithContext(ctx)
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		defer func() {
@@ -506,13 +524,15 @@ func (a *API) observe(next http.Handler) http.Handler {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				log.Error("panic", "panic", fmt.Sprint(v))
+				info.logger().Error("panic", "panic", fmt.Sprint(v))
 				if !rec.wrote {
 					writeError(rec, r, fmt.Errorf("panic: %v", v))
 				}
 			}
-			log.Info("request", "method", r.Method, "path", r.URL.Path, "status", rec.status,
-				"durationMs", time.Since(start).Milliseconds(), "brandId", info.brandID)
+			if a.cfg.Logger.Enabled(ctx, slog.LevelInfo) {
+				info.logger().Info("request", "method", r.Method, "path", r.URL.Path, "status", rec.status,
+					"durationMs", time.Since(start).Milliseconds(), "brandId", info.brandID)
+			}
 		}()
 		next.ServeHTTP(rec, r)
 	})

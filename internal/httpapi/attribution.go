@@ -6,19 +6,6 @@ import (
 	"github.com/tally-hq/tally/internal/tracking"
 )
 
-func (a *API) updateOffer(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
-	var in tracking.OfferPatch
-	if err := decodeBody(w, r, &in); err != nil {
-		return err
-	}
-	o, err := a.svc.UpdateOffer(r.Context(), p.BrandID, r.PathValue("id"), in)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, o)
-	return nil
-}
-
 func (a *API) postbackToken(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
 	if _, err := query(r); err != nil {
 		return err

@@ -77,6 +77,7 @@ func TestConversionsAttributedToClicks(t *testing.T) {
 		}{
 			{map[string]any{"clickId": clickID, "offerId": other}, "is not the offer of click"},
 			{map[string]any{"clickId": clickID, "partnerId": partnerID}, "either partnerId or clickId"},
+			{map[string]any{"clickId": "", "offerId": offerID, "partnerId": partnerID}, "clickId is empty"}, // not "both"
 			{map[string]any{"clickId": clickID, "sub1": "x"}, "sub1 comes from the click"},
 			{map[string]any{"clickId": "clk_nope"}, "does not match a recorded click"},
 			{map[string]any{"clickId": otherClick}, "does not match a recorded click"}, // another brand's
@@ -279,8 +280,19 @@ func TestInboundPostback(t *testing.T) {
 		var yen tally.Conversion
 		e.must(201, pb(url.Values{"click_id": {jpyClick}, "amount": {"1500"}, "token": {tok.Token}})).decode(t, &ans)
 		e.must(200, e.call("GET", "/api/v1/conversions/"+ans.ConversionID, key, nil)).decode(t, &yen)
-		if yen.RevenueCents != 1500 || yen.Currency != "JPY" {
+		if yen.RevenueCents != 1500 || yen.Currency != "JPY" || yen.ExternalTxnID != jpyClick {
 			t.Errorf("a yen postback: %+v", yen)
+		}
+		// Without txn_id, the click is the transaction (as Everflow and TUNE
+		// count one conversion per click then): an advertiser's system that
+		// fires the postback again, say after a timeout, records nothing new.
+		var again struct {
+			ConversionID string
+			Duplicate    bool
+		}
+		e.must(200, pb(url.Values{"click_id": {jpyClick}, "amount": {"1500"}, "token": {tok.Token}})).decode(t, &again)
+		if again.ConversionID != yen.ID || !again.Duplicate {
+			t.Errorf("the same postback without txn_id again: %+v, want a replay of %s", again, yen.ID)
 		}
 
 		for _, c := range []struct {
@@ -303,6 +315,19 @@ func TestInboundPostback(t *testing.T) {
 		} {
 			if r := pb(c.q); r.status != c.status || r.errorCode() != c.code {
 				t.Errorf("postback %v: %d %s, want %d %s", c.q, r.status, r.body, c.status, c.code)
+			}
+		}
+		// Messages name the parameters the advertiser sent, not the API's
+		// body fields (clickId, externalTxnId).
+		for q, want := range map[string]string{
+			"click_id=clk_nope":                           `click_id \"clk_nope\" does not match a recorded click.`,
+			"click_id=clk_nope&amount=1":                  `click_id \"clk_nope\" does not match a recorded click.`,
+			"click_id=clk_%0D" + strings.Repeat("x", 300): `does not match a recorded click.`,
+			"click_id=" + clickID + "&txn_id=%0D%0A":      "txn_id must not contain",
+		} {
+			r := e.call("GET", "/postback?"+q+"&token="+tok.Token, "", nil)
+			if body := string(r.body); r.status != 422 || !strings.Contains(body, want) || strings.Contains(body, "clickId") || strings.Contains(body, "externalTxnId") {
+				t.Errorf("postback %s: %d %s, want 422 saying %s", q, r.status, body, want)
 			}
 		}
 		// HEAD (link checkers, prefetchers) records nothing, as on the tracking link.

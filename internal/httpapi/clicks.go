@@ -2,6 +2,9 @@ package httpapi
 
 import (
 	"net/http"
+	"net/url"
+	"slices"
+	"strings"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/tracking"
@@ -11,15 +14,43 @@ import (
 // ignored: ad platforms append their own (utm_*, gclid, …) to links.
 var clickParams = []string{"pid", "sub1", "sub2", "sub3", "sub4", "sub5"}
 
+// clickQuery reads a tracking link's parameters. A malformed pair of one
+// it reads (a bad percent-escape, a ';' that was meant as '&') answers 422
+// rather than being dropped, as url.ParseQuery would, which stored the
+// click without its sub or lost its partner; malformed pairs of other
+// parameters are ignored like the parameters themselves.
+func clickQuery(raw string) (url.Values, error) {
+	q := make(url.Values, 2)
+	for raw != "" {
+		var pair string
+		pair, raw, _ = strings.Cut(raw, "&")
+		k, v, _ := strings.Cut(pair, "=")
+		name, err := url.QueryUnescape(k)
+		if err != nil || !slices.Contains(clickParams, name) {
+			continue
+		}
+		if len(q[name]) > 0 {
+			return nil, tally.Errorf(tally.ECodeValidation, "Query parameter %q is given more than once.", name)
+		}
+		if strings.Contains(v, ";") {
+			return nil, tally.Errorf(tally.ECodeValidation, "Query parameter %q contains ';': separate parameters with '&', and write a ';' in a value as %%3B.", name)
+		}
+		value, err := url.QueryUnescape(v)
+		if err != nil {
+			return nil, tally.Errorf(tally.ECodeValidation, "Query parameter %q is not percent-encoded correctly (%v); write a '%%' in a value as %%25.", name, err)
+		}
+		q[name] = append(q[name], value)
+	}
+	return q, nil
+}
+
 // click serves the tracking link: it records the click and redirects the
 // visitor to the offer's destination, or answers in the error shape.
 func (a *API) click(w http.ResponseWriter, r *http.Request, _ tracking.Principal) error {
 	w.Header().Set("Cache-Control", "no-store")
-	q := r.URL.Query()
-	for _, name := range clickParams {
-		if len(q[name]) > 1 {
-			return tally.Errorf(tally.ECodeValidation, "Query parameter %q is given more than once.", name)
-		}
+	q, err := clickQuery(r.URL.RawQuery)
+	if err != nil {
+		return err
 	}
 	in := tracking.ClickInput{
 		OfferID:   r.PathValue("offerId"),

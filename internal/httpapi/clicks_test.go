@@ -165,6 +165,13 @@ func TestClicksThatAreRefusedStoreNothing(t *testing.T) {
 			{"/c/" + offerID + "?pid=" + active + "&sub3=a%0Ab", 422, "validation_error"},
 			{"/c/" + offerID + "?pid=" + active + "&sub4=%FF%FE", 422, "validation_error"},
 			{"/c/" + offerID + "?pid=" + active + "&sub1=a&sub1=b", 422, "validation_error"},
+			// A value that is not percent-encoded right was dropped (the
+			// click stored without it), and a ';' between parameters lost
+			// the partner: both say what is wrong instead.
+			{"/c/" + offerID + "?pid=" + active + "&sub1=50%off", 422, "validation_error"},
+			{"/c/" + offerID + "?p%69d=" + active + "&sub1=%zz", 422, "validation_error"},
+			{"/c/" + offerID + "?pid=" + active + ";sub1=x", 422, "validation_error"},
+			{"/c/" + offerID + "?pid=" + active + "&pid", 422, "validation_error"},
 		} {
 			r := e.visit(c.path, map[string]string{"User-Agent": browserUA})
 			if r.status != c.status || r.errorCode() != c.code || r.header.Get("Location") != "" {
@@ -186,7 +193,14 @@ func TestClicksThatAreRefusedStoreNothing(t *testing.T) {
 		if len(report.Data) != 0 {
 			t.Errorf("refused clicks counted in the report: %+v", report.Data)
 		}
-		// The same link works once the partner is active and the offer too.
+		// The same link works once the partner is active and the offer too,
+		// whatever else an ad platform appends, malformed or not.
 		e.must(302, e.visit("/c/"+offerID+"?pid="+active, nil))
+		e.must(302, e.visit("/c/"+offerID+"?gclid=%zz&utm=a;b&p%69d="+active+"&sub1=a%2Bb+c&&=x", nil))
+		var c tally.Click
+		e.must(200, e.call("GET", "/api/v1/clicks/"+e.listAll("/api/v1/clicks", key)[0], key, nil)).decode(t, &c)
+		if c.PartnerID != active || c.Sub1 != "a+b c" {
+			t.Errorf("click with other parameters around: partner %q, sub1 %q", c.PartnerID, c.Sub1)
+		}
 	})
 }

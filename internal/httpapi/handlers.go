@@ -100,11 +100,12 @@ func listed[T any](list func(ctx context.Context, brandID string, p tracking.Lis
 }
 
 // byIDWithBody serves a route that changes one of the brand's records, named
-// by {id}, as the JSON body says, and answers 200 with the outcome.
-func byIDWithBody[In, Out any](do func(ctx context.Context, brandID, id string, in In) (Out, error)) func(http.ResponseWriter, *http.Request, tracking.Principal) error {
+// by {id}, as the JSON body says (read with decode: decodeBody, or
+// decodePatch for a PATCH), and answers 200 with the outcome.
+func byIDWithBody[In, Out any](decode func(http.ResponseWriter, *http.Request, any) error, do func(ctx context.Context, brandID, id string, in In) (Out, error)) func(http.ResponseWriter, *http.Request, tracking.Principal) error {
 	return func(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
 		var in In
-		if err := decodeBody(w, r, &in); err != nil {
+		if err := decode(w, r, &in); err != nil {
 			return err
 		}
 		v, err := do(r.Context(), p.BrandID, r.PathValue("id"), in)

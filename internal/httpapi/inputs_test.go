@@ -153,6 +153,19 @@ func TestDatesOutsideTheRangeAreRefused(t *testing.T) {
 		for _, path := range []string{"/api/v1/conversions?from=1970-01-01", "/api/v1/conversions?to=9999-12-31", "/api/v1/reports?from=1970-01-01&to=1970-01-31"} {
 			e.must(200, e.call("GET", path, key, nil))
 		}
+		// from after to is a mistake on every list, as on reports, not an
+		// empty list; one day (a date as both bounds) or one instant is fine.
+		for _, list := range []string{"/api/v1/conversions", "/api/v1/clicks", "/api/v1/deliveries", "/api/v1/reports"} {
+			r := e.call("GET", list+"?from=2026-11-30&to=2026-11-01", key, nil)
+			if r.status != 422 || r.errorCode() != "validation_error" || !strings.Contains(string(r.body), "from must not be after to") {
+				t.Errorf("GET %s with from after to: %d %s, want 422", list, r.status, r.body)
+			}
+			e.must(200, e.call("GET", list+"?from=2026-11-30&to=2026-11-30", key, nil))
+		}
+		e.must(200, e.call("GET", "/api/v1/conversions?from=2026-11-30T10:00:00Z&to=2026-11-30T10:00:00Z", key, nil))
+		if r := e.call("GET", "/api/v1/conversions?from=2026-11-30T10:00:00.001Z&to=2026-11-30T10:00:00Z", key, nil); r.status != 422 {
+			t.Errorf("from a millisecond after to: %d %s, want 422", r.status, r.body)
+		}
 	})
 }
 

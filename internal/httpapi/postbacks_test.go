@@ -448,7 +448,7 @@ func TestSecretRotationSignsWithBothSecretsForADay(t *testing.T) {
 		rcv := newGetReceiver(t, func(int) int { return 200 })
 		sub := e.must(201, e.call("POST", "/api/public/webhooks", key, map[string]any{"url": rcv.srv.URL, "events": []string{"cap.reached"}, "secret": secret})).field(t, "id")
 		path := "/api/public/webhooks/" + sub
-		for _, body := range []any{map[string]any{}, map[string]any{"secret": "short"}, map[string]any{"events": []string{}}, map[string]any{"url": "http://example.com/x"}} {
+		for _, body := range []any{map[string]any{"secret": nil}, map[string]any{"secret": "short"}, map[string]any{"events": []string{}}, map[string]any{"url": "http://example.com/x"}} {
 			if r := e.call("PATCH", path, key, body); r.status != 422 {
 				t.Errorf("PATCH %v: %d %s", body, r.status, r.body)
 			}

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"mime"
 	"net"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -118,35 +120,67 @@ func writeList[T any](w http.ResponseWriter, items []T, next string) {
 // types, nothing after the object; and no query parameters, which no route
 // with a body takes.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
-	if _, err := query(r); err != nil {
+	_, err := readBody(w, r, v)
+	return err
+}
+
+// decodePatch is decodeBody for a PATCH, which changes the fields it names
+// and keeps the others. A field given as null is refused: it would decode
+// as one left out, and the request would change nothing without a word
+// (inside an object, a null may mean something: a cap of null removes it).
+// An empty object changes nothing and answers the record as it is, as
+// Stripe's updates do.
+func decodePatch(w http.ResponseWriter, r *http.Request, v any) error {
+	raw, err := readBody(w, r, v)
+	if err != nil {
 		return err
+	}
+	var given map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &given); err != nil {
+		return bodyError(err, nil)
+	}
+	for _, name := range slices.Sorted(maps.Keys(given)) {
+		if string(given[name]) == "null" {
+			return tally.Errorf(tally.ECodeValidation, "%s cannot be null: leave it out to keep it as it is.", name)
+		}
+	}
+	return nil
+}
+
+// readBody is decodeBody, answering the body it read as well.
+func readBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
+	if _, err := query(r); err != nil {
+		return nil, err
 	}
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
-		return tally.Errorf(tally.ECodeUnsupportedMediaType, "Send the body as JSON with 'Content-Type: application/json'.")
+		return nil, tally.Errorf(tally.ECodeUnsupportedMediaType, "Send the body as JSON with 'Content-Type: application/json'.")
 	}
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
-		return bodyError(err, nil)
+		return nil, bodyError(err, nil)
 	}
 	if !utf8.Valid(raw) || hasLoneSurrogate(raw) {
-		return tally.Errorf(tally.ECodeInvalidJSON, "The body is not valid UTF-8 (or escapes half of a surrogate pair); send text as UTF-8.")
+		return nil, tally.Errorf(tally.ECodeInvalidJSON, "The body is not valid UTF-8 (or escapes half of a surrogate pair); send text as UTF-8.")
 	}
 	if len(bytes.TrimSpace(raw)) == 0 {
-		return tally.Errorf(tally.ECodeInvalidJSON, "The body is empty; send a JSON object.")
+		return nil, tally.Errorf(tally.ECodeInvalidJSON, "The body is empty; send a JSON object.")
 	}
 	t := reflect.TypeOf(v)
 	if !json.Valid(raw) {
-		return bodyError(json.Unmarshal(raw, v), t) // for the syntax error's words
+		return nil, bodyError(json.Unmarshal(raw, v), t) // for the syntax error's words
+	}
+	if bytes.TrimSpace(raw)[0] != '{' { // a null would decode as {}, changing nothing
+		return nil, tally.Errorf(tally.ECodeValidation, "The body must be a JSON object.")
 	}
 	if err := (&fieldWalk{raw: raw}).value(t, ""); err != nil {
-		return bodyError(err, t)
+		return nil, bodyError(err, t)
 	}
 	// The walk refused every name that is not a field's.
 	if err := json.Unmarshal(raw, v); err != nil {
-		return bodyError(err, t)
+		return nil, bodyError(err, t)
 	}
-	return nil
+	return raw, nil
 }
 
 // fieldError is a field name fieldWalk refuses.
@@ -394,10 +428,8 @@ func jsonType(kind string) string {
 
 // logger returns the request's logger, which carries the request id.
 func logger(ctx interface{ Value(any) any }) *slog.Logger {
-	if l, ok := ctx.Value(loggerKey{}).(*slog.Logger); ok {
-		return l
+	if info, ok := ctx.Value(infoKey{}).(*requestInfo); ok {
+		return info.logger()
 	}
 	return slog.Default()
 }
-
-type loggerKey struct{}

@@ -275,6 +275,9 @@ func (e *ConditionFailedError) Error() string {
 // FailedOp returns the index of the operation whose condition failed, and
 // whether err is such a failure.
 func FailedOp(err error) (int, bool) {
+	if err == nil {
+		return 0, false // without errors.As, which allocates: every click asks
+	}
 	var cf *ConditionFailedError
 	if errors.As(err, &cf) {
 		return cf.Index, true

@@ -180,13 +180,20 @@ func validateKeyParts(pk string, sks ...string) error {
 			return fmt.Errorf("sort key of %d bytes, over %d", len(sk), maxSK)
 		}
 	}
-	for _, p := range append(sks, pk) {
-		if strings.IndexByte(p, 0) >= 0 {
-			return fmt.Errorf("key %q contains 0x00", p)
+	for _, sk := range sks {
+		if err := validKeyText(sk); err != nil {
+			return err
 		}
-		if !utf8.ValidString(p) {
-			return fmt.Errorf("key %q is not valid UTF-8", p)
-		}
+	}
+	return validKeyText(pk)
+}
+
+func validKeyText(p string) error {
+	if strings.IndexByte(p, 0) >= 0 {
+		return fmt.Errorf("key %q contains 0x00", p)
+	}
+	if !utf8.ValidString(p) {
+		return fmt.Errorf("key %q is not valid UTF-8", p)
 	}
 	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/tally-hq/tally"
@@ -40,14 +39,12 @@ const (
 // attribution window before the table may delete it.
 const clickRetention = 7 * 24 * time.Hour
 
+var subFields = [...]string{"sub1", "sub2", "sub3", "sub4", "sub5"}
+
 func (in ClickInput) validate() error {
 	for i, v := range in.Subs {
-		field := fmt.Sprintf("sub%d", i+1)
-		if err := text(field, &v, false, 255); err != nil {
+		if err := text(subFields[i], &v, false, 255); err != nil {
 			return err
-		}
-		if !utf8.ValidString(v) || strings.IndexFunc(v, unicode.IsControl) >= 0 {
-			return invalid("%s must be text without control characters.", field)
 		}
 	}
 	return nil
@@ -346,6 +343,9 @@ func macroValue(name string, c tally.Click) (string, bool) {
 // overrides, line separators; see plainText) are U+FFFD: a header is kept
 // rather than refused, but may not make stored text read as something else.
 func truncate(s string, n int) string {
+	if len(s) <= n && printableASCII(s) { // most headers: nothing to replace or cut
+		return s
+	}
 	s = strings.Map(func(r rune) rune {
 		if hidden(r, false) {
 			return utf8.RuneError
@@ -356,6 +356,15 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return string([]rune(s)[:n])
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // clickRecord is a stored click: the conversion attributed to it last is an

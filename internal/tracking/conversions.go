@@ -44,6 +44,8 @@ func (in ConversionInput) validate() error {
 	switch {
 	case in.PartnerID == nil && in.ClickID == nil:
 		return invalid("partnerId is required (or clickId, for a tracked click).")
+	case in.ClickID != nil && *in.ClickID == "":
+		return invalid("clickId is empty: give the click's id, or leave clickId out and give partnerId.")
 	case in.PartnerID != nil && in.ClickID != nil:
 		return invalid("Give either partnerId or clickId, not both.")
 	case in.ClickID != nil:
@@ -446,17 +448,21 @@ func (s *Service) Conversions(ctx context.Context, brandID string, f ConversionF
 // time-sortable ids (with prefix) that the list's sort keys are.
 func timeSpan(prefix, from, to string) (span, error) {
 	var sp span
+	var start time.Time
 	if from != "" {
 		t, err := parseTimeParam("from", from, false)
 		if err != nil {
 			return sp, err
 		}
-		sp.from = ids.Floor(prefix, t)
+		sp.from, start = ids.Floor(prefix, t), t
 	}
 	if to != "" {
 		t, err := parseTimeParam("to", to, true)
 		if err != nil {
 			return sp, err
+		}
+		if from != "" && start.After(t) { // a mistake, as on reports, not an empty list
+			return sp, invalidField("from", "from must not be after to.")
 		}
 		sp.to = ids.Ceil(prefix, t)
 	}

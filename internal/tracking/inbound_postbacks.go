@@ -136,7 +136,7 @@ func (s *Service) AuthenticatePostback(ctx context.Context, secret string) (Prin
 // InboundPostback is what an advertiser's GET postback carries.
 type InboundPostback struct {
 	ClickID  string // click_id, required
-	TxnID    string // txn_id: the advertiser's transaction id (idempotency)
+	TxnID    string // txn_id: the advertiser's transaction id (idempotency); default the click's id
 	Amount   string // amount: the revenue, in major units ("12.50")
 	Currency string // currency: default the offer's
 }
@@ -144,12 +144,45 @@ type InboundPostback struct {
 // RecordPostback records the conversion of a click from an advertiser's GET
 // postback, with the rules, idempotency and events of RecordConversion.
 func (s *Service) RecordPostback(ctx context.Context, brandID string, in InboundPostback) (tally.Conversion, bool, error) {
+	c, created, err := s.recordPostback(ctx, brandID, in)
+	return c, created, inPostbackWords(err)
+}
+
+// postbackWords are RecordConversion's names of the fields a GET postback
+// sets, with the query parameters that set them.
+var postbackWords = []struct{ field, param string }{{"clickId", "click_id"}, {"externalTxnId", "txn_id"}}
+
+// inPostbackWords names the query parameter in a validation message about
+// a field a GET postback sets: the advertiser sent click_id, not clickId.
+func inPostbackWords(err error) error {
+	var e *tally.Error
+	if !errors.As(err, &e) || e.Code != tally.ECodeValidation {
+		return err
+	}
+	for _, w := range postbackWords {
+		if rest, ok := strings.CutPrefix(e.Message, w.field+" "); ok {
+			renamed := *e
+			renamed.Message, renamed.Field = w.param+" "+rest, w.param
+			return &renamed
+		}
+	}
+	return err
+}
+
+func (s *Service) recordPostback(ctx context.Context, brandID string, in InboundPostback) (tally.Conversion, bool, error) {
 	if in.ClickID == "" {
 		return tally.Conversion{}, false, invalidField("click_id", "click_id is required: the {click_id} the tracking link passed to the landing page.")
 	}
 	ci := ConversionInput{ClickID: &in.ClickID}
-	if in.TxnID != "" {
+	switch {
+	case in.TxnID != "":
 		ci.ExternalTxnID = &in.TxnID
+	case ids.Valid("clk_", in.ClickID):
+		// Without txn_id the click is the transaction, as Everflow and TUNE
+		// count one conversion per click then: an advertiser's system firing
+		// the same postback again (after a timeout, say) replays it instead
+		// of paying twice. (An invalid click id is refused as one.)
+		ci.ExternalTxnID = &in.ClickID
 	}
 	if in.Currency != "" {
 		ci.Currency = &in.Currency

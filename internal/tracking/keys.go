@@ -10,7 +10,9 @@ import (
 )
 
 // This file is the whole single-table key design; docs/data-model.md explains
-// it. Nothing outside it builds a key.
+// it. Nothing outside it builds a key. The keys every click and conversion
+// writes are concatenated rather than formatted: fmt was a measurable part
+// of a click's CPU.
 
 // shards spreads a brand's high-volume items (conversions, their index
 // entries, rollups, events, the hold queue) over several partitions so that
@@ -96,16 +98,16 @@ func brandPostbackTokenKey(brandID string) store.Key {
 // way; GSI3 holds pending conversions with a hold time, by due time, across
 // brands (sparse: approval or rejection takes them out).
 func conversionPK(brandID string, shard int) string {
-	return fmt.Sprintf("BRD#%s#CNV#%d", brandID, shard)
+	return "BRD#" + brandID + "#CNV#" + strconv.Itoa(shard)
 }
 func conversionKey(brandID, conversionID string) store.Key {
 	return store.Key{PK: conversionPK(brandID, shardOf(conversionID)), SK: conversionID}
 }
 func conversionsByOffer(brandID, offerID string, shard int) string {
-	return fmt.Sprintf("BRD#%s#OFF#%s#CNV#%d", brandID, offerID, shard)
+	return "BRD#" + brandID + "#OFF#" + offerID + "#CNV#" + strconv.Itoa(shard)
 }
 func conversionsByPartner(brandID, partnerID string, shard int) string {
-	return fmt.Sprintf("BRD#%s#PRT#%s#CNV#%d", brandID, partnerID, shard)
+	return "BRD#" + brandID + "#PRT#" + partnerID + "#CNV#" + strconv.Itoa(shard)
 }
 func holdQueuePK(shard int) string { return "HOLD#" + strconv.Itoa(shard) }
 
@@ -131,16 +133,16 @@ func capKey(offerID, period string) store.Key {
 // Clicks live in the brand's click shards, sorted by id, and are listed per
 // offer (GSI1) and per partner (GSI2) like conversions.
 func clickPK(brandID string, shard int) string {
-	return fmt.Sprintf("BRD#%s#CLK#%d", brandID, shard)
+	return "BRD#" + brandID + "#CLK#" + strconv.Itoa(shard)
 }
 func clickKey(brandID, clickID string) store.Key {
 	return store.Key{PK: clickPK(brandID, shardOf(clickID)), SK: clickID}
 }
 func clicksByOffer(brandID, offerID string, shard int) string {
-	return fmt.Sprintf("BRD#%s#OFF#%s#CLK#%d", brandID, offerID, shard)
+	return "BRD#" + brandID + "#OFF#" + offerID + "#CLK#" + strconv.Itoa(shard)
 }
 func clicksByPartner(brandID, partnerID string, shard int) string {
-	return fmt.Sprintf("BRD#%s#PRT#%s#CLK#%d", brandID, partnerID, shard)
+	return "BRD#" + brandID + "#PRT#" + partnerID + "#CLK#" + strconv.Itoa(shard)
 }
 
 // The brand's fraud settings and blocked address ranges live in the brand
@@ -176,7 +178,7 @@ func highRiskHour(t time.Time) string { return t.UTC().Format("2006010215") }
 // Rollups: one item per (day, offer, partner, currency) and shard, with the
 // report metrics as counters. A report range-queries each shard by day.
 func rollupPK(brandID string, shard int) string {
-	return fmt.Sprintf("BRD#%s#RU#%d", brandID, shard)
+	return "BRD#" + brandID + "#RU#" + strconv.Itoa(shard)
 }
 func rollupKey(brandID string, shard int, day, offerID, partnerID, currency string) store.Key {
 	return store.Key{PK: rollupPK(brandID, shard), SK: day + "#" + offerID + "#" + partnerID + "#" + currency}
@@ -190,7 +192,7 @@ func rollupDayTo(day string) string { return day + "$" }
 // time zone: every zone's offset from UTC is a whole number of quarter
 // hours. The daily rollups serve what lies in whole UTC days.
 func rollupQuarterPK(brandID string, shard int) string {
-	return fmt.Sprintf("BRD#%s#RQ#%d", brandID, shard)
+	return "BRD#" + brandID + "#RQ#" + strconv.Itoa(shard)
 }
 func rollupQuarterKey(brandID string, shard int, quarter, offerID, partnerID, currency string) store.Key {
 	return store.Key{PK: rollupQuarterPK(brandID, shard), SK: quarter + "#" + offerID + "#" + partnerID + "#" + currency}

@@ -46,7 +46,7 @@ func validateLimit(limit int) (int, error) {
 	case limit == 0:
 		return DefaultLimit, nil
 	case limit < 1 || limit > MaxLimit:
-		return 0, tally.Errorf(tally.ECodeValidation, "limit must be between 1 and %d.", MaxLimit)
+		return 0, tally.Errorf(tally.ECodeValidation, "limit must be an integer from 1 to %d.", MaxLimit)
 	}
 	return limit, nil
 }

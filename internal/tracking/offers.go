@@ -3,6 +3,7 @@ package tracking
 import (
 	"cmp"
 	"context"
+	"slices"
 	"strings"
 
 	"github.com/tally-hq/tally"
@@ -254,6 +255,9 @@ func (s *Service) UpdateOffer(ctx context.Context, brandID, offerID string, in O
 		o.RevenueCents, o.PayoutCents = *merged.RevenueCents, *merged.PayoutCents
 		o.Status, o.Approval, o.HoldHours = *merged.Status, *merged.Approval, *merged.HoldHours
 		o.Caps, o.AttributionWindowDays = *merged.Caps, *merged.AttributionWindowDays
+		if slices.Equal(capsOf(o.Caps), capsOf(cur.offer.Caps)) {
+			o.Caps = cur.offer.Caps // the same limits, given anew: compare them by value
+		}
 		if o == cur.offer {
 			return o, nil // nothing changes
 		}

@@ -94,6 +94,9 @@ func hidden(r rune, multiline bool) bool {
 	if multiline && (r == '\n' || r == '\r' || r == '\t') {
 		return false
 	}
+	if r < utf8.RuneSelf { // the classes below hold no other ASCII character
+		return r < ' ' || r == 0x7f
+	}
 	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || unicode.In(r, unicode.Zl, unicode.Zp) ||
 		unicode.Is(unicode.Noncharacter_Code_Point, r)
 }

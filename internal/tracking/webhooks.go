@@ -200,11 +200,9 @@ const SecretRotationWindow = 24 * time.Hour
 // fields given). A new secret signs at once; the one it replaces signs too,
 // as a second v1, for SecretRotationWindow. Deliveries already made keep
 // their URL; the next attempt of any delivery signs with the secrets of the
-// moment.
+// moment. A change to nothing (no field, or the values it has) writes
+// nothing and answers the subscription as it is, as UpdateOffer does.
 func (s *Service) UpdateSubscription(ctx context.Context, brandID, subscriptionID string, in SubscriptionInput) (tally.Subscription, error) {
-	if in.URL == nil && in.Events == nil && in.Secret == nil {
-		return tally.Subscription{}, invalid("Give at least one of url, events and secret.")
-	}
 	if in.URL != nil {
 		if err := s.checkURL(*in.URL); err != nil {
 			return tally.Subscription{}, err
@@ -229,6 +227,13 @@ func (s *Service) UpdateSubscription(ctx context.Context, brandID, subscriptionI
 			return tally.Subscription{}, err
 		}
 		now := s.Now()
+		if rec.PreviousSecretExpiresAt != nil && !now.Before(rec.PreviousSecretExpiresAt.Time) {
+			rec.PreviousSecret, rec.PreviousSecretExpiresAt = "", nil
+		}
+		if (in.URL == nil || *in.URL == rec.URL) && (in.Events == nil || slices.Equal(in.Events, rec.Events)) &&
+			(in.Secret == nil || *in.Secret == rec.Secret) {
+			return rec.Subscription, nil
+		}
 		if in.URL != nil {
 			rec.URL = *in.URL
 		}
@@ -241,9 +246,6 @@ func (s *Service) UpdateSubscription(ctx context.Context, brandID, subscriptionI
 				rec.PreviousSecret, rec.PreviousSecretExpiresAt = rec.Secret, ptrTo(tally.NewTime(now.Add(SecretRotationWindow)))
 			}
 			rec.Secret, rec.HasSecret = *in.Secret, true
-		}
-		if rec.PreviousSecretExpiresAt != nil && !now.Before(rec.PreviousSecretExpiresAt.Time) {
-			rec.PreviousSecret, rec.PreviousSecretExpiresAt = "", nil
 		}
 		rec.UpdatedAt = tally.NewTime(now)
 		op := replaceEndpointRecord(it, rec)

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -164,16 +165,15 @@ func (s *Store) Update(ctx context.Context, op store.Op) (store.Item, error) {
 }
 
 // step is one operation of a write: what prepare works out before the
-// committer takes the write, and what plan adds, the item as it is and,
-// for a put or an update, as it will be.
+// committer takes the write, and what plan adds, the entry of its item in
+// the round and, for a put or an update, the item as it will be.
 type step struct {
 	op  *store.Op
 	key []byte // the items bucket key of op's target
 	val []byte // a put's encoded item
 
-	old    store.Item // the parts partsFor names
-	exists bool
-	next   store.Item
+	entry *entry
+	next  store.Item
 }
 
 // prepare turns ops into steps with their keys and encoded puts, outside
@@ -205,84 +205,24 @@ func partsFor(k store.OpKind) parts {
 	return entryParts
 }
 
-// plan reads the items of steps in tx, checks every condition and works
-// out what each update writes, writing nothing: an error here leaves tx as
-// it was.
-func plan(tx *bbolt.Tx, steps []step) error {
-	for i := range steps {
-		st := &steps[i]
-		op := st.op
-		it, ok, err := load(tx, st.key, op.Target(), partsFor(op.Kind))
-		if err != nil {
-			return err
-		}
-		for _, c := range op.Conds {
-			if !holds(c, it, ok) {
-				return &store.ConditionFailedError{Index: i}
-			}
-		}
-		st.old, st.exists = it, ok
-		switch op.Kind {
-		case store.OpPut:
-			st.next = op.Item
-		case store.OpUpdate:
-			if st.next, err = updated(it, ok, *op); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// perform writes planned steps. It returns the item written by the last
-// step when that is an update, for Update.
-func perform(tx *bbolt.Tx, steps []step) (store.Item, error) {
-	var last store.Item
-	for i := range steps {
-		st := &steps[i]
-		last = store.Item{}
-		switch st.op.Kind {
-		case store.OpPut, store.OpUpdate:
-			v := st.val
-			if st.op.Kind == store.OpUpdate {
-				var err error
-				if v, err = encode(st.next); err != nil {
-					return store.Item{}, fmt.Errorf("bolt: encode item: %w", err)
-				}
-				last = st.next
-			}
-			if err := write(tx, st.key, st.old, st.next, v); err != nil { // st.old is zero when !st.exists
-				return store.Item{}, err
-			}
-		case store.OpDelete:
-			if st.exists {
-				if err := remove(tx, st.key, st.old); err != nil {
-					return store.Item{}, err
-				}
-			}
-		}
-	}
-	return last, nil
-}
-
 // updated returns old (or a new item with op's key when it does not exist)
-// with op's Set, Add and ExpiresAt applied. old is a private copy, so its
-// maps may be changed in place.
+// with op's Set, Add and ExpiresAt applied. The maps it changes are copies:
+// old stays as it is in the round (and in what an earlier Update returned).
 func updated(old store.Item, exists bool, op store.Op) (store.Item, error) {
 	it := old
 	if !exists {
 		it = store.Item{Key: op.Key}
 	}
-	if len(op.Set) > 0 && it.Attrs == nil {
-		it.Attrs = make(map[string]string, len(op.Set))
+	if len(op.Set) > 0 {
+		it.Attrs = cloneWithRoom(it.Attrs, len(op.Set))
+	}
+	if len(op.Add) > 0 || (len(op.Set) > 0 && len(it.Nums) > 0) { // a Set deletes a number of its name
+		it.Nums = cloneWithRoom(it.Nums, len(op.Add))
 	}
 	for name, v := range op.Set {
 		// Like DynamoDB's SET, a string replaces a number of that name.
 		delete(it.Nums, name)
 		it.Attrs[name] = v
-	}
-	if len(op.Add) > 0 && it.Nums == nil {
-		it.Nums = make(map[string]int64, len(op.Add))
 	}
 	for name, d := range op.Add {
 		if _, ok := it.Attrs[name]; ok {
@@ -299,6 +239,13 @@ func updated(old store.Item, exists bool, op store.Op) (store.Item, error) {
 		it.ExpiresAt = op.ExpiresAt
 	}
 	return it, nil
+}
+
+// cloneWithRoom copies m into a map with room for n more entries.
+func cloneWithRoom[V any](m map[string]V, n int) map[string]V {
+	c := make(map[string]V, len(m)+n)
+	maps.Copy(c, m)
+	return c
 }
 
 // holds reports whether c holds for it (the zero Item when !exists).

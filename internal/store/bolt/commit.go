@@ -10,17 +10,18 @@ import (
 
 // Group commit. A commit costs two fsyncs, whatever it holds, so writes
 // share commits: one goroutine, the committer, makes every write. It takes
-// the first write that comes, applies it in a bbolt transaction, and as long
-// as other writes are waiting applies them too, in order; when none is
-// left it commits. Writes that come during the commit wait for the next
-// round, which starts the moment this one has committed; writes that come
-// while the round is still applying join it, rather than wait a whole
-// round. A lone write commits at once. No write waits on a timer.
+// the first write that comes, applies it to the round's overlay (see
+// round), and as long as other writes are waiting applies them too, in
+// order; when none is left it puts the overlay into a bbolt transaction
+// and commits. Writes that come during the commit wait for the next round,
+// which starts the moment this one has committed; writes that come while
+// the round is still applying join it, rather than wait a whole round. A
+// lone write commits at once. No write waits on a timer.
 //
 // A write whose conditions fail changes nothing (plan writes nothing), so
-// it is answered with its error and the others go on. A write that fails
-// while writing leaves the transaction dirty: the round is rolled back and
-// done again without it, and it runs alone.
+// it is answered with its error and the others go on. Should putting the
+// overlay into bbolt fail, the round is rolled back and every write of it
+// done again alone, in order, so that only the failing one fails.
 
 // maxRound bounds the writes of one commit, so that a round under heavy
 // load does not grow without end.
@@ -57,7 +58,7 @@ func (s *Store) committer() {
 	for {
 		select {
 		case w := <-s.writes:
-			s.commit([]*pendingWrite{w})
+			s.commit(w)
 		case <-s.stop:
 			return
 		}
@@ -79,54 +80,53 @@ func (s *Store) waiting(round *[]*pendingWrite) bool {
 	}
 }
 
-// commit applies a round of writes in one transaction, with the writes that
-// come meanwhile, and answers each.
-func (s *Store) commit(round []*pendingWrite) {
-	for len(round) > 0 {
-		var dirty *pendingWrite // the write that failed while writing
-		err := s.db.Update(func(tx *bbolt.Tx) error {
-			for i := 0; i < len(round) || s.waiting(&round); i++ {
-				w := round[i]
-				if err := plan(tx, w.steps); err != nil {
-					w.item, w.err = store.Item{}, err // nothing written
-					continue
-				}
-				if w.item, w.err = perform(tx, w.steps); w.err != nil {
-					dirty = w
-					return w.err
-				}
-			}
-			return nil
-		})
-		if dirty == nil {
-			for _, w := range round {
-				if err != nil && w.err == nil {
-					w.err = err // the commit itself failed: nothing of the round is stored
-				}
-				close(w.done)
-			}
-			return
-		}
-		// Roll back the round; the failing write runs alone, the rest again.
-		rest := round[:0:0]
+// commit applies a round of writes, first and the writes that come
+// meanwhile, in one transaction, and answers each.
+func (s *Store) commit(first *pendingWrite) {
+	round := []*pendingWrite{first}
+	flushed, err := s.apply(&round, true)
+	if !flushed && len(round) > 1 {
 		for _, w := range round {
-			if w != dirty {
-				rest = append(rest, w)
-			}
+			alone := []*pendingWrite{w}
+			_, err := s.apply(&alone, false)
+			answer(alone, err)
 		}
-		var item store.Item
-		err = s.db.Update(func(tx *bbolt.Tx) error {
-			err := plan(tx, dirty.steps)
-			if err == nil {
-				item, err = perform(tx, dirty.steps)
+		return
+	}
+	answer(round, err)
+}
+
+// apply plans and performs the writes of round (and, when more, those that
+// come meanwhile) in one transaction and commits it. flushed is false when
+// putting the round's overlay into bbolt failed.
+func (s *Store) apply(round *[]*pendingWrite, more bool) (flushed bool, err error) {
+	err = s.db.Update(func(tx *bbolt.Tx) error {
+		r := newRound(tx)
+		for i := 0; i < len(*round) || (more && s.waiting(round)); i++ {
+			w := (*round)[i]
+			w.item, w.err = store.Item{}, nil
+			if err := r.plan(w.steps); err != nil {
+				w.err = err // nothing written
+				continue
 			}
+			w.item = r.perform(w.steps)
+		}
+		flushed = true
+		if err := r.flush(); err != nil {
+			flushed = false
 			return err
-		})
-		if err != nil {
-			item = store.Item{}
 		}
-		dirty.item, dirty.err = item, err
-		close(dirty.done)
-		round = rest
+		return nil
+	})
+	return flushed, err
+}
+
+// answer tells the writes of a round how it went: err is the commit's.
+func answer(round []*pendingWrite, err error) {
+	for _, w := range round {
+		if err != nil && w.err == nil {
+			w.item, w.err = store.Item{}, err // nothing of the round is stored
+		}
+		close(w.done)
 	}
 }
