@@ -30,7 +30,11 @@ func dynamoEnviron(t *testing.T, environ []string) []string {
 // the first server may have made it for the deliveries it began with) and
 // both go for it. Each attempt is claimed in the table before it is sent,
 // so one of them sends it: the receiver counts three requests per webhook
-// id, the delivery log three attempts, and both servers made some.
+// id, the delivery log three attempts, and both servers made some. The
+// receiver holds the first attempts 3 until two are in flight at once:
+// as a server starts an endpoint at one attempt in flight, they are one
+// from each server, so neither can have sent everything before the other
+// was up (on a loaded machine, one server may start seconds later).
 func TestServersSharingATableSendEachAttemptOnce(t *testing.T) {
 	const conversions = 100
 	// 200 failed attempts in a row must not disable the endpoint.
@@ -67,12 +71,22 @@ func TestServersSharingATableSendEachAttemptOnce(t *testing.T) {
 	}, first)
 	first.stop(t)
 
+	release := make(chan struct{})
+	rcv.mu.Lock()
+	rcv.release, rcv.hold = release, func(r *hookRequest) bool { return r.n == 3 }
+	rcv.mu.Unlock()
 	servers := []*server{startServer(t, environ), startServer(t, environ)}
 	for _, s := range servers {
 		if err := s.waitReady(15 * time.Second); err != nil {
 			t.Fatalf("server did not come up: %v\nstderr:\n%s", err, s.stderr)
 		}
 	}
+	// Before an attempt's 10 s timeout: a held attempt must not fail.
+	heldDeadline := time.Now().Add(8 * time.Second)
+	for _, held := rcv.counts(); held < 2 && time.Now().Before(heldDeadline); _, held = rcv.counts() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(release)
 	var ds []deliveryView
 	waitUntil(t, "every delivery to succeed", func() bool {
 		ds = servers[0].listDeliveries(t, key, nil)

@@ -70,7 +70,7 @@ type hookReceiver struct {
 	answer func(n int) int // the status for the n-th request of a webhook id
 	// hold, when set, says whether a request is to be held unanswered
 	// until release is closed (so that it is in flight when the server is
-	// killed).
+	// killed, or while another server starts).
 	hold    func(r *hookRequest) bool
 	release chan struct{}
 	srv     *httptest.Server
@@ -126,9 +126,12 @@ func (rcv *hookReceiver) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-rcv.release:
 		case <-time.After(30 * time.Second):
 		}
-		// The server that sent it is dead by now; nobody reads this.
-		w.WriteHeader(http.StatusServiceUnavailable)
-		return
+		// Answered as any other (when the server that sent it was killed
+		// meanwhile, nobody reads it).
+		rcv.mu.Lock()
+		req.status = rcv.answer(req.n)
+		status = req.status
+		rcv.mu.Unlock()
 	}
 	w.WriteHeader(status)
 	fmt.Fprintf(w, `{"request":%d}`, req.n)
