@@ -248,6 +248,12 @@ type Store interface {
 // items writes them apart there.
 type WritesApart interface{ WritesApart() }
 
+// Partitioned is implemented by a backend whose write throughput is per
+// partition key (DynamoDB): a brand's high-volume items are spread over
+// shards for it. On a backend without it (the embedded store), new items of
+// those families go to one shard, whose keys a commit then writes together.
+type Partitioned interface{ Partitioned() }
+
 var (
 	// ErrNotFound means no item has the key.
 	ErrNotFound = errors.New("store: item not found")

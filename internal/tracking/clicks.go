@@ -108,7 +108,7 @@ func (s *Service) insertClick(ctx context.Context, offer offerEntry, in ClickInp
 		return tally.Click{}, err
 	}
 	c := tally.Click{
-		ID:        ids.New("clk_", now),
+		ID:        s.newID("clk_", now),
 		BrandID:   o.BrandID,
 		OfferID:   o.ID,
 		PartnerID: in.PartnerID,

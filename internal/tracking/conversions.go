@@ -101,7 +101,7 @@ func (s *Service) RecordConversion(ctx context.Context, brandID string, in Conve
 		if err := amountsInCurrency(offer.offer, in); err != nil {
 			return c, false, err
 		}
-		c = newConversion(brandID, offer.offer, in, now)
+		c = newConversion(s.newID("cnv_", now), brandID, offer.offer, in, now)
 		c.ClickID = click.ID
 		created, err = s.insertConversion(ctx, c, offer, now)
 		if errors.Is(err, errOfferChanged) && attempt < maxOfferReloads {
@@ -172,9 +172,9 @@ func amountsInCurrency(offer tally.Offer, in ConversionInput) error {
 		*in.Currency, offer.Currency, *in.Currency, offer.Currency)
 }
 
-func newConversion(brandID string, offer tally.Offer, in ConversionInput, now time.Time) tally.Conversion {
+func newConversion(id, brandID string, offer tally.Offer, in ConversionInput, now time.Time) tally.Conversion {
 	c := tally.Conversion{
-		ID:            ids.New("cnv_", now),
+		ID:            id,
 		BrandID:       brandID,
 		OfferID:       offer.ID,
 		PartnerID:     deref(in.PartnerID, ""),

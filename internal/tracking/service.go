@@ -60,6 +60,8 @@ type Service struct {
 	// streamRollups leaves new conversions' rollups to the stream
 	// (WithStreamRollups).
 	streamRollups bool
+	// partitioned: the store spreads writes by partition key (newID).
+	partitioned bool
 
 	offers      *cache[offerEntry]
 	offerBrands *cache[string] // offer id → brand id; never changes
@@ -159,6 +161,7 @@ func New(st store.Store, opts ...Option) *Service {
 		checkURL:          func(u string) error { return delivery.CheckURL(u, false) },
 		zones:             time.LoadLocation,
 	}
+	_, s.partitioned = st.(store.Partitioned)
 	for _, o := range opts {
 		o(s)
 	}
@@ -181,7 +184,7 @@ func (s *Service) newEvent(brandID, name string, data any, at time.Time) (store.
 	if err != nil {
 		return store.Op{}, err
 	}
-	evt := tally.Event{ID: ids.New("evt_", at), Event: name, CreatedAt: tally.NewTime(at), BrandID: brandID, Data: raw}
+	evt := tally.Event{ID: s.newID("evt_", at), Event: name, CreatedAt: tally.NewTime(at), BrandID: brandID, Data: raw}
 	body, err := json.Marshal(evt)
 	if err != nil {
 		return store.Op{}, err

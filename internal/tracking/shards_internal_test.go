@@ -1,0 +1,113 @@
+package tracking
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/testenv"
+)
+
+// spread is the embedded store as a partitioned one: the service spreads
+// new items over the shards on it, as Tally did on every store before.
+type spread struct{ store.Store }
+
+func (spread) Partitioned() {}
+
+// On the embedded store, new clicks and conversions go to one shard, and
+// those spread over all four by an earlier version stay found: by id, in
+// the lists, with nothing lost between pages.
+func TestEmbeddedStoreKeepsNewItemsInOneShardAndFindsOldOnes(t *testing.T) {
+	st := testenv.Bolt(t)
+	ctx := t.Context()
+	now := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
+	clock := WithClock(func() time.Time { return now })
+	before, after := New(spread{st}, clock), New(st, clock)
+	b, err := before.CreateBrand(ctx, "Acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := before.Apply(ctx, b.ID, ApplicationInput{Name: ptrTo("Pat"), Email: ptrTo("pat@example.com")})
+	if err == nil {
+		_, err = before.ApprovePartner(ctx, b.ID, p.ID)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := before.CreateOffer(ctx, b.ID, OfferInput{Name: ptrTo("Shoes"), DestinationURL: ptrTo("https://shop.example/"),
+		RevenueCents: ptrTo[int64](100), PayoutCents: ptrTo[int64](10), Currency: ptrTo("USD")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const each = 20
+	made := map[string]string{} // id -> who made it
+	shardsOf := map[string]map[int]bool{"before": {}, "after": {}}
+	for i := range 2 * each {
+		who, svc := "before", before
+		if i >= each {
+			who, svc = "after", after
+		}
+		c, _, err := svc.RecordClick(ctx, ClickInput{OfferID: o.ID, PartnerID: p.ID, IP: netip.AddrFrom4([4]byte{192, 0, 2, byte(i)})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cv, _, err := svc.RecordConversion(ctx, b.ID, ConversionInput{OfferID: &o.ID, PartnerID: &p.ID, ExternalTxnID: ptrTo(fmt.Sprintf("order-%d", i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{c.ID, cv.ID} {
+			made[id] = who
+			shardsOf[who][shardOf(id)] = true
+		}
+	}
+	if len(shardsOf["after"]) != 1 || !shardsOf["after"][0] {
+		t.Errorf("new items on the embedded store went to shards %v, want only shard 0", shardsOf["after"])
+	}
+	if len(shardsOf["before"]) < 2 {
+		t.Fatalf("the earlier layout spread %d items over shards %v only: the test shows nothing", 2*each, shardsOf["before"])
+	}
+	listed := map[string]bool{}
+	for cursor := ""; ; {
+		cs, next, err := after.Clicks(ctx, b.ID, ClickFilter{}, ListParams{Limit: 7, Cursor: cursor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cs {
+			listed[c.ID] = true
+		}
+		if cursor = next; cursor == "" {
+			break
+		}
+	}
+	for cursor := ""; ; {
+		cs, next, err := after.Conversions(ctx, b.ID, ConversionFilter{}, ListParams{Limit: 7, Cursor: cursor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cs {
+			listed[c.ID] = true
+		}
+		if cursor = next; cursor == "" {
+			break
+		}
+	}
+	for id, who := range made {
+		if !listed[id] {
+			t.Errorf("%s (made %s, shard %d) is not in the lists", id, who, shardOf(id))
+		}
+		var err error
+		if id[:4] == "clk_" {
+			_, err = after.Click(ctx, b.ID, id)
+		} else {
+			_, err = after.Conversion(ctx, b.ID, id)
+		}
+		if err != nil {
+			t.Errorf("%s (made %s): %v", id, who, err)
+		}
+	}
+	if len(listed) != len(made) {
+		t.Errorf("the lists show %d items, want the %d made", len(listed), len(made))
+	}
+}
