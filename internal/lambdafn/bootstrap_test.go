@@ -679,15 +679,6 @@ func bootstrapAttempt(t *testing.T, p *lambdaProcess, st *dynamo.Store, sample [
 	}
 }
 
-func marshal(t *testing.T, v any) []byte {
-	t.Helper()
-	raw, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return raw
-}
-
 // failedDelivery is a delivery of f's brand that has failed all its
 // attempts.
 func failedDelivery(t *testing.T, f *fixture) tally.Delivery {
@@ -724,7 +715,7 @@ func bootstrapManualRetry(t *testing.T, p *lambdaProcess, st *dynamo.Store, deli
 	ev.RouteKey, ev.RawPath, ev.RawQueryString = "POST /api/v1/deliveries/{id}/retry", path, ""
 	ev.RequestContext.RouteKey, ev.RequestContext.HTTP.Method, ev.RequestContext.HTTP.Path = ev.RouteKey, "POST", path
 	before := len(deliveryQueue.messages(t))
-	res, id := p.invoke(t, marshal(t, ev))
+	res, id := p.invoke(t, []byte(mustJSON(t, ev)))
 	r := apiResponse(t, res.body, p.logs.of(id, "request"))
 	wantStatus(t, r, 200)
 	wantField(t, r.body, "status", tally.DeliveryPending)
@@ -756,7 +747,7 @@ func bootstrapDashboardRetry(t *testing.T, p *lambdaProcess, st *dynamo.Store, d
 		if body != "" {
 			ev.Headers["content-type"] = "application/x-www-form-urlencoded"
 		}
-		res, id := p.invoke(t, marshal(t, ev))
+		res, id := p.invoke(t, []byte(mustJSON(t, ev)))
 		return apiResponse(t, res.body, p.logs.of(id, "request"))
 	}
 	path := "/dashboard/activity/deliveries/" + d.ID

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
 )
@@ -69,30 +70,14 @@ func TestEmbeddedStoreKeepsNewItemsInOneShardAndFindsOldOnes(t *testing.T) {
 		t.Fatalf("the earlier layout spread %d items over shards %v only: the test shows nothing", 2*each, shardsOf["before"])
 	}
 	listed := map[string]bool{}
-	for cursor := ""; ; {
+	walk(t, listed, func(cursor string) ([]string, string, error) {
 		cs, next, err := after.Clicks(ctx, b.ID, ClickFilter{}, ListParams{Limit: 7, Cursor: cursor})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range cs {
-			listed[c.ID] = true
-		}
-		if cursor = next; cursor == "" {
-			break
-		}
-	}
-	for cursor := ""; ; {
+		return idsOf(cs, func(c tally.Click) string { return c.ID }), next, err
+	})
+	walk(t, listed, func(cursor string) ([]string, string, error) {
 		cs, next, err := after.Conversions(ctx, b.ID, ConversionFilter{}, ListParams{Limit: 7, Cursor: cursor})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range cs {
-			listed[c.ID] = true
-		}
-		if cursor = next; cursor == "" {
-			break
-		}
-	}
+		return idsOf(cs, func(c tally.Conversion) string { return c.ID }), next, err
+	})
 	for id, who := range made {
 		if !listed[id] {
 			t.Errorf("%s (made %s, shard %d) is not in the lists", id, who, shardOf(id))
@@ -110,4 +95,29 @@ func TestEmbeddedStoreKeepsNewItemsInOneShardAndFindsOldOnes(t *testing.T) {
 	if len(listed) != len(made) {
 		t.Errorf("the lists show %d items, want the %d made", len(listed), len(made))
 	}
+}
+
+// walk pages through a list from its first page, adding the ids to seen.
+func walk(t *testing.T, seen map[string]bool, page func(cursor string) (ids []string, next string, err error)) {
+	t.Helper()
+	for cursor := ""; ; {
+		ids, next, err := page(cursor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids {
+			seen[id] = true
+		}
+		if cursor = next; cursor == "" {
+			return
+		}
+	}
+}
+
+func idsOf[T any](items []T, id func(T) string) []string {
+	out := make([]string, len(items))
+	for i, it := range items {
+		out[i] = id(it)
+	}
+	return out
 }
