@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 
 	"github.com/aws/aws-sdk-go-v2/config"
@@ -33,11 +34,15 @@ func openStore(ctx context.Context, dataDir string) (store.Store, error) {
 // credentials and so on from the environment, shared config files, SSO or
 // the instance role, as people run the CLI. AWS_ENDPOINT_URL_DYNAMODB (or
 // AWS_ENDPOINT_URL) points it at another endpoint, such as DynamoDB Local.
-// The SDK's own warnings join the server's JSON log.
+// The SDK's own messages join the server's JSON log at their level.
 func dynamoClient(ctx context.Context) (*dynamodb.Client, error) {
 	log := app.Logger()
 	cfg, err := config.LoadDefaultConfig(ctx, config.WithLogger(logging.LoggerFunc(func(c logging.Classification, format string, v ...any) {
-		log.Warn(fmt.Sprintf(format, v...), "source", "aws-sdk", "classification", string(c))
+		level := slog.LevelWarn
+		if c == logging.Debug {
+			level = slog.LevelDebug
+		}
+		log.Log(ctx, level, fmt.Sprintf(format, v...), "source", "aws-sdk", "classification", string(c))
 	})))
 	if err != nil {
 		return nil, fmt.Errorf("load AWS config: %w", err)

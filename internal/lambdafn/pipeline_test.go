@@ -11,6 +11,7 @@ package lambdafn_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -1079,6 +1080,34 @@ func TestReconcilerDefersToABacklog(t *testing.T) {
 	}
 	if _, ok := plannedOf(t, got, dropped.ID); !ok {
 		t.Errorf("queued %q, want the delivery of the dropped event %s", got, dropped.ID)
+	}
+}
+
+// blindQueue is a delivery queue whose backlog cannot be read.
+type blindQueue struct{ queue.ReconcileQueue }
+
+func (blindQueue) ApproximateNumberOfMessages(context.Context, string) (int, error) {
+	return 0, errors.New("GetQueueAttributes: throttled")
+}
+
+// TestReconcilerRedrivesEventsWithoutTheBacklog checks that a run that
+// cannot read the queue's backlog still re-drives an event whose message
+// was lost (its deliveries exist nowhere else), reports the failure, and
+// leaves overdue deliveries for a run that can read it.
+func TestReconcilerRedrivesEventsWithoutTheBacklog(t *testing.T) {
+	f := newFixture(t, testenv.Bolt(t))
+	f.fanOutAll(t)
+	f.subscribe(t, []string{tally.EventPartnerApplied}, "")
+	dropped := f.applied(t, "Trail Tales")
+	q := f.deliveryQueue(t)
+	h := queue.DefaultReconciler.Handler(f.svc, blindQueue{q.client}, q.URL, f.cfg.Logger)
+	f.clock.Add(time.Hour)
+	res, err := h(lambdaContext(t, "reconciler-invocation"), events.EventBridgeEvent{})
+	if err == nil || res.Events != 1 || res.Deferred {
+		t.Errorf("backlog unreadable: %+v, %v; want the event re-driven and the error reported", res, err)
+	}
+	if _, ok := plannedOf(t, q.messages(t), dropped.ID); !ok {
+		t.Errorf("queued %q, want the delivery of the dropped event %s", q.messages(t), dropped.ID)
 	}
 }
 

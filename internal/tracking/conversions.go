@@ -578,8 +578,8 @@ func (s *Service) ApproveDue(ctx context.Context) (int, error) {
 				errs  = make([]error, len(page.Items))
 			)
 			for i, it := range page.Items {
+				slots <- struct{}{} // a goroutine per free slot, not per item
 				wg.Go(func() {
-					slots <- struct{}{}
 					defer func() { <-slots }()
 					var c tally.Conversion
 					if errs[i] = decode(it, &c); errs[i] != nil {

@@ -265,19 +265,26 @@ func (r Reconciler) Handler(svc *tracking.Service, q ReconcileQueue, queueURL st
 			return res, err
 		}
 		var errs []error
-		res.Backlog, err = backlog(ctx, q, queueURL)
-		switch {
-		case err != nil:
-			errs = append(errs, err)
-		case res.Backlog >= r.Backlog:
-			res.Deferred = true
-			log.Warn("the delivery queue has a backlog: overdue events and deliveries and parked deliveries are left for a later run", "backlog", res.Backlog, "events", len(evts), "overdue", len(refs))
-		default:
+		redriveEvents := func() {
 			failed := r.fanOutAll(ctx, svc, q, queueURL, evts, log)
 			res.Events = len(evts) - failed
 			if failed > 0 {
 				errs = append(errs, fmt.Errorf("%d of %d events could not be fanned out", failed, len(evts)))
 			}
+		}
+		res.Backlog, err = backlog(ctx, q, queueURL)
+		switch {
+		case err != nil:
+			// Events only wait for a backlog that is known to be there: the
+			// deliveries carried in a lost message have nothing else that
+			// finds them. Deliveries wait for a run that reads it.
+			errs = append(errs, err)
+			redriveEvents()
+		case res.Backlog >= r.Backlog:
+			res.Deferred = true
+			log.Warn("the delivery queue has a backlog: overdue events and deliveries and parked deliveries are left for a later run", "backlog", res.Backlog, "events", len(evts), "overdue", len(refs))
+		default:
+			redriveEvents()
 			refs = refs[:min(len(refs), r.Backlog-res.Backlog)]
 			if _, err := sendRefs(ctx, q, queueURL, refs); err != nil {
 				errs = append(errs, err)
