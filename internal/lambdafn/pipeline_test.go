@@ -11,8 +11,8 @@ package lambdafn_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
