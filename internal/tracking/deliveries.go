@@ -543,7 +543,10 @@ func (s *Service) writeEach(ctx context.Context, batch []*fanOutPlan) ([]deliver
 			return out, err
 		}
 		for i, rec := range recs {
-			if f := plan.first[i]; f != nil {
+			// A first attempt is recorded only on a delivery that has none
+			// yet: one made before has its own history (the answer is a
+			// repeat under the same webhook id).
+			if f := plan.first[i]; f != nil && rec.Status == tally.DeliveryPending && len(rec.Attempts) == rec.CycleStart {
 				f.written, f.stored = true, rec
 			} else if rec.Status == tally.DeliveryPending {
 				out = append(out, rec)

@@ -62,9 +62,10 @@ func (w *deliveryWrites) of(t *testing.T, id string, n int) []string {
 	}
 }
 
-// runPipeline runs svc's local pipeline on loopback until the test ends;
-// firstWait is how long a fan-out waits for first attempts.
-func runPipeline(t *testing.T, svc *Service, firstWait time.Duration) {
+// runPipeline runs svc's local pipeline on loopback until the test ends
+// or stop is called; firstWait is how long a fan-out waits for first
+// attempts. stop returns once every attempt under way is recorded.
+func runPipeline(t *testing.T, svc *Service, firstWait time.Duration) (stop func()) {
 	p := svc.NewPipeline(delivery.NewSender(delivery.Options{AllowLoopback: true}), 4, slog.New(slog.DiscardHandler))
 	if !p.fast {
 		t.Fatal("the pipeline on the embedded store does not take the fast path")
@@ -73,7 +74,9 @@ func runPipeline(t *testing.T, svc *Service, firstWait time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { p.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	stop = func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return stop
 }
 
 // waitForDelivery polls the brand's one delivery with a generous deadline
@@ -281,5 +284,68 @@ func TestFirstAttemptsOfABatchCountExactlyInHealth(t *testing.T) {
 	check(successes, tally.DeliverySucceeded, 0)
 	if s, _ := svc.Subscription(ctx, b.ID, sub.ID); s.LastSuccessAt == nil || s.FailingSince != nil {
 		t.Errorf("after successes: %+v; want the last success, not failing", s.EndpointHealth)
+	}
+}
+
+// An event whose delivery was made before, and which is found in the outbox
+// again (a crash before it left), is fanned out again: its first attempt
+// may go out again under the same webhook id, but the delivery as stored
+// keeps its own history; the repeated answer is not added to a delivery
+// that has succeeded.
+func TestRepeatedFanOutLeavesADecidedDeliveryAlone(t *testing.T) {
+	ctx := t.Context()
+	st := testenv.Bolt(t)
+	rcv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(rcv.Close)
+	svc := New(st, WithLoopbackReceivers())
+	b, err := svc.CreateBrand(ctx, "Acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.CreateSubscription(ctx, b.ID, SubscriptionInput{URL: &rcv.URL, Events: []string{tally.EventPartnerApplied}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Apply(ctx, b.ID, ApplicationInput{Name: ptrTo("Pat"), Email: ptrTo("pat@example.com")}); err != nil {
+		t.Fatal(err)
+	}
+	evts, _, err := svc.Events(ctx, b.ID, ListParams{Limit: 1})
+	if err != nil || len(evts) != 1 {
+		t.Fatalf("events %v, %v", evts, err)
+	}
+	event, err := st.Get(ctx, eventKey(evts[0].ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := svc.FanOut(ctx, evts[0].ID)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("fan-out %v, %v", recs, err)
+	}
+	sender := delivery.NewSender(delivery.Options{AllowLoopback: true})
+	if _, err := svc.Attempt(ctx, DeliveryRef{BrandID: b.ID, DeliveryID: recs[0].DeliveryID}, 1, sender); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Transact(ctx, store.Put(event)); err != nil { // back in the outbox, as read before it left
+		t.Fatal(err)
+	}
+	stop := runPipeline(t, svc, time.Minute)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		it, err := st.Get(ctx, event.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if it.GSI3.PK == "" {
+			break // fanned out again
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting for the event to leave the outbox again")
+		}
+	}
+	stop() // every attempt under way recorded
+	d, err := svc.Delivery(ctx, b.ID, recs[0].DeliveryID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Status != tally.DeliverySucceeded || len(d.Attempts) != 1 {
+		t.Errorf("the delivery shows %s with %d attempts after the repeated fan-out; want succeeded with its one attempt", d.Status, len(d.Attempts))
 	}
 }
