@@ -306,10 +306,13 @@ func (s *Service) releasedFrom(ctx context.Context, it store.Item, brk breakerRe
 					return nil, 0, err
 				}
 				for _, ref := range waited {
-					if _, err := s.AbandonDelivery(ctx, ref); err != nil {
+					abandoned, err := s.abandonParked(ctx, ref, rec.Attempts[len(rec.Attempts)-1].At.Time)
+					if err != nil {
 						return nil, failed, err
 					}
-					failed++
+					if abandoned {
+						failed++
+					}
 				}
 			}
 		}

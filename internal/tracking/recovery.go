@@ -2,6 +2,7 @@ package tracking
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -26,6 +27,26 @@ func (s *Service) AbandonDelivery(ctx context.Context, ref DeliveryRef) (Attempt
 		return s.resultOf(rec), nil
 	}
 	return s.recordAttempt(ctx, rec, nil, nil)
+}
+
+// abandonParked fails a delivery parked behind a probe that failed its
+// schedule, its last attempt at last, as its own schedule would have failed
+// it. One parked after that attempt (a retry, a message that waited in the
+// queue; its id, which sorts by its event's time, may be older than the
+// probe's) has seen no attempt of the probe fail, and stays parked for a
+// probe of its own.
+func (s *Service) abandonParked(ctx context.Context, ref DeliveryRef, last time.Time) (bool, error) {
+	rec, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(ref.BrandID, ref.DeliveryID))
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return false, nil // expired meanwhile
+	case err != nil:
+		return false, err
+	case rec.Status != tally.DeliveryPending || rec.UpdatedAt.After(last):
+		return false, nil
+	}
+	_, err = s.recordAttempt(ctx, rec, nil, nil)
+	return err == nil, err
 }
 
 // Overdue lists what a transport that does not watch the indexes itself
