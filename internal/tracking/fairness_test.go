@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,9 +28,16 @@ import (
 func TestHangingEndpointsDelayNoOneElse(t *testing.T) {
 	const hangingEndpoints, conversions, workers = 50, 70, 64
 	release := make(chan struct{})
-	var hung atomic.Int64
+	var (
+		hung   atomic.Int64
+		mu     sync.Mutex
+		byPath = map[string]int{} // attempts under way per hanging endpoint
+	)
 	hanging := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hung.Add(1)
+		mu.Lock()
+		byPath[r.URL.Path]++
+		mu.Unlock()
 		select {
 		case <-release:
 		case <-r.Context().Done():
@@ -98,8 +106,15 @@ func TestHangingEndpointsDelayNoOneElse(t *testing.T) {
 	}
 	waitUntil(t, "the noisy brand's postbacks", func() bool { return len(own.requests()) == conversions })
 	// Nothing was let go: every hanging attempt is still under way, one per endpoint.
-	if n := hung.Load(); n != hangingEndpoints {
-		t.Errorf("%d attempts under way to %d hanging endpoints, want one each", n, hangingEndpoints)
+	mu.Lock()
+	defer mu.Unlock()
+	if n := hung.Load(); n != hangingEndpoints || len(byPath) != hangingEndpoints {
+		t.Errorf("%d attempts under way to %d of %d hanging endpoints, want one each", n, len(byPath), hangingEndpoints)
+	}
+	for path, n := range byPath {
+		if n != 1 {
+			t.Errorf("%d attempts under way to the hanging endpoint %s, want 1", n, path)
+		}
 	}
 }
 
