@@ -5820,7 +5820,7 @@ type ConversionInput struct {
 	// Currency Default the offer's currency.
 	Currency *Currency `json:"currency,omitempty"`
 
-	// ExternalTxnId The advertiser's transaction id. The same value for the same offer again answers 200 with the first conversion (idempotency); empty means no idempotency.
+	// ExternalTxnId The advertiser's transaction id. The same value for the same offer again answers 200 with the first conversion (idempotency); empty means no idempotency. It is matched exactly, so white space around it (or only white space) answers 422.
 	ExternalTxnId *string `json:"externalTxnId,omitempty"`
 
 	// OfferId Examples: off_01kb7k3m5n6p7q8r9s0t1v2w3x
@@ -7906,7 +7906,7 @@ type InboundPostbackParams struct {
 	// ClickId The click id the tracking link put in the landing page's URL.
 	ClickId ClickId `form:"click_id" json:"click_id"`
 
-	// TxnId The advertiser's transaction id: the same one again for the same offer answers 200 with the first conversion and records nothing. Without it the click's id stands in (the conversion's externalTxnId), so a click converts once by postback and the same postback fired again is a replay.
+	// TxnId The advertiser's transaction id: the same one again for the same offer answers 200 with the first conversion and records nothing. Without it the click's id stands in (the conversion's externalTxnId), so a click converts once by postback and the same postback fired again is a replay. White space around it answers 422.
 	TxnId *string `form:"txn_id,omitempty" json:"txn_id,omitempty"`
 
 	// Amount The revenue, in major units with at most the currency's decimals (`49.90` USD, `1500` JPY); default the offer's revenueCents. The payout is the offer's.

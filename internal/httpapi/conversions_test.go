@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -170,5 +171,44 @@ func TestConversionStatusFollowsOfferAndPartner(t *testing.T) {
 	}
 	if got := e.listAll("/api/v1/conversions", key); len(got) != 1 {
 		t.Errorf("%d conversions stored, want only the first", len(got))
+	}
+}
+
+// An externalTxnId is matched exactly: one with white space around it
+// would be a second conversion of the same order, paid twice. It is
+// refused, in the JSON API and in an advertiser's GET postback alike, and
+// nothing is recorded; an empty one still means no idempotency.
+func TestExternalTxnIDWithWhiteSpaceAroundIsRefused(t *testing.T) {
+	e := newEnv(t, testenv.Bolt(t), httpapi.Config{RateLimit: 10_000})
+	brandID, key := e.brand()
+	offerID := e.offer(key, clickDest)
+	partnerID := e.activePartner(brandID, key)
+	e.must(201, e.call("POST", "/api/v1/conversions", key, map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": "order-1"}))
+
+	for _, txn := range []string{" ", "   ", "\u00a0", "order-1 ", " order-1", "\u00a0order-1"} {
+		r := e.call("POST", "/api/v1/conversions", key, map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": txn})
+		if r.status != 422 || r.errorCode() != "validation_error" || !strings.Contains(string(r.body), "externalTxnId") {
+			t.Errorf("externalTxnId %q: %d %s, want 422 validation_error naming externalTxnId", txn, r.status, r.body)
+		}
+	}
+	var tok tracking.CreatedPostbackToken
+	e.must(201, e.call("POST", "/api/v1/postback-token", key, nil)).decode(t, &tok)
+	clickID := e.click(offerID, partnerID, "")
+	for _, txn := range []string{" ", "order-1 "} {
+		q := url.Values{"click_id": {clickID}, "txn_id": {txn}, "token": {tok.Token}}
+		r := e.call("GET", "/postback?"+q.Encode(), "", nil)
+		if r.status != 422 || r.errorCode() != "validation_error" || !strings.Contains(string(r.body), "txn_id") {
+			t.Errorf("GET postback txn_id %q: %d %s, want 422 validation_error naming txn_id", txn, r.status, r.body)
+		}
+	}
+	if got := e.listAll("/api/v1/conversions", key); len(got) != 1 {
+		t.Errorf("%d conversions after the refused ones, want only order-1", len(got))
+	}
+	if n := eventCount(t, e.svc, brandID, tally.EventConversionCreated); n != 1 {
+		t.Errorf("%d conversion.created events, want 1", n)
+	}
+	// No transaction id at all is still a conversion, each time.
+	for range 2 {
+		e.must(201, e.call("POST", "/api/v1/conversions", key, map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": ""}))
 	}
 }

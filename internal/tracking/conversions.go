@@ -41,6 +41,16 @@ func (in ConversionInput) validate() error {
 	); err != nil {
 		return err
 	}
+	// A transaction id is matched exactly, so "order-1 " would be a second
+	// conversion of order-1, paid twice: white space around it (or only
+	// white space) is a mistake in the advertiser's system, refused rather
+	// than trimmed, so that the id stored is the one it sent.
+	if txn := deref(in.ExternalTxnID, ""); strings.TrimSpace(txn) != txn {
+		if strings.TrimSpace(txn) == "" {
+			return invalidField("externalTxnId", "externalTxnId is blank: give the advertiser's transaction id, or leave it out (no idempotency then).")
+		}
+		return invalidField("externalTxnId", "externalTxnId %q starts or ends with white space: send the transaction id without it (it is matched exactly, so it would count as another transaction).", txn)
+	}
 	switch {
 	case in.PartnerID == nil && in.ClickID == nil:
 		return invalid("partnerId is required (or clickId, for a tracked click).")
