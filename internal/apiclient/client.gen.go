@@ -9196,7 +9196,7 @@ type ClientInterface interface {
 
 	// CreateKeyWithBody Create an API key
 	//
-	// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Send `{}` for a key without a name.
+	// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Without a body (or with `{}`) the key has no name.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -9205,7 +9205,7 @@ type ClientInterface interface {
 
 	// CreateKey Create an API key
 	//
-	// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Send `{}` for a key without a name.
+	// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Without a body (or with `{}`) the key has no name.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -9988,7 +9988,7 @@ func (c *Client) ListKeys(ctx context.Context, params *ListKeysParams, reqEditor
 
 // CreateKeyWithBody Create an API key
 //
-// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Send `{}` for a key without a name.
+// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Without a body (or with `{}`) the key has no name.
 //
 // Takes any type of body and a specified content type.
 //
@@ -10007,7 +10007,7 @@ func (c *Client) CreateKeyWithBody(ctx context.Context, contentType string, body
 
 // CreateKey Create an API key
 //
-// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Send `{}` for a key without a name.
+// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Without a body (or with `{}`) the key has no name.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -13291,7 +13291,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateKeyWithBodyWithResponse Create an API key
 	//
-	// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Send `{}` for a key without a name.
+	// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Without a body (or with `{}`) the key has no name.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -13300,7 +13300,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateKeyWithResponse Create an API key
 	//
-	// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Send `{}` for a key without a name.
+	// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Without a body (or with `{}`) the key has no name.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -20792,7 +20792,7 @@ func (c *ClientWithResponses) ListKeysWithResponse(ctx context.Context, params *
 
 // CreateKeyWithBodyWithResponse Create an API key
 //
-// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Send `{}` for a key without a name.
+// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Without a body (or with `{}`) the key has no name.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -20807,7 +20807,7 @@ func (c *ClientWithResponses) CreateKeyWithBodyWithResponse(ctx context.Context,
 
 // CreateKeyWithResponse Create an API key
 //
-// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Send `{}` for a key without a name.
+// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Without a body (or with `{}`) the key has no name.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -120,7 +120,7 @@ const (
 func (a *API) routes() []route {
 	return []route{
 		{GroupOffers, "GET", "/api/v1/offers", authKey, listed(a.svc.Offers)},
-		{GroupOffers, "POST", "/api/v1/offers", authKey, created(a.svc.CreateOffer)},
+		{GroupOffers, "POST", "/api/v1/offers", authKey, created(decodeBody, a.svc.CreateOffer)},
 		{GroupOffers, "GET", "/api/v1/offers/{id}", authKey, byID(a.svc.Offer)},
 		{GroupOffers, "PATCH", "/api/v1/offers/{id}", authKey, byIDWithBody(decodePatch, a.svc.UpdateOffer)},
 		{GroupPartners, "GET", "/api/v1/partners", authKey, a.listPartners},
@@ -144,7 +144,7 @@ func (a *API) routes() []route {
 		{GroupConversions, "GET", "/postback", authPostback, getOnly(a.postback)},
 		{GroupReports, "GET", "/api/v1/reports", authKey, a.report},
 		{GroupApplications, "POST", "/api/public/brands/{brandId}/applications", authForm, a.apply},
-		{GroupWebhooks, "POST", "/api/public/webhooks", authKey, created(a.svc.CreateSubscription)},
+		{GroupWebhooks, "POST", "/api/public/webhooks", authKey, created(decodeBody, a.svc.CreateSubscription)},
 		{GroupWebhooks, "GET", "/api/public/webhooks", authKey, listed(a.svc.Subscriptions)},
 		{GroupWebhooks, "GET", "/api/public/webhooks/{id}", authKey, byID(a.svc.Subscription)},
 		{GroupWebhooks, "PATCH", "/api/public/webhooks/{id}", authKey, byIDWithBody(decodePatch, a.svc.UpdateSubscription)},
@@ -160,7 +160,7 @@ func (a *API) routes() []route {
 		{GroupDeliveries, "POST", "/api/public/webhooks/{id}/recover", authKey, byIDWithBody(decodeBody, a.svc.RecoverSubscription)},
 		{GroupDeliveries, "POST", "/api/v1/partners/{id}/postback/recover", authKey, byIDWithBody(decodeBody, a.svc.RecoverPostback)},
 		{GroupKeys, "GET", "/api/v1/keys", authKey, listed(a.svc.ActiveAPIKeys)},
-		{GroupKeys, "POST", "/api/v1/keys", authKey, created(a.svc.CreateKey)},
+		{GroupKeys, "POST", "/api/v1/keys", authKey, created(decodeOptionalBody, a.svc.CreateKey)},
 		{GroupKeys, "DELETE", "/api/v1/keys/{id}", authKey, byID(a.svc.DeleteAPIKey)},
 		// The dashboard's pages, under two greedy routes (API Gateway's
 		// {name+}, net/http's {name...}), and the partner application page.
@@ -175,7 +175,7 @@ func (a *API) routes() []route {
 		{GroupFraud, "GET", "/api/v1/fraud/settings", authKey, a.fraudSettings},
 		{GroupFraud, "PUT", "/api/v1/fraud/settings", authKey, a.updateFraudSettings},
 		{GroupFraud, "GET", "/api/v1/fraud/blocked-ips", authKey, listed(a.svc.BlockedIPs)},
-		{GroupFraud, "POST", "/api/v1/fraud/blocked-ips", authKey, created(a.svc.BlockIP)},
+		{GroupFraud, "POST", "/api/v1/fraud/blocked-ips", authKey, created(decodeBody, a.svc.BlockIP)},
 		{GroupFraud, "DELETE", "/api/v1/fraud/blocked-ips/{id}", authKey, byID(a.svc.UnblockIP)},
 		{GroupAdmin, "POST", "/_admin/brands", authAdmin, a.adminCreateBrand},
 		{GroupAdmin, "POST", "/_admin/keys", authAdmin, a.adminCreateKey},

@@ -67,11 +67,12 @@ func (a *API) listPartners(w http.ResponseWriter, r *http.Request, p tracking.Pr
 }
 
 // created serves a POST that creates one of the brand's records from the
-// body and answers 201 with it.
-func created[In, Out any](create func(ctx context.Context, brandID string, in In) (Out, error)) func(http.ResponseWriter, *http.Request, tracking.Principal) error {
+// body (read with decode: decodeBody, or decodeOptionalBody when every
+// field is optional) and answers 201 with it.
+func created[In, Out any](decode func(http.ResponseWriter, *http.Request, any) error, create func(ctx context.Context, brandID string, in In) (Out, error)) func(http.ResponseWriter, *http.Request, tracking.Principal) error {
 	return func(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
 		var in In
-		if err := decodeBody(w, r, &in); err != nil {
+		if err := decode(w, r, &in); err != nil {
 			return err
 		}
 		v, err := create(r.Context(), p.BrandID, in)

@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -175,4 +176,57 @@ func lastUsed(t *testing.T, e *env, key string) time.Time {
 		t.Fatalf("keys: %+v", keys.Data)
 	}
 	return keys.Data[0].LastUsedAt.Time
+}
+
+// POST /keys takes only optional fields, so a request without a body
+// (curl -X POST, no -d and no Content-Type) makes an unnamed key, as {}
+// does. A route whose body is required answers such a request that its
+// body is empty, not that its (absent) Content-Type is wrong.
+func TestBodylessPOSTWorksWhereTheBodyIsOptional(t *testing.T) {
+	e := newEnv(t, testenv.Bolt(t), httpapi.Config{RateLimit: 10_000})
+	brandID, key := e.brand()
+	post := func(path, contentType string) response {
+		t.Helper()
+		req, err := http.NewRequest("POST", e.srv.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+key)
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		r, err := e.send(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for _, contentType := range []string{"", "application/json", "text/plain"} {
+		var k createdKey
+		e.must(201, post("/api/v1/keys", contentType)).decode(t, &k)
+		if k.BrandID != brandID || k.Name != "" || !strings.HasPrefix(k.Key, "tally_sk_") {
+			t.Fatalf("bodyless POST /keys (Content-Type %q): %+v", contentType, k)
+		}
+		e.must(200, e.call("GET", "/api/v1/offers", k.Key, nil))
+	}
+	// A body that is there is still read strictly.
+	if r := e.call("POST", "/api/v1/keys", key, `{"name":`); r.status != 400 || r.errorCode() != "invalid_json" {
+		t.Errorf("POST /keys with a broken body: %d %s, want 400 invalid_json", r.status, r.body)
+	}
+	if r := e.call("POST", "/api/v1/keys?name=x", key, nil); r.status != 422 || !strings.Contains(string(r.body), "Unknown query parameter") {
+		t.Errorf("bodyless POST /keys?name=x: %d %s, want 422 naming the parameter", r.status, r.body)
+	}
+
+	sub := e.must(201, e.call("POST", "/api/public/webhooks", key, map[string]any{"url": "https://hooks.example.com/x", "events": []string{"cap.reached"}})).field(t, "id")
+	for _, path := range []string{"/api/v1/offers", "/api/v1/conversions", "/api/public/webhooks", "/api/v1/fraud/blocked-ips",
+		"/api/public/webhooks/" + sub + "/recover", "/api/public/brands/" + brandID + "/applications"} {
+		if r := post(path, ""); r.status != 400 || r.errorCode() != "invalid_json" || !strings.Contains(string(r.body), "body is empty") {
+			t.Errorf("bodyless POST %s: %d %s, want 400 invalid_json saying the body is empty", path, r.status, r.body)
+		}
+	}
+	var keys keyList
+	e.must(200, e.call("GET", "/api/v1/keys", key, nil)).decode(t, &keys)
+	if len(keys.Data) != 4 {
+		t.Errorf("%d keys, want the first and the three made without a body", len(keys.Data))
+	}
 }

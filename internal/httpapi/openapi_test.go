@@ -1132,6 +1132,7 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	keysPath := "/api/v1/keys"
 	madeKey := oasAs[tracking.CreatedAPIKey](t, withKey(oasCall{method: "POST", path: keysPath, status: 201, body: map[string]any{"name": "Order system"}}))
 	withKey(oasCall{method: "POST", path: keysPath, status: 201, body: map[string]any{}})
+	withKey(oasCall{method: "POST", path: keysPath, status: 201}) // no body: an unnamed key
 	for _, body := range []any{
 		map[string]any{"name": strings.Repeat("k", 101)},
 		map[string]any{"name": 7},

@@ -124,6 +124,18 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	return err
 }
 
+// decodeOptionalBody is decodeBody for a route whose every field is
+// optional (POST /keys): a request without a body (curl -X POST, no -d)
+// takes the defaults, as {} would, whatever its Content-Type says. A body
+// that is there is read as strictly as decodeBody reads it.
+func decodeOptionalBody(w http.ResponseWriter, r *http.Request, v any) error {
+	if r.ContentLength == 0 {
+		_, err := query(r)
+		return err
+	}
+	return decodeBody(w, r, v)
+}
+
 // decodePatch is decodeBody for a PATCH, which changes the fields it names
 // and keeps the others. A field given as null is refused: it would decode
 // as one left out, and the request would change nothing without a word
@@ -152,6 +164,9 @@ func readBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
 	if _, err := query(r); err != nil {
 		return nil, err
 	}
+	if r.ContentLength == 0 { // nothing sent: what is missing is the body, not a Content-Type
+		return nil, errEmptyBody
+	}
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
 		return nil, tally.Errorf(tally.ECodeUnsupportedMediaType, "Send the body as JSON with 'Content-Type: application/json'.")
@@ -164,7 +179,7 @@ func readBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
 		return nil, tally.Errorf(tally.ECodeInvalidJSON, "The body is not valid UTF-8 (or escapes half of a surrogate pair); send text as UTF-8.")
 	}
 	if len(bytes.TrimSpace(raw)) == 0 {
-		return nil, tally.Errorf(tally.ECodeInvalidJSON, "The body is empty; send a JSON object.")
+		return nil, errEmptyBody
 	}
 	t := reflect.TypeOf(v)
 	if !json.Valid(raw) {
@@ -182,6 +197,8 @@ func readBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
 	}
 	return raw, nil
 }
+
+var errEmptyBody = tally.Errorf(tally.ECodeInvalidJSON, "The body is empty; send a JSON object.")
 
 // fieldError is a field name fieldWalk refuses.
 type fieldError struct{ msg string }
