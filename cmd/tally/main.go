@@ -1,5 +1,5 @@
 // Command tally runs the Tally service locally and administers brands and
-// API keys and dashboard users. Run `tally` without arguments for usage.
+// API keys and dashboard users. Run `tally help` for usage.
 package main
 
 import (

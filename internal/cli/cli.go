@@ -24,6 +24,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -54,21 +55,86 @@ const usage = `Usage:
 The embedded store lives in --data (or $TALLY_DATA, default ./.tally). With
 TALLY_TABLE set, every command uses that DynamoDB table instead, at the
 endpoint the AWS SDK is configured for (AWS_ENDPOINT_URL for local emulators).
+Run 'tally COMMAND -h' for a command's flags.
 `
 
 // Run runs the command line args (without the program name) and returns the
-// exit code.
+// exit code: 0 when it worked or help was asked for (on stdout), 2 for a
+// command line that cannot run as written, 1 when the command failed.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	err := run(ctx, args, stdin, stdout, stderr)
+	var help helpRequest
+	var misuse usageError
 	switch {
 	case err == nil:
 		return 0
-	case errors.Is(err, flag.ErrHelp):
+	case errors.As(err, &help):
+		fmt.Fprint(stdout, help.text())
+		return 0
+	case errors.Is(err, errNoCommand):
 		fmt.Fprint(stderr, usage)
+		return 2
+	case errors.As(err, &misuse):
+		fmt.Fprintf(stderr, "tally: %v\nRun 'tally help' for usage.\n", err)
 		return 2
 	}
 	fmt.Fprintln(stderr, "tally:", err)
 	return 1
+}
+
+// errNoCommand is a command line that names no command tally has.
+var errNoCommand = errors.New("no such command")
+
+// helpRequest is -h or --help (or `tally help`): the usage of the command
+// it names (fs), or of every command (fs nil).
+type helpRequest struct{ fs *flag.FlagSet }
+
+func (helpRequest) Error() string { return "help requested" }
+
+func (h helpRequest) text() string {
+	if h.fs == nil {
+		return usage
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Usage:\n  %s\n", synopsis(h.fs.Name()))
+	n := 0
+	h.fs.VisitAll(func(*flag.Flag) { n++ })
+	if n > 0 {
+		b.WriteString("\nFlags:\n")
+		h.fs.SetOutput(&b)
+		h.fs.PrintDefaults()
+	}
+	return b.String()
+}
+
+// synopsis is the command's line of the usage text, without its description.
+func synopsis(name string) string {
+	for _, line := range strings.Split(usage, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "tally "+name || strings.HasPrefix(line, "tally "+name+" ") {
+			cmd, _, _ := strings.Cut(line, "   ")
+			return cmd
+		}
+	}
+	return "tally " + name
+}
+
+// usageError is a command line that cannot run as written: an unknown
+// flag, a required one missing, an argument too many.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+
+func misuse(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// parseFlags parses a command's flags and refuses arguments that are not
+// flags (the commands that take one use parseInterspersed).
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	positional, err := parseInterspersed(fs, args)
+	if err == nil && len(positional) > 0 {
+		return misuse("%s takes no arguments, got %q", fs.Name(), positional)
+	}
+	return err
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -78,36 +144,39 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 		return ""
 	}
+	if cmd(0) == "help" || isHelpFlag(cmd(0)) {
+		return helpRequest{}
+	}
 	switch cmd(0) + " " + cmd(1) {
 	case "brands create":
 		fs, data := flags("brands create")
 		name := fs.String("name", "", "brand name")
-		if err := fs.Parse(args[2:]); err != nil {
+		if err := parseFlags(fs, args[2:]); err != nil {
 			return err
 		}
 		if *name == "" {
-			return errors.New("brands create needs --name")
+			return misuse("brands create needs --name")
 		}
 		return adminCall(ctx, *data, stdout, "POST", "/_admin/brands", map[string]string{"name": *name})
 	case "keys create":
 		fs, data := flags("keys create")
 		brand := fs.String("brand", "", "brand id")
 		name := fs.String("name", "", "a label for the key")
-		if err := fs.Parse(args[2:]); err != nil {
+		if err := parseFlags(fs, args[2:]); err != nil {
 			return err
 		}
 		if *brand == "" {
-			return errors.New("keys create needs --brand")
+			return misuse("keys create needs --brand")
 		}
 		return adminCall(ctx, *data, stdout, "POST", "/_admin/keys", map[string]string{"brandId": *brand, "name": *name})
 	case "keys list":
 		fs, data := flags("keys list")
 		brand := fs.String("brand", "", "brand id")
-		if err := fs.Parse(args[2:]); err != nil {
+		if err := parseFlags(fs, args[2:]); err != nil {
 			return err
 		}
 		if *brand == "" {
-			return errors.New("keys list needs --brand")
+			return misuse("keys list needs --brand")
 		}
 		return adminCall(ctx, *data, stdout, "GET", "/_admin/keys?limit=100&brandId="+url.QueryEscape(*brand), nil)
 	case "keys revoke":
@@ -117,18 +186,18 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return err
 		}
 		if len(positional) != 1 {
-			return errors.New("keys revoke needs the key id: tally keys revoke KEY_ID")
+			return misuse("keys revoke needs the key id: tally keys revoke KEY_ID")
 		}
 		return adminCall(ctx, *data, stdout, "POST", "/_admin/keys/"+url.PathEscape(positional[0])+"/revoke", nil)
 	case "users create":
 		fs, data := flags("users create")
 		brand := fs.String("brand", "", "brand id")
 		email := fs.String("email", "", "the user's e-mail address")
-		if err := fs.Parse(args[2:]); err != nil {
+		if err := parseFlags(fs, args[2:]); err != nil {
 			return err
 		}
 		if *brand == "" || *email == "" {
-			return errors.New("users create needs --brand and --email (and the password on standard input)")
+			return misuse("users create needs --brand and --email (and the password on standard input)")
 		}
 		pw, err := readPassword(stdin, stderr)
 		if err != nil {
@@ -136,6 +205,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 		return adminCall(ctx, *data, stdout, "POST", "/_admin/users", map[string]string{"brandId": *brand, "email": *email, "password": pw})
 	case "table create":
+		if err := parseFlags(flag.NewFlagSet("table create", flag.ContinueOnError), args[2:]); err != nil {
+			return err
+		}
 		return createTable(ctx, stdout)
 	}
 	switch cmd(0) {
@@ -144,24 +216,34 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "listen":
 		return listen(ctx, args[1:], stdout, stderr)
 	}
-	return flag.ErrHelp
+	if slices.ContainsFunc(args, isHelpFlag) { // tally keys -h: help with a command that is not one
+		return helpRequest{}
+	}
+	return errNoCommand
 }
+
+func isHelpFlag(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
 
 func flags(name string) (*flag.FlagSet, *string) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	data := fs.String("data", "", "embedded store folder (default $TALLY_DATA or ./.tally)")
 	return fs, data
 }
 
 // parseInterspersed parses flags wherever they stand among the positional
 // arguments (the flag package stops at the first positional one) and
-// returns the positional arguments.
+// returns the positional arguments. -h or --help is a helpRequest for the
+// command, any other flag error a usageError.
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	fs.SetOutput(io.Discard) // the errors say it, and Run prints help
 	var positional []string
 	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
+		err := fs.Parse(args)
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			return nil, helpRequest{fs}
+		case err != nil:
+			return nil, usageError{err}
 		}
 		if fs.NArg() == 0 {
 			return positional, nil

@@ -543,6 +543,65 @@ func TestAdminCommandsWithoutServer(t *testing.T) {
 	})
 }
 
+// Help that is asked for (tally help, -h, --help, a command's -h) is
+// printed on stdout with exit status 0 and runs nothing; a command line
+// that cannot run as written exits 2 with the problem on stderr; a command
+// that runs and fails exits 1.
+func TestHelpExitsZeroAndMisuseTwo(t *testing.T) {
+	t.Parallel()
+	environ := env()
+	data := t.TempDir()
+	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}, {"keys", "-h"}} {
+		r := tally(t, environ, args...)
+		if r.code != 0 || !strings.Contains(r.stdout, "Usage:") || !strings.Contains(r.stdout, "tally keys create") || r.stderr != "" {
+			t.Errorf("tally %s: want the usage on stdout and exit 0\n%s", strings.Join(args, " "), r)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string // in the command's help
+	}{
+		{[]string{"serve", "-h"}, "-addr"},
+		{[]string{"listen", "--help"}, "-secret"},
+		{[]string{"brands", "create", "-h", "--data", data}, "tally brands create --name NAME"},
+		{[]string{"keys", "create", "--brand", "brd_x", "--data", data, "-h"}, "-brand"},
+		{[]string{"keys", "revoke", "key_x", "-h", "--data", data}, "tally keys revoke KEY_ID"},
+		{[]string{"users", "create", "-h"}, "-email"},
+		{[]string{"table", "create", "-h"}, "tally table create"},
+	} {
+		r := tally(t, environ, c.args...)
+		if r.code != 0 || !strings.Contains(r.stdout, c.want) || r.stderr != "" {
+			t.Errorf("tally %s: want help naming %q on stdout and exit 0\n%s", strings.Join(c.args, " "), c.want, r)
+		}
+	}
+	if entries, err := os.ReadDir(data); err != nil || len(entries) != 0 {
+		t.Errorf("asking for help touched the data folder: %v %v", entries, err)
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "Usage:"},
+		{[]string{"frobnicate"}, "Usage:"},
+		{[]string{"keys"}, "Usage:"},
+		{[]string{"brands", "create", "--data", data}, "--name"},
+		{[]string{"brands", "create", "--name", "A", "--colour", "red", "--data", data}, "colour"},
+		{[]string{"brands", "create", "--name", "A", "extra", "--data", data}, "extra"},
+		{[]string{"keys", "revoke", "--data", data}, "key id"},
+		{[]string{"listen", "--status", "99"}, "99"},
+		{[]string{"serve", "now"}, "now"},
+	} {
+		r := tally(t, environ, c.args...)
+		if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("tally %s: want exit 2 and %q on stderr\n%s", strings.Join(c.args, " "), c.want, r)
+		}
+	}
+	if r := tally(t, environ, "keys", "create", "--brand", "brd_doesnotexist", "--data", data); r.code != 1 || !strings.Contains(r.stderr, "brd_doesnotexist") {
+		t.Errorf("keys create for no such brand: want exit 1, a failure rather than misuse\n%s", r)
+	}
+}
+
 // ---------------------------------------------------------------------------
 // 2. Admin commands through a running server
 

@@ -39,19 +39,15 @@ type received struct {
 // answers 400 and is reported on stderr only.
 func listen(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("listen", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	host := fs.String("host", "127.0.0.1", "address to listen on")
 	port := fs.Int("port", 9000, "port to listen on")
 	secret := fs.String("secret", os.Getenv(EnvWebhookSecret), "the subscription's signing secret (default $"+EnvWebhookSecret+"); without it signatures are not checked")
 	status := fs.Int("status", http.StatusNoContent, "status to answer deliveries with (a 5xx makes Tally retry)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("listen takes no arguments, got %q", fs.Args())
-	}
 	if *status < 200 || *status > 599 {
-		return fmt.Errorf("--status %d is not an HTTP status", *status)
+		return misuse("--status %d is not an HTTP status", *status)
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(*host, strconv.Itoa(*port)))
 	if errors.Is(err, syscall.EADDRINUSE) {
