@@ -6235,7 +6235,7 @@ type OfferInput struct {
 	// Currency An active ISO 4217 currency code, in upper case.
 	Currency Currency `json:"currency"`
 
-	// DestinationUrl Where the offer's tracking link (`/c/{offerId}`) sends visitors. `{click_id}`, `{offer_id}`, `{partner_id}` and `{sub1}` to `{sub5}` in it are replaced by the click's values, query-escaped.
+	// DestinationUrl Where the offer's tracking link (`/c/{offerId}`) sends visitors. `{click_id}`, `{offer_id}`, `{partner_id}` and `{sub1}` to `{sub5}` in it are replaced by the click's values, query-escaped; any other `{name}` (`{clickid}`, `{aff_sub}`) answers 422 listing these.
 	DestinationUrl HttpURL `json:"destinationUrl"`
 
 	// HoldHours Hours after which a pending conversion is approved automatically; 0 waits for a manual decision. More than 0 only with approval `manual`.

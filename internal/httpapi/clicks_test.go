@@ -70,7 +70,7 @@ func TestClickRecordsAndRedirects(t *testing.T) {
 		e := newEnv(t, st, httpapi.Config{RateLimit: 10_000})
 		brandID, key := e.brand()
 		offerID := e.offer(key, map[string]any{
-			"destinationUrl": "https://shop.example/land?c={click_id}&o={offer_id}&p={partner_id}&s1={sub1}&s2={sub2}&s5={sub5}&keep={other}",
+			"destinationUrl": "https://shop.example/land?c={click_id}&o={offer_id}&p={partner_id}&s1={sub1}&s2={sub2}&s5={sub5}&keep={}",
 		})
 		partnerID := e.activePartner(brandID, key)
 
@@ -86,7 +86,7 @@ func TestClickRecordsAndRedirects(t *testing.T) {
 		lq := loc.Query()
 		clickID := lq.Get("c")
 		if !strings.HasPrefix(clickID, "clk_") || lq.Get("o") != offerID || lq.Get("p") != partnerID ||
-			lq.Get("s1") != "spring sale&more" || lq.Get("s2") != "" || lq.Get("s5") != "été" || lq.Get("keep") != "{other}" {
+			lq.Get("s1") != "spring sale&more" || lq.Get("s2") != "" || lq.Get("s5") != "été" || lq.Get("keep") != "{}" {
 			t.Errorf("Location %s: macros not filled as expected: %v", loc, lq)
 		}
 
@@ -203,4 +203,46 @@ func TestClicksThatAreRefusedStoreNothing(t *testing.T) {
 			t.Errorf("click with other parameters around: partner %q, sub1 %q", c.PartnerID, c.Sub1)
 		}
 	})
+}
+
+// A {name} in an offer's destination URL that is not a macro ({clickid},
+// {CLICK_ID}, another network's {aff_sub}) would reach the landing page as
+// written and leave the conversion without its click: creating or changing
+// the offer with one answers 422 listing the macros, and changes nothing.
+// Braces around something that is not a name stay as written.
+func TestOfferDestinationWithAnUnknownMacroIsRefused(t *testing.T) {
+	e := newEnv(t, testenv.Bolt(t), httpapi.Config{RateLimit: 10_000})
+	brandID, key := e.brand()
+	offer := map[string]any{"name": "Shoes", "revenueCents": 1000, "payoutCents": 300, "currency": "USD"}
+	for _, dest := range []string{
+		"https://shop.example/p?c={clickid}",
+		"https://shop.example/p?c={CLICK_ID}",
+		"https://shop.example/p?c={click_id}&s={aff_sub}",
+		"https://shop.example/{sub6}/p",
+		"https://shop.example/p?c={a{clickid}",
+	} {
+		offer["destinationUrl"] = dest
+		r := e.call("POST", "/api/v1/offers", key, offer)
+		if r.status != 422 || r.errorCode() != "validation_error" || !strings.Contains(string(r.body), "destinationUrl") ||
+			!strings.Contains(string(r.body), "{click_id}, {offer_id}, {partner_id}, {sub1}") {
+			t.Errorf("destinationUrl %s: %d %s, want 422 naming destinationUrl and listing the macros", dest, r.status, r.body)
+		}
+	}
+	if got := e.listAll("/api/v1/offers", key); len(got) != 0 {
+		t.Fatalf("%d offers after refused ones, want none", len(got))
+	}
+
+	good := "https://shop.example/p?c={click_id}&o={offer_id}&q={}&s={sub1}"
+	offerID := e.offer(key, map[string]any{"destinationUrl": good})
+	r := e.call("PATCH", "/api/v1/offers/"+offerID, key, map[string]any{"destinationUrl": "https://shop.example/p?c={clickId}"})
+	if r.status != 422 || !strings.Contains(string(r.body), "{clickId}") {
+		t.Errorf("PATCH to an unknown macro: %d %s, want 422 naming {clickId}", r.status, r.body)
+	}
+	if got := e.must(200, e.call("GET", "/api/v1/offers/"+offerID, key, nil)).field(t, "destinationUrl"); got != good {
+		t.Errorf("destinationUrl %s after a refused change, want %s", got, good)
+	}
+	loc := e.must(302, e.visit("/c/"+offerID+"?pid="+e.activePartner(brandID, key)+"&sub1=mail", map[string]string{"User-Agent": browserUA})).header.Get("Location")
+	if !strings.HasPrefix(loc, "https://shop.example/p?c=clk_") || !strings.HasSuffix(loc, "&o="+offerID+"&q={}&s=mail") {
+		t.Errorf("redirected to %s, want the macros filled and {} kept", loc)
+	}
 }

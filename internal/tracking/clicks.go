@@ -316,6 +316,45 @@ func fillMacros(dest string, c tally.Click) string {
 	}
 }
 
+// destinationMacros are the names macroValue fills, for messages.
+var destinationMacros = []string{"click_id", "offer_id", "partner_id", "sub1", "sub2", "sub3", "sub4", "sub5"}
+
+// checkDestinationMacros refuses a {name} in an offer's destination URL
+// that fillMacros would not fill ({clickid}, {CLICK_ID}, another network's
+// {aff_sub}): it would reach the landing page as written, and the
+// conversion could not name its click. Braces around anything but a
+// name ({} or JSON) are not a macro and stay as written. It reads the
+// URL as fillMacros does.
+func checkDestinationMacros(field string, dest *string) error {
+	if dest == nil {
+		return nil
+	}
+	rest := *dest
+	for {
+		i := strings.IndexByte(rest, '{')
+		j := strings.IndexByte(rest[max(i, 0):], '}')
+		if i < 0 || j < 0 {
+			return nil
+		}
+		name := rest[i+1 : i+j]
+		if k := strings.LastIndexByte(name, '{'); k >= 0 {
+			name = name[k+1:]
+		}
+		if _, ok := macroValue(name, tally.Click{}); !ok && macroName(name) {
+			return invalidField(field, "%s has {%s}, which is not a macro; the macros are {%s}.", field, name, strings.Join(destinationMacros, "}, {"))
+		}
+		rest = rest[i+j+1:]
+	}
+}
+
+// macroName reports whether s reads as a macro's name: letters, digits and
+// underscores.
+func macroName(s string) bool {
+	return s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	}) < 0
+}
+
 func macroValue(name string, c tally.Click) (string, bool) {
 	switch name {
 	case "click_id":

@@ -33,6 +33,7 @@ func (in OfferInput) checks() []error {
 	errs := []error{
 		text("name", in.Name, true, 200),
 		httpURL("destinationUrl", in.DestinationURL, true),
+		checkDestinationMacros("destinationUrl", in.DestinationURL),
 		requireField("revenueCents", in.RevenueCents != nil),
 		requireField("payoutCents", in.PayoutCents != nil),
 		currency("currency", in.Currency, true),
