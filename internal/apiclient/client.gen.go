@@ -5477,7 +5477,7 @@ type BlockedIPId = string
 
 // BlockedIPInput The body of POST /api/v1/fraud/blocked-ips.
 type BlockedIPInput struct {
-	// Cidr An IPv4 or IPv6 CIDR range, or a single address.
+	// Cidr An IPv4 or IPv6 CIDR range, or a single address. A range wider than an IPv4 /8 or an IPv6 /12 (such as 0.0.0.0/0, which would mark every click) answers 422.
 	//
 	// Examples: 203.0.113.0/24, 2001:db8::/48, 198.51.100.7
 	Cidr string `json:"cidr"`

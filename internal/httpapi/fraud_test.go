@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -389,4 +390,36 @@ func TestAutoBanWindow(t *testing.T) {
 		}
 		e.must(404, bot("192.0.2.6"))
 	})
+}
+
+// Blocking every address (0.0.0.0/0, ::/0) would score every click 100 and,
+// with the auto-ban rule on, ban every partner: a range wider than an IPv4
+// /8 or an IPv6 /12 (what IANA hands a regional registry) answers 422
+// naming cidr and is not stored, so clicks keep their scores.
+func TestBlockingTooWideARangeIsRefused(t *testing.T) {
+	e := newEnv(t, testenv.Bolt(t), behindProxy())
+	brandID, key := e.brand()
+	for _, cidr := range []string{"0.0.0.0/0", "::/0", "0.0.0.0/1", "128.0.0.0/7", "::ffff:0.0.0.0/96", "2000::/3", "2001:db8::/11"} {
+		r := e.call("POST", "/api/v1/fraud/blocked-ips", key, map[string]any{"cidr": cidr})
+		if r.status != 422 || r.errorCode() != "validation_error" || !strings.Contains(string(r.body), "cidr") || !strings.Contains(string(r.body), "wider than") {
+			t.Errorf("blocking %s: %d %s, want 422 saying the range is too wide", cidr, r.status, r.body)
+		}
+	}
+	if got := e.listAll("/api/v1/fraud/blocked-ips", key); len(got) != 0 {
+		t.Fatalf("%d ranges stored after refused ones, want none", len(got))
+	}
+	link := "/c/" + e.offer(key, clickDest) + "?pid=" + e.activePartner(brandID, key)
+	var c tally.Click
+	e.must(200, e.call("GET", "/api/v1/clicks/"+clickIDOf(t, e.must(302, e.clickFrom(link, "198.51.100.7", browserUA))), key, nil)).decode(t, &c)
+	if c.FraudScore != 0 || len(c.FraudSignals) != 0 {
+		t.Errorf("a click after the refused ranges scores %d %v, want 0 and no signal", c.FraudScore, c.FraudSignals)
+	}
+	// The widest ranges allowed still block.
+	for _, cidr := range []string{"198.0.0.0/8", "2001::/12"} {
+		e.must(201, e.call("POST", "/api/v1/fraud/blocked-ips", key, map[string]any{"cidr": cidr}))
+	}
+	e.must(200, e.call("GET", "/api/v1/clicks/"+clickIDOf(t, e.must(302, e.clickFrom(link, "198.51.100.8", browserUA))), key, nil)).decode(t, &c)
+	if !slices.Contains(c.FraudSignals, "blocked_ip") {
+		t.Errorf("a click from 198.0.0.0/8 has signals %v, want blocked_ip", c.FraudSignals)
+	}
 }

@@ -98,6 +98,9 @@ func (s *Service) BlockIP(ctx context.Context, brandID string, in BlockedIPInput
 	if err != nil {
 		return tally.BlockedIP{}, invalid("cidr must be an IPv4 or IPv6 address or CIDR range, such as 203.0.113.0/24 or 2001:db8::/48.")
 	}
+	if widest := widestBlock(prefix); prefix.Bits() < widest {
+		return tally.BlockedIP{}, invalidField("cidr", "cidr %s is wider than a /%d: it would mark the clicks of a large part of the internet (every click, for a /0) as blocked_ip. Block the ranges the fraud comes from.", prefix, widest)
+	}
 	now := s.Now()
 	b := tally.BlockedIP{ID: ids.New("bip_", now), BrandID: brandID, CIDR: prefix.String(), Note: deref(in.Note, ""), CreatedAt: tally.NewTime(now)}
 	err = s.transact(ctx,
@@ -114,6 +117,17 @@ func (s *Service) BlockIP(ctx context.Context, brandID string, in BlockedIPInput
 	}
 	s.fraudConfigs.forget(brandID)
 	return b, nil
+}
+
+// widestBlock is the shortest prefix a brand may block: the unit in which
+// IANA hands address space to a regional registry (an IPv4 /8, an IPv6
+// /12). A wider range spans several registries' space; no source of fraud
+// is that wide, and 0.0.0.0/0 or ::/0 would score every click 100.
+func widestBlock(p netip.Prefix) int {
+	if p.Addr().Is4() {
+		return 8
+	}
+	return 12
 }
 
 // BlockedIPs lists the brand's blocked ranges, newest first.
