@@ -60,6 +60,9 @@ type Service struct {
 	// streamRollups leaves new conversions' rollups to the stream
 	// (WithStreamRollups).
 	streamRollups bool
+	// streamConversions writes new conversions for the stream's fan-out
+	// (WithStreamConversions).
+	streamConversions bool
 	// partitioned: the store spreads writes by partition key (newID).
 	partitioned bool
 
