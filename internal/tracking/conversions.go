@@ -111,7 +111,7 @@ func (s *Service) RecordConversion(ctx context.Context, brandID string, in Conve
 		c.ClickID = click.ID
 		if s.streamConversions {
 			if err := s.activeNow(ctx, offer.offer, c.PartnerID); err != nil {
-				return c, false, err
+				return s.refusedUnlessRecorded(ctx, c, err)
 			}
 		}
 		created, err = s.insertConversion(ctx, c, offer, now)
@@ -140,6 +140,21 @@ func (s *Service) activeNow(ctx context.Context, offer tally.Offer, partnerID st
 		return err
 	}
 	return s.partnerNotActive(ctx, offer.BrandID, partnerID)
+}
+
+// refusedUnlessRecorded answers a conversion that activeNow refused: with
+// the first conversion when its (offer, externalTxnId) was recorded before
+// (a retry of an accepted conversion replays, as the marker's condition,
+// first in the transaction, answers it there), else with the refusal.
+func (s *Service) refusedUnlessRecorded(ctx context.Context, c tally.Conversion, refusal error) (tally.Conversion, bool, error) {
+	if c.ExternalTxnID == "" {
+		return c, false, refusal
+	}
+	first, _, err := s.replay(ctx, c)
+	if errors.Is(err, store.ErrNotFound) {
+		return c, false, refusal
+	}
+	return first, false, err
 }
 
 // attribute reads the click a conversion names and fills in the offer,
