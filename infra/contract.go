@@ -54,8 +54,13 @@ const (
 	reconcilerSchedule = "rate(5 minutes)"
 )
 
-// fanoutFilter is the stream filter: only inserted event items (outbox).
-const fanoutFilter = `{"eventName":["INSERT"],"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"EVT#"}]}}}}`
+// fanoutFilters are the stream filters: only inserted event items
+// (outbox) but those the fan-out makes, and inserted conversions whose
+// event the fan-out makes.
+var fanoutFilters = []string{
+	`{"eventName":["INSERT"],"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"EVT#"}]}},"NewImage":{"outbox":{"S":[{"exists":false}]}}}}`,
+	`{"eventName":["INSERT"],"dynamodb":{"NewImage":{"fanout":{"S":["stream"]}}}}`,
+}
 
 // rollupFilter is the rollup function's stream filter: only inserted
 // conversions and clicks whose rollups are left to the stream.

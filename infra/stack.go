@@ -288,7 +288,10 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 			OnFailure: &awslambda.CfnEventSourceMapping_OnFailureProperty{Destination: fanoutDLQ.QueueArn()},
 		},
 		FilterCriteria: &awslambda.CfnEventSourceMapping_FilterCriteriaProperty{
-			Filters: &[]any{&awslambda.CfnEventSourceMapping_FilterProperty{Pattern: jsii.String(fanoutFilter)}},
+			Filters: &[]any{
+				&awslambda.CfnEventSourceMapping_FilterProperty{Pattern: jsii.String(fanoutFilters[0])},
+				&awslambda.CfnEventSourceMapping_FilterProperty{Pattern: jsii.String(fanoutFilters[1])},
+			},
 		},
 	})
 	// The rollup function reads from the stream's start (its shard

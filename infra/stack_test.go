@@ -729,25 +729,30 @@ func TestEventSourceMappings(t *testing.T) {
 
 	// The filter patterns are JSON; compare them as such.
 	for _, m := range []struct {
-		mapping map[string]any
-		pattern string
+		mapping  map[string]any
+		patterns []string
 	}{
-		{stream, `{"eventName":["INSERT"],"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"EVT#"}]}}}}`},
-		{rollup, `{"eventName":["INSERT"],"dynamodb":{"NewImage":{"rollup":{"S":["stream"]}}}}`},
+		{stream, []string{
+			`{"eventName":["INSERT"],"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"EVT#"}]}},"NewImage":{"outbox":{"S":[{"exists":false}]}}}}`,
+			`{"eventName":["INSERT"],"dynamodb":{"NewImage":{"fanout":{"S":["stream"]}}}}`,
+		}},
+		{rollup, []string{`{"eventName":["INSERT"],"dynamodb":{"NewImage":{"rollup":{"S":["stream"]}}}}`}},
 	} {
 		filters := m.mapping["FilterCriteria"].(map[string]any)["Filters"].([]any)
-		if len(filters) != 1 {
-			t.Fatalf("filters %s, want one", jsonString(filters))
+		if len(filters) != len(m.patterns) {
+			t.Fatalf("filters %s, want %d", jsonString(filters), len(m.patterns))
 		}
-		var got, want any
-		if err := json.Unmarshal([]byte(filters[0].(map[string]any)["Pattern"].(string)), &got); err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal([]byte(m.pattern), &want); err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("filter pattern %s, want %s", jsonString(got), jsonString(want))
+		for i, pattern := range m.patterns {
+			var got, want any
+			if err := json.Unmarshal([]byte(filters[i].(map[string]any)["Pattern"].(string)), &got); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal([]byte(pattern), &want); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("filter pattern %s, want %s", jsonString(got), jsonString(want))
+			}
 		}
 		delete(m.mapping, "FilterCriteria")
 	}

@@ -51,27 +51,7 @@ func (e *env) listAll(path, secret string) []string {
 
 func TestSameTransactionPostedConcurrentlyIsRecordedOnce(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
-		e := newEnv(t, st, httpapi.Config{RateLimit: 10_000})
-		brandID, key := e.brand()
-		offerID := e.offer(key, nil)
-		partnerID := e.activePartner(brandID, key)
-
-		answers, statuses := e.raceCalls(50, "POST", "/api/v1/conversions", key, func(int) any {
-			return map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": "order-1001"}
-		})
-		convIDs := map[string]bool{}
-		for _, r := range answers {
-			convIDs[r.field(t, "id")] = true
-		}
-		if statuses[201] != 1 || statuses[200] != 49 {
-			t.Errorf("statuses = %v, want one 201 and 49 200s", statuses)
-		}
-		if len(convIDs) != 1 {
-			t.Errorf("answers named %d conversions, want 1: %v", len(convIDs), convIDs)
-		}
-		if got := e.listAll("/api/v1/conversions", key); len(got) != 1 {
-			t.Errorf("%d conversions stored, want 1", len(got))
-		}
+		e, brandID, key, partnerID := raceSameTransaction(t, st, nil)
 		if n := eventCount(t, e.svc, brandID, tally.EventConversionCreated); n != 1 {
 			t.Errorf("%d conversion.created events, want 1", n)
 		}
@@ -83,27 +63,7 @@ func TestSameTransactionPostedConcurrentlyIsRecordedOnce(t *testing.T) {
 
 func TestDailyCapUnderConcurrency(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
-		e := newEnv(t, st, httpapi.Config{RateLimit: 10_000})
-		brandID, key := e.brand()
-		offerID := e.offer(key, map[string]any{"caps": map[string]any{"daily": 50}})
-		partnerID := e.activePartner(brandID, key)
-
-		answers, statuses := e.raceCalls(200, "POST", "/api/v1/conversions", key, func(i int) any {
-			return map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": fmt.Sprint("order-", i)}
-		})
-		codes := map[string]int{}
-		for _, r := range answers {
-			codes[r.errorCode()]++
-		}
-		if statuses[201] != 50 || statuses[422] != 150 || codes["cap_reached"] != 150 {
-			t.Errorf("statuses = %v, codes = %v; want 50 201s and 150 422 cap_reached", statuses, codes)
-		}
-		if got := e.listAll("/api/v1/conversions", key); len(got) != 50 {
-			t.Errorf("%d conversions stored, want 50", len(got))
-		}
-		if n := eventCount(t, e.svc, brandID, tally.EventCapReached); n != 1 {
-			t.Errorf("%d cap.reached events, want exactly 1", n)
-		}
+		e, brandID, key := raceDailyCap(t, st)
 		if n := eventCount(t, e.svc, brandID, tally.EventConversionCreated); n != 50 {
 			t.Errorf("%d conversion.created events, want 50", n)
 		}
@@ -113,6 +73,64 @@ func TestDailyCapUnderConcurrency(t *testing.T) {
 			t.Errorf("report = %+v, want 50 conversions worth 50000", report.Data)
 		}
 	})
+}
+
+// raceSameTransaction posts one conversion 50 times at once to an offer
+// made with offer's fields, on a service over st with opts, and checks
+// that it is recorded once and every answer names it.
+func raceSameTransaction(t *testing.T, st store.Store, offer map[string]any, opts ...tracking.Option) (e *env, brandID, key, partnerID string) {
+	t.Helper()
+	e = newEnv(t, st, httpapi.Config{RateLimit: 10_000}, opts...)
+	brandID, key = e.brand()
+	offerID := e.offer(key, offer)
+	partnerID = e.activePartner(brandID, key)
+
+	answers, statuses := e.raceCalls(50, "POST", "/api/v1/conversions", key, func(int) any {
+		return map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": "order-1001"}
+	})
+	convIDs := map[string]bool{}
+	for _, r := range answers {
+		convIDs[r.field(t, "id")] = true
+	}
+	if statuses[201] != 1 || statuses[200] != 49 {
+		t.Errorf("statuses = %v, want one 201 and 49 200s", statuses)
+	}
+	if len(convIDs) != 1 {
+		t.Errorf("answers named %d conversions, want 1: %v", len(convIDs), convIDs)
+	}
+	if got := e.listAll("/api/v1/conversions", key); len(got) != 1 {
+		t.Errorf("%d conversions stored, want 1", len(got))
+	}
+	return e, brandID, key, partnerID
+}
+
+// raceDailyCap posts 200 conversions at once to an offer with a daily
+// cap of 50, on a service over st with opts, and checks that 50 are
+// recorded, the others refused, and cap.reached written once.
+func raceDailyCap(t *testing.T, st store.Store, opts ...tracking.Option) (e *env, brandID, key string) {
+	t.Helper()
+	e = newEnv(t, st, httpapi.Config{RateLimit: 10_000}, opts...)
+	brandID, key = e.brand()
+	offerID := e.offer(key, map[string]any{"caps": map[string]any{"daily": 50}})
+	partnerID := e.activePartner(brandID, key)
+
+	answers, statuses := e.raceCalls(200, "POST", "/api/v1/conversions", key, func(i int) any {
+		return map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": fmt.Sprint("order-", i)}
+	})
+	codes := map[string]int{}
+	for _, r := range answers {
+		codes[r.errorCode()]++
+	}
+	if statuses[201] != 50 || statuses[422] != 150 || codes["cap_reached"] != 150 {
+		t.Errorf("statuses = %v, codes = %v; want 50 201s and 150 422 cap_reached", statuses, codes)
+	}
+	if got := e.listAll("/api/v1/conversions", key); len(got) != 50 {
+		t.Errorf("%d conversions stored, want 50", len(got))
+	}
+	if n := eventCount(t, e.svc, brandID, tally.EventCapReached); n != 1 {
+		t.Errorf("%d cap.reached events, want exactly 1", n)
+	}
+	return e, brandID, key
 }
 
 // The offer's default amounts are in its currency: a conversion in another

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/store/dynamo"
 	"github.com/tally-hq/tally/internal/tracking"
 )
@@ -41,20 +42,37 @@ func TestConversionCostsOneTransaction(t *testing.T) {
 	}
 }
 
-// On AWS the table's stream adds conversions to the rollups (the rollup
-// function), so the transaction has 2 items fewer: 14 WRU of the 19 of
-// docs/aws.md's table stay (4 caps here add 8).
-func TestConversionOnAWSLeavesRollupsToTheStream(t *testing.T) {
-	client, table := dynamotest.NewTable(t)
-	api := dynamotest.NewMeter(client, table)
-	e := newEnv(t, dynamo.New(api, table), httpapi.Config{}, tracking.WithStreamRollups())
-	brandID, key := e.brand()
-	offerID := e.offer(key, map[string]any{"caps": map[string]any{"daily": 100, "weekly": 500, "monthly": 1000, "global": 5000}})
-	partnerID := e.activePartner(brandID, key)
-	api.Take()
-	e.must(201, e.call("POST", "/api/v1/conversions", key, map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": "order-1"}))
-	if got, want := api.Take().Calls, map[string]int{"TransactWriteItems": 1, "items written": 9, "UpdateItem": 1}; !maps.Equal(got, want) {
-		t.Errorf("conversion made %v, want %v (no rollups)", got, want)
+// On AWS (lambdafn.StreamOptions) the table's stream adds conversions to
+// the rollups and carries them to the fan-out, which makes their events:
+// the offer and the partner are read just before the write (strongly
+// consistent), and a conversion without caps is three conditional puts
+// (marker, outbox entry, conversion: 5 WRU with the conversion's two index
+// entries, docs/aws.md), one with caps a transaction of the marker, the
+// conversion, its cap counters and its outbox entry.
+func TestConversionOnAWS(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		offer map[string]any
+		want  map[string]int
+		wru   float64
+	}{
+		{"no caps", nil, map[string]int{"GetItem": 2, "PutItem": 3, "UpdateItem": 1}, 6},
+		{"four caps", map[string]any{"caps": map[string]any{"daily": 100, "weekly": 500, "monthly": 1000, "global": 5000}},
+			map[string]int{"GetItem": 2, "TransactWriteItems": 1, "items written": 7, "UpdateItem": 1}, 17},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, table := dynamotest.NewTable(t)
+			api := dynamotest.NewMeter(client, table)
+			e := newEnv(t, dynamo.New(api, table), httpapi.Config{}, lambdafn.StreamOptions()...)
+			brandID, key := e.brand()
+			offerID := e.offer(key, tc.offer)
+			partnerID := e.activePartner(brandID, key)
+			api.Take()
+			e.must(201, e.call("POST", "/api/v1/conversions", key, map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": "order-1"}))
+			if got := api.Take(); !maps.Equal(got.Calls, tc.want) || got.WRU != tc.wru {
+				t.Errorf("conversion made %v, %.1f WRU; want %v, %.1f WRU", got.Calls, got.WRU, tc.want, tc.wru)
+			}
+		})
 	}
 }
 
@@ -76,19 +94,35 @@ func TestClickOnAWSLeavesRollupsToTheStream(t *testing.T) {
 }
 
 // A conversion that names its click reads the click and, in the same
-// transaction, marks the click with the conversion (its conversionId).
+// transaction, marks the click with the conversion (its conversionId). On
+// AWS the offer and the partner are read too, and the transaction holds
+// the marker, the conversion, the click's mark and the outbox entry:
+// 4 × 2 + 4 index entries (the conversion's two, the click's two
+// rewritten) + the rate counter = 13 WRU.
 func TestAttributedConversionCost(t *testing.T) {
-	client, table := dynamotest.NewTable(t)
-	api := dynamotest.NewMeter(client, table)
-	e := newEnv(t, dynamo.New(api, table), behindProxy())
-	brandID, key := e.brand()
-	offerID := e.offer(key, clickDest)
-	partnerID := e.activePartner(brandID, key)
-	clickID := clickIDOf(t, e.must(302, e.clickFrom("/c/"+offerID+"?pid="+partnerID, "192.0.2.1", browserUA)))
-	api.Take()
-	e.must(201, e.call("POST", "/api/v1/conversions", key, map[string]any{"clickId": clickID, "externalTxnId": "order-1"}))
-	if got, want := api.Take().Calls, map[string]int{"GetItem": 1, "TransactWriteItems": 1, "items written": 8, "UpdateItem": 1}; !maps.Equal(got, want) {
-		t.Errorf("a conversion by clickId made %v, want %v (the click read; the 7 items of a conversion and the click's mark)", got, want)
+	for _, tc := range []struct {
+		name string
+		opts []tracking.Option
+		want map[string]int
+		wru  float64
+	}{
+		{"local", nil, map[string]int{"GetItem": 1, "TransactWriteItems": 1, "items written": 8, "UpdateItem": 1}, 0},
+		{"AWS", lambdafn.StreamOptions(), map[string]int{"GetItem": 3, "TransactWriteItems": 1, "items written": 4, "UpdateItem": 1}, 13},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, table := dynamotest.NewTable(t)
+			api := dynamotest.NewMeter(client, table)
+			e := newEnv(t, dynamo.New(api, table), behindProxy(), tc.opts...)
+			brandID, key := e.brand()
+			offerID := e.offer(key, clickDest)
+			partnerID := e.activePartner(brandID, key)
+			clickID := clickIDOf(t, e.must(302, e.clickFrom("/c/"+offerID+"?pid="+partnerID, "192.0.2.1", browserUA)))
+			api.Take()
+			e.must(201, e.call("POST", "/api/v1/conversions", key, map[string]any{"clickId": clickID, "externalTxnId": "order-1"}))
+			if got := api.Take(); !maps.Equal(got.Calls, tc.want) || tc.wru > 0 && got.WRU != tc.wru {
+				t.Errorf("a conversion by clickId made %v, %.1f WRU; want %v, %.1f WRU", got.Calls, got.WRU, tc.want, tc.wru)
+			}
+		})
 	}
 }
 

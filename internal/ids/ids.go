@@ -4,6 +4,7 @@
 package ids
 
 import (
+	"crypto/sha256"
 	"strings"
 	"time"
 
@@ -15,6 +16,17 @@ import (
 // millisecond still sort in creation order.
 func New(prefix string, t time.Time) string {
 	return prefix + strings.ToLower(ulid.MustNew(ulid.Timestamp(t), ulid.DefaultEntropy()).String())
+}
+
+// Derived returns the identifier with the prefix whose time component is t
+// and whose random part comes from seed: the same for the same (t, seed),
+// so a repeated step that makes it finds what it made before.
+func Derived(prefix string, t time.Time, seed string) string {
+	sum := sha256.Sum256([]byte(seed))
+	var id ulid.ULID
+	_ = id.SetTime(ulid.Timestamp(t)) // record times are far inside ULID's range
+	copy(id[6:], sum[:10])
+	return prefix + strings.ToLower(id.String())
 }
 
 // Floor returns the smallest identifier with the prefix made at or after t,

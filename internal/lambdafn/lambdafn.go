@@ -122,7 +122,8 @@ func MustEnv(log *slog.Logger, name string) string {
 // Setup builds what every function needs from its environment: the tracking
 // service over the DynamoDB table TALLY_TABLE names (with opts), and the
 // HTTP API's settings (TALLY_RATE_LIMIT, TALLY_APPLICATION_RATE_LIMIT).
-// Reports are kept from the table's stream (tracking.WithStreamRollups).
+// Reports are kept, and new conversions fanned out, from the table's stream
+// (tracking.WithStreamRollups, tracking.WithStreamConversions).
 // Unlike the local server, a function never falls back to the embedded
 // store: that would keep data in one instance's /tmp and lose it. Opening
 // the table builds a client and makes no call.
@@ -145,9 +146,17 @@ func Setup(log *slog.Logger, opts ...tracking.Option) (*tracking.Service, httpap
 		return nil, cfg, err
 	}
 	// The table's stream adds new conversions and clicks to the report
-	// rollups (the rollup function), in batches rather than in each write.
-	envOpts = append(envOpts, tracking.WithStreamRollups())
+	// rollups (the rollup function), in batches rather than in each write,
+	// and carries new conversions to the fan-out, which makes their events.
+	envOpts = append(envOpts, StreamOptions()...)
 	return tracking.New(dynamo.New(client, table), append(envOpts, opts...)...), cfg, nil
+}
+
+// StreamOptions are the service options by which the functions leave work
+// to the table's stream (Setup adds them): the report rollups of new
+// conversions and clicks, and the events of new conversions.
+func StreamOptions() []tracking.Option {
+	return []tracking.Option{tracking.WithStreamRollups(), tracking.WithStreamConversions()}
 }
 
 // Fatal logs why the function cannot start and exits; Lambda reports an

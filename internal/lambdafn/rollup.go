@@ -47,7 +47,7 @@ func RollupHandler(svc *tracking.Service, log *slog.Logger) RollupFunc {
 		}
 		changes := make([]tracking.StreamChange, len(ev.Records))
 		for i, rec := range ev.Records {
-			it, err := streamItem(rec.Change.NewImage)
+			it, err := StreamItem(rec.Change.NewImage)
 			if err != nil {
 				return resp, fmt.Errorf("stream record %s: %w", rec.Change.SequenceNumber, err)
 			}
@@ -63,9 +63,9 @@ func RollupHandler(svc *tracking.Service, log *slog.Logger) RollupFunc {
 	}
 }
 
-// streamItem reads what tracking reads of a stream record's new image: the
+// StreamItem reads what tracking reads of a stream record's new image: the
 // keys, the string attributes and the data.
-func streamItem(image map[string]events.DynamoDBAttributeValue) (it store.Item, err error) {
+func StreamItem(image map[string]events.DynamoDBAttributeValue) (it store.Item, err error) {
 	defer func() {
 		if r := recover(); r != nil { // the events package panics on a value of another type
 			err = fmt.Errorf("new image: %v", r)

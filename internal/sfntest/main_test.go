@@ -100,7 +100,9 @@ func (f *fixture) failOnPurpose(t *testing.T, runs ...string) {
 
 // function returns the service of another function over the same table:
 // each Lambda function has its own (and its own caches).
-func (f *fixture) function() *tracking.Service { return tracking.New(dynamo.New(f.client, f.table)) }
+func (f *fixture) function() *tracking.Service {
+	return tracking.New(dynamo.New(f.client, f.table), lambdafn.StreamOptions()...)
+}
 
 func (f *fixture) subscribe(t *testing.T, url, secret string, events ...string) tally.Subscription {
 	t.Helper()

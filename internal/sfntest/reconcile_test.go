@@ -1,8 +1,13 @@
 package sfntest_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +17,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
 	"github.com/tally-hq/tally/internal/sfntest"
 	"github.com/tally-hq/tally/internal/sqsjson"
@@ -127,7 +134,7 @@ func (p *pipeline) reconcile(t *testing.T) queue.ReconcilerResult {
 func (p *pipeline) reconcileAfter(t *testing.T, d time.Duration) queue.ReconcilerResult {
 	t.Helper()
 	later := func() time.Time { return time.Now().Add(d) }
-	svc := tracking.New(dynamo.New(p.client, p.table), tracking.WithClock(later))
+	svc := tracking.New(dynamo.New(p.client, p.table), append(lambdafn.StreamOptions(), tracking.WithClock(later))...)
 	h := queue.DefaultReconciler.Handler(svc, p.send, p.queue.URL, p.log)
 	res, err := h(lambdaContext(t.Context(), "reconciler"), events.EventBridgeEvent{})
 	if err != nil {
@@ -261,12 +268,7 @@ func TestReconcileStreamBatchLost(t *testing.T) {
 	p.unwritten(t, a)
 	p.unwritten(t, b)
 
-	if res := p.reconcile(t); res.Events != 2 || res.Deliveries != 0 {
-		t.Fatalf("reconciler %+v, want the two events fanned out again", res)
-	}
-	if n := p.deliverAll(t); n != 2 {
-		t.Errorf("deliver took %d messages, want 2", n)
-	}
+	p.redrive(t, 2)
 	p.recovered(t, a, b)
 }
 
@@ -291,25 +293,40 @@ func TestReconcileDeliverStoppedBeforeTheOutbox(t *testing.T) {
 	t.Parallel()
 	p := newPipeline(t, 180*time.Second, ok200)
 	evt := p.event(t)
-	st := dynamo.New(p.client, p.table)
-	outboxed, err := st.Get(t.Context(), store.Key{PK: "EVT#" + evt, SK: "#EVT"})
+	outboxed, err := dynamo.New(p.client, p.table).Get(t.Context(), store.Key{PK: "EVT#" + evt, SK: "#EVT"})
 	if err != nil || outboxed.GSI3 == (store.IndexKey{}) {
 		t.Fatalf("event item %+v, %v; want it in the outbox", outboxed, err)
 	}
+	p.deliverStoppedBeforeTheOutbox(t, outboxed)
+	p.recovered(t, evt)
+}
+
+// deliverStoppedBeforeTheOutbox fans out the stream and delivers its one
+// message, then writes outboxed back (as it was before deliver took the
+// event out of the outbox): the reconciler fans the event out again, and
+// deliver takes its one message.
+func (p *pipeline) deliverStoppedBeforeTheOutbox(t *testing.T, outboxed store.Item) {
+	t.Helper()
 	p.fanout(t, p.send, p.streamBatch(t))
 	if n := p.deliverAll(t); n != 1 {
 		t.Fatalf("deliver took %d messages, want 1", n)
 	}
-	if err := st.Transact(t.Context(), store.Put(outboxed)); err != nil {
+	if err := dynamo.New(p.client, p.table).Transact(t.Context(), store.Put(outboxed)); err != nil {
 		t.Fatal(err)
 	}
-	if res := p.reconcile(t); res.Events != 1 {
-		t.Fatalf("reconciler %+v, want the event fanned out again", res)
+	p.redrive(t, 1)
+}
+
+// redrive runs the reconciler, which must fan out n events again and queue
+// no delivery, then the deliver function, which must take their n messages.
+func (p *pipeline) redrive(t *testing.T, n int) {
+	t.Helper()
+	if res := p.reconcile(t); res.Events != n || res.Deliveries != 0 {
+		t.Fatalf("reconciler %+v, want %d events fanned out again", res, n)
 	}
-	if n := p.deliverAll(t); n != 1 {
-		t.Errorf("deliver took %d messages, want 1", n)
+	if got := p.deliverAll(t); got != n {
+		t.Errorf("deliver took %d messages, want %d", got, n)
 	}
-	p.recovered(t, evt)
 }
 
 // Two runs at once (the deployed function has reserved concurrency 1, so
@@ -376,3 +393,209 @@ func TestReconcileEndedExecution(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// The conversions' side (tracking.WithStreamConversions): a conversion's
+// request writes its marker, its outbox entry and the conversion, in that
+// order, and the fan-out makes its event from the stream. The drops below
+// lose the stream's record, the messages, or a step between two writes.
+
+// errCrash is a write that failed on purpose.
+var errCrash = errors.New("crashed on purpose")
+
+// crashingStore is the table with the writes crash names failing: a
+// request or a step stopped between two of its writes.
+type crashingStore struct {
+	*dynamo.Store
+	crash func(store.Op) bool
+}
+
+func (s crashingStore) Transact(ctx context.Context, ops ...store.Op) error {
+	if slices.ContainsFunc(ops, s.crash) {
+		return errCrash
+	}
+	return s.Store.Transact(ctx, ops...)
+}
+
+// conversionPipeline is a pipeline with a conversion's set-up (a key, an
+// offer, an active partner) whose events are fanned out already (they
+// make no delivery: the subscription is to conversion.created).
+type conversionPipeline struct {
+	*pipeline
+	key, offerID, partnerID string
+}
+
+func newConversionPipeline(t *testing.T) *conversionPipeline {
+	t.Helper()
+	p := &conversionPipeline{pipeline: newPipeline(t, 180*time.Second, ok200)}
+	p.key, p.offerID, p.partnerID = p.conversionSetup(t)
+	p.fanout(t, p.send, p.streamBatch(t))
+	if n := p.deliverAll(t); n != 0 {
+		t.Fatalf("the set-up's events made %d deliveries", n)
+	}
+	return p
+}
+
+// post records a conversion through the conversions function over st and
+// returns the status and the answer.
+func (p *conversionPipeline) post(t *testing.T, st store.Store, txn string) (int, tally.Conversion) {
+	t.Helper()
+	api, err := lambdafn.APIHandler(tracking.New(st, lambdafn.StreamOptions()...), httpapi.Config{Logger: p.log}, httpapi.GroupConversions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := fmt.Sprintf(`{"offerId":%q,"partnerId":%q,"externalTxnId":%q,"revenueCents":8990,"currency":"EUR"}`, p.offerID, p.partnerID, txn)
+	resp, err := api(lambdaContext(t.Context(), "conversions"), roundTrip(t, apiEvent("POST", "/api/v1/conversions", p.key, body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c tally.Conversion
+	json.Unmarshal([]byte(resp.Body), &c)
+	return resp.StatusCode, c
+}
+
+// convert records a new conversion and returns its id.
+func (p *conversionPipeline) convert(t *testing.T, txn string) string {
+	t.Helper()
+	status, c := p.post(t, dynamo.New(p.client, p.table), txn)
+	if status != http.StatusCreated {
+		t.Fatalf("POST /conversions %s: %d", txn, status)
+	}
+	return c.ID
+}
+
+// outboxHas checks that the outbox holds n entries, and returns them.
+func (p *conversionPipeline) outboxHas(t *testing.T, n int) []store.Item {
+	t.Helper()
+	var entries []store.Item
+	st := dynamo.New(p.client, p.table)
+	for shard := range 32 {
+		page, err := st.Query(t.Context(), store.Query{PK: "OBX#" + strconv.Itoa(shard), Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, page.Items...)
+	}
+	if len(entries) != n {
+		t.Fatalf("%d outbox entries, want %d", len(entries), n)
+	}
+	return entries
+}
+
+// recoveredConversions checks the end state: the receiver got each
+// conversion's conversion.created once, its delivery succeeded at attempt
+// 1, nothing is left in the outbox, and a further run finds nothing.
+func (p *conversionPipeline) recoveredConversions(t *testing.T, conversionIDs ...string) {
+	t.Helper()
+	events := map[string]string{} // conversion → event
+	for _, r := range p.rcv.requests() {
+		var env tally.Event
+		var data tally.ConversionEventData
+		if json.Unmarshal(r.body, &env) != nil || json.Unmarshal(env.Data, &data) != nil || env.Event != tally.EventConversionCreated {
+			t.Fatalf("the receiver got %s", r.body)
+		}
+		events[data.ConversionID] = env.ID
+	}
+	var eventIDs []string
+	for _, id := range conversionIDs {
+		if events[id] == "" {
+			t.Errorf("conversion %s was not delivered", id)
+		}
+		eventIDs = append(eventIDs, events[id])
+	}
+	p.recovered(t, eventIDs...)
+	p.outboxHas(t, 0)
+}
+
+// The stream's records of new conversions are never read (the mapping was
+// being recreated, or a batch exhausted its retries before any fan-out):
+// their outbox entries make their events.
+func TestReconcileConversionsTheStreamLost(t *testing.T) {
+	t.Parallel()
+	p := newConversionPipeline(t)
+	a, b := p.convert(t, "order-1"), p.convert(t, "order-2")
+	p.outboxHas(t, 2)
+	p.redrive(t, 2)
+	p.recoveredConversions(t, a, b)
+}
+
+// The fan-out made the conversions' events but could not queue their
+// deliveries (SQS refuses; the batch is given up), or the queued messages
+// expired: the outbox entries stay until attempt 1 writes the deliveries.
+func TestReconcileConversionsMessagesLost(t *testing.T) {
+	t.Parallel()
+	p := newConversionPipeline(t)
+	a := p.convert(t, "order-1")
+	down := sqstest.NewSender("http://127.0.0.1:1") // nothing listens: every call fails
+	for range 3 {
+		if out := p.fanout(t, down, p.streamBatch(t)); len(out.BatchItemFailures) != 1 {
+			t.Fatalf("fanout with the queue down: %+v, want a failure", out)
+		}
+	}
+	b := p.convert(t, "order-2")
+	p.fanout(t, p.send, p.streamBatch(t))
+	if lost := sqstest.Drain(t, p.sqs, p.queue); len(lost) != 2 {
+		t.Fatalf("%d messages, want the two deliveries'", len(lost))
+	}
+	p.unwritten(t, "")
+	p.redrive(t, 2)
+	p.recoveredConversions(t, a, b)
+}
+
+// The deliver function wrote the delivery with attempt 1's outcome and
+// stopped before deleting the conversion's outbox entry (the test writes
+// it back): the reconciler fans the event out again, and deliver, finding
+// the delivery written, sends nothing and deletes the entry.
+func TestReconcileConversionDeliverStoppedBeforeTheOutbox(t *testing.T) {
+	t.Parallel()
+	p := newConversionPipeline(t)
+	a := p.convert(t, "order-1")
+	p.deliverStoppedBeforeTheOutbox(t, p.outboxHas(t, 1)[0])
+	p.recoveredConversions(t, a)
+}
+
+// A conversion's request stops between two of its writes (its function
+// timed out, or the table failed it), so the client got an error: the
+// conversion was not accepted, and nothing is delivered for it. The
+// reconciler deletes an outbox entry whose conversion was never written.
+// The client's retry, which finds the marker, completes the conversion as
+// first recorded, and it is delivered once.
+func TestReconcileConversionRequestStopped(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		crash func(store.Op) bool
+		entry bool // the outbox entry was written
+	}{
+		{"after the marker", func(op store.Op) bool { return strings.HasPrefix(op.Target().PK, "OBX#") }, false},
+		{"after the outbox entry", func(op store.Op) bool { return strings.Contains(op.Target().PK, "#CNV#") }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p := newConversionPipeline(t)
+			if status, _ := p.post(t, crashingStore{dynamo.New(p.client, p.table), tc.crash}, "order-1"); status != http.StatusInternalServerError {
+				t.Fatalf("the stopped request answered %d, want 500", status)
+			}
+			p.outboxHas(t, map[bool]int{true: 1}[tc.entry])
+			if res := p.reconcile(t); res.Events != 0 {
+				t.Fatalf("reconciler %+v, want nothing fanned out", res)
+			}
+			p.outboxHas(t, 0) // the entry of a conversion never written is deleted
+			if cs, _, err := p.svc.Conversions(t.Context(), p.brand.ID, tracking.ConversionFilter{}, tracking.ListParams{Limit: 10}); err != nil || len(cs) != 0 {
+				t.Fatalf("conversions %+v, %v; want none", cs, err)
+			}
+
+			status, c := p.post(t, dynamo.New(p.client, p.table), "order-1")
+			if status != http.StatusOK || c.ID == "" {
+				t.Fatalf("the retry answered %d %+v, want 200 with the conversion", status, c)
+			}
+			if again, c2 := p.post(t, dynamo.New(p.client, p.table), "order-1"); again != http.StatusOK || c2.ID != c.ID {
+				t.Fatalf("a further retry answered %d %s, want 200 with %s", again, c2.ID, c.ID)
+			}
+			p.fanout(t, p.send, p.streamBatch(t))
+			if n := p.deliverAll(t); n != 1 {
+				t.Errorf("deliver took %d messages, want 1", n)
+			}
+			p.recoveredConversions(t, c.ID)
+		})
+	}
+}

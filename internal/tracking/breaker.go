@@ -103,7 +103,7 @@ func (s *Service) FirstAttempt(ctx context.Context, msg DeliveryMessage, sender 
 		return AttemptResult{}, err
 	}
 	res, err := s.firstAttempt(ctx, rec, event.Data, sender)
-	if err != nil || event.GSI3 == (store.IndexKey{}) {
+	if err != nil || !inOutbox(event) {
 		return res, err
 	}
 	// The sibling written last sees the others: each reads after its own
@@ -271,7 +271,7 @@ func (s *Service) Released(ctx context.Context, limit int) (Release, error) {
 // releasedFrom is Released for one endpoint, whose breaker item is it.
 func (s *Service) releasedFrom(ctx context.Context, it store.Item, brk breakerRecord, limit int) ([]DeliveryRef, int, error) {
 	parked := func(upTo string, limit int) ([]DeliveryRef, error) {
-		return oldestFirst(ctx, s.store, func(shard int) string { return parkedPK(brk.BrandID, brk.EndpointID, shard) }, upTo, limit,
+		return oldestFirst(ctx, s.store, store.GSI3, func(shard int) string { return parkedPK(brk.BrandID, brk.EndpointID, shard) }, upTo, limit,
 			func(it store.Item) (DeliveryRef, error) {
 				return DeliveryRef{BrandID: brk.BrandID, DeliveryID: it.Key.SK}, nil
 			})

@@ -79,7 +79,9 @@ func (in ConversionInput) validate() error {
 // RecordConversion stores a conversion for the brand. It returns created =
 // false, and the first conversion, when the same (offer, externalTxnId) was
 // recorded before. The conversion, its idempotency marker, cap counters,
-// report rollup (unless WithStreamRollups) and events are one transaction.
+// report rollup (unless WithStreamRollups) and events are one transaction;
+// with WithStreamConversions, its outbox entry instead of its event, and
+// without caps or click no transaction (putConversion).
 //
 // A conversion that names a click takes its offer, partner and subs from
 // the click, which must be younger than the offer's attribution window.
@@ -93,8 +95,12 @@ func (s *Service) RecordConversion(ctx context.Context, brandID string, in Conve
 			return c, false, err
 		}
 	}
+	offerOf := s.cachedOffer
+	if s.streamConversions {
+		offerOf = s.loadOffer // its status as of now: the write checks nothing (activeNow)
+	}
 	for attempt := 0; ; attempt++ {
-		offer, err := s.cachedOffer(ctx, brandID, *in.OfferID)
+		offer, err := offerOf(ctx, brandID, *in.OfferID)
 		if err != nil {
 			if tally.ErrorCode(err) == tally.ECodeNotFound {
 				return c, false, invalid("offerId %q does not match an offer.", *in.OfferID)
@@ -113,6 +119,11 @@ func (s *Service) RecordConversion(ctx context.Context, brandID string, in Conve
 		}
 		c = newConversion(s.newID("cnv_", now), brandID, offer.offer, in, now)
 		c.ClickID = click.ID
+		if s.streamConversions {
+			if err := s.activeNow(ctx, offer.offer, c.PartnerID); err != nil {
+				return s.refusedUnlessRecorded(ctx, c, err)
+			}
+		}
 		created, err = s.insertConversion(ctx, c, offer, now)
 		if errors.Is(err, errOfferChanged) && attempt < maxOfferReloads {
 			continue // the cache had an older revision, now replaced: build c again
@@ -122,6 +133,38 @@ func (s *Service) RecordConversion(ctx context.Context, brandID string, in Conve
 		}
 		return s.replay(ctx, c)
 	}
+}
+
+// activeNow refuses a conversion for an offer or a partner that is not
+// active, as read just now (WithStreamConversions: instead of checks in
+// the write).
+func (s *Service) activeNow(ctx context.Context, offer tally.Offer, partnerID string) error {
+	if offer.Status != tally.OfferActive {
+		return invalid("offerId %q: the offer is %s; conversions are accepted only for active offers.", offer.ID, offer.Status)
+	}
+	p, err := s.Partner(ctx, offer.BrandID, partnerID)
+	if err == nil && p.Status == tally.PartnerActive {
+		return nil
+	}
+	if err != nil && tally.ErrorCode(err) != tally.ECodeNotFound {
+		return err
+	}
+	return s.partnerNotActive(ctx, offer.BrandID, partnerID)
+}
+
+// refusedUnlessRecorded answers a conversion that activeNow refused: with
+// the first conversion when its (offer, externalTxnId) was recorded before
+// (a retry of an accepted conversion replays, as the marker's condition,
+// first in the transaction, answers it there), else with the refusal.
+func (s *Service) refusedUnlessRecorded(ctx context.Context, c tally.Conversion, refusal error) (tally.Conversion, bool, error) {
+	if c.ExternalTxnID == "" {
+		return c, false, refusal
+	}
+	first, _, err := s.replay(ctx, c)
+	if errors.Is(err, store.ErrNotFound) {
+		return c, false, refusal
+	}
+	return first, false, err
 }
 
 // attribute reads the click a conversion names and fills in the offer,
@@ -236,9 +279,17 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 		period := capPeriod(cl.name, now)
 		caps = append(caps, &capState{capLimit: cl, key: capKey(c.OfferID, period), period: period, reaching: cl.limit == 1})
 	}
-	created, err := s.newEvent(c.BrandID, tally.EventConversionCreated, conversionEventData(c, ""), now)
-	if err != nil {
-		return false, err
+	if s.streamConversions && len(caps) == 0 && c.ClickID == "" {
+		return s.putConversion(ctx, c)
+	}
+	var created store.Op
+	if s.streamConversions {
+		created = store.Put(s.outboxEntry(c)) // the fan-out makes the event from the stream
+	} else {
+		var err error
+		if created, err = s.newEvent(c.BrandID, tally.EventConversionCreated, conversionEventData(c, ""), now); err != nil {
+			return false, err
+		}
 	}
 	for {
 		ops := make([]store.Op, 0, 8+2*len(caps)) // room for all, without growing
@@ -247,17 +298,16 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 			markerAt = len(ops)
 			ops = append(ops, store.Put(store.Item{Key: txnKey(c.BrandID, c.OfferID, c.ExternalTxnID), Data: mustJSON(c.ID)}, store.NotExists()))
 		}
-		item := conversionItem(c)
-		if s.streamRollups {
-			item.Attrs[rolledUpAttr] = rolledUpFromStream
+		ops = append(ops, store.Put(s.newConversionItem(c), store.NotExists()))
+		offerAt, partnerAt := -1, -1
+		if !s.streamConversions { // which read them just before instead (activeNow)
+			offerAt, partnerAt = len(ops), len(ops)+1
+			ops = append(ops,
+				offerCheck(offer),
+				store.Check(partnerKey(c.BrandID, c.PartnerID), store.AttrEquals("status", tally.PartnerActive)),
+			)
 		}
-		ops = append(ops, store.Put(item, store.NotExists()))
-		offerAt := len(ops)
-		ops = append(ops,
-			offerCheck(offer),
-			store.Check(partnerKey(c.BrandID, c.PartnerID), store.AttrEquals("status", tally.PartnerActive)),
-		)
-		partnerAt, capsAt := offerAt+1, offerAt+2
+		capsAt := len(ops)
 		var capEvents []store.Op
 		for _, cs := range caps {
 			cond := store.NumLess("n", cs.limit-1)
@@ -319,16 +369,6 @@ func (s *Service) partnerNotActive(ctx context.Context, brandID, partnerID strin
 		return err
 	}
 	return invalid("partnerId %q: the partner is %s; conversions are accepted only for active partners.", partnerID, p.Status)
-}
-
-// replay returns the conversion first recorded for c's (offer, externalTxnId).
-func (s *Service) replay(ctx context.Context, c tally.Conversion) (tally.Conversion, bool, error) {
-	firstID, err := getRecord[string](ctx, s.store, txnKey(c.BrandID, c.OfferID, c.ExternalTxnID))
-	if err != nil {
-		return tally.Conversion{}, false, err
-	}
-	first, err := getRecord[tally.Conversion](ctx, s.store, conversionKey(c.BrandID, firstID))
-	return first, false, err
 }
 
 // conversionItem places a conversion in its shard, the per-offer and

@@ -2,7 +2,6 @@ package tracking
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -108,11 +107,7 @@ func (m DeliveryMessage) planned() (deliveryRecord, error) {
 // deliveryID is the same for the same (event, subscription), so a repeated
 // fan-out finds the delivery it made before. It sorts by the event's time.
 func deliveryID(evt tally.Event, subscriptionID string) string {
-	sum := sha256.Sum256([]byte(evt.ID + "/" + subscriptionID))
-	var id ulid.ULID
-	_ = id.SetTime(ulid.Timestamp(evt.CreatedAt.Time)) // event times are far inside ULID's range
-	copy(id[6:], sum[:10])
-	return "wh_" + strings.ToLower(id.String())
+	return ids.Derived("wh_", evt.CreatedAt.Time, evt.ID+"/"+subscriptionID)
 }
 
 // deliveryItem is the stored delivery; it expires keep after its last
@@ -186,7 +181,19 @@ func (s *Service) FanOut(ctx context.Context, eventID string) ([]DeliveryRef, er
 // one fanned out before, are written as FanOut writes them, and their
 // messages carry only refs.
 func (s *Service) Dispatch(ctx context.Context, eventID string) ([]DeliveryMessage, error) {
-	plan, err := s.planFanOut(ctx, eventID, map[string][]subscriptionOf{})
+	item, err := s.store.Get(ctx, eventKey(eventID))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil // expired long ago: nothing left to deliver
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s.dispatch(ctx, item)
+}
+
+// dispatch is Dispatch of the event item read as item.
+func (s *Service) dispatch(ctx context.Context, item store.Item) ([]DeliveryMessage, error) {
+	plan, err := s.planFanOutOf(ctx, item, map[string][]subscriptionOf{})
 	if err != nil || plan == nil {
 		return nil, err
 	}
@@ -283,19 +290,25 @@ func (s *Service) planFanOut(ctx context.Context, eventID string, subs map[strin
 	if err != nil {
 		return nil, err
 	}
+	return s.planFanOutOf(ctx, item, subs)
+}
+
+// planFanOutOf is planFanOut of the event item read as item.
+func (s *Service) planFanOutOf(ctx context.Context, item store.Item, subs map[string][]subscriptionOf) (*fanOutPlan, error) {
 	var evt tally.Event
 	if err := decode(item, &evt); err != nil {
 		return nil, err
 	}
 	brandSubs, ok := subs[evt.BrandID]
 	if !ok {
+		var err error
 		if brandSubs, err = s.subscriptions(ctx, evt.BrandID); err != nil {
 			return nil, err
 		}
 		subs[evt.BrandID] = brandSubs
 	}
 	now := s.Now()
-	plan := &fanOutPlan{event: item, outboxed: item.GSI3 != (store.IndexKey{})}
+	plan := &fanOutPlan{event: item, outboxed: inOutbox(item)}
 	for _, sub := range brandSubs {
 		if target := item.Attrs["subscriptionId"]; target != "" && target != sub.rec.ID ||
 			target == "" && (!slices.Contains(sub.rec.Events, evt.Event) || sub.rec.Status == tally.EndpointDisabled) {
@@ -335,7 +348,10 @@ func (p *fanOutPlan) ops(s *Service, now time.Time) []store.Op {
 		}
 		ops = append(ops, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
 	}
-	if p.outboxed {
+	switch id := p.event.Attrs[outboxAttr]; {
+	case id != "":
+		ops = append(ops, store.Delete(conversionOutboxKey(id)))
+	case p.outboxed:
 		out := p.event
 		out.GSI3 = store.IndexKey{}
 		ops = append(ops, store.Put(out, store.Exists()))
@@ -594,9 +610,13 @@ func (s *Service) written(ctx context.Context, brandID string, ids []string) (bo
 	return true, nil
 }
 
-// leaveOutbox writes the event, read as event, without its outbox key: its
-// deliveries are written.
+// leaveOutbox writes the event, read as event, without its outbox key, or
+// deletes its conversion's outbox entry (createdEvent): its deliveries are
+// written.
 func (s *Service) leaveOutbox(ctx context.Context, event store.Item) error {
+	if id := event.Attrs[outboxAttr]; id != "" {
+		return s.transact(ctx, store.Delete(conversionOutboxKey(id)))
+	}
 	event.GSI3 = store.IndexKey{}
 	err := s.transact(ctx, store.Put(event, store.Exists()))
 	if _, gone := store.FailedOp(err); gone {

@@ -235,6 +235,15 @@ func eventsByBrand(brandID string, shard int) string {
 }
 func outboxPK(shard int) string { return "OUTBOX#" + strconv.Itoa(shard) }
 
+// With WithStreamConversions a new conversion's event is made from the
+// stream, and the conversion's outbox entry is an item of its own, in no
+// index: written before the conversion, deleted once its event's
+// deliveries are written; sorted by conversion id, so by time.
+func conversionOutboxPK(shard int) string { return "OBX#" + strconv.Itoa(shard) }
+func conversionOutboxKey(conversionID string) store.Key {
+	return store.Key{PK: conversionOutboxPK(queueShardOf(conversionID)), SK: conversionID}
+}
+
 // Webhook subscriptions live in the brand partition.
 func subscriptionKey(brandID, subscriptionID string) store.Key {
 	return store.Key{PK: brandPK(brandID), SK: "SUB#" + subscriptionID}

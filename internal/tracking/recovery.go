@@ -53,17 +53,26 @@ func (s *Service) abandonParked(ctx context.Context, ref DeliveryRef, last time.
 // (on AWS: the stream, the queue and the state machine) should have moved on
 // before cutoff but has not: events still in the outbox (not fanned out)
 // and pending deliveries whose next attempt was due. Both come from gsi3,
-// oldest first, at most limit of each (a run takes a bounded share; the next
-// run the rest). Nothing is changed: fanning out and attempting again are
-// idempotent, so the caller re-drives them through the usual steps.
+// and the conversions' outbox entries (WithStreamConversions) from their
+// partitions, oldest first, at most limit of each (a run takes a bounded
+// share; the next run the rest). Fanning out and attempting again are
+// idempotent, so the caller re-drives them through the usual steps. Only
+// the conversions' entries are written: each gets its event (as the fan-out
+// from the stream makes it) so that its id can be re-driven, or is deleted
+// when its conversion was never written (outboxedConversions).
 func (s *Service) Overdue(ctx context.Context, cutoff time.Time, limit int) (events []string, deliveries []DeliveryRef, err error) {
-	events, err = oldestFirst(ctx, s.store, outboxPK, ids.Ceil("evt_", cutoff), limit, func(it store.Item) (string, error) {
+	events, err = oldestFirst(ctx, s.store, store.GSI3, outboxPK, ids.Ceil("evt_", cutoff), limit, func(it store.Item) (string, error) {
 		return it.GSI3.SK, nil
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	deliveries, err = oldestFirst(ctx, s.store, dueQueuePK, dueQueueSK(cutoff, "~"), limit, func(it store.Item) (DeliveryRef, error) {
+	created, err := s.outboxedConversions(ctx, cutoff, limit)
+	if err != nil {
+		return nil, nil, err
+	}
+	events = append(events, created...)
+	deliveries, err = oldestFirst(ctx, s.store, store.GSI3, dueQueuePK, dueQueueSK(cutoff, "~"), limit, func(it store.Item) (DeliveryRef, error) {
 		var rec deliveryRecord
 		err := decode(it, &rec)
 		return DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID}, err
@@ -71,16 +80,17 @@ func (s *Service) Overdue(ctx context.Context, cutoff time.Time, limit int) (eve
 	return events, deliveries, err
 }
 
-// oldestFirst reads the gsi3 entries of every shard of a queue index up to
-// skTo (inclusive), oldest first, at most limit in all.
-func oldestFirst[T any](ctx context.Context, st store.Store, pk func(shard int) string, skTo string, limit int, read func(store.Item) (T, error)) ([]T, error) {
+// oldestFirst reads the entries of every shard of a queue (the table's
+// partitions or an index's) up to skTo (inclusive), oldest first, at most
+// limit in all.
+func oldestFirst[T any](ctx context.Context, st store.Store, index store.Index, pk func(shard int) string, skTo string, limit int, read func(store.Item) (T, error)) ([]T, error) {
 	type entry struct {
 		sk string
 		v  T
 	}
 	var all []entry
 	for shard := range queueShards {
-		page, err := st.Query(ctx, store.Query{Index: store.GSI3, PK: pk(shard), SKTo: skTo, Limit: min(limit, maxScan)})
+		page, err := st.Query(ctx, store.Query{Index: index, PK: pk(shard), SKTo: skTo, Limit: min(limit, maxScan)})
 		if err != nil {
 			return nil, err
 		}
@@ -89,7 +99,7 @@ func oldestFirst[T any](ctx context.Context, st store.Store, pk func(shard int) 
 			if err != nil {
 				return nil, err
 			}
-			all = append(all, entry{it.GSI3.SK, v})
+			all = append(all, entry{it.IndexKey(index).SK, v})
 		}
 	}
 	slices.SortFunc(all, func(a, b entry) int { return strings.Compare(a.sk, b.sk) })

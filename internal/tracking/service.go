@@ -60,6 +60,9 @@ type Service struct {
 	// streamRollups leaves new conversions' rollups to the stream
 	// (WithStreamRollups).
 	streamRollups bool
+	// streamConversions writes new conversions for the stream's fan-out
+	// (WithStreamConversions).
+	streamConversions bool
 	// partitioned: the store spreads writes by partition key (newID).
 	partitioned bool
 
@@ -200,7 +203,9 @@ func (s *Service) newEvent(brandID, name string, data any, at time.Time) (store.
 }
 
 // Events returns a brand's events, newest first. The delivery pipeline reads
-// events by id; this listing is for inspection and tests.
+// events by id; this listing is for inspection and tests. It does not show
+// the conversion.created events the fan-out makes (WithStreamConversions),
+// which are in no index.
 func (s *Service) Events(ctx context.Context, brandID string, p ListParams) ([]tally.Event, string, error) {
 	parts := make([]partition, shards)
 	for i := range parts {

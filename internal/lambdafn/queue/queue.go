@@ -71,13 +71,13 @@ type Queue interface {
 // fanoutWorkers bounds the records of a stream batch fanned out at once.
 const fanoutWorkers = 10
 
-// FanoutHandler handles a DynamoDB Streams batch: for each new event item it
-// makes the event's deliveries (tracking.Service.Dispatch: those of an
+// FanoutHandler handles a DynamoDB Streams batch: for each new event item,
+// or new conversion whose event it makes, it makes the event's deliveries (tracking.Service.Dispatch: those of an
 // event with a few go in their messages, unwritten), fanoutWorkers records
 // at a time, then queues one message per pending delivery, the batch's
 // messages together in batches of 10 (a message per event would cost an
 // SQS request each).
-// The event source mapping's filter lets only event inserts through; other
+// The event source mapping's filters let only those inserts through; other
 // records are skipped all the same. The first record that fails (its
 // fan-out, or queueing one of its deliveries) is reported (partial batch
 // response), and the retry starts at it: repeating a fan-out creates
@@ -89,15 +89,15 @@ func FanoutHandler(svc *tracking.Service, q Queue, queueURL string, log *slog.Lo
 		var wg sync.WaitGroup
 		slots := make(chan struct{}, fanoutWorkers)
 		for i, rec := range ev.Records {
-			eventID, ok := insertedEvent(rec)
+			dispatch, ok := dispatcher(svc, rec)
 			if !ok {
 				continue
 			}
 			wg.Go(func() {
 				slots <- struct{}{}
 				defer func() { <-slots }()
-				if msgs[i], errs[i] = svc.Dispatch(ctx, eventID); errs[i] != nil {
-					log.Error("fan-out failed", "eventId", eventID, "err", errs[i].Error())
+				if msgs[i], errs[i] = dispatch(ctx); errs[i] != nil {
+					log.Error("fan-out failed", "key", rec.Change.Keys["pk"].String(), "err", errs[i].Error())
 				}
 			})
 		}
@@ -126,17 +126,32 @@ func FanoutHandler(svc *tracking.Service, q Queue, queueURL string, log *slog.Lo
 	}
 }
 
-// insertedEvent returns the event id of a stream record that inserts an
-// event item.
-func insertedEvent(rec events.DynamoDBEventRecord) (string, bool) {
+// dispatcher returns the fan-out of a stream record that inserts an event
+// item (tracking.Service.Dispatch) but one the fan-out made, or a
+// conversion whose event the fan-out makes
+// (tracking.Service.DispatchConversion, from the record's new image).
+func dispatcher(svc *tracking.Service, rec events.DynamoDBEventRecord) (func(context.Context) ([]tracking.DeliveryMessage, error), bool) {
 	if rec.EventName != string(events.DynamoDBOperationTypeInsert) {
-		return "", false
+		return nil, false
 	}
 	pk, ok := rec.Change.Keys["pk"]
 	if !ok || pk.DataType() != events.DataTypeString {
-		return "", false
+		return nil, false
 	}
-	return strings.CutPrefix(pk.String(), "EVT#")
+	_, made := rec.Change.NewImage["outbox"] // an event the fan-out made
+	if eventID, ok := strings.CutPrefix(pk.String(), "EVT#"); ok && !made {
+		return func(ctx context.Context) ([]tracking.DeliveryMessage, error) { return svc.Dispatch(ctx, eventID) }, true
+	}
+	if v, ok := rec.Change.NewImage["fanout"]; !ok || v.DataType() != events.DataTypeString || v.String() != "stream" {
+		return nil, false
+	}
+	return func(ctx context.Context) ([]tracking.DeliveryMessage, error) {
+		item, err := lambdafn.StreamItem(rec.Change.NewImage)
+		if err != nil {
+			return nil, fmt.Errorf("stream record %s: %w", rec.Change.SequenceNumber, err)
+		}
+		return svc.DispatchConversion(ctx, item)
+	}, true
 }
 
 func fanOut(ctx context.Context, svc *tracking.Service, q Queue, queueURL, eventID string) error {
