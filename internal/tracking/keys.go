@@ -250,7 +250,15 @@ func subscriptionCountKey(brandID string) store.Key {
 
 // A partner's postback lives in the brand partition next to the partner.
 func postbackKey(brandID, partnerID string) store.Key {
-	return store.Key{PK: brandPK(brandID), SK: "PB#" + partnerID}
+	return store.Key{PK: brandPK(brandID), SK: postbackSKPrefix + partnerID}
+}
+
+const postbackSKPrefix = "PB#"
+
+// endpointsKey counts the endpoints (subscriptions and postbacks) ever
+// created for a brand, from when it was first written (outbox.go).
+func endpointsKey(brandID string) store.Key {
+	return store.Key{PK: brandPK(brandID), SK: "#ENDPOINTS"}
 }
 
 // Deliveries live in the brand's delivery shards, sorted by id (ids sort by

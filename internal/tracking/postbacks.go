@@ -195,7 +195,7 @@ func (s *Service) PutPostback(ctx context.Context, brandID, partnerID string, in
 			op = replaceEndpointRecord(it, rec)
 			it = op.Item
 		}
-		err = s.transact(ctx, op)
+		err = s.transact(ctx, op, countEndpoint(brandID))
 		if _, raced := store.FailedOp(err); raced {
 			continue // created, changed or deleted meanwhile: start over
 		}
