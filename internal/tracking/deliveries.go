@@ -105,10 +105,31 @@ func (m DeliveryMessage) planned() (deliveryRecord, error) {
 	return rec, nil
 }
 
-// deliveryID is the same for the same (event, subscription), so a repeated
+// deliveryID is the same for the same (event, endpoint), so a repeated
 // fan-out finds the delivery it made before. It sorts by the event's time.
-func deliveryID(evt tally.Event, subscriptionID string) string {
-	sum := sha256.Sum256([]byte(evt.ID + "/" + subscriptionID))
+// On a store without partitions it is the first of a deterministic series
+// that lies in shard 0, as newID draws new ids there (a fan-out's
+// deliveries and their index entries then land in one shard's pages, not
+// four). Deliveries made before keep their ids and shards, and are found
+// by them; on the embedded store an event leaves the outbox in the write
+// that makes all its deliveries, so no fan-out is repeated over them.
+func (s *Service) deliveryID(evt tally.Event, endpointID string) string {
+	for draw := 0; ; draw++ {
+		id := deliveryIDDrawn(evt, endpointID, draw)
+		if s.partitioned || shardOf(id) == 0 {
+			return id
+		}
+	}
+}
+
+// deliveryIDDrawn is the draw-th id of a delivery's series; the first is
+// the one every store used before.
+func deliveryIDDrawn(evt tally.Event, endpointID string, draw int) string {
+	in := evt.ID + "/" + endpointID
+	if draw > 0 {
+		in += "/" + strconv.Itoa(draw)
+	}
+	sum := sha256.Sum256([]byte(in))
 	var id ulid.ULID
 	_ = id.SetTime(ulid.Timestamp(evt.CreatedAt.Time)) // event times are far inside ULID's range
 	copy(id[6:], sum[:10])
@@ -303,7 +324,7 @@ func (s *Service) planFanOut(ctx context.Context, eventID string, subs map[strin
 		}
 		plan.recs = append(plan.recs, deliveryRecord{
 			Delivery: tally.Delivery{
-				ID: deliveryID(evt, sub.rec.ID), BrandID: evt.BrandID, Type: tally.DeliveryWebhook, EventID: evt.ID, Event: evt.Event,
+				ID: s.deliveryID(evt, sub.rec.ID), BrandID: evt.BrandID, Type: tally.DeliveryWebhook, EventID: evt.ID, Event: evt.Event,
 				SubscriptionID: sub.rec.ID, URL: sub.rec.URL, Status: tally.DeliveryPending, Attempts: []tally.Attempt{},
 				NextAttemptAt: ptrTo(tally.NewTime(now)), CreatedAt: tally.NewTime(now), UpdatedAt: tally.NewTime(now),
 			},
