@@ -247,6 +247,8 @@ type fanOutPlan struct {
 	outboxed bool
 	recs     []deliveryRecord // pending, as planned
 	eps      []store.Item     // each delivery's endpoint, as read
+	// subs are the webhooks' subscriptions, decoded (nil for a postback).
+	subs []*subscriptionRecord
 	// first holds, where not nil, attempt 1 of a delivery, made before the
 	// fan-out is written (the local pipeline's fast path).
 	first []*firstAttempt
@@ -329,14 +331,14 @@ func (s *Service) planFanOut(ctx context.Context, eventID string, subs map[strin
 				NextAttemptAt: ptrTo(tally.NewTime(now)), CreatedAt: tally.NewTime(now), UpdatedAt: tally.NewTime(now),
 			},
 		})
-		plan.eps = append(plan.eps, sub.item)
+		plan.eps, plan.subs = append(plan.eps, sub.item), append(plan.subs, &sub.rec)
 	}
 	pb, pbItem, err := s.postbackDelivery(ctx, item, evt)
 	if err != nil {
 		return nil, err
 	}
 	if pb != nil {
-		plan.recs, plan.eps = append(plan.recs, *pb), append(plan.eps, pbItem)
+		plan.recs, plan.eps, plan.subs = append(plan.recs, *pb), append(plan.eps, pbItem), append(plan.subs, nil)
 	}
 	if len(plan.recs) == 0 && !plan.outboxed {
 		return nil, nil
@@ -715,20 +717,29 @@ func (s *Service) send(ctx context.Context, rec deliveryRecord, ep store.Item, e
 // webhook's body is its event's envelope (but in deliveries that kept their
 // own).
 func (s *Service) request(rec deliveryRecord, ep store.Item, envelope []byte) (delivery.Request, error) {
+	var sub *subscriptionRecord
+	if rec.Type != tally.DeliveryPostback {
+		sub = &subscriptionRecord{}
+		if err := decode(ep, sub); err != nil {
+			return delivery.Request{}, err
+		}
+	}
+	return s.requestTo(rec, sub, envelope), nil
+}
+
+// requestTo is request with the endpoint decoded: the subscription, or nil
+// for a postback.
+func (s *Service) requestTo(rec deliveryRecord, sub *subscriptionRecord, envelope []byte) delivery.Request {
 	req := delivery.Request{URL: rec.URL, WebhookID: rec.ID, Event: rec.Event, Body: rec.Body}
-	if rec.Type == tally.DeliveryPostback {
+	if sub == nil {
 		req.Method = http.MethodGet
-		return req, nil
+		return req
 	}
 	if req.Body == nil {
 		req.Body = envelope
 	}
-	var sub subscriptionRecord
-	if err := decode(ep, &sub); err != nil {
-		return req, err
-	}
 	req.Secrets = sub.signingSecrets(s.Now())
-	return req, nil
+	return req
 }
 
 // claim holds a pending delivery's next attempt for this process until the
