@@ -113,8 +113,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		// claimed in the table before it is sent.
 		pipelineOpts = append(pipelineOpts, tracking.SharedStore())
 	} else {
-		// The embedded store is locked to this process: its counts are exact.
-		opts = append(opts, tracking.WithProcessRateLimits())
+		// The embedded store is locked to this process: its counts are
+		// exact, and what it remembers of brands without endpoints holds.
+		opts = append(opts, tracking.WithProcessRateLimits(), tracking.WithOutboxOnlyForEndpoints())
 	}
 	svc := tracking.New(st, opts...)
 	pipeline := svc.NewPipeline(delivery.NewSender(delivery.Options{AllowLoopback: true}), workers, log, pipelineOpts...)

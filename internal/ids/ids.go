@@ -15,7 +15,20 @@ import (
 // time component is t. Identifiers made in one process at the same
 // millisecond still sort in creation order.
 func New(prefix string, t time.Time) string {
-	return prefix + strings.ToLower(ulid.MustNew(ulid.Timestamp(t), ulid.DefaultEntropy()).String())
+	return string(Append(make([]byte, 0, len(prefix)+ulid.EncodedSize), prefix, t))
+}
+
+// Append appends a fresh identifier, as New makes it, to dst: a caller
+// that draws identifiers until one suits it allocates only the one kept.
+func Append(dst []byte, prefix string, t time.Time) []byte {
+	var text [ulid.EncodedSize]byte
+	_ = ulid.MustNew(ulid.Timestamp(t), ulid.DefaultEntropy()).MarshalTextTo(text[:]) // fails only on a shorter buffer
+	for i, c := range text {
+		if 'A' <= c && c <= 'Z' {
+			text[i] = c + ('a' - 'A')
+		}
+	}
+	return append(append(dst, prefix...), text[:]...)
 }
 
 // Derived returns the identifier with the prefix whose time component is t

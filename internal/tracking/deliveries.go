@@ -104,10 +104,31 @@ func (m DeliveryMessage) planned() (deliveryRecord, error) {
 	return rec, nil
 }
 
-// deliveryID is the same for the same (event, subscription), so a repeated
+// deliveryID is the same for the same (event, endpoint), so a repeated
 // fan-out finds the delivery it made before. It sorts by the event's time.
-func deliveryID(evt tally.Event, subscriptionID string) string {
-	return ids.Derived("wh_", evt.CreatedAt.Time, evt.ID+"/"+subscriptionID)
+// On a store without partitions it is the first of a deterministic series
+// that lies in shard 0, as newID draws new ids there (a fan-out's
+// deliveries and their index entries then land in one shard's pages, not
+// four). Deliveries made before keep their ids and shards, and are found
+// by them; on the embedded store an event leaves the outbox in the write
+// that makes all its deliveries, so no fan-out is repeated over them.
+func (s *Service) deliveryID(evt tally.Event, endpointID string) string {
+	for draw := 0; ; draw++ {
+		id := deliveryIDDrawn(evt, endpointID, draw)
+		if s.partitioned || shardOf(id) == 0 {
+			return id
+		}
+	}
+}
+
+// deliveryIDDrawn is the draw-th id of a delivery's series; the first is
+// the one every store used before.
+func deliveryIDDrawn(evt tally.Event, endpointID string, draw int) string {
+	seed := evt.ID + "/" + endpointID
+	if draw > 0 {
+		seed += "/" + strconv.Itoa(draw)
+	}
+	return ids.Derived("wh_", evt.CreatedAt.Time, seed)
 }
 
 // deliveryItem is the stored delivery; it expires keep after its last
@@ -233,6 +254,8 @@ type fanOutPlan struct {
 	outboxed bool
 	recs     []deliveryRecord // pending, as planned
 	eps      []store.Item     // each delivery's endpoint, as read
+	// subs are the webhooks' subscriptions, decoded (nil for a postback).
+	subs []*subscriptionRecord
 	// first holds, where not nil, attempt 1 of a delivery, made before the
 	// fan-out is written (the local pipeline's fast path).
 	first []*firstAttempt
@@ -316,19 +339,19 @@ func (s *Service) planFanOutOf(ctx context.Context, item store.Item, subs map[st
 		}
 		plan.recs = append(plan.recs, deliveryRecord{
 			Delivery: tally.Delivery{
-				ID: deliveryID(evt, sub.rec.ID), BrandID: evt.BrandID, Type: tally.DeliveryWebhook, EventID: evt.ID, Event: evt.Event,
+				ID: s.deliveryID(evt, sub.rec.ID), BrandID: evt.BrandID, Type: tally.DeliveryWebhook, EventID: evt.ID, Event: evt.Event,
 				SubscriptionID: sub.rec.ID, URL: sub.rec.URL, Status: tally.DeliveryPending, Attempts: []tally.Attempt{},
 				NextAttemptAt: ptrTo(tally.NewTime(now)), CreatedAt: tally.NewTime(now), UpdatedAt: tally.NewTime(now),
 			},
 		})
-		plan.eps = append(plan.eps, sub.item)
+		plan.eps, plan.subs = append(plan.eps, sub.item), append(plan.subs, &sub.rec)
 	}
 	pb, pbItem, err := s.postbackDelivery(ctx, item, evt)
 	if err != nil {
 		return nil, err
 	}
 	if pb != nil {
-		plan.recs, plan.eps = append(plan.recs, *pb), append(plan.eps, pbItem)
+		plan.recs, plan.eps, plan.subs = append(plan.recs, *pb), append(plan.eps, pbItem), append(plan.subs, nil)
 	}
 	if len(plan.recs) == 0 && !plan.outboxed {
 		return nil, nil
@@ -714,20 +737,29 @@ func (s *Service) send(ctx context.Context, rec deliveryRecord, ep store.Item, e
 // webhook's body is its event's envelope (but in deliveries that kept their
 // own).
 func (s *Service) request(rec deliveryRecord, ep store.Item, envelope []byte) (delivery.Request, error) {
+	var sub *subscriptionRecord
+	if rec.Type != tally.DeliveryPostback {
+		sub = &subscriptionRecord{}
+		if err := decode(ep, sub); err != nil {
+			return delivery.Request{}, err
+		}
+	}
+	return s.requestTo(rec, sub, envelope), nil
+}
+
+// requestTo is request with the endpoint decoded: the subscription, or nil
+// for a postback.
+func (s *Service) requestTo(rec deliveryRecord, sub *subscriptionRecord, envelope []byte) delivery.Request {
 	req := delivery.Request{URL: rec.URL, WebhookID: rec.ID, Event: rec.Event, Body: rec.Body}
-	if rec.Type == tally.DeliveryPostback {
+	if sub == nil {
 		req.Method = http.MethodGet
-		return req, nil
+		return req
 	}
 	if req.Body == nil {
 		req.Body = envelope
 	}
-	var sub subscriptionRecord
-	if err := decode(ep, &sub); err != nil {
-		return req, err
-	}
 	req.Secrets = sub.signingSecrets(s.Now())
-	return req, nil
+	return req
 }
 
 // claim holds a pending delivery's next attempt for this process until the

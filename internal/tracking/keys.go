@@ -2,7 +2,6 @@ package tracking
 
 import (
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"time"
 
@@ -32,10 +31,11 @@ func shardOf(id string) int { return int(hash(id) % shards) }
 // rather than four (docs/performance.md). Readers read every shard, so items
 // made before stay found.
 func (s *Service) newID(prefix string, t time.Time) string {
+	var buf [32]byte // the longest prefix and a ULID
 	for {
-		id := ids.New(prefix, t)
-		if s.partitioned || shardOf(id) == 0 {
-			return id
+		id := ids.Append(buf[:0], prefix, t)
+		if s.partitioned || hash(id)%shards == 0 {
+			return string(id)
 		}
 	}
 }
@@ -52,10 +52,14 @@ const queueShards = 32
 // queueShardOf places an identifier in a queue shard, stably.
 func queueShardOf(id string) int { return int(hash(id) % queueShards) }
 
-func hash(id string) uint32 {
-	h := fnv.New32a()
-	h.Write([]byte(id))
-	return h.Sum32()
+// hash is 32-bit FNV-1a, written out so that hashing a string or a buffer
+// allocates nothing.
+func hash[T string | []byte](id T) uint32 {
+	h := uint32(2166136261)
+	for i := range len(id) {
+		h = (h ^ uint32(id[i])) * 16777619
+	}
+	return h
 }
 
 // Brand partition: the brand record and its low-volume children (offers,
@@ -259,7 +263,15 @@ func subscriptionCountKey(brandID string) store.Key {
 
 // A partner's postback lives in the brand partition next to the partner.
 func postbackKey(brandID, partnerID string) store.Key {
-	return store.Key{PK: brandPK(brandID), SK: "PB#" + partnerID}
+	return store.Key{PK: brandPK(brandID), SK: postbackSKPrefix + partnerID}
+}
+
+const postbackSKPrefix = "PB#"
+
+// endpointsKey counts the endpoints (subscriptions and postbacks) ever
+// created for a brand, from when it was first written (outbox.go).
+func endpointsKey(brandID string) store.Key {
+	return store.Key{PK: brandPK(brandID), SK: "#ENDPOINTS"}
 }
 
 // Deliveries live in the brand's delivery shards, sorted by id (ids sort by

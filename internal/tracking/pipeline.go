@@ -388,10 +388,7 @@ func (p *Pipeline) attemptFirst(plans []*fanOutPlan) []*fastAttempt {
 	for _, plan := range plans {
 		for i, rec := range plan.recs {
 			j := jobOf(rec)
-			req, err := p.svc.request(rec, plan.eps[i], plan.event.Data)
-			if err != nil {
-				continue // the normal path reports it
-			}
+			req := p.svc.requestTo(rec, plan.subs[i], plan.event.Data)
 			done, ok := p.sched.reserve(j)
 			if !ok {
 				continue

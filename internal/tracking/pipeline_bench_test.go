@@ -121,7 +121,7 @@ func BenchmarkIngestWithWebhook(b *testing.B) {
 				}
 				rcv.Start()
 				ctx := context.Background()
-				svc := tracking.New(st, tracking.WithLoopbackReceivers())
+				svc := tracking.New(st, tracking.WithLoopbackReceivers(), tracking.WithOutboxOnlyForEndpoints()) // as the local server runs
 				brand, err := svc.CreateBrand(ctx, "Acme")
 				if err != nil {
 					b.Fatal(err)

@@ -195,7 +195,7 @@ func (s *Service) PutPostback(ctx context.Context, brandID, partnerID string, in
 			op = replaceEndpointRecord(it, rec)
 			it = op.Item
 		}
-		err = s.transact(ctx, op)
+		err = s.transact(ctx, op, countEndpoint(brandID))
 		if _, raced := store.FailedOp(err); raced {
 			continue // created, changed or deleted meanwhile: start over
 		}
@@ -315,7 +315,7 @@ func (s *Service) postbackDelivery(ctx context.Context, item store.Item, evt tal
 	}
 	now := tally.NewTime(s.Now())
 	return &deliveryRecord{Delivery: tally.Delivery{
-		ID: deliveryID(evt, partnerID), BrandID: evt.BrandID, Type: tally.DeliveryPostback, EventID: evt.ID, Event: evt.Event,
+		ID: s.deliveryID(evt, partnerID), BrandID: evt.BrandID, Type: tally.DeliveryPostback, EventID: evt.ID, Event: evt.Event,
 		PartnerID: partnerID, URL: fillPostback(pb.URL, evt.Event, values), Status: tally.DeliveryPending,
 		Attempts: []tally.Attempt{}, NextAttemptAt: &now, CreatedAt: now, UpdatedAt: now,
 	}}, pbItem, nil

@@ -65,6 +65,9 @@ type Service struct {
 	streamConversions bool
 	// partitioned: the store spreads writes by partition key (newID).
 	partitioned bool
+	// endpointless, when set, leaves the events of brands without
+	// endpoints out of the outbox (WithOutboxOnlyForEndpoints).
+	endpointless *endpointless
 
 	offers      *cache[offerEntry]
 	offerBrands *cache[string] // offer id → brand id; never changes
@@ -226,9 +229,20 @@ func (s *Service) transact(ctx context.Context, ops ...store.Op) error {
 	backoff := 5 * time.Millisecond
 	start := time.Now()
 	for {
-		err := s.store.Transact(ctx, ops...)
+		write, brands := ops, []string(nil)
+		if s.endpointless != nil {
+			var err error
+			if write, brands, err = s.unqueued(ctx, ops); err != nil {
+				return err
+			}
+		}
+		err := s.store.Transact(ctx, write...)
+		if i, failed := store.FailedOp(err); failed && i >= len(ops) {
+			s.gainedEndpoint(brands[i-len(ops)])
+			continue // with the outbox this time
+		}
 		if err == nil && s.onEvent != nil {
-			if ids := outboxed(ops); len(ids) > 0 {
+			if ids := outboxed(write); len(ids) > 0 {
 				s.onEvent(ids)
 			}
 		}
@@ -249,11 +263,16 @@ func (s *Service) transact(ctx context.Context, ops ...store.Op) error {
 func outboxed(ops []store.Op) []string {
 	var ids []string
 	for _, op := range ops {
-		if op.Kind == store.OpPut && strings.HasPrefix(op.Item.PK, "EVT#") && op.Item.GSI3.PK != "" {
+		if isOutboxed(op) {
 			ids = append(ids, op.Item.GSI3.SK)
 		}
 	}
 	return ids
+}
+
+// isOutboxed reports whether op puts an event into the outbox.
+func isOutboxed(op store.Op) bool {
+	return op.Kind == store.OpPut && strings.HasPrefix(op.Item.PK, "EVT#") && op.Item.GSI3.PK != ""
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

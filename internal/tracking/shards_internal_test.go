@@ -121,3 +121,71 @@ func idsOf[T any](items []T, id func(T) string) []string {
 	}
 	return out
 }
+
+// On the embedded store, new deliveries go to shard 0 too, and those an
+// earlier version spread over all four stay found: by id, in the delivery
+// log filtered by endpoint or not. A repeated fan-out makes no second
+// delivery.
+func TestEmbeddedStoreKeepsNewDeliveriesInOneShardAndFindsOldOnes(t *testing.T) {
+	f := newEndpointFixture(t)
+	before, after := New(spread{f.st}, WithLoopbackReceivers()), New(f.st, WithLoopbackReceivers())
+	sub, err := before.CreateSubscription(f.ctx, f.brand.ID, SubscriptionInput{URL: ptrTo("http://127.0.0.1:9/hooks"), Events: []string{tally.EventConversionCreated}})
+	if err == nil {
+		_, err = before.PutPostback(f.ctx, f.brand.ID, f.partner.ID, PostbackInput{URL: ptrTo("http://127.0.0.1:9/pb?c={conversion_id}")})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	const each = 20
+	made := map[string]string{} // delivery id -> who made it
+	shardsOf := map[string]map[int]bool{"before": {}, "after": {}}
+	var lastEvent string
+	for i := range 2 * each {
+		who, svc := "before", before
+		if i >= each {
+			who, svc = "after", after
+		}
+		f.convert(svc, fmt.Sprint("order-", i))
+		for shard := range queueShards { // the one event waiting: this conversion's
+			page, err := f.st.Query(f.ctx, store.Query{Index: store.GSI3, PK: outboxPK(shard)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, it := range page.Items {
+				lastEvent = it.GSI3.SK
+				recs, err := svc.fanOut(f.ctx, lastEvent)
+				if err != nil || len(recs) != 2 {
+					t.Fatalf("fan-out of %s: %d deliveries, %v; want 2", lastEvent, len(recs), err)
+				}
+				for _, rec := range recs {
+					made[rec.ID] = who
+					shardsOf[who][shardOf(rec.ID)] = true
+				}
+			}
+		}
+	}
+	if _, err := after.fanOut(f.ctx, lastEvent); err != nil {
+		t.Fatal(err)
+	}
+	if len(shardsOf["after"]) != 1 || !shardsOf["after"][0] {
+		t.Errorf("new deliveries on the embedded store went to shards %v, want only shard 0", shardsOf["after"])
+	}
+	if len(shardsOf["before"]) < 2 {
+		t.Fatalf("the earlier layout spread %d deliveries over shards %v only: the test shows nothing", 4*each, shardsOf["before"])
+	}
+	for _, filter := range []DeliveryFilter{{}, {SubscriptionID: sub.ID}, {PartnerID: f.partner.ID}} {
+		listed := map[string]bool{}
+		walk(t, listed, func(cursor string) ([]string, string, error) {
+			ds, next, err := after.Deliveries(f.ctx, f.brand.ID, filter, ListParams{Limit: 7, Cursor: cursor})
+			return idsOf(ds, func(d tally.Delivery) string { return d.ID }), next, err
+		})
+		if want := map[bool]int{true: 4 * each, false: 2 * each}[filter == (DeliveryFilter{})]; len(listed) != want {
+			t.Errorf("delivery log %+v lists %d deliveries, want %d", filter, len(listed), want)
+		}
+	}
+	for id, who := range made {
+		if _, err := after.Delivery(f.ctx, f.brand.ID, id); err != nil {
+			t.Errorf("%s (made %s, shard %d): %v", id, who, shardOf(id), err)
+		}
+	}
+}

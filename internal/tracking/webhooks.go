@@ -97,7 +97,8 @@ func (s *Service) CreateSubscription(ctx context.Context, brandID string, in Sub
 	item := newEndpointItem(subscriptionKey(brandID, rec.ID), rec)
 	err := s.transact(ctx,
 		store.Increment(subscriptionCountKey(brandID), map[string]int64{"n": 1}, store.NumLess("n", maxSubscriptions)),
-		store.Put(item, store.NotExists()))
+		store.Put(item, store.NotExists()),
+		countEndpoint(brandID))
 	if i, failed := store.FailedOp(err); failed && i == 0 {
 		return tally.Subscription{}, tally.Errorf(tally.ECodeConflict, "A brand has at most %d webhook subscriptions; delete one first.", maxSubscriptions)
 	}

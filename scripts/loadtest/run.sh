@@ -6,7 +6,8 @@
 # It prints one table per run (rate, ratio to the trivial handler measured
 # just before, p50, p99, the server's CPU time per request) and ends by
 # counting what the server stored against what it answered. RAW=1 also
-# prints wrk's own output.
+# prints wrk's own output; PORT (default 18180) is the server's port, the
+# trivial handler's the next one.
 # The webhook pipeline (deliveries per second, POST-to-receiver latency) has
 # its own script: scripts/loadtest/webhooks.sh.
 set -euo pipefail
@@ -18,10 +19,12 @@ tmp=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
 go build -o "$tmp/trivial" ./scripts/loadtest/trivial
 . scripts/loadtest/server.sh
-start_server 18180
-"$tmp/trivial" --addr 127.0.0.1:18181 &
+port=${PORT:-18180}
+start_server "$port"
+"$tmp/trivial" --addr "127.0.0.1:$((port + 1))" &
 trivial_pid=$!
-wait_for 127.0.0.1:18181
+wait_for "127.0.0.1:$((port + 1))"
+
 
 # cpu PID: the process's user and system time so far, in clock ticks.
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -41,10 +44,10 @@ echo "$(date -u '+%F %R UTC'), $(nproc) CPUs, load average at start: $(cut -d' '
 # The trivial handler runs right before each path, and each path's ratio is
 # to that run: on a shared machine whose load changes from one ten-second
 # window to the next, the two rates then come from the same conditions.
-measure trivial "$trivial_pid" http://127.0.0.1:18181 conversions.lua
-measure clicks "$SERVER_PID" http://127.0.0.1:18180 clicks.lua
-measure trivial "$trivial_pid" http://127.0.0.1:18181 conversions.lua
-measure conversions "$SERVER_PID" http://127.0.0.1:18180 conversions.lua
+measure trivial "$trivial_pid" "http://127.0.0.1:$((port + 1))" conversions.lua
+measure clicks "$SERVER_PID" "http://127.0.0.1:$port" clicks.lua
+measure trivial "$trivial_pid" "http://127.0.0.1:$((port + 1))" conversions.lua
+measure conversions "$SERVER_PID" "http://127.0.0.1:$port" conversions.lua
 
 awk -v ticks="$ticks" '
   BEGIN {
@@ -61,7 +64,7 @@ awk -v ticks="$ticks" '
   }' "$tmp/rows"
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-stored() { curl -fs "127.0.0.1:18180/api/v1/reports?groupBy=offer" -H "Authorization: Bearer $KEY" | python3 -c "import json,sys; print(sum(r['$1'] for r in json.load(sys.stdin)['data']))"; }
+stored() { curl -fs "127.0.0.1:$port/api/v1/reports?groupBy=offer" -H "Authorization: Bearer $KEY" | python3 -c "import json,sys; print(sum(r['$1'] for r in json.load(sys.stdin)['data']))"; }
 read -r _ clicks _ _ _ failed _ < <(grep '^clicks ' "$tmp/rows")
 read -r _ conversions _ _ _ cfailed _ < <(grep '^conversions ' "$tmp/rows")
 echo "clicks answered 302: $((clicks - failed)), stored: $(stored clicks)"
