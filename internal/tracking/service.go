@@ -183,14 +183,21 @@ func New(st store.Store, opts ...Option) *Service {
 // Now returns the service's current time, in UTC to the millisecond.
 func (s *Service) Now() time.Time { return s.now().UTC().Truncate(time.Millisecond) }
 
+// eventEnvelope is a tally.Event whose data is not yet JSON, so that
+// newEvent marshals the event in one pass: data marshalled first and put in
+// as a json.RawMessage would be checked and compacted again.
+type eventEnvelope struct {
+	ID        string     `json:"id"`
+	Event     string     `json:"event"`
+	CreatedAt tally.Time `json:"createdAt"`
+	BrandID   string     `json:"brandId"`
+	Data      any        `json:"data"`
+}
+
 // newEvent builds the outbox item for an event, to be written in the same
 // transaction as the change it reports.
 func (s *Service) newEvent(brandID, name string, data any, at time.Time) (store.Op, error) {
-	raw, err := json.Marshal(data)
-	if err != nil {
-		return store.Op{}, err
-	}
-	evt := tally.Event{ID: s.newID("evt_", at), Event: name, CreatedAt: tally.NewTime(at), BrandID: brandID, Data: raw}
+	evt := eventEnvelope{ID: s.newID("evt_", at), Event: name, CreatedAt: tally.NewTime(at), BrandID: brandID, Data: data}
 	body, err := json.Marshal(evt)
 	if err != nil {
 		return store.Op{}, err

@@ -1,0 +1,42 @@
+package tracking
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/tally-hq/tally"
+)
+
+// An event is marshalled in one pass through eventEnvelope; what is stored
+// and sent must be byte for byte the tally.Event that receivers and the
+// pipeline read, whatever the data holds (characters encoding/json escapes
+// included).
+func TestEventEnvelopeMarshalsAsEvent(t *testing.T) {
+	at := tally.NewTime(time.Date(2026, 11, 22, 10, 4, 5, 123e6, time.UTC))
+	data := []any{
+		tally.ConversionEventData{ConversionID: "cnv_1", PartnerID: "prt_<&>", OfferID: "off_1", RevenueCents: 1000,
+			PayoutCents: 300, Currency: "USD", Status: tally.ConversionApproved, Sub1: "a\"b\\c\u2028é\x01", ExternalTxnID: "x y"},
+		tally.PartnerEventData{PartnerID: "prt_1", Name: "<b>Ann</b>", Email: "a&b@example.com", Status: "approved"},
+		postbackTestValues("prt_1"),
+		tally.WebhookTestEventData{SubscriptionID: "sub_1", Message: "hello"},
+		map[string]any{"z": 1, "a": []string{"x"}},
+	}
+	for _, d := range data {
+		raw, err := json.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := json.Marshal(tally.Event{ID: "evt_1", Event: "e.v", CreatedAt: at, BrandID: "brd_1", Data: raw})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := json.Marshal(eventEnvelope{ID: "evt_1", Event: "e.v", CreatedAt: at, BrandID: "brd_1", Data: d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("%T:\ngot  %s\nwant %s", d, got, want)
+		}
+	}
+}
