@@ -163,10 +163,10 @@ var tableActions = map[kind][]string{
 	apiFunction: {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem",
 		"dynamodb:ConditionCheckItem"},
 	approverFunction:   {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
-	fanoutFunction:     {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem"},
-	deliverFunction:    {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, // and the endpoint's health
+	fanoutFunction:     {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem"},      // DeleteItem: a conversion's outbox entry
+	deliverFunction:    {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}, // and the endpoint's health
 	attemptFunction:    {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
-	reconcilerFunction: {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem"},
+	reconcilerFunction: {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem"},
 	rollupFunction:     {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, // the shard checkpoints, the rollups
 }
 

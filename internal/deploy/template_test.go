@@ -866,10 +866,10 @@ func TestLeastPrivilege(t *testing.T) {
 	// What the pipeline's steps do to the table: read, and put whole items.
 	byKind := map[string][]string{
 		"ServeApprover":   {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
-		"ServeFanout":     {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem"},
-		"ServeDeliver":    {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, // and the endpoint's health
+		"ServeFanout":     {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem"},      // DeleteItem: a conversion's outbox entry
+		"ServeDeliver":    {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}, // and the endpoint's health
 		"ServeAttempt":    {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
-		"ServeReconciler": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem"},
+		"ServeReconciler": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem"},
 		"ServeRollup":     {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, // the shard's checkpoint, the rollups
 	}
 	indexKinds := []string{"ServeAPI", "ServeApprover", "ServeReconciler"} // they query gsi1–3

@@ -4,17 +4,23 @@ import (
 	"context"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/deploy"
 	"github.com/tally-hq/tally/internal/dynamotest"
+	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/lambdafn/queue"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/store/dynamo"
 	"github.com/tally-hq/tally/internal/testenv"
@@ -158,4 +164,90 @@ func allows(g deploy.Grant, a usedAction) bool {
 	}
 	const counters = `{"ForAllValues:StringLike":{"dynamodb:LeadingKeys":["RATE#*","KEY#*"]}}`
 	return g.Condition == counters && (strings.HasPrefix(a.leadingKey, "RATE#") || strings.HasPrefix(a.leadingKey, "KEY#"))
+}
+
+// TestConversionOutboxIsAllowed runs the AWS path of new conversions
+// (lambdafn.StreamOptions, as Setup builds every function) through the
+// functions that take a conversion's outbox entry away, on DynamoDB Local,
+// and checks that each function's role allows what it did: the reconciler
+// makes the event of an entry older than its grace and deletes the entry
+// (no subscription), the fan-out makes the event from the conversion's
+// insert and deletes the entry (no subscription), and deliver deletes it
+// after attempt 1 (one subscription).
+func TestConversionOutboxIsAllowed(t *testing.T) {
+	client, table := dynamotest.NewTable(t)
+	used := &usedActions{API: client, seen: map[usedAction]bool{}}
+	f := newFixture(t, dynamo.New(used, table), lambdafn.StreamOptions()...)
+	tpl := template(t)
+	q := f.deliveryQueue(t)
+
+	// The fixture's conversion: its stream record was lost.
+	f.clock.Add(time.Hour)
+	res, err := queue.DefaultReconciler.Handler(f.svc, q.client, q.URL, f.cfg.Logger)(lambdaContext(t, "reconciler-invocation"), events.EventBridgeEvent{})
+	if err != nil || res.Events == 0 {
+		t.Fatalf("reconciler: %+v, %v; want the conversion's event fanned out", res, err)
+	}
+
+	fanout := func(c tally.Conversion) {
+		t.Helper()
+		rec := conversionInsert(t, client, table, c.ID)
+		if fails := streamFailures(fanoutCall(t, f)(events.DynamoDBEvent{Records: []events.DynamoDBEventRecord{rec}})); len(fails) != 0 {
+			t.Fatalf("fan-out failures %v", fails)
+		}
+	}
+	fanout(f.recordConversion(t, f.offer, "order-2"))
+
+	sub := f.subscribe(t, []string{tally.EventConversionCreated}, "", 200)
+	fanout(f.recordConversion(t, f.offer, "order-3"))
+	msgs := q.messages(t)
+	if len(msgs) != 1 {
+		t.Fatalf("%d messages, want the one delivery's", len(msgs))
+	}
+	if fails := queueFailures(deliverCall(t, f)(events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m0", Body: msgs[0]}}})); len(fails) != 0 {
+		t.Fatalf("deliver failures %v", fails)
+	}
+	if n := f.receivers[sub.ID].count(); n != 1 {
+		t.Errorf("the receiver got %d requests, want 1", n)
+	}
+	for shard := range 32 {
+		page, err := f.st.Query(t.Context(), store.Query{PK: "OBX#" + strconv.Itoa(shard), Limit: 10})
+		if err != nil || len(page.Items) != 0 {
+			t.Errorf("outbox shard %d: %d entries left (%v), want none", shard, len(page.Items), err)
+		}
+	}
+	for _, fn := range []string{"reconciler", "fanout", "deliver"} {
+		used.allowedFor(t, tpl, fn)
+	}
+}
+
+// conversionInsert is the stream record of a conversion's insert, as the
+// fan-out's event source mapping hands it over: its item as stored.
+func conversionInsert(t *testing.T, client *dynamodb.Client, table, conversionID string) events.DynamoDBEventRecord {
+	t.Helper()
+	out, err := client.Scan(t.Context(), &dynamodb.ScanInput{
+		TableName:                 aws.String(table),
+		FilterExpression:          aws.String("sk = :id AND attribute_exists(fanout)"),
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":id": &ddbtypes.AttributeValueMemberS{Value: conversionID}},
+	})
+	if err != nil || len(out.Items) != 1 {
+		t.Fatalf("conversion %s: %d items, %v", conversionID, len(out.Items), err)
+	}
+	image := map[string]events.DynamoDBAttributeValue{}
+	for name, v := range out.Items[0] {
+		switch v := v.(type) {
+		case *ddbtypes.AttributeValueMemberS:
+			image[name] = events.NewStringAttribute(v.Value)
+		case *ddbtypes.AttributeValueMemberN:
+			image[name] = events.NewNumberAttribute(v.Value)
+		case *ddbtypes.AttributeValueMemberB:
+			image[name] = events.NewBinaryAttribute(v.Value)
+		default:
+			t.Fatalf("attribute %s of type %T", name, v)
+		}
+	}
+	return events.DynamoDBEventRecord{EventName: "INSERT", Change: events.DynamoDBStreamRecord{
+		Keys:           map[string]events.DynamoDBAttributeValue{"pk": image["pk"], "sk": image["sk"]},
+		NewImage:       image,
+		SequenceNumber: "1" + conversionID,
+	}}
 }

@@ -140,7 +140,8 @@ func holdQueueSK(due time.Time, conversionID string) string {
 func holdQueueUpTo(t time.Time) string { return fmt.Sprintf("%013d$", t.UnixMilli()) }
 
 // txnKey marks an (offer, externalTxnId) pair as recorded; its Data holds
-// the conversion id, so a replay finds the first conversion.
+// the conversion id, or the whole conversion when it was written apart
+// (putConversion), so a replay finds the first conversion.
 func txnKey(brandID, offerID, externalTxnID string) store.Key {
 	return store.Key{PK: "TXN#" + brandID + "#" + offerID + "#" + externalTxnID, SK: "#TXN"}
 }
@@ -269,7 +270,7 @@ func postbackKey(brandID, partnerID string) store.Key {
 const postbackSKPrefix = "PB#"
 
 // endpointsKey counts the endpoints (subscriptions and postbacks) ever
-// created for a brand, from when it was first written (outbox.go).
+// created for a brand, from when it was first written (endpointless.go).
 func endpointsKey(brandID string) store.Key {
 	return store.Key{PK: brandPK(brandID), SK: "#ENDPOINTS"}
 }

@@ -64,9 +64,10 @@ func (s *Service) newConversionItem(c tally.Conversion) store.Item {
 
 // outboxEntry is a conversion's outbox entry: the conversion as created
 // (its event is made from it when the stream's record of the conversion was
-// lost), and when it was written ("at"), so that the reconciler deletes an
-// entry left by a failed request only as it read it, not one a retry of that
-// request wrote again.
+// lost), and when it was written ("at", the wall clock), so that the
+// reconciler leaves an entry a retry completing an older conversion wrote
+// within its grace, and deletes an entry left by a failed request only as
+// it read it.
 func (s *Service) outboxEntry(c tally.Conversion) store.Item {
 	return store.Item{
 		Key:       conversionOutboxKey(c.ID),
@@ -184,7 +185,10 @@ func inOutbox(event store.Item) bool {
 // deliveries' messages), at most limit, oldest first, and returns their
 // ids to be fanned out again. An entry whose conversion is not there was
 // left by a request that failed before writing it (and so was not
-// accepted): it is deleted.
+// accepted): it is deleted. An entry written after cutoff is left to the
+// next run whatever its conversion's age: a retry completing a conversion
+// first recorded earlier writes it again, then the conversion, and may be
+// between the two.
 func (s *Service) outboxedConversions(ctx context.Context, cutoff time.Time, limit int) ([]string, error) {
 	entries, err := oldestFirst(ctx, s.store, store.Table, conversionOutboxPK, ids.Ceil("cnv_", cutoff), limit, func(it store.Item) (store.Item, error) {
 		return it, nil
@@ -194,6 +198,9 @@ func (s *Service) outboxedConversions(ctx context.Context, cutoff time.Time, lim
 	}
 	var out []string
 	for _, it := range entries {
+		if at, err := strconv.ParseInt(it.Attrs["at"], 10, 64); err == nil && at > cutoff.UnixNano() {
+			continue
+		}
 		var c tally.Conversion
 		if err := decode(it, &c); err != nil {
 			return out, err
