@@ -294,26 +294,36 @@ func fillMacros(dest string, c tally.Click) string {
 	var b strings.Builder
 	b.Grow(len(dest) + len(c.ID))
 	for {
-		i := strings.IndexByte(dest, '{')
-		j := strings.IndexByte(dest[max(i, 0):], '}')
-		if i < 0 || j < 0 {
-			b.WriteString(dest)
+		before, name, after, found := nextMacro(dest)
+		b.WriteString(before)
+		if !found {
 			return b.String()
 		}
-		name := dest[i+1 : i+j]
-		if k := strings.LastIndexByte(name, '{'); k >= 0 { // "{a{click_id}": the macro starts at the last brace
-			b.WriteString(dest[:i+1+k])
-			dest = dest[i+1+k:]
-			continue
-		}
-		b.WriteString(dest[:i])
 		if v, ok := macroValue(name, c); ok {
 			b.WriteString(url.QueryEscape(v))
-		} else {
-			b.WriteString(dest[i : i+j+1]) // not a macro: kept as written
+		} else { // not a macro: kept as written
+			b.WriteByte('{')
+			b.WriteString(name)
+			b.WriteByte('}')
 		}
-		dest = dest[i+j+1:]
+		dest = after
 	}
+}
+
+// nextMacro finds the first {name} in s whose name holds no brace, so that
+// s is before + "{" + name + "}" + after; "{a{click_id}" holds {click_id}.
+func nextMacro(s string) (before, name, after string, found bool) {
+	open := strings.IndexByte(s, '{')
+	if open < 0 {
+		return s, "", "", false
+	}
+	end := strings.IndexByte(s[open:], '}')
+	if end < 0 {
+		return s, "", "", false
+	}
+	end += open
+	open = strings.LastIndexByte(s[:end], '{')
+	return s[:open], s[open+1 : end], s[end+1:], true
 }
 
 // destinationMacros are the names macroValue fills, for messages.
@@ -323,27 +333,20 @@ var destinationMacros = []string{"click_id", "offer_id", "partner_id", "sub1", "
 // that fillMacros would not fill ({clickid}, {CLICK_ID}, another network's
 // {aff_sub}): it would reach the landing page as written, and the
 // conversion could not name its click. Braces around anything but a
-// name ({} or JSON) are not a macro and stay as written. It reads the
-// URL as fillMacros does.
+// name ({} or JSON) are not a macro and stay as written.
 func checkDestinationMacros(field string, dest *string) error {
 	if dest == nil {
 		return nil
 	}
-	rest := *dest
-	for {
-		i := strings.IndexByte(rest, '{')
-		j := strings.IndexByte(rest[max(i, 0):], '}')
-		if i < 0 || j < 0 {
+	for rest := *dest; ; {
+		_, name, after, found := nextMacro(rest)
+		if !found {
 			return nil
-		}
-		name := rest[i+1 : i+j]
-		if k := strings.LastIndexByte(name, '{'); k >= 0 {
-			name = name[k+1:]
 		}
 		if _, ok := macroValue(name, tally.Click{}); !ok && macroName(name) {
 			return invalidField(field, "%s has {%s}, which is not a macro; the macros are {%s}.", field, name, strings.Join(destinationMacros, "}, {"))
 		}
-		rest = rest[i+j+1:]
+		rest = after
 	}
 }
 
