@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { dynamotest.Main(m) }
 // service emits it, and drive it below.
 var notEmittedYet = map[string]bool{tally.EventWebhookTest: true}
 
-var start = time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
+var start = testenv.Start()
 
 // service is one brand on a fresh embedded store with a settable clock.
 type service struct {
@@ -249,17 +249,22 @@ func TestServiceEventsMatchSchemas(t *testing.T) {
 }
 
 // The period caps (daily, weekly, monthly) emit cap.reached with the period
-// the catalog publishes: 2026-11-20, 2026-W47, 2026-11.
+// the catalog publishes: a date, an ISO week (2026-W47), a month (2026-11).
 func TestServiceCapPeriodsMatchSchema(t *testing.T) {
 	s := newService(t)
 	p := s.apply("Trail Gear Reviews", "maria@trailgear.example")
 	_, err := s.svc.ApprovePartner(s.ctx, s.brandID, p.ID)
 	s.do("approve partner", err)
 	o := s.offer(tally.ApprovalAuto, 0, tally.Caps{Daily: ptr(int64(1)), Weekly: ptr(int64(2)), Monthly: ptr(int64(3))})
-	// Friday 20th reaches the day's cap; Saturday 21st the day's and the
-	// ISO week's; Monday 23rd (next week) the day's and the month's.
-	for _, day := range []int{20, 21, 23} {
-		s.clock.Set(time.Date(2026, 11, day, 12, 0, 0, 0, time.UTC))
+	// A Friday reaches the day's cap; the Saturday the day's and the ISO
+	// week's; the Monday after (next week, same month) the day's and the
+	// month's.
+	friday := start.Truncate(24 * time.Hour).Add(12 * time.Hour)
+	for friday.Weekday() != time.Friday || friday.AddDate(0, 0, 3).Month() != friday.Month() {
+		friday = friday.AddDate(0, 0, 1)
+	}
+	for _, days := range []int{0, 1, 3} {
+		s.clock.Set(friday.AddDate(0, 0, days))
 		s.convert(o.ID, p.ID, tracking.ConversionInput{})
 	}
 

@@ -181,14 +181,28 @@ func newClient(t testing.TB, endpoint string) *dynamodb.Client {
 }
 
 // NewTable creates a table of its own for the test, laid out by
-// dynamo.CreateTable, and deletes it when the test ends.
+// dynamo.CreateTable but without TTL, and deletes it when the test ends.
+// DynamoDB Local expires items by the real clock, which is not the test's
+// (testenv, "Clocks").
 func NewTable(t testing.TB) (client *dynamodb.Client, table string) {
+	t.Helper()
+	return newTable(t, dynamo.WithoutTTL())
+}
+
+// NewTableWithTTL is NewTable with TTL on, as deployed: for the tests of
+// expiry and of the table's layout.
+func NewTableWithTTL(t testing.TB) (client *dynamodb.Client, table string) {
+	t.Helper()
+	return newTable(t)
+}
+
+func newTable(t testing.TB, opts ...dynamo.TableOption) (client *dynamodb.Client, table string) {
 	t.Helper()
 	client = newClient(t, Endpoint(t))
 	table = tableName(t.Name())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := dynamo.CreateTable(ctx, client, table); err != nil {
+	if err := dynamo.CreateTable(ctx, client, table, opts...); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

@@ -25,7 +25,7 @@ func (e *env) click(offerID, partnerID, query string) string {
 
 func TestConversionsAttributedToClicks(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
-		clock := testenv.NewClock(time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC))
+		clock := testenv.NewClock(testenv.Start())
 		e := newEnv(t, st, httpapi.Config{RateLimit: 10_000}, tracking.WithClock(clock.Now))
 		brandID, key := e.brand()
 		offerID := e.offer(key, map[string]any{"destinationUrl": "https://shop.example/p?c={click_id}", "attributionWindowDays": 7})

@@ -363,7 +363,8 @@ func TestAutoBanFiresExactlyOnce(t *testing.T) {
 // not those before it.
 func TestAutoBanWindow(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
-		clock := testenv.NewClock(time.Date(2026, 11, 20, 8, 30, 0, 0, time.UTC))
+		day := testenv.Start().Truncate(24 * time.Hour)
+		clock := testenv.NewClock(day.Add(8*time.Hour + 30*time.Minute))
 		e := newEnv(t, st, behindProxy(), tracking.WithClock(clock.Now))
 		brandID, key := e.brand()
 		offerID := e.offer(key, clickDest)
@@ -374,11 +375,11 @@ func TestAutoBanWindow(t *testing.T) {
 		bot := func(ip string) response { return e.clickFrom(link, ip, "python-requests/2.31") }
 
 		e.must(302, bot("192.0.2.1")) // 08:30, outside the window by 11:xx
-		clock.Set(time.Date(2026, 11, 20, 9, 10, 0, 0, time.UTC))
+		clock.Set(day.Add(9*time.Hour + 10*time.Minute))
 		e.must(302, bot("192.0.2.2")) // 09:10
-		clock.Set(time.Date(2026, 11, 20, 10, 50, 0, 0, time.UTC))
+		clock.Set(day.Add(10*time.Hour + 50*time.Minute))
 		e.must(302, bot("192.0.2.3")) // 10:50
-		clock.Set(time.Date(2026, 11, 20, 11, 5, 0, 0, time.UTC))
+		clock.Set(day.Add(11*time.Hour + 5*time.Minute))
 		// At 11:05 the window holds the hours 09, 10 and 11: two clicks so far.
 		e.must(302, bot("192.0.2.4"))
 		if bans := events[tally.PartnerEventData](t, e.svc, brandID, tally.EventPartnerBanned); len(bans) != 0 {

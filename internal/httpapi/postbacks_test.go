@@ -64,7 +64,7 @@ type pipelineEnv struct {
 }
 
 func newPipelineEnv(t *testing.T, st store.Store, opts ...tracking.Option) *pipelineEnv {
-	clock := testenv.NewClock(time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC))
+	clock := testenv.NewClock(testenv.Start())
 	e := newEnv(t, st, httpapi.Config{RateLimit: 1_000_000}, append(opts, tracking.WithClock(clock.Now), tracking.WithLoopbackReceivers())...)
 	sender := delivery.NewSender(delivery.Options{AllowLoopback: true, Now: clock.Now, Timeout: 5 * time.Second})
 	p := e.svc.NewPipeline(sender, 8, slog.New(slog.DiscardHandler))
@@ -242,7 +242,8 @@ func TestPostbacksFillMacrosRetryAndShowInTheLog(t *testing.T) {
 			"type=postback": 1, "type=webhook": 1, "": 2, "partnerId=" + partner: 1, "type=webhook&partnerId=" + partner: 0,
 			"event=conversion.created": 2, "event=conversion.approved": 0, "type=postback&status=succeeded": 1,
 			"status=failed": 0, "type=postback&event=conversion.created&status=succeeded&partnerId=" + partner: 1,
-			"eventId=" + d.EventID: 2, "type=postback&from=2026-11-21": 0, "type=postback&to=2026-11-20": 1,
+			"eventId=" + d.EventID: 2, "type=postback&from=" + e.clock.Now().AddDate(0, 0, 1).Format(time.DateOnly): 0,
+			"type=postback&to=" + e.clock.Now().Format(time.DateOnly): 1,
 		} {
 			got := e.deliveries(key, q)
 			if len(got) != n {

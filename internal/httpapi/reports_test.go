@@ -19,7 +19,9 @@ import (
 // with a header line, in the time zone asked for.
 func TestReportCSVHasTheJSONRows(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
-		clock := testenv.NewClock(time.Date(2026, 11, 20, 22, 30, 0, 0, time.UTC))
+		start := testenv.Start()
+		clock := testenv.NewClock(start.Add(12*time.Hour + 30*time.Minute)) // 22:30 UTC
+		from, to := start.Format(time.DateOnly), start.AddDate(0, 0, 1).Format(time.DateOnly)
 		e := newEnv(t, st, httpapi.Config{}, tracking.WithClock(clock.Now))
 		brandID, key := e.brand()
 		offerID := e.offer(key, nil)
@@ -30,7 +32,7 @@ func TestReportCSVHasTheJSONRows(t *testing.T) {
 				"offerId": offerID, "partnerId": partners[i%2], "revenueCents": 1000 + i, "payoutCents": 300, "currency": []string{"USD", "EUR"}[i%3/2],
 			}))
 		}
-		q := "/api/v1/reports?from=2026-11-20&to=2026-11-21&groupBy=day,partner&timezone=Asia/Kolkata"
+		q := "/api/v1/reports?from=" + from + "&to=" + to + "&groupBy=day,partner&timezone=Asia/Kolkata"
 		var report struct {
 			Data []struct {
 				Day, PartnerID, Currency                 string
@@ -57,7 +59,7 @@ func TestReportCSVHasTheJSONRows(t *testing.T) {
 		check := func(name string, resp response) {
 			t.Helper()
 			if resp.status != 200 || resp.header.Get("Content-Type") != "text/csv; charset=utf-8" ||
-				resp.header.Get("Content-Disposition") != `attachment; filename="tally-report-2026-11-20-to-2026-11-21.csv"` {
+				resp.header.Get("Content-Disposition") != `attachment; filename="tally-report-`+from+`-to-`+to+`.csv"` {
 				t.Errorf("%s: %d %v", name, resp.status, resp.header)
 			}
 			got, err := csv.NewReader(strings.NewReader(string(resp.body))).ReadAll()
@@ -89,7 +91,7 @@ func TestReportCSVHasTheJSONRows(t *testing.T) {
 			}
 		}
 		// Without grouping: one row per currency.
-		r := e.must(200, e.call("GET", "/api/v1/reports?from=2026-11-20&to=2026-11-21&format=csv", key, nil))
+		r := e.must(200, e.call("GET", "/api/v1/reports?from="+from+"&to="+to+"&format=csv", key, nil))
 		if lines := strings.Split(strings.TrimSpace(string(r.body)), "\n"); len(lines) != 3 || lines[0] != "currency,conversions,pending,approved,rejected,revenueCents,payoutCents,profitCents,clicks,highRiskClicks" {
 			t.Errorf("ungrouped CSV:\n%s", r.body)
 		}

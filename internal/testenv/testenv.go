@@ -2,10 +2,37 @@
 // bbolt store in a temporary folder, and a fresh table in Amazon's DynamoDB
 // Local (see dynamotest). Packages that use it call dynamotest.Main from
 // their TestMain.
+//
+// # Clocks
+//
+// No test pins a calendar date: a date that is in the future when a test is
+// written is in the past some day after, and then the stores' TTL sweeps,
+// which run on the real clock (bbolt's every minute, DynamoDB Local's every
+// second), delete what the test wrote. A test that needs a clock of its own
+// takes its time from here:
+//
+//   - Start is 10:00 UTC tomorrow: a fixed time of day, 10 to 34 hours
+//     ahead of the real clock, so a test may step its clock forward by days
+//     and every expiry it writes still lies in the real future;
+//   - MidMinute is 20 s into the current minute, for tests that fill a
+//     per-minute window (rate limits, click velocity) and must not see it
+//     roll over however slow the machine is;
+//   - a test that needs a calendar fact (a daylight-saving change, an ISO
+//     week) finds the next such day after Start rather than naming one.
+//
+// TALLY_TEST_CLOCK_SHIFT (a Go duration: 8760h, -8760h) moves Now, and so
+// Start and MidMinute, to find tests that would fail on another day:
+// `TALLY_TEST_CLOCK_SHIFT=8760h make test`. The stores opened here sweep
+// nothing, so that a clock shifted into the past (whose expiries the real
+// clock has passed) still keeps what the test wrote; ExpiringBolt and
+// dynamotest.NewTableWithTTL give a store that sweeps, on the real clock,
+// to the tests of expiry itself.
 package testenv
 
 import (
 	"bytes"
+	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,10 +56,22 @@ var Backends = []Backend{
 	{Name: "dynamodb", Open: DynamoDB},
 }
 
-// Bolt opens an embedded store in a temporary folder, closed after the test.
+// Bolt opens an embedded store in a temporary folder, closed after the
+// test. It does not sweep expired items (see Clocks).
 func Bolt(t *testing.T) store.Store {
 	t.Helper()
-	st, err := bolt.Open(t.TempDir() + "/tally.db")
+	return openBolt(t, bolt.WithoutSweep())
+}
+
+// ExpiringBolt is Bolt with the TTL sweep on, every sweep.
+func ExpiringBolt(t *testing.T, sweep time.Duration) store.Store {
+	t.Helper()
+	return openBolt(t, bolt.WithSweep(sweep))
+}
+
+func openBolt(t *testing.T, opts ...bolt.Option) store.Store {
+	t.Helper()
+	st, err := bolt.Open(t.TempDir()+"/tally.db", opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +79,8 @@ func Bolt(t *testing.T) store.Store {
 	return st
 }
 
-// DynamoDB opens a store over a fresh table in DynamoDB Local.
+// DynamoDB opens a store over a fresh table in DynamoDB Local, without TTL
+// (see Clocks).
 func DynamoDB(t *testing.T) store.Store {
 	t.Helper()
 	client, table := dynamotest.NewTable(t)
@@ -53,6 +93,32 @@ func ForEachStore(t *testing.T, fn func(t *testing.T, st store.Store)) {
 		t.Run(b.Name, func(t *testing.T) { fn(t, b.Open(t)) })
 	}
 }
+
+// ShiftEnv names the variable that moves the tests' clocks (see Clocks).
+const ShiftEnv = "TALLY_TEST_CLOCK_SHIFT"
+
+var shift = sync.OnceValue(func() time.Duration {
+	v := os.Getenv(ShiftEnv)
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		panic(fmt.Sprintf("testenv: %s=%q is not a Go duration such as 8760h: %v", ShiftEnv, v, err))
+	}
+	return d
+})
+
+// Now is the real time, in UTC, moved by TALLY_TEST_CLOCK_SHIFT.
+func Now() time.Time { return time.Now().UTC().Add(shift()) }
+
+// Start is where a test's clock starts: 10:00 UTC on the day after Now,
+// as it was when the test binary first asked (a run that passes midnight
+// keeps one Start).
+var Start = sync.OnceValue(func() time.Time {
+	y, m, d := Now().Date()
+	return time.Date(y, m, d+1, 10, 0, 0, 0, time.UTC)
+})
 
 // Clock is a settable clock for tracking.WithClock, safe for concurrent use.
 type Clock struct{ unixNano atomic.Int64 }
@@ -67,7 +133,7 @@ func NewClock(t time.Time) *Clock {
 // MidMinute returns a clock stopped 20 s into the current minute: rate limits
 // and velocity counters count per UTC minute, so a test that fills a window
 // must not see it roll over however slow the machine is.
-func MidMinute() *Clock { return NewClock(time.Now().Truncate(time.Minute).Add(20 * time.Second)) }
+func MidMinute() *Clock { return NewClock(Now().Truncate(time.Minute).Add(20 * time.Second)) }
 
 // Now returns the clock's time.
 func (c *Clock) Now() time.Time { return time.Unix(0, c.unixNano.Load()).UTC() }

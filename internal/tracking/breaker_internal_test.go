@@ -15,7 +15,7 @@ import (
 // probe of its own.
 func TestOnlyWhatWaitedOutAFailedProbeFailsWithIt(t *testing.T) {
 	ctx := t.Context()
-	now := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
+	now := testenv.Start()
 	svc := New(testenv.Bolt(t), WithClock(func() time.Time { return now }), WithLoopbackReceivers())
 	b, err := svc.CreateBrand(ctx, "Acme")
 	if err != nil {

@@ -25,7 +25,7 @@ func (f senderFunc) Send(_ context.Context, r delivery.Request) tally.Attempt { 
 func TestClaimHoldsAnAttemptUntilItRunsOut(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		ctx := t.Context()
-		clock := testenv.NewClock(time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC))
+		clock := testenv.NewClock(testenv.Start())
 		first := New(st, WithClock(clock.Now))
 		b, err := first.CreateBrand(ctx, "Acme")
 		if err != nil {

@@ -16,7 +16,7 @@ import (
 func TestClickExpiresAfterTheAttributionWindow(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		ctx := t.Context()
-		now := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
+		now := testenv.Start()
 		svc := New(st, WithClock(func() time.Time { return now }))
 		b, err := svc.CreateBrand(ctx, "Acme")
 		if err != nil {

@@ -219,7 +219,7 @@ func TestLateFirstAttemptIsRecordedWhenItAnswers(t *testing.T) {
 // one by one would, even when the endpoint changed after it was read.
 func TestFirstAttemptsOfABatchCountExactlyInHealth(t *testing.T) {
 	ctx := t.Context()
-	clock := testenv.NewClock(time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC))
+	clock := testenv.NewClock(testenv.Start())
 	svc := New(testenv.Bolt(t), WithClock(clock.Now))
 	b, err := svc.CreateBrand(ctx, "Acme")
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/dynamotest"
@@ -26,7 +25,7 @@ type fixture struct {
 	brandID string
 }
 
-var start = time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
+var start = testenv.Start()
 
 func newFixture(t *testing.T, st store.Store) *fixture {
 	f := &fixture{t: t, ctx: context.Background(), st: st, clock: testenv.NewClock(start)}

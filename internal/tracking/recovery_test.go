@@ -200,7 +200,10 @@ func outboxPut(op store.Op) bool {
 // next run after the grace fans it out.
 func TestReconcilerLeavesTheEntryOfARetryInProgress(t *testing.T) {
 	st := testenv.DynamoDB(t)
-	f := newFixture(t, st) // its clock is days back
+	f := newFixture(t, st)
+	// Days back on the wall clock, which the entry's "at" and the
+	// reconciler's grace go by.
+	f.clock.Set(time.Now().Add(-72 * time.Hour))
 	offer, partner := f.offer(tally.ApprovalAuto, 0, tally.Caps{}), f.partner(true)
 	in := tracking.ConversionInput{OfferID: &offer.ID, PartnerID: &partner.ID, ExternalTxnID: ptr("order-1")}
 	record := func(st store.Store) (tally.Conversion, bool, error) {

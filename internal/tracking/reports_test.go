@@ -119,14 +119,15 @@ func TestReportsMatchConversions(t *testing.T) {
 			t.Fatalf("listed %d conversions, want 300", len(all))
 		}
 
-		end := start.Add(40 * 24 * time.Hour).Format(time.DateOnly)
+		day := func(days int) string { return start.AddDate(0, 0, days).Format(time.DateOnly) }
+		end, oneDay := day(40), day(11)
 		for _, q := range []tracking.ReportQuery{
-			{From: "2026-11-01", To: end},
-			{From: "2026-11-01", To: end, GroupBy: []string{"day"}},
-			{From: "2026-11-25", To: "2026-12-10", GroupBy: []string{"week", "partner"}},
-			{From: "2026-11-01", To: end, GroupBy: []string{"month", "offer", "partner"}},
-			{From: "2026-11-01", To: end, OfferID: offers[0].ID, GroupBy: []string{"day", "partner"}},
-			{From: "2026-12-01", To: "2026-12-01", PartnerID: partners[1].ID, GroupBy: []string{"offer"}},
+			{From: day(-19), To: end},
+			{From: day(-19), To: end, GroupBy: []string{"day"}},
+			{From: day(5), To: day(20), GroupBy: []string{"week", "partner"}},
+			{From: day(-19), To: end, GroupBy: []string{"month", "offer", "partner"}},
+			{From: day(-19), To: end, OfferID: offers[0].ID, GroupBy: []string{"day", "partner"}},
+			{From: oneDay, To: oneDay, PartnerID: partners[1].ID, GroupBy: []string{"offer"}},
 		} {
 			got, err := f.svc.Report(f.ctx, f.brandID, q)
 			if err != nil {
@@ -140,7 +141,7 @@ func TestReportsMatchConversions(t *testing.T) {
 			for _, r := range got.Data {
 				currencyRows[r.Currency] = true
 			}
-			if len(got.Data) > 0 && len(currencyRows) != 2 && q.From != "2026-12-01" {
+			if len(got.Data) > 0 && len(currencyRows) != 2 && q.From != oneDay {
 				t.Errorf("report %+v has rows for currencies %v, want both USD and EUR split", q, currencyRows)
 			}
 		}
@@ -163,7 +164,8 @@ func TestReportValidation(t *testing.T) {
 		}
 	}
 	r, err := f.svc.Report(f.ctx, f.brandID, tracking.ReportQuery{})
-	if err != nil || r.To != "2026-11-20" || r.From != "2026-10-22" || r.Data == nil || r.GroupBy == nil {
+	to, from := start.Format(time.DateOnly), start.AddDate(0, 0, -29).Format(time.DateOnly)
+	if err != nil || r.To != to || r.From != from || r.Data == nil || r.GroupBy == nil {
 		t.Errorf("default report = %+v, %v; want the 30 days up to today, empty lists not null", r, err)
 	}
 }
@@ -202,6 +204,7 @@ func TestConversionListsFilterAndPage(t *testing.T) {
 			}
 			return ids(out)
 		}
+		nextDay := start.AddDate(0, 0, 1).Format(time.DateOnly)
 		for name, tc := range map[string]struct {
 			filter tracking.ConversionFilter
 			keep   func(tally.Conversion) bool
@@ -216,7 +219,7 @@ func TestConversionListsFilterAndPage(t *testing.T) {
 				func(c tally.Conversion) bool {
 					return !c.CreatedAt.Before(start.Add(5*time.Hour)) && !c.CreatedAt.After(start.Add(9*time.Hour))
 				}},
-			"dates": {tracking.ConversionFilter{From: "2026-11-21", To: "2026-11-21"}, func(c tally.Conversion) bool { return c.CreatedAt.Format(time.DateOnly) == "2026-11-21" }},
+			"dates": {tracking.ConversionFilter{From: nextDay, To: nextDay}, func(c tally.Conversion) bool { return c.CreatedAt.Format(time.DateOnly) == nextDay }},
 		} {
 			for _, limit := range []int{1, 4, 100} {
 				got := ids(f.allConversions(tc.filter, limit))
@@ -226,7 +229,7 @@ func TestConversionListsFilterAndPage(t *testing.T) {
 			}
 		}
 		// from after to is refused, as on reports, rather than an empty list.
-		if _, _, err := f.svc.Conversions(f.ctx, f.brandID, tracking.ConversionFilter{From: "2026-11-22", To: "2026-11-21"}, tracking.ListParams{}); tally.ErrorCode(err) != tally.ECodeValidation {
+		if _, _, err := f.svc.Conversions(f.ctx, f.brandID, tracking.ConversionFilter{From: start.AddDate(0, 0, 2).Format(time.DateOnly), To: nextDay}, tracking.ListParams{}); tally.ErrorCode(err) != tally.ECodeValidation {
 			t.Errorf("from after to: %v, want a validation error", err)
 		}
 		// A cursor continues only the query it came from.

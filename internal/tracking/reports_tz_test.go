@@ -24,18 +24,22 @@ func TestReportsInTimeZonesMatchConversions(t *testing.T) {
 		offers := []tally.Offer{f.offer(tally.ApprovalManual, 0, tally.Caps{}), f.offer(tally.ApprovalAuto, 0, tally.Caps{})}
 		partners := []tally.Partner{f.partner(true), f.partner(true)}
 
-		// Moments either side of New York's midnights around its fall-back
-		// (2026-11-01 02:00 EDT becomes 01:00 EST), then random moments over
-		// three weeks that span it and the end of October.
+		// Moments either side of New York's midnights around its next
+		// fall-back after the fixture's start (02:00 EDT becomes 01:00 EST
+		// on the first Sunday of November), then random moments over three
+		// weeks that span it, London's a week before, and the end of
+		// October.
+		day := newYorkFallBack(start)
+		date := func(days int) string { return day.AddDate(0, 0, days).Format(time.DateOnly) }
 		at := []time.Time{
-			time.Date(2026, 11, 1, 3, 59, 59, 0, time.UTC), // Oct 31 23:59:59 EDT
-			time.Date(2026, 11, 1, 4, 0, 0, 0, time.UTC),   // Nov 1 00:00 EDT
-			time.Date(2026, 11, 1, 5, 59, 0, 0, time.UTC),  // 01:59 EDT
-			time.Date(2026, 11, 1, 6, 0, 0, 0, time.UTC),   // 01:00 EST, the second time
-			time.Date(2026, 11, 2, 4, 59, 0, 0, time.UTC),  // Nov 1 23:59 EST
-			time.Date(2026, 11, 2, 5, 0, 0, 0, time.UTC),   // Nov 2 00:00 EST
+			day.Add(3*time.Hour + 59*time.Minute + 59*time.Second), // Saturday 23:59:59 EDT
+			day.Add(4 * time.Hour),                                 // Sunday 00:00 EDT
+			day.Add(5*time.Hour + 59*time.Minute),                  // 01:59 EDT
+			day.Add(6 * time.Hour),                                 // 01:00 EST, the second time
+			day.Add(28*time.Hour + 59*time.Minute),                 // Sunday 23:59 EST
+			day.Add(29 * time.Hour),                                // Monday 00:00 EST
 		}
-		first := time.Date(2026, 10, 20, 0, 0, 0, 0, time.UTC)
+		first := day.AddDate(0, 0, -12)
 		for range 250 {
 			at = append(at, first.Add(time.Duration(rng.Int64N(int64(21*24*time.Hour)))).Truncate(time.Second))
 		}
@@ -57,11 +61,11 @@ func TestReportsInTimeZonesMatchConversions(t *testing.T) {
 
 		for _, zone := range []string{"America/New_York", "Europe/London", "Asia/Kolkata", "Asia/Kathmandu", "Pacific/Chatham", "Australia/Lord_Howe", "UTC", ""} {
 			for _, q := range []tracking.ReportQuery{
-				{From: "2026-10-21", To: "2026-11-08", GroupBy: []string{"day"}},
-				{From: "2026-10-21", To: "2026-11-08", GroupBy: []string{"week", "offer"}},
-				{From: "2026-10-20", To: "2026-11-10", GroupBy: []string{"month"}},
-				{From: "2026-10-25", To: "2026-11-03"},
-				{From: "2026-11-01", To: "2026-11-01", GroupBy: []string{"day", "partner"}, OfferID: offers[0].ID},
+				{From: date(-11), To: date(7), GroupBy: []string{"day"}},
+				{From: date(-11), To: date(7), GroupBy: []string{"week", "offer"}},
+				{From: date(-12), To: date(9), GroupBy: []string{"month"}},
+				{From: date(-7), To: date(2)},
+				{From: date(0), To: date(0), GroupBy: []string{"day", "partner"}, OfferID: offers[0].ID},
 			} {
 				q.Timezone = zone
 				got, err := f.svc.Report(f.ctx, f.brandID, q)
@@ -80,13 +84,13 @@ func TestReportsInTimeZonesMatchConversions(t *testing.T) {
 
 		// New York's fall-back day: the four moments on it count there,
 		// the two either side do not.
-		got, err := f.svc.Report(f.ctx, f.brandID, tracking.ReportQuery{From: "2026-11-01", To: "2026-11-01", Timezone: "America/New_York"})
+		got, err := f.svc.Report(f.ctx, f.brandID, tracking.ReportQuery{From: date(0), To: date(0), Timezone: "America/New_York"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		var onDay int64
 		for _, c := range all {
-			if c.CreatedAt.In(mustZone(t, "America/New_York")).Format(time.DateOnly) == "2026-11-01" {
+			if c.CreatedAt.In(mustZone(t, "America/New_York")).Format(time.DateOnly) == date(0) {
 				onDay++
 			}
 		}
@@ -95,9 +99,21 @@ func TestReportsInTimeZonesMatchConversions(t *testing.T) {
 			counted += r.Conversions
 		}
 		if counted != onDay || onDay < 4 {
-			t.Errorf("2026-11-01 in New York: %d conversions in the report, %d recorded that day (at least the 4 placed there)", counted, onDay)
+			t.Errorf("%s in New York: %d conversions in the report, %d recorded that day (at least the 4 placed there)", date(0), counted, onDay)
 		}
 	})
+}
+
+// newYorkFallBack returns midnight UTC of the first Sunday of November on
+// or after t's date (or in the next year): the day New York falls back.
+func newYorkFallBack(t time.Time) time.Time {
+	for y := t.Year(); ; y++ {
+		d := time.Date(y, time.November, 1, 0, 0, 0, 0, time.UTC)
+		d = d.AddDate(0, 0, (7-int(d.Weekday()))%7)
+		if !d.Before(t.Truncate(24 * time.Hour)) {
+			return d
+		}
+	}
 }
 
 func mustZone(t *testing.T, name string) *time.Location {
@@ -119,9 +135,11 @@ func TestReportTimezoneValidation(t *testing.T) {
 	}
 	// The default range ends today in the zone: at 20:00 UTC it is already
 	// tomorrow in Auckland.
-	f.clock.Set(time.Date(2026, 11, 20, 20, 0, 0, 0, time.UTC))
+	f.clock.Set(start.Add(10 * time.Hour))
+	to := start.AddDate(0, 0, 1).Format(time.DateOnly)
+	from := start.AddDate(0, 0, -28).Format(time.DateOnly)
 	r, err := f.svc.Report(f.ctx, f.brandID, tracking.ReportQuery{Timezone: "Pacific/Auckland"})
-	if err != nil || r.To != "2026-11-21" || r.From != "2026-10-23" {
-		t.Errorf("default range in Auckland: %s..%s, %v; want 2026-10-23..2026-11-21", r.From, r.To, err)
+	if err != nil || r.To != to || r.From != from {
+		t.Errorf("default range in Auckland: %s..%s, %v; want %s..%s", r.From, r.To, err, from, to)
 	}
 }

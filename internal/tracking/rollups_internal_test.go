@@ -22,7 +22,7 @@ import (
 func TestRollUpSplitsBatchesAndCountsOnce(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		ctx := context.Background()
-		at := time.Date(2026, 11, 20, 10, 7, 0, 0, time.UTC)
+		at := testenv.Start().Add(7 * time.Minute)
 		svc := New(st, WithClock(func() time.Time { return at }))
 		const n = 60
 		brandID := ids.New("brd_", at)
@@ -46,7 +46,7 @@ func TestRollUpSplitsBatchesAndCountsOnce(t *testing.T) {
 		want.ProfitCents = want.RevenueCents - want.PayoutCents
 		check := func(when string) {
 			t.Helper()
-			r, err := svc.Report(ctx, brandID, ReportQuery{From: "2026-11-20", To: "2026-11-20"})
+			r, err := svc.Report(ctx, brandID, ReportQuery{From: at.Format(time.DateOnly), To: at.Format(time.DateOnly)})
 			if err != nil {
 				t.Fatal(err)
 			}

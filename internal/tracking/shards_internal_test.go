@@ -23,7 +23,7 @@ func (spread) Partitioned() {}
 func TestEmbeddedStoreKeepsNewItemsInOneShardAndFindsOldOnes(t *testing.T) {
 	st := testenv.Bolt(t)
 	ctx := t.Context()
-	now := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
+	now := testenv.Start()
 	clock := WithClock(func() time.Time { return now })
 	before, after := New(spread{st}, clock), New(st, clock)
 	b, err := before.CreateBrand(ctx, "Acme")

@@ -62,14 +62,30 @@ var ErrClosed = errors.New("bolt: store is closed")
 
 var _ store.Store = (*Store)(nil)
 
+// Option changes how Open opens a store.
+type Option func(*options)
+
+type options struct{ sweep time.Duration }
+
+// WithSweep deletes expired items every interval instead of every minute.
+func WithSweep(every time.Duration) Option { return func(o *options) { o.sweep = every } }
+
+// WithoutSweep keeps expired items: for tests whose clock is not the real
+// one, which the sweep goes by.
+func WithoutSweep() Option { return func(o *options) { o.sweep = 0 } }
+
 // Open opens the store at path, creating the file and its directory when
 // missing. It returns an error matching ErrLocked when the file stays locked
 // for about a second.
-func Open(path string) (*Store, error) {
-	return open(path, sweepEvery)
+func Open(path string, opts ...Option) (*Store, error) {
+	o := options{sweep: sweepEvery}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return open(path, o.sweep)
 }
 
-// open is Open with the TTL sweep interval as a parameter, for tests.
+// open is Open with the TTL sweep interval (0: none) as a parameter.
 func open(path string, sweep time.Duration) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("bolt: %w", err)

@@ -12,9 +12,12 @@ import (
 // backlog does not hold the writer lock for long.
 const sweepBatch = 1000
 
-// sweepLoop deletes expired items every interval until Close.
+// sweepLoop deletes expired items every interval (0: never) until Close.
 func (s *Store) sweepLoop(every time.Duration) {
 	defer close(s.done)
+	if every <= 0 {
+		return
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

@@ -23,10 +23,23 @@ type CreateTableAPI interface {
 
 var _ CreateTableAPI = (*dynamodb.Client)(nil)
 
+// TableOption changes what CreateTable makes.
+type TableOption func(*tableOptions)
+
+type tableOptions struct{ noTTL bool }
+
+// WithoutTTL leaves TTL off: for tests whose clocks are not the real one,
+// which DynamoDB's expiry goes by.
+func WithoutTTL() TableOption { return func(o *tableOptions) { o.noTTL = true } }
+
 // CreateTable creates table with the layout the store expects, waits until
 // it is active and enables TTL on it. A table that already exists is left
 // as it is, except that TTL is enabled if it is not.
-func CreateTable(ctx context.Context, api CreateTableAPI, table string) error {
+func CreateTable(ctx context.Context, api CreateTableAPI, table string, opts ...TableOption) error {
+	var o tableOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	_, err := api.CreateTable(ctx, TableDefinition(table))
 	var inUse *types.ResourceInUseException
 	if err != nil && !errors.As(err, &inUse) {
@@ -38,6 +51,9 @@ func CreateTable(ctx context.Context, api CreateTableAPI, table string) error {
 	})
 	if err := waiter.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)}, 5*time.Minute); err != nil {
 		return fmt.Errorf("dynamo: wait for table %s: %w", table, err)
+	}
+	if o.noTTL {
+		return nil
 	}
 	return enableTTL(ctx, api, table)
 }
