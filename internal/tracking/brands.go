@@ -11,7 +11,10 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/validate"
 )
 
 // secretPrefix starts every API key secret, so leaked keys are easy to spot
@@ -20,23 +23,23 @@ const secretPrefix = "tally_sk_"
 
 // CreateBrand creates a tenant.
 func (s *Service) CreateBrand(ctx context.Context, name string) (tally.Brand, error) {
-	if err := text("name", &name, true, 200); err != nil {
+	if err := validate.Text("name", &name, true, 200); err != nil {
 		return tally.Brand{}, err
 	}
 	name = strings.TrimSpace(name)
 	now := s.Now()
 	b := tally.Brand{ID: ids.New("brd_", now), Name: name, CreatedAt: tally.NewTime(now)}
-	err := s.transact(ctx, store.Put(store.Item{Key: brandKey(b.ID), Data: mustJSON(b)}, store.NotExists()))
+	err := s.transact(ctx, store.Put(store.Item{Key: keys.Brand(b.ID), Data: records.MustJSON(b)}, store.NotExists()))
 	return b, err
 }
 
 // Brand returns a brand.
 func (s *Service) Brand(ctx context.Context, brandID string) (tally.Brand, error) {
 	if !ids.Valid("brd_", brandID) {
-		return tally.Brand{}, notFound(store.ErrNotFound, "brand", brandID)
+		return tally.Brand{}, records.NotFound(store.ErrNotFound, "brand", brandID)
 	}
-	b, err := getRecord[tally.Brand](ctx, s.store, brandKey(brandID))
-	return b, notFound(err, "brand", brandID)
+	b, err := records.Get[tally.Brand](ctx, s.store, keys.Brand(brandID))
+	return b, records.NotFound(err, "brand", brandID)
 }
 
 // apiKeyRecord is the stored form of a key: the public fields and the hash.
@@ -50,7 +53,7 @@ type apiKeyRecord struct {
 // lastUsedAttr holds when a key was last used, in Unix milliseconds.
 const lastUsedAttr = "lastUsedMs"
 
-func (r *apiKeyRecord) fromItem(it store.Item) {
+func (r *apiKeyRecord) FromItem(it store.Item) {
 	r.LastUsedAt = nil
 	if ms := it.Nums[lastUsedAttr]; ms > 0 {
 		at := tally.NewTime(time.UnixMilli(ms))
@@ -84,7 +87,7 @@ func (s *Service) CreateAPIKey(ctx context.Context, brandID string) (tally.APIKe
 // CreateKey makes a key for a brand (POST /keys) and returns it with its
 // secret, which is not stored and cannot be shown again.
 func (s *Service) CreateKey(ctx context.Context, brandID string, in APIKeyInput) (CreatedAPIKey, error) {
-	if err := text("name", in.Name, false, 100); err != nil {
+	if err := validate.Text("name", in.Name, false, 100); err != nil {
 		return CreatedAPIKey{}, err
 	}
 	if _, err := s.Brand(ctx, brandID); err != nil {
@@ -97,7 +100,7 @@ func (s *Service) CreateKey(ctx context.Context, brandID string, in APIKeyInput)
 	secret := secretPrefix + hex.EncodeToString(raw)
 	now := s.Now()
 	rec := apiKeyRecord{
-		APIKey: tally.APIKey{ID: ids.New("key_", now), BrandID: brandID, Name: strings.TrimSpace(deref(in.Name, "")),
+		APIKey: tally.APIKey{ID: ids.New("key_", now), BrandID: brandID, Name: strings.TrimSpace(validate.Deref(in.Name, "")),
 			Prefix: secret[:len(secretPrefix)+4], CreatedAt: tally.NewTime(now)},
 		Hash: hashSecret(secret),
 	}
@@ -107,10 +110,10 @@ func (s *Service) CreateKey(ctx context.Context, brandID string, in APIKeyInput)
 
 func apiKeyItem(rec apiKeyRecord) store.Item {
 	it := store.Item{
-		Key:  apiKeyKey(rec.Hash),
-		GSI1: store.IndexKey{PK: apiKeysByBrand(rec.BrandID), SK: rec.ID},
-		GSI2: store.IndexKey{PK: apiKeyByID(rec.ID), SK: rec.ID},
-		Data: mustJSON(rec),
+		Key:  keys.APIKey(rec.Hash),
+		GSI1: store.IndexKey{PK: keys.APIKeysByBrand(rec.BrandID), SK: rec.ID},
+		GSI2: store.IndexKey{PK: keys.APIKeyByID(rec.ID), SK: rec.ID},
+		Data: records.MustJSON(rec),
 	}
 	if rec.LastUsedAt != nil {
 		it.Nums = map[string]int64{lastUsedAttr: rec.LastUsedAt.UnixMilli()}
@@ -134,7 +137,7 @@ func (s *Service) apiKeyList(ctx context.Context, brandID string, p ListParams, 
 	if _, err := s.Brand(ctx, brandID); err != nil {
 		return nil, "", err
 	}
-	recs, next, err := list(ctx, s, []partition{{index: store.GSI1, pk: apiKeysByBrand(brandID)}}, p, keep)
+	recs, next, err := records.List(ctx, s.db, []records.Partition{{Index: store.GSI1, PK: keys.APIKeysByBrand(brandID)}}, p, keep)
 	keys := make([]tally.APIKey, len(recs))
 	for i, r := range recs {
 		keys[i] = r.APIKey
@@ -161,7 +164,7 @@ func (s *Service) revokeAPIKey(ctx context.Context, brandID, keyID string) (tall
 	if !ids.Valid("key_", keyID) {
 		return tally.APIKey{}, missing
 	}
-	page, err := s.store.Query(ctx, store.Query{Index: store.GSI2, PK: apiKeyByID(keyID), Limit: 1})
+	page, err := s.store.Query(ctx, store.Query{Index: store.GSI2, PK: keys.APIKeyByID(keyID), Limit: 1})
 	if err != nil {
 		return tally.APIKey{}, err
 	}
@@ -169,7 +172,7 @@ func (s *Service) revokeAPIKey(ctx context.Context, brandID, keyID string) (tall
 		return tally.APIKey{}, missing
 	}
 	var rec apiKeyRecord
-	if err := decode(page.Items[0], &rec); err != nil {
+	if err := records.Decode(page.Items[0], &rec); err != nil {
 		return tally.APIKey{}, err
 	}
 	switch {
@@ -183,7 +186,7 @@ func (s *Service) revokeAPIKey(ctx context.Context, brandID, keyID string) (tall
 	if err := s.transact(ctx, store.Put(apiKeyItem(rec), store.Exists())); err != nil {
 		return tally.APIKey{}, err
 	}
-	s.apiKeys.put(rec.Hash, rec) // this instance stops accepting it at once
+	s.apiKeys.Put(rec.Hash, rec) // this instance stops accepting it at once
 	return rec.APIKey, nil
 }
 
@@ -204,15 +207,15 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (Principal, e
 		return Principal{}, denied
 	}
 	hash := hashSecret(secret)
-	if _, unknown := s.unknownKeys.get(hash); unknown {
+	if _, unknown := s.unknownKeys.Get(hash); unknown {
 		return Principal{}, denied
 	}
-	rec, ok := s.apiKeys.get(hash)
+	rec, ok := s.apiKeys.Get(hash)
 	if !ok {
 		var err error
-		rec, err = getRecord[apiKeyRecord](ctx, s.store, apiKeyKey(hash))
+		rec, err = records.Get[apiKeyRecord](ctx, s.store, keys.APIKey(hash))
 		if errors.Is(err, store.ErrNotFound) {
-			s.unknownKeys.put(hash, struct{}{})
+			s.unknownKeys.Put(hash, struct{}{})
 			return Principal{}, denied
 		}
 		if err != nil {
@@ -220,7 +223,7 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (Principal, e
 		}
 		// A revocation this instance made meanwhile must not be undone by
 		// the older record it read.
-		s.apiKeys.putUnless(hash, rec, func(cached apiKeyRecord) bool { return cached.RevokedAt != nil })
+		s.apiKeys.PutUnless(hash, rec, func(cached apiKeyRecord) bool { return cached.RevokedAt != nil })
 	}
 	if rec.RevokedAt != nil {
 		return Principal{}, denied
@@ -251,13 +254,13 @@ func (s *Service) noteKeyUse(ctx context.Context, rec apiKeyRecord) {
 		return // another request of this instance is writing it
 	}
 	defer s.notingKeys.Delete(rec.Hash)
-	_, err := s.store.Update(ctx, store.Op{Kind: store.OpUpdate, Key: apiKeyKey(rec.Hash),
+	_, err := s.store.Update(ctx, store.Op{Kind: store.OpUpdate, Key: keys.APIKey(rec.Hash),
 		Add:   map[string]int64{lastUsedAttr: now.UnixMilli() - seen},
 		Conds: []store.Cond{store.Exists(), store.NumEquals(lastUsedAttr, seen)}})
 	if _, lost := store.FailedOp(err); err == nil || lost { // lost: another instance noted it just now
 		at := tally.NewTime(now)
 		rec.LastUsedAt = &at
-		s.apiKeys.putUnless(rec.Hash, rec, func(cached apiKeyRecord) bool { return cached.RevokedAt != nil })
+		s.apiKeys.PutUnless(rec.Hash, rec, func(cached apiKeyRecord) bool { return cached.RevokedAt != nil })
 	}
 }
 
@@ -295,7 +298,7 @@ func (s *Service) AllowPer(ctx context.Context, bucket string, limit int, per ti
 	}
 	it, err := s.store.Update(ctx, store.Op{
 		Kind:      store.OpUpdate,
-		Key:       rateKey(bucket, window.Unix()),
+		Key:       keys.Rate(bucket, window.Unix()),
 		Add:       map[string]int64{"n": 1},
 		ExpiresAt: d.Reset.Add(time.Hour).Unix(),
 		Conds:     []store.Cond{store.NumLess("n", int64(limit))},

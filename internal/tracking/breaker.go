@@ -8,6 +8,8 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 )
 
@@ -56,16 +58,6 @@ const breakerRetire = 10 * time.Minute
 // probe, read by each reconciler run.
 const breakerPK = "BREAKER"
 
-func breakerKey(brandID, endpointID string) store.Key {
-	return store.Key{PK: brandPK(brandID), SK: "BRK#" + endpointID}
-}
-
-// parkedPK is an endpoint's wait list in gsi3, sharded by delivery so that
-// a flood of deliveries to one endpoint spreads its writes.
-func parkedPK(brandID, endpointID string, shard int) string {
-	return "WAIT#" + brandID + "#" + endpointID + "#" + strconv.Itoa(shard)
-}
-
 // breakerRecord is the breaker item: which endpoint.
 type breakerRecord struct {
 	BrandID    string `json:"brandId"`
@@ -83,19 +75,19 @@ type breakerRecord struct {
 // delivery fails without a request. Test events (webhook.test,
 // postback.test) are always sent, as on a healthy endpoint.
 func (s *Service) FirstAttempt(ctx context.Context, msg DeliveryMessage, sender Sender) (AttemptResult, error) {
-	rec, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(msg.BrandID, msg.DeliveryID))
+	rec, err := records.Get[deliveryRecord](ctx, s.store, keys.Delivery(msg.BrandID, msg.DeliveryID))
 	if errors.Is(err, store.ErrNotFound) && msg.Planned != nil {
 		rec, err = msg.planned()
 	}
 	if err != nil {
-		return AttemptResult{}, notFound(err, "delivery", msg.DeliveryID)
+		return AttemptResult{}, records.NotFound(err, "delivery", msg.DeliveryID)
 	}
 	if msg.Planned == nil {
 		return s.firstAttempt(ctx, rec, nil, sender)
 	}
 	// Once the event's deliveries are written (this one now, or by an
 	// earlier step whose message came again), its work is done.
-	event, err := s.store.Get(ctx, eventKey(rec.EventID))
+	event, err := s.store.Get(ctx, keys.Event(rec.EventID))
 	if errors.Is(err, store.ErrNotFound) {
 		return s.firstAttempt(ctx, rec, nil, sender) // expired: its attempt fails
 	}
@@ -150,7 +142,7 @@ func (s *Service) firstAttempt(ctx context.Context, rec deliveryRecord, envelope
 				err := s.transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
 				if _, exists := store.FailedOp(err); exists {
 					// Written by a step of a repeated message meanwhile.
-					if rec, err = getRecord[deliveryRecord](ctx, s.store, deliveryKey(rec.BrandID, rec.ID)); err != nil {
+					if rec, err = records.Get[deliveryRecord](ctx, s.store, keys.Delivery(rec.BrandID, rec.ID)); err != nil {
 						return AttemptResult{}, err
 					}
 					return s.firstAttempt(ctx, rec, envelope, sender)
@@ -177,7 +169,7 @@ func (s *Service) firstAttempt(ctx context.Context, rec deliveryRecord, envelope
 }
 
 func (s *Service) pendingDelivery(ctx context.Context, brandID, id string) (bool, error) {
-	it, err := s.store.Get(ctx, deliveryKey(brandID, id))
+	it, err := s.store.Get(ctx, keys.Delivery(brandID, id))
 	if errors.Is(err, store.ErrNotFound) {
 		return false, nil
 	}
@@ -190,10 +182,10 @@ func (s *Service) claimProbe(ctx context.Context, rec deliveryRecord, ep store.I
 	// The breaker item first: a delivery parks only behind a probe, so
 	// whatever parks can be found.
 	brk := store.Item{
-		Key:       breakerKey(rec.BrandID, rec.endpointID()),
+		Key:       keys.Breaker(rec.BrandID, rec.endpointID()),
 		GSI3:      store.IndexKey{PK: breakerPK, SK: rec.BrandID + "#" + rec.endpointID()},
 		Attrs:     map[string]string{"claimedAt": strconv.FormatInt(s.Now().UnixMilli(), 10), "emptyAt": "0"},
-		Data:      mustJSON(breakerRecord{BrandID: rec.BrandID, Type: rec.Type, EndpointID: rec.endpointID()}),
+		Data:      records.MustJSON(breakerRecord{BrandID: rec.BrandID, Type: rec.Type, EndpointID: rec.endpointID()}),
 		ExpiresAt: s.Now().Add(s.deliveryRetention + 24*time.Hour).Unix(),
 	}
 	if err := s.transact(ctx, store.Put(brk)); err != nil {
@@ -213,7 +205,7 @@ func (s *Service) park(ctx context.Context, rec deliveryRecord) (AttemptResult, 
 	rec.Parked, rec.NextAttemptAt, rec.UpdatedAt = true, nil, tally.NewTime(s.Now())
 	err := s.transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), conds...))
 	if _, changed := store.FailedOp(err); changed {
-		current, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(rec.BrandID, rec.ID))
+		current, err := records.Get[deliveryRecord](ctx, s.store, keys.Delivery(rec.BrandID, rec.ID))
 		return s.resultOf(current), err
 	}
 	if err != nil {
@@ -242,13 +234,13 @@ func (s *Service) Released(ctx context.Context, limit int) (Release, error) {
 	var r Release
 	var cursor string
 	for len(r.Refs) < limit && r.Failed < limit {
-		page, err := s.store.Query(ctx, store.Query{Index: store.GSI3, PK: breakerPK, Cursor: cursor, Limit: maxScan})
+		page, err := s.store.Query(ctx, store.Query{Index: store.GSI3, PK: breakerPK, Cursor: cursor, Limit: records.MaxScan})
 		if err != nil {
 			return r, err
 		}
 		for _, it := range page.Items {
 			var brk breakerRecord
-			if err := decode(it, &brk); err != nil {
+			if err := records.Decode(it, &brk); err != nil {
 				return r, err
 			}
 			if since, _ := strconv.ParseInt(it.Attrs["emptyAt"], 10, 64); since != 0 && s.Now().Sub(time.UnixMilli(since)) >= breakerRetire {
@@ -271,14 +263,14 @@ func (s *Service) Released(ctx context.Context, limit int) (Release, error) {
 // releasedFrom is Released for one endpoint, whose breaker item is it.
 func (s *Service) releasedFrom(ctx context.Context, it store.Item, brk breakerRecord, limit int) ([]DeliveryRef, int, error) {
 	parked := func(upTo string, limit int) ([]DeliveryRef, error) {
-		return oldestFirst(ctx, s.store, store.GSI3, func(shard int) string { return parkedPK(brk.BrandID, brk.EndpointID, shard) }, upTo, limit,
+		return oldestFirst(ctx, s.store, store.GSI3, func(shard int) string { return keys.ParkedPK(brk.BrandID, brk.EndpointID, shard) }, upTo, limit,
 			func(it store.Item) (DeliveryRef, error) {
 				return DeliveryRef{BrandID: brk.BrandID, DeliveryID: it.Key.SK}, nil
 			})
 	}
-	key := subscriptionKey(brk.BrandID, brk.EndpointID)
+	key := keys.Subscription(brk.BrandID, brk.EndpointID)
 	if brk.Type == tally.DeliveryPostback {
-		key = postbackKey(brk.BrandID, brk.EndpointID)
+		key = keys.Postback(brk.BrandID, brk.EndpointID)
 	}
 	ep, err := s.store.Get(ctx, key)
 	switch {
@@ -293,7 +285,7 @@ func (s *Service) releasedFrom(ctx context.Context, it store.Item, brk breakerRe
 		}
 		failed := 0
 		if probe := ep.Attrs["probe"]; probe != "" {
-			rec, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(brk.BrandID, probe))
+			rec, err := records.Get[deliveryRecord](ctx, s.store, keys.Delivery(brk.BrandID, probe))
 			switch {
 			case errors.Is(err, store.ErrNotFound):
 			case err != nil:

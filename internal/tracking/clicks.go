@@ -13,7 +13,10 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/fraud"
 	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/validate"
 )
 
 // ClickInput is what a tracking link request carries: the offer from the
@@ -43,7 +46,7 @@ var subFields = [...]string{"sub1", "sub2", "sub3", "sub4", "sub5"}
 
 func (in ClickInput) validate() error {
 	for i, v := range in.Subs {
-		if err := text(subFields[i], &v, false, 255); err != nil {
+		if err := validate.Text(subFields[i], &v, false, 255); err != nil {
 			return err
 		}
 	}
@@ -60,7 +63,7 @@ func (s *Service) RecordClick(ctx context.Context, in ClickInput) (tally.Click, 
 			return tally.Click{}, "", err
 		}
 		if offer.offer.Status != tally.OfferActive {
-			return tally.Click{}, "", notFound(store.ErrNotFound, "offer", in.OfferID)
+			return tally.Click{}, "", records.NotFound(store.ErrNotFound, "offer", in.OfferID)
 		}
 		if !ids.Valid("prt_", in.PartnerID) {
 			return tally.Click{}, "", noActivePartner()
@@ -108,7 +111,7 @@ func (s *Service) insertClick(ctx context.Context, offer offerEntry, in ClickInp
 		return tally.Click{}, err
 	}
 	c := tally.Click{
-		ID:        s.newID("clk_", now),
+		ID:        s.db.NewID("clk_", now),
 		BrandID:   o.BrandID,
 		OfferID:   o.ID,
 		PartnerID: in.PartnerID,
@@ -160,7 +163,7 @@ func (s *Service) insertClick(ctx context.Context, offer offerEntry, in ClickInp
 		if ban != nil {
 			ops = append(ops, store.Put(partnerItem(*ban), store.AttrEquals("status", tally.PartnerActive)))
 		} else {
-			ops = append(ops, store.Check(partnerKey(c.BrandID, c.PartnerID), store.AttrEquals("status", tally.PartnerActive)))
+			ops = append(ops, store.Check(keys.Partner(c.BrandID, c.PartnerID), store.AttrEquals("status", tally.PartnerActive)))
 		}
 		if !s.streamRollups {
 			ops = append(ops, rollupIncrements(c.BrandID, c.ID, now, c.OfferID, c.PartnerID, o.Currency, clickCounts(highRisk))...)
@@ -169,7 +172,7 @@ func (s *Service) insertClick(ctx context.Context, offer offerEntry, in ClickInp
 		if in.IP.IsValid() {
 			velocityAt = len(ops)
 			minute := now.Truncate(time.Minute)
-			op := store.Increment(velocityKey(c.OfferID, c.IP, minute.Unix()), map[string]int64{"n": 1})
+			op := store.Increment(keys.Velocity(c.OfferID, c.IP, minute.Unix()), map[string]int64{"n": 1})
 			op.ExpiresAt = minute.Add(time.Hour).Unix()
 			if !visitor.Burst {
 				op.Conds = []store.Cond{store.NumLess("n", maxClicksPerMinute)}
@@ -179,7 +182,7 @@ func (s *Service) insertClick(ctx context.Context, offer offerEntry, in ClickInp
 		highRiskAt := -1
 		if highRisk {
 			highRiskAt = len(ops)
-			op := store.Increment(highRiskKey(c.BrandID, c.PartnerID, now), map[string]int64{"n": 1})
+			op := store.Increment(keys.HighRisk(c.BrandID, c.PartnerID, now), map[string]int64{"n": 1})
 			op.ExpiresAt = now.Add((maxBanWindowHours + 1) * time.Hour).Unix()
 			if rule.Enabled && ban == nil {
 				op.Conds = []store.Cond{store.NumLess("n", banLimit)}
@@ -212,7 +215,7 @@ func (s *Service) insertClick(ctx context.Context, offer offerEntry, in ClickInp
 			return c, fmt.Errorf("record click: conditions keep failing: %w", err)
 		case i == offerAt:
 			if err := s.offerNotActive(ctx, offer, "clicks"); err != errOfferChanged {
-				return c, notFound(store.ErrNotFound, "offer", c.OfferID)
+				return c, records.NotFound(store.ErrNotFound, "offer", c.OfferID)
 			}
 			return c, errOfferChanged
 		case i == partnerAt:
@@ -234,8 +237,8 @@ func (s *Service) earlierHighRiskClicks(ctx context.Context, c tally.Click, wind
 		return 0, nil
 	}
 	hour := c.CreatedAt.Truncate(time.Hour)
-	q := store.Query{PK: highRiskPK(c.BrandID, c.PartnerID), Limit: maxBanWindowHours,
-		SKFrom: highRiskHour(hour.Add(-time.Duration(windowHours-1) * time.Hour)), SKTo: highRiskHour(hour.Add(-time.Hour))}
+	q := store.Query{PK: keys.HighRiskPK(c.BrandID, c.PartnerID), Limit: maxBanWindowHours,
+		SKFrom: keys.HighRiskHour(hour.Add(-time.Duration(windowHours-1) * time.Hour)), SKTo: keys.HighRiskHour(hour.Add(-time.Hour))}
 	var n int64
 	for {
 		page, err := s.store.Query(ctx, q)
@@ -274,12 +277,12 @@ func noActivePartner() error {
 // clickItem places a click in its shard and the per-offer and per-partner
 // indexes; the table may delete it after expires.
 func clickItem(c tally.Click, expires time.Time) store.Item {
-	shard := shardOf(c.ID)
+	shard := keys.ShardOf(c.ID)
 	return store.Item{
-		Key:       clickKey(c.BrandID, c.ID),
-		GSI1:      store.IndexKey{PK: clicksByOffer(c.BrandID, c.OfferID, shard), SK: c.ID},
-		GSI2:      store.IndexKey{PK: clicksByPartner(c.BrandID, c.PartnerID, shard), SK: c.ID},
-		Data:      mustJSON(c),
+		Key:       keys.Click(c.BrandID, c.ID),
+		GSI1:      store.IndexKey{PK: keys.ClicksByOffer(c.BrandID, c.OfferID, shard), SK: c.ID},
+		GSI2:      store.IndexKey{PK: keys.ClicksByPartner(c.BrandID, c.PartnerID, shard), SK: c.ID},
+		Data:      records.MustJSON(c),
 		ExpiresAt: expires.Unix(),
 	}
 }
@@ -344,7 +347,7 @@ func checkDestinationMacros(field string, dest *string) error {
 			return nil
 		}
 		if _, ok := macroValue(name, tally.Click{}); !ok && macroName(name) {
-			return invalidField(field, "%s has {%s}, which is not a macro; the macros are {%s}.", field, name, strings.Join(destinationMacros, "}, {"))
+			return validate.InvalidField(field, "%s has {%s}, which is not a macro; the macros are {%s}.", field, name, strings.Join(destinationMacros, "}, {"))
 		}
 		rest = after
 	}
@@ -389,7 +392,7 @@ func truncate(s string, n int) string {
 		return s
 	}
 	s = strings.Map(func(r rune) rune {
-		if hidden(r, false) {
+		if validate.Hidden(r, false) {
 			return utf8.RuneError
 		}
 		return r
@@ -413,18 +416,18 @@ func printableASCII(s string) bool {
 // attribute of its item, which the conversion's transaction sets.
 type clickRecord struct{ tally.Click }
 
-func (r *clickRecord) fromItem(it store.Item) { r.ConversionID = it.Attrs["conversionId"] }
+func (r *clickRecord) FromItem(it store.Item) { r.ConversionID = it.Attrs["conversionId"] }
 
 // attributedOp marks the click a conversion names with the conversion; it
 // fails if the click is gone (expired since it was read).
 func attributedOp(c tally.Conversion) store.Op {
-	return store.Op{Kind: store.OpUpdate, Key: clickKey(c.BrandID, c.ClickID),
+	return store.Op{Kind: store.OpUpdate, Key: keys.Click(c.BrandID, c.ClickID),
 		Set: map[string]string{"conversionId": c.ID}, Conds: []store.Cond{store.Exists()}}
 }
 
 // Click returns one of the brand's clicks.
 func (s *Service) Click(ctx context.Context, brandID, clickID string) (tally.Click, error) {
-	rec, err := getByID[clickRecord](ctx, s.store, "click", "clk_", clickID, func() store.Key { return clickKey(brandID, clickID) })
+	rec, err := records.GetByID[clickRecord](ctx, s.store, "click", "clk_", clickID, func() store.Key { return keys.Click(brandID, clickID) })
 	return rec.Click, err
 }
 
@@ -438,29 +441,29 @@ type ClickFilter struct {
 
 // Clicks lists the brand's clicks, newest first.
 func (s *Service) Clicks(ctx context.Context, brandID string, f ClickFilter, p ListParams) ([]tally.Click, string, error) {
-	if err := firstError(idFilter("offerId", "off_", f.OfferID), idFilter("partnerId", "prt_", f.PartnerID)); err != nil {
+	if err := validate.First(validate.IDFilter("offerId", "off_", f.OfferID), validate.IDFilter("partnerId", "prt_", f.PartnerID)); err != nil {
 		return nil, "", err
 	}
 	minScore := 0
 	if f.MinScore != "" {
 		var err error
 		if minScore, err = strconv.Atoi(f.MinScore); err != nil || strconv.Itoa(minScore) != f.MinScore || minScore < 0 || minScore > 100 {
-			return nil, "", invalid("minScore must be a whole number from 0 to 100.")
+			return nil, "", validate.Invalid("minScore must be a whole number from 0 to 100.")
 		}
 	}
-	sp, err := timeSpan("clk_", f.From, f.To)
+	sp, err := records.TimeSpan("clk_", f.From, f.To)
 	if err != nil {
 		return nil, "", err
 	}
-	sp.filter = fmt.Sprintf("%q", []string{f.OfferID, f.PartnerID, f.MinScore})
-	sp.parts = shardedParts(f.OfferID, f.PartnerID,
-		func(shard int) string { return clickPK(brandID, shard) },
-		func(shard int) string { return clicksByOffer(brandID, f.OfferID, shard) },
-		func(shard int) string { return clicksByPartner(brandID, f.PartnerID, shard) })
+	sp.Filter = fmt.Sprintf("%q", []string{f.OfferID, f.PartnerID, f.MinScore})
+	sp.Parts = records.ShardedParts(f.OfferID, f.PartnerID,
+		func(shard int) string { return keys.ClickPK(brandID, shard) },
+		func(shard int) string { return keys.ClicksByOffer(brandID, f.OfferID, shard) },
+		func(shard int) string { return keys.ClicksByPartner(brandID, f.PartnerID, shard) })
 	keep := func(c *clickRecord) bool {
 		return (f.PartnerID == "" || c.PartnerID == f.PartnerID) && c.FraudScore >= minScore
 	}
-	recs, next, err := listSpan(ctx, s, sp, p, keep)
+	recs, next, err := records.ListSpan(ctx, s.db, sp, p, keep)
 	clicks := make([]tally.Click, len(recs))
 	for i, r := range recs {
 		clicks[i] = r.Click

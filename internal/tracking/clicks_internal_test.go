@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
+	"github.com/tally-hq/tally/internal/validate"
 )
 
 // A click expires from the table a week after its offer's attribution
@@ -39,11 +41,11 @@ func TestClickExpiresAfterTheAttributionWindow(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			it, err := st.Get(ctx, clickKey(b.ID, c.ID))
+			it, err := st.Get(ctx, keys.Click(b.ID, c.ID))
 			if err != nil {
 				t.Fatal(err)
 			}
-			window := deref(days, tally.DefaultAttributionWindowDays)
+			window := validate.Deref(days, tally.DefaultAttributionWindowDays)
 			if want := now.AddDate(0, 0, window+7).Unix(); it.ExpiresAt != want {
 				t.Errorf("window %d days: the click expires at %v, want %v", window, time.Unix(it.ExpiresAt, 0).UTC(), time.Unix(want, 0).UTC())
 			}

@@ -11,7 +11,10 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/validate"
 )
 
 // ConversionInput is the body of POST /conversions (a server-side postback).
@@ -31,13 +34,13 @@ type ConversionInput struct {
 }
 
 func (in ConversionInput) validate() error {
-	if err := firstError(
-		text("offerId", in.OfferID, in.ClickID == nil, 64),
-		firstError(ranges(in)...),
-		currency("currency", in.Currency, false),
-		text("sub1", in.Sub1, false, 255), text("sub2", in.Sub2, false, 255), text("sub3", in.Sub3, false, 255),
-		text("sub4", in.Sub4, false, 255), text("sub5", in.Sub5, false, 255),
-		text("externalTxnId", in.ExternalTxnID, false, 255),
+	if err := validate.First(
+		validate.Text("offerId", in.OfferID, in.ClickID == nil, 64),
+		validate.First(validate.Ranges(in)...),
+		validate.Currency("currency", in.Currency, false),
+		validate.Text("sub1", in.Sub1, false, 255), validate.Text("sub2", in.Sub2, false, 255), validate.Text("sub3", in.Sub3, false, 255),
+		validate.Text("sub4", in.Sub4, false, 255), validate.Text("sub5", in.Sub5, false, 255),
+		validate.Text("externalTxnId", in.ExternalTxnID, false, 255),
 	); err != nil {
 		return err
 	}
@@ -45,33 +48,33 @@ func (in ConversionInput) validate() error {
 	// conversion of order-1, paid twice: white space around it (or only
 	// white space) is a mistake in the advertiser's system, refused rather
 	// than trimmed, so that the id stored is the one it sent.
-	if txn := deref(in.ExternalTxnID, ""); strings.TrimSpace(txn) != txn {
+	if txn := validate.Deref(in.ExternalTxnID, ""); strings.TrimSpace(txn) != txn {
 		if strings.TrimSpace(txn) == "" {
-			return invalidField("externalTxnId", "externalTxnId is blank: give the advertiser's transaction id, or leave it out (no idempotency then).")
+			return validate.InvalidField("externalTxnId", "externalTxnId is blank: give the advertiser's transaction id, or leave it out (no idempotency then).")
 		}
-		return invalidField("externalTxnId", "externalTxnId %q starts or ends with white space: send the transaction id without it (it is matched exactly, so it would count as another transaction).", txn)
+		return validate.InvalidField("externalTxnId", "externalTxnId %q starts or ends with white space: send the transaction id without it (it is matched exactly, so it would count as another transaction).", txn)
 	}
 	switch {
 	case in.PartnerID == nil && in.ClickID == nil:
-		return invalid("partnerId is required (or clickId, for a tracked click).")
+		return validate.Invalid("partnerId is required (or clickId, for a tracked click).")
 	case in.ClickID != nil && *in.ClickID == "":
-		return invalid("clickId is empty: give the click's id, or leave clickId out and give partnerId.")
+		return validate.Invalid("clickId is empty: give the click's id, or leave clickId out and give partnerId.")
 	case in.PartnerID != nil && in.ClickID != nil:
-		return invalid("Give either partnerId or clickId, not both.")
+		return validate.Invalid("Give either partnerId or clickId, not both.")
 	case in.ClickID != nil:
 		for i, sub := range []*string{in.Sub1, in.Sub2, in.Sub3, in.Sub4, in.Sub5} {
 			if sub != nil {
-				return invalid("sub%d comes from the click; leave it out when you give clickId.", i+1)
+				return validate.Invalid("sub%d comes from the click; leave it out when you give clickId.", i+1)
 			}
 		}
 		if !ids.Valid("clk_", *in.ClickID) {
-			return invalid("clickId %q does not match a recorded click.", *in.ClickID)
+			return validate.Invalid("clickId %q does not match a recorded click.", *in.ClickID)
 		}
 	case !ids.Valid("prt_", *in.PartnerID):
-		return invalid("partnerId %q does not match a partner.", *in.PartnerID)
+		return validate.Invalid("partnerId %q does not match a partner.", *in.PartnerID)
 	}
 	if in.OfferID != nil && !ids.Valid("off_", *in.OfferID) {
-		return invalid("offerId %q does not match an offer.", *in.OfferID)
+		return validate.Invalid("offerId %q does not match an offer.", *in.OfferID)
 	}
 	return nil
 }
@@ -103,7 +106,7 @@ func (s *Service) RecordConversion(ctx context.Context, brandID string, in Conve
 		offer, err := offerOf(ctx, brandID, *in.OfferID)
 		if err != nil {
 			if tally.ErrorCode(err) == tally.ECodeNotFound {
-				return c, false, invalid("offerId %q does not match an offer.", *in.OfferID)
+				return c, false, validate.Invalid("offerId %q does not match an offer.", *in.OfferID)
 			}
 			return c, false, err
 		}
@@ -111,13 +114,13 @@ func (s *Service) RecordConversion(ctx context.Context, brandID string, in Conve
 		if in.ClickID != nil {
 			days := offer.offer.AttributionWindowDays
 			if now.After(click.CreatedAt.AddDate(0, 0, days)) {
-				return c, false, invalid("clickId %q: the click is older than the offer's attribution window of %d days.", click.ID, days)
+				return c, false, validate.Invalid("clickId %q: the click is older than the offer's attribution window of %d days.", click.ID, days)
 			}
 		}
 		if err := amountsInCurrency(offer.offer, in); err != nil {
 			return c, false, err
 		}
-		c = newConversion(s.newID("cnv_", now), brandID, offer.offer, in, now)
+		c = newConversion(s.db.NewID("cnv_", now), brandID, offer.offer, in, now)
 		c.ClickID = click.ID
 		if s.streamConversions {
 			if err := s.activeNow(ctx, offer.offer, c.PartnerID); err != nil {
@@ -140,7 +143,7 @@ func (s *Service) RecordConversion(ctx context.Context, brandID string, in Conve
 // the write).
 func (s *Service) activeNow(ctx context.Context, offer tally.Offer, partnerID string) error {
 	if offer.Status != tally.OfferActive {
-		return invalid("offerId %q: the offer is %s; conversions are accepted only for active offers.", offer.ID, offer.Status)
+		return validate.Invalid("offerId %q: the offer is %s; conversions are accepted only for active offers.", offer.ID, offer.Status)
 	}
 	p, err := s.Partner(ctx, offer.BrandID, partnerID)
 	if err == nil && p.Status == tally.PartnerActive {
@@ -172,13 +175,13 @@ func (s *Service) refusedUnlessRecorded(ctx context.Context, c tally.Conversion,
 func (s *Service) attribute(ctx context.Context, brandID string, in *ConversionInput) (tally.Click, error) {
 	click, err := s.Click(ctx, brandID, *in.ClickID)
 	if tally.ErrorCode(err) == tally.ECodeNotFound {
-		return click, invalid("clickId %q does not match a recorded click.", *in.ClickID)
+		return click, validate.Invalid("clickId %q does not match a recorded click.", *in.ClickID)
 	}
 	if err != nil {
 		return click, err
 	}
 	if in.OfferID != nil && *in.OfferID != click.OfferID {
-		return click, invalid("offerId %q is not the offer of click %s (%s); leave offerId out or give the click's.", *in.OfferID, click.ID, click.OfferID)
+		return click, validate.Invalid("offerId %q is not the offer of click %s (%s); leave offerId out or give the click's.", *in.OfferID, click.ID, click.OfferID)
 	}
 	in.OfferID, in.PartnerID = &click.OfferID, &click.PartnerID
 	in.Sub1, in.Sub2, in.Sub3, in.Sub4, in.Sub5 = &click.Sub1, &click.Sub2, &click.Sub3, &click.Sub4, &click.Sub5
@@ -202,7 +205,7 @@ func (s *Service) offerNotActive(ctx context.Context, e offerEntry, what string)
 		return err
 	}
 	if fresh.offer.Status != tally.OfferActive {
-		return invalid("offerId %q: the offer is %s; %s are accepted only for active offers.", e.offer.ID, fresh.offer.Status, what)
+		return validate.Invalid("offerId %q: the offer is %s; %s are accepted only for active offers.", e.offer.ID, fresh.offer.Status, what)
 	}
 	return errOfferChanged
 }
@@ -221,7 +224,7 @@ func amountsInCurrency(offer tally.Offer, in ConversionInput) error {
 	case in.RevenueCents != nil:
 		missing = "payoutCents"
 	}
-	return invalidField(missing, "A conversion in %s, not the offer's %s, needs both revenueCents and payoutCents in %s: the offer's amounts are in %s.",
+	return validate.InvalidField(missing, "A conversion in %s, not the offer's %s, needs both revenueCents and payoutCents in %s: the offer's amounts are in %s.",
 		*in.Currency, offer.Currency, *in.Currency, offer.Currency)
 }
 
@@ -230,17 +233,17 @@ func newConversion(id, brandID string, offer tally.Offer, in ConversionInput, no
 		ID:            id,
 		BrandID:       brandID,
 		OfferID:       offer.ID,
-		PartnerID:     deref(in.PartnerID, ""),
-		RevenueCents:  deref(in.RevenueCents, offer.RevenueCents),
-		PayoutCents:   deref(in.PayoutCents, offer.PayoutCents),
-		Currency:      deref(in.Currency, offer.Currency),
+		PartnerID:     validate.Deref(in.PartnerID, ""),
+		RevenueCents:  validate.Deref(in.RevenueCents, offer.RevenueCents),
+		PayoutCents:   validate.Deref(in.PayoutCents, offer.PayoutCents),
+		Currency:      validate.Deref(in.Currency, offer.Currency),
 		Status:        tally.ConversionApproved,
-		Sub1:          deref(in.Sub1, ""),
-		Sub2:          deref(in.Sub2, ""),
-		Sub3:          deref(in.Sub3, ""),
-		Sub4:          deref(in.Sub4, ""),
-		Sub5:          deref(in.Sub5, ""),
-		ExternalTxnID: deref(in.ExternalTxnID, ""),
+		Sub1:          validate.Deref(in.Sub1, ""),
+		Sub2:          validate.Deref(in.Sub2, ""),
+		Sub3:          validate.Deref(in.Sub3, ""),
+		Sub4:          validate.Deref(in.Sub4, ""),
+		Sub5:          validate.Deref(in.Sub5, ""),
+		ExternalTxnID: validate.Deref(in.ExternalTxnID, ""),
 		CreatedAt:     tally.NewTime(now),
 		UpdatedAt:     tally.NewTime(now),
 	}
@@ -277,7 +280,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 	var caps []*capState
 	for _, cl := range capsOf(offer.offer.Caps) {
 		period := capPeriod(cl.name, now)
-		caps = append(caps, &capState{capLimit: cl, key: capKey(c.OfferID, period), period: period, reaching: cl.limit == 1})
+		caps = append(caps, &capState{capLimit: cl, key: keys.Cap(c.OfferID, period), period: period, reaching: cl.limit == 1})
 	}
 	if s.streamConversions && len(caps) == 0 && c.ClickID == "" {
 		return s.putConversion(ctx, c)
@@ -296,7 +299,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 		markerAt := -1
 		if c.ExternalTxnID != "" {
 			markerAt = len(ops)
-			ops = append(ops, store.Put(store.Item{Key: txnKey(c.BrandID, c.OfferID, c.ExternalTxnID), Data: mustJSON(c.ID)}, store.NotExists()))
+			ops = append(ops, store.Put(store.Item{Key: keys.Txn(c.BrandID, c.OfferID, c.ExternalTxnID), Data: records.MustJSON(c.ID)}, store.NotExists()))
 		}
 		ops = append(ops, store.Put(s.newConversionItem(c), store.NotExists()))
 		offerAt, partnerAt := -1, -1
@@ -304,7 +307,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 			offerAt, partnerAt = len(ops), len(ops)+1
 			ops = append(ops,
 				offerCheck(offer),
-				store.Check(partnerKey(c.BrandID, c.PartnerID), store.AttrEquals("status", tally.PartnerActive)),
+				store.Check(keys.Partner(c.BrandID, c.PartnerID), store.AttrEquals("status", tally.PartnerActive)),
 			)
 		}
 		capsAt := len(ops)
@@ -347,7 +350,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 		case i == partnerAt:
 			return false, s.partnerNotActive(ctx, c.BrandID, c.PartnerID)
 		case i == clickAt:
-			return false, invalid("clickId %q does not match a recorded click.", c.ClickID)
+			return false, validate.Invalid("clickId %q does not match a recorded click.", c.ClickID)
 		case i >= capsAt && i < capsAt+len(caps):
 			cs := caps[i-capsAt]
 			if cs.reaching {
@@ -363,28 +366,28 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 func (s *Service) partnerNotActive(ctx context.Context, brandID, partnerID string) error {
 	p, err := s.Partner(ctx, brandID, partnerID)
 	if tally.ErrorCode(err) == tally.ECodeNotFound {
-		return invalid("partnerId %q does not match a partner.", partnerID)
+		return validate.Invalid("partnerId %q does not match a partner.", partnerID)
 	}
 	if err != nil {
 		return err
 	}
-	return invalid("partnerId %q: the partner is %s; conversions are accepted only for active partners.", partnerID, p.Status)
+	return validate.Invalid("partnerId %q: the partner is %s; conversions are accepted only for active partners.", partnerID, p.Status)
 }
 
 // conversionItem places a conversion in its shard, the per-offer and
 // per-partner indexes and, while it waits for automatic approval, the hold
 // queue.
 func conversionItem(c tally.Conversion) store.Item {
-	shard := shardOf(c.ID)
+	shard := keys.ShardOf(c.ID)
 	it := store.Item{
-		Key:   conversionKey(c.BrandID, c.ID),
-		GSI1:  store.IndexKey{PK: conversionsByOffer(c.BrandID, c.OfferID, shard), SK: c.ID},
-		GSI2:  store.IndexKey{PK: conversionsByPartner(c.BrandID, c.PartnerID, shard), SK: c.ID},
+		Key:   keys.Conversion(c.BrandID, c.ID),
+		GSI1:  store.IndexKey{PK: keys.ConversionsByOffer(c.BrandID, c.OfferID, shard), SK: c.ID},
+		GSI2:  store.IndexKey{PK: keys.ConversionsByPartner(c.BrandID, c.PartnerID, shard), SK: c.ID},
 		Attrs: map[string]string{"status": c.Status},
-		Data:  mustJSON(c),
+		Data:  records.MustJSON(c),
 	}
 	if c.Status == tally.ConversionPending && c.ApproveAt != nil {
-		it.GSI3 = store.IndexKey{PK: holdQueuePK(queueShardOf(c.ID)), SK: holdQueueSK(c.ApproveAt.Time, c.ID)}
+		it.GSI3 = store.IndexKey{PK: keys.HoldQueuePK(keys.QueueShardOf(c.ID)), SK: keys.HoldQueueSK(c.ApproveAt.Time, c.ID)}
 	}
 	return it
 }
@@ -408,10 +411,10 @@ func rollupOps(c tally.Conversion, add map[string]int64) []store.Op {
 // hour, in the shard of id (the record's, or for RollUp its stream
 // shard's).
 func rollupIncrements(brandID, id string, at time.Time, offerID, partnerID, currency string, add map[string]int64) []store.Op {
-	at, shard := at.UTC(), shardOf(id)
+	at, shard := at.UTC(), keys.ShardOf(id)
 	return []store.Op{
-		store.Increment(rollupKey(brandID, shard, at.Format(time.DateOnly), offerID, partnerID, currency), add),
-		store.Increment(rollupQuarterKey(brandID, shard, at.Truncate(15*time.Minute).Format(quarterLayout), offerID, partnerID, currency), add),
+		store.Increment(keys.Rollup(brandID, shard, at.Format(time.DateOnly), offerID, partnerID, currency), add),
+		store.Increment(keys.RollupQuarter(brandID, shard, at.Truncate(15*time.Minute).Format(quarterLayout), offerID, partnerID, currency), add),
 	}
 }
 
@@ -459,7 +462,7 @@ func capExpiry(cap string, now time.Time) int64 {
 
 // Conversion returns one of the brand's conversions.
 func (s *Service) Conversion(ctx context.Context, brandID, conversionID string) (tally.Conversion, error) {
-	return getByID[tally.Conversion](ctx, s.store, "conversion", "cnv_", conversionID, func() store.Key { return conversionKey(brandID, conversionID) })
+	return records.GetByID[tally.Conversion](ctx, s.store, "conversion", "cnv_", conversionID, func() store.Key { return keys.Conversion(brandID, conversionID) })
 }
 
 // ConversionFilter narrows GET /conversions. From and To are RFC 3339
@@ -471,93 +474,27 @@ type ConversionFilter struct {
 
 // Conversions lists the brand's conversions, newest first.
 func (s *Service) Conversions(ctx context.Context, brandID string, f ConversionFilter, p ListParams) ([]tally.Conversion, string, error) {
-	if err := oneOf("status", &f.Status, "", tally.ConversionPending, tally.ConversionApproved, tally.ConversionRejected); err != nil {
+	if err := validate.OneOf("status", &f.Status, "", tally.ConversionPending, tally.ConversionApproved, tally.ConversionRejected); err != nil {
 		return nil, "", err
 	}
-	if err := firstError(idFilter("offerId", "off_", f.OfferID), idFilter("partnerId", "prt_", f.PartnerID)); err != nil {
+	if err := validate.First(validate.IDFilter("offerId", "off_", f.OfferID), validate.IDFilter("partnerId", "prt_", f.PartnerID)); err != nil {
 		return nil, "", err
 	}
-	sp, err := timeSpan("cnv_", f.From, f.To)
+	sp, err := records.TimeSpan("cnv_", f.From, f.To)
 	if err != nil {
 		return nil, "", err
 	}
-	sp.filter = fmt.Sprintf("%q", []string{f.Status, f.OfferID, f.PartnerID, f.ExternalTxnID})
-	sp.parts = shardedParts(f.OfferID, f.PartnerID,
-		func(shard int) string { return conversionPK(brandID, shard) },
-		func(shard int) string { return conversionsByOffer(brandID, f.OfferID, shard) },
-		func(shard int) string { return conversionsByPartner(brandID, f.PartnerID, shard) })
+	sp.Filter = fmt.Sprintf("%q", []string{f.Status, f.OfferID, f.PartnerID, f.ExternalTxnID})
+	sp.Parts = records.ShardedParts(f.OfferID, f.PartnerID,
+		func(shard int) string { return keys.ConversionPK(brandID, shard) },
+		func(shard int) string { return keys.ConversionsByOffer(brandID, f.OfferID, shard) },
+		func(shard int) string { return keys.ConversionsByPartner(brandID, f.PartnerID, shard) })
 	keep := func(c *tally.Conversion) bool {
 		return (f.Status == "" || c.Status == f.Status) &&
 			(f.PartnerID == "" || c.PartnerID == f.PartnerID) &&
 			(f.ExternalTxnID == "" || c.ExternalTxnID == f.ExternalTxnID)
 	}
-	return listSpan(ctx, s, sp, p, keep)
-}
-
-// timeSpan turns the from and to parameters of a list into bounds on the
-// time-sortable ids (with prefix) that the list's sort keys are.
-func timeSpan(prefix, from, to string) (span, error) {
-	var sp span
-	var start time.Time
-	if from != "" {
-		t, err := parseTimeParam("from", from, false)
-		if err != nil {
-			return sp, err
-		}
-		sp.from, start = ids.Floor(prefix, t), t
-	}
-	if to != "" {
-		t, err := parseTimeParam("to", to, true)
-		if err != nil {
-			return sp, err
-		}
-		if from != "" && start.After(t) { // a mistake, as on reports, not an empty list
-			return sp, invalidField("from", "from must not be after to.")
-		}
-		sp.to = ids.Ceil(prefix, t)
-	}
-	return sp, nil
-}
-
-// parseTimeParam reads an RFC 3339 timestamp or a date; a date as an upper
-// bound means the end of that day.
-func parseTimeParam(field, v string, endOfDay bool) (time.Time, error) {
-	t, err := time.Parse(time.RFC3339Nano, v)
-	if err != nil {
-		if t, err = dateParam(field, v); err != nil {
-			return time.Time{}, invalid("%s must be an RFC 3339 timestamp or a date (YYYY-MM-DD) from %s to %s.", field, minDate, maxDate)
-		}
-		if endOfDay {
-			t = t.Add(24*time.Hour - time.Millisecond)
-		}
-	}
-	if t = t.UTC(); t.Before(minTime) || t.After(maxTime) {
-		return time.Time{}, invalid("%s must be from %s to %s.", field, minDate, maxDate)
-	}
-	return t, nil
-}
-
-// Dates and times in filters lie from minDate to maxDate (UTC): records
-// are stamped within it, and a bound outside it would not narrow a list but
-// silently widen it (identifiers carry a Unix time in milliseconds, which
-// has no place for 1969).
-const (
-	minDate = "1970-01-01"
-	maxDate = "9999-12-31"
-)
-
-var (
-	minTime = time.Unix(0, 0).UTC()
-	maxTime = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
-)
-
-// dateParam reads a date (YYYY-MM-DD) from minDate to maxDate.
-func dateParam(field, v string) (time.Time, error) {
-	d, err := time.Parse(time.DateOnly, v)
-	if err != nil || d.Before(minTime) || d.After(maxTime) {
-		return time.Time{}, invalid("%s must be a date (YYYY-MM-DD) from %s to %s.", field, minDate, maxDate)
-	}
-	return d, nil
+	return records.ListSpan(ctx, s.db, sp, p, keep)
 }
 
 // ApproveConversion approves a pending conversion.
@@ -613,10 +550,10 @@ const approveWorkers = 16
 // twice at once is safe, since each approval is conditional: a conversion
 // approved by the other run counts for that one only.
 func (s *Service) ApproveDue(ctx context.Context) (int, error) {
-	upTo := holdQueueUpTo(s.Now())
+	upTo := keys.HoldQueueUpTo(s.Now())
 	var approved atomic.Int64
-	for shard := range queueShards {
-		q := store.Query{Index: store.GSI3, PK: holdQueuePK(shard), SKTo: upTo, Limit: 100}
+	for shard := range keys.QueueShards {
+		q := store.Query{Index: store.GSI3, PK: keys.HoldQueuePK(shard), SKTo: upTo, Limit: 100}
 		for {
 			page, err := s.store.Query(ctx, q)
 			if err != nil {
@@ -632,7 +569,7 @@ func (s *Service) ApproveDue(ctx context.Context) (int, error) {
 				wg.Go(func() {
 					defer func() { <-slots }()
 					var c tally.Conversion
-					if errs[i] = decode(it, &c); errs[i] != nil {
+					if errs[i] = records.Decode(it, &c); errs[i] != nil {
 						return
 					}
 					_, err := s.decideConversion(ctx, c.BrandID, c.ID, tally.ConversionApproved, "hold_elapsed")

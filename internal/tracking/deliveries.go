@@ -17,7 +17,10 @@ import (
 	"github.com/tally-hq/tally/internal/catalog"
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/validate"
 )
 
 // RetrySchedule holds the waits before retries 1 to 6 (spec section 6);
@@ -106,49 +109,31 @@ func (m DeliveryMessage) planned() (deliveryRecord, error) {
 
 // deliveryID is the same for the same (event, endpoint), so a repeated
 // fan-out finds the delivery it made before. It sorts by the event's time.
-// On a store without partitions it is the first of a deterministic series
-// that lies in shard 0, as newID draws new ids there (a fan-out's
-// deliveries and their index entries then land in one shard's pages, not
-// four). Deliveries made before keep their ids and shards, and are found
-// by them; on the embedded store an event leaves the outbox in the write
-// that makes all its deliveries, so no fan-out is repeated over them.
+// Where the DB places identifiers in shard 0, it is the first of a
+// deterministic series that lies there (a fan-out's deliveries and their
+// index entries then land in one shard's pages, not four).
 func (s *Service) deliveryID(evt tally.Event, endpointID string) string {
-	for draw := 0; ; draw++ {
-		id := deliveryIDDrawn(evt, endpointID, draw)
-		if s.partitioned || shardOf(id) == 0 {
-			return id
-		}
-	}
-}
-
-// deliveryIDDrawn is the draw-th id of a delivery's series; the first is
-// the one every store used before.
-func deliveryIDDrawn(evt tally.Event, endpointID string, draw int) string {
-	seed := evt.ID + "/" + endpointID
-	if draw > 0 {
-		seed += "/" + strconv.Itoa(draw)
-	}
-	return ids.Derived("wh_", evt.CreatedAt.Time, seed)
+	return s.db.DerivedID("wh_", evt.CreatedAt.Time, evt.ID+"/"+endpointID)
 }
 
 // deliveryItem is the stored delivery; it expires keep after its last
 // change (the table's TTL takes it and its attempts).
 func deliveryItem(rec deliveryRecord, keep time.Duration) store.Item {
-	shard := shardOf(rec.ID)
+	shard := keys.ShardOf(rec.ID)
 	it := store.Item{
-		Key:       deliveryKey(rec.BrandID, rec.ID),
-		GSI1:      store.IndexKey{PK: deliveriesByTypeStatus(rec.BrandID, rec.Type, rec.Status, shard), SK: rec.ID},
-		GSI2:      store.IndexKey{PK: deliveriesByEndpoint(rec.BrandID, rec.endpointID(), shard), SK: rec.ID},
+		Key:       keys.Delivery(rec.BrandID, rec.ID),
+		GSI1:      store.IndexKey{PK: keys.DeliveriesByTypeStatus(rec.BrandID, rec.Type, rec.Status, shard), SK: rec.ID},
+		GSI2:      store.IndexKey{PK: keys.DeliveriesByEndpoint(rec.BrandID, rec.endpointID(), shard), SK: rec.ID},
 		Attrs:     map[string]string{"status": rec.Status, "attempts": strconv.Itoa(len(rec.Attempts))},
-		Data:      mustJSON(rec),
+		Data:      records.MustJSON(rec),
 		ExpiresAt: rec.UpdatedAt.Add(keep).Unix(),
 	}
 	switch {
 	case rec.Status != tally.DeliveryPending:
 	case rec.Parked:
-		it.GSI3 = store.IndexKey{PK: parkedPK(rec.BrandID, rec.endpointID(), queueShardOf(rec.ID)), SK: rec.ID}
+		it.GSI3 = store.IndexKey{PK: keys.ParkedPK(rec.BrandID, rec.endpointID(), keys.QueueShardOf(rec.ID)), SK: rec.ID}
 	case rec.NextAttemptAt != nil:
-		it.GSI3 = store.IndexKey{PK: dueQueuePK(queueShardOf(rec.ID)), SK: dueQueueSK(rec.NextAttemptAt.Time, rec.ID)}
+		it.GSI3 = store.IndexKey{PK: keys.DueQueuePK(keys.QueueShardOf(rec.ID)), SK: keys.DueQueueSK(rec.NextAttemptAt.Time, rec.ID)}
 	}
 	return it
 }
@@ -171,9 +156,9 @@ func (rec deliveryRecord) endpointName() string {
 
 func (rec deliveryRecord) endpointKey() store.Key {
 	if rec.Type == tally.DeliveryPostback {
-		return postbackKey(rec.BrandID, rec.PartnerID)
+		return keys.Postback(rec.BrandID, rec.PartnerID)
 	}
-	return subscriptionKey(rec.BrandID, rec.SubscriptionID)
+	return keys.Subscription(rec.BrandID, rec.SubscriptionID)
 }
 
 // FanOut makes the deliveries of an event: one per enabled subscription of
@@ -202,7 +187,7 @@ func (s *Service) FanOut(ctx context.Context, eventID string) ([]DeliveryRef, er
 // one fanned out before, are written as FanOut writes them, and their
 // messages carry only refs.
 func (s *Service) Dispatch(ctx context.Context, eventID string) ([]DeliveryMessage, error) {
-	item, err := s.store.Get(ctx, eventKey(eventID))
+	item, err := s.store.Get(ctx, keys.Event(eventID))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil // expired long ago: nothing left to deliver
 	}
@@ -221,7 +206,7 @@ func (s *Service) dispatch(ctx context.Context, item store.Item) ([]DeliveryMess
 	if n := len(plan.recs); n > 0 && n <= maxCarried && plan.outboxed {
 		msgs := make([]DeliveryMessage, n)
 		for i, rec := range plan.recs {
-			msgs[i] = DeliveryMessage{DeliveryRef: rec.ref(), Planned: mustJSON(rec)}
+			msgs[i] = DeliveryMessage{DeliveryRef: rec.ref(), Planned: records.MustJSON(rec)}
 			for j, other := range plan.recs {
 				if j != i {
 					msgs[i].Siblings = append(msgs[i].Siblings, other.ID)
@@ -306,7 +291,7 @@ func (s *Service) planFanOuts(ctx context.Context, eventIDs []string) ([]*fanOut
 // planFanOut reads what fanning out an event needs; nil means there is
 // nothing to do.
 func (s *Service) planFanOut(ctx context.Context, eventID string, subs map[string][]subscriptionOf) (*fanOutPlan, error) {
-	item, err := s.store.Get(ctx, eventKey(eventID))
+	item, err := s.store.Get(ctx, keys.Event(eventID))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil // expired long ago: nothing left to deliver
 	}
@@ -319,7 +304,7 @@ func (s *Service) planFanOut(ctx context.Context, eventID string, subs map[strin
 // planFanOutOf is planFanOut of the event item read as item.
 func (s *Service) planFanOutOf(ctx context.Context, item store.Item, subs map[string][]subscriptionOf) (*fanOutPlan, error) {
 	var evt tally.Event
-	if err := decode(item, &evt); err != nil {
+	if err := records.Decode(item, &evt); err != nil {
 		return nil, err
 	}
 	brandSubs, ok := subs[evt.BrandID]
@@ -373,7 +358,7 @@ func (p *fanOutPlan) ops(s *Service, now time.Time) []store.Op {
 	}
 	switch id := p.event.Attrs[outboxAttr]; {
 	case id != "":
-		ops = append(ops, store.Delete(conversionOutboxKey(id)))
+		ops = append(ops, store.Delete(keys.ConversionOutbox(id)))
 	case p.outboxed:
 		out := p.event
 		out.GSI3 = store.IndexKey{}
@@ -604,7 +589,7 @@ func (s *Service) fanOutEach(ctx context.Context, planned []deliveryRecord, even
 	for i, rec := range recs {
 		err := s.transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
 		if _, exists := store.FailedOp(err); exists {
-			recs[i], err = getRecord[deliveryRecord](ctx, s.store, deliveryKey(rec.BrandID, rec.ID))
+			recs[i], err = records.Get[deliveryRecord](ctx, s.store, keys.Delivery(rec.BrandID, rec.ID))
 		}
 		if err != nil {
 			return nil, err
@@ -622,7 +607,7 @@ func (s *Service) fanOutEach(ctx context.Context, planned []deliveryRecord, even
 // written.
 func (s *Service) written(ctx context.Context, brandID string, ids []string) (bool, error) {
 	for _, id := range ids {
-		_, err := s.store.Get(ctx, deliveryKey(brandID, id))
+		_, err := s.store.Get(ctx, keys.Delivery(brandID, id))
 		if errors.Is(err, store.ErrNotFound) {
 			return false, nil
 		}
@@ -638,7 +623,7 @@ func (s *Service) written(ctx context.Context, brandID string, ids []string) (bo
 // written.
 func (s *Service) leaveOutbox(ctx context.Context, event store.Item) error {
 	if id := event.Attrs[outboxAttr]; id != "" {
-		return s.transact(ctx, store.Delete(conversionOutboxKey(id)))
+		return s.transact(ctx, store.Delete(keys.ConversionOutbox(id)))
 	}
 	event.GSI3 = store.IndexKey{}
 	err := s.transact(ctx, store.Put(event, store.Exists()))
@@ -676,9 +661,9 @@ func (s *Service) Attempt(ctx context.Context, ref DeliveryRef, n int, sender Se
 // attempt is Attempt; with a lease it first claims the attempt (claim), and
 // sends nothing if another process holds it.
 func (s *Service) attempt(ctx context.Context, ref DeliveryRef, n int, sender Sender, lease time.Duration) (AttemptResult, error) {
-	rec, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(ref.BrandID, ref.DeliveryID))
+	rec, err := records.Get[deliveryRecord](ctx, s.store, keys.Delivery(ref.BrandID, ref.DeliveryID))
 	if err != nil {
-		return AttemptResult{}, notFound(err, "delivery", ref.DeliveryID)
+		return AttemptResult{}, records.NotFound(err, "delivery", ref.DeliveryID)
 	}
 	made := len(rec.Attempts) - rec.CycleStart
 	if rec.Status != tally.DeliveryPending || made >= n {
@@ -703,7 +688,7 @@ func (s *Service) attempt(ctx context.Context, ref DeliveryRef, n int, sender Se
 // envelope is read from its event unless given.
 func (s *Service) send(ctx context.Context, rec deliveryRecord, ep store.Item, envelope []byte, sender Sender, lease time.Duration) (AttemptResult, error) {
 	if rec.Type == tally.DeliveryWebhook && rec.Body == nil && envelope == nil {
-		evt, err := s.store.Get(ctx, eventKey(rec.EventID))
+		evt, err := s.store.Get(ctx, keys.Event(rec.EventID))
 		if errors.Is(err, store.ErrNotFound) {
 			// Expired (events are kept as long as deliveries, counted from
 			// the event; a delivery retried later than that): nothing to send.
@@ -723,7 +708,7 @@ func (s *Service) send(ctx context.Context, rec deliveryRecord, ep store.Item, e
 			if _, taken := store.FailedOp(err); !taken {
 				return AttemptResult{}, err
 			}
-			current, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(rec.BrandID, rec.ID))
+			current, err := records.Get[deliveryRecord](ctx, s.store, keys.Delivery(rec.BrandID, rec.ID))
 			return s.resultOf(current), err
 		}
 	}
@@ -740,7 +725,7 @@ func (s *Service) request(rec deliveryRecord, ep store.Item, envelope []byte) (d
 	var sub *subscriptionRecord
 	if rec.Type != tally.DeliveryPostback {
 		sub = &subscriptionRecord{}
-		if err := decode(ep, sub); err != nil {
+		if err := records.Decode(ep, sub); err != nil {
 			return delivery.Request{}, err
 		}
 	}
@@ -774,7 +759,7 @@ func (s *Service) claim(ctx context.Context, rec deliveryRecord, lease time.Dura
 	now := s.Now()
 	until := now.Add(lease)
 	it := deliveryItem(rec, s.deliveryRetention)
-	it.GSI3.SK = dueQueueSK(until, rec.ID)
+	it.GSI3.SK = keys.DueQueueSK(until, rec.ID)
 	it.Nums = map[string]int64{"leaseUntil": until.UnixMilli()}
 	return s.transact(ctx, store.Put(it, store.AttrEquals("status", tally.DeliveryPending),
 		store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts))), store.NumLess("leaseUntil", now.UnixMilli()+1)))
@@ -811,7 +796,7 @@ func (s *Service) recordAttempt(ctx context.Context, rec deliveryRecord, at *tal
 			continue
 		} else if failed {
 			// Another step recorded this attempt first; report what it decided.
-			current, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(rec.BrandID, rec.ID))
+			current, err := records.Get[deliveryRecord](ctx, s.store, keys.Delivery(rec.BrandID, rec.ID))
 			return s.resultOf(current), err
 		}
 		return s.resultOf(rec), err
@@ -866,10 +851,10 @@ func (s *Service) resultOf(rec deliveryRecord) AttemptResult {
 // Delivery returns one of the brand's deliveries with all its attempts.
 func (s *Service) Delivery(ctx context.Context, brandID, deliveryID string) (tally.Delivery, error) {
 	if !ids.Valid("wh_", deliveryID) {
-		return tally.Delivery{}, notFound(store.ErrNotFound, "delivery", deliveryID)
+		return tally.Delivery{}, records.NotFound(store.ErrNotFound, "delivery", deliveryID)
 	}
-	rec, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(brandID, deliveryID))
-	return rec.Delivery, notFound(err, "delivery", deliveryID)
+	rec, err := records.Get[deliveryRecord](ctx, s.store, keys.Delivery(brandID, deliveryID))
+	return rec.Delivery, records.NotFound(err, "delivery", deliveryID)
 }
 
 // DeliveryFilter narrows GET /deliveries. From and To are as for conversions.
@@ -891,22 +876,22 @@ var (
 // (ids sort by their event's time); the event name narrows what those
 // read.
 func (s *Service) Deliveries(ctx context.Context, brandID string, f DeliveryFilter, p ListParams) ([]tally.Delivery, string, error) {
-	if err := firstError(
-		oneOf("type", &f.Type, "", tally.DeliveryWebhook, tally.DeliveryPostback),
-		oneOf("status", &f.Status, "", tally.DeliveryPending, tally.DeliverySucceeded, tally.DeliveryFailed),
-		idFilter("subscriptionId", "sub_", f.SubscriptionID),
-		idFilter("partnerId", "prt_", f.PartnerID),
-		idFilter("eventId", "evt_", f.EventID),
+	if err := validate.First(
+		validate.OneOf("type", &f.Type, "", tally.DeliveryWebhook, tally.DeliveryPostback),
+		validate.OneOf("status", &f.Status, "", tally.DeliveryPending, tally.DeliverySucceeded, tally.DeliveryFailed),
+		validate.IDFilter("subscriptionId", "sub_", f.SubscriptionID),
+		validate.IDFilter("partnerId", "prt_", f.PartnerID),
+		validate.IDFilter("eventId", "evt_", f.EventID),
 	); err != nil {
 		return nil, "", err
 	}
 	if f.Event != "" && !catalog.Known(f.Event) && f.Event != tally.PostbackTestEvent {
-		return nil, "", invalid("event: %q is not an event; see /api/public/webhook-events.", f.Event)
+		return nil, "", validate.Invalid("event: %q is not an event; see /api/public/webhook-events.", f.Event)
 	}
 	if f.SubscriptionID != "" && f.PartnerID != "" {
-		return nil, "", invalid("subscriptionId and partnerId name different endpoints; give one of them.")
+		return nil, "", validate.Invalid("subscriptionId and partnerId name different endpoints; give one of them.")
 	}
-	sp, err := timeSpan("wh_", f.From, f.To)
+	sp, err := records.TimeSpan("wh_", f.From, f.To)
 	if err != nil {
 		return nil, "", err
 	}
@@ -915,12 +900,12 @@ func (s *Service) Deliveries(ctx context.Context, brandID string, f DeliveryFilt
 		// deliveries lie within that millisecond.
 		t, _ := ulid.ParseStrict(strings.ToUpper(strings.TrimPrefix(f.EventID, "evt_")))
 		at := ulid.Time(t.Time())
-		sp.from = max(sp.from, ids.Floor("wh_", at))
-		if hi := ids.Ceil("wh_", at); sp.to == "" || hi < sp.to {
-			sp.to = hi
+		sp.From = max(sp.From, ids.Floor("wh_", at))
+		if hi := ids.Ceil("wh_", at); sp.To == "" || hi < sp.To {
+			sp.To = hi
 		}
 	}
-	sp.filter = fmt.Sprintf("%q", []string{f.Type, f.Status, f.Event, f.SubscriptionID, f.PartnerID, f.EventID})
+	sp.Filter = fmt.Sprintf("%q", []string{f.Type, f.Status, f.Event, f.SubscriptionID, f.PartnerID, f.EventID})
 	types, statuses := deliveryTypes, deliveryStatuses
 	if f.Type != "" {
 		types = []string{f.Type}
@@ -928,25 +913,25 @@ func (s *Service) Deliveries(ctx context.Context, brandID string, f DeliveryFilt
 	if f.Status != "" {
 		statuses = []string{f.Status}
 	}
-	for shard := range shards {
+	for shard := range keys.Shards {
 		switch {
 		case f.SubscriptionID != "" || f.PartnerID != "":
-			sp.parts = append(sp.parts, partition{index: store.GSI2, pk: deliveriesByEndpoint(brandID, f.SubscriptionID+f.PartnerID, shard)})
+			sp.Parts = append(sp.Parts, records.Partition{Index: store.GSI2, PK: keys.DeliveriesByEndpoint(brandID, f.SubscriptionID+f.PartnerID, shard)})
 		case f.Type != "" || f.Status != "":
 			for _, typ := range types {
 				for _, status := range statuses {
-					sp.parts = append(sp.parts, partition{index: store.GSI1, pk: deliveriesByTypeStatus(brandID, typ, status, shard)})
+					sp.Parts = append(sp.Parts, records.Partition{Index: store.GSI1, PK: keys.DeliveriesByTypeStatus(brandID, typ, status, shard)})
 				}
 			}
 		default:
-			sp.parts = append(sp.parts, partition{pk: deliveryPK(brandID, shard)})
+			sp.Parts = append(sp.Parts, records.Partition{PK: keys.DeliveryPK(brandID, shard)})
 		}
 	}
 	keep := func(d *deliveryRecord) bool {
 		return (f.Type == "" || d.Type == f.Type) && (f.Status == "" || d.Status == f.Status) &&
 			(f.Event == "" || d.Event == f.Event) && (f.EventID == "" || d.EventID == f.EventID)
 	}
-	recs, next, err := listSpan(ctx, s, sp, p, keep)
+	recs, next, err := records.ListSpan(ctx, s.db, sp, p, keep)
 	out := make([]tally.Delivery, len(recs))
 	for i, r := range recs {
 		out[i] = r.Delivery
@@ -958,11 +943,11 @@ func (s *Service) Deliveries(ctx context.Context, brandID string, f DeliveryFilt
 // then the retries. Earlier attempts stay in its log.
 func (s *Service) RetryDelivery(ctx context.Context, brandID, deliveryID string) (tally.Delivery, error) {
 	if !ids.Valid("wh_", deliveryID) {
-		return tally.Delivery{}, notFound(store.ErrNotFound, "delivery", deliveryID)
+		return tally.Delivery{}, records.NotFound(store.ErrNotFound, "delivery", deliveryID)
 	}
-	rec, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(brandID, deliveryID))
+	rec, err := records.Get[deliveryRecord](ctx, s.store, keys.Delivery(brandID, deliveryID))
 	if err != nil {
-		return tally.Delivery{}, notFound(err, "delivery", deliveryID)
+		return tally.Delivery{}, records.NotFound(err, "delivery", deliveryID)
 	}
 	if rec.Status != tally.DeliveryFailed {
 		return tally.Delivery{}, tally.Errorf(tally.ECodeInvalidTransition, "Only failed deliveries can be retried; this one is %s.", rec.Status)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/store"
 )
 
@@ -32,13 +33,13 @@ type endpointless struct{ brands sync.Map }
 // countEndpoint counts a new endpoint of the brand (a subscription, or a
 // postback set), in the transaction that creates it.
 func countEndpoint(brandID string) store.Op {
-	return store.Increment(endpointsKey(brandID), map[string]int64{"n": 1})
+	return store.Increment(keys.Endpoints(brandID), map[string]int64{"n": 1})
 }
 
 // noEndpoints is the condition under which a brand's events may skip the
 // outbox: its marker exists and counts none.
 func noEndpoints(brandID string) store.Op {
-	return store.Check(endpointsKey(brandID), store.Exists(), store.NumEquals("n", 0))
+	return store.Check(keys.Endpoints(brandID), store.Exists(), store.NumEquals("n", 0))
 }
 
 // unqueued returns ops with the events of brands without endpoints put
@@ -83,7 +84,7 @@ func (s *Service) noEndpoints(ctx context.Context, brandID string) (bool, error)
 		return v.(bool), nil
 	}
 	for {
-		it, err := s.store.Get(ctx, endpointsKey(brandID))
+		it, err := s.store.Get(ctx, keys.Endpoints(brandID))
 		if err == nil {
 			none := it.Nums["n"] == 0
 			s.endpointless.brands.Store(brandID, none)
@@ -92,8 +93,8 @@ func (s *Service) noEndpoints(ctx context.Context, brandID string) (bool, error)
 		if !errors.Is(err, store.ErrNotFound) {
 			return false, err
 		}
-		for _, prefix := range []string{subscriptionSKPrefix, postbackSKPrefix} {
-			page, err := s.store.Query(ctx, store.Query{PK: brandPK(brandID), SKPrefix: prefix, Limit: 1})
+		for _, prefix := range []string{keys.SubscriptionSKPrefix, keys.PostbackSKPrefix} {
+			page, err := s.store.Query(ctx, store.Query{PK: keys.BrandPK(brandID), SKPrefix: prefix, Limit: 1})
 			if err != nil {
 				return false, err
 			}
@@ -102,7 +103,7 @@ func (s *Service) noEndpoints(ctx context.Context, brandID string) (bool, error)
 				return false, nil
 			}
 		}
-		err = s.store.Transact(ctx, store.Put(store.Item{Key: endpointsKey(brandID)}, store.NotExists()))
+		err = s.store.Transact(ctx, store.Put(store.Item{Key: keys.Endpoints(brandID)}, store.NotExists()))
 		if _, raced := store.FailedOp(err); !raced && err != nil {
 			return false, err
 		}

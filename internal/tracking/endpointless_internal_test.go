@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
 )
@@ -63,8 +65,8 @@ func (f *endpointFixture) convert(svc *Service, txn string) tally.Conversion {
 func (f *endpointFixture) queued() map[string]bool {
 	f.t.Helper()
 	out := map[string]bool{}
-	for shard := range queueShards {
-		q := store.Query{Index: store.GSI3, PK: outboxPK(shard), Limit: 1000}
+	for shard := range keys.QueueShards {
+		q := store.Query{Index: store.GSI3, PK: keys.OutboxPK(shard), Limit: 1000}
 		for {
 			page, err := f.st.Query(f.ctx, q)
 			if err != nil {
@@ -73,7 +75,7 @@ func (f *endpointFixture) queued() map[string]bool {
 			for _, it := range page.Items {
 				var evt tally.Event
 				var data tally.ConversionEventData
-				if err := decode(it, &evt); err != nil || json.Unmarshal(evt.Data, &data) != nil {
+				if err := records.Decode(it, &evt); err != nil || json.Unmarshal(evt.Data, &data) != nil {
 					f.t.Fatalf("outbox entry %s: %v", it.SK, err)
 				}
 				out[data.ConversionID] = true
@@ -111,8 +113,8 @@ func TestEventsWaitInTheOutboxOnlyForBrandsWithEndpoints(t *testing.T) {
 				t.Fatalf("outbox %v, want the conversion made after the %s (%s) only", q, endpoint, after.ID)
 			}
 			var made []deliveryRecord
-			for shard := range queueShards {
-				page, err := f.st.Query(f.ctx, store.Query{Index: store.GSI3, PK: outboxPK(shard)})
+			for shard := range keys.QueueShards {
+				page, err := f.st.Query(f.ctx, store.Query{Index: store.GSI3, PK: keys.OutboxPK(shard)})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -138,7 +140,7 @@ func TestEndpointsMadeBeforeTheMarkerKeepTheOutbox(t *testing.T) {
 	if _, err := f.other.CreateSubscription(f.ctx, f.brand.ID, SubscriptionInput{URL: ptrTo("http://127.0.0.1:9/hooks"), Events: []string{tally.EventConversionCreated}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.st.Transact(f.ctx, store.Delete(endpointsKey(f.brand.ID))); err != nil {
+	if err := f.st.Transact(f.ctx, store.Delete(keys.Endpoints(f.brand.ID))); err != nil {
 		t.Fatal(err)
 	}
 	c := f.convert(f.svc, "order")

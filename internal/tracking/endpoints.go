@@ -9,7 +9,10 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/validate"
 )
 
 // Endpoint health: every recorded attempt updates the endpoint it went to (a
@@ -88,14 +91,14 @@ func (h endpointHealth) public() tally.EndpointHealth {
 
 // newEndpointItem is a new endpoint's item: enabled, no history.
 func newEndpointItem(key store.Key, record any) store.Item {
-	return store.Item{Key: key, Attrs: map[string]string{"status": tally.EndpointEnabled}, Data: mustJSON(record)}
+	return store.Item{Key: key, Attrs: map[string]string{"status": tally.EndpointEnabled}, Data: records.MustJSON(record)}
 }
 
 // replaceEndpointRecord rewrites an endpoint's configuration (its Data),
 // keeping its health; cond holds only if nothing changed the item since it
 // was read.
 func replaceEndpointRecord(it store.Item, record any) store.Op {
-	it.Data = mustJSON(record)
+	it.Data = records.MustJSON(record)
 	it.Nums = cloneNums(it.Nums)
 	it.Nums["rev"]++
 	return store.Put(it, store.Exists(), store.NumEquals("rev", it.Nums["rev"]-1))
@@ -236,7 +239,7 @@ func (s *Service) enableEndpoint(ctx context.Context, key store.Key) (store.Item
 			continue // an attempt was recorded meanwhile: read again
 		}
 		if errors.Is(err, store.ErrConflict) {
-			if err := sleep(ctx, 5*time.Millisecond); err != nil {
+			if err := records.Sleep(ctx, 5*time.Millisecond); err != nil {
 				return store.Item{}, err
 			}
 			continue
@@ -252,8 +255,8 @@ func (s *Service) EnableSubscription(ctx context.Context, brandID, subscriptionI
 		return tally.Subscription{}, err
 	}
 	var rec subscriptionRecord
-	err := s.enableAndDecode(ctx, subscriptionKey(brandID, subscriptionID), &rec)
-	return rec.Subscription, notFound(err, "webhook subscription", subscriptionID)
+	err := s.enableAndDecode(ctx, keys.Subscription(brandID, subscriptionID), &rec)
+	return rec.Subscription, records.NotFound(err, "webhook subscription", subscriptionID)
 }
 
 // EnablePostback re-enables a partner's postback, like EnableSubscription.
@@ -262,8 +265,8 @@ func (s *Service) EnablePostback(ctx context.Context, brandID, partnerID string)
 		return tally.Postback{}, err
 	}
 	var rec postbackRecord
-	err := s.enableAndDecode(ctx, postbackKey(brandID, partnerID), &rec)
-	return rec.Postback, notFound(err, "postback of partner", partnerID)
+	err := s.enableAndDecode(ctx, keys.Postback(brandID, partnerID), &rec)
+	return rec.Postback, records.NotFound(err, "postback of partner", partnerID)
 }
 
 func (s *Service) enableAndDecode(ctx context.Context, key store.Key, v any) error {
@@ -271,7 +274,7 @@ func (s *Service) enableAndDecode(ctx context.Context, key store.Key, v any) err
 	if err != nil {
 		return err
 	}
-	return decode(it, v)
+	return records.Decode(it, v)
 }
 
 // RecoverInput is the body of the recover actions.
@@ -299,7 +302,7 @@ func (s *Service) RecoverSubscription(ctx context.Context, brandID, subscription
 	if _, err := s.subscription(ctx, brandID, subscriptionID); err != nil {
 		return Recovery{}, err
 	}
-	return s.recoverEndpoint(ctx, brandID, subscriptionID, subscriptionKey(brandID, subscriptionID), in)
+	return s.recoverEndpoint(ctx, brandID, subscriptionID, keys.Subscription(brandID, subscriptionID), in)
 }
 
 // RecoverPostback is RecoverSubscription for a partner's postback.
@@ -307,20 +310,20 @@ func (s *Service) RecoverPostback(ctx context.Context, brandID, partnerID string
 	if _, err := s.postback(ctx, brandID, partnerID); err != nil {
 		return Recovery{}, err
 	}
-	return s.recoverEndpoint(ctx, brandID, partnerID, postbackKey(brandID, partnerID), in)
+	return s.recoverEndpoint(ctx, brandID, partnerID, keys.Postback(brandID, partnerID), in)
 }
 
 func (s *Service) recoverEndpoint(ctx context.Context, brandID, endpointID string, key store.Key, in RecoverInput) (Recovery, error) {
 	if in.Since == nil {
-		return Recovery{}, invalid("since is required: an RFC 3339 time; failed deliveries of events since then are sent again.")
+		return Recovery{}, validate.Invalid("since is required: an RFC 3339 time; failed deliveries of events since then are sent again.")
 	}
 	since, err := time.Parse(time.RFC3339Nano, *in.Since)
 	if err != nil {
-		return Recovery{}, invalid("since must be an RFC 3339 time such as 2026-11-22T10:00:00Z.")
+		return Recovery{}, validate.Invalid("since must be an RFC 3339 time such as 2026-11-22T10:00:00Z.")
 	}
 	now := s.Now()
 	if since.Truncate(time.Millisecond).After(now) {
-		return Recovery{}, invalid("since is in the future.")
+		return Recovery{}, validate.Invalid("since is in the future.")
 	}
 	it, err := s.store.Get(ctx, key)
 	if err != nil {
@@ -330,14 +333,14 @@ func (s *Service) recoverEndpoint(ctx context.Context, brandID, endpointID strin
 		return Recovery{}, tally.Errorf(tally.ECodeInvalidTransition, "The endpoint is disabled; enable it before recovering its deliveries.")
 	}
 	out := Recovery{Since: tally.NewTime(since)}
-	sp := span{from: ids.Floor("wh_", since), filter: "recover"}
-	for shard := range shards {
-		sp.parts = append(sp.parts, partition{index: store.GSI2, pk: deliveriesByEndpoint(brandID, endpointID, shard)})
+	sp := records.Span{From: ids.Floor("wh_", since), Filter: "recover"}
+	for shard := range keys.Shards {
+		sp.Parts = append(sp.Parts, records.Partition{Index: store.GSI2, PK: keys.DeliveriesByEndpoint(brandID, endpointID, shard)})
 	}
 	failed := func(d *deliveryRecord) bool { return d.Status == tally.DeliveryFailed }
 	p := ListParams{Limit: MaxLimit}
 	for {
-		recs, next, err := listSpan(ctx, s, sp, p, failed)
+		recs, next, err := records.ListSpan(ctx, s.db, sp, p, failed)
 		if err != nil {
 			return out, err
 		}

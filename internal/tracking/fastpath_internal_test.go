@@ -15,6 +15,7 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/delivery"
+	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
 	"github.com/tally-hq/tally/webhook"
@@ -312,7 +313,7 @@ func TestRepeatedFanOutLeavesADecidedDeliveryAlone(t *testing.T) {
 	if err != nil || len(evts) != 1 {
 		t.Fatalf("events %v, %v", evts, err)
 	}
-	event, err := st.Get(ctx, eventKey(evts[0].ID))
+	event, err := st.Get(ctx, keys.Event(evts[0].ID))
 	if err != nil {
 		t.Fatal(err)
 	}

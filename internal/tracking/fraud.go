@@ -10,7 +10,10 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/fraud"
 	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/validate"
 )
 
 // Bounds of the fraud settings.
@@ -38,17 +41,17 @@ type AutoBanInput struct {
 func (in FraudSettingsInput) settings() (tally.FraudSettings, error) {
 	switch {
 	case in.Threshold == nil:
-		return tally.FraudSettings{}, invalid("threshold is required.")
+		return tally.FraudSettings{}, validate.Invalid("threshold is required.")
 	case *in.Threshold < 0 || *in.Threshold > 100:
-		return tally.FraudSettings{}, invalid("threshold must be a whole number from 0 to 100; clicks scoring above it are high-risk.")
+		return tally.FraudSettings{}, validate.Invalid("threshold must be a whole number from 0 to 100; clicks scoring above it are high-risk.")
 	case in.AutoBan == nil:
-		return tally.FraudSettings{}, invalid("autoBan is required: {\"enabled\", \"highRiskClicks\", \"windowHours\"}.")
+		return tally.FraudSettings{}, validate.Invalid("autoBan is required: {\"enabled\", \"highRiskClicks\", \"windowHours\"}.")
 	case in.AutoBan.Enabled == nil:
-		return tally.FraudSettings{}, invalid("autoBan.enabled is required.")
+		return tally.FraudSettings{}, validate.Invalid("autoBan.enabled is required.")
 	case in.AutoBan.HighRiskClicks == nil || *in.AutoBan.HighRiskClicks < 1 || *in.AutoBan.HighRiskClicks > maxHighRiskClicks:
-		return tally.FraudSettings{}, invalid("autoBan.highRiskClicks must be a whole number from 1 to %d.", maxHighRiskClicks)
+		return tally.FraudSettings{}, validate.Invalid("autoBan.highRiskClicks must be a whole number from 1 to %d.", maxHighRiskClicks)
 	case in.AutoBan.WindowHours == nil || *in.AutoBan.WindowHours < 1 || *in.AutoBan.WindowHours > maxBanWindowHours:
-		return tally.FraudSettings{}, invalid("autoBan.windowHours must be a whole number from 1 to %d.", maxBanWindowHours)
+		return tally.FraudSettings{}, validate.Invalid("autoBan.windowHours must be a whole number from 1 to %d.", maxBanWindowHours)
 	}
 	return tally.FraudSettings{Threshold: *in.Threshold, AutoBan: tally.AutoBan{
 		Enabled: *in.AutoBan.Enabled, HighRiskClicks: *in.AutoBan.HighRiskClicks, WindowHours: *in.AutoBan.WindowHours,
@@ -58,7 +61,7 @@ func (in FraudSettingsInput) settings() (tally.FraudSettings, error) {
 // FraudSettings returns the brand's fraud settings (the defaults until it
 // changes them).
 func (s *Service) FraudSettings(ctx context.Context, brandID string) (tally.FraudSettings, error) {
-	settings, err := getRecord[tally.FraudSettings](ctx, s.store, fraudSettingsKey(brandID))
+	settings, err := records.Get[tally.FraudSettings](ctx, s.store, keys.FraudSettings(brandID))
 	if errors.Is(err, store.ErrNotFound) {
 		return tally.DefaultFraudSettings, nil
 	}
@@ -72,10 +75,10 @@ func (s *Service) UpdateFraudSettings(ctx context.Context, brandID string, in Fr
 	if err != nil {
 		return settings, err
 	}
-	if err := s.transact(ctx, store.Put(store.Item{Key: fraudSettingsKey(brandID), Data: mustJSON(settings)})); err != nil {
+	if err := s.transact(ctx, store.Put(store.Item{Key: keys.FraudSettings(brandID), Data: records.MustJSON(settings)})); err != nil {
 		return settings, err
 	}
-	s.fraudConfigs.forget(brandID)
+	s.fraudConfigs.Forget(brandID)
 	return settings, nil
 }
 
@@ -88,25 +91,25 @@ type BlockedIPInput struct {
 // BlockIP adds an address range to the brand's blocklist: its clicks raise
 // blocked_ip. Each range is listed once (409 for a second time).
 func (s *Service) BlockIP(ctx context.Context, brandID string, in BlockedIPInput) (tally.BlockedIP, error) {
-	if err := text("cidr", in.CIDR, true, 64); err != nil {
+	if err := validate.Text("cidr", in.CIDR, true, 64); err != nil {
 		return tally.BlockedIP{}, err
 	}
-	if err := text("note", in.Note, false, maxBlockedIPNote); err != nil {
+	if err := validate.Text("note", in.Note, false, maxBlockedIPNote); err != nil {
 		return tally.BlockedIP{}, err
 	}
 	prefix, err := fraud.ParsePrefix(strings.TrimSpace(*in.CIDR))
 	if err != nil {
-		return tally.BlockedIP{}, invalid("cidr must be an IPv4 or IPv6 address or CIDR range, such as 203.0.113.0/24 or 2001:db8::/48.")
+		return tally.BlockedIP{}, validate.Invalid("cidr must be an IPv4 or IPv6 address or CIDR range, such as 203.0.113.0/24 or 2001:db8::/48.")
 	}
 	if widest := widestBlock(prefix); prefix.Bits() < widest {
-		return tally.BlockedIP{}, invalidField("cidr", "cidr %s is wider than a /%d: it would mark the clicks of a large part of the internet (every click, for a /0) as blocked_ip. Block the ranges the fraud comes from.", prefix, widest)
+		return tally.BlockedIP{}, validate.InvalidField("cidr", "cidr %s is wider than a /%d: it would mark the clicks of a large part of the internet (every click, for a /0) as blocked_ip. Block the ranges the fraud comes from.", prefix, widest)
 	}
 	now := s.Now()
-	b := tally.BlockedIP{ID: ids.New("bip_", now), BrandID: brandID, CIDR: prefix.String(), Note: deref(in.Note, ""), CreatedAt: tally.NewTime(now)}
+	b := tally.BlockedIP{ID: ids.New("bip_", now), BrandID: brandID, CIDR: prefix.String(), Note: validate.Deref(in.Note, ""), CreatedAt: tally.NewTime(now)}
 	err = s.transact(ctx,
-		store.Increment(blockedIPCountKey(brandID), map[string]int64{"n": 1}, store.NumLess("n", maxBlockedIPs)),
-		store.Put(store.Item{Key: blockedCIDRKey(brandID, b.CIDR), Data: mustJSON(b.ID)}, store.NotExists()),
-		store.Put(store.Item{Key: blockedIPKey(brandID, b.ID), Data: mustJSON(b)}, store.NotExists()))
+		store.Increment(keys.BlockedIPCount(brandID), map[string]int64{"n": 1}, store.NumLess("n", maxBlockedIPs)),
+		store.Put(store.Item{Key: keys.BlockedCIDR(brandID, b.CIDR), Data: records.MustJSON(b.ID)}, store.NotExists()),
+		store.Put(store.Item{Key: keys.BlockedIP(brandID, b.ID), Data: records.MustJSON(b)}, store.NotExists()))
 	switch i, failed := store.FailedOp(err); {
 	case failed && i == 0:
 		return tally.BlockedIP{}, tally.Errorf(tally.ECodeConflict, "A brand blocks at most %d ranges; delete one first, or block a wider range.", maxBlockedIPs)
@@ -115,7 +118,7 @@ func (s *Service) BlockIP(ctx context.Context, brandID string, in BlockedIPInput
 	case err != nil:
 		return tally.BlockedIP{}, err
 	}
-	s.fraudConfigs.forget(brandID)
+	s.fraudConfigs.Forget(brandID)
 	return b, nil
 }
 
@@ -132,27 +135,27 @@ func widestBlock(p netip.Prefix) int {
 
 // BlockedIPs lists the brand's blocked ranges, newest first.
 func (s *Service) BlockedIPs(ctx context.Context, brandID string, p ListParams) ([]tally.BlockedIP, string, error) {
-	sp := span{parts: []partition{{pk: brandPK(brandID)}}, prefix: blockedIPSKPrefix}
-	return listSpan[tally.BlockedIP](ctx, s, sp, p, nil)
+	sp := records.Span{Parts: []records.Partition{{PK: keys.BrandPK(brandID)}}, Prefix: keys.BlockedIPSKPrefix}
+	return records.ListSpan[tally.BlockedIP](ctx, s.db, sp, p, nil)
 }
 
 // UnblockIP removes a range from the brand's blocklist and returns it.
 func (s *Service) UnblockIP(ctx context.Context, brandID, id string) (tally.BlockedIP, error) {
-	b, err := getByID[tally.BlockedIP](ctx, s.store, "blocked IP range", "bip_", id, func() store.Key { return blockedIPKey(brandID, id) })
+	b, err := records.GetByID[tally.BlockedIP](ctx, s.store, "blocked IP range", "bip_", id, func() store.Key { return keys.BlockedIP(brandID, id) })
 	if err != nil {
 		return b, err
 	}
 	err = s.transact(ctx,
-		store.Delete(blockedIPKey(brandID, id), store.Exists()),
-		store.Delete(blockedCIDRKey(brandID, b.CIDR)),
-		store.Increment(blockedIPCountKey(brandID), map[string]int64{"n": -1}))
+		store.Delete(keys.BlockedIP(brandID, id), store.Exists()),
+		store.Delete(keys.BlockedCIDR(brandID, b.CIDR)),
+		store.Increment(keys.BlockedIPCount(brandID), map[string]int64{"n": -1}))
 	if _, failed := store.FailedOp(err); failed {
-		return tally.BlockedIP{}, notFound(store.ErrNotFound, "blocked IP range", id) // deleted meanwhile
+		return tally.BlockedIP{}, records.NotFound(store.ErrNotFound, "blocked IP range", id) // deleted meanwhile
 	}
 	if err != nil {
 		return tally.BlockedIP{}, err
 	}
-	s.fraudConfigs.forget(brandID)
+	s.fraudConfigs.Forget(brandID)
 	return b, nil
 }
 
@@ -163,14 +166,14 @@ type fraudConfig struct {
 }
 
 func (s *Service) fraudConfig(ctx context.Context, brandID string) (fraudConfig, error) {
-	if fc, ok := s.fraudConfigs.get(brandID); ok {
+	if fc, ok := s.fraudConfigs.Get(brandID); ok {
 		return fc, nil
 	}
 	settings, err := s.FraudSettings(ctx, brandID)
 	if err != nil {
 		return fraudConfig{}, err
 	}
-	q := store.Query{PK: brandPK(brandID), SKPrefix: blockedIPSKPrefix, Limit: maxBlockedIPs}
+	q := store.Query{PK: keys.BrandPK(brandID), SKPrefix: keys.BlockedIPSKPrefix, Limit: maxBlockedIPs}
 	var prefixes []netip.Prefix
 	for {
 		page, err := s.store.Query(ctx, q)
@@ -179,7 +182,7 @@ func (s *Service) fraudConfig(ctx context.Context, brandID string) (fraudConfig,
 		}
 		for _, it := range page.Items {
 			var b tally.BlockedIP
-			if err := decode(it, &b); err != nil {
+			if err := records.Decode(it, &b); err != nil {
 				return fraudConfig{}, err
 			}
 			p, err := fraud.ParsePrefix(b.CIDR)
@@ -193,6 +196,6 @@ func (s *Service) fraudConfig(ctx context.Context, brandID string) (fraudConfig,
 		}
 	}
 	fc := fraudConfig{settings: settings, blocked: fraud.NewIPSet(prefixes)}
-	s.fraudConfigs.put(brandID, fc)
+	s.fraudConfigs.Put(brandID, fc)
 	return fc, nil
 }

@@ -12,7 +12,10 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/validate"
 )
 
 // postbackTokenPrefix starts every postback token, so leaked ones are easy
@@ -50,12 +53,12 @@ func (s *Service) CreatePostbackToken(ctx context.Context, brandID string) (Crea
 			PostbackToken: tally.PostbackToken{ID: ids.New("pbt_", now), BrandID: brandID, Prefix: secret[:len(postbackTokenPrefix)+4], CreatedAt: tally.NewTime(now)},
 			Hash:          hashSecret(secret),
 		}
-		ops := []store.Op{store.Put(store.Item{Key: postbackTokenKey(rec.Hash), Data: mustJSON(rec)}, store.NotExists())}
-		pointer := store.Item{Key: brandPostbackTokenKey(brandID), Attrs: map[string]string{"tokenId": rec.ID}, Data: mustJSON(rec)}
+		ops := []store.Op{store.Put(store.Item{Key: keys.PostbackToken(rec.Hash), Data: records.MustJSON(rec)}, store.NotExists())}
+		pointer := store.Item{Key: keys.BrandPostbackToken(brandID), Attrs: map[string]string{"tokenId": rec.ID}, Data: records.MustJSON(rec)}
 		if cur.ID == "" {
 			ops = append(ops, store.Put(pointer, store.NotExists()))
 		} else {
-			ops = append(ops, store.Put(pointer, store.AttrEquals("tokenId", cur.ID)), store.Delete(postbackTokenKey(cur.Hash)))
+			ops = append(ops, store.Put(pointer, store.AttrEquals("tokenId", cur.ID)), store.Delete(keys.PostbackToken(cur.Hash)))
 		}
 		err = s.transact(ctx, ops...)
 		if _, failed := store.FailedOp(err); failed {
@@ -64,13 +67,13 @@ func (s *Service) CreatePostbackToken(ctx context.Context, brandID string) (Crea
 		if err != nil {
 			return CreatedPostbackToken{}, err
 		}
-		s.postbackTokens.forget(cur.Hash)
+		s.postbackTokens.Forget(cur.Hash)
 		return CreatedPostbackToken{PostbackToken: rec.PostbackToken, Token: secret}, nil
 	}
 }
 
 func (s *Service) currentPostbackToken(ctx context.Context, brandID string) (postbackTokenRecord, error) {
-	rec, err := getRecord[postbackTokenRecord](ctx, s.store, brandPostbackTokenKey(brandID))
+	rec, err := records.Get[postbackTokenRecord](ctx, s.store, keys.BrandPostbackToken(brandID))
 	if errors.Is(err, store.ErrNotFound) {
 		return rec, tally.Errorf(tally.ECodeNotFound, "The brand has no postback token; make one with POST /api/v1/postback-token.")
 	}
@@ -92,15 +95,15 @@ func (s *Service) DeletePostbackToken(ctx context.Context, brandID string) (tall
 			return tally.PostbackToken{}, err
 		}
 		err = s.transact(ctx,
-			store.Delete(brandPostbackTokenKey(brandID), store.AttrEquals("tokenId", cur.ID)),
-			store.Delete(postbackTokenKey(cur.Hash)))
+			store.Delete(keys.BrandPostbackToken(brandID), store.AttrEquals("tokenId", cur.ID)),
+			store.Delete(keys.PostbackToken(cur.Hash)))
 		if _, failed := store.FailedOp(err); failed {
 			continue
 		}
 		if err != nil {
 			return tally.PostbackToken{}, err
 		}
-		s.postbackTokens.forget(cur.Hash)
+		s.postbackTokens.Forget(cur.Hash)
 		return cur.PostbackToken, nil
 	}
 }
@@ -113,17 +116,17 @@ func (s *Service) AuthenticatePostback(ctx context.Context, secret string) (Prin
 		return Principal{}, denied
 	}
 	hash := hashSecret(secret)
-	rec, ok := s.postbackTokens.get(hash)
+	rec, ok := s.postbackTokens.Get(hash)
 	if !ok {
 		var err error
-		rec, err = getRecord[postbackTokenRecord](ctx, s.store, postbackTokenKey(hash))
+		rec, err = records.Get[postbackTokenRecord](ctx, s.store, keys.PostbackToken(hash))
 		if errors.Is(err, store.ErrNotFound) {
 			return Principal{}, denied
 		}
 		if err != nil {
 			return Principal{}, err
 		}
-		s.postbackTokens.put(hash, rec)
+		s.postbackTokens.Put(hash, rec)
 	}
 	// The lookup went by the hash; comparing it again in constant time
 	// keeps a stale or damaged record from ever standing in for another.
@@ -171,7 +174,7 @@ func inPostbackWords(err error) error {
 
 func (s *Service) recordPostback(ctx context.Context, brandID string, in InboundPostback) (tally.Conversion, bool, error) {
 	if in.ClickID == "" {
-		return tally.Conversion{}, false, invalidField("click_id", "click_id is required: the {click_id} the tracking link passed to the landing page.")
+		return tally.Conversion{}, false, validate.InvalidField("click_id", "click_id is required: the {click_id} the tracking link passed to the landing page.")
 	}
 	ci := ConversionInput{ClickID: &in.ClickID}
 	switch {
@@ -186,7 +189,7 @@ func (s *Service) recordPostback(ctx context.Context, brandID string, in Inbound
 	}
 	if in.Currency != "" {
 		ci.Currency = &in.Currency
-		if err := currency("currency", ci.Currency, false); err != nil {
+		if err := validate.Currency("currency", ci.Currency, false); err != nil {
 			return tally.Conversion{}, false, err
 		}
 	}
@@ -202,7 +205,7 @@ func (s *Service) recordPostback(ctx context.Context, brandID string, in Inbound
 		cur := offer.offer.Currency
 		if in.Currency != "" && in.Currency != cur {
 			// The payout is the offer's, in the offer's currency.
-			return tally.Conversion{}, false, invalidField("currency", "currency %s is not the offer's %s: a postback records the offer's payout, so send amount in %s.", in.Currency, cur, cur)
+			return tally.Conversion{}, false, validate.InvalidField("currency", "currency %s is not the offer's %s: a postback records the offer's payout, so send amount in %s.", in.Currency, cur, cur)
 		}
 		if in.Amount != "" {
 			cents, err := minorUnits(in.Amount, cur)
@@ -224,12 +227,12 @@ func minorUnits(amount, currency string) (int64, error) {
 	places := minorUnitExponent(currency)
 	whole, frac, _ := strings.Cut(amount, ".")
 	if !decimalAmount.MatchString(amount) || len(frac) > places {
-		return 0, invalidField("amount", "amount must be a decimal number with at most %d decimals for %s, such as %s.", places, currency, []string{"1500", "", "12.50", "1.250"}[places])
+		return 0, validate.InvalidField("amount", "amount must be a decimal number with at most %d decimals for %s, such as %s.", places, currency, []string{"1500", "", "12.50", "1.250"}[places])
 	}
 	// At most 16 digits: the pattern's 13 and 3; an int64 holds them.
 	n, err := strconv.ParseInt(whole+frac+strings.Repeat("0", places-len(frac)), 10, 64)
 	if err != nil || n > 1e12 { // revenueCents' bound
-		return 0, invalidField("amount", "amount is too large.")
+		return 0, validate.InvalidField("amount", "amount is too large.")
 	}
 	return n, nil
 }

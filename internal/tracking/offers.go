@@ -8,7 +8,10 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/validate"
 )
 
 // OfferInput is the body of POST /offers. Pointers tell absent from zero.
@@ -31,27 +34,27 @@ type OfferInput struct {
 
 func (in OfferInput) checks() []error {
 	errs := []error{
-		text("name", in.Name, true, 200),
-		httpURL("destinationUrl", in.DestinationURL, true),
+		validate.Text("name", in.Name, true, 200),
+		validate.HTTPURL("destinationUrl", in.DestinationURL, true),
 		checkDestinationMacros("destinationUrl", in.DestinationURL),
-		requireField("revenueCents", in.RevenueCents != nil),
-		requireField("payoutCents", in.PayoutCents != nil),
-		currency("currency", in.Currency, true),
-		oneOf("status", in.Status, tally.OfferActive, tally.OfferPaused),
-		oneOf("approval", in.Approval, tally.ApprovalAuto, tally.ApprovalManual),
+		validate.Required("revenueCents", in.RevenueCents != nil),
+		validate.Required("payoutCents", in.PayoutCents != nil),
+		validate.Currency("currency", in.Currency, true),
+		validate.OneOf("status", in.Status, tally.OfferActive, tally.OfferPaused),
+		validate.OneOf("approval", in.Approval, tally.ApprovalAuto, tally.ApprovalManual),
 	}
-	errs = append(errs, ranges(in)...)
-	if deref(in.HoldHours, 0) > 0 && deref(in.Approval, tally.ApprovalAuto) != tally.ApprovalManual {
-		errs = append(errs, invalidField("holdHours", "holdHours applies only to offers with approval \"manual\"."))
+	errs = append(errs, validate.Ranges(in)...)
+	if validate.Deref(in.HoldHours, 0) > 0 && validate.Deref(in.Approval, tally.ApprovalAuto) != tally.ApprovalManual {
+		errs = append(errs, validate.InvalidField("holdHours", "holdHours applies only to offers with approval \"manual\"."))
 	}
 	return errs
 }
 
-func (in OfferInput) validate() error { return firstError(in.checks()...) }
+func (in OfferInput) validate() error { return validate.First(in.checks()...) }
 
 // FieldErrors checks every field of an offer and maps each field with a
 // problem to its message (the dashboard's offer form shows them all).
-func (in OfferInput) FieldErrors() map[string]string { return fieldErrors(in.checks()...) }
+func (in OfferInput) FieldErrors() map[string]string { return validate.FieldErrors(in.checks()...) }
 
 // CreateOffer creates an offer for the brand.
 func (s *Service) CreateOffer(ctx context.Context, brandID string, in OfferInput) (tally.Offer, error) {
@@ -67,22 +70,22 @@ func (s *Service) CreateOffer(ctx context.Context, brandID string, in OfferInput
 		RevenueCents:          *in.RevenueCents,
 		PayoutCents:           *in.PayoutCents,
 		Currency:              *in.Currency,
-		Status:                deref(in.Status, tally.OfferActive),
-		Approval:              deref(in.Approval, tally.ApprovalAuto),
-		HoldHours:             deref(in.HoldHours, 0),
-		Caps:                  deref(in.Caps, tally.Caps{}),
-		AttributionWindowDays: deref(in.AttributionWindowDays, tally.DefaultAttributionWindowDays),
+		Status:                validate.Deref(in.Status, tally.OfferActive),
+		Approval:              validate.Deref(in.Approval, tally.ApprovalAuto),
+		HoldHours:             validate.Deref(in.HoldHours, 0),
+		Caps:                  validate.Deref(in.Caps, tally.Caps{}),
+		AttributionWindowDays: validate.Deref(in.AttributionWindowDays, tally.DefaultAttributionWindowDays),
 		CreatedAt:             tally.NewTime(now),
 		UpdatedAt:             tally.NewTime(now),
 	}
 	e := offerEntry{offer: o, rev: 1}
 	err := s.transact(ctx,
 		store.Put(offerItem(e), store.NotExists()),
-		store.Put(store.Item{Key: offerRefKey(o.ID), Data: mustJSON(brandID)}, store.NotExists()))
+		store.Put(store.Item{Key: keys.OfferRef(o.ID), Data: records.MustJSON(brandID)}, store.NotExists()))
 	if err != nil {
 		return tally.Offer{}, err
 	}
-	s.offers.put(brandID+"/"+o.ID, e)
+	s.offers.Put(brandID+"/"+o.ID, e)
 	return o, nil
 }
 
@@ -95,30 +98,30 @@ type offerEntry struct {
 }
 
 func offerItem(e offerEntry) store.Item {
-	return store.Item{Key: offerKey(e.offer.BrandID, e.offer.ID), Attrs: map[string]string{"status": e.offer.Status},
-		Nums: map[string]int64{"rev": e.rev}, Data: mustJSON(e.offer)}
+	return store.Item{Key: keys.Offer(e.offer.BrandID, e.offer.ID), Attrs: map[string]string{"status": e.offer.Status},
+		Nums: map[string]int64{"rev": e.rev}, Data: records.MustJSON(e.offer)}
 }
 
 // offerCheck holds while the offer is active and still at the revision e
 // was read at.
 func offerCheck(e offerEntry) store.Op {
-	return store.Check(offerKey(e.offer.BrandID, e.offer.ID), store.AttrEquals("status", tally.OfferActive), store.NumEquals("rev", e.rev))
+	return store.Check(keys.Offer(e.offer.BrandID, e.offer.ID), store.AttrEquals("status", tally.OfferActive), store.NumEquals("rev", e.rev))
 }
 
 // Offer returns one of the brand's offers.
 func (s *Service) Offer(ctx context.Context, brandID, offerID string) (tally.Offer, error) {
 	if !ids.Valid("off_", offerID) {
-		return tally.Offer{}, notFound(store.ErrNotFound, "offer", offerID)
+		return tally.Offer{}, records.NotFound(store.ErrNotFound, "offer", offerID)
 	}
-	o, err := getRecord[tally.Offer](ctx, s.store, offerKey(brandID, offerID))
-	return o, notFound(err, "offer", offerID)
+	o, err := records.Get[tally.Offer](ctx, s.store, keys.Offer(brandID, offerID))
+	return o, records.NotFound(err, "offer", offerID)
 }
 
 // cachedOffer reads an offer through the per-instance cache. A write that
 // relies on it includes offerCheck, and reloads the offer (loadOffer) when
 // that fails.
 func (s *Service) cachedOffer(ctx context.Context, brandID, offerID string) (offerEntry, error) {
-	if e, ok := s.offers.get(brandID + "/" + offerID); ok {
+	if e, ok := s.offers.Get(brandID + "/" + offerID); ok {
 		return e, nil
 	}
 	return s.loadOffer(ctx, brandID, offerID)
@@ -127,40 +130,40 @@ func (s *Service) cachedOffer(ctx context.Context, brandID, offerID string) (off
 // loadOffer reads an offer and its revision from the store into the cache.
 func (s *Service) loadOffer(ctx context.Context, brandID, offerID string) (offerEntry, error) {
 	if !ids.Valid("off_", offerID) {
-		return offerEntry{}, notFound(store.ErrNotFound, "offer", offerID)
+		return offerEntry{}, records.NotFound(store.ErrNotFound, "offer", offerID)
 	}
-	it, err := s.store.Get(ctx, offerKey(brandID, offerID))
+	it, err := s.store.Get(ctx, keys.Offer(brandID, offerID))
 	if err != nil {
-		return offerEntry{}, notFound(err, "offer", offerID)
+		return offerEntry{}, records.NotFound(err, "offer", offerID)
 	}
 	e := offerEntry{rev: it.Nums["rev"]}
-	if err := decode(it, &e.offer); err != nil {
+	if err := records.Decode(it, &e.offer); err != nil {
 		return offerEntry{}, err
 	}
-	s.offers.put(brandID+"/"+offerID, e)
+	s.offers.Put(brandID+"/"+offerID, e)
 	return e, nil
 }
 
 // offerByID finds an offer from its id alone (the tracking link).
 func (s *Service) offerByID(ctx context.Context, offerID string) (offerEntry, error) {
 	if !ids.Valid("off_", offerID) {
-		return offerEntry{}, notFound(store.ErrNotFound, "offer", offerID)
+		return offerEntry{}, records.NotFound(store.ErrNotFound, "offer", offerID)
 	}
-	brandID, ok := s.offerBrands.get(offerID)
+	brandID, ok := s.offerBrands.Get(offerID)
 	if !ok {
 		var err error
-		if brandID, err = getRecord[string](ctx, s.store, offerRefKey(offerID)); err != nil {
-			return offerEntry{}, notFound(err, "offer", offerID)
+		if brandID, err = records.Get[string](ctx, s.store, keys.OfferRef(offerID)); err != nil {
+			return offerEntry{}, records.NotFound(err, "offer", offerID)
 		}
-		s.offerBrands.put(offerID, brandID)
+		s.offerBrands.Put(offerID, brandID)
 	}
 	return s.cachedOffer(ctx, brandID, offerID)
 }
 
 // Offers lists the brand's offers, newest first.
 func (s *Service) Offers(ctx context.Context, brandID string, p ListParams) ([]tally.Offer, string, error) {
-	sp := span{parts: []partition{{pk: brandPK(brandID)}}, prefix: offerSKPrefix}
-	return listSpan[tally.Offer](ctx, s, sp, p, nil)
+	sp := records.Span{Parts: []records.Partition{{PK: keys.BrandPK(brandID)}}, Prefix: keys.OfferSKPrefix}
+	return records.ListSpan[tally.Offer](ctx, s.db, sp, p, nil)
 }
 
 type capLimit struct {
@@ -202,7 +205,7 @@ type OfferPatch struct {
 // an offer would take, so that both are validated alike.
 func (in OfferPatch) apply(o tally.Offer) (OfferInput, error) {
 	if in.Currency != nil && *in.Currency != o.Currency {
-		return OfferInput{}, invalidField("currency", "currency cannot change: reports and payouts are kept in it. Create another offer.")
+		return OfferInput{}, validate.InvalidField("currency", "currency cannot change: reports and payouts are kept in it. Create another offer.")
 	}
 	caps := o.Caps
 	for name, limit := range in.Caps {
@@ -216,7 +219,7 @@ func (in OfferPatch) apply(o tally.Offer) (OfferInput, error) {
 		case "global":
 			caps.Global = limit
 		default:
-			return OfferInput{}, invalidField("caps."+name, "caps.%s is not a cap; caps are daily, weekly, monthly and global.", name)
+			return OfferInput{}, validate.InvalidField("caps."+name, "caps.%s is not a cap; caps are daily, weekly, monthly and global.", name)
 		}
 	}
 	return OfferInput{
@@ -271,7 +274,7 @@ func (s *Service) UpdateOffer(ctx context.Context, brandID, offerID string, in O
 		if err != nil {
 			return tally.Offer{}, err
 		}
-		s.offers.put(brandID+"/"+offerID, next)
+		s.offers.Put(brandID+"/"+offerID, next)
 		return o, nil
 	}
 }

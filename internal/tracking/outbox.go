@@ -10,6 +10,8 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 )
 
@@ -70,9 +72,9 @@ func (s *Service) newConversionItem(c tally.Conversion) store.Item {
 // it read it.
 func (s *Service) outboxEntry(c tally.Conversion) store.Item {
 	return store.Item{
-		Key:       conversionOutboxKey(c.ID),
+		Key:       keys.ConversionOutbox(c.ID),
 		Attrs:     map[string]string{"at": strconv.FormatInt(time.Now().UnixNano(), 10)},
-		Data:      mustJSON(c),
+		Data:      records.MustJSON(c),
 		ExpiresAt: c.CreatedAt.Add(max(eventRetention, s.deliveryRetention)).Unix(),
 	}
 }
@@ -82,7 +84,7 @@ func (s *Service) outboxEntry(c tally.Conversion) store.Item {
 // conversion's creator; false when another request's marker is there.
 func (s *Service) putConversion(ctx context.Context, c tally.Conversion) (bool, error) {
 	if c.ExternalTxnID != "" {
-		err := s.transact(ctx, store.Put(store.Item{Key: txnKey(c.BrandID, c.OfferID, c.ExternalTxnID), Data: mustJSON(c)}, store.NotExists()))
+		err := s.transact(ctx, store.Put(store.Item{Key: keys.Txn(c.BrandID, c.OfferID, c.ExternalTxnID), Data: records.MustJSON(c)}, store.NotExists()))
 		if _, exists := store.FailedOp(err); exists {
 			return false, nil
 		}
@@ -112,20 +114,20 @@ func (s *Service) completeConversion(ctx context.Context, c tally.Conversion) er
 // have lost its request before the conversion was written: it is
 // completed now, as first recorded.
 func (s *Service) replay(ctx context.Context, c tally.Conversion) (tally.Conversion, bool, error) {
-	marker, err := s.store.Get(ctx, txnKey(c.BrandID, c.OfferID, c.ExternalTxnID))
+	marker, err := s.store.Get(ctx, keys.Txn(c.BrandID, c.OfferID, c.ExternalTxnID))
 	if err != nil {
 		return tally.Conversion{}, false, err
 	}
 	var first tally.Conversion
 	var firstID string
 	if json.Unmarshal(marker.Data, &firstID) == nil { // written with its conversion, in one transaction
-		first, err = getRecord[tally.Conversion](ctx, s.store, conversionKey(c.BrandID, firstID))
+		first, err = records.Get[tally.Conversion](ctx, s.store, keys.Conversion(c.BrandID, firstID))
 		return first, false, err
 	}
-	if err := decode(marker, &first); err != nil {
+	if err := records.Decode(marker, &first); err != nil {
 		return first, false, err
 	}
-	stored, err := getRecord[tally.Conversion](ctx, s.store, conversionKey(first.BrandID, first.ID))
+	stored, err := records.Get[tally.Conversion](ctx, s.store, keys.Conversion(first.BrandID, first.ID))
 	if errors.Is(err, store.ErrNotFound) {
 		return first, false, s.completeConversion(ctx, first)
 	}
@@ -141,12 +143,12 @@ func (s *Service) createdEvent(c tally.Conversion) store.Item {
 	evt := tally.Event{
 		ID:    ids.Derived("evt_", c.CreatedAt.Time, tally.EventConversionCreated+"/"+c.ID),
 		Event: tally.EventConversionCreated, CreatedAt: c.CreatedAt, BrandID: c.BrandID,
-		Data: mustJSON(conversionEventData(c, "")),
+		Data: records.MustJSON(conversionEventData(c, "")),
 	}
 	return store.Item{
-		Key:       eventKey(evt.ID),
+		Key:       keys.Event(evt.ID),
 		Attrs:     map[string]string{"type": evt.Event, "brandId": c.BrandID, outboxAttr: c.ID},
-		Data:      mustJSON(evt),
+		Data:      records.MustJSON(evt),
 		ExpiresAt: c.CreatedAt.Add(max(eventRetention, s.deliveryRetention)).Unix(), // deliveries read their envelope from it
 	}
 }
@@ -162,7 +164,7 @@ func (s *Service) writeCreatedEvent(ctx context.Context, c tally.Conversion) (st
 // conversion's conversion.created event and dispatches it.
 func (s *Service) DispatchConversion(ctx context.Context, conversion store.Item) ([]DeliveryMessage, error) {
 	var c tally.Conversion
-	if err := decode(conversion, &c); err != nil {
+	if err := records.Decode(conversion, &c); err != nil {
 		return nil, err
 	}
 	evt, err := s.writeCreatedEvent(ctx, c)
@@ -190,7 +192,7 @@ func inOutbox(event store.Item) bool {
 // first recorded earlier writes it again, then the conversion, and may be
 // between the two.
 func (s *Service) outboxedConversions(ctx context.Context, cutoff time.Time, limit int) ([]string, error) {
-	entries, err := oldestFirst(ctx, s.store, store.Table, conversionOutboxPK, ids.Ceil("cnv_", cutoff), limit, func(it store.Item) (store.Item, error) {
+	entries, err := oldestFirst(ctx, s.store, store.Table, keys.ConversionOutboxPK, ids.Ceil("cnv_", cutoff), limit, func(it store.Item) (store.Item, error) {
 		return it, nil
 	})
 	if err != nil {
@@ -202,10 +204,10 @@ func (s *Service) outboxedConversions(ctx context.Context, cutoff time.Time, lim
 			continue
 		}
 		var c tally.Conversion
-		if err := decode(it, &c); err != nil {
+		if err := records.Decode(it, &c); err != nil {
 			return out, err
 		}
-		_, err := s.store.Get(ctx, conversionKey(c.BrandID, c.ID))
+		_, err := s.store.Get(ctx, keys.Conversion(c.BrandID, c.ID))
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			err = s.transact(ctx, store.Delete(it.Key, store.AttrEquals("at", it.Attrs["at"])))

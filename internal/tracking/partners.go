@@ -6,7 +6,10 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/validate"
 )
 
 // ApplicationInput is the body of the public partner application form.
@@ -19,21 +22,23 @@ type ApplicationInput struct {
 
 func (in ApplicationInput) checks() []error {
 	return []error{
-		text("name", in.Name, true, 200),
-		email("email", in.Email),
-		httpURL("website", in.Website, false),
-		paragraph("message", in.Message, false, 2000),
+		validate.Text("name", in.Name, true, 200),
+		validate.Email("email", in.Email),
+		validate.HTTPURL("website", in.Website, false),
+		validate.Paragraph("message", in.Message, false, 2000),
 	}
 }
 
 // FieldErrors checks every field of an application and maps each field
 // with a problem to its message (the application page shows them all).
-func (in ApplicationInput) FieldErrors() map[string]string { return fieldErrors(in.checks()...) }
+func (in ApplicationInput) FieldErrors() map[string]string {
+	return validate.FieldErrors(in.checks()...)
+}
 
 // Apply records a partner application for the brand and emits partner.applied.
 // One e-mail address applies once per brand; a second application answers 409.
 func (s *Service) Apply(ctx context.Context, brandID string, in ApplicationInput) (tally.Partner, error) {
-	if err := firstError(in.checks()...); err != nil {
+	if err := validate.First(in.checks()...); err != nil {
 		return tally.Partner{}, err
 	}
 	if _, err := s.Brand(ctx, brandID); err != nil {
@@ -45,8 +50,8 @@ func (s *Service) Apply(ctx context.Context, brandID string, in ApplicationInput
 		BrandID:   brandID,
 		Name:      strings.TrimSpace(*in.Name),
 		Email:     *in.Email,
-		Website:   deref(in.Website, ""),
-		Message:   deref(in.Message, ""),
+		Website:   validate.Deref(in.Website, ""),
+		Message:   validate.Deref(in.Message, ""),
 		Status:    tally.PartnerApplied,
 		CreatedAt: tally.NewTime(now),
 		UpdatedAt: tally.NewTime(now),
@@ -57,7 +62,7 @@ func (s *Service) Apply(ctx context.Context, brandID string, in ApplicationInput
 	}
 	err = s.transact(ctx,
 		store.Put(partnerItem(p), store.NotExists()),
-		store.Put(store.Item{Key: partnerEmailKey(brandID, strings.ToLower(p.Email)), Data: mustJSON(p.ID)}, store.NotExists()),
+		store.Put(store.Item{Key: keys.PartnerEmail(brandID, strings.ToLower(p.Email)), Data: records.MustJSON(p.ID)}, store.NotExists()),
 		evt,
 	)
 	if i, failed := store.FailedOp(err); failed && i == 1 {
@@ -69,7 +74,7 @@ func (s *Service) Apply(ctx context.Context, brandID string, in ApplicationInput
 }
 
 func partnerItem(p tally.Partner) store.Item {
-	return store.Item{Key: partnerKey(p.BrandID, p.ID), Attrs: map[string]string{"status": p.Status}, Data: mustJSON(p)}
+	return store.Item{Key: keys.Partner(p.BrandID, p.ID), Attrs: map[string]string{"status": p.Status}, Data: records.MustJSON(p)}
 }
 
 func partnerEventData(p tally.Partner, previous string) tally.PartnerEventData {
@@ -79,24 +84,24 @@ func partnerEventData(p tally.Partner, previous string) tally.PartnerEventData {
 // Partner returns one of the brand's partners.
 func (s *Service) Partner(ctx context.Context, brandID, partnerID string) (tally.Partner, error) {
 	if !ids.Valid("prt_", partnerID) {
-		return tally.Partner{}, notFound(store.ErrNotFound, "partner", partnerID)
+		return tally.Partner{}, records.NotFound(store.ErrNotFound, "partner", partnerID)
 	}
-	p, err := getRecord[tally.Partner](ctx, s.store, partnerKey(brandID, partnerID))
-	return p, notFound(err, "partner", partnerID)
+	p, err := records.Get[tally.Partner](ctx, s.store, keys.Partner(brandID, partnerID))
+	return p, records.NotFound(err, "partner", partnerID)
 }
 
 // Partners lists the brand's partners, newest first, optionally only those
 // with the given status.
 func (s *Service) Partners(ctx context.Context, brandID, status string, p ListParams) ([]tally.Partner, string, error) {
-	if err := oneOf("status", &status, "", tally.PartnerApplied, tally.PartnerActive, tally.PartnerRejected, tally.PartnerBanned); err != nil {
+	if err := validate.OneOf("status", &status, "", tally.PartnerApplied, tally.PartnerActive, tally.PartnerRejected, tally.PartnerBanned); err != nil {
 		return nil, "", err
 	}
-	sp := span{parts: []partition{{pk: brandPK(brandID)}}, prefix: partnerSKPrefix, filter: status}
+	sp := records.Span{Parts: []records.Partition{{PK: keys.BrandPK(brandID)}}, Prefix: keys.PartnerSKPrefix, Filter: status}
 	var keep func(*tally.Partner) bool
 	if status != "" {
 		keep = func(p *tally.Partner) bool { return p.Status == status }
 	}
-	return listSpan(ctx, s, sp, p, keep)
+	return records.ListSpan(ctx, s.db, sp, p, keep)
 }
 
 // partnerTransitions says, for each action, which states it leaves from, where

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 )
 
@@ -56,7 +58,7 @@ type Pipeline struct {
 	// back holds, per shard, a due-index key at or before every retry set
 	// since the due index was read: a short wait may put a retry behind
 	// where the reading stopped.
-	back [queueShards]string
+	back [keys.QueueShards]string
 }
 
 const (
@@ -144,7 +146,7 @@ func (p *Pipeline) Run(ctx context.Context) {
 	}
 	defer p.sched.close()
 	defer fanners.Wait()
-	outbox, due := &indexReader{pk: outboxPK}, &indexReader{pk: dueQueuePK}
+	outbox, due := &indexReader{pk: keys.OutboxPK}, &indexReader{pk: keys.DueQueuePK}
 	for {
 		next, more, err := p.pass(ctx, outbox, due)
 		if ctx.Err() != nil {
@@ -195,12 +197,12 @@ func (p *Pipeline) pass(ctx context.Context, outbox, due *indexReader) (next tim
 	p.soonest = time.Time{}
 	fanning := len(p.fanning)
 	back := p.back
-	p.back = [queueShards]string{}
+	p.back = [keys.QueueShards]string{}
 	p.mu.Unlock()
 	now := p.svc.Now()
 	outbox.rewindIf(fanning == 0, now)
 	due.backTo(back)
-	for shard := range queueShards {
+	for shard := range keys.QueueShards {
 		if len(p.fanouts) > fanOutQueue/2 {
 			break // the fan-out workers have plenty; the rest waits in the outbox
 		}
@@ -217,11 +219,11 @@ func (p *Pipeline) pass(ctx context.Context, outbox, due *indexReader) (next tim
 	}
 	next = maxIdle
 	due.rewindIf(p.sched.queued() == 0, now)
-	for shard := range queueShards {
+	for shard := range keys.QueueShards {
 		if p.sched.queued() >= maxQueued {
 			break // the rest waits in the index until the scheduler has room
 		}
-		page, full, err := due.read(ctx, p.svc.store, shard, dueQueueSK(now, "~"))
+		page, full, err := due.read(ctx, p.svc.store, shard, keys.DueQueueSK(now, "~"))
 		if err != nil {
 			return 0, false, err
 		}
@@ -232,14 +234,14 @@ func (p *Pipeline) pass(ctx context.Context, outbox, due *indexReader) (next tim
 				continue
 			}
 			var rec deliveryRecord
-			if err := decode(it, &rec); err != nil {
+			if err := records.Decode(it, &rec); err != nil {
 				return 0, false, err
 			}
 			jobs = append(jobs, jobOf(rec))
 		}
 		p.sched.add(jobs...)
 		// The earliest entry not yet due sets the next wake-up.
-		later, err := p.svc.store.Query(ctx, store.Query{Index: store.GSI3, PK: dueQueuePK(shard), SKFrom: dueQueueSK(now, "~"), Limit: 1})
+		later, err := p.svc.store.Query(ctx, store.Query{Index: store.GSI3, PK: keys.DueQueuePK(shard), SKFrom: keys.DueQueueSK(now, "~"), Limit: 1})
 		if err != nil {
 			return 0, false, err
 		}
@@ -262,7 +264,7 @@ func (p *Pipeline) pass(ctx context.Context, outbox, due *indexReader) (next tim
 // store error, another process's entry stamped by a slower clock).
 type indexReader struct {
 	pk      func(shard int) string
-	at      [queueShards]string
+	at      [keys.QueueShards]string
 	rewound time.Time
 }
 
@@ -271,13 +273,13 @@ const rescan = 10 * time.Second
 
 func (r *indexReader) rewindIf(idle bool, now time.Time) {
 	if idle || now.Sub(r.rewound) >= rescan || now.Before(r.rewound) {
-		r.at, r.rewound = [queueShards]string{}, now
+		r.at, r.rewound = [keys.QueueShards]string{}, now
 	}
 }
 
 // backTo moves the reading back to the given keys where they lie before
 // it ("": leave the shard as it is).
-func (r *indexReader) backTo(keys [queueShards]string) {
+func (r *indexReader) backTo(keys [keys.QueueShards]string) {
 	for shard, key := range keys {
 		if key != "" && r.at[shard] > key {
 			r.at[shard] = key
@@ -487,7 +489,7 @@ func (p *Pipeline) retryAt(deliveryID string, t time.Time) {
 		p.soonest = t
 	}
 	// Just before any entry due at t: the key of the millisecond before, at its end.
-	key, shard := dueQueueSK(t.Add(-time.Millisecond), "~"), queueShardOf(deliveryID)
+	key, shard := keys.DueQueueSK(t.Add(-time.Millisecond), "~"), keys.QueueShardOf(deliveryID)
 	if p.back[shard] == "" || key < p.back[shard] {
 		p.back[shard] = key
 	}

@@ -10,7 +10,10 @@ import (
 	"strings"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/validate"
 )
 
 // Partner postbacks (DESIGN "Partner postbacks"): a partner gives a URL
@@ -43,7 +46,7 @@ type postbackRecord struct {
 	tally.Postback
 }
 
-func (r *postbackRecord) fromItem(it store.Item) { r.EndpointHealth = healthOf(it).public() }
+func (r *postbackRecord) FromItem(it store.Item) { r.EndpointHealth = healthOf(it).public() }
 
 // postbackValues are what a postback's macros are filled with.
 type postbackValues struct {
@@ -111,14 +114,14 @@ func checkPostbackTemplate(tmpl string) error {
 			break
 		}
 		if rest[i] == '}' {
-			return invalid("url: a '}' without its '{'; macros are written {name}.")
+			return validate.Invalid("url: a '}' without its '{'; macros are written {name}.")
 		}
 		j := strings.IndexAny(rest[i+1:], "{}")
 		if j < 0 || rest[i+1+j] != '}' {
-			return invalid("url: a '{' without its '}'; macros are written {name}.")
+			return validate.Invalid("url: a '{' without its '}'; macros are written {name}.")
 		}
 		if name := rest[i+1 : i+1+j]; !slices.Contains(postbackMacros, name) {
-			return invalid("url: {%s} is not a macro; the macros are {%s}.", name, strings.Join(postbackMacros, "}, {"))
+			return validate.Invalid("url: {%s} is not a macro; the macros are {%s}.", name, strings.Join(postbackMacros, "}, {"))
 		}
 		rest = rest[i+1+j+1:]
 	}
@@ -126,7 +129,7 @@ func checkPostbackTemplate(tmpl string) error {
 		host, _, _ := strings.Cut(after, "/")
 		host, _, _ = strings.Cut(host, "?")
 		if strings.ContainsAny(scheme+host, "{}") {
-			return invalid("url: macros may stand in the path and query only, not in the scheme or host.")
+			return validate.Invalid("url: macros may stand in the path and query only, not in the scheme or host.")
 		}
 	}
 	return nil
@@ -134,9 +137,9 @@ func checkPostbackTemplate(tmpl string) error {
 
 func (in PostbackInput) validate(checkURL func(string) error) error {
 	if in.URL == nil {
-		return invalid("url is required.")
+		return validate.Invalid("url is required.")
 	}
-	if err := text("url", in.URL, true, 2048); err != nil {
+	if err := validate.Text("url", in.URL, true, 2048); err != nil {
 		return err
 	}
 	if err := checkPostbackTemplate(*in.URL); err != nil {
@@ -149,14 +152,14 @@ func (in PostbackInput) validate(checkURL func(string) error) error {
 	}
 	for i, name := range in.Events {
 		if !slices.Contains(postbackEvents, name) {
-			return invalid("events[%d]: a postback fires on %s, not %q.", i, strings.Join(postbackEvents, ", "), name)
+			return validate.Invalid("events[%d]: a postback fires on %s, not %q.", i, strings.Join(postbackEvents, ", "), name)
 		}
 		if slices.Contains(in.Events[:i], name) {
-			return invalid("events[%d]: %q is listed twice.", i, name)
+			return validate.Invalid("events[%d]: %q is listed twice.", i, name)
 		}
 	}
 	if in.Events != nil && len(in.Events) == 0 {
-		return invalid("events must name at least one event, or be left out for conversion.created.")
+		return validate.Invalid("events must name at least one event, or be left out for conversion.created.")
 	}
 	return nil
 }
@@ -176,7 +179,7 @@ func (s *Service) PutPostback(ctx context.Context, brandID, partnerID string, in
 	}
 	now := tally.NewTime(s.Now())
 	for {
-		key := postbackKey(brandID, partnerID)
+		key := keys.Postback(brandID, partnerID)
 		it, err := s.store.Get(ctx, key)
 		var op store.Op
 		rec := postbackRecord{tally.Postback{PartnerID: partnerID, BrandID: brandID, URL: *in.URL, Events: in.Events, CreatedAt: now, UpdatedAt: now}}
@@ -188,7 +191,7 @@ func (s *Service) PutPostback(ctx context.Context, brandID, partnerID string, in
 			return tally.Postback{}, err
 		default:
 			var old postbackRecord
-			if err := decode(it, &old); err != nil {
+			if err := records.Decode(it, &old); err != nil {
 				return tally.Postback{}, err
 			}
 			rec.CreatedAt = old.CreatedAt
@@ -202,7 +205,7 @@ func (s *Service) PutPostback(ctx context.Context, brandID, partnerID string, in
 		if err != nil {
 			return tally.Postback{}, err
 		}
-		rec.fromItem(it)
+		rec.FromItem(it)
 		return rec.Postback, nil
 	}
 }
@@ -217,7 +220,7 @@ func (s *Service) postback(ctx context.Context, brandID, partnerID string) (post
 	if _, err := s.Partner(ctx, brandID, partnerID); err != nil {
 		return postbackRecord{}, err
 	}
-	rec, err := getRecord[postbackRecord](ctx, s.store, postbackKey(brandID, partnerID))
+	rec, err := records.Get[postbackRecord](ctx, s.store, keys.Postback(brandID, partnerID))
 	if errors.Is(err, store.ErrNotFound) {
 		return rec, tally.Errorf(tally.ECodeNotFound, "Partner %s has no postback.", partnerID)
 	}
@@ -231,7 +234,7 @@ func (s *Service) DeletePostback(ctx context.Context, brandID, partnerID string)
 	if err != nil {
 		return tally.Postback{}, err
 	}
-	err = s.transact(ctx, store.Delete(postbackKey(brandID, partnerID), store.Exists()))
+	err = s.transact(ctx, store.Delete(keys.Postback(brandID, partnerID), store.Exists()))
 	if _, gone := store.FailedOp(err); gone {
 		return tally.Postback{}, tally.Errorf(tally.ECodeNotFound, "Partner %s has no postback.", partnerID)
 	}
@@ -261,7 +264,7 @@ func (s *Service) SendTestPostback(ctx context.Context, brandID, partnerID strin
 		return tally.Event{}, err
 	}
 	var evt tally.Event
-	return evt, decode(op.Item, &evt)
+	return evt, records.Decode(op.Item, &evt)
 }
 
 // postbackDelivery makes the postback delivery of an event, if the event
@@ -290,7 +293,7 @@ func (s *Service) postbackDelivery(ctx context.Context, item store.Item, evt tal
 	default:
 		return nil, store.Item{}, nil
 	}
-	pbItem, err := s.store.Get(ctx, postbackKey(evt.BrandID, partnerID))
+	pbItem, err := s.store.Get(ctx, keys.Postback(evt.BrandID, partnerID))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, store.Item{}, nil
 	}
@@ -298,7 +301,7 @@ func (s *Service) postbackDelivery(ctx context.Context, item store.Item, evt tal
 		return nil, store.Item{}, err
 	}
 	var pb postbackRecord
-	if err := decode(pbItem, &pb); err != nil {
+	if err := records.Decode(pbItem, &pb); err != nil {
 		return nil, store.Item{}, err
 	}
 	if evt.Event != tally.PostbackTestEvent && (pb.Status == tally.EndpointDisabled || !slices.Contains(pb.Events, evt.Event)) {
@@ -307,7 +310,7 @@ func (s *Service) postbackDelivery(ctx context.Context, item store.Item, evt tal
 	if values.ConversionID != "" && evt.Event != tally.PostbackTestEvent {
 		// The event carries sub1 only; the other macros come from the
 		// conversion itself.
-		c, err := getRecord[tally.Conversion](ctx, s.store, conversionKey(evt.BrandID, values.ConversionID))
+		c, err := records.Get[tally.Conversion](ctx, s.store, keys.Conversion(evt.BrandID, values.ConversionID))
 		if err != nil {
 			return nil, store.Item{}, err
 		}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 )
 
@@ -19,9 +21,9 @@ import (
 // manual retry starts it again. A delivery that is no longer pending is
 // left as it is; like Attempt, the step may be repeated.
 func (s *Service) AbandonDelivery(ctx context.Context, ref DeliveryRef) (AttemptResult, error) {
-	rec, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(ref.BrandID, ref.DeliveryID))
+	rec, err := records.Get[deliveryRecord](ctx, s.store, keys.Delivery(ref.BrandID, ref.DeliveryID))
 	if err != nil {
-		return AttemptResult{}, notFound(err, "delivery", ref.DeliveryID)
+		return AttemptResult{}, records.NotFound(err, "delivery", ref.DeliveryID)
 	}
 	if rec.Status != tally.DeliveryPending {
 		return s.resultOf(rec), nil
@@ -36,7 +38,7 @@ func (s *Service) AbandonDelivery(ctx context.Context, ref DeliveryRef) (Attempt
 // probe's) has seen no attempt of the probe fail, and stays parked for a
 // probe of its own.
 func (s *Service) abandonParked(ctx context.Context, ref DeliveryRef, last time.Time) (bool, error) {
-	rec, err := getRecord[deliveryRecord](ctx, s.store, deliveryKey(ref.BrandID, ref.DeliveryID))
+	rec, err := records.Get[deliveryRecord](ctx, s.store, keys.Delivery(ref.BrandID, ref.DeliveryID))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return false, nil // expired meanwhile
@@ -61,7 +63,7 @@ func (s *Service) abandonParked(ctx context.Context, ref DeliveryRef, last time.
 // from the stream makes it) so that its id can be re-driven, or is deleted
 // when its conversion was never written (outboxedConversions).
 func (s *Service) Overdue(ctx context.Context, cutoff time.Time, limit int) (events []string, deliveries []DeliveryRef, err error) {
-	events, err = oldestFirst(ctx, s.store, store.GSI3, outboxPK, ids.Ceil("evt_", cutoff), limit, func(it store.Item) (string, error) {
+	events, err = oldestFirst(ctx, s.store, store.GSI3, keys.OutboxPK, ids.Ceil("evt_", cutoff), limit, func(it store.Item) (string, error) {
 		return it.GSI3.SK, nil
 	})
 	if err != nil {
@@ -72,9 +74,9 @@ func (s *Service) Overdue(ctx context.Context, cutoff time.Time, limit int) (eve
 		return nil, nil, err
 	}
 	events = append(events, created...)
-	deliveries, err = oldestFirst(ctx, s.store, store.GSI3, dueQueuePK, dueQueueSK(cutoff, "~"), limit, func(it store.Item) (DeliveryRef, error) {
+	deliveries, err = oldestFirst(ctx, s.store, store.GSI3, keys.DueQueuePK, keys.DueQueueSK(cutoff, "~"), limit, func(it store.Item) (DeliveryRef, error) {
 		var rec deliveryRecord
-		err := decode(it, &rec)
+		err := records.Decode(it, &rec)
 		return DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID}, err
 	})
 	return events, deliveries, err
@@ -89,8 +91,8 @@ func oldestFirst[T any](ctx context.Context, st store.Store, index store.Index, 
 		v  T
 	}
 	var all []entry
-	for shard := range queueShards {
-		page, err := st.Query(ctx, store.Query{Index: index, PK: pk(shard), SKTo: skTo, Limit: min(limit, maxScan)})
+	for shard := range keys.QueueShards {
+		page, err := st.Query(ctx, store.Query{Index: index, PK: pk(shard), SKTo: skTo, Limit: min(limit, records.MaxScan)})
 		if err != nil {
 			return nil, err
 		}

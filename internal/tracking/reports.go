@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/validate"
 )
 
 // maxReportDays bounds one report's range.
@@ -60,13 +62,13 @@ func (s *Service) Report(ctx context.Context, brandID string, q ReportQuery) (Re
 	if err != nil {
 		return Report{}, err
 	}
-	if err := firstError(idFilter("offerId", "off_", q.OfferID), idFilter("partnerId", "prt_", q.PartnerID)); err != nil {
+	if err := validate.First(validate.IDFilter("offerId", "off_", q.OfferID), validate.IDFilter("partnerId", "prt_", q.PartnerID)); err != nil {
 		return Report{}, err
 	}
 	group := map[string]bool{}
 	for _, g := range q.GroupBy {
 		if !slices.Contains(reportGroups, g) || group[g] {
-			return Report{}, invalid("groupBy must be a comma-separated list of distinct values from: %s.", strings.Join(reportGroups, ", "))
+			return Report{}, validate.Invalid("groupBy must be a comma-separated list of distinct values from: %s.", strings.Join(reportGroups, ", "))
 		}
 		group[g] = true
 	}
@@ -121,14 +123,14 @@ func (s *Service) Report(ctx context.Context, brandID string, q ReportQuery) (Re
 		first, last := r.first.Format(time.DateOnly), r.last.Format(time.DateOnly)
 		if r.whole {
 			err = s.eachRollup(ctx, func(shard int) store.Query {
-				return store.Query{PK: rollupPK(brandID, shard), SKFrom: first, SKTo: rollupDayTo(last)}
+				return store.Query{PK: keys.RollupPK(brandID, shard), SKFrom: first, SKTo: keys.RollupDayTo(last)}
 			}, func(it store.Item) error {
 				day, _ := time.Parse(time.DateOnly, it.SK[:len(time.DateOnly)])
 				return add(day, it)
 			})
 		} else {
 			err = s.eachRollup(ctx, func(shard int) store.Query {
-				return store.Query{PK: rollupQuarterPK(brandID, shard), SKFrom: rollupQuartersFrom(first), SKTo: rollupQuartersTo(last)}
+				return store.Query{PK: keys.RollupQuarterPK(brandID, shard), SKFrom: keys.RollupQuartersFrom(first), SKTo: keys.RollupQuartersTo(last)}
 			}, func(it store.Item) error {
 				at, err := time.Parse(quarterLayout, it.SK[:len(quarterLayout)])
 				if err != nil {
@@ -159,7 +161,7 @@ func (s *Service) Report(ctx context.Context, brandID string, q ReportQuery) (Re
 // eachRollup reads every page of the query that query(shard) makes, for
 // each shard, and hands fn the items.
 func (s *Service) eachRollup(ctx context.Context, query func(shard int) store.Query, fn func(store.Item) error) error {
-	for shard := range shards {
+	for shard := range keys.Shards {
 		q := query(shard)
 		q.Limit = 1000
 		for {
@@ -187,7 +189,7 @@ func (s *Service) reportZone(name string) (*time.Location, error) {
 	}
 	loc, err := s.zones(name)
 	if err != nil || name == "Local" || len(name) > 64 {
-		return nil, invalidField("timezone", "timezone must be an IANA time zone name such as UTC, Europe/Paris or America/New_York.")
+		return nil, validate.InvalidField("timezone", "timezone must be an IANA time zone name such as UTC, Europe/Paris or America/New_York.")
 	}
 	return loc, nil
 }
@@ -241,7 +243,7 @@ func parseRollupSK(sk string) (day, offerID, partnerID, currency string, ok bool
 func reportRange(from, to string, now time.Time) (string, string, error) {
 	toDate, _ := time.Parse(time.DateOnly, now.Format(time.DateOnly))
 	if to != "" {
-		t, err := dateParam("to", to)
+		t, err := validate.DateParam("to", to)
 		if err != nil {
 			return "", "", err
 		}
@@ -249,7 +251,7 @@ func reportRange(from, to string, now time.Time) (string, string, error) {
 	}
 	fromDate := toDate.AddDate(0, 0, -29)
 	if from != "" {
-		f, err := dateParam("from", from)
+		f, err := validate.DateParam("from", from)
 		if err != nil {
 			return "", "", err
 		}
@@ -257,9 +259,9 @@ func reportRange(from, to string, now time.Time) (string, string, error) {
 	}
 	switch days := int(toDate.Sub(fromDate).Hours()/24) + 1; {
 	case days < 1:
-		return "", "", invalid("from must not be after to.")
+		return "", "", validate.Invalid("from must not be after to.")
 	case days > maxReportDays:
-		return "", "", invalid("A report covers at most %d days; narrow from and to.", maxReportDays)
+		return "", "", validate.Invalid("A report covers at most %d days; narrow from and to.", maxReportDays)
 	}
 	return fromDate.Format(time.DateOnly), toDate.Format(time.DateOnly), nil
 }

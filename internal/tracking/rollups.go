@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 )
 
@@ -82,7 +84,7 @@ func (s *Service) RollUp(ctx context.Context, shard string, changes []StreamChan
 		}
 		recs = append(recs, rolledRecord{seq: ch.Seq, ops: ops})
 	}
-	key := rollupCheckpointKey(shard)
+	key := keys.RollupCheckpoint(shard)
 	done, err := s.rolledUpTo(ctx, key)
 	for err == nil {
 		i := 0
@@ -118,13 +120,13 @@ func (s *Service) RollUp(ctx context.Context, shard string, changes []StreamChan
 func streamIncrements(it store.Item, shard string) ([]store.Op, error) {
 	if strings.HasPrefix(it.SK, "clk_") {
 		var c tally.Click
-		if err := decode(it, &c); err != nil {
+		if err := records.Decode(it, &c); err != nil {
 			return nil, err
 		}
 		return rollupIncrements(c.BrandID, shard, c.CreatedAt.Time, c.OfferID, c.PartnerID, it.Attrs[clickCurrencyAttr], clickCounts(it.Attrs[clickHighRiskAttr] != "")), nil
 	}
 	var c tally.Conversion
-	if err := decode(it, &c); err != nil {
+	if err := records.Decode(it, &c); err != nil {
 		return nil, err
 	}
 	return rollupIncrements(c.BrandID, shard, c.CreatedAt.Time, c.OfferID, c.PartnerID, c.Currency, createdDelta(c)), nil

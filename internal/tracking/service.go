@@ -7,16 +7,14 @@ package tracking
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/delivery"
-	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 )
 
@@ -36,6 +34,7 @@ const DefaultDeliveryRetention = 30 * 24 * time.Hour
 
 // Service runs the business operations over a store.
 type Service struct {
+	db    *records.DB
 	store store.Store
 	now   func() time.Time
 
@@ -69,21 +68,20 @@ type Service struct {
 	// endpoints out of the outbox (WithOutboxOnlyForEndpoints).
 	endpointless *endpointless
 
-	offers      *cache[offerEntry]
-	offerBrands *cache[string] // offer id → brand id; never changes
+	offers      *records.Cache[offerEntry]
+	offerBrands *records.Cache[string] // offer id → brand id; never changes
 	// fraudConfigs are the brands' fraud settings and blocklists; a change
 	// reaches other instances within offerTTL.
-	fraudConfigs *cache[fraudConfig]
-	apiKeys      *cache[apiKeyRecord]
+	fraudConfigs *records.Cache[fraudConfig]
+	apiKeys      *records.Cache[apiKeyRecord]
 	// postbackTokens are postback tokens by the hash of their secret.
-	postbackTokens *cache[postbackTokenRecord]
+	postbackTokens *records.Cache[postbackTokenRecord]
 	// notingKeys holds the hashes of keys whose lastUsedAt this instance is
 	// writing, so that concurrent requests write it once.
 	notingKeys sync.Map
-	cursorKeys keyringCache // signs list cursors
 	// unknownKeys remembers secrets that match no key for a few seconds, so
 	// a client repeating a wrong key costs no read per request.
-	unknownKeys *cache[struct{}]
+	unknownKeys *records.Cache[struct{}]
 	keyTTL      time.Duration
 	offerTTL    time.Duration
 
@@ -92,6 +90,15 @@ type Service struct {
 	// zones loads the IANA time zones that reports bucket days in.
 	zones func(name string) (*time.Location, error)
 }
+
+// ListParams are the paging parameters of every list.
+type ListParams = records.ListParams
+
+// Page sizes of every list.
+const (
+	DefaultLimit = records.DefaultLimit
+	MaxLimit     = records.MaxLimit
+)
 
 // Option configures a Service.
 type Option func(*Service)
@@ -171,12 +178,17 @@ func New(st store.Store, opts ...Option) *Service {
 	for _, o := range opts {
 		o(s)
 	}
-	s.offers = newCache[offerEntry](s.offerTTL, s.now)
-	s.offerBrands = newCache[string](time.Hour, s.now)
-	s.fraudConfigs = newCache[fraudConfig](s.offerTTL, s.now)
-	s.apiKeys = newCache[apiKeyRecord](s.keyTTL, s.now)
-	s.postbackTokens = newCache[postbackTokenRecord](s.keyTTL, s.now)
-	s.unknownKeys = newCache[struct{}](min(s.keyTTL, unknownKeyTTL), s.now)
+	var ids records.IDs = records.ShardZeroIDs{}
+	if s.partitioned {
+		ids = records.SpreadIDs{}
+	}
+	s.db = records.New(st, s.now, ids)
+	s.offers = records.NewCache[offerEntry](s.offerTTL, s.now)
+	s.offerBrands = records.NewCache[string](time.Hour, s.now)
+	s.fraudConfigs = records.NewCache[fraudConfig](s.offerTTL, s.now)
+	s.apiKeys = records.NewCache[apiKeyRecord](s.keyTTL, s.now)
+	s.postbackTokens = records.NewCache[postbackTokenRecord](s.keyTTL, s.now)
+	s.unknownKeys = records.NewCache[struct{}](min(s.keyTTL, unknownKeyTTL), s.now)
 	return s
 }
 
@@ -197,15 +209,15 @@ type eventEnvelope struct {
 // newEvent builds the outbox item for an event, to be written in the same
 // transaction as the change it reports.
 func (s *Service) newEvent(brandID, name string, data any, at time.Time) (store.Op, error) {
-	evt := eventEnvelope{ID: s.newID("evt_", at), Event: name, CreatedAt: tally.NewTime(at), BrandID: brandID, Data: data}
+	evt := eventEnvelope{ID: s.db.NewID("evt_", at), Event: name, CreatedAt: tally.NewTime(at), BrandID: brandID, Data: data}
 	body, err := json.Marshal(evt)
 	if err != nil {
 		return store.Op{}, err
 	}
 	return store.Put(store.Item{
-		Key:       eventKey(evt.ID),
-		GSI1:      store.IndexKey{PK: eventsByBrand(brandID, shardOf(evt.ID)), SK: evt.ID},
-		GSI3:      store.IndexKey{PK: outboxPK(queueShardOf(evt.ID)), SK: evt.ID},
+		Key:       keys.Event(evt.ID),
+		GSI1:      store.IndexKey{PK: keys.EventsByBrand(brandID, keys.ShardOf(evt.ID)), SK: evt.ID},
+		GSI3:      store.IndexKey{PK: keys.OutboxPK(keys.QueueShardOf(evt.ID)), SK: evt.ID},
 		Attrs:     map[string]string{"type": name, "brandId": brandID},
 		Data:      body,
 		ExpiresAt: at.Add(max(eventRetention, s.deliveryRetention)).Unix(), // deliveries read their envelope from it
@@ -217,24 +229,17 @@ func (s *Service) newEvent(brandID, name string, data any, at time.Time) (store.
 // the conversion.created events the fan-out makes (WithStreamConversions),
 // which are in no index.
 func (s *Service) Events(ctx context.Context, brandID string, p ListParams) ([]tally.Event, string, error) {
-	parts := make([]partition, shards)
+	parts := make([]records.Partition, keys.Shards)
 	for i := range parts {
-		parts[i] = partition{index: store.GSI1, pk: eventsByBrand(brandID, i)}
+		parts[i] = records.Partition{Index: store.GSI1, PK: keys.EventsByBrand(brandID, i)}
 	}
-	return list[tally.Event](ctx, s, parts, p, nil)
+	return records.List[tally.Event](ctx, s.db, parts, p, nil)
 }
-
-// conflictBudget is how long transact keeps retrying conflicts. Hundreds of
-// writers on one hot item (a cap counter, a rollup) need many rounds on a
-// busy table; a count of attempts ran out where time would not have.
-const conflictBudget = 5 * time.Second
 
 // transact runs ops, retrying transaction conflicts with jittered backoff:
 // they only mean another writer touched the same items at the same moment.
 // Conflicts that outlast the budget answer 409, for the client to retry.
 func (s *Service) transact(ctx context.Context, ops ...store.Op) error {
-	backoff := 5 * time.Millisecond
-	start := time.Now()
 	for {
 		write, brands := ops, []string(nil)
 		if s.endpointless != nil {
@@ -243,7 +248,7 @@ func (s *Service) transact(ctx context.Context, ops ...store.Op) error {
 				return err
 			}
 		}
-		err := s.store.Transact(ctx, write...)
+		err := s.db.Transact(ctx, write...)
 		if i, failed := store.FailedOp(err); failed && i >= len(ops) {
 			s.gainedEndpoint(brands[i-len(ops)])
 			continue // with the outbox this time
@@ -253,16 +258,7 @@ func (s *Service) transact(ctx context.Context, ops ...store.Op) error {
 				s.onEvent(ids)
 			}
 		}
-		if !errors.Is(err, store.ErrConflict) {
-			return err
-		}
-		if time.Since(start) > conflictBudget {
-			return fmt.Errorf("%w: %w", tally.Errorf(tally.ECodeConflict, "Other requests kept changing the same records; retry the request."), err)
-		}
-		if err := sleep(ctx, backoff/2+rand.N(backoff)); err != nil {
-			return err
-		}
-		backoff = min(backoff*2, 200*time.Millisecond)
+		return err
 	}
 }
 
@@ -280,124 +276,4 @@ func outboxed(ops []store.Op) []string {
 // isOutboxed reports whether op puts an event into the outbox.
 func isOutboxed(op store.Op) bool {
 	return op.Kind == store.OpPut && strings.HasPrefix(op.Item.PK, "EVT#") && op.Item.GSI3.PK != ""
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
-// getRecord reads the item at key and decodes its JSON body into a T.
-func getRecord[T any](ctx context.Context, st store.Store, key store.Key) (T, error) {
-	var v T
-	it, err := st.Get(ctx, key)
-	if err != nil {
-		return v, err
-	}
-	return v, decode(it, &v)
-}
-
-// getByID reads one of a brand's records by its id: an id without the
-// record type's prefix, or of another brand, is not found.
-func getByID[T any](ctx context.Context, st store.Store, what, prefix, id string, key func() store.Key) (T, error) {
-	if !ids.Valid(prefix, id) {
-		var zero T
-		return zero, notFound(store.ErrNotFound, what, id)
-	}
-	v, err := getRecord[T](ctx, st, key())
-	return v, notFound(err, what, id)
-}
-
-func decode(it store.Item, v any) error {
-	if err := json.Unmarshal(it.Data, v); err != nil {
-		return fmt.Errorf("decode %s/%s: %w", it.PK, it.SK, err)
-	}
-	if r, ok := v.(itemReader); ok {
-		r.fromItem(it)
-	}
-	return nil
-}
-
-// itemReader is a record that keeps fields outside its JSON body, in
-// attributes that updates change in place.
-type itemReader interface{ fromItem(store.Item) }
-
-func mustJSON(v any) []byte {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err) // only our own plain structs are marshalled here
-	}
-	return b
-}
-
-// notFound maps a missing item to the API's 404.
-func notFound(err error, what, id string) error {
-	if errors.Is(err, store.ErrNotFound) {
-		return tally.Errorf(tally.ECodeNotFound, "No %s with id %q.", what, id)
-	}
-	return err
-}
-
-// cache is a small per-instance read cache with a time-to-live.
-type cache[V any] struct {
-	mu      sync.Mutex
-	ttl     time.Duration
-	now     func() time.Time
-	entries map[string]cacheEntry[V]
-}
-
-type cacheEntry[V any] struct {
-	v       V
-	expires time.Time
-}
-
-// cacheMax bounds memory; past it the cache starts over, which costs only reads.
-const cacheMax = 10_000
-
-func newCache[V any](ttl time.Duration, now func() time.Time) *cache[V] {
-	return &cache[V]{ttl: ttl, now: now, entries: map[string]cacheEntry[V]{}}
-}
-
-func (c *cache[V]) get(k string) (V, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.entries[k]
-	if !ok || c.now().After(e.expires) {
-		var zero V
-		return zero, false
-	}
-	return e.v, true
-}
-
-func (c *cache[V]) put(k string, v V) {
-	c.putUnless(k, v, func(V) bool { return false })
-}
-
-// forget drops k, so the next get misses.
-func (c *cache[V]) forget(k string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.entries, k)
-}
-
-// putUnless stores v unless the live entry for k is one keep wants kept.
-func (c *cache[V]) putUnless(k string, v V, keep func(cached V) bool) {
-	if c.ttl <= 0 {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.entries[k]; ok && !c.now().After(e.expires) && keep(e.v) {
-		return
-	}
-	if len(c.entries) >= cacheMax {
-		clear(c.entries)
-	}
-	c.entries[k] = cacheEntry[V]{v: v, expires: c.now().Add(c.ttl)}
 }

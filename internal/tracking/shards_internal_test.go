@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
 )
@@ -60,7 +61,7 @@ func TestEmbeddedStoreKeepsNewItemsInOneShardAndFindsOldOnes(t *testing.T) {
 		}
 		for _, id := range []string{c.ID, cv.ID} {
 			made[id] = who
-			shardsOf[who][shardOf(id)] = true
+			shardsOf[who][keys.ShardOf(id)] = true
 		}
 	}
 	if len(shardsOf["after"]) != 1 || !shardsOf["after"][0] {
@@ -80,7 +81,7 @@ func TestEmbeddedStoreKeepsNewItemsInOneShardAndFindsOldOnes(t *testing.T) {
 	})
 	for id, who := range made {
 		if !listed[id] {
-			t.Errorf("%s (made %s, shard %d) is not in the lists", id, who, shardOf(id))
+			t.Errorf("%s (made %s, shard %d) is not in the lists", id, who, keys.ShardOf(id))
 		}
 		var err error
 		if id[:4] == "clk_" {
@@ -146,8 +147,8 @@ func TestEmbeddedStoreKeepsNewDeliveriesInOneShardAndFindsOldOnes(t *testing.T) 
 			who, svc = "after", after
 		}
 		f.convert(svc, fmt.Sprint("order-", i))
-		for shard := range queueShards { // the one event waiting: this conversion's
-			page, err := f.st.Query(f.ctx, store.Query{Index: store.GSI3, PK: outboxPK(shard)})
+		for shard := range keys.QueueShards { // the one event waiting: this conversion's
+			page, err := f.st.Query(f.ctx, store.Query{Index: store.GSI3, PK: keys.OutboxPK(shard)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -159,7 +160,7 @@ func TestEmbeddedStoreKeepsNewDeliveriesInOneShardAndFindsOldOnes(t *testing.T) 
 				}
 				for _, rec := range recs {
 					made[rec.ID] = who
-					shardsOf[who][shardOf(rec.ID)] = true
+					shardsOf[who][keys.ShardOf(rec.ID)] = true
 				}
 			}
 		}
@@ -185,7 +186,7 @@ func TestEmbeddedStoreKeepsNewDeliveriesInOneShardAndFindsOldOnes(t *testing.T) 
 	}
 	for id, who := range made {
 		if _, err := after.Delivery(f.ctx, f.brand.ID, id); err != nil {
-			t.Errorf("%s (made %s, shard %d): %v", id, who, shardOf(id), err)
+			t.Errorf("%s (made %s, shard %d): %v", id, who, keys.ShardOf(id), err)
 		}
 	}
 }

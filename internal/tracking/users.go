@@ -12,8 +12,11 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/password"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/validate"
 )
 
 // Password length bounds, in characters: long enough for a passphrase to
@@ -45,7 +48,7 @@ func (s *Service) CreateUser(ctx context.Context, in UserInput) (tally.User, err
 		e := strings.ToLower(strings.TrimSpace(*in.Email))
 		in.Email = &e
 	}
-	if err := firstError(text("brandId", in.BrandID, true, 64), email("email", in.Email), checkPassword(in.Password)); err != nil {
+	if err := validate.First(validate.Text("brandId", in.BrandID, true, 64), validate.Email("email", in.Email), checkPassword(in.Password)); err != nil {
 		return tally.User{}, err
 	}
 	if _, err := s.Brand(ctx, *in.BrandID); err != nil {
@@ -58,9 +61,9 @@ func (s *Service) CreateUser(ctx context.Context, in UserInput) (tally.User, err
 	now := s.Now()
 	u := userRecord{User: tally.User{ID: ids.New("usr_", now), BrandID: *in.BrandID, Email: *in.Email, CreatedAt: tally.NewTime(now)}, PasswordHash: hash}
 	err = s.transact(ctx, store.Put(store.Item{
-		Key:  userKey(u.Email),
-		GSI1: store.IndexKey{PK: usersByBrand(u.BrandID), SK: u.ID},
-		Data: mustJSON(u),
+		Key:  keys.User(u.Email),
+		GSI1: store.IndexKey{PK: keys.UsersByBrand(u.BrandID), SK: u.ID},
+		Data: records.MustJSON(u),
 	}, store.NotExists()))
 	if _, failed := store.FailedOp(err); failed {
 		return tally.User{}, tally.Errorf(tally.ECodeConflict, "A user with the email %s exists already.", u.Email)
@@ -71,18 +74,18 @@ func (s *Service) CreateUser(ctx context.Context, in UserInput) (tally.User, err
 func checkPassword(pw *string) error {
 	switch {
 	case pw == nil || *pw == "":
-		return invalidField("password", "password is required.")
+		return validate.InvalidField("password", "password is required.")
 	case utf8.RuneCountInString(*pw) < MinPasswordLen:
-		return invalidField("password", "password must be at least %d characters.", MinPasswordLen)
+		return validate.InvalidField("password", "password must be at least %d characters.", MinPasswordLen)
 	case utf8.RuneCountInString(*pw) > maxPasswordLen:
-		return invalidField("password", "password must be at most %d characters.", maxPasswordLen)
+		return validate.InvalidField("password", "password must be at most %d characters.", maxPasswordLen)
 	}
 	return nil
 }
 
 // Users lists a brand's dashboard users, newest first.
 func (s *Service) Users(ctx context.Context, brandID string, p ListParams) ([]tally.User, string, error) {
-	recs, next, err := list[userRecord](ctx, s, []partition{{index: store.GSI1, pk: usersByBrand(brandID)}}, p, nil)
+	recs, next, err := records.List[userRecord](ctx, s.db, []records.Partition{{Index: store.GSI1, PK: keys.UsersByBrand(brandID)}}, p, nil)
 	users := make([]tally.User, len(recs))
 	for i, r := range recs {
 		users[i] = r.User
@@ -114,7 +117,7 @@ func (s *Service) SignIn(ctx context.Context, emailAddr, pw string) (tally.User,
 	u, err := tally.User{}, error(nil)
 	if emailAddr != "" && len(emailAddr) <= 254 && len(pw) <= 4*maxPasswordLen {
 		var rec userRecord
-		rec, err = getRecord[userRecord](ctx, s.store, userKey(emailAddr))
+		rec, err = records.Get[userRecord](ctx, s.store, keys.User(emailAddr))
 		switch {
 		case err == nil:
 			u, hash = rec.User, rec.PasswordHash
@@ -160,8 +163,8 @@ func (s *Service) StartSession(ctx context.Context, u tally.User) (string, Sessi
 	now := s.Now()
 	sess := Session{UserID: u.ID, BrandID: u.BrandID, BrandName: b.Name, Email: u.Email, CreatedAt: tally.NewTime(now), ExpiresAt: tally.NewTime(now.Add(SessionTTL))}
 	err = s.transact(ctx, store.Put(store.Item{
-		Key:       sessionKey(hashSecret(token)),
-		Data:      mustJSON(sess),
+		Key:       keys.Session(hashSecret(token)),
+		Data:      records.MustJSON(sess),
 		ExpiresAt: sess.ExpiresAt.Unix(),
 	}, store.NotExists()))
 	return token, sess, err
@@ -175,7 +178,7 @@ func (s *Service) Session(ctx context.Context, token string) (Session, error) {
 	if token == "" || len(token) > 100 {
 		return Session{}, errNoSession
 	}
-	sess, err := getRecord[Session](ctx, s.store, sessionKey(hashSecret(token)))
+	sess, err := records.Get[Session](ctx, s.store, keys.Session(hashSecret(token)))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return Session{}, errNoSession
@@ -192,5 +195,5 @@ func (s *Service) EndSession(ctx context.Context, token string) error {
 	if token == "" || len(token) > 100 {
 		return nil
 	}
-	return s.transact(ctx, store.Delete(sessionKey(hashSecret(token))))
+	return s.transact(ctx, store.Delete(keys.Session(hashSecret(token))))
 }

@@ -11,7 +11,10 @@ import (
 	"github.com/tally-hq/tally/internal/catalog"
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/validate"
 )
 
 // maxSubscriptions bounds a brand's webhook subscriptions; every event reads
@@ -46,28 +49,28 @@ func (r subscriptionRecord) signingSecrets(now time.Time) []string {
 	return out
 }
 
-func (r *subscriptionRecord) fromItem(it store.Item) { r.EndpointHealth = healthOf(it).public() }
+func (r *subscriptionRecord) FromItem(it store.Item) { r.EndpointHealth = healthOf(it).public() }
 
 func (in SubscriptionInput) validate(checkURL func(string) error) error {
-	if err := firstError(text("url", in.URL, true, delivery.MaxURLLength), text("secret", in.Secret, false, 256)); err != nil {
+	if err := validate.First(validate.Text("url", in.URL, true, delivery.MaxURLLength), validate.Text("secret", in.Secret, false, 256)); err != nil {
 		return err
 	}
 	if err := checkURL(*in.URL); err != nil {
 		return err
 	}
 	if len(in.Events) == 0 {
-		return invalid("events is required: a non-empty list of event names from /api/public/webhook-events.")
+		return validate.Invalid("events is required: a non-empty list of event names from /api/public/webhook-events.")
 	}
-	return firstError(checkEvents(in.Events), checkSecret(in.Secret))
+	return validate.First(checkEvents(in.Events), checkSecret(in.Secret))
 }
 
 func checkEvents(events []string) error {
 	for i, name := range events {
 		if !catalog.Known(name) {
-			return invalid("events[%d]: %q is not an event; see /api/public/webhook-events.", i, name)
+			return validate.Invalid("events[%d]: %q is not an event; see /api/public/webhook-events.", i, name)
 		}
 		if slices.Contains(events[:i], name) {
-			return invalid("events[%d]: %q is listed twice.", i, name)
+			return validate.Invalid("events[%d]: %q is listed twice.", i, name)
 		}
 	}
 	return nil
@@ -76,7 +79,7 @@ func checkEvents(events []string) error {
 func checkSecret(secret *string) error {
 	if secret != nil {
 		if n := utf8.RuneCountInString(*secret); n < 16 || n > 256 || strings.TrimSpace(*secret) != *secret {
-			return invalid("secret must be 16 to 256 characters without leading or trailing spaces.")
+			return validate.Invalid("secret must be 16 to 256 characters without leading or trailing spaces.")
 		}
 	}
 	return nil
@@ -92,11 +95,11 @@ func (s *Service) CreateSubscription(ctx context.Context, brandID string, in Sub
 	rec := subscriptionRecord{
 		Subscription: tally.Subscription{ID: ids.New("sub_", now), BrandID: brandID, URL: *in.URL,
 			Events: in.Events, HasSecret: in.Secret != nil, CreatedAt: tally.NewTime(now), UpdatedAt: tally.NewTime(now)},
-		Secret: deref(in.Secret, ""),
+		Secret: validate.Deref(in.Secret, ""),
 	}
-	item := newEndpointItem(subscriptionKey(brandID, rec.ID), rec)
+	item := newEndpointItem(keys.Subscription(brandID, rec.ID), rec)
 	err := s.transact(ctx,
-		store.Increment(subscriptionCountKey(brandID), map[string]int64{"n": 1}, store.NumLess("n", maxSubscriptions)),
+		store.Increment(keys.SubscriptionCount(brandID), map[string]int64{"n": 1}, store.NumLess("n", maxSubscriptions)),
 		store.Put(item, store.NotExists()),
 		countEndpoint(brandID))
 	if i, failed := store.FailedOp(err); failed && i == 0 {
@@ -105,7 +108,7 @@ func (s *Service) CreateSubscription(ctx context.Context, brandID string, in Sub
 	if err != nil {
 		return tally.Subscription{}, err
 	}
-	rec.fromItem(item)
+	rec.FromItem(item)
 	return rec.Subscription, nil
 }
 
@@ -117,16 +120,16 @@ func (s *Service) Subscription(ctx context.Context, brandID, subscriptionID stri
 
 func (s *Service) subscription(ctx context.Context, brandID, subscriptionID string) (subscriptionRecord, error) {
 	if !ids.Valid("sub_", subscriptionID) {
-		return subscriptionRecord{}, notFound(store.ErrNotFound, "webhook subscription", subscriptionID)
+		return subscriptionRecord{}, records.NotFound(store.ErrNotFound, "webhook subscription", subscriptionID)
 	}
-	rec, err := getRecord[subscriptionRecord](ctx, s.store, subscriptionKey(brandID, subscriptionID))
-	return rec, notFound(err, "webhook subscription", subscriptionID)
+	rec, err := records.Get[subscriptionRecord](ctx, s.store, keys.Subscription(brandID, subscriptionID))
+	return rec, records.NotFound(err, "webhook subscription", subscriptionID)
 }
 
 // Subscriptions lists the brand's subscriptions, newest first.
 func (s *Service) Subscriptions(ctx context.Context, brandID string, p ListParams) ([]tally.Subscription, string, error) {
-	sp := span{parts: []partition{{pk: brandPK(brandID)}}, prefix: subscriptionSKPrefix}
-	recs, next, err := listSpan[subscriptionRecord](ctx, s, sp, p, nil)
+	sp := records.Span{Parts: []records.Partition{{PK: keys.BrandPK(brandID)}}, Prefix: keys.SubscriptionSKPrefix}
+	recs, next, err := records.ListSpan[subscriptionRecord](ctx, s.db, sp, p, nil)
 	subs := make([]tally.Subscription, len(recs))
 	for i, r := range recs {
 		subs[i] = r.Subscription
@@ -136,7 +139,7 @@ func (s *Service) Subscriptions(ctx context.Context, brandID string, p ListParam
 
 // subscriptions reads all of a brand's subscriptions, secrets included.
 func (s *Service) subscriptions(ctx context.Context, brandID string) ([]subscriptionOf, error) {
-	q := store.Query{PK: brandPK(brandID), SKPrefix: subscriptionSKPrefix, Limit: maxSubscriptions + 1}
+	q := store.Query{PK: keys.BrandPK(brandID), SKPrefix: keys.SubscriptionSKPrefix, Limit: maxSubscriptions + 1}
 	var out []subscriptionOf
 	for {
 		page, err := s.store.Query(ctx, q)
@@ -145,7 +148,7 @@ func (s *Service) subscriptions(ctx context.Context, brandID string) ([]subscrip
 		}
 		for _, it := range page.Items {
 			sub := subscriptionOf{item: it}
-			if err := decode(it, &sub.rec); err != nil {
+			if err := records.Decode(it, &sub.rec); err != nil {
 				return nil, err
 			}
 			out = append(out, sub)
@@ -164,10 +167,10 @@ func (s *Service) DeleteSubscription(ctx context.Context, brandID, subscriptionI
 		return tally.Subscription{}, err
 	}
 	err = s.transact(ctx,
-		store.Delete(subscriptionKey(brandID, subscriptionID), store.Exists()),
-		store.Increment(subscriptionCountKey(brandID), map[string]int64{"n": -1}))
+		store.Delete(keys.Subscription(brandID, subscriptionID), store.Exists()),
+		store.Increment(keys.SubscriptionCount(brandID), map[string]int64{"n": -1}))
 	if _, failed := store.FailedOp(err); failed {
-		return tally.Subscription{}, notFound(store.ErrNotFound, "webhook subscription", subscriptionID)
+		return tally.Subscription{}, records.NotFound(store.ErrNotFound, "webhook subscription", subscriptionID)
 	}
 	return rec.Subscription, err
 }
@@ -190,7 +193,7 @@ func (s *Service) SendTestEvent(ctx context.Context, brandID, subscriptionID str
 		return tally.Event{}, err
 	}
 	var evt tally.Event
-	return evt, decode(op.Item, &evt)
+	return evt, records.Decode(op.Item, &evt)
 }
 
 // SecretRotationWindow is how long a replaced secret keeps signing next to
@@ -210,21 +213,21 @@ func (s *Service) UpdateSubscription(ctx context.Context, brandID, subscriptionI
 		}
 	}
 	if in.Events != nil && len(in.Events) == 0 {
-		return tally.Subscription{}, invalid("events must name at least one event from /api/public/webhook-events.")
+		return tally.Subscription{}, validate.Invalid("events must name at least one event from /api/public/webhook-events.")
 	}
-	if err := firstError(checkEvents(in.Events), checkSecret(in.Secret)); err != nil {
+	if err := validate.First(checkEvents(in.Events), checkSecret(in.Secret)); err != nil {
 		return tally.Subscription{}, err
 	}
 	if !ids.Valid("sub_", subscriptionID) {
-		return tally.Subscription{}, notFound(store.ErrNotFound, "webhook subscription", subscriptionID)
+		return tally.Subscription{}, records.NotFound(store.ErrNotFound, "webhook subscription", subscriptionID)
 	}
 	for {
-		it, err := s.store.Get(ctx, subscriptionKey(brandID, subscriptionID))
+		it, err := s.store.Get(ctx, keys.Subscription(brandID, subscriptionID))
 		if err != nil {
-			return tally.Subscription{}, notFound(err, "webhook subscription", subscriptionID)
+			return tally.Subscription{}, records.NotFound(err, "webhook subscription", subscriptionID)
 		}
 		var rec subscriptionRecord
-		if err := decode(it, &rec); err != nil {
+		if err := records.Decode(it, &rec); err != nil {
 			return tally.Subscription{}, err
 		}
 		now := s.Now()

@@ -1,4 +1,4 @@
-package tracking
+package records
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/store"
 )
 
@@ -66,15 +67,15 @@ type keyringCache struct {
 
 // cursorKeyring returns the keyring, from this instance's copy while it is
 // fresh; fresher makes it read the store unless it did a moment ago.
-func (s *Service) cursorKeyring(ctx context.Context, fresher bool) (cursorKeyring, error) {
-	c := &s.cursorKeys
+func (db *DB) cursorKeyring(ctx context.Context, fresher bool) (cursorKeyring, error) {
+	c := &db.cursorKeys
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := s.now()
+	now := db.clock()
 	if age := now.Sub(c.loaded); !c.loaded.IsZero() && age < cursorKeyringTTL && (!fresher || age < cursorKeyRefresh) {
 		return c.ring, nil
 	}
-	ring, err := s.loadCursorKeyring(ctx, now)
+	ring, err := db.loadCursorKeyring(ctx, now)
 	if err != nil {
 		return cursorKeyring{}, err
 	}
@@ -86,17 +87,17 @@ func (s *Service) cursorKeyring(ctx context.Context, fresher bool) (cursorKeyrin
 // there is none yet), adds a key and drops those past verifying. The write
 // holds only if no other instance changed the keyring meanwhile; if one
 // did, its keyring is read instead.
-func (s *Service) loadCursorKeyring(ctx context.Context, now time.Time) (cursorKeyring, error) {
+func (db *DB) loadCursorKeyring(ctx context.Context, now time.Time) (cursorKeyring, error) {
 	for range 5 {
 		var ring cursorKeyring
 		cond, version := store.NotExists(), 0
-		item, err := s.store.Get(ctx, cursorKeyringKey())
+		item, err := db.Store.Get(ctx, keys.CursorKeyring())
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
 			return ring, err
 		default:
-			if err := decode(item, &ring); err != nil {
+			if err := Decode(item, &ring); err != nil {
 				return ring, err
 			}
 			cond = store.AttrEquals("version", item.Attrs["version"])
@@ -109,10 +110,10 @@ func (s *Service) loadCursorKeyring(ctx context.Context, now time.Time) (cursorK
 		if err != nil {
 			return ring, err
 		}
-		err = s.transact(ctx, store.Put(store.Item{
-			Key:   cursorKeyringKey(),
+		err = db.Transact(ctx, store.Put(store.Item{
+			Key:   keys.CursorKeyring(),
 			Attrs: map[string]string{"version": strconv.Itoa(version + 1)},
-			Data:  mustJSON(next),
+			Data:  MustJSON(next),
 		}, cond))
 		if _, raced := store.FailedOp(err); !raced {
 			return next, err
@@ -140,15 +141,15 @@ func rotateCursorKeys(ring cursorKeyring, now time.Time) (cursorKeyring, error) 
 }
 
 // verifyingKey finds the key a cursor names, if it may still verify.
-func (s *Service) verifyingKey(ctx context.Context, id string) (cursorKey, bool, error) {
+func (db *DB) verifyingKey(ctx context.Context, id string) (cursorKey, bool, error) {
 	for _, fresher := range []bool{false, true} {
-		ring, err := s.cursorKeyring(ctx, fresher)
+		ring, err := db.cursorKeyring(ctx, fresher)
 		if err != nil {
 			return cursorKey{}, false, err
 		}
 		for _, k := range ring.Keys {
 			if k.ID == id {
-				return k, s.now().Sub(k.CreatedAt.Time) < cursorKeyVerifies, nil
+				return k, db.clock().Sub(k.CreatedAt.Time) < cursorKeyVerifies, nil
 			}
 		}
 	}
@@ -165,21 +166,21 @@ type listCursor struct {
 
 // sealCursor encodes c for the client: its JSON and its signature, each
 // base64url, joined by a dot.
-func (s *Service) sealCursor(ctx context.Context, sp span, c listCursor) (string, error) {
-	ring, err := s.cursorKeyring(ctx, false)
+func (db *DB) sealCursor(ctx context.Context, sp Span, c listCursor) (string, error) {
+	ring, err := db.cursorKeyring(ctx, false)
 	if err != nil {
 		return "", err
 	}
 	key := ring.Keys[0]
 	c.Key = key.ID
-	payload := mustJSON(c)
+	payload := MustJSON(c)
 	enc := base64.RawURLEncoding
 	return enc.EncodeToString(payload) + "." + enc.EncodeToString(cursorMAC(key.Secret, sp, payload)), nil
 }
 
 // openCursor checks a cursor from the client against the span it is used
 // with and returns its position.
-func (s *Service) openCursor(ctx context.Context, sp span, token string) (listCursor, error) {
+func (db *DB) openCursor(ctx context.Context, sp Span, token string) (listCursor, error) {
 	enc := base64.RawURLEncoding
 	p64, m64, ok := strings.Cut(token, ".")
 	if !ok || len(token) > maxCursorLen {
@@ -191,7 +192,7 @@ func (s *Service) openCursor(ctx context.Context, sp span, token string) (listCu
 	if err1 != nil || err2 != nil || json.Unmarshal(payload, &c) != nil {
 		return listCursor{}, invalidCursor()
 	}
-	key, valid, err := s.verifyingKey(ctx, c.Key)
+	key, valid, err := db.verifyingKey(ctx, c.Key)
 	switch {
 	case err != nil:
 		return listCursor{}, err
@@ -207,13 +208,13 @@ func (s *Service) openCursor(ctx context.Context, sp span, token string) (listCu
 
 // cursorMAC signs a cursor's payload together with the query it continues,
 // truncated to 128 bits.
-func cursorMAC(secret []byte, sp span, payload []byte) []byte {
+func cursorMAC(secret []byte, sp Span, payload []byte) []byte {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte("tally list cursor v1\x00"))
-	for _, p := range sp.parts {
-		m.Write([]byte(string(p.index) + "\x00" + p.pk + "\x00"))
+	for _, p := range sp.Parts {
+		m.Write([]byte(string(p.Index) + "\x00" + p.PK + "\x00"))
 	}
-	m.Write([]byte(sp.prefix + "\x00" + sp.from + "\x00" + sp.to + "\x00" + sp.filter + "\x00"))
+	m.Write([]byte(sp.Prefix + "\x00" + sp.From + "\x00" + sp.To + "\x00" + sp.Filter + "\x00"))
 	m.Write(payload)
 	return m.Sum(nil)[:16]
 }
@@ -221,17 +222,17 @@ func cursorMAC(secret []byte, sp span, payload []byte) []byte {
 // validPosition reports whether c is a position the list over sp could
 // have handed out: one entry per partition, each either empty or a sort key
 // in the span's range, short and printable.
-func (sp span) validPosition(c listCursor) bool {
-	if len(c.Last) != len(sp.parts) || len(c.Done) != len(sp.parts) {
+func (sp Span) validPosition(c listCursor) bool {
+	if len(c.Last) != len(sp.Parts) || len(c.Done) != len(sp.Parts) {
 		return false
 	}
 	for _, last := range c.Last {
 		if last == "" {
 			continue
 		}
-		rest, ok := strings.CutPrefix(last, sp.prefix)
+		rest, ok := strings.CutPrefix(last, sp.Prefix)
 		if !ok || len(last) > maxSortKeyLen || strings.IndexFunc(last, func(r rune) bool { return r <= ' ' || r > '~' }) >= 0 ||
-			sp.from != "" && rest < sp.from || sp.to != "" && rest > sp.to {
+			sp.From != "" && rest < sp.From || sp.To != "" && rest > sp.To {
 			return false
 		}
 	}

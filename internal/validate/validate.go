@@ -1,10 +1,11 @@
-package tracking
+package validate
 
 import (
 	"net/mail"
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -13,12 +14,12 @@ import (
 	"github.com/tally-hq/tally/internal/ids"
 )
 
-func invalid(format string, args ...any) error {
+func Invalid(format string, args ...any) error {
 	return tally.Errorf(tally.ECodeValidation, format, args...)
 }
 
 // invalidField is a validation error about one input field.
-func invalidField(field, format string, args ...any) error {
+func InvalidField(field, format string, args ...any) error {
 	e := tally.Errorf(tally.ECodeValidation, format, args...)
 	e.Field = field
 	return e
@@ -26,7 +27,7 @@ func invalidField(field, format string, args ...any) error {
 
 // fieldErrors maps each field with a problem to its first message, for
 // forms that show every problem at once.
-func fieldErrors(errs ...error) map[string]string {
+func FieldErrors(errs ...error) map[string]string {
 	out := map[string]string{}
 	for _, err := range errs {
 		if f := tally.ErrorField(err); f != "" && out[f] == "" {
@@ -40,18 +41,18 @@ func fieldErrors(errs ...error) map[string]string {
 // maxLen characters, and only characters that show as what they are (see
 // plainText). Every text field of every input goes through it (or
 // paragraph), so they all refuse the same things.
-func text(field string, v *string, required bool, maxLen int) error {
+func Text(field string, v *string, required bool, maxLen int) error {
 	return checkText(field, v, required, maxLen, false)
 }
 
 // paragraph is text for a free-text field that may hold line breaks and tabs.
-func paragraph(field string, v *string, required bool, maxLen int) error {
+func Paragraph(field string, v *string, required bool, maxLen int) error {
 	return checkText(field, v, required, maxLen, true)
 }
 
 func checkText(field string, v *string, required bool, maxLen int, multiline bool) error {
 	if required && (v == nil || strings.TrimSpace(*v) == "") {
-		return invalidField(field, "%s is required.", field)
+		return InvalidField(field, "%s is required.", field)
 	}
 	// An optional value of only white space is checked like any other: a
 	// lone line break or tab is refused, not taken for blank and stored.
@@ -59,13 +60,13 @@ func checkText(field string, v *string, required bool, maxLen int, multiline boo
 		return nil
 	}
 	if utf8.RuneCountInString(*v) > maxLen {
-		return invalidField(field, "%s must be at most %d characters.", field, maxLen)
+		return InvalidField(field, "%s must be at most %d characters.", field, maxLen)
 	}
 	if r, ok := plainText(*v, multiline); !ok {
 		if r == utf8.RuneError {
-			return invalidField(field, "%s is not valid UTF-8.", field)
+			return InvalidField(field, "%s is not valid UTF-8.", field)
 		}
-		return invalidField(field, "%s must not contain the character U+%04X: control characters, bidirectional overrides and line separators are not allowed.", field, r)
+		return InvalidField(field, "%s must not contain the character U+%04X: control characters, bidirectional overrides and line separators are not allowed.", field, r)
 	}
 	return nil
 }
@@ -82,7 +83,7 @@ func plainText(s string, multiline bool) (rune, bool) {
 		switch {
 		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"): // an invalid byte, not U+FFFD itself
 			return utf8.RuneError, false
-		case hidden(r, multiline):
+		case Hidden(r, multiline):
 			return r, false
 		}
 	}
@@ -90,7 +91,7 @@ func plainText(s string, multiline bool) (rune, bool) {
 }
 
 // hidden reports whether r is one of the characters plainText refuses.
-func hidden(r rune, multiline bool) bool {
+func Hidden(r rune, multiline bool) bool {
 	if multiline && (r == '\n' || r == '\r' || r == '\t') {
 		return false
 	}
@@ -102,59 +103,59 @@ func hidden(r rune, multiline bool) bool {
 }
 
 // requireField checks that a field that is not text is present.
-func requireField(field string, present bool) error {
+func Required(field string, present bool) error {
 	if !present {
-		return invalidField(field, "%s is required.", field)
+		return InvalidField(field, "%s is required.", field)
 	}
 	return nil
 }
 
 // ranges checks every integer field of a body that has a range tag (see
 // package fields), nested ones included, in the order they are declared.
-func ranges(body any) []error {
+func Ranges(body any) []error {
 	var errs []error
 	for _, bad := range fields.OutOfRange(body) {
-		errs = append(errs, invalidField(bad.Path, "%s", bad.RangeMessage(bad.Path)))
+		errs = append(errs, InvalidField(bad.Path, "%s", bad.RangeMessage(bad.Path)))
 	}
 	return errs
 }
 
-func currency(field string, v *string, required bool) error {
+func Currency(field string, v *string, required bool) error {
 	if v == nil {
 		if required {
-			return invalidField(field, "%s is required.", field)
+			return InvalidField(field, "%s is required.", field)
 		}
 		return nil
 	}
 	if !currencies[*v] {
-		return invalidField(field, "%s must be an ISO 4217 currency code in upper case, such as USD or EUR.", field)
+		return InvalidField(field, "%s must be an ISO 4217 currency code in upper case, such as USD or EUR.", field)
 	}
 	return nil
 }
 
-func httpURL(field string, v *string, required bool) error {
-	if err := text(field, v, required, 2048); err != nil || v == nil {
+func HTTPURL(field string, v *string, required bool) error {
+	if err := Text(field, v, required, 2048); err != nil || v == nil {
 		return err
 	}
 	u, err := url.Parse(*v)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return invalidField(field, "%s must be an absolute http or https URL.", field)
+		return InvalidField(field, "%s must be an absolute http or https URL.", field)
 	}
 	return nil
 }
 
-func email(field string, v *string) error {
-	if err := text(field, v, true, 254); err != nil {
+func Email(field string, v *string) error {
+	if err := Text(field, v, true, 254); err != nil {
 		return err
 	}
 	a, err := mail.ParseAddress(*v)
 	if err != nil || a.Address != *v {
-		return invalidField(field, "%s must be a plain e-mail address such as name@example.com.", field)
+		return InvalidField(field, "%s must be a plain e-mail address such as name@example.com.", field)
 	}
 	return nil
 }
 
-func oneOf(field string, v *string, allowed ...string) error {
+func OneOf(field string, v *string, allowed ...string) error {
 	if v == nil {
 		return nil
 	}
@@ -165,19 +166,19 @@ func oneOf(field string, v *string, allowed ...string) error {
 	}
 	// "" among the allowed values stands for "no filter": not worth naming.
 	named := slices.DeleteFunc(slices.Clone(allowed), func(a string) bool { return a == "" })
-	return invalidField(field, "%s must be one of: %s.", field, strings.Join(named, ", "))
+	return InvalidField(field, "%s must be one of: %s.", field, strings.Join(named, ", "))
 }
 
 // idFilter checks an optional identifier filter, so a mistyped id is an
 // error rather than an empty result.
-func idFilter(field, prefix, v string) error {
+func IDFilter(field, prefix, v string) error {
 	if v != "" && !ids.Valid(prefix, v) {
-		return invalidField(field, "%s must be an identifier starting with %q.", field, prefix)
+		return InvalidField(field, "%s must be an identifier starting with %q.", field, prefix)
 	}
 	return nil
 }
 
-func firstError(errs ...error) error {
+func First(errs ...error) error {
 	for _, err := range errs {
 		if err != nil {
 			return err
@@ -186,7 +187,7 @@ func firstError(errs ...error) error {
 	return nil
 }
 
-func deref[T any](p *T, def T) T {
+func Deref[T any](p *T, def T) T {
 	if p == nil {
 		return def
 	}
@@ -207,3 +208,44 @@ var currencies = func() map[string]bool {
 	}
 	return m
 }()
+
+// parseTimeParam reads an RFC 3339 timestamp or a date; a date as an upper
+// bound means the end of that day.
+func TimeParam(field, v string, endOfDay bool) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		if t, err = DateParam(field, v); err != nil {
+			return time.Time{}, Invalid("%s must be an RFC 3339 timestamp or a date (YYYY-MM-DD) from %s to %s.", field, MinDate, MaxDate)
+		}
+		if endOfDay {
+			t = t.Add(24*time.Hour - time.Millisecond)
+		}
+	}
+	if t = t.UTC(); t.Before(minTime) || t.After(maxTime) {
+		return time.Time{}, Invalid("%s must be from %s to %s.", field, MinDate, MaxDate)
+	}
+	return t, nil
+}
+
+// Dates and times in filters lie from minDate to maxDate (UTC): records
+// are stamped within it, and a bound outside it would not narrow a list but
+// silently widen it (identifiers carry a Unix time in milliseconds, which
+// has no place for 1969).
+const (
+	MinDate = "1970-01-01"
+	MaxDate = "9999-12-31"
+)
+
+var (
+	minTime = time.Unix(0, 0).UTC()
+	maxTime = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
+)
+
+// dateParam reads a date (YYYY-MM-DD) from minDate to maxDate.
+func DateParam(field, v string) (time.Time, error) {
+	d, err := time.Parse(time.DateOnly, v)
+	if err != nil || d.Before(minTime) || d.After(maxTime) {
+		return time.Time{}, Invalid("%s must be a date (YYYY-MM-DD) from %s to %s.", field, MinDate, MaxDate)
+	}
+	return d, nil
+}

@@ -1,10 +1,11 @@
-package tracking
+package records
 
 import (
 	"context"
 	"errors"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/store"
 )
 
@@ -17,7 +18,7 @@ const (
 // maxScan bounds the items one list call reads while filtering, so a rare
 // filter value cannot make a request read a whole table. A page may then
 // hold fewer items than asked, with a cursor to go on.
-const maxScan = 1000
+const MaxScan = 1000
 
 // ListParams are the paging parameters of every list.
 type ListParams struct {
@@ -26,19 +27,19 @@ type ListParams struct {
 }
 
 // partition is one place a list reads from.
-type partition struct {
-	index store.Index
-	pk    string
+type Partition struct {
+	Index store.Index
+	PK    string
 }
 
 // span is what a list reads: the same sort-key range of one or more
 // partitions (the shards of one logical list), merged newest first.
-type span struct {
-	parts  []partition
-	prefix string // sort keys start with it
-	from   string // inclusive bounds after the prefix; empty is open
-	to     string
-	filter string // the caller's filters, so a cursor only continues the same query
+type Span struct {
+	Parts  []Partition
+	Prefix string // sort keys start with it
+	From   string // inclusive bounds after the prefix; empty is open
+	To     string
+	Filter string // the caller's filters, so a cursor only continues the same query
 }
 
 func validateLimit(limit int) (int, error) {
@@ -55,16 +56,16 @@ func validateLimit(limit int) (int, error) {
 // indexed list (conversions, clicks): the table's shards, or the shards of
 // the per-offer (GSI1) or per-partner (GSI2) index when a filter names one,
 // the narrowest read the filters allow.
-func shardedParts(offerID, partnerID string, table, byOffer, byPartner func(shard int) string) []partition {
-	parts := make([]partition, shards)
+func ShardedParts(offerID, partnerID string, table, byOffer, byPartner func(shard int) string) []Partition {
+	parts := make([]Partition, keys.Shards)
 	for shard := range parts {
 		switch {
 		case offerID != "":
-			parts[shard] = partition{index: store.GSI1, pk: byOffer(shard)}
+			parts[shard] = Partition{Index: store.GSI1, PK: byOffer(shard)}
 		case partnerID != "":
-			parts[shard] = partition{index: store.GSI2, pk: byPartner(shard)}
+			parts[shard] = Partition{Index: store.GSI2, PK: byPartner(shard)}
 		default:
-			parts[shard] = partition{pk: table(shard)}
+			parts[shard] = Partition{PK: table(shard)}
 		}
 	}
 	return parts
@@ -102,29 +103,29 @@ func (it *partIter) head(ctx context.Context) (*store.Item, error) {
 // list returns one page of records of type T from the partitions, newest
 // (greatest sort key) first, keeping only those keep accepts (nil keeps
 // all), with the cursor of the next page ("" after the last).
-func list[T any](ctx context.Context, s *Service, parts []partition, p ListParams, keep func(*T) bool) ([]T, string, error) {
-	return listSpan(ctx, s, span{parts: parts}, p, keep)
+func List[T any](ctx context.Context, db *DB, parts []Partition, p ListParams, keep func(*T) bool) ([]T, string, error) {
+	return ListSpan(ctx, db, Span{Parts: parts}, p, keep)
 }
 
 // listSpan is list over a span.
-func listSpan[T any](ctx context.Context, s *Service, sp span, p ListParams, keep func(*T) bool) ([]T, string, error) {
+func ListSpan[T any](ctx context.Context, db *DB, sp Span, p ListParams, keep func(*T) bool) ([]T, string, error) {
 	limit, err := validateLimit(p.Limit)
 	if err != nil {
 		return nil, "", err
 	}
-	cur := listCursor{Last: make([]string, len(sp.parts)), Done: make([]bool, len(sp.parts))}
+	cur := listCursor{Last: make([]string, len(sp.Parts)), Done: make([]bool, len(sp.Parts))}
 	if p.Cursor != "" {
-		if cur, err = s.openCursor(ctx, sp, p.Cursor); err != nil {
+		if cur, err = db.openCursor(ctx, sp, p.Cursor); err != nil {
 			return nil, "", err
 		}
 	}
-	st := s.store
-	iters := make([]*partIter, len(sp.parts))
-	for i, part := range sp.parts {
-		q := store.Query{Index: part.index, PK: part.pk, Desc: true, Limit: limit + 1,
-			SKFrom: sp.prefix + sp.from, SKTo: sp.prefix + sp.to}
-		if sp.to == "" {
-			q.SKTo = sp.prefix + "~" // sorts after every identifier character
+	st := db.Store
+	iters := make([]*partIter, len(sp.Parts))
+	for i, part := range sp.Parts {
+		q := store.Query{Index: part.Index, PK: part.PK, Desc: true, Limit: limit + 1,
+			SKFrom: sp.Prefix + sp.From, SKTo: sp.Prefix + sp.To}
+		if sp.To == "" {
+			q.SKTo = sp.Prefix + "~" // sorts after every identifier character
 		}
 		if cur.Last[i] != "" {
 			q.SKTo = cur.Last[i]
@@ -159,7 +160,7 @@ func listSpan[T any](ctx context.Context, s *Service, sp span, p ListParams, kee
 		return best, nil
 	}
 	out := []T{}
-	for scanned := 0; len(out) < limit && scanned < maxScan; scanned++ {
+	for scanned := 0; len(out) < limit && scanned < MaxScan; scanned++ {
 		i, err := peek()
 		if err != nil {
 			return nil, "", err
@@ -172,7 +173,7 @@ func listSpan[T any](ctx context.Context, s *Service, sp span, p ListParams, kee
 		it.buf = it.buf[1:]
 		cur.Last[i] = item.IndexKey(it.q.Index).SK
 		var v T
-		if err := decode(item, &v); err != nil {
+		if err := Decode(item, &v); err != nil {
 			return nil, "", err
 		}
 		if keep == nil || keep(&v) {
@@ -182,6 +183,6 @@ func listSpan[T any](ctx context.Context, s *Service, sp span, p ListParams, kee
 	if i, err := peek(); err != nil || i < 0 {
 		return out, "", err
 	}
-	next, err := s.sealCursor(ctx, sp, cur)
+	next, err := db.sealCursor(ctx, sp, cur)
 	return out, next, err
 }
