@@ -139,7 +139,7 @@ func (s *Service) firstAttempt(ctx context.Context, rec deliveryRecord, envelope
 			if rec.unsaved {
 				// A probe is written before it claims, so that the
 				// deliveries parking behind it find it pending.
-				err := s.transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
+				err := s.events.Transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
 				if _, exists := store.FailedOp(err); exists {
 					// Written by a step of a repeated message meanwhile.
 					if rec, err = records.Get[deliveryRecord](ctx, s.store, keys.Delivery(rec.BrandID, rec.ID)); err != nil {
@@ -188,12 +188,12 @@ func (s *Service) claimProbe(ctx context.Context, rec deliveryRecord, ep store.I
 		Data:      records.MustJSON(breakerRecord{BrandID: rec.BrandID, Type: rec.Type, EndpointID: rec.endpointID()}),
 		ExpiresAt: s.Now().Add(s.deliveryRetention + 24*time.Hour).Unix(),
 	}
-	if err := s.transact(ctx, store.Put(brk)); err != nil {
+	if err := s.events.Transact(ctx, store.Put(brk)); err != nil {
 		return err
 	}
 	claim := store.Op{Kind: store.OpUpdate, Key: ep.Key, Set: map[string]string{"probe": rec.ID}, Add: map[string]int64{"rev": 1},
 		Conds: []store.Cond{store.Exists(), store.NumEquals("rev", healthOf(ep).rev)}}
-	return s.transact(ctx, claim)
+	return s.events.Transact(ctx, claim)
 }
 
 // park puts a delivery on its endpoint's wait list.
@@ -203,7 +203,7 @@ func (s *Service) park(ctx context.Context, rec deliveryRecord) (AttemptResult, 
 		conds = append(conds, store.AttrEquals("status", tally.DeliveryPending))
 	}
 	rec.Parked, rec.NextAttemptAt, rec.UpdatedAt = true, nil, tally.NewTime(s.Now())
-	err := s.transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), conds...))
+	err := s.events.Transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), conds...))
 	if _, changed := store.FailedOp(err); changed {
 		current, err := records.Get[deliveryRecord](ctx, s.store, keys.Delivery(rec.BrandID, rec.ID))
 		return s.resultOf(current), err
@@ -332,7 +332,7 @@ func (s *Service) retire(ctx context.Context, it store.Item, empty bool) error {
 	default:
 		return nil
 	}
-	err := s.transact(ctx, store.Put(it, store.AttrEquals("claimedAt", it.Attrs["claimedAt"]), store.AttrEquals("emptyAt", was)))
+	err := s.events.Transact(ctx, store.Put(it, store.AttrEquals("claimedAt", it.Attrs["claimedAt"]), store.AttrEquals("emptyAt", was)))
 	if _, changed := store.FailedOp(err); changed {
 		return nil // claimed again meanwhile: the next run sees it
 	}

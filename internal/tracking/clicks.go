@@ -187,7 +187,7 @@ func (s *Service) insertClick(ctx context.Context, offer offerEntry, in ClickInp
 			if rule.Enabled && ban == nil {
 				op.Conds = []store.Cond{store.NumLess("n", banLimit)}
 			}
-			evt, err := s.newEvent(c.BrandID, tally.EventFraudHighRisk, tally.FraudEventData{
+			evt, err := s.events.Event(c.BrandID, tally.EventFraudHighRisk, tally.FraudEventData{
 				ClickID: c.ID, OfferID: c.OfferID, PartnerID: c.PartnerID, Score: c.FraudScore, Threshold: fc.settings.Threshold,
 				Signals: c.FraudSignals, IP: c.IP, UserAgent: c.UserAgent,
 			}, now)
@@ -199,14 +199,14 @@ func (s *Service) insertClick(ctx context.Context, offer offerEntry, in ClickInp
 		if ban != nil {
 			data := partnerEventData(*ban, tally.PartnerActive)
 			data.Reason, data.Rule = tally.BanAutomation, tally.RuleHighRiskClicks
-			evt, err := s.newEvent(c.BrandID, tally.EventPartnerBanned, data, now)
+			evt, err := s.events.Event(c.BrandID, tally.EventPartnerBanned, data, now)
 			if err != nil {
 				return c, err
 			}
 			ops = append(ops, evt)
 		}
 
-		err := s.transact(ctx, ops...)
+		err := s.events.Transact(ctx, ops...)
 		i, failed := store.FailedOp(err)
 		switch {
 		case !failed:

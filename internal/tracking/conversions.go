@@ -290,7 +290,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 		created = store.Put(s.outboxEntry(c)) // the fan-out makes the event from the stream
 	} else {
 		var err error
-		if created, err = s.newEvent(c.BrandID, tally.EventConversionCreated, conversionEventData(c, ""), now); err != nil {
+		if created, err = s.events.Event(c.BrandID, tally.EventConversionCreated, conversionEventData(c, ""), now); err != nil {
 			return false, err
 		}
 	}
@@ -316,7 +316,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 			cond := store.NumLess("n", cs.limit-1)
 			if cs.reaching {
 				cond = store.NumEquals("n", cs.limit-1)
-				evt, err := s.newEvent(c.BrandID, tally.EventCapReached, tally.CapReachedEventData{
+				evt, err := s.events.Event(c.BrandID, tally.EventCapReached, tally.CapReachedEventData{
 					OfferID: c.OfferID, Cap: cs.name, Limit: cs.limit, Period: strings.TrimPrefix(cs.period, cs.name+"#"), ConversionID: c.ID,
 				}, now)
 				if err != nil {
@@ -338,7 +338,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 		ops = append(ops, created)
 		ops = append(ops, capEvents...)
 
-		err := s.transact(ctx, ops...)
+		err := s.events.Transact(ctx, ops...)
 		i, failed := store.FailedOp(err)
 		switch {
 		case !failed:
@@ -523,12 +523,12 @@ func (s *Service) decideConversion(ctx context.Context, brandID, conversionID, t
 	now := s.Now()
 	c.Status, c.UpdatedAt, c.ApproveAt = to, tally.NewTime(now), nil
 	name := map[string]string{tally.ConversionApproved: tally.EventConversionApproved, tally.ConversionRejected: tally.EventConversionRejected}[to]
-	evt, err := s.newEvent(brandID, name, conversionEventData(c, reason), now)
+	evt, err := s.events.Event(brandID, name, conversionEventData(c, reason), now)
 	if err != nil {
 		return c, err
 	}
 	ops := append([]store.Op{store.Put(conversionItem(c), store.AttrEquals("status", tally.ConversionPending))}, rollupOps(c, decidedDelta(c, to))...)
-	err = s.transact(ctx, append(ops, evt)...)
+	err = s.events.Transact(ctx, append(ops, evt)...)
 	if _, failed := store.FailedOp(err); failed {
 		current, err := s.Conversion(ctx, brandID, conversionID)
 		if err != nil {

@@ -471,7 +471,7 @@ func (s *Service) writeBatch(ctx context.Context, batch []*fanOutPlan, eps map[s
 		for _, h := range health {
 			ops = append(ops, h.op)
 		}
-		err := s.transact(ctx, ops...)
+		err := s.events.Transact(ctx, ops...)
 		i, failed := store.FailedOp(err)
 		switch {
 		case failed && i >= n:
@@ -559,7 +559,7 @@ func (s *Service) writeEach(ctx context.Context, batch []*fanOutPlan) ([]deliver
 			}
 		}
 		recs := plan.recs
-		err := s.transact(ctx, plan.ops(s, s.Now())...)
+		err := s.events.Transact(ctx, plan.ops(s, s.Now())...)
 		if _, failed := store.FailedOp(err); failed {
 			recs, err = s.fanOutEach(ctx, plan.recs, plan.event, plan.outboxed)
 		}
@@ -587,7 +587,7 @@ func (s *Service) writeEach(ctx context.Context, batch []*fanOutPlan) ([]deliver
 func (s *Service) fanOutEach(ctx context.Context, planned []deliveryRecord, event store.Item, outboxed bool) ([]deliveryRecord, error) {
 	recs := slices.Clone(planned)
 	for i, rec := range recs {
-		err := s.transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
+		err := s.events.Transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
 		if _, exists := store.FailedOp(err); exists {
 			recs[i], err = records.Get[deliveryRecord](ctx, s.store, keys.Delivery(rec.BrandID, rec.ID))
 		}
@@ -623,10 +623,10 @@ func (s *Service) written(ctx context.Context, brandID string, ids []string) (bo
 // written.
 func (s *Service) leaveOutbox(ctx context.Context, event store.Item) error {
 	if id := event.Attrs[outboxAttr]; id != "" {
-		return s.transact(ctx, store.Delete(keys.ConversionOutbox(id)))
+		return s.events.Transact(ctx, store.Delete(keys.ConversionOutbox(id)))
 	}
 	event.GSI3 = store.IndexKey{}
-	err := s.transact(ctx, store.Put(event, store.Exists()))
+	err := s.events.Transact(ctx, store.Put(event, store.Exists()))
 	if _, gone := store.FailedOp(err); gone {
 		return nil // expired meanwhile
 	}
@@ -761,7 +761,7 @@ func (s *Service) claim(ctx context.Context, rec deliveryRecord, lease time.Dura
 	it := deliveryItem(rec, s.deliveryRetention)
 	it.GSI3.SK = keys.DueQueueSK(until, rec.ID)
 	it.Nums = map[string]int64{"leaseUntil": until.UnixMilli()}
-	return s.transact(ctx, store.Put(it, store.AttrEquals("status", tally.DeliveryPending),
+	return s.events.Transact(ctx, store.Put(it, store.AttrEquals("status", tally.DeliveryPending),
 		store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts))), store.NumLess("leaseUntil", now.UnixMilli()+1)))
 }
 
@@ -781,7 +781,7 @@ func (s *Service) recordAttempt(ctx context.Context, rec deliveryRecord, at *tal
 				ops = append(ops, health)
 			}
 		}
-		err := s.transact(ctx, ops...)
+		err := s.events.Transact(ctx, ops...)
 		if i, failed := store.FailedOp(err); failed && i == 1 {
 			// The endpoint changed since it was read: read it again.
 			fresh, err := s.store.Get(ctx, rec.endpointKey())
@@ -972,14 +972,14 @@ func (s *Service) restart(ctx context.Context, rec deliveryRecord) (deliveryReco
 	now := s.Now()
 	rec.Status, rec.CycleStart = tally.DeliveryPending, len(rec.Attempts)
 	rec.NextAttemptAt, rec.UpdatedAt = ptrTo(tally.NewTime(now)), tally.NewTime(now)
-	err := s.transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.AttrEquals("status", tally.DeliveryFailed), store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts)))))
+	err := s.events.Transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.AttrEquals("status", tally.DeliveryFailed), store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts)))))
 	if err != nil || s.requeue == nil {
 		return rec, err
 	}
 	if err := s.requeue(ctx, DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID}); err != nil {
 		// Nothing will pick the delivery up: put it back as it was, so the
 		// retry can be asked for again.
-		undo := s.transact(ctx, store.Put(deliveryItem(failed, s.deliveryRetention), store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts))), store.AttrEquals("status", tally.DeliveryPending)))
+		undo := s.events.Transact(ctx, store.Put(deliveryItem(failed, s.deliveryRetention), store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts))), store.AttrEquals("status", tally.DeliveryPending)))
 		return rec, errors.Join(err, undo)
 	}
 	return rec, nil

@@ -133,22 +133,6 @@ func TestEventsWaitInTheOutboxOnlyForBrandsWithEndpoints(t *testing.T) {
 	}
 }
 
-// A brand whose endpoints an earlier version made (no marker counts them)
-// keeps its events in the outbox.
-func TestEndpointsMadeBeforeTheMarkerKeepTheOutbox(t *testing.T) {
-	f := newEndpointFixture(t)
-	if _, err := f.other.CreateSubscription(f.ctx, f.brand.ID, SubscriptionInput{URL: ptrTo("http://127.0.0.1:9/hooks"), Events: []string{tally.EventConversionCreated}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.st.Transact(f.ctx, store.Delete(keys.Endpoints(f.brand.ID))); err != nil {
-		t.Fatal(err)
-	}
-	c := f.convert(f.svc, "order")
-	if q := f.queued(); !q[c.ID] {
-		t.Fatalf("outbox %v, want %s in it", q, c.ID)
-	}
-}
-
 // Conversions race a subscription's creation: every conversion begun after
 // the subscription was created waits in the outbox for its delivery.
 func TestConversionsAfterASubscriptionRacingThemAreQueued(t *testing.T) {

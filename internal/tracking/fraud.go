@@ -75,7 +75,7 @@ func (s *Service) UpdateFraudSettings(ctx context.Context, brandID string, in Fr
 	if err != nil {
 		return settings, err
 	}
-	if err := s.transact(ctx, store.Put(store.Item{Key: keys.FraudSettings(brandID), Data: records.MustJSON(settings)})); err != nil {
+	if err := s.events.Transact(ctx, store.Put(store.Item{Key: keys.FraudSettings(brandID), Data: records.MustJSON(settings)})); err != nil {
 		return settings, err
 	}
 	s.fraudConfigs.Forget(brandID)
@@ -106,7 +106,7 @@ func (s *Service) BlockIP(ctx context.Context, brandID string, in BlockedIPInput
 	}
 	now := s.Now()
 	b := tally.BlockedIP{ID: ids.New("bip_", now), BrandID: brandID, CIDR: prefix.String(), Note: validate.Deref(in.Note, ""), CreatedAt: tally.NewTime(now)}
-	err = s.transact(ctx,
+	err = s.events.Transact(ctx,
 		store.Increment(keys.BlockedIPCount(brandID), map[string]int64{"n": 1}, store.NumLess("n", maxBlockedIPs)),
 		store.Put(store.Item{Key: keys.BlockedCIDR(brandID, b.CIDR), Data: records.MustJSON(b.ID)}, store.NotExists()),
 		store.Put(store.Item{Key: keys.BlockedIP(brandID, b.ID), Data: records.MustJSON(b)}, store.NotExists()))
@@ -145,7 +145,7 @@ func (s *Service) UnblockIP(ctx context.Context, brandID, id string) (tally.Bloc
 	if err != nil {
 		return b, err
 	}
-	err = s.transact(ctx,
+	err = s.events.Transact(ctx,
 		store.Delete(keys.BlockedIP(brandID, id), store.Exists()),
 		store.Delete(keys.BlockedCIDR(brandID, b.CIDR)),
 		store.Increment(keys.BlockedIPCount(brandID), map[string]int64{"n": -1}))

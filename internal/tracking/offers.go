@@ -79,7 +79,7 @@ func (s *Service) CreateOffer(ctx context.Context, brandID string, in OfferInput
 		UpdatedAt:             tally.NewTime(now),
 	}
 	e := offerEntry{offer: o, rev: 1}
-	err := s.transact(ctx,
+	err := s.events.Transact(ctx,
 		store.Put(offerItem(e), store.NotExists()),
 		store.Put(store.Item{Key: keys.OfferRef(o.ID), Data: records.MustJSON(brandID)}, store.NotExists()))
 	if err != nil {
@@ -267,7 +267,7 @@ func (s *Service) UpdateOffer(ctx context.Context, brandID, offerID string, in O
 		}
 		o.UpdatedAt = tally.NewTime(s.Now())
 		next := offerEntry{offer: o, rev: cur.rev + 1}
-		err = s.transact(ctx, store.Put(offerItem(next), store.Exists(), store.NumEquals("rev", cur.rev)))
+		err = s.events.Transact(ctx, store.Put(offerItem(next), store.Exists(), store.NumEquals("rev", cur.rev)))
 		if _, failed := store.FailedOp(err); failed {
 			continue // changed (or deleted) meanwhile: apply the patch to what is there now
 		}

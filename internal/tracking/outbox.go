@@ -11,6 +11,7 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/outbox"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 )
@@ -75,7 +76,7 @@ func (s *Service) outboxEntry(c tally.Conversion) store.Item {
 		Key:       keys.ConversionOutbox(c.ID),
 		Attrs:     map[string]string{"at": strconv.FormatInt(time.Now().UnixNano(), 10)},
 		Data:      records.MustJSON(c),
-		ExpiresAt: c.CreatedAt.Add(max(eventRetention, s.deliveryRetention)).Unix(),
+		ExpiresAt: c.CreatedAt.Add(outbox.Keep(s.deliveryRetention)).Unix(),
 	}
 }
 
@@ -84,7 +85,7 @@ func (s *Service) outboxEntry(c tally.Conversion) store.Item {
 // conversion's creator; false when another request's marker is there.
 func (s *Service) putConversion(ctx context.Context, c tally.Conversion) (bool, error) {
 	if c.ExternalTxnID != "" {
-		err := s.transact(ctx, store.Put(store.Item{Key: keys.Txn(c.BrandID, c.OfferID, c.ExternalTxnID), Data: records.MustJSON(c)}, store.NotExists()))
+		err := s.events.Transact(ctx, store.Put(store.Item{Key: keys.Txn(c.BrandID, c.OfferID, c.ExternalTxnID), Data: records.MustJSON(c)}, store.NotExists()))
 		if _, exists := store.FailedOp(err); exists {
 			return false, nil
 		}
@@ -99,10 +100,10 @@ func (s *Service) putConversion(ctx context.Context, c tally.Conversion) (bool, 
 // request completing the same one got there first. The entry comes first:
 // once the conversion is there, its event can always be made again.
 func (s *Service) completeConversion(ctx context.Context, c tally.Conversion) error {
-	if err := s.transact(ctx, store.Put(s.outboxEntry(c))); err != nil {
+	if err := s.events.Transact(ctx, store.Put(s.outboxEntry(c))); err != nil {
 		return err
 	}
-	err := s.transact(ctx, store.Put(s.newConversionItem(c), store.NotExists()))
+	err := s.events.Transact(ctx, store.Put(s.newConversionItem(c), store.NotExists()))
 	if _, exists := store.FailedOp(err); exists {
 		return nil
 	}
@@ -149,14 +150,14 @@ func (s *Service) createdEvent(c tally.Conversion) store.Item {
 		Key:       keys.Event(evt.ID),
 		Attrs:     map[string]string{"type": evt.Event, "brandId": c.BrandID, outboxAttr: c.ID},
 		Data:      records.MustJSON(evt),
-		ExpiresAt: c.CreatedAt.Add(max(eventRetention, s.deliveryRetention)).Unix(), // deliveries read their envelope from it
+		ExpiresAt: c.CreatedAt.Add(outbox.Keep(s.deliveryRetention)).Unix(), // deliveries read their envelope from it
 	}
 }
 
 // writeCreatedEvent writes c's conversion.created event (createdEvent).
 func (s *Service) writeCreatedEvent(ctx context.Context, c tally.Conversion) (store.Item, error) {
 	evt := s.createdEvent(c)
-	return evt, s.transact(ctx, store.Put(evt))
+	return evt, s.events.Transact(ctx, store.Put(evt))
 }
 
 // DispatchConversion is Dispatch for a conversion the stream shows
@@ -210,7 +211,7 @@ func (s *Service) outboxedConversions(ctx context.Context, cutoff time.Time, lim
 		_, err := s.store.Get(ctx, keys.Conversion(c.BrandID, c.ID))
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			err = s.transact(ctx, store.Delete(it.Key, store.AttrEquals("at", it.Attrs["at"])))
+			err = s.events.Transact(ctx, store.Delete(it.Key, store.AttrEquals("at", it.Attrs["at"])))
 			if _, rewritten := store.FailedOp(err); rewritten {
 				err = nil // a retry of the request is completing it
 			}

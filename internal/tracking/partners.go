@@ -56,11 +56,11 @@ func (s *Service) Apply(ctx context.Context, brandID string, in ApplicationInput
 		CreatedAt: tally.NewTime(now),
 		UpdatedAt: tally.NewTime(now),
 	}
-	evt, err := s.newEvent(brandID, tally.EventPartnerApplied, partnerEventData(p, ""), now)
+	evt, err := s.events.Event(brandID, tally.EventPartnerApplied, partnerEventData(p, ""), now)
 	if err != nil {
 		return tally.Partner{}, err
 	}
-	err = s.transact(ctx,
+	err = s.events.Transact(ctx,
 		store.Put(partnerItem(p), store.NotExists()),
 		store.Put(store.Item{Key: keys.PartnerEmail(brandID, strings.ToLower(p.Email)), Data: records.MustJSON(p.ID)}, store.NotExists()),
 		evt,
@@ -155,11 +155,11 @@ func (s *Service) transitionPartner(ctx context.Context, brandID, partnerID, act
 		if action == "ban" {
 			data.Reason = tally.BanManual
 		}
-		evt, err := s.newEvent(brandID, t.event, data, now)
+		evt, err := s.events.Event(brandID, t.event, data, now)
 		if err != nil {
 			return tally.Partner{}, err
 		}
-		err = s.transact(ctx, store.Put(partnerItem(p), store.AttrEquals("status", previous)), evt)
+		err = s.events.Transact(ctx, store.Put(partnerItem(p), store.AttrEquals("status", previous)), evt)
 		if _, failed := store.FailedOp(err); failed {
 			continue // changed under us: decide again on the new status
 		}

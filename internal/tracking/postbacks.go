@@ -11,6 +11,7 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/outbox"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/validate"
@@ -198,7 +199,7 @@ func (s *Service) PutPostback(ctx context.Context, brandID, partnerID string, in
 			op = replaceEndpointRecord(it, rec)
 			it = op.Item
 		}
-		err = s.transact(ctx, op, countEndpoint(brandID))
+		err = s.events.Transact(ctx, op, outbox.CountEndpoint(brandID))
 		if _, raced := store.FailedOp(err); raced {
 			continue // created, changed or deleted meanwhile: start over
 		}
@@ -234,7 +235,7 @@ func (s *Service) DeletePostback(ctx context.Context, brandID, partnerID string)
 	if err != nil {
 		return tally.Postback{}, err
 	}
-	err = s.transact(ctx, store.Delete(keys.Postback(brandID, partnerID), store.Exists()))
+	err = s.events.Transact(ctx, store.Delete(keys.Postback(brandID, partnerID), store.Exists()))
 	if _, gone := store.FailedOp(err); gone {
 		return tally.Postback{}, tally.Errorf(tally.ECodeNotFound, "Partner %s has no postback.", partnerID)
 	}
@@ -255,12 +256,12 @@ func (s *Service) SendTestPostback(ctx context.Context, brandID, partnerID strin
 	if _, err := s.postback(ctx, brandID, partnerID); err != nil {
 		return tally.Event{}, err
 	}
-	op, err := s.newEvent(brandID, tally.PostbackTestEvent, postbackTestValues(partnerID), s.Now())
+	op, err := s.events.Event(brandID, tally.PostbackTestEvent, postbackTestValues(partnerID), s.Now())
 	if err != nil {
 		return tally.Event{}, err
 	}
 	op.Item.Attrs["partnerId"] = partnerID
-	if err := s.transact(ctx, op); err != nil {
+	if err := s.events.Transact(ctx, op); err != nil {
 		return tally.Event{}, err
 	}
 	var evt tally.Event

@@ -101,7 +101,7 @@ func (s *Service) RollUp(ctx context.Context, shard string, changes []StreamChan
 			cond = store.AttrEquals("seq", done)
 		}
 		ops = append(ops, store.Put(store.Item{Key: key, Attrs: map[string]string{"seq": last}, ExpiresAt: s.Now().Add(rollupCheckpointTTL).Unix()}, cond))
-		err = s.transact(ctx, ops...)
+		err = s.events.Transact(ctx, ops...)
 		switch _, failed := store.FailedOp(err); {
 		case failed:
 			done, err = s.rolledUpTo(ctx, key)

@@ -6,22 +6,17 @@ package tracking
 
 import (
 	"context"
-	"encoding/json"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/accounts"
 	"github.com/tally-hq/tally/internal/delivery"
-	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/identity"
+	"github.com/tally-hq/tally/internal/outbox"
+	"github.com/tally-hq/tally/internal/ratelimit"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 )
-
-// eventRetention is how long event items stay in the table at least; each
-// delivery attempt reads the envelope from its event, so events stay as
-// long as deliveries do (WithDeliveryRetention) when that is longer.
-const eventRetention = 30 * 24 * time.Hour
 
 // unknownKeyTTL is how long an instance takes a secret that matched no key
 // as unknown. A key is created before it is handed out, so this only delays
@@ -34,6 +29,10 @@ const DefaultDeliveryRetention = 30 * 24 * time.Hour
 
 // Service runs the business operations over a store.
 type Service struct {
+	*identityService
+	*accountsService
+	limiter
+
 	db    *records.DB
 	store store.Store
 	now   func() time.Time
@@ -44,6 +43,9 @@ type Service struct {
 	// checkURL vets webhook receiver URLs (SSRF: https to public addresses
 	// only, or loopback too on the local server).
 	checkURL func(string) error
+	// events writes every transaction, and the events in them.
+	events *outbox.Writer
+	queue  outbox.Queue
 	// onEvent is told the events a transaction put into the outbox (the
 	// local pipeline fans them out).
 	onEvent func(eventIDs []string)
@@ -53,9 +55,8 @@ type Service struct {
 	// health says when an endpoint is disabled.
 	health healthConfig
 
-	// rates counts requests in this process instead of the store, when this
-	// process is the only one serving from the store.
-	rates *processRates
+	// localRates counts rate limits in this process (WithProcessRateLimits).
+	localRates bool
 	// streamRollups leaves new conversions' rollups to the stream
 	// (WithStreamRollups).
 	streamRollups bool
@@ -64,26 +65,14 @@ type Service struct {
 	streamConversions bool
 	// partitioned: the store spreads writes by partition key (newID).
 	partitioned bool
-	// endpointless, when set, leaves the events of brands without
-	// endpoints out of the outbox (WithOutboxOnlyForEndpoints).
-	endpointless *endpointless
 
 	offers      *records.Cache[offerEntry]
 	offerBrands *records.Cache[string] // offer id → brand id; never changes
 	// fraudConfigs are the brands' fraud settings and blocklists; a change
 	// reaches other instances within offerTTL.
 	fraudConfigs *records.Cache[fraudConfig]
-	apiKeys      *records.Cache[apiKeyRecord]
-	// postbackTokens are postback tokens by the hash of their secret.
-	postbackTokens *records.Cache[postbackTokenRecord]
-	// notingKeys holds the hashes of keys whose lastUsedAt this instance is
-	// writing, so that concurrent requests write it once.
-	notingKeys sync.Map
-	// unknownKeys remembers secrets that match no key for a few seconds, so
-	// a client repeating a wrong key costs no read per request.
-	unknownKeys *records.Cache[struct{}]
-	keyTTL      time.Duration
-	offerTTL    time.Duration
+	keyTTL       time.Duration
+	offerTTL     time.Duration
 
 	// deliveryRetention is how long a delivery stays after its last change.
 	deliveryRetention time.Duration
@@ -99,6 +88,40 @@ const (
 	DefaultLimit = records.DefaultLimit
 	MaxLimit     = records.MaxLimit
 )
+
+// The capabilities the Service is made of (their methods are its own until
+// the wiring hands each out by itself).
+type (
+	identityService = identity.Service
+	accountsService = accounts.Service
+)
+
+// limiter counts requests against rate limits (package ratelimit).
+type limiter interface {
+	Allow(ctx context.Context, bucket string, limit int) (ratelimit.Decision, error)
+	AllowPer(ctx context.Context, bucket string, limit int, per time.Duration) (ratelimit.Decision, error)
+}
+
+// RateDecision is the outcome of counting one request against a limit.
+type RateDecision = ratelimit.Decision
+
+// Principal is who a request acts for.
+type Principal = identity.Principal
+
+// Transitional names of moved types, for the packages that use them.
+type (
+	APIKeyInput          = identity.APIKeyInput
+	CreatedAPIKey        = identity.CreatedAPIKey
+	CreatedPostbackToken = identity.CreatedPostbackToken
+	UserInput            = accounts.UserInput
+	Session              = accounts.Session
+)
+
+// SessionTTL is how long a dashboard session lasts.
+const SessionTTL = accounts.SessionTTL
+
+// ErrUnauthorized answers every request without a valid API key.
+var ErrUnauthorized = identity.ErrUnauthorized
 
 // Option configures a Service.
 type Option func(*Service)
@@ -144,7 +167,7 @@ func WithRequeue(queue func(context.Context, DeliveryRef) error) Option {
 // same store, which holds for the embedded store (its file is locked to one
 // process); it spares every request a write, and so a commit, to the store.
 // A restart forgets the current minute's counts.
-func WithProcessRateLimits() Option { return func(s *Service) { s.rates = &processRates{} } }
+func WithProcessRateLimits() Option { return func(s *Service) { s.localRates = true } }
 
 // WithEndpointHealth sets when an endpoint (a webhook subscription or a
 // partner's postback) is disabled: after failures consecutive failed
@@ -173,6 +196,7 @@ func New(st store.Store, opts ...Option) *Service {
 		deliveryRetention: DefaultDeliveryRetention,
 		checkURL:          func(u string) error { return delivery.CheckURL(u, false) },
 		zones:             time.LoadLocation,
+		queue:             outbox.EveryEvent{},
 	}
 	_, s.partitioned = st.(store.Partitioned)
 	for _, o := range opts {
@@ -183,97 +207,27 @@ func New(st store.Store, opts ...Option) *Service {
 		ids = records.SpreadIDs{}
 	}
 	s.db = records.New(st, s.now, ids)
+	s.events = outbox.NewWriter(s.db, s.deliveryRetention, s.queue, func(ids []string) {
+		if s.onEvent != nil {
+			s.onEvent(ids)
+		}
+	})
 	s.offers = records.NewCache[offerEntry](s.offerTTL, s.now)
 	s.offerBrands = records.NewCache[string](time.Hour, s.now)
 	s.fraudConfigs = records.NewCache[fraudConfig](s.offerTTL, s.now)
-	s.apiKeys = records.NewCache[apiKeyRecord](s.keyTTL, s.now)
-	s.postbackTokens = records.NewCache[postbackTokenRecord](s.keyTTL, s.now)
-	s.unknownKeys = records.NewCache[struct{}](min(s.keyTTL, unknownKeyTTL), s.now)
+	s.identityService = identity.New(s.db, s.keyTTL)
+	s.accountsService = accounts.New(s.db, s.identityService)
+	s.limiter = ratelimit.NewShared(s.db)
+	if s.localRates {
+		s.limiter = ratelimit.NewLocal(s.now)
+	}
 	return s
 }
 
 // Now returns the service's current time, in UTC to the millisecond.
 func (s *Service) Now() time.Time { return s.now().UTC().Truncate(time.Millisecond) }
 
-// eventEnvelope is a tally.Event whose data is not yet JSON, so that
-// newEvent marshals the event in one pass: data marshalled first and put in
-// as a json.RawMessage would be checked and compacted again.
-type eventEnvelope struct {
-	ID        string     `json:"id"`
-	Event     string     `json:"event"`
-	CreatedAt tally.Time `json:"createdAt"`
-	BrandID   string     `json:"brandId"`
-	Data      any        `json:"data"`
-}
-
-// newEvent builds the outbox item for an event, to be written in the same
-// transaction as the change it reports.
-func (s *Service) newEvent(brandID, name string, data any, at time.Time) (store.Op, error) {
-	evt := eventEnvelope{ID: s.db.NewID("evt_", at), Event: name, CreatedAt: tally.NewTime(at), BrandID: brandID, Data: data}
-	body, err := json.Marshal(evt)
-	if err != nil {
-		return store.Op{}, err
-	}
-	return store.Put(store.Item{
-		Key:       keys.Event(evt.ID),
-		GSI1:      store.IndexKey{PK: keys.EventsByBrand(brandID, keys.ShardOf(evt.ID)), SK: evt.ID},
-		GSI3:      store.IndexKey{PK: keys.OutboxPK(keys.QueueShardOf(evt.ID)), SK: evt.ID},
-		Attrs:     map[string]string{"type": name, "brandId": brandID},
-		Data:      body,
-		ExpiresAt: at.Add(max(eventRetention, s.deliveryRetention)).Unix(), // deliveries read their envelope from it
-	}, store.NotExists()), nil
-}
-
-// Events returns a brand's events, newest first. The delivery pipeline reads
-// events by id; this listing is for inspection and tests. It does not show
-// the conversion.created events the fan-out makes (WithStreamConversions),
-// which are in no index.
+// Events returns a brand's events, newest first (outbox.Writer.Events).
 func (s *Service) Events(ctx context.Context, brandID string, p ListParams) ([]tally.Event, string, error) {
-	parts := make([]records.Partition, keys.Shards)
-	for i := range parts {
-		parts[i] = records.Partition{Index: store.GSI1, PK: keys.EventsByBrand(brandID, i)}
-	}
-	return records.List[tally.Event](ctx, s.db, parts, p, nil)
-}
-
-// transact runs ops, retrying transaction conflicts with jittered backoff:
-// they only mean another writer touched the same items at the same moment.
-// Conflicts that outlast the budget answer 409, for the client to retry.
-func (s *Service) transact(ctx context.Context, ops ...store.Op) error {
-	for {
-		write, brands := ops, []string(nil)
-		if s.endpointless != nil {
-			var err error
-			if write, brands, err = s.unqueued(ctx, ops); err != nil {
-				return err
-			}
-		}
-		err := s.db.Transact(ctx, write...)
-		if i, failed := store.FailedOp(err); failed && i >= len(ops) {
-			s.gainedEndpoint(brands[i-len(ops)])
-			continue // with the outbox this time
-		}
-		if err == nil && s.onEvent != nil {
-			if ids := outboxed(write); len(ids) > 0 {
-				s.onEvent(ids)
-			}
-		}
-		return err
-	}
-}
-
-// outboxed returns the ids of the events ops put into the outbox.
-func outboxed(ops []store.Op) []string {
-	var ids []string
-	for _, op := range ops {
-		if isOutboxed(op) {
-			ids = append(ids, op.Item.GSI3.SK)
-		}
-	}
-	return ids
-}
-
-// isOutboxed reports whether op puts an event into the outbox.
-func isOutboxed(op store.Op) bool {
-	return op.Kind == store.OpPut && strings.HasPrefix(op.Item.PK, "EVT#") && op.Item.GSI3.PK != ""
+	return s.events.Events(ctx, brandID, p)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/outbox"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/validate"
@@ -98,10 +99,10 @@ func (s *Service) CreateSubscription(ctx context.Context, brandID string, in Sub
 		Secret: validate.Deref(in.Secret, ""),
 	}
 	item := newEndpointItem(keys.Subscription(brandID, rec.ID), rec)
-	err := s.transact(ctx,
+	err := s.events.Transact(ctx,
 		store.Increment(keys.SubscriptionCount(brandID), map[string]int64{"n": 1}, store.NumLess("n", maxSubscriptions)),
 		store.Put(item, store.NotExists()),
-		countEndpoint(brandID))
+		outbox.CountEndpoint(brandID))
 	if i, failed := store.FailedOp(err); failed && i == 0 {
 		return tally.Subscription{}, tally.Errorf(tally.ECodeConflict, "A brand has at most %d webhook subscriptions; delete one first.", maxSubscriptions)
 	}
@@ -166,7 +167,7 @@ func (s *Service) DeleteSubscription(ctx context.Context, brandID, subscriptionI
 	if err != nil {
 		return tally.Subscription{}, err
 	}
-	err = s.transact(ctx,
+	err = s.events.Transact(ctx,
 		store.Delete(keys.Subscription(brandID, subscriptionID), store.Exists()),
 		store.Increment(keys.SubscriptionCount(brandID), map[string]int64{"n": -1}))
 	if _, failed := store.FailedOp(err); failed {
@@ -182,14 +183,14 @@ func (s *Service) SendTestEvent(ctx context.Context, brandID, subscriptionID str
 		return tally.Event{}, err
 	}
 	now := s.Now()
-	op, err := s.newEvent(brandID, tally.EventWebhookTest, tally.WebhookTestEventData{
+	op, err := s.events.Event(brandID, tally.EventWebhookTest, tally.WebhookTestEventData{
 		SubscriptionID: subscriptionID, Message: "This is a test event from Tally.",
 	}, now)
 	if err != nil {
 		return tally.Event{}, err
 	}
 	op.Item.Attrs["subscriptionId"] = subscriptionID
-	if err := s.transact(ctx, op); err != nil {
+	if err := s.events.Transact(ctx, op); err != nil {
 		return tally.Event{}, err
 	}
 	var evt tally.Event
@@ -253,7 +254,7 @@ func (s *Service) UpdateSubscription(ctx context.Context, brandID, subscriptionI
 		}
 		rec.UpdatedAt = tally.NewTime(now)
 		op := replaceEndpointRecord(it, rec)
-		err = s.transact(ctx, op)
+		err = s.events.Transact(ctx, op)
 		if _, raced := store.FailedOp(err); raced {
 			continue // an attempt or another change came first: apply to the new state
 		}

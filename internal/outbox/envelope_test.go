@@ -1,4 +1,4 @@
-package tracking
+package outbox
 
 import (
 	"encoding/json"
@@ -8,7 +8,7 @@ import (
 	"github.com/tally-hq/tally"
 )
 
-// An event is marshalled in one pass through eventEnvelope; what is stored
+// An event is marshalled in one pass through envelope; what is stored
 // and sent must be byte for byte the tally.Event that receivers and the
 // pipeline read, whatever the data holds (characters encoding/json escapes
 // included).
@@ -18,7 +18,10 @@ func TestEventEnvelopeMarshalsAsEvent(t *testing.T) {
 		tally.ConversionEventData{ConversionID: "cnv_1", PartnerID: "prt_<&>", OfferID: "off_1", RevenueCents: 1000,
 			PayoutCents: 300, Currency: "USD", Status: tally.ConversionApproved, Sub1: "a\"b\\c\u2028é\x01", ExternalTxnID: "x y"},
 		tally.PartnerEventData{PartnerID: "prt_1", Name: "<b>Ann</b>", Email: "a&b@example.com", Status: "approved"},
-		postbackTestValues("prt_1"),
+		struct {
+			ClickID string `json:"clickId"`
+			Payout  string `json:"payout"`
+		}{"clk_<1>", "3.00"},
 		tally.WebhookTestEventData{SubscriptionID: "sub_1", Message: "hello"},
 		map[string]any{"z": 1, "a": []string{"x"}},
 	}
@@ -31,7 +34,7 @@ func TestEventEnvelopeMarshalsAsEvent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := json.Marshal(eventEnvelope{ID: "evt_1", Event: "e.v", CreatedAt: at, BrandID: "brd_1", Data: d})
+		got, err := json.Marshal(envelope{ID: "evt_1", Event: "e.v", CreatedAt: at, BrandID: "brd_1", Data: d})
 		if err != nil {
 			t.Fatal(err)
 		}

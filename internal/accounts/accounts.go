@@ -1,4 +1,7 @@
-package tracking
+// Package accounts keeps the dashboard's users and their sessions:
+// passwords hashed with Argon2id, sessions found by the hash of their
+// token.
+package accounts
 
 import (
 	"context"
@@ -11,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/identity"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/password"
@@ -22,6 +26,20 @@ import (
 // Password length bounds, in characters: long enough for a passphrase to
 // resist guessing (sign-in is throttled too), short enough that hashing
 // cannot be made expensive by the input.
+// Service keeps the users and their sessions.
+type Service struct {
+	db     *records.DB
+	brands brands
+}
+
+// brands finds the brand a user belongs to.
+type brands interface {
+	Brand(ctx context.Context, brandID string) (tally.Brand, error)
+}
+
+// New returns the Service over db, whose users belong to brands.
+func New(db *records.DB, b brands) *Service { return &Service{db: db, brands: b} }
+
 const (
 	MinPasswordLen = 12
 	maxPasswordLen = 256
@@ -51,16 +69,16 @@ func (s *Service) CreateUser(ctx context.Context, in UserInput) (tally.User, err
 	if err := validate.First(validate.Text("brandId", in.BrandID, true, 64), validate.Email("email", in.Email), checkPassword(in.Password)); err != nil {
 		return tally.User{}, err
 	}
-	if _, err := s.Brand(ctx, *in.BrandID); err != nil {
+	if _, err := s.brands.Brand(ctx, *in.BrandID); err != nil {
 		return tally.User{}, err
 	}
 	hash, err := password.Hash(*in.Password)
 	if err != nil {
 		return tally.User{}, err
 	}
-	now := s.Now()
+	now := s.db.Now()
 	u := userRecord{User: tally.User{ID: ids.New("usr_", now), BrandID: *in.BrandID, Email: *in.Email, CreatedAt: tally.NewTime(now)}, PasswordHash: hash}
-	err = s.transact(ctx, store.Put(store.Item{
+	err = s.db.Transact(ctx, store.Put(store.Item{
 		Key:  keys.User(u.Email),
 		GSI1: store.IndexKey{PK: keys.UsersByBrand(u.BrandID), SK: u.ID},
 		Data: records.MustJSON(u),
@@ -84,7 +102,7 @@ func checkPassword(pw *string) error {
 }
 
 // Users lists a brand's dashboard users, newest first.
-func (s *Service) Users(ctx context.Context, brandID string, p ListParams) ([]tally.User, string, error) {
+func (s *Service) Users(ctx context.Context, brandID string, p records.ListParams) ([]tally.User, string, error) {
 	recs, next, err := records.List[userRecord](ctx, s.db, []records.Partition{{Index: store.GSI1, PK: keys.UsersByBrand(brandID)}}, p, nil)
 	users := make([]tally.User, len(recs))
 	for i, r := range recs {
@@ -117,7 +135,7 @@ func (s *Service) SignIn(ctx context.Context, emailAddr, pw string) (tally.User,
 	u, err := tally.User{}, error(nil)
 	if emailAddr != "" && len(emailAddr) <= 254 && len(pw) <= 4*maxPasswordLen {
 		var rec userRecord
-		rec, err = records.Get[userRecord](ctx, s.store, keys.User(emailAddr))
+		rec, err = records.Get[userRecord](ctx, s.db, keys.User(emailAddr))
 		switch {
 		case err == nil:
 			u, hash = rec.User, rec.PasswordHash
@@ -156,14 +174,14 @@ func (s *Service) StartSession(ctx context.Context, u tally.User) (string, Sessi
 		return "", Session{}, err
 	}
 	token := base64.RawURLEncoding.EncodeToString(raw)
-	b, err := s.Brand(ctx, u.BrandID)
+	b, err := s.brands.Brand(ctx, u.BrandID)
 	if err != nil {
 		return "", Session{}, err
 	}
-	now := s.Now()
+	now := s.db.Now()
 	sess := Session{UserID: u.ID, BrandID: u.BrandID, BrandName: b.Name, Email: u.Email, CreatedAt: tally.NewTime(now), ExpiresAt: tally.NewTime(now.Add(SessionTTL))}
-	err = s.transact(ctx, store.Put(store.Item{
-		Key:       keys.Session(hashSecret(token)),
+	err = s.db.Transact(ctx, store.Put(store.Item{
+		Key:       keys.Session(identity.Hash(token)),
 		Data:      records.MustJSON(sess),
 		ExpiresAt: sess.ExpiresAt.Unix(),
 	}, store.NotExists()))
@@ -178,13 +196,13 @@ func (s *Service) Session(ctx context.Context, token string) (Session, error) {
 	if token == "" || len(token) > 100 {
 		return Session{}, errNoSession
 	}
-	sess, err := records.Get[Session](ctx, s.store, keys.Session(hashSecret(token)))
+	sess, err := records.Get[Session](ctx, s.db, keys.Session(identity.Hash(token)))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return Session{}, errNoSession
 	case err != nil:
 		return Session{}, err
-	case !s.Now().Before(sess.ExpiresAt.Time): // the TTL deletes it later, lazily
+	case !s.db.Now().Before(sess.ExpiresAt.Time): // the TTL deletes it later, lazily
 		return Session{}, errNoSession
 	}
 	return sess, nil
@@ -195,5 +213,5 @@ func (s *Service) EndSession(ctx context.Context, token string) error {
 	if token == "" || len(token) > 100 {
 		return nil
 	}
-	return s.transact(ctx, store.Delete(keys.Session(hashSecret(token))))
+	return s.db.Transact(ctx, store.Delete(keys.Session(identity.Hash(token))))
 }

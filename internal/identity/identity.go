@@ -1,4 +1,7 @@
-package tracking
+// Package identity says who a request acts for: brands, their API keys
+// and their postback tokens. Keys and tokens are stored as hashes of their
+// secrets, which are shown once, when made.
+package identity
 
 import (
 	"context"
@@ -7,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tally-hq/tally"
@@ -16,6 +20,38 @@ import (
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/validate"
 )
+
+// Service keeps the brands and their credentials.
+type Service struct {
+	db *records.DB
+	// apiKeys and postbackTokens are credentials by the hash of their
+	// secret; a revocation reaches other instances within their TTL.
+	apiKeys        *records.Cache[apiKeyRecord]
+	postbackTokens *records.Cache[postbackTokenRecord]
+	// unknownKeys remembers secrets that match no key for a few seconds,
+	// so a client repeating a wrong key costs no read per request.
+	unknownKeys *records.Cache[struct{}]
+	// notingKeys holds the hashes of keys whose lastUsedAt this instance
+	// is writing, so that concurrent requests write it once.
+	notingKeys sync.Map
+}
+
+// unknownKeyTTL is how long an instance takes a secret that matched no key
+// as unknown. A key is created before it is handed out, so this only delays
+// a key that a client guessed right before it existed.
+const unknownKeyTTL = 5 * time.Second
+
+// New returns the Service over db. An instance trusts the credentials it
+// read for cacheTTL: a revoked key keeps working on another instance for
+// at most that long.
+func New(db *records.DB, cacheTTL time.Duration) *Service {
+	return &Service{
+		db:             db,
+		apiKeys:        records.NewCache[apiKeyRecord](cacheTTL, db.Clock),
+		postbackTokens: records.NewCache[postbackTokenRecord](cacheTTL, db.Clock),
+		unknownKeys:    records.NewCache[struct{}](min(cacheTTL, unknownKeyTTL), db.Clock),
+	}
+}
 
 // secretPrefix starts every API key secret, so leaked keys are easy to spot
 // in code and logs.
@@ -27,9 +63,9 @@ func (s *Service) CreateBrand(ctx context.Context, name string) (tally.Brand, er
 		return tally.Brand{}, err
 	}
 	name = strings.TrimSpace(name)
-	now := s.Now()
+	now := s.db.Now()
 	b := tally.Brand{ID: ids.New("brd_", now), Name: name, CreatedAt: tally.NewTime(now)}
-	err := s.transact(ctx, store.Put(store.Item{Key: keys.Brand(b.ID), Data: records.MustJSON(b)}, store.NotExists()))
+	err := s.db.Transact(ctx, store.Put(store.Item{Key: keys.Brand(b.ID), Data: records.MustJSON(b)}, store.NotExists()))
 	return b, err
 }
 
@@ -38,7 +74,7 @@ func (s *Service) Brand(ctx context.Context, brandID string) (tally.Brand, error
 	if !ids.Valid("brd_", brandID) {
 		return tally.Brand{}, records.NotFound(store.ErrNotFound, "brand", brandID)
 	}
-	b, err := records.Get[tally.Brand](ctx, s.store, keys.Brand(brandID))
+	b, err := records.Get[tally.Brand](ctx, s.db, keys.Brand(brandID))
 	return b, records.NotFound(err, "brand", brandID)
 }
 
@@ -61,7 +97,8 @@ func (r *apiKeyRecord) FromItem(it store.Item) {
 	}
 }
 
-func hashSecret(secret string) string {
+// Hash is the hash under which a secret is stored.
+func Hash(secret string) string {
 	sum := sha256.Sum256([]byte(secret))
 	return hex.EncodeToString(sum[:])
 }
@@ -98,13 +135,13 @@ func (s *Service) CreateKey(ctx context.Context, brandID string, in APIKeyInput)
 		return CreatedAPIKey{}, err
 	}
 	secret := secretPrefix + hex.EncodeToString(raw)
-	now := s.Now()
+	now := s.db.Now()
 	rec := apiKeyRecord{
 		APIKey: tally.APIKey{ID: ids.New("key_", now), BrandID: brandID, Name: strings.TrimSpace(validate.Deref(in.Name, "")),
 			Prefix: secret[:len(secretPrefix)+4], CreatedAt: tally.NewTime(now)},
-		Hash: hashSecret(secret),
+		Hash: Hash(secret),
 	}
-	err := s.transact(ctx, store.Put(apiKeyItem(rec), store.NotExists()))
+	err := s.db.Transact(ctx, store.Put(apiKeyItem(rec), store.NotExists()))
 	return CreatedAPIKey{APIKey: rec.APIKey, Key: secret}, err
 }
 
@@ -123,17 +160,17 @@ func apiKeyItem(rec apiKeyRecord) store.Item {
 
 // APIKeys lists a brand's keys, revoked ones included, newest first (the
 // admin API).
-func (s *Service) APIKeys(ctx context.Context, brandID string, p ListParams) ([]tally.APIKey, string, error) {
+func (s *Service) APIKeys(ctx context.Context, brandID string, p records.ListParams) ([]tally.APIKey, string, error) {
 	return s.apiKeyList(ctx, brandID, p, nil)
 }
 
 // ActiveAPIKeys lists the brand's keys that work, newest first (GET /keys:
 // a deleted key is gone from it).
-func (s *Service) ActiveAPIKeys(ctx context.Context, brandID string, p ListParams) ([]tally.APIKey, string, error) {
+func (s *Service) ActiveAPIKeys(ctx context.Context, brandID string, p records.ListParams) ([]tally.APIKey, string, error) {
 	return s.apiKeyList(ctx, brandID, p, func(r *apiKeyRecord) bool { return r.RevokedAt == nil })
 }
 
-func (s *Service) apiKeyList(ctx context.Context, brandID string, p ListParams, keep func(*apiKeyRecord) bool) ([]tally.APIKey, string, error) {
+func (s *Service) apiKeyList(ctx context.Context, brandID string, p records.ListParams, keep func(*apiKeyRecord) bool) ([]tally.APIKey, string, error) {
 	if _, err := s.Brand(ctx, brandID); err != nil {
 		return nil, "", err
 	}
@@ -164,7 +201,7 @@ func (s *Service) revokeAPIKey(ctx context.Context, brandID, keyID string) (tall
 	if !ids.Valid("key_", keyID) {
 		return tally.APIKey{}, missing
 	}
-	page, err := s.store.Query(ctx, store.Query{Index: store.GSI2, PK: keys.APIKeyByID(keyID), Limit: 1})
+	page, err := s.db.Query(ctx, store.Query{Index: store.GSI2, PK: keys.APIKeyByID(keyID), Limit: 1})
 	if err != nil {
 		return tally.APIKey{}, err
 	}
@@ -181,9 +218,9 @@ func (s *Service) revokeAPIKey(ctx context.Context, brandID, keyID string) (tall
 	case rec.RevokedAt != nil:
 		return rec.APIKey, nil
 	}
-	at := tally.NewTime(s.Now())
+	at := tally.NewTime(s.db.Now())
 	rec.RevokedAt = &at
-	if err := s.transact(ctx, store.Put(apiKeyItem(rec), store.Exists())); err != nil {
+	if err := s.db.Transact(ctx, store.Put(apiKeyItem(rec), store.Exists())); err != nil {
 		return tally.APIKey{}, err
 	}
 	s.apiKeys.Put(rec.Hash, rec) // this instance stops accepting it at once
@@ -206,14 +243,14 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (Principal, e
 	if !strings.HasPrefix(secret, secretPrefix) || len(secret) > 200 {
 		return Principal{}, denied
 	}
-	hash := hashSecret(secret)
+	hash := Hash(secret)
 	if _, unknown := s.unknownKeys.Get(hash); unknown {
 		return Principal{}, denied
 	}
 	rec, ok := s.apiKeys.Get(hash)
 	if !ok {
 		var err error
-		rec, err = records.Get[apiKeyRecord](ctx, s.store, keys.APIKey(hash))
+		rec, err = records.Get[apiKeyRecord](ctx, s.db, keys.APIKey(hash))
 		if errors.Is(err, store.ErrNotFound) {
 			s.unknownKeys.Put(hash, struct{}{})
 			return Principal{}, denied
@@ -242,7 +279,7 @@ const lastUsedStep = time.Minute
 // instances that notice the same stale value, one writes. Failing to note a
 // use fails no request: the next one tries again.
 func (s *Service) noteKeyUse(ctx context.Context, rec apiKeyRecord) {
-	now := s.Now()
+	now := s.db.Now()
 	var seen int64
 	if rec.LastUsedAt != nil {
 		if now.Sub(rec.LastUsedAt.Time) < lastUsedStep {
@@ -254,7 +291,7 @@ func (s *Service) noteKeyUse(ctx context.Context, rec apiKeyRecord) {
 		return // another request of this instance is writing it
 	}
 	defer s.notingKeys.Delete(rec.Hash)
-	_, err := s.store.Update(ctx, store.Op{Kind: store.OpUpdate, Key: keys.APIKey(rec.Hash),
+	_, err := s.db.Update(ctx, store.Op{Kind: store.OpUpdate, Key: keys.APIKey(rec.Hash),
 		Add:   map[string]int64{lastUsedAttr: now.UnixMilli() - seen},
 		Conds: []store.Cond{store.Exists(), store.NumEquals(lastUsedAttr, seen)}})
 	if _, lost := store.FailedOp(err); err == nil || lost { // lost: another instance noted it just now
@@ -262,54 +299,4 @@ func (s *Service) noteKeyUse(ctx context.Context, rec apiKeyRecord) {
 		rec.LastUsedAt = &at
 		s.apiKeys.PutUnless(rec.Hash, rec, func(cached apiKeyRecord) bool { return cached.RevokedAt != nil })
 	}
-}
-
-// RateDecision is the outcome of counting one request against a limit.
-type RateDecision struct {
-	Allowed   bool
-	Limit     int
-	Remaining int
-	Reset     time.Time     // when the current window ends
-	Wait      time.Duration // until Reset
-}
-
-// rateWindow is the fixed window of every rate limit.
-const rateWindow = time.Minute
-
-// Allow counts one request of bucket (an API key, a client IP) against limit
-// requests per minute. The count is a conditional counter in the store, so
-// it is exact across every instance sharing the store, or, with
-// WithProcessRateLimits, a counter in this process; a refused request is not
-// counted.
-func (s *Service) Allow(ctx context.Context, bucket string, limit int) (RateDecision, error) {
-	return s.AllowPer(ctx, bucket, limit, rateWindow)
-}
-
-// AllowPer is Allow with fixed windows of the given length (aligned to the
-// Unix epoch), for limits such as sign-in attempts per quarter hour.
-func (s *Service) AllowPer(ctx context.Context, bucket string, limit int, per time.Duration) (RateDecision, error) {
-	now := s.now()
-	window := now.Truncate(per)
-	d := RateDecision{Limit: limit, Reset: window.Add(per), Wait: window.Add(per).Sub(now)}
-	if s.rates != nil {
-		n, ok := s.rates.add(bucket, window, d.Reset, int64(limit))
-		d.Allowed, d.Remaining = ok, max(limit-int(n), 0)
-		return d, nil
-	}
-	it, err := s.store.Update(ctx, store.Op{
-		Kind:      store.OpUpdate,
-		Key:       keys.Rate(bucket, window.Unix()),
-		Add:       map[string]int64{"n": 1},
-		ExpiresAt: d.Reset.Add(time.Hour).Unix(),
-		Conds:     []store.Cond{store.NumLess("n", int64(limit))},
-	})
-	if _, failed := store.FailedOp(err); failed {
-		return d, nil
-	}
-	if err != nil {
-		return d, err
-	}
-	d.Allowed = true
-	d.Remaining = max(limit-int(it.Nums["n"]), 0)
-	return d, nil
 }
