@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +13,8 @@ import (
 	"github.com/tally-hq/tally/internal/fraud"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/offers"
+	"github.com/tally-hq/tally/internal/partners"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/validate"
@@ -58,11 +59,11 @@ func (in ClickInput) validate() error {
 // and the partner active; otherwise it answers not_found and stores nothing.
 func (s *Service) RecordClick(ctx context.Context, in ClickInput) (tally.Click, string, error) {
 	for attempt := 0; ; attempt++ {
-		offer, err := s.offerByID(ctx, in.OfferID)
+		offer, err := s.offersService.ByID(ctx, in.OfferID)
 		if err != nil {
 			return tally.Click{}, "", err
 		}
-		if offer.offer.Status != tally.OfferActive {
+		if offer.Offer.Status != tally.OfferActive {
 			return tally.Click{}, "", records.NotFound(store.ErrNotFound, "offer", in.OfferID)
 		}
 		if !ids.Valid("prt_", in.PartnerID) {
@@ -78,7 +79,7 @@ func (s *Service) RecordClick(ctx context.Context, in ClickInput) (tally.Click, 
 		if err != nil {
 			return tally.Click{}, "", err
 		}
-		return c, fillMacros(offer.offer.DestinationURL, c), nil
+		return c, offers.FillMacros(offer.Offer.DestinationURL, c), nil
 	}
 }
 
@@ -103,9 +104,9 @@ func clickCounts(highRisk bool) map[string]int64 {
 // that this high-risk click does not bring the partner's count to the
 // auto-ban rule's limit. When a condition fails, the click is scored or
 // written again as the one that crosses the line.
-func (s *Service) insertClick(ctx context.Context, offer offerEntry, in ClickInput) (tally.Click, error) {
+func (s *Service) insertClick(ctx context.Context, offer offers.Entry, in ClickInput) (tally.Click, error) {
 	now := s.Now()
-	o := offer.offer
+	o := offer.Offer
 	fc, err := s.fraudConfig(ctx, o.BrandID)
 	if err != nil {
 		return tally.Click{}, err
@@ -159,9 +160,9 @@ func (s *Service) insertClick(ctx context.Context, offer offerEntry, in ClickInp
 		}
 		ops = append(ops, store.Put(item))
 		offerAt, partnerAt := len(ops), len(ops)+1
-		ops = append(ops, offerCheck(offer))
+		ops = append(ops, offers.Check(offer))
 		if ban != nil {
-			ops = append(ops, store.Put(partnerItem(*ban), store.AttrEquals("status", tally.PartnerActive)))
+			ops = append(ops, store.Put(partners.Item(*ban), store.AttrEquals("status", tally.PartnerActive)))
 		} else {
 			ops = append(ops, store.Check(keys.Partner(c.BrandID, c.PartnerID), store.AttrEquals("status", tally.PartnerActive)))
 		}
@@ -197,7 +198,7 @@ func (s *Service) insertClick(ctx context.Context, offer offerEntry, in ClickInp
 			ops = append(ops, op, evt)
 		}
 		if ban != nil {
-			data := partnerEventData(*ban, tally.PartnerActive)
+			data := partners.EventData(*ban, tally.PartnerActive)
 			data.Reason, data.Rule = tally.BanAutomation, tally.RuleHighRiskClicks
 			evt, err := s.events.Event(c.BrandID, tally.EventPartnerBanned, data, now)
 			if err != nil {
@@ -285,102 +286,6 @@ func clickItem(c tally.Click, expires time.Time) store.Item {
 		Data:      records.MustJSON(c),
 		ExpiresAt: expires.Unix(),
 	}
-}
-
-// fillMacros puts the click's values, query-escaped, into the offer's
-// destination URL. It runs on every click, so it is one pass over the URL
-// rather than a strings.Replacer built each time.
-func fillMacros(dest string, c tally.Click) string {
-	if !strings.Contains(dest, "{") {
-		return dest
-	}
-	var b strings.Builder
-	b.Grow(len(dest) + len(c.ID))
-	for {
-		before, name, after, found := nextMacro(dest)
-		b.WriteString(before)
-		if !found {
-			return b.String()
-		}
-		if v, ok := macroValue(name, c); ok {
-			b.WriteString(url.QueryEscape(v))
-		} else { // not a macro: kept as written
-			b.WriteByte('{')
-			b.WriteString(name)
-			b.WriteByte('}')
-		}
-		dest = after
-	}
-}
-
-// nextMacro finds the first {name} in s whose name holds no brace, so that
-// s is before + "{" + name + "}" + after; "{a{click_id}" holds {click_id}.
-func nextMacro(s string) (before, name, after string, found bool) {
-	open := strings.IndexByte(s, '{')
-	if open < 0 {
-		return s, "", "", false
-	}
-	end := strings.IndexByte(s[open:], '}')
-	if end < 0 {
-		return s, "", "", false
-	}
-	end += open
-	open = strings.LastIndexByte(s[:end], '{')
-	return s[:open], s[open+1 : end], s[end+1:], true
-}
-
-// destinationMacros are the names macroValue fills, for messages.
-var destinationMacros = []string{"click_id", "offer_id", "partner_id", "sub1", "sub2", "sub3", "sub4", "sub5"}
-
-// checkDestinationMacros refuses a {name} in an offer's destination URL
-// that fillMacros would not fill ({clickid}, {CLICK_ID}, another network's
-// {aff_sub}): it would reach the landing page as written, and the
-// conversion could not name its click. Braces around anything but a
-// name ({} or JSON) are not a macro and stay as written.
-func checkDestinationMacros(field string, dest *string) error {
-	if dest == nil {
-		return nil
-	}
-	for rest := *dest; ; {
-		_, name, after, found := nextMacro(rest)
-		if !found {
-			return nil
-		}
-		if _, ok := macroValue(name, tally.Click{}); !ok && macroName(name) {
-			return validate.InvalidField(field, "%s has {%s}, which is not a macro; the macros are {%s}.", field, name, strings.Join(destinationMacros, "}, {"))
-		}
-		rest = after
-	}
-}
-
-// macroName reports whether s reads as a macro's name: letters, digits and
-// underscores.
-func macroName(s string) bool {
-	return s != "" && strings.IndexFunc(s, func(r rune) bool {
-		return !(r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
-	}) < 0
-}
-
-func macroValue(name string, c tally.Click) (string, bool) {
-	switch name {
-	case "click_id":
-		return c.ID, true
-	case "offer_id":
-		return c.OfferID, true
-	case "partner_id":
-		return c.PartnerID, true
-	case "sub1":
-		return c.Sub1, true
-	case "sub2":
-		return c.Sub2, true
-	case "sub3":
-		return c.Sub3, true
-	case "sub4":
-		return c.Sub4, true
-	case "sub5":
-		return c.Sub5, true
-	}
-	return "", false
 }
 
 // truncate cuts a header's value to at most n characters, valid UTF-8 in

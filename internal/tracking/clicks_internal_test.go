@@ -7,6 +7,7 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/offers"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
 	"github.com/tally-hq/tally/internal/validate"
@@ -67,7 +68,7 @@ func TestFillMacros(t *testing.T) {
 		"https://s.example/?c={click_id":                "https://s.example/?c={click_id",
 		"https://s.example/?c={}":                       "https://s.example/?c={}",
 	} {
-		if got := fillMacros(dest, c); got != want {
+		if got := offers.FillMacros(dest, c); got != want {
 			t.Errorf("fillMacros(%q) = %q, want %q", dest, got, want)
 		}
 	}

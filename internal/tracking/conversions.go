@@ -12,6 +12,7 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/offers"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/validate"
@@ -98,9 +99,9 @@ func (s *Service) RecordConversion(ctx context.Context, brandID string, in Conve
 			return c, false, err
 		}
 	}
-	offerOf := s.cachedOffer
+	offerOf := s.offersService.Cached
 	if s.streamConversions {
-		offerOf = s.loadOffer // its status as of now: the write checks nothing (activeNow)
+		offerOf = s.offersService.Load // its status as of now: the write checks nothing (activeNow)
 	}
 	for attempt := 0; ; attempt++ {
 		offer, err := offerOf(ctx, brandID, *in.OfferID)
@@ -112,18 +113,18 @@ func (s *Service) RecordConversion(ctx context.Context, brandID string, in Conve
 		}
 		now := s.Now()
 		if in.ClickID != nil {
-			days := offer.offer.AttributionWindowDays
+			days := offer.Offer.AttributionWindowDays
 			if now.After(click.CreatedAt.AddDate(0, 0, days)) {
 				return c, false, validate.Invalid("clickId %q: the click is older than the offer's attribution window of %d days.", click.ID, days)
 			}
 		}
-		if err := amountsInCurrency(offer.offer, in); err != nil {
+		if err := amountsInCurrency(offer.Offer, in); err != nil {
 			return c, false, err
 		}
-		c = newConversion(s.db.NewID("cnv_", now), brandID, offer.offer, in, now)
+		c = newConversion(s.db.NewID("cnv_", now), brandID, offer.Offer, in, now)
 		c.ClickID = click.ID
 		if s.streamConversions {
-			if err := s.activeNow(ctx, offer.offer, c.PartnerID); err != nil {
+			if err := s.activeNow(ctx, offer.Offer, c.PartnerID); err != nil {
 				return s.refusedUnlessRecorded(ctx, c, err)
 			}
 		}
@@ -199,13 +200,13 @@ var errOfferChanged = errors.New("the offer changed meanwhile")
 // offerNotActive explains why offerCheck failed: the offer is not active
 // (a user error), or it changed since it was cached (errOfferChanged, after
 // the cache was refreshed).
-func (s *Service) offerNotActive(ctx context.Context, e offerEntry, what string) error {
-	fresh, err := s.loadOffer(ctx, e.offer.BrandID, e.offer.ID)
+func (s *Service) offerNotActive(ctx context.Context, e offers.Entry, what string) error {
+	fresh, err := s.offersService.Load(ctx, e.Offer.BrandID, e.Offer.ID)
 	if err != nil {
 		return err
 	}
-	if fresh.offer.Status != tally.OfferActive {
-		return validate.Invalid("offerId %q: the offer is %s; %s are accepted only for active offers.", e.offer.ID, fresh.offer.Status, what)
+	if fresh.Offer.Status != tally.OfferActive {
+		return validate.Invalid("offerId %q: the offer is %s; %s are accepted only for active offers.", e.Offer.ID, fresh.Offer.Status, what)
 	}
 	return errOfferChanged
 }
@@ -260,7 +261,7 @@ func newConversion(id, brandID string, offer tally.Offer, in ConversionInput, no
 // capState is what a conversion's transaction assumes of one cap: that the
 // conversion stays below it, or that it is the one that reaches it.
 type capState struct {
-	capLimit
+	offers.Cap
 	key      store.Key
 	period   string
 	reaching bool
@@ -276,11 +277,11 @@ type capState struct {
 // one conversion can find the counter at limit-1, so the event is written
 // exactly once. When that fails too, the cap is full. Counters only grow, so
 // this ends within one retry per cap.
-func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offer offerEntry, now time.Time) (bool, error) {
+func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offer offers.Entry, now time.Time) (bool, error) {
 	var caps []*capState
-	for _, cl := range capsOf(offer.offer.Caps) {
-		period := capPeriod(cl.name, now)
-		caps = append(caps, &capState{capLimit: cl, key: keys.Cap(c.OfferID, period), period: period, reaching: cl.limit == 1})
+	for _, cl := range offers.CapsOf(offer.Offer.Caps) {
+		period := capPeriod(cl.Name, now)
+		caps = append(caps, &capState{Cap: cl, key: keys.Cap(c.OfferID, period), period: period, reaching: cl.Limit == 1})
 	}
 	if s.streamConversions && len(caps) == 0 && c.ClickID == "" {
 		return s.putConversion(ctx, c)
@@ -306,18 +307,18 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 		if !s.streamConversions { // which read them just before instead (activeNow)
 			offerAt, partnerAt = len(ops), len(ops)+1
 			ops = append(ops,
-				offerCheck(offer),
+				offers.Check(offer),
 				store.Check(keys.Partner(c.BrandID, c.PartnerID), store.AttrEquals("status", tally.PartnerActive)),
 			)
 		}
 		capsAt := len(ops)
 		var capEvents []store.Op
 		for _, cs := range caps {
-			cond := store.NumLess("n", cs.limit-1)
+			cond := store.NumLess("n", cs.Limit-1)
 			if cs.reaching {
-				cond = store.NumEquals("n", cs.limit-1)
+				cond = store.NumEquals("n", cs.Limit-1)
 				evt, err := s.events.Event(c.BrandID, tally.EventCapReached, tally.CapReachedEventData{
-					OfferID: c.OfferID, Cap: cs.name, Limit: cs.limit, Period: strings.TrimPrefix(cs.period, cs.name+"#"), ConversionID: c.ID,
+					OfferID: c.OfferID, Cap: cs.Name, Limit: cs.Limit, Period: strings.TrimPrefix(cs.period, cs.Name+"#"), ConversionID: c.ID,
 				}, now)
 				if err != nil {
 					return false, err
@@ -325,7 +326,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 				capEvents = append(capEvents, evt)
 			}
 			ops = append(ops, store.Op{Kind: store.OpUpdate, Key: cs.key, Add: map[string]int64{"n": 1},
-				ExpiresAt: capExpiry(cs.name, now), Conds: []store.Cond{cond}})
+				ExpiresAt: capExpiry(cs.Name, now), Conds: []store.Cond{cond}})
 		}
 		clickAt := -1
 		if c.ClickID != "" {
@@ -354,7 +355,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 		case i >= capsAt && i < capsAt+len(caps):
 			cs := caps[i-capsAt]
 			if cs.reaching {
-				return false, tally.Errorf(tally.ECodeCapReached, "Offer %s has reached its %s cap of %d conversions.", c.OfferID, cs.name, cs.limit)
+				return false, tally.Errorf(tally.ECodeCapReached, "Offer %s has reached its %s cap of %d conversions.", c.OfferID, cs.Name, cs.Limit)
 			}
 			cs.reaching = true
 		default:

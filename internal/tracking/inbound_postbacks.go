@@ -74,11 +74,11 @@ func (s *Service) recordPostback(ctx context.Context, brandID string, in Inbound
 		if err != nil {
 			return s.RecordConversion(ctx, brandID, ci) // says what is wrong with the click
 		}
-		offer, err := s.cachedOffer(ctx, brandID, click.OfferID)
+		offer, err := s.offersService.Cached(ctx, brandID, click.OfferID)
 		if err != nil {
 			return s.RecordConversion(ctx, brandID, ci)
 		}
-		cur := offer.offer.Currency
+		cur := offer.Offer.Currency
 		if in.Currency != "" && in.Currency != cur {
 			// The payout is the offer's, in the offer's currency.
 			return tally.Conversion{}, false, validate.InvalidField("currency", "currency %s is not the offer's %s: a postback records the offer's payout, so send amount in %s.", in.Currency, cur, cur)

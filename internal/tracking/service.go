@@ -12,7 +12,9 @@ import (
 	"github.com/tally-hq/tally/internal/accounts"
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/identity"
+	"github.com/tally-hq/tally/internal/offers"
 	"github.com/tally-hq/tally/internal/outbox"
+	"github.com/tally-hq/tally/internal/partners"
 	"github.com/tally-hq/tally/internal/ratelimit"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
@@ -31,6 +33,8 @@ const DefaultDeliveryRetention = 30 * 24 * time.Hour
 type Service struct {
 	*identityService
 	*accountsService
+	*offersService
+	*partnersService
 	limiter
 
 	db    *records.DB
@@ -66,7 +70,7 @@ type Service struct {
 	// partitioned: the store spreads writes by partition key (newID).
 	partitioned bool
 
-	offers      *records.Cache[offerEntry]
+	offers      *records.Cache[offers.Entry]
 	offerBrands *records.Cache[string] // offer id → brand id; never changes
 	// fraudConfigs are the brands' fraud settings and blocklists; a change
 	// reaches other instances within offerTTL.
@@ -94,6 +98,8 @@ const (
 type (
 	identityService = identity.Service
 	accountsService = accounts.Service
+	offersService   = offers.Service
+	partnersService = partners.Service
 )
 
 // limiter counts requests against rate limits (package ratelimit).
@@ -114,6 +120,9 @@ type (
 	CreatedAPIKey        = identity.CreatedAPIKey
 	CreatedPostbackToken = identity.CreatedPostbackToken
 	UserInput            = accounts.UserInput
+	OfferInput           = offers.OfferInput
+	OfferPatch           = offers.OfferPatch
+	ApplicationInput     = partners.ApplicationInput
 	Session              = accounts.Session
 )
 
@@ -212,7 +221,7 @@ func New(st store.Store, opts ...Option) *Service {
 			s.onEvent(ids)
 		}
 	})
-	s.offers = records.NewCache[offerEntry](s.offerTTL, s.now)
+	s.offers = records.NewCache[offers.Entry](s.offerTTL, s.now)
 	s.offerBrands = records.NewCache[string](time.Hour, s.now)
 	s.fraudConfigs = records.NewCache[fraudConfig](s.offerTTL, s.now)
 	s.identityService = identity.New(s.db, s.keyTTL)

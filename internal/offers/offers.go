@@ -1,10 +1,13 @@
-package tracking
+// Package offers keeps the brands' offers: what a conversion of each pays,
+// its caps, and the destination a tracking link redirects to.
+package offers
 
 import (
 	"cmp"
 	"context"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/ids"
@@ -13,6 +16,23 @@ import (
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/validate"
 )
+
+// Service keeps the offers.
+type Service struct {
+	db      *records.DB
+	entries *records.Cache[Entry]  // by brand and offer id
+	brands  *records.Cache[string] // offer id → brand id; never changes
+}
+
+// New returns the Service over db. An instance trusts the offers it read
+// for cacheTTL: a change reaches the others within it.
+func New(db *records.DB, cacheTTL time.Duration) *Service {
+	return &Service{
+		db:      db,
+		entries: records.NewCache[Entry](cacheTTL, db.Clock),
+		brands:  records.NewCache[string](time.Hour, db.Clock),
+	}
+}
 
 // OfferInput is the body of POST /offers. Pointers tell absent from zero.
 // Amounts are at most 10^12 minor units, which keeps sums of many far from
@@ -61,7 +81,7 @@ func (s *Service) CreateOffer(ctx context.Context, brandID string, in OfferInput
 	if err := in.validate(); err != nil {
 		return tally.Offer{}, err
 	}
-	now := s.Now()
+	now := s.db.Now()
 	o := tally.Offer{
 		ID:                    ids.New("off_", now),
 		BrandID:               brandID,
@@ -78,34 +98,34 @@ func (s *Service) CreateOffer(ctx context.Context, brandID string, in OfferInput
 		CreatedAt:             tally.NewTime(now),
 		UpdatedAt:             tally.NewTime(now),
 	}
-	e := offerEntry{offer: o, rev: 1}
-	err := s.events.Transact(ctx,
-		store.Put(offerItem(e), store.NotExists()),
+	e := Entry{Offer: o, Rev: 1}
+	err := s.db.Transact(ctx,
+		store.Put(item(e), store.NotExists()),
 		store.Put(store.Item{Key: keys.OfferRef(o.ID), Data: records.MustJSON(brandID)}, store.NotExists()))
 	if err != nil {
 		return tally.Offer{}, err
 	}
-	s.offers.Put(brandID+"/"+o.ID, e)
+	s.entries.Put(brandID+"/"+o.ID, e)
 	return o, nil
 }
 
 // offerEntry is an offer with its revision, which grows with every change.
 // Writes that rely on a cached offer check the revision in their
 // transaction (offerCheck), so a change is in force at once everywhere.
-type offerEntry struct {
-	offer tally.Offer
-	rev   int64
+type Entry struct {
+	Offer tally.Offer
+	Rev   int64
 }
 
-func offerItem(e offerEntry) store.Item {
-	return store.Item{Key: keys.Offer(e.offer.BrandID, e.offer.ID), Attrs: map[string]string{"status": e.offer.Status},
-		Nums: map[string]int64{"rev": e.rev}, Data: records.MustJSON(e.offer)}
+func item(e Entry) store.Item {
+	return store.Item{Key: keys.Offer(e.Offer.BrandID, e.Offer.ID), Attrs: map[string]string{"status": e.Offer.Status},
+		Nums: map[string]int64{"rev": e.Rev}, Data: records.MustJSON(e.Offer)}
 }
 
 // offerCheck holds while the offer is active and still at the revision e
 // was read at.
-func offerCheck(e offerEntry) store.Op {
-	return store.Check(keys.Offer(e.offer.BrandID, e.offer.ID), store.AttrEquals("status", tally.OfferActive), store.NumEquals("rev", e.rev))
+func Check(e Entry) store.Op {
+	return store.Check(keys.Offer(e.Offer.BrandID, e.Offer.ID), store.AttrEquals("status", tally.OfferActive), store.NumEquals("rev", e.Rev))
 }
 
 // Offer returns one of the brand's offers.
@@ -113,73 +133,73 @@ func (s *Service) Offer(ctx context.Context, brandID, offerID string) (tally.Off
 	if !ids.Valid("off_", offerID) {
 		return tally.Offer{}, records.NotFound(store.ErrNotFound, "offer", offerID)
 	}
-	o, err := records.Get[tally.Offer](ctx, s.store, keys.Offer(brandID, offerID))
+	o, err := records.Get[tally.Offer](ctx, s.db, keys.Offer(brandID, offerID))
 	return o, records.NotFound(err, "offer", offerID)
 }
 
 // cachedOffer reads an offer through the per-instance cache. A write that
 // relies on it includes offerCheck, and reloads the offer (loadOffer) when
 // that fails.
-func (s *Service) cachedOffer(ctx context.Context, brandID, offerID string) (offerEntry, error) {
-	if e, ok := s.offers.Get(brandID + "/" + offerID); ok {
+func (s *Service) Cached(ctx context.Context, brandID, offerID string) (Entry, error) {
+	if e, ok := s.entries.Get(brandID + "/" + offerID); ok {
 		return e, nil
 	}
-	return s.loadOffer(ctx, brandID, offerID)
+	return s.Load(ctx, brandID, offerID)
 }
 
 // loadOffer reads an offer and its revision from the store into the cache.
-func (s *Service) loadOffer(ctx context.Context, brandID, offerID string) (offerEntry, error) {
+func (s *Service) Load(ctx context.Context, brandID, offerID string) (Entry, error) {
 	if !ids.Valid("off_", offerID) {
-		return offerEntry{}, records.NotFound(store.ErrNotFound, "offer", offerID)
+		return Entry{}, records.NotFound(store.ErrNotFound, "offer", offerID)
 	}
-	it, err := s.store.Get(ctx, keys.Offer(brandID, offerID))
+	it, err := s.db.Get(ctx, keys.Offer(brandID, offerID))
 	if err != nil {
-		return offerEntry{}, records.NotFound(err, "offer", offerID)
+		return Entry{}, records.NotFound(err, "offer", offerID)
 	}
-	e := offerEntry{rev: it.Nums["rev"]}
-	if err := records.Decode(it, &e.offer); err != nil {
-		return offerEntry{}, err
+	e := Entry{Rev: it.Nums["rev"]}
+	if err := records.Decode(it, &e.Offer); err != nil {
+		return Entry{}, err
 	}
-	s.offers.Put(brandID+"/"+offerID, e)
+	s.entries.Put(brandID+"/"+offerID, e)
 	return e, nil
 }
 
 // offerByID finds an offer from its id alone (the tracking link).
-func (s *Service) offerByID(ctx context.Context, offerID string) (offerEntry, error) {
+func (s *Service) ByID(ctx context.Context, offerID string) (Entry, error) {
 	if !ids.Valid("off_", offerID) {
-		return offerEntry{}, records.NotFound(store.ErrNotFound, "offer", offerID)
+		return Entry{}, records.NotFound(store.ErrNotFound, "offer", offerID)
 	}
-	brandID, ok := s.offerBrands.Get(offerID)
+	brandID, ok := s.brands.Get(offerID)
 	if !ok {
 		var err error
-		if brandID, err = records.Get[string](ctx, s.store, keys.OfferRef(offerID)); err != nil {
-			return offerEntry{}, records.NotFound(err, "offer", offerID)
+		if brandID, err = records.Get[string](ctx, s.db, keys.OfferRef(offerID)); err != nil {
+			return Entry{}, records.NotFound(err, "offer", offerID)
 		}
-		s.offerBrands.Put(offerID, brandID)
+		s.brands.Put(offerID, brandID)
 	}
-	return s.cachedOffer(ctx, brandID, offerID)
+	return s.Cached(ctx, brandID, offerID)
 }
 
 // Offers lists the brand's offers, newest first.
-func (s *Service) Offers(ctx context.Context, brandID string, p ListParams) ([]tally.Offer, string, error) {
+func (s *Service) Offers(ctx context.Context, brandID string, p records.ListParams) ([]tally.Offer, string, error) {
 	sp := records.Span{Parts: []records.Partition{{PK: keys.BrandPK(brandID)}}, Prefix: keys.OfferSKPrefix}
 	return records.ListSpan[tally.Offer](ctx, s.db, sp, p, nil)
 }
 
-type capLimit struct {
-	name  string
-	limit int64
+type Cap struct {
+	Name  string
+	Limit int64
 }
 
 // capsOf lists the caps that are set.
-func capsOf(c tally.Caps) []capLimit {
-	var out []capLimit
+func CapsOf(c tally.Caps) []Cap {
+	var out []Cap
 	for _, c := range []struct {
 		name  string
 		limit *int64
 	}{{"daily", c.Daily}, {"weekly", c.Weekly}, {"monthly", c.Monthly}, {"global", c.Global}} {
 		if c.limit != nil {
-			out = append(out, capLimit{c.name, *c.limit})
+			out = append(out, Cap{c.name, *c.limit})
 		}
 	}
 	return out
@@ -243,38 +263,38 @@ func (in OfferPatch) apply(o tally.Offer) (OfferInput, error) {
 // the conversion that reaches the new cap emits cap.reached.
 func (s *Service) UpdateOffer(ctx context.Context, brandID, offerID string, in OfferPatch) (tally.Offer, error) {
 	for {
-		cur, err := s.loadOffer(ctx, brandID, offerID)
+		cur, err := s.Load(ctx, brandID, offerID)
 		if err != nil {
 			return tally.Offer{}, err
 		}
-		merged, err := in.apply(cur.offer)
+		merged, err := in.apply(cur.Offer)
 		if err != nil {
 			return tally.Offer{}, err
 		}
 		if err := merged.validate(); err != nil {
 			return tally.Offer{}, err
 		}
-		o := cur.offer
+		o := cur.Offer
 		o.Name, o.DestinationURL = strings.TrimSpace(*merged.Name), *merged.DestinationURL
 		o.RevenueCents, o.PayoutCents = *merged.RevenueCents, *merged.PayoutCents
 		o.Status, o.Approval, o.HoldHours = *merged.Status, *merged.Approval, *merged.HoldHours
 		o.Caps, o.AttributionWindowDays = *merged.Caps, *merged.AttributionWindowDays
-		if slices.Equal(capsOf(o.Caps), capsOf(cur.offer.Caps)) {
-			o.Caps = cur.offer.Caps // the same limits, given anew: compare them by value
+		if slices.Equal(CapsOf(o.Caps), CapsOf(cur.Offer.Caps)) {
+			o.Caps = cur.Offer.Caps // the same limits, given anew: compare them by value
 		}
-		if o == cur.offer {
+		if o == cur.Offer {
 			return o, nil // nothing changes
 		}
-		o.UpdatedAt = tally.NewTime(s.Now())
-		next := offerEntry{offer: o, rev: cur.rev + 1}
-		err = s.events.Transact(ctx, store.Put(offerItem(next), store.Exists(), store.NumEquals("rev", cur.rev)))
+		o.UpdatedAt = tally.NewTime(s.db.Now())
+		next := Entry{Offer: o, Rev: cur.Rev + 1}
+		err = s.db.Transact(ctx, store.Put(item(next), store.Exists(), store.NumEquals("rev", cur.Rev)))
 		if _, failed := store.FailedOp(err); failed {
 			continue // changed (or deleted) meanwhile: apply the patch to what is there now
 		}
 		if err != nil {
 			return tally.Offer{}, err
 		}
-		s.offers.Put(brandID+"/"+offerID, next)
+		s.entries.Put(brandID+"/"+offerID, next)
 		return o, nil
 	}
 }

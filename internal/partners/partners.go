@@ -1,4 +1,7 @@
-package tracking
+// Package partners keeps the brands' partners (affiliates): their
+// applications and the transitions between their states, each with its
+// event.
+package partners
 
 import (
 	"context"
@@ -7,10 +10,28 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/outbox"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/validate"
 )
+
+// Service keeps the partners.
+type Service struct {
+	db     *records.DB
+	events *outbox.Writer
+	brands brands
+}
+
+// brands finds the brand a partner applies to.
+type brands interface {
+	Brand(ctx context.Context, brandID string) (tally.Brand, error)
+}
+
+// New returns the Service over db, writing through events.
+func New(db *records.DB, events *outbox.Writer, b brands) *Service {
+	return &Service{db: db, events: events, brands: b}
+}
 
 // ApplicationInput is the body of the public partner application form.
 type ApplicationInput struct {
@@ -41,10 +62,10 @@ func (s *Service) Apply(ctx context.Context, brandID string, in ApplicationInput
 	if err := validate.First(in.checks()...); err != nil {
 		return tally.Partner{}, err
 	}
-	if _, err := s.Brand(ctx, brandID); err != nil {
+	if _, err := s.brands.Brand(ctx, brandID); err != nil {
 		return tally.Partner{}, err
 	}
-	now := s.Now()
+	now := s.db.Now()
 	p := tally.Partner{
 		ID:        ids.New("prt_", now),
 		BrandID:   brandID,
@@ -56,12 +77,12 @@ func (s *Service) Apply(ctx context.Context, brandID string, in ApplicationInput
 		CreatedAt: tally.NewTime(now),
 		UpdatedAt: tally.NewTime(now),
 	}
-	evt, err := s.events.Event(brandID, tally.EventPartnerApplied, partnerEventData(p, ""), now)
+	evt, err := s.events.Event(brandID, tally.EventPartnerApplied, EventData(p, ""), now)
 	if err != nil {
 		return tally.Partner{}, err
 	}
 	err = s.events.Transact(ctx,
-		store.Put(partnerItem(p), store.NotExists()),
+		store.Put(Item(p), store.NotExists()),
 		store.Put(store.Item{Key: keys.PartnerEmail(brandID, strings.ToLower(p.Email)), Data: records.MustJSON(p.ID)}, store.NotExists()),
 		evt,
 	)
@@ -73,11 +94,11 @@ func (s *Service) Apply(ctx context.Context, brandID string, in ApplicationInput
 	return p, err
 }
 
-func partnerItem(p tally.Partner) store.Item {
+func Item(p tally.Partner) store.Item {
 	return store.Item{Key: keys.Partner(p.BrandID, p.ID), Attrs: map[string]string{"status": p.Status}, Data: records.MustJSON(p)}
 }
 
-func partnerEventData(p tally.Partner, previous string) tally.PartnerEventData {
+func EventData(p tally.Partner, previous string) tally.PartnerEventData {
 	return tally.PartnerEventData{PartnerID: p.ID, Name: p.Name, Email: p.Email, Status: p.Status, PreviousStatus: previous}
 }
 
@@ -86,13 +107,13 @@ func (s *Service) Partner(ctx context.Context, brandID, partnerID string) (tally
 	if !ids.Valid("prt_", partnerID) {
 		return tally.Partner{}, records.NotFound(store.ErrNotFound, "partner", partnerID)
 	}
-	p, err := records.Get[tally.Partner](ctx, s.store, keys.Partner(brandID, partnerID))
+	p, err := records.Get[tally.Partner](ctx, s.db, keys.Partner(brandID, partnerID))
 	return p, records.NotFound(err, "partner", partnerID)
 }
 
 // Partners lists the brand's partners, newest first, optionally only those
 // with the given status.
-func (s *Service) Partners(ctx context.Context, brandID, status string, p ListParams) ([]tally.Partner, string, error) {
+func (s *Service) Partners(ctx context.Context, brandID, status string, p records.ListParams) ([]tally.Partner, string, error) {
 	if err := validate.OneOf("status", &status, "", tally.PartnerApplied, tally.PartnerActive, tally.PartnerRejected, tally.PartnerBanned); err != nil {
 		return nil, "", err
 	}
@@ -149,9 +170,9 @@ func (s *Service) transitionPartner(ctx context.Context, brandID, partnerID, act
 			return tally.Partner{}, tally.Errorf(tally.ECodeInvalidTransition, "Cannot %s a partner whose status is %q.", action, p.Status)
 		}
 		previous := p.Status
-		now := s.Now()
+		now := s.db.Now()
 		p.Status, p.UpdatedAt = t.to, tally.NewTime(now)
-		data := partnerEventData(p, previous)
+		data := EventData(p, previous)
 		if action == "ban" {
 			data.Reason = tally.BanManual
 		}
@@ -159,7 +180,7 @@ func (s *Service) transitionPartner(ctx context.Context, brandID, partnerID, act
 		if err != nil {
 			return tally.Partner{}, err
 		}
-		err = s.events.Transact(ctx, store.Put(partnerItem(p), store.AttrEquals("status", previous)), evt)
+		err = s.events.Transact(ctx, store.Put(Item(p), store.AttrEquals("status", previous)), evt)
 		if _, failed := store.FailedOp(err); failed {
 			continue // changed under us: decide again on the new status
 		}
