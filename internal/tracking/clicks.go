@@ -16,6 +16,7 @@ import (
 	"github.com/tally-hq/tally/internal/offers"
 	"github.com/tally-hq/tally/internal/partners"
 	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/reports"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/validate"
 )
@@ -87,15 +88,6 @@ func (s *Service) RecordClick(ctx context.Context, in ClickInput) (tally.Click, 
 // in a minute before the next ones raise ip_velocity.
 const maxClicksPerMinute = 10
 
-// clickCounts is what a click adds to its rollups.
-func clickCounts(highRisk bool) map[string]int64 {
-	counts := map[string]int64{"clicks": 1}
-	if highRisk {
-		counts["highRiskClicks"] = 1
-	}
-	return counts
-}
-
 // insertClick scores and writes a click in one transaction with its rollup
 // (unless WithStreamRollups),
 // its counters, and the events it causes. Counters with conditions decide,
@@ -155,9 +147,7 @@ func (s *Service) insertClick(ctx context.Context, offer offers.Entry, in ClickI
 		// was most of this function's allocation.
 		ops := make([]store.Op, 0, 9)
 		item := clickItem(c, now.Add(window+clickRetention))
-		if s.streamRollups {
-			markForStream(&item, o.Currency, highRisk)
-		}
+		s.rollups.MarkClick(&item, o.Currency, highRisk)
 		ops = append(ops, store.Put(item))
 		offerAt, partnerAt := len(ops), len(ops)+1
 		ops = append(ops, offers.Check(offer))
@@ -166,9 +156,7 @@ func (s *Service) insertClick(ctx context.Context, offer offers.Entry, in ClickI
 		} else {
 			ops = append(ops, store.Check(keys.Partner(c.BrandID, c.PartnerID), store.AttrEquals("status", tally.PartnerActive)))
 		}
-		if !s.streamRollups {
-			ops = append(ops, rollupIncrements(c.BrandID, c.ID, now, c.OfferID, c.PartnerID, o.Currency, clickCounts(highRisk))...)
-		}
+		ops = append(ops, s.rollups.Add(c.BrandID, c.ID, now, c.OfferID, c.PartnerID, o.Currency, reports.ClickCounts(highRisk))...)
 		velocityAt := -1
 		if in.IP.IsValid() {
 			velocityAt = len(ops)

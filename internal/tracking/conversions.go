@@ -14,6 +14,7 @@ import (
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/offers"
 	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/reports"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/validate"
 )
@@ -333,9 +334,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 			clickAt = len(ops)
 			ops = append(ops, attributedOp(c))
 		}
-		if !s.streamRollups {
-			ops = append(ops, rollupOps(c, createdDelta(c))...)
-		}
+		ops = append(ops, s.rollups.Add(c.BrandID, c.ID, c.CreatedAt.Time, c.OfferID, c.PartnerID, c.Currency, reports.Created(c))...)
 		ops = append(ops, created)
 		ops = append(ops, capEvents...)
 
@@ -399,42 +398,6 @@ func conversionEventData(c tally.Conversion, reason string) tally.ConversionEven
 		RevenueCents: c.RevenueCents, PayoutCents: c.PayoutCents, Currency: c.Currency,
 		Status: c.Status, Sub1: c.Sub1, ExternalTxnID: c.ExternalTxnID, ClickID: c.ClickID, Reason: reason,
 	}
-}
-
-// rollupOps add counter deltas to the report rollups of c's creation: its
-// UTC day and its UTC quarter hour.
-func rollupOps(c tally.Conversion, add map[string]int64) []store.Op {
-	return rollupIncrements(c.BrandID, c.ID, c.CreatedAt.Time, c.OfferID, c.PartnerID, c.Currency, add)
-}
-
-// rollupIncrements add counter deltas to the report rollups of a record
-// (a conversion, a click) made at a time: its UTC day and its UTC quarter
-// hour, in the shard of id (the record's, or for RollUp its stream
-// shard's).
-func rollupIncrements(brandID, id string, at time.Time, offerID, partnerID, currency string, add map[string]int64) []store.Op {
-	at, shard := at.UTC(), keys.ShardOf(id)
-	return []store.Op{
-		store.Increment(keys.Rollup(brandID, shard, at.Format(time.DateOnly), offerID, partnerID, currency), add),
-		store.Increment(keys.RollupQuarter(brandID, shard, at.Truncate(15*time.Minute).Format(quarterLayout), offerID, partnerID, currency), add),
-	}
-}
-
-// quarterLayout names a UTC quarter hour in rollup keys.
-const quarterLayout = "2006-01-02T15:04"
-
-// createdDelta counts a new conversion into its rollup. Money counts for
-// conversions that are not rejected.
-func createdDelta(c tally.Conversion) map[string]int64 {
-	return map[string]int64{"conversions": 1, c.Status: 1, "revenueCents": c.RevenueCents, "payoutCents": c.PayoutCents}
-}
-
-// decidedDelta moves a conversion out of pending into to.
-func decidedDelta(c tally.Conversion, to string) map[string]int64 {
-	add := map[string]int64{tally.ConversionPending: -1, to: 1}
-	if to == tally.ConversionRejected {
-		add["revenueCents"], add["payoutCents"] = -c.RevenueCents, -c.PayoutCents
-	}
-	return add
 }
 
 // capPeriod names the cap period containing t: its counter's sort key and
@@ -528,7 +491,7 @@ func (s *Service) decideConversion(ctx context.Context, brandID, conversionID, t
 	if err != nil {
 		return c, err
 	}
-	ops := append([]store.Op{store.Put(conversionItem(c), store.AttrEquals("status", tally.ConversionPending))}, rollupOps(c, decidedDelta(c, to))...)
+	ops := append([]store.Op{store.Put(conversionItem(c), store.AttrEquals("status", tally.ConversionPending))}, reports.ConversionIncrements(c, reports.Decided(c, to))...)
 	err = s.events.Transact(ctx, append(ops, evt)...)
 	if _, failed := store.FailedOp(err); failed {
 		current, err := s.Conversion(ctx, brandID, conversionID)

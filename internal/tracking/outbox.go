@@ -56,9 +56,7 @@ const outboxAttr = "outbox"
 // stream does with it.
 func (s *Service) newConversionItem(c tally.Conversion) store.Item {
 	item := conversionItem(c)
-	if s.streamRollups {
-		item.Attrs[rolledUpAttr] = rolledUpFromStream
-	}
+	s.rollups.MarkConversion(&item)
 	if s.streamConversions {
 		item.Attrs[fanOutAttr] = fanOutFromStream
 	}

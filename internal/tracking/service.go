@@ -17,6 +17,7 @@ import (
 	"github.com/tally-hq/tally/internal/partners"
 	"github.com/tally-hq/tally/internal/ratelimit"
 	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/reports"
 	"github.com/tally-hq/tally/internal/store"
 )
 
@@ -35,6 +36,7 @@ type Service struct {
 	*accountsService
 	*offersService
 	*partnersService
+	*reportsService
 	limiter
 
 	db    *records.DB
@@ -61,9 +63,8 @@ type Service struct {
 
 	// localRates counts rate limits in this process (WithProcessRateLimits).
 	localRates bool
-	// streamRollups leaves new conversions' rollups to the stream
-	// (WithStreamRollups).
-	streamRollups bool
+	// rollups is how new conversions' and clicks' rollups are kept.
+	rollups reports.Rollups
 	// streamConversions writes new conversions for the stream's fan-out
 	// (WithStreamConversions).
 	streamConversions bool
@@ -100,6 +101,7 @@ type (
 	accountsService = accounts.Service
 	offersService   = offers.Service
 	partnersService = partners.Service
+	reportsService  = reports.Service
 )
 
 // limiter counts requests against rate limits (package ratelimit).
@@ -123,6 +125,9 @@ type (
 	OfferInput           = offers.OfferInput
 	OfferPatch           = offers.OfferPatch
 	ApplicationInput     = partners.ApplicationInput
+	ReportQuery          = reports.ReportQuery
+	Report               = reports.Report
+	StreamChange         = reports.StreamChange
 	Session              = accounts.Session
 )
 
@@ -206,6 +211,7 @@ func New(st store.Store, opts ...Option) *Service {
 		checkURL:          func(u string) error { return delivery.CheckURL(u, false) },
 		zones:             time.LoadLocation,
 		queue:             outbox.EveryEvent{},
+		rollups:           reports.InWrite{},
 	}
 	_, s.partitioned = st.(store.Partitioned)
 	for _, o := range opts {
@@ -240,3 +246,8 @@ func (s *Service) Now() time.Time { return s.now().UTC().Truncate(time.Milliseco
 func (s *Service) Events(ctx context.Context, brandID string, p ListParams) ([]tally.Event, string, error) {
 	return s.events.Events(ctx, brandID, p)
 }
+
+// WithStreamRollups leaves new conversions' and clicks' rollups to the
+// table's stream (reports.FromStream): the AWS functions, where the rollup
+// function reads the stream.
+func WithStreamRollups() Option { return func(s *Service) { s.rollups = reports.FromStream{} } }

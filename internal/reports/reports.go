@@ -1,4 +1,8 @@
-package tracking
+// Package reports serves reports from rollups: counters per day and per
+// quarter hour, offer, partner and currency, kept at write time (in the
+// record's transaction, or from the table's stream) rather than counted
+// from conversions when asked.
+package reports
 
 import (
 	"cmp"
@@ -13,9 +17,24 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/validate"
 )
+
+// Service serves reports and keeps the rollups of the table's stream.
+type Service struct {
+	db *records.DB
+	// zones loads the IANA time zones that reports bucket days in.
+	zones func(name string) (*time.Location, error)
+}
+
+// New returns the Service over db, loading time zones with zones
+// (time.LoadLocation, or tzdb.LoadLocation where the system has no zone
+// database).
+func New(db *records.DB, zones func(name string) (*time.Location, error)) *Service {
+	return &Service{db: db, zones: zones}
+}
 
 // maxReportDays bounds one report's range.
 const maxReportDays = 366
@@ -58,7 +77,7 @@ func (s *Service) Report(ctx context.Context, brandID string, q ReportQuery) (Re
 	if err != nil {
 		return Report{}, err
 	}
-	from, to, err := reportRange(q.From, q.To, s.Now().In(loc))
+	from, to, err := reportRange(q.From, q.To, s.db.Now().In(loc))
 	if err != nil {
 		return Report{}, err
 	}
@@ -165,7 +184,7 @@ func (s *Service) eachRollup(ctx context.Context, query func(shard int) store.Qu
 		q := query(shard)
 		q.Limit = 1000
 		for {
-			page, err := s.store.Query(ctx, q)
+			page, err := s.db.Query(ctx, q)
 			if err != nil {
 				return err
 			}

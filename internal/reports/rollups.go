@@ -1,4 +1,4 @@
-package tracking
+package reports
 
 import (
 	"cmp"
@@ -16,14 +16,43 @@ import (
 	"github.com/tally-hq/tally/internal/store"
 )
 
-// WithStreamRollups leaves the report rollups of new conversions and
-// clicks to the table's stream: their transactions do not add to them, and
-// RollUp adds a batch of them at once, one write per rollup item rather
-// than two per conversion or click. Only the AWS functions set it (the
-// rollup function reads the stream there); the embedded store and the
-// local server keep the rollups in the record's transaction. Reports then
-// lag by as long as the stream takes, seconds.
-func WithStreamRollups() Option { return func(s *Service) { s.streamRollups = true } }
+// Rollups is how the rollups of a new conversion or click are kept.
+type Rollups interface {
+	// MarkConversion and MarkClick mark a new record's item for what the
+	// table's stream does with it.
+	MarkConversion(item *store.Item)
+	MarkClick(item *store.Item, currency string, highRisk bool)
+	// Add returns the operations, in the record's write, that add its
+	// counters to its rollups (Increments).
+	Add(brandID, id string, at time.Time, offerID, partnerID, currency string, add map[string]int64) []store.Op
+}
+
+// InWrite adds a new record's counters to its rollups in the record's own
+// transaction: where no stream feeds the rollups (the local server).
+type InWrite struct{}
+
+func (InWrite) MarkConversion(*store.Item)          {}
+func (InWrite) MarkClick(*store.Item, string, bool) {}
+func (InWrite) Add(brandID, id string, at time.Time, offerID, partnerID, currency string, add map[string]int64) []store.Op {
+	return Increments(brandID, id, at, offerID, partnerID, currency, add)
+}
+
+// FromStream leaves a new conversion's or click's rollups to the table's
+// stream: their transactions do not add to them, and RollUp adds a batch
+// of them at once, one write per rollup item rather than two per
+// conversion or click (the AWS functions: the rollup function reads the
+// stream there). Reports then lag by as long as the stream takes, seconds.
+type FromStream struct{}
+
+func (FromStream) MarkConversion(item *store.Item) { item.Attrs[rolledUpAttr] = rolledUpFromStream }
+
+func (FromStream) MarkClick(item *store.Item, currency string, highRisk bool) {
+	markForStream(item, currency, highRisk)
+}
+
+func (FromStream) Add(string, string, time.Time, string, string, string, map[string]int64) []store.Op {
+	return nil
+}
 
 // rolledUpAttr marks a conversion or click item whose rollups the stream
 // adds (the rollup function's filter passes inserts that carry it). Items
@@ -100,8 +129,8 @@ func (s *Service) RollUp(ctx context.Context, shard string, changes []StreamChan
 		if done != "" {
 			cond = store.AttrEquals("seq", done)
 		}
-		ops = append(ops, store.Put(store.Item{Key: key, Attrs: map[string]string{"seq": last}, ExpiresAt: s.Now().Add(rollupCheckpointTTL).Unix()}, cond))
-		err = s.events.Transact(ctx, ops...)
+		ops = append(ops, store.Put(store.Item{Key: key, Attrs: map[string]string{"seq": last}, ExpiresAt: s.db.Now().Add(rollupCheckpointTTL).Unix()}, cond))
+		err = s.db.Transact(ctx, ops...)
 		switch _, failed := store.FailedOp(err); {
 		case failed:
 			done, err = s.rolledUpTo(ctx, key)
@@ -123,13 +152,13 @@ func streamIncrements(it store.Item, shard string) ([]store.Op, error) {
 		if err := records.Decode(it, &c); err != nil {
 			return nil, err
 		}
-		return rollupIncrements(c.BrandID, shard, c.CreatedAt.Time, c.OfferID, c.PartnerID, it.Attrs[clickCurrencyAttr], clickCounts(it.Attrs[clickHighRiskAttr] != "")), nil
+		return Increments(c.BrandID, shard, c.CreatedAt.Time, c.OfferID, c.PartnerID, it.Attrs[clickCurrencyAttr], ClickCounts(it.Attrs[clickHighRiskAttr] != "")), nil
 	}
 	var c tally.Conversion
 	if err := records.Decode(it, &c); err != nil {
 		return nil, err
 	}
-	return rollupIncrements(c.BrandID, shard, c.CreatedAt.Time, c.OfferID, c.PartnerID, c.Currency, createdDelta(c)), nil
+	return Increments(c.BrandID, shard, c.CreatedAt.Time, c.OfferID, c.PartnerID, c.Currency, Created(c)), nil
 }
 
 // rolledRecord is a conversion's (or a click's) rollup increments and
@@ -176,7 +205,7 @@ func sumRollups(recs []rolledRecord) ([]store.Op, int) {
 // rolledUpTo is the sequence number of the last change the shard's
 // checkpoint says was added, "" when none was.
 func (s *Service) rolledUpTo(ctx context.Context, key store.Key) (string, error) {
-	it, err := s.store.Get(ctx, key)
+	it, err := s.db.Get(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", nil
 	}
@@ -191,4 +220,49 @@ func seqAfter(a, b string) bool {
 		return len(a) > len(b)
 	}
 	return a > b
+}
+
+// rollupOps add counter deltas to the report rollups of c's creation: its
+// UTC day and its UTC quarter hour.
+func ConversionIncrements(c tally.Conversion, add map[string]int64) []store.Op {
+	return Increments(c.BrandID, c.ID, c.CreatedAt.Time, c.OfferID, c.PartnerID, c.Currency, add)
+}
+
+// rollupIncrements add counter deltas to the report rollups of a record
+// (a conversion, a click) made at a time: its UTC day and its UTC quarter
+// hour, in the shard of id (the record's, or for RollUp its stream
+// shard's).
+func Increments(brandID, id string, at time.Time, offerID, partnerID, currency string, add map[string]int64) []store.Op {
+	at, shard := at.UTC(), keys.ShardOf(id)
+	return []store.Op{
+		store.Increment(keys.Rollup(brandID, shard, at.Format(time.DateOnly), offerID, partnerID, currency), add),
+		store.Increment(keys.RollupQuarter(brandID, shard, at.Truncate(15*time.Minute).Format(quarterLayout), offerID, partnerID, currency), add),
+	}
+}
+
+// quarterLayout names a UTC quarter hour in rollup keys.
+const quarterLayout = "2006-01-02T15:04"
+
+// createdDelta counts a new conversion into its rollup. Money counts for
+// conversions that are not rejected.
+func Created(c tally.Conversion) map[string]int64 {
+	return map[string]int64{"conversions": 1, c.Status: 1, "revenueCents": c.RevenueCents, "payoutCents": c.PayoutCents}
+}
+
+// decidedDelta moves a conversion out of pending into to.
+func Decided(c tally.Conversion, to string) map[string]int64 {
+	add := map[string]int64{tally.ConversionPending: -1, to: 1}
+	if to == tally.ConversionRejected {
+		add["revenueCents"], add["payoutCents"] = -c.RevenueCents, -c.PayoutCents
+	}
+	return add
+}
+
+// clickCounts is what a click adds to its rollups.
+func ClickCounts(highRisk bool) map[string]int64 {
+	counts := map[string]int64{"clicks": 1}
+	if highRisk {
+		counts["highRiskClicks"] = 1
+	}
+	return counts
 }

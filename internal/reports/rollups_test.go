@@ -1,4 +1,4 @@
-package tracking
+package reports
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
 )
@@ -23,7 +25,7 @@ func TestRollUpSplitsBatchesAndCountsOnce(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		ctx := context.Background()
 		at := testenv.Start().Add(7 * time.Minute)
-		svc := New(st, WithClock(func() time.Time { return at }))
+		svc := New(records.New(st, func() time.Time { return at }, records.SpreadIDs{}), time.LoadLocation)
 		const n = 60
 		brandID := ids.New("brd_", at)
 		var changes []StreamChange
@@ -31,7 +33,7 @@ func TestRollUpSplitsBatchesAndCountsOnce(t *testing.T) {
 		for i := range n {
 			c := tally.Conversion{ID: ids.New("cnv_", at), BrandID: brandID, OfferID: ids.New("off_", at), PartnerID: ids.New("prt_", at),
 				RevenueCents: int64(100 + i), PayoutCents: 10, Currency: "EUR", Status: tally.ConversionApproved, CreatedAt: tally.NewTime(at)}
-			it := conversionItem(c)
+			it := store.Item{Key: keys.Conversion(c.BrandID, c.ID), Attrs: map[string]string{"status": c.Status}, Data: records.MustJSON(c)}
 			if i == 5 {
 				it.Attrs = map[string]string{"status": c.Status} // recorded with its rollups
 			} else {
