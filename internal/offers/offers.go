@@ -5,6 +5,7 @@ package offers
 import (
 	"cmp"
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -297,4 +298,26 @@ func (s *Service) UpdateOffer(ctx context.Context, brandID, offerID string, in O
 		s.entries.Put(brandID+"/"+offerID, next)
 		return o, nil
 	}
+}
+
+// MaxReloads bounds how often one write follows an offer that keeps
+// changing under it.
+const MaxReloads = 5
+
+// ErrChanged means a write was built from an older revision of an
+// offer than the store holds; the cache has the new one now.
+var ErrChanged = errors.New("the offer changed meanwhile")
+
+// NotActive explains why Check failed: the offer is not active
+// (a user error), or it changed since it was cached (ErrChanged, after
+// the cache was refreshed).
+func (s *Service) NotActive(ctx context.Context, e Entry, what string) error {
+	fresh, err := s.Load(ctx, e.Offer.BrandID, e.Offer.ID)
+	if err != nil {
+		return err
+	}
+	if fresh.Offer.Status != tally.OfferActive {
+		return validate.Invalid("offerId %q: the offer is %s; %s are accepted only for active offers.", e.Offer.ID, fresh.Offer.Status, what)
+	}
+	return ErrChanged
 }

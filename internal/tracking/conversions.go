@@ -130,7 +130,7 @@ func (s *Service) RecordConversion(ctx context.Context, brandID string, in Conve
 			}
 		}
 		created, err = s.insertConversion(ctx, c, offer, now)
-		if errors.Is(err, errOfferChanged) && attempt < maxOfferReloads {
+		if errors.Is(err, offers.ErrChanged) && attempt < offers.MaxReloads {
 			continue // the cache had an older revision, now replaced: build c again
 		}
 		if err != nil || created {
@@ -188,28 +188,6 @@ func (s *Service) attribute(ctx context.Context, brandID string, in *ConversionI
 	in.OfferID, in.PartnerID = &click.OfferID, &click.PartnerID
 	in.Sub1, in.Sub2, in.Sub3, in.Sub4, in.Sub5 = &click.Sub1, &click.Sub2, &click.Sub3, &click.Sub4, &click.Sub5
 	return click, nil
-}
-
-// maxOfferReloads bounds how often one write follows an offer that keeps
-// changing under it.
-const maxOfferReloads = 5
-
-// errOfferChanged means a write was built from an older revision of an
-// offer than the store holds; the cache has the new one now.
-var errOfferChanged = errors.New("the offer changed meanwhile")
-
-// offerNotActive explains why offerCheck failed: the offer is not active
-// (a user error), or it changed since it was cached (errOfferChanged, after
-// the cache was refreshed).
-func (s *Service) offerNotActive(ctx context.Context, e offers.Entry, what string) error {
-	fresh, err := s.offersService.Load(ctx, e.Offer.BrandID, e.Offer.ID)
-	if err != nil {
-		return err
-	}
-	if fresh.Offer.Status != tally.OfferActive {
-		return validate.Invalid("offerId %q: the offer is %s; %s are accepted only for active offers.", e.Offer.ID, fresh.Offer.Status, what)
-	}
-	return errOfferChanged
 }
 
 // amountsInCurrency refuses a conversion in another currency than its
@@ -346,7 +324,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 		case i == markerAt:
 			return false, nil
 		case i == offerAt:
-			return false, s.offerNotActive(ctx, offer, "conversions")
+			return false, s.offersService.NotActive(ctx, offer, "conversions")
 		case i == partnerAt:
 			return false, s.partnerNotActive(ctx, c.BrandID, c.PartnerID)
 		case i == clickAt:
@@ -555,4 +533,11 @@ func (s *Service) ApproveDue(ctx context.Context) (int, error) {
 		}
 	}
 	return int(approved.Load()), nil
+}
+
+// attributedOp marks the click a conversion names with the conversion; it
+// fails if the click is gone (expired since it was read).
+func attributedOp(c tally.Conversion) store.Op {
+	return store.Op{Kind: store.OpUpdate, Key: keys.Click(c.BrandID, c.ClickID),
+		Set: map[string]string{"conversionId": c.ID}, Conds: []store.Cond{store.Exists()}}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/accounts"
+	"github.com/tally-hq/tally/internal/clicks"
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/identity"
 	"github.com/tally-hq/tally/internal/offers"
@@ -37,6 +38,7 @@ type Service struct {
 	*offersService
 	*partnersService
 	*reportsService
+	*clicksService
 	limiter
 
 	db    *records.DB
@@ -71,13 +73,8 @@ type Service struct {
 	// partitioned: the store spreads writes by partition key (newID).
 	partitioned bool
 
-	offers      *records.Cache[offers.Entry]
-	offerBrands *records.Cache[string] // offer id → brand id; never changes
-	// fraudConfigs are the brands' fraud settings and blocklists; a change
-	// reaches other instances within offerTTL.
-	fraudConfigs *records.Cache[fraudConfig]
-	keyTTL       time.Duration
-	offerTTL     time.Duration
+	keyTTL   time.Duration
+	offerTTL time.Duration
 
 	// deliveryRetention is how long a delivery stays after its last change.
 	deliveryRetention time.Duration
@@ -102,6 +99,7 @@ type (
 	offersService   = offers.Service
 	partnersService = partners.Service
 	reportsService  = reports.Service
+	clicksService   = clicks.Service
 )
 
 // limiter counts requests against rate limits (package ratelimit).
@@ -128,6 +126,11 @@ type (
 	ReportQuery          = reports.ReportQuery
 	Report               = reports.Report
 	StreamChange         = reports.StreamChange
+	ClickInput           = clicks.ClickInput
+	ClickFilter          = clicks.ClickFilter
+	FraudSettingsInput   = clicks.FraudSettingsInput
+	AutoBanInput         = clicks.AutoBanInput
+	BlockedIPInput       = clicks.BlockedIPInput
 	Session              = accounts.Session
 )
 
@@ -227,11 +230,12 @@ func New(st store.Store, opts ...Option) *Service {
 			s.onEvent(ids)
 		}
 	})
-	s.offers = records.NewCache[offers.Entry](s.offerTTL, s.now)
-	s.offerBrands = records.NewCache[string](time.Hour, s.now)
-	s.fraudConfigs = records.NewCache[fraudConfig](s.offerTTL, s.now)
 	s.identityService = identity.New(s.db, s.keyTTL)
 	s.accountsService = accounts.New(s.db, s.identityService)
+	s.offersService = offers.New(s.db, s.offerTTL)
+	s.partnersService = partners.New(s.db, s.events, s.identityService)
+	s.reportsService = reports.New(s.db, s.zones)
+	s.clicksService = clicks.New(s.db, s.events, s.offersService, s.partnersService, s.rollups, s.offerTTL)
 	s.limiter = ratelimit.NewShared(s.db)
 	if s.localRates {
 		s.limiter = ratelimit.NewLocal(s.now)

@@ -1,4 +1,4 @@
-package tracking
+package clicks
 
 import (
 	"context"
@@ -61,7 +61,7 @@ func (in FraudSettingsInput) settings() (tally.FraudSettings, error) {
 // FraudSettings returns the brand's fraud settings (the defaults until it
 // changes them).
 func (s *Service) FraudSettings(ctx context.Context, brandID string) (tally.FraudSettings, error) {
-	settings, err := records.Get[tally.FraudSettings](ctx, s.store, keys.FraudSettings(brandID))
+	settings, err := records.Get[tally.FraudSettings](ctx, s.db, keys.FraudSettings(brandID))
 	if errors.Is(err, store.ErrNotFound) {
 		return tally.DefaultFraudSettings, nil
 	}
@@ -78,7 +78,7 @@ func (s *Service) UpdateFraudSettings(ctx context.Context, brandID string, in Fr
 	if err := s.events.Transact(ctx, store.Put(store.Item{Key: keys.FraudSettings(brandID), Data: records.MustJSON(settings)})); err != nil {
 		return settings, err
 	}
-	s.fraudConfigs.Forget(brandID)
+	s.configs.Forget(brandID)
 	return settings, nil
 }
 
@@ -104,7 +104,7 @@ func (s *Service) BlockIP(ctx context.Context, brandID string, in BlockedIPInput
 	if widest := widestBlock(prefix); prefix.Bits() < widest {
 		return tally.BlockedIP{}, validate.InvalidField("cidr", "cidr %s is wider than a /%d: it would mark the clicks of a large part of the internet (every click, for a /0) as blocked_ip. Block the ranges the fraud comes from.", prefix, widest)
 	}
-	now := s.Now()
+	now := s.db.Now()
 	b := tally.BlockedIP{ID: ids.New("bip_", now), BrandID: brandID, CIDR: prefix.String(), Note: validate.Deref(in.Note, ""), CreatedAt: tally.NewTime(now)}
 	err = s.events.Transact(ctx,
 		store.Increment(keys.BlockedIPCount(brandID), map[string]int64{"n": 1}, store.NumLess("n", maxBlockedIPs)),
@@ -118,7 +118,7 @@ func (s *Service) BlockIP(ctx context.Context, brandID string, in BlockedIPInput
 	case err != nil:
 		return tally.BlockedIP{}, err
 	}
-	s.fraudConfigs.Forget(brandID)
+	s.configs.Forget(brandID)
 	return b, nil
 }
 
@@ -134,14 +134,14 @@ func widestBlock(p netip.Prefix) int {
 }
 
 // BlockedIPs lists the brand's blocked ranges, newest first.
-func (s *Service) BlockedIPs(ctx context.Context, brandID string, p ListParams) ([]tally.BlockedIP, string, error) {
+func (s *Service) BlockedIPs(ctx context.Context, brandID string, p records.ListParams) ([]tally.BlockedIP, string, error) {
 	sp := records.Span{Parts: []records.Partition{{PK: keys.BrandPK(brandID)}}, Prefix: keys.BlockedIPSKPrefix}
 	return records.ListSpan[tally.BlockedIP](ctx, s.db, sp, p, nil)
 }
 
 // UnblockIP removes a range from the brand's blocklist and returns it.
 func (s *Service) UnblockIP(ctx context.Context, brandID, id string) (tally.BlockedIP, error) {
-	b, err := records.GetByID[tally.BlockedIP](ctx, s.store, "blocked IP range", "bip_", id, func() store.Key { return keys.BlockedIP(brandID, id) })
+	b, err := records.GetByID[tally.BlockedIP](ctx, s.db, "blocked IP range", "bip_", id, func() store.Key { return keys.BlockedIP(brandID, id) })
 	if err != nil {
 		return b, err
 	}
@@ -155,7 +155,7 @@ func (s *Service) UnblockIP(ctx context.Context, brandID, id string) (tally.Bloc
 	if err != nil {
 		return tally.BlockedIP{}, err
 	}
-	s.fraudConfigs.Forget(brandID)
+	s.configs.Forget(brandID)
 	return b, nil
 }
 
@@ -166,7 +166,7 @@ type fraudConfig struct {
 }
 
 func (s *Service) fraudConfig(ctx context.Context, brandID string) (fraudConfig, error) {
-	if fc, ok := s.fraudConfigs.Get(brandID); ok {
+	if fc, ok := s.configs.Get(brandID); ok {
 		return fc, nil
 	}
 	settings, err := s.FraudSettings(ctx, brandID)
@@ -176,7 +176,7 @@ func (s *Service) fraudConfig(ctx context.Context, brandID string) (fraudConfig,
 	q := store.Query{PK: keys.BrandPK(brandID), SKPrefix: keys.BlockedIPSKPrefix, Limit: maxBlockedIPs}
 	var prefixes []netip.Prefix
 	for {
-		page, err := s.store.Query(ctx, q)
+		page, err := s.db.Query(ctx, q)
 		if err != nil {
 			return fraudConfig{}, err
 		}
@@ -196,6 +196,6 @@ func (s *Service) fraudConfig(ctx context.Context, brandID string) (fraudConfig,
 		}
 	}
 	fc := fraudConfig{settings: settings, blocked: fraud.NewIPSet(prefixes)}
-	s.fraudConfigs.Put(brandID, fc)
+	s.configs.Put(brandID, fc)
 	return fc, nil
 }

@@ -1,4 +1,8 @@
-package tracking
+// Package clicks records the clicks of tracking links, each scored for
+// fraud (package fraud) against the brand's settings and blocklist, and
+// keeps those settings, including the rule that bans a partner whose
+// high-risk clicks pile up.
+package clicks
 
 import (
 	"context"
@@ -14,12 +18,38 @@ import (
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/offers"
+	"github.com/tally-hq/tally/internal/outbox"
 	"github.com/tally-hq/tally/internal/partners"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/reports"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/validate"
 )
+
+// Service records clicks and keeps the brands' fraud settings.
+type Service struct {
+	db       *records.DB
+	events   *outbox.Writer
+	offers   *offers.Service
+	partners partnerReader
+	rollups  reports.Rollups
+	// configs are the brands' fraud settings and blocklists; a change
+	// reaches other instances within the cache's TTL.
+	configs *records.Cache[fraudConfig]
+}
+
+// partnerReader reads the partner a click names.
+type partnerReader interface {
+	Partner(ctx context.Context, brandID, partnerID string) (tally.Partner, error)
+}
+
+// New returns the Service over db, writing through events, with the
+// offers and partners of the links clicked, keeping rollups as rollups
+// says. An instance trusts the fraud settings it read for cacheTTL.
+func New(db *records.DB, events *outbox.Writer, o *offers.Service, p partnerReader, rollups reports.Rollups, cacheTTL time.Duration) *Service {
+	return &Service{db: db, events: events, offers: o, partners: p, rollups: rollups,
+		configs: records.NewCache[fraudConfig](cacheTTL, db.Clock)}
+}
 
 // ClickInput is what a tracking link request carries: the offer from the
 // path, the partner (pid) and sub1–sub5 from the query, and what the
@@ -60,7 +90,7 @@ func (in ClickInput) validate() error {
 // and the partner active; otherwise it answers not_found and stores nothing.
 func (s *Service) RecordClick(ctx context.Context, in ClickInput) (tally.Click, string, error) {
 	for attempt := 0; ; attempt++ {
-		offer, err := s.offersService.ByID(ctx, in.OfferID)
+		offer, err := s.offers.ByID(ctx, in.OfferID)
 		if err != nil {
 			return tally.Click{}, "", err
 		}
@@ -74,7 +104,7 @@ func (s *Service) RecordClick(ctx context.Context, in ClickInput) (tally.Click, 
 			return tally.Click{}, "", err
 		}
 		c, err := s.insertClick(ctx, offer, in)
-		if err == errOfferChanged && attempt < maxOfferReloads {
+		if err == offers.ErrChanged && attempt < offers.MaxReloads {
 			continue
 		}
 		if err != nil {
@@ -97,7 +127,7 @@ const maxClicksPerMinute = 10
 // auto-ban rule's limit. When a condition fails, the click is scored or
 // written again as the one that crosses the line.
 func (s *Service) insertClick(ctx context.Context, offer offers.Entry, in ClickInput) (tally.Click, error) {
-	now := s.Now()
+	now := s.db.Now()
 	o := offer.Offer
 	fc, err := s.fraudConfig(ctx, o.BrandID)
 	if err != nil {
@@ -203,10 +233,10 @@ func (s *Service) insertClick(ctx context.Context, offer offers.Entry, in ClickI
 		case attempt == 8:
 			return c, fmt.Errorf("record click: conditions keep failing: %w", err)
 		case i == offerAt:
-			if err := s.offerNotActive(ctx, offer, "clicks"); err != errOfferChanged {
+			if err := s.offers.NotActive(ctx, offer, "clicks"); err != offers.ErrChanged {
 				return c, records.NotFound(store.ErrNotFound, "offer", c.OfferID)
 			}
-			return c, errOfferChanged
+			return c, offers.ErrChanged
 		case i == partnerAt:
 			return c, noActivePartner()
 		case i == velocityAt:
@@ -230,7 +260,7 @@ func (s *Service) earlierHighRiskClicks(ctx context.Context, c tally.Click, wind
 		SKFrom: keys.HighRiskHour(hour.Add(-time.Duration(windowHours-1) * time.Hour)), SKTo: keys.HighRiskHour(hour.Add(-time.Hour))}
 	var n int64
 	for {
-		page, err := s.store.Query(ctx, q)
+		page, err := s.db.Query(ctx, q)
 		if err != nil {
 			return 0, err
 		}
@@ -246,7 +276,7 @@ func (s *Service) earlierHighRiskClicks(ctx context.Context, c tally.Click, wind
 // partnerToBan returns the click's partner as the auto-ban rule leaves it,
 // or not_found when it is no longer active.
 func (s *Service) partnerToBan(ctx context.Context, c tally.Click) (*tally.Partner, error) {
-	p, err := s.Partner(ctx, c.BrandID, c.PartnerID)
+	p, err := s.partners.Partner(ctx, c.BrandID, c.PartnerID)
 	if tally.ErrorCode(err) == tally.ECodeNotFound || (err == nil && p.Status != tally.PartnerActive) {
 		return nil, noActivePartner()
 	}
@@ -311,16 +341,9 @@ type clickRecord struct{ tally.Click }
 
 func (r *clickRecord) FromItem(it store.Item) { r.ConversionID = it.Attrs["conversionId"] }
 
-// attributedOp marks the click a conversion names with the conversion; it
-// fails if the click is gone (expired since it was read).
-func attributedOp(c tally.Conversion) store.Op {
-	return store.Op{Kind: store.OpUpdate, Key: keys.Click(c.BrandID, c.ClickID),
-		Set: map[string]string{"conversionId": c.ID}, Conds: []store.Cond{store.Exists()}}
-}
-
 // Click returns one of the brand's clicks.
 func (s *Service) Click(ctx context.Context, brandID, clickID string) (tally.Click, error) {
-	rec, err := records.GetByID[clickRecord](ctx, s.store, "click", "clk_", clickID, func() store.Key { return keys.Click(brandID, clickID) })
+	rec, err := records.GetByID[clickRecord](ctx, s.db, "click", "clk_", clickID, func() store.Key { return keys.Click(brandID, clickID) })
 	return rec.Click, err
 }
 
@@ -333,7 +356,7 @@ type ClickFilter struct {
 }
 
 // Clicks lists the brand's clicks, newest first.
-func (s *Service) Clicks(ctx context.Context, brandID string, f ClickFilter, p ListParams) ([]tally.Click, string, error) {
+func (s *Service) Clicks(ctx context.Context, brandID string, f ClickFilter, p records.ListParams) ([]tally.Click, string, error) {
 	if err := validate.First(validate.IDFilter("offerId", "off_", f.OfferID), validate.IDFilter("partnerId", "prt_", f.PartnerID)); err != nil {
 		return nil, "", err
 	}
