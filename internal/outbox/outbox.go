@@ -122,3 +122,6 @@ func queued(ops []store.Op) []string {
 func isQueued(op store.Op) bool {
 	return op.Kind == store.OpPut && strings.HasPrefix(op.Item.PK, "EVT#") && op.Item.GSI3.PK != ""
 }
+
+// Keep is how long the Writer's events stay.
+func (w *Writer) Keep() time.Duration { return w.keep }

@@ -2,13 +2,13 @@ package tracking
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/outbox"
@@ -16,122 +16,9 @@ import (
 	"github.com/tally-hq/tally/internal/store"
 )
 
-// WithStreamConversions writes new conversions as the AWS wiring wants them
-// (lambdafn.Setup; docs/aws.md, "Cost of the webhook pipeline"), where each
-// item of a transaction bills twice and the table's stream carries every
-// insert to the fan-out:
-//
-//   - the offer's and the partner's status are read, strongly consistent,
-//     right before the write, not checked in it (a conversion racing a
-//     pause or a ban by milliseconds is accepted, as if it had come just
-//     before; docs/decisions.md);
-//   - a conversion without caps and without clickId is written as up to
-//     three conditional puts, no transaction: its idempotency marker
-//     (holding the whole conversion), its outbox entry, the conversion. A
-//     request that finds the marker completes what a crash between them
-//     left (replay); caps and clickId keep the transaction, which their
-//     counters and the click's update need;
-//   - its conversion.created event is not written by the request: the
-//     fan-out makes it from the conversion's insert in the stream
-//     (DispatchConversion), and the conversion's outbox entry, an item in
-//     no index, keeps it recoverable until its deliveries are written
-//     (Overdue).
-//
-// The local server (either store) keeps the one transaction with the
-// event: its pipeline drains the outbox index, not a stream.
-func WithStreamConversions() Option { return func(s *Service) { s.streamConversions = true } }
-
-// fanOutAttr marks a conversion item whose event the fan-out makes from the
-// stream (the fan-out's stream filter passes its insert).
-const (
-	fanOutAttr       = "fanout"
-	fanOutFromStream = "stream"
-)
-
 // outboxAttr, on an event made from the stream, names the conversion whose
 // outbox entry it leaves when its deliveries are written.
 const outboxAttr = "outbox"
-
-// newConversionItem is the item of a new conversion, marked for what the
-// stream does with it.
-func (s *Service) newConversionItem(c tally.Conversion) store.Item {
-	item := conversionItem(c)
-	s.rollups.MarkConversion(&item)
-	if s.streamConversions {
-		item.Attrs[fanOutAttr] = fanOutFromStream
-	}
-	return item
-}
-
-// outboxEntry is a conversion's outbox entry: the conversion as created
-// (its event is made from it when the stream's record of the conversion was
-// lost), and when it was written ("at", the wall clock), so that the
-// reconciler leaves an entry a retry completing an older conversion wrote
-// within its grace, and deletes an entry left by a failed request only as
-// it read it.
-func (s *Service) outboxEntry(c tally.Conversion) store.Item {
-	return store.Item{
-		Key:       keys.ConversionOutbox(c.ID),
-		Attrs:     map[string]string{"at": strconv.FormatInt(time.Now().UnixNano(), 10)},
-		Data:      records.MustJSON(c),
-		ExpiresAt: c.CreatedAt.Add(outbox.Keep(s.deliveryRetention)).Unix(),
-	}
-}
-
-// putConversion writes a conversion without caps or click apart
-// (WithStreamConversions): the marker first, which makes this request the
-// conversion's creator; false when another request's marker is there.
-func (s *Service) putConversion(ctx context.Context, c tally.Conversion) (bool, error) {
-	if c.ExternalTxnID != "" {
-		err := s.events.Transact(ctx, store.Put(store.Item{Key: keys.Txn(c.BrandID, c.OfferID, c.ExternalTxnID), Data: records.MustJSON(c)}, store.NotExists()))
-		if _, exists := store.FailedOp(err); exists {
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-	}
-	return true, s.completeConversion(ctx, c)
-}
-
-// completeConversion writes the outbox entry, then the conversion unless a
-// request completing the same one got there first. The entry comes first:
-// once the conversion is there, its event can always be made again.
-func (s *Service) completeConversion(ctx context.Context, c tally.Conversion) error {
-	if err := s.events.Transact(ctx, store.Put(s.outboxEntry(c))); err != nil {
-		return err
-	}
-	err := s.events.Transact(ctx, store.Put(s.newConversionItem(c), store.NotExists()))
-	if _, exists := store.FailedOp(err); exists {
-		return nil
-	}
-	return err
-}
-
-// replay returns the conversion first recorded for c's (offer,
-// externalTxnId). A marker that holds the conversion (putConversion) may
-// have lost its request before the conversion was written: it is
-// completed now, as first recorded.
-func (s *Service) replay(ctx context.Context, c tally.Conversion) (tally.Conversion, bool, error) {
-	marker, err := s.store.Get(ctx, keys.Txn(c.BrandID, c.OfferID, c.ExternalTxnID))
-	if err != nil {
-		return tally.Conversion{}, false, err
-	}
-	var first tally.Conversion
-	var firstID string
-	if json.Unmarshal(marker.Data, &firstID) == nil { // written with its conversion, in one transaction
-		first, err = records.Get[tally.Conversion](ctx, s.store, keys.Conversion(c.BrandID, firstID))
-		return first, false, err
-	}
-	if err := records.Decode(marker, &first); err != nil {
-		return first, false, err
-	}
-	stored, err := records.Get[tally.Conversion](ctx, s.store, keys.Conversion(first.BrandID, first.ID))
-	if errors.Is(err, store.ErrNotFound) {
-		return first, false, s.completeConversion(ctx, first)
-	}
-	return stored, false, err
-}
 
 // createdEvent is a conversion's conversion.created event as the fan-out
 // makes it from the stream: the same for the same conversion (its id is
@@ -142,7 +29,7 @@ func (s *Service) createdEvent(c tally.Conversion) store.Item {
 	evt := tally.Event{
 		ID:    ids.Derived("evt_", c.CreatedAt.Time, tally.EventConversionCreated+"/"+c.ID),
 		Event: tally.EventConversionCreated, CreatedAt: c.CreatedAt, BrandID: c.BrandID,
-		Data: records.MustJSON(conversionEventData(c, "")),
+		Data: records.MustJSON(conversions.EventData(c, "")),
 	}
 	return store.Item{
 		Key:       keys.Event(evt.ID),

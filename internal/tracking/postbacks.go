@@ -11,6 +11,7 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/money"
 	"github.com/tally-hq/tally/internal/outbox"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
@@ -72,7 +73,7 @@ func (v postbackValues) macro(name, event string) string {
 	case "partner_id":
 		return v.PartnerID
 	case "payout":
-		return majorUnits(v.PayoutCents, v.Currency)
+		return money.Major(v.PayoutCents, v.Currency)
 	case "payout_cents":
 		return strconv.FormatInt(v.PayoutCents, 10)
 	case "currency":
@@ -323,30 +324,4 @@ func (s *Service) postbackDelivery(ctx context.Context, item store.Item, evt tal
 		PartnerID: partnerID, URL: fillPostback(pb.URL, evt.Event, values), Status: tally.DeliveryPending,
 		Attempts: []tally.Attempt{}, NextAttemptAt: &now, CreatedAt: now, UpdatedAt: now,
 	}}, pbItem, nil
-}
-
-// majorUnits writes minor units as a decimal amount in the currency's
-// major unit: 300 USD cents is "3.00", 300 JPY is "300".
-func majorUnits(minor int64, currency string) string {
-	exp := minorUnitExponent(currency)
-	if exp == 0 {
-		return strconv.FormatInt(minor, 10)
-	}
-	s := strconv.FormatInt(minor, 10)
-	for len(s) <= exp {
-		s = "0" + s
-	}
-	return s[:len(s)-exp] + "." + s[len(s)-exp:]
-}
-
-// minorUnitExponent is ISO 4217's number of decimals of a currency: 2
-// unless listed.
-func minorUnitExponent(currency string) int {
-	switch currency {
-	case "BIF", "CLP", "DJF", "GNF", "ISK", "JPY", "KMF", "KRW", "PYG", "RWF", "UGX", "VND", "VUV", "XAF", "XOF", "XPF":
-		return 0
-	case "BHD", "IQD", "JOD", "KWD", "LYD", "OMR", "TND":
-		return 3
-	}
-	return 2
 }

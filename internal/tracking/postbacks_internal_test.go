@@ -3,6 +3,8 @@ package tracking
 import (
 	"net/url"
 	"testing"
+
+	"github.com/tally-hq/tally/internal/money"
 )
 
 func TestMajorUnitsFollowTheCurrencysDecimals(t *testing.T) {
@@ -14,8 +16,8 @@ func TestMajorUnitsFollowTheCurrencysDecimals(t *testing.T) {
 		{300, "USD", "3.00"}, {5, "EUR", "0.05"}, {0, "USD", "0.00"}, {123456789, "GBP", "1234567.89"},
 		{300, "JPY", "300"}, {0, "KRW", "0"}, {1500, "BHD", "1.500"}, {7, "KWD", "0.007"},
 	} {
-		if got := majorUnits(c.cents, c.currency); got != c.want {
-			t.Errorf("majorUnits(%d, %s) = %q, want %q", c.cents, c.currency, got, c.want)
+		if got := money.Major(c.cents, c.currency); got != c.want {
+			t.Errorf("money.Major(%d, %s) = %q, want %q", c.cents, c.currency, got, c.want)
 		}
 	}
 }

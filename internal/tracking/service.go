@@ -11,6 +11,7 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/accounts"
 	"github.com/tally-hq/tally/internal/clicks"
+	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/identity"
 	"github.com/tally-hq/tally/internal/offers"
@@ -39,6 +40,7 @@ type Service struct {
 	*partnersService
 	*reportsService
 	*clicksService
+	*conversionsService
 	limiter
 
 	db    *records.DB
@@ -67,9 +69,8 @@ type Service struct {
 	localRates bool
 	// rollups is how new conversions' and clicks' rollups are kept.
 	rollups reports.Rollups
-	// streamConversions writes new conversions for the stream's fan-out
-	// (WithStreamConversions).
-	streamConversions bool
+	// writing is how new conversions are written.
+	writing conversions.Writing
 	// partitioned: the store spreads writes by partition key (newID).
 	partitioned bool
 
@@ -94,12 +95,13 @@ const (
 // The capabilities the Service is made of (their methods are its own until
 // the wiring hands each out by itself).
 type (
-	identityService = identity.Service
-	accountsService = accounts.Service
-	offersService   = offers.Service
-	partnersService = partners.Service
-	reportsService  = reports.Service
-	clicksService   = clicks.Service
+	identityService    = identity.Service
+	accountsService    = accounts.Service
+	offersService      = offers.Service
+	partnersService    = partners.Service
+	reportsService     = reports.Service
+	clicksService      = clicks.Service
+	conversionsService = conversions.Service
 )
 
 // limiter counts requests against rate limits (package ratelimit).
@@ -131,6 +133,9 @@ type (
 	FraudSettingsInput   = clicks.FraudSettingsInput
 	AutoBanInput         = clicks.AutoBanInput
 	BlockedIPInput       = clicks.BlockedIPInput
+	ConversionInput      = conversions.ConversionInput
+	ConversionFilter     = conversions.ConversionFilter
+	InboundPostback      = conversions.InboundPostback
 	Session              = accounts.Session
 )
 
@@ -215,6 +220,7 @@ func New(st store.Store, opts ...Option) *Service {
 		zones:             time.LoadLocation,
 		queue:             outbox.EveryEvent{},
 		rollups:           reports.InWrite{},
+		writing:           conversions.InTransaction{},
 	}
 	_, s.partitioned = st.(store.Partitioned)
 	for _, o := range opts {
@@ -236,6 +242,7 @@ func New(st store.Store, opts ...Option) *Service {
 	s.partnersService = partners.New(s.db, s.events, s.identityService)
 	s.reportsService = reports.New(s.db, s.zones)
 	s.clicksService = clicks.New(s.db, s.events, s.offersService, s.partnersService, s.rollups, s.offerTTL)
+	s.conversionsService = conversions.New(s.db, s.events, s.offersService, s.partnersService, s.rollups, s.writing)
 	s.limiter = ratelimit.NewShared(s.db)
 	if s.localRates {
 		s.limiter = ratelimit.NewLocal(s.now)
@@ -255,3 +262,7 @@ func (s *Service) Events(ctx context.Context, brandID string, p ListParams) ([]t
 // table's stream (reports.FromStream): the AWS functions, where the rollup
 // function reads the stream.
 func WithStreamRollups() Option { return func(s *Service) { s.rollups = reports.FromStream{} } }
+
+// WithStreamConversions writes new conversions for the table's stream
+// (conversions.ForStream): the AWS functions.
+func WithStreamConversions() Option { return func(s *Service) { s.writing = conversions.ForStream{} } }

@@ -1,9 +1,15 @@
-package tracking
+// Package conversions records the conversions advertisers post (by API or
+// GET postback), with their idempotency, caps, attribution to a click and
+// events, approves them by hand or when their hold time has passed, and
+// lists them.
+package conversions
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,11 +19,40 @@ import (
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/offers"
+	"github.com/tally-hq/tally/internal/outbox"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/reports"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/validate"
 )
+
+// Service records and decides conversions.
+type Service struct {
+	db       *records.DB
+	events   *outbox.Writer
+	offers   *offers.Service
+	partners partnerReader
+	rollups  reports.Rollups
+	writing  Writing
+}
+
+// partnerReader reads the partner a conversion names.
+type partnerReader interface {
+	Partner(ctx context.Context, brandID, partnerID string) (tally.Partner, error)
+}
+
+// New returns the Service over db, writing through events, with the
+// offers and partners conversions name, keeping rollups as rollups says
+// and writing new conversions as writing says.
+func New(db *records.DB, events *outbox.Writer, o *offers.Service, p partnerReader, rollups reports.Rollups, writing Writing) *Service {
+	return &Service{db: db, events: events, offers: o, partners: p, rollups: rollups, writing: writing}
+}
+
+// click reads the click a conversion names. The click's own fields are
+// all a conversion needs, so it is read as a tally.Click.
+func (s *Service) click(ctx context.Context, brandID, clickID string) (tally.Click, error) {
+	return records.GetByID[tally.Click](ctx, s.db, "click", "clk_", clickID, func() store.Key { return keys.Click(brandID, clickID) })
+}
 
 // ConversionInput is the body of POST /conversions (a server-side postback).
 type ConversionInput struct {
@@ -100,10 +135,7 @@ func (s *Service) RecordConversion(ctx context.Context, brandID string, in Conve
 			return c, false, err
 		}
 	}
-	offerOf := s.offersService.Cached
-	if s.streamConversions {
-		offerOf = s.offersService.Load // its status as of now: the write checks nothing (activeNow)
-	}
+	offerOf := s.writing.offer(s)
 	for attempt := 0; ; attempt++ {
 		offer, err := offerOf(ctx, brandID, *in.OfferID)
 		if err != nil {
@@ -112,7 +144,7 @@ func (s *Service) RecordConversion(ctx context.Context, brandID string, in Conve
 			}
 			return c, false, err
 		}
-		now := s.Now()
+		now := s.db.Now()
 		if in.ClickID != nil {
 			days := offer.Offer.AttributionWindowDays
 			if now.After(click.CreatedAt.AddDate(0, 0, days)) {
@@ -124,10 +156,8 @@ func (s *Service) RecordConversion(ctx context.Context, brandID string, in Conve
 		}
 		c = newConversion(s.db.NewID("cnv_", now), brandID, offer.Offer, in, now)
 		c.ClickID = click.ID
-		if s.streamConversions {
-			if err := s.activeNow(ctx, offer.Offer, c.PartnerID); err != nil {
-				return s.refusedUnlessRecorded(ctx, c, err)
-			}
+		if err := s.writing.admit(ctx, s, offer.Offer, c); err != nil {
+			return s.refusedUnlessRecorded(ctx, c, err)
 		}
 		created, err = s.insertConversion(ctx, c, offer, now)
 		if errors.Is(err, offers.ErrChanged) && attempt < offers.MaxReloads {
@@ -147,7 +177,7 @@ func (s *Service) activeNow(ctx context.Context, offer tally.Offer, partnerID st
 	if offer.Status != tally.OfferActive {
 		return validate.Invalid("offerId %q: the offer is %s; conversions are accepted only for active offers.", offer.ID, offer.Status)
 	}
-	p, err := s.Partner(ctx, offer.BrandID, partnerID)
+	p, err := s.partners.Partner(ctx, offer.BrandID, partnerID)
 	if err == nil && p.Status == tally.PartnerActive {
 		return nil
 	}
@@ -175,7 +205,7 @@ func (s *Service) refusedUnlessRecorded(ctx context.Context, c tally.Conversion,
 // attribute reads the click a conversion names and fills in the offer,
 // partner and subs from it.
 func (s *Service) attribute(ctx context.Context, brandID string, in *ConversionInput) (tally.Click, error) {
-	click, err := s.Click(ctx, brandID, *in.ClickID)
+	click, err := s.click(ctx, brandID, *in.ClickID)
 	if tally.ErrorCode(err) == tally.ECodeNotFound {
 		return click, validate.Invalid("clickId %q does not match a recorded click.", *in.ClickID)
 	}
@@ -262,17 +292,12 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 		period := capPeriod(cl.Name, now)
 		caps = append(caps, &capState{Cap: cl, key: keys.Cap(c.OfferID, period), period: period, reaching: cl.Limit == 1})
 	}
-	if s.streamConversions && len(caps) == 0 && c.ClickID == "" {
+	if s.writing.apart(c, len(caps)) {
 		return s.putConversion(ctx, c)
 	}
-	var created store.Op
-	if s.streamConversions {
-		created = store.Put(s.outboxEntry(c)) // the fan-out makes the event from the stream
-	} else {
-		var err error
-		if created, err = s.events.Event(c.BrandID, tally.EventConversionCreated, conversionEventData(c, ""), now); err != nil {
-			return false, err
-		}
+	created, err := s.writing.created(s, c, now)
+	if err != nil {
+		return false, err
 	}
 	for {
 		ops := make([]store.Op, 0, 8+2*len(caps)) // room for all, without growing
@@ -283,7 +308,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 		}
 		ops = append(ops, store.Put(s.newConversionItem(c), store.NotExists()))
 		offerAt, partnerAt := -1, -1
-		if !s.streamConversions { // which read them just before instead (activeNow)
+		if s.writing.checks() { // else read just before (admit)
 			offerAt, partnerAt = len(ops), len(ops)+1
 			ops = append(ops,
 				offers.Check(offer),
@@ -324,7 +349,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 		case i == markerAt:
 			return false, nil
 		case i == offerAt:
-			return false, s.offersService.NotActive(ctx, offer, "conversions")
+			return false, s.offers.NotActive(ctx, offer, "conversions")
 		case i == partnerAt:
 			return false, s.partnerNotActive(ctx, c.BrandID, c.PartnerID)
 		case i == clickAt:
@@ -342,7 +367,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 }
 
 func (s *Service) partnerNotActive(ctx context.Context, brandID, partnerID string) error {
-	p, err := s.Partner(ctx, brandID, partnerID)
+	p, err := s.partners.Partner(ctx, brandID, partnerID)
 	if tally.ErrorCode(err) == tally.ECodeNotFound {
 		return validate.Invalid("partnerId %q does not match a partner.", partnerID)
 	}
@@ -355,7 +380,7 @@ func (s *Service) partnerNotActive(ctx context.Context, brandID, partnerID strin
 // conversionItem places a conversion in its shard, the per-offer and
 // per-partner indexes and, while it waits for automatic approval, the hold
 // queue.
-func conversionItem(c tally.Conversion) store.Item {
+func Item(c tally.Conversion) store.Item {
 	shard := keys.ShardOf(c.ID)
 	it := store.Item{
 		Key:   keys.Conversion(c.BrandID, c.ID),
@@ -370,7 +395,7 @@ func conversionItem(c tally.Conversion) store.Item {
 	return it
 }
 
-func conversionEventData(c tally.Conversion, reason string) tally.ConversionEventData {
+func EventData(c tally.Conversion, reason string) tally.ConversionEventData {
 	return tally.ConversionEventData{
 		ConversionID: c.ID, PartnerID: c.PartnerID, OfferID: c.OfferID,
 		RevenueCents: c.RevenueCents, PayoutCents: c.PayoutCents, Currency: c.Currency,
@@ -404,7 +429,7 @@ func capExpiry(cap string, now time.Time) int64 {
 
 // Conversion returns one of the brand's conversions.
 func (s *Service) Conversion(ctx context.Context, brandID, conversionID string) (tally.Conversion, error) {
-	return records.GetByID[tally.Conversion](ctx, s.store, "conversion", "cnv_", conversionID, func() store.Key { return keys.Conversion(brandID, conversionID) })
+	return records.GetByID[tally.Conversion](ctx, s.db, "conversion", "cnv_", conversionID, func() store.Key { return keys.Conversion(brandID, conversionID) })
 }
 
 // ConversionFilter narrows GET /conversions. From and To are RFC 3339
@@ -415,7 +440,7 @@ type ConversionFilter struct {
 }
 
 // Conversions lists the brand's conversions, newest first.
-func (s *Service) Conversions(ctx context.Context, brandID string, f ConversionFilter, p ListParams) ([]tally.Conversion, string, error) {
+func (s *Service) Conversions(ctx context.Context, brandID string, f ConversionFilter, p records.ListParams) ([]tally.Conversion, string, error) {
 	if err := validate.OneOf("status", &f.Status, "", tally.ConversionPending, tally.ConversionApproved, tally.ConversionRejected); err != nil {
 		return nil, "", err
 	}
@@ -462,14 +487,14 @@ func (s *Service) decideConversion(ctx context.Context, brandID, conversionID, t
 	if c.Status != tally.ConversionPending {
 		return c, tally.Errorf(tally.ECodeInvalidTransition, "Cannot %s a conversion whose status is %q; only pending conversions can be.", verb, c.Status)
 	}
-	now := s.Now()
+	now := s.db.Now()
 	c.Status, c.UpdatedAt, c.ApproveAt = to, tally.NewTime(now), nil
 	name := map[string]string{tally.ConversionApproved: tally.EventConversionApproved, tally.ConversionRejected: tally.EventConversionRejected}[to]
-	evt, err := s.events.Event(brandID, name, conversionEventData(c, reason), now)
+	evt, err := s.events.Event(brandID, name, EventData(c, reason), now)
 	if err != nil {
 		return c, err
 	}
-	ops := append([]store.Op{store.Put(conversionItem(c), store.AttrEquals("status", tally.ConversionPending))}, reports.ConversionIncrements(c, reports.Decided(c, to))...)
+	ops := append([]store.Op{store.Put(Item(c), store.AttrEquals("status", tally.ConversionPending))}, reports.ConversionIncrements(c, reports.Decided(c, to))...)
 	err = s.events.Transact(ctx, append(ops, evt)...)
 	if _, failed := store.FailedOp(err); failed {
 		current, err := s.Conversion(ctx, brandID, conversionID)
@@ -492,12 +517,12 @@ const approveWorkers = 16
 // twice at once is safe, since each approval is conditional: a conversion
 // approved by the other run counts for that one only.
 func (s *Service) ApproveDue(ctx context.Context) (int, error) {
-	upTo := keys.HoldQueueUpTo(s.Now())
+	upTo := keys.HoldQueueUpTo(s.db.Now())
 	var approved atomic.Int64
 	for shard := range keys.QueueShards {
 		q := store.Query{Index: store.GSI3, PK: keys.HoldQueuePK(shard), SKTo: upTo, Limit: 100}
 		for {
-			page, err := s.store.Query(ctx, q)
+			page, err := s.db.Query(ctx, q)
 			if err != nil {
 				return int(approved.Load()), err
 			}
@@ -541,3 +566,175 @@ func attributedOp(c tally.Conversion) store.Op {
 	return store.Op{Kind: store.OpUpdate, Key: keys.Click(c.BrandID, c.ClickID),
 		Set: map[string]string{"conversionId": c.ID}, Conds: []store.Cond{store.Exists()}}
 }
+
+// fanOutAttr marks a conversion item whose event the fan-out makes from the
+// stream (the fan-out's stream filter passes its insert).
+const (
+	FanOutAttr       = "fanout"
+	FanOutFromStream = "stream"
+)
+
+// newConversionItem is the item of a new conversion, marked for what the
+// stream does with it.
+func (s *Service) newConversionItem(c tally.Conversion) store.Item {
+	item := Item(c)
+	s.rollups.MarkConversion(&item)
+	s.writing.mark(&item)
+	return item
+}
+
+// outboxEntry is a conversion's outbox entry: the conversion as created
+// (its event is made from it when the stream's record of the conversion was
+// lost), and when it was written ("at", the wall clock), so that the
+// reconciler leaves an entry a retry completing an older conversion wrote
+// within its grace, and deletes an entry left by a failed request only as
+// it read it.
+func (s *Service) outboxEntry(c tally.Conversion) store.Item {
+	return store.Item{
+		Key:       keys.ConversionOutbox(c.ID),
+		Attrs:     map[string]string{"at": strconv.FormatInt(time.Now().UnixNano(), 10)},
+		Data:      records.MustJSON(c),
+		ExpiresAt: c.CreatedAt.Add(s.events.Keep()).Unix(),
+	}
+}
+
+// putConversion writes a conversion without caps or click apart
+// (WithStreamConversions): the marker first, which makes this request the
+// conversion's creator; false when another request's marker is there.
+func (s *Service) putConversion(ctx context.Context, c tally.Conversion) (bool, error) {
+	if c.ExternalTxnID != "" {
+		err := s.events.Transact(ctx, store.Put(store.Item{Key: keys.Txn(c.BrandID, c.OfferID, c.ExternalTxnID), Data: records.MustJSON(c)}, store.NotExists()))
+		if _, exists := store.FailedOp(err); exists {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+	return true, s.completeConversion(ctx, c)
+}
+
+// completeConversion writes the outbox entry, then the conversion unless a
+// request completing the same one got there first. The entry comes first:
+// once the conversion is there, its event can always be made again.
+func (s *Service) completeConversion(ctx context.Context, c tally.Conversion) error {
+	if err := s.events.Transact(ctx, store.Put(s.outboxEntry(c))); err != nil {
+		return err
+	}
+	err := s.events.Transact(ctx, store.Put(s.newConversionItem(c), store.NotExists()))
+	if _, exists := store.FailedOp(err); exists {
+		return nil
+	}
+	return err
+}
+
+// replay returns the conversion first recorded for c's (offer,
+// externalTxnId). A marker that holds the conversion (putConversion) may
+// have lost its request before the conversion was written: it is
+// completed now, as first recorded.
+func (s *Service) replay(ctx context.Context, c tally.Conversion) (tally.Conversion, bool, error) {
+	marker, err := s.db.Get(ctx, keys.Txn(c.BrandID, c.OfferID, c.ExternalTxnID))
+	if err != nil {
+		return tally.Conversion{}, false, err
+	}
+	var first tally.Conversion
+	var firstID string
+	if json.Unmarshal(marker.Data, &firstID) == nil { // written with its conversion, in one transaction
+		first, err = records.Get[tally.Conversion](ctx, s.db, keys.Conversion(c.BrandID, firstID))
+		return first, false, err
+	}
+	if err := records.Decode(marker, &first); err != nil {
+		return first, false, err
+	}
+	stored, err := records.Get[tally.Conversion](ctx, s.db, keys.Conversion(first.BrandID, first.ID))
+	if errors.Is(err, store.ErrNotFound) {
+		return first, false, s.completeConversion(ctx, first)
+	}
+	return stored, false, err
+}
+
+// Writing is how a new conversion is written: InTransaction or ForStream.
+type Writing interface {
+	// offer reads the offer of a new conversion.
+	offer(s *Service) func(ctx context.Context, brandID, offerID string) (offers.Entry, error)
+	// admit refuses, before the write, a conversion whose offer or partner
+	// is not active, where the write does not check them.
+	admit(ctx context.Context, s *Service, offer tally.Offer, c tally.Conversion) error
+	// apart says whether c, with caps caps, is written without a
+	// transaction (putConversion).
+	apart(c tally.Conversion, caps int) bool
+	// checks says whether the transaction checks the offer's and the
+	// partner's status.
+	checks() bool
+	// created is the operation that stands for c's conversion.created in
+	// its transaction.
+	created(s *Service, c tally.Conversion, now time.Time) (store.Op, error)
+	// mark marks a new conversion's item for what the stream does with it.
+	mark(item *store.Item)
+}
+
+// InTransaction writes a new conversion in one transaction with its
+// idempotency marker, cap counters, the checks of its offer's and
+// partner's status and its conversion.created event: where one write is
+// one commit and the outbox index feeds the delivery pipeline (the local
+// server, on either store).
+type InTransaction struct{}
+
+func (InTransaction) offer(s *Service) func(context.Context, string, string) (offers.Entry, error) {
+	return s.offers.Cached
+}
+
+func (InTransaction) admit(context.Context, *Service, tally.Offer, tally.Conversion) error {
+	return nil
+}
+
+func (InTransaction) apart(tally.Conversion, int) bool { return false }
+func (InTransaction) checks() bool                     { return true }
+
+func (InTransaction) created(s *Service, c tally.Conversion, now time.Time) (store.Op, error) {
+	return s.events.Event(c.BrandID, tally.EventConversionCreated, EventData(c, ""), now)
+}
+
+func (InTransaction) mark(*store.Item) {}
+
+// ForStream writes new conversions as the AWS functions want them
+// (docs/aws.md, "Cost of the webhook pipeline"), where each
+// item of a transaction bills twice and the table's stream carries every
+// insert to the fan-out:
+//
+//   - the offer's and the partner's status are read, strongly consistent,
+//     right before the write, not checked in it (a conversion racing a
+//     pause or a ban by milliseconds is accepted, as if it had come just
+//     before; docs/decisions.md);
+//   - a conversion without caps and without clickId is written as up to
+//     three conditional puts, no transaction: its idempotency marker
+//     (holding the whole conversion), its outbox entry, the conversion. A
+//     request that finds the marker completes what a crash between them
+//     left (replay); caps and clickId keep the transaction, which their
+//     counters and the click's update need;
+//   - its conversion.created event is not written by the request: the
+//     fan-out makes it from the conversion's insert in the stream
+//     (DispatchConversion), and the conversion's outbox entry, an item in
+//     no index, keeps it recoverable until its deliveries are written
+//     (Overdue).
+//
+// The local server (either store) keeps the one transaction with the
+// event: its pipeline drains the outbox index, not a stream.
+type ForStream struct{}
+
+func (ForStream) offer(s *Service) func(context.Context, string, string) (offers.Entry, error) {
+	return s.offers.Load // its status as of now: the write checks nothing (admit)
+}
+
+func (ForStream) admit(ctx context.Context, s *Service, offer tally.Offer, c tally.Conversion) error {
+	return s.activeNow(ctx, offer, c.PartnerID)
+}
+
+func (ForStream) apart(c tally.Conversion, caps int) bool { return caps == 0 && c.ClickID == "" }
+func (ForStream) checks() bool                            { return false }
+
+func (ForStream) created(s *Service, c tally.Conversion, _ time.Time) (store.Op, error) {
+	return store.Put(s.outboxEntry(c)), nil // the fan-out makes the event from the stream
+}
+
+func (ForStream) mark(item *store.Item) { item.Attrs[FanOutAttr] = FanOutFromStream }

@@ -1,4 +1,4 @@
-package tracking
+package conversions
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/money"
 	"github.com/tally-hq/tally/internal/validate"
 )
 
@@ -70,11 +71,11 @@ func (s *Service) recordPostback(ctx context.Context, brandID string, in Inbound
 		}
 	}
 	if in.Amount != "" || in.Currency != "" {
-		click, err := s.Click(ctx, brandID, in.ClickID)
+		click, err := s.click(ctx, brandID, in.ClickID)
 		if err != nil {
 			return s.RecordConversion(ctx, brandID, ci) // says what is wrong with the click
 		}
-		offer, err := s.offersService.Cached(ctx, brandID, click.OfferID)
+		offer, err := s.offers.Cached(ctx, brandID, click.OfferID)
 		if err != nil {
 			return s.RecordConversion(ctx, brandID, ci)
 		}
@@ -97,10 +98,10 @@ func (s *Service) recordPostback(ctx context.Context, brandID string, in Inbound
 var decimalAmount = regexp.MustCompile(`^[0-9]{1,13}(\.[0-9]{1,3})?$`)
 
 // minorUnits turns a decimal amount in major units into minor units of the
-// currency, the inverse of majorUnits: "12.50" USD is 1250, "1500" JPY is
+// currency, the inverse of money.Major: "12.50" USD is 1250, "1500" JPY is
 // 1500, "1.234" KWD is 1234.
 func minorUnits(amount, currency string) (int64, error) {
-	places := minorUnitExponent(currency)
+	places := money.Exponent(currency)
 	whole, frac, _ := strings.Cut(amount, ".")
 	if !decimalAmount.MatchString(amount) || len(frac) > places {
 		return 0, validate.InvalidField("amount", "amount must be a decimal number with at most %d decimals for %s, such as %s.", places, currency, []string{"1500", "", "12.50", "1.250"}[places])
