@@ -1,7 +1,8 @@
 // Package dynamotest gives tests a DynamoDB to talk to: the endpoint named
 // by TALLY_TEST_DYNAMODB_ENDPOINT (scripts/test.sh starts one DynamoDB Local
 // for the whole run and sets it), or else a DynamoDB Local that the test
-// binary starts itself from the jar that `make dynamodb-local` fetches.
+// binary starts itself from the jar that `make dynamodb-local` fetches. A
+// test that needs a DynamoDB Local of its own asks for PrivateEndpoint.
 //
 // A package whose tests use it calls Main from its TestMain:
 //
@@ -42,13 +43,11 @@ const startTimeout = 30 * time.Second
 var (
 	inMain bool // Main is running the tests, so it will stop what we start
 
-	once  sync.Once
-	local struct {
-		endpoint string
-		missing  string // why there is nothing to start, if so
-		err      error
-		cmd      *exec.Cmd
-		exited   chan error
+	once   sync.Once
+	shared struct {
+		local   *local
+		missing string // why there is nothing to start, if so
+		err     error
 	}
 )
 
@@ -62,7 +61,9 @@ func Main(m *testing.M) { os.Exit(Run(m)) }
 func Run(m *testing.M) int {
 	inMain = true
 	code := m.Run()
-	stop()
+	if shared.local != nil {
+		shared.local.stop()
+	}
 	return code
 }
 
@@ -78,32 +79,58 @@ func Endpoint(t testing.TB) string {
 	if !inMain {
 		t.Fatalf("dynamotest: call dynamotest.Main from TestMain, so that the DynamoDB Local this test starts is stopped (or set %s)", EndpointEnv)
 	}
-	once.Do(start)
+	once.Do(func() { shared.local, shared.missing, shared.err = start() })
 	switch {
-	case local.missing != "":
-		reporoot.Missing(t, local.missing)
-	case local.err != nil:
-		t.Fatal(local.err)
+	case shared.missing != "":
+		reporoot.Missing(t, shared.missing)
+	case shared.err != nil:
+		t.Fatal(shared.err)
 	}
-	return local.endpoint
+	return shared.local.endpoint
 }
 
-func start() {
+// PrivateEndpoint starts a DynamoDB Local for this test alone, even when
+// TALLY_TEST_DYNAMODB_ENDPOINT names a shared one, and stops it when the
+// test ends: for a test that waits for DynamoDB Local's TTL sweep, which
+// on a shared instance works through every other test's tables too (and can
+// stop for good on one of their items; see internal/store/dynamo's
+// TestExpiredItemsAreDeleted). It costs a JVM start, a few seconds. Without
+// the jar it skips or fails as Endpoint does.
+func PrivateEndpoint(t testing.TB) string {
+	t.Helper()
+	l, missing, err := start()
+	switch {
+	case missing != "":
+		reporoot.Missing(t, missing)
+	case err != nil:
+		t.Fatal(err)
+	}
+	t.Cleanup(l.stop)
+	return l.endpoint
+}
+
+// local is a DynamoDB Local that this test binary started.
+type local struct {
+	endpoint string
+	cmd      *exec.Cmd
+	exited   chan error
+}
+
+// start starts DynamoDB Local from the jar in .cache on a free port and
+// waits until it listens. missing says why there is no jar to start, if so.
+func start() (l *local, missing string, err error) {
 	root, err := reporoot.Find()
 	if err != nil {
-		local.err = err
-		return
+		return nil, "", err
 	}
 	dir := filepath.Join(root, ".cache", "dynamodb-local")
 	jar := filepath.Join(dir, "DynamoDBLocal.jar")
 	if _, err := os.Stat(jar); err != nil {
-		local.missing = fmt.Sprintf("dynamotest: no DynamoDB Local at %s: run `make dynamodb-local` first", jar)
-		return
+		return nil, fmt.Sprintf("dynamotest: no DynamoDB Local at %s: run `make dynamodb-local` first", jar), nil
 	}
 	port, err := freePort()
 	if err != nil {
-		local.err = err
-		return
+		return nil, "", err
 	}
 	var out bytes.Buffer
 	// -sharedDb: one database whatever the credentials and region, so
@@ -115,42 +142,39 @@ func start() {
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = ProcAttr()
 	if err := cmd.Start(); err != nil {
-		local.err = fmt.Errorf("dynamotest: start DynamoDB Local: %w", err)
-		return
+		return nil, "", fmt.Errorf("dynamotest: start DynamoDB Local: %w", err)
 	}
-	local.cmd, local.exited = cmd, make(chan error, 1)
-	go func() { local.exited <- cmd.Wait() }()
+	l = &local{cmd: cmd, exited: make(chan error, 1)}
+	go func() { l.exited <- cmd.Wait() }()
 
 	addr := net.JoinHostPort("127.0.0.1", port)
 	deadline := time.Now().Add(startTimeout)
 	for {
 		select {
-		case err := <-local.exited:
-			local.cmd = nil
-			local.err = fmt.Errorf("dynamotest: DynamoDB Local exited (%v):\n%s", err, out.String())
-			return
+		case err := <-l.exited:
+			return nil, "", fmt.Errorf("dynamotest: DynamoDB Local exited (%v):\n%s", err, out.String())
 		case <-time.After(50 * time.Millisecond):
 		}
 		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 			c.Close()
-			local.endpoint = "http://" + addr
-			return
+			l.endpoint = "http://" + addr
+			return l, "", nil
 		}
 		if time.Now().After(deadline) {
-			stop()
-			local.err = fmt.Errorf("dynamotest: DynamoDB Local did not open %s within %v:\n%s", addr, startTimeout, out.String())
-			return
+			l.stop()
+			return nil, "", fmt.Errorf("dynamotest: DynamoDB Local did not open %s within %v:\n%s", addr, startTimeout, out.String())
 		}
 	}
 }
 
-func stop() {
-	if local.cmd == nil {
+// stop kills DynamoDB Local and waits for it to exit.
+func (l *local) stop() {
+	if l.cmd == nil {
 		return
 	}
-	local.cmd.Process.Kill()
-	<-local.exited
-	local.cmd = nil
+	l.cmd.Process.Kill()
+	<-l.exited
+	l.cmd = nil
 }
 
 func freePort() (string, error) {
@@ -186,19 +210,28 @@ func newClient(t testing.TB, endpoint string) *dynamodb.Client {
 // (testenv, "Clocks").
 func NewTable(t testing.TB) (client *dynamodb.Client, table string) {
 	t.Helper()
-	return newTable(t, dynamo.WithoutTTL())
+	return newTable(t, Endpoint(t), dynamo.WithoutTTL())
 }
 
 // NewTableWithTTL is NewTable with TTL on, as deployed: for the tests of
-// expiry and of the table's layout.
+// the table's layout. A test that waits for expired items to go uses
+// NewPrivateTableWithTTL.
 func NewTableWithTTL(t testing.TB) (client *dynamodb.Client, table string) {
 	t.Helper()
-	return newTable(t)
+	return newTable(t, Endpoint(t))
 }
 
-func newTable(t testing.TB, opts ...dynamo.TableOption) (client *dynamodb.Client, table string) {
+// NewPrivateTableWithTTL is NewTableWithTTL on a DynamoDB Local of the
+// test's own (PrivateEndpoint), whose TTL sweep has no other table to work
+// through: for the tests of expiry.
+func NewPrivateTableWithTTL(t testing.TB) (client *dynamodb.Client, table string) {
 	t.Helper()
-	client = newClient(t, Endpoint(t))
+	return newTable(t, PrivateEndpoint(t))
+}
+
+func newTable(t testing.TB, endpoint string, opts ...dynamo.TableOption) (client *dynamodb.Client, table string) {
+	t.Helper()
+	client = newClient(t, endpoint)
 	table = tableName(t.Name())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -2,6 +2,7 @@ package dynamotest_test
 
 import (
 	"errors"
+	"net"
 	"strings"
 	"testing"
 
@@ -49,5 +50,28 @@ func TestNewTableIsDeletedAfterTheTest(t *testing.T) {
 		if !errors.As(err, &notFound) {
 			t.Errorf("DescribeTable(%s) after its test: %v, want ResourceNotFoundException", table, err)
 		}
+	}
+}
+
+func TestPrivateEndpointIsStoppedAfterTheTest(t *testing.T) {
+	var addr string
+	t.Run("private", func(t *testing.T) {
+		endpoint := dynamotest.PrivateEndpoint(t)
+		if endpoint == dynamotest.Endpoint(t) {
+			t.Fatalf("PrivateEndpoint = %q, the shared endpoint", endpoint)
+		}
+		addr = strings.TrimPrefix(endpoint, "http://")
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	})
+	if addr == "" {
+		return // skipped or failed above
+	}
+	if c, err := net.Dial("tcp", addr); err == nil {
+		c.Close()
+		t.Errorf("%s still answers after its test", addr)
 	}
 }

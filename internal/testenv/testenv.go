@@ -25,8 +25,8 @@
 // `TALLY_TEST_CLOCK_SHIFT=8760h make test`. The stores opened here sweep
 // nothing, so that a clock shifted into the past (whose expiries the real
 // clock has passed) still keeps what the test wrote; ExpiringBolt and
-// dynamotest.NewTableWithTTL give a store that sweeps, on the real clock,
-// to the tests of expiry itself.
+// dynamotest.NewPrivateTableWithTTL give a store that sweeps, on the real
+// clock, to the tests of expiry itself.
 package testenv
 
 import (

@@ -2,7 +2,6 @@ package bolt
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -12,19 +11,18 @@ import (
 )
 
 // Items are stored in a compact binary form: reading and writing it costs a
-// few hundred nanoseconds, where JSON (with Data base64-encoded inside) cost
-// several microseconds and was a large share of the local server's CPU.
+// few hundred nanoseconds, where JSON (with Data base64-encoded inside)
+// costs several microseconds, a large share of the local server's CPU.
 //
-//	version byte (codecV1)
+//	format byte (codecV1)
 //	gsi1pk gsi1sk gsi2pk gsi2sk gsi3pk gsi3sk   strings
 //	ttl                                         varint
 //	len(attrs), then name value per attr        uvarint, strings
 //	len(nums), then name value per number       uvarint, string varint
 //	data                                        the rest
 //
-// A string is a uvarint length and its bytes. Stores written before this
-// form hold JSON objects, which start with '{'; decode still reads them and
-// the next write of an item rewrites it in this form.
+// A string is a uvarint length and its bytes. decode rejects a value whose
+// first byte is not codecV1.
 const codecV1 = 1
 
 var errCorrupt = errors.New("truncated or malformed item")
@@ -91,19 +89,8 @@ const (
 
 // decodeParts is decode leaving out what want does not ask for.
 func decodeParts(k store.Key, v []byte, want parts) (store.Item, error) {
-	if len(v) > 0 && v[0] == '{' {
-		return decodeJSON(k, v)
-	}
-	it, err := decodeV1(k, v, want)
-	if err != nil {
-		return store.Item{}, fmt.Errorf("bolt: corrupt item %q/%q: %w", k.PK, k.SK, err)
-	}
-	return it, nil
-}
-
-func decodeV1(k store.Key, v []byte, want parts) (store.Item, error) {
 	if len(v) == 0 || v[0] != codecV1 {
-		return store.Item{}, errCorrupt
+		return store.Item{}, corrupt(k)
 	}
 	r := reader{b: v[1:]}
 	it := store.Item{Key: k}
@@ -133,7 +120,7 @@ func decodeV1(k store.Key, v []byte, want parts) (store.Item, error) {
 		}
 	}
 	if r.err != nil {
-		return store.Item{}, r.err
+		return store.Item{}, corrupt(k)
 	}
 	if want&dataParts != 0 && len(r.b) > 0 {
 		it.Data = append([]byte(nil), r.b...)
@@ -204,25 +191,7 @@ func (r *reader) fail() {
 	r.b = nil
 }
 
-// jsonRecord is the JSON form items had before codecV1.
-type jsonRecord struct {
-	GSI1  store.IndexKey    `json:"g1,omitzero"`
-	GSI2  store.IndexKey    `json:"g2,omitzero"`
-	GSI3  store.IndexKey    `json:"g3,omitzero"`
-	Attrs map[string]string `json:"a,omitempty"`
-	Nums  map[string]int64  `json:"n,omitempty"`
-	Data  []byte            `json:"d,omitempty"`
-	TTL   int64             `json:"t,omitempty"`
-}
-
-func decodeJSON(k store.Key, v []byte) (store.Item, error) {
-	var r jsonRecord
-	if err := json.Unmarshal(v, &r); err != nil {
-		return store.Item{}, fmt.Errorf("bolt: corrupt item %q/%q: %w", k.PK, k.SK, err)
-	}
-	return store.Item{
-		Key:  k,
-		GSI1: r.GSI1, GSI2: r.GSI2, GSI3: r.GSI3,
-		Attrs: r.Attrs, Nums: r.Nums, Data: r.Data, ExpiresAt: r.TTL,
-	}, nil
+// corrupt is the error of decoding the item at k from damaged bytes.
+func corrupt(k store.Key) error {
+	return fmt.Errorf("bolt: corrupt item %q/%q: %w", k.PK, k.SK, errCorrupt)
 }

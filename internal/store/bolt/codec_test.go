@@ -1,68 +1,12 @@
 package bolt
 
 import (
-	"encoding/json"
 	"math"
-	"path/filepath"
 	"reflect"
 	"testing"
-	"time"
-
-	"go.etcd.io/bbolt"
 
 	"github.com/tally-hq/tally/internal/store"
 )
-
-// A store written by an earlier version holds items as JSON. Opening it with
-// this version must find them, indexes and all, and rewrite an item in the
-// current form when it is next written.
-func TestReadsItemsWrittenAsJSON(t *testing.T) {
-	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "tally.db")
-	legacy := store.Item{
-		Key:       store.Key{PK: "BRD#b", SK: "OFF#o"},
-		GSI3:      store.IndexKey{PK: "DUE#1", SK: "0001#wh"},
-		Attrs:     map[string]string{"status": "active"},
-		Nums:      map[string]int64{"n": math.MaxInt64},
-		Data:      []byte(`{"name":"Shoes"}`),
-		ExpiresAt: time.Now().Add(time.Hour).Unix(),
-	}
-	s := openTest(t, path, time.Hour)
-	if err := s.Transact(ctx, store.Put(legacy)); err != nil {
-		t.Fatal(err)
-	}
-	// Replace the stored value with the JSON the earlier version wrote.
-	old, err := json.Marshal(jsonRecord{GSI3: legacy.GSI3, Attrs: legacy.Attrs, Nums: legacy.Nums, Data: legacy.Data, TTL: legacy.ExpiresAt})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.db.Update(func(tx *bbolt.Tx) error { return tx.Bucket(itemsBucket).Put(itemKey(legacy.Key), old) }); err != nil {
-		t.Fatal(err)
-	}
-
-	got, err := s.Get(ctx, legacy.Key)
-	if err != nil || !reflect.DeepEqual(got, legacy) {
-		t.Fatalf("Get of a JSON item = %+v, %v; want %+v", got, err, legacy)
-	}
-	page, err := s.Query(ctx, store.Query{Index: store.GSI3, PK: "DUE#1"})
-	if err != nil || len(page.Items) != 1 || !reflect.DeepEqual(page.Items[0], legacy) {
-		t.Fatalf("index query over a JSON item = %+v, %v", page, err)
-	}
-	// A conditional update reads the old form and writes the new one.
-	after, err := s.Update(ctx, store.Op{Kind: store.OpUpdate, Key: legacy.Key, Add: map[string]int64{"m": 1}, Conds: []store.Cond{store.AttrEquals("status", "active")}})
-	if err != nil || after.Nums["m"] != 1 || after.Nums["n"] != math.MaxInt64 || string(after.Data) != string(legacy.Data) {
-		t.Fatalf("Update of a JSON item = %+v, %v", after, err)
-	}
-	if err := s.db.View(func(tx *bbolt.Tx) error {
-		if v := tx.Bucket(itemsBucket).Get(itemKey(legacy.Key)); v[0] != codecV1 {
-			t.Errorf("after a write the item is still stored as %q", v)
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	checkConsistent(t, s)
-}
 
 func TestCodecRoundTrip(t *testing.T) {
 	for _, it := range []store.Item{
@@ -111,7 +55,6 @@ func FuzzDecode(f *testing.F) {
 	f.Add(v)
 	f.Add(v[:len(v)/2])
 	f.Add([]byte{codecV1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
-	f.Add([]byte(`{"a":{"x":"y"}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		k := store.Key{PK: "p", SK: "s"}
 		it, err := decode(k, b)
