@@ -16,14 +16,16 @@ import (
 // While an endpoint is down, its deliveries do not each start a retry
 // execution: after the first failures one delivery probes the endpoint and
 // the others are parked; when it is back, the reconciler releases them and
-// every delivery is made. DynamoDB Local, fauxqs and local-sfn, with 2 s
-// waits so that the executions outlive the outage.
+// every delivery is made. DynamoDB Local, fauxqs and local-sfn, with 5 s
+// waits so that the executions outlive the outage: the first batch's
+// schedules (6 waits) must not run out before the endpoint is back, which
+// at 2 s waits a loaded machine's slower deliverAll outlasted.
 func TestBreakerParksDeliveriesOfADownEndpoint(t *testing.T) {
 	t.Parallel()
 	sfntest.Find(t)
 	const n = 30
 	var up atomic.Bool
-	p := newPipelineWaiting(t, 2*time.Second, 180*time.Second, func(int) int {
+	p := newPipelineWaiting(t, 5*time.Second, 180*time.Second, func(int) int {
 		if up.Load() {
 			return http.StatusOK
 		}
@@ -33,6 +35,7 @@ func TestBreakerParksDeliveriesOfADownEndpoint(t *testing.T) {
 	if out := p.fanout(t, p.send, p.streamBatch(t)); len(out.BatchItemFailures) > 0 {
 		t.Fatalf("fanout: %+v", out.BatchItemFailures)
 	}
+	down := time.Now()
 	if got := p.deliverAll(t); got != n {
 		t.Fatalf("the deliver function took %d messages, want %d", got, n)
 	}
@@ -54,6 +57,7 @@ func TestBreakerParksDeliveriesOfADownEndpoint(t *testing.T) {
 	}
 
 	up.Store(true)
+	outage := time.Since(down)
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		p.reconcile(t)
@@ -69,7 +73,7 @@ func TestBreakerParksDeliveriesOfADownEndpoint(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d deliveries succeeded after the endpoint came back: %+v", done, n, ds)
+			t.Fatalf("%d of %d deliveries succeeded after the endpoint came back (down for %v): %+v", done, n, outage.Round(time.Millisecond), ds)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
