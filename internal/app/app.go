@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/fraud"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/tracking"
@@ -122,7 +123,7 @@ type ServiceSettings struct {
 // disabled (defaults: 100 consecutive failed attempts, 120h) and how long
 // deliveries stay (default tracking.DefaultDeliveryRetention).
 func ServiceOptions() ([]tracking.Option, ServiceSettings, error) {
-	set := ServiceSettings{tracking.DefaultDisableAfterFailures, tracking.DefaultDisableAfterFailing, tracking.DefaultDeliveryRetention}
+	set := ServiceSettings{endpoints.DefaultDisableAfterFailures, endpoints.DefaultDisableAfterFailing, tracking.DefaultDeliveryRetention}
 	failures, err := positiveInt(EnvDisableAfterFailures)
 	if err != nil {
 		return nil, set, err

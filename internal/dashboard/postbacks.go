@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/tracking"
 )
 
@@ -32,7 +33,7 @@ func (d *Dashboard) partnerData(r *request) (partnerData, error) {
 	if err != nil {
 		return partnerData{}, err
 	}
-	data := partnerData{Partner: p, Macros: tracking.PostbackMacros(), Events: tracking.PostbackEvents(),
+	data := partnerData{Partner: p, Macros: endpoints.PostbackMacros(), Events: endpoints.PostbackEvents(),
 		Values: map[string]string{}, Errors: map[string]string{}, Checked: []string{tally.EventConversionCreated}}
 	pb, err := d.svc.Postback(r.Context(), r.brandID(), p.ID)
 	switch {

@@ -34,6 +34,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/ssrf"
 	"github.com/tally-hq/tally/webhook"
 )
 
@@ -120,8 +121,8 @@ func NewSender(o Options) *Sender {
 	}
 	// The dial (and TLS handshake) outlives a cancelled request inside
 	// net/http, so it gets its own bound.
-	s.tlsDialer = &net.Dialer{Timeout: s.timeout, KeepAlive: 30 * time.Second, Control: control(s.allowLoopback, false)}
-	s.plainDialer = &net.Dialer{Timeout: s.timeout, KeepAlive: 30 * time.Second, Control: control(s.allowLoopback, true)}
+	s.tlsDialer = &net.Dialer{Timeout: s.timeout, KeepAlive: 30 * time.Second, Control: ssrf.Control(s.allowLoopback, false)}
+	s.plainDialer = &net.Dialer{Timeout: s.timeout, KeepAlive: 30 * time.Second, Control: ssrf.Control(s.allowLoopback, true)}
 	s.transport = &http.Transport{
 		Proxy: nil, // never a proxy: the SSRF guard must see the real destination
 		// DialContext serves http:// URLs only (https goes through
@@ -190,7 +191,7 @@ func (s *Sender) Send(ctx context.Context, r Request) (a tally.Attempt) {
 	start := time.Now()
 	defer func() { a.LatencyMs = time.Since(start).Milliseconds() }()
 
-	if err := checkURL(r.URL, s.allowLoopback); err != nil {
+	if err := ssrf.Check(r.URL, s.allowLoopback); err != nil {
 		a.Error = tally.AttemptBlocked
 		return a
 	}
@@ -279,7 +280,7 @@ func classify(ctx context.Context, err error) string {
 		invalid x509.CertificateInvalidError
 	)
 	switch {
-	case errors.Is(err, errBlocked):
+	case errors.Is(err, ssrf.ErrBlocked):
 		return tally.AttemptBlocked
 	case errors.Is(ctx.Err(), context.DeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
 		return tally.AttemptTimeout

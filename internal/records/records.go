@@ -106,10 +106,25 @@ const conflictBudget = 5 * time.Second
 // they only mean another writer touched the same items at the same moment.
 // Conflicts that outlast the budget answer 409, for the client to retry.
 func (db *DB) Transact(ctx context.Context, ops ...store.Op) error {
+	return Retry(ctx, func() error { return db.Store.Transact(ctx, ops...) })
+}
+
+// Update is store.Update, retrying conflicts as Transact does.
+func (db *DB) Update(ctx context.Context, op store.Op) (it store.Item, err error) {
+	err = Retry(ctx, func() error {
+		it, err = db.Store.Update(ctx, op)
+		return err
+	})
+	return it, err
+}
+
+// Retry runs write until it returns anything but store.ErrConflict, with
+// jittered backoff, for at most conflictBudget; then it answers 409.
+func Retry(ctx context.Context, write func() error) error {
 	backoff := 5 * time.Millisecond
 	start := time.Now()
 	for {
-		err := db.Store.Transact(ctx, ops...)
+		err := write()
 		if !errors.Is(err, store.ErrConflict) {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/records"
@@ -120,13 +121,13 @@ func (s *Service) firstAttempt(ctx context.Context, rec deliveryRecord, envelope
 		if err != nil {
 			return AttemptResult{}, err
 		}
-		h := healthOf(ep)
+		h := endpoints.HealthOf(ep)
 		// A test event is someone checking the endpoint now: it is sent.
 		test := rec.Event == tally.EventWebhookTest || rec.Event == tally.PostbackTestEvent
-		if h.status == tally.EndpointDisabled && !test {
+		if h.Status == tally.EndpointDisabled && !test {
 			return s.recordAttempt(ctx, rec, nil, nil)
 		}
-		if probe := ep.Attrs["probe"]; h.fails >= breakerFailures && probe != rec.ID && !test {
+		if probe := ep.Attrs["probe"]; h.Fails >= breakerFailures && probe != rec.ID && !test {
 			if probe != "" {
 				live, err := s.pendingDelivery(ctx, rec.BrandID, probe)
 				if err != nil {
@@ -192,7 +193,7 @@ func (s *Service) claimProbe(ctx context.Context, rec deliveryRecord, ep store.I
 		return err
 	}
 	claim := store.Op{Kind: store.OpUpdate, Key: ep.Key, Set: map[string]string{"probe": rec.ID}, Add: map[string]int64{"rev": 1},
-		Conds: []store.Cond{store.Exists(), store.NumEquals("rev", healthOf(ep).rev)}}
+		Conds: []store.Cond{store.Exists(), store.NumEquals("rev", endpoints.HealthOf(ep).Rev)}}
 	return s.events.Transact(ctx, claim)
 }
 
@@ -279,8 +280,8 @@ func (s *Service) releasedFrom(ctx context.Context, it store.Item, brk breakerRe
 	case err != nil:
 		return nil, 0, err
 	default:
-		h := healthOf(ep)
-		if h.status == tally.EndpointDisabled || h.fails < breakerFailures {
+		h := endpoints.HealthOf(ep)
+		if h.Status == tally.EndpointDisabled || h.Fails < breakerFailures {
 			break // all go
 		}
 		failed := 0

@@ -16,6 +16,7 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/catalog"
 	"github.com/tally-hq/tally/internal/delivery"
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/records"
@@ -199,7 +200,7 @@ func (s *Service) Dispatch(ctx context.Context, eventID string) ([]DeliveryMessa
 
 // dispatch is Dispatch of the event item read as item.
 func (s *Service) dispatch(ctx context.Context, item store.Item) ([]DeliveryMessage, error) {
-	plan, err := s.planFanOutOf(ctx, item, map[string][]subscriptionOf{})
+	plan, err := s.planFanOutOf(ctx, item, map[string][]endpoints.StoredSubscription{})
 	if err != nil || plan == nil {
 		return nil, err
 	}
@@ -240,7 +241,7 @@ type fanOutPlan struct {
 	recs     []deliveryRecord // pending, as planned
 	eps      []store.Item     // each delivery's endpoint, as read
 	// subs are the webhooks' subscriptions, decoded (nil for a postback).
-	subs []*subscriptionRecord
+	subs []*endpoints.SubscriptionRecord
 	// first holds, where not nil, attempt 1 of a delivery, made before the
 	// fan-out is written (the local pipeline's fast path).
 	first []*firstAttempt
@@ -264,17 +265,10 @@ type firstAttempt struct {
 	stored            deliveryRecord
 }
 
-// subscriptionOf is a stored subscription: its record and its item (the
-// health).
-type subscriptionOf struct {
-	rec  subscriptionRecord
-	item store.Item
-}
-
 // planFanOuts reads what fanning out events needs, skipping those with
 // nothing to do. On an error it returns the plans made before it.
 func (s *Service) planFanOuts(ctx context.Context, eventIDs []string) ([]*fanOutPlan, error) {
-	subs := map[string][]subscriptionOf{} // the brands' subscriptions, read once
+	subs := map[string][]endpoints.StoredSubscription{} // the brands' subscriptions, read once
 	var plans []*fanOutPlan
 	for _, id := range eventIDs {
 		plan, err := s.planFanOut(ctx, id, subs)
@@ -290,7 +284,7 @@ func (s *Service) planFanOuts(ctx context.Context, eventIDs []string) ([]*fanOut
 
 // planFanOut reads what fanning out an event needs; nil means there is
 // nothing to do.
-func (s *Service) planFanOut(ctx context.Context, eventID string, subs map[string][]subscriptionOf) (*fanOutPlan, error) {
+func (s *Service) planFanOut(ctx context.Context, eventID string, subs map[string][]endpoints.StoredSubscription) (*fanOutPlan, error) {
 	item, err := s.store.Get(ctx, keys.Event(eventID))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil // expired long ago: nothing left to deliver
@@ -302,7 +296,7 @@ func (s *Service) planFanOut(ctx context.Context, eventID string, subs map[strin
 }
 
 // planFanOutOf is planFanOut of the event item read as item.
-func (s *Service) planFanOutOf(ctx context.Context, item store.Item, subs map[string][]subscriptionOf) (*fanOutPlan, error) {
+func (s *Service) planFanOutOf(ctx context.Context, item store.Item, subs map[string][]endpoints.StoredSubscription) (*fanOutPlan, error) {
 	var evt tally.Event
 	if err := records.Decode(item, &evt); err != nil {
 		return nil, err
@@ -310,7 +304,7 @@ func (s *Service) planFanOutOf(ctx context.Context, item store.Item, subs map[st
 	brandSubs, ok := subs[evt.BrandID]
 	if !ok {
 		var err error
-		if brandSubs, err = s.subscriptions(ctx, evt.BrandID); err != nil {
+		if brandSubs, err = s.endpointsService.Stored(ctx, evt.BrandID); err != nil {
 			return nil, err
 		}
 		subs[evt.BrandID] = brandSubs
@@ -318,18 +312,18 @@ func (s *Service) planFanOutOf(ctx context.Context, item store.Item, subs map[st
 	now := s.Now()
 	plan := &fanOutPlan{event: item, outboxed: inOutbox(item)}
 	for _, sub := range brandSubs {
-		if target := item.Attrs["subscriptionId"]; target != "" && target != sub.rec.ID ||
-			target == "" && (!slices.Contains(sub.rec.Events, evt.Event) || sub.rec.Status == tally.EndpointDisabled) {
+		if target := item.Attrs["subscriptionId"]; target != "" && target != sub.Rec.ID ||
+			target == "" && (!slices.Contains(sub.Rec.Events, evt.Event) || sub.Rec.Status == tally.EndpointDisabled) {
 			continue
 		}
 		plan.recs = append(plan.recs, deliveryRecord{
 			Delivery: tally.Delivery{
-				ID: s.deliveryID(evt, sub.rec.ID), BrandID: evt.BrandID, Type: tally.DeliveryWebhook, EventID: evt.ID, Event: evt.Event,
-				SubscriptionID: sub.rec.ID, URL: sub.rec.URL, Status: tally.DeliveryPending, Attempts: []tally.Attempt{},
+				ID: s.deliveryID(evt, sub.Rec.ID), BrandID: evt.BrandID, Type: tally.DeliveryWebhook, EventID: evt.ID, Event: evt.Event,
+				SubscriptionID: sub.Rec.ID, URL: sub.Rec.URL, Status: tally.DeliveryPending, Attempts: []tally.Attempt{},
 				NextAttemptAt: ptrTo(tally.NewTime(now)), CreatedAt: tally.NewTime(now), UpdatedAt: tally.NewTime(now),
 			},
 		})
-		plan.eps, plan.subs = append(plan.eps, sub.item), append(plan.subs, &sub.rec)
+		plan.eps, plan.subs = append(plan.eps, sub.Item), append(plan.subs, &sub.Rec)
 	}
 	pb, pbItem, err := s.postbackDelivery(ctx, item, evt)
 	if err != nil {
@@ -492,7 +486,7 @@ func (s *Service) writeBatch(ctx context.Context, batch []*fanOutPlan, eps map[s
 			return nil, err
 		}
 		for _, h := range health {
-			eps[h.key] = applied(eps[h.key], h.op)
+			eps[h.key] = endpoints.Applied(eps[h.key], h.op)
 		}
 		var out []deliveryRecord
 		for _, plan := range batch {
@@ -538,7 +532,7 @@ func (s *Service) healthWrites(batch []*fanOutPlan, eps map[store.Key]store.Item
 	var out []healthWrite
 	for _, k := range keys {
 		if ep := eps[k]; ep.Key == k {
-			if op, ok := s.health.outcomesOp(ep, oks[k], now); ok {
+			if op, ok := s.health.OutcomesOp(ep, oks[k], now); ok {
 				out = append(out, healthWrite{key: k, op: op})
 			}
 		}
@@ -722,9 +716,9 @@ func (s *Service) send(ctx context.Context, rec deliveryRecord, ep store.Item, e
 // webhook's body is its event's envelope (but in deliveries that kept their
 // own).
 func (s *Service) request(rec deliveryRecord, ep store.Item, envelope []byte) (delivery.Request, error) {
-	var sub *subscriptionRecord
+	var sub *endpoints.SubscriptionRecord
 	if rec.Type != tally.DeliveryPostback {
-		sub = &subscriptionRecord{}
+		sub = &endpoints.SubscriptionRecord{}
 		if err := records.Decode(ep, sub); err != nil {
 			return delivery.Request{}, err
 		}
@@ -734,7 +728,7 @@ func (s *Service) request(rec deliveryRecord, ep store.Item, envelope []byte) (d
 
 // requestTo is request with the endpoint decoded: the subscription, or nil
 // for a postback.
-func (s *Service) requestTo(rec deliveryRecord, sub *subscriptionRecord, envelope []byte) delivery.Request {
+func (s *Service) requestTo(rec deliveryRecord, sub *endpoints.SubscriptionRecord, envelope []byte) delivery.Request {
 	req := delivery.Request{URL: rec.URL, WebhookID: rec.ID, Event: rec.Event, Body: rec.Body}
 	if sub == nil {
 		req.Method = http.MethodGet
@@ -743,7 +737,7 @@ func (s *Service) requestTo(rec deliveryRecord, sub *subscriptionRecord, envelop
 	if req.Body == nil {
 		req.Body = envelope
 	}
-	req.Secrets = sub.signingSecrets(s.Now())
+	req.Secrets = sub.SigningSecrets(s.Now())
 	return req
 }
 
@@ -777,7 +771,7 @@ func (s *Service) recordAttempt(ctx context.Context, rec deliveryRecord, at *tal
 	for {
 		ops := []store.Op{record}
 		if ep != nil && at != nil {
-			if health, ok := s.health.outcomeOp(*ep, at.Succeeded(), now); ok {
+			if health, ok := s.health.OutcomeOp(*ep, at.Succeeded(), now); ok {
 				ops = append(ops, health)
 			}
 		}
@@ -986,3 +980,60 @@ func (s *Service) restart(ctx context.Context, rec deliveryRecord) (deliveryReco
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// postbackDelivery makes the postback delivery of an event, if the event
+// is one for a partner whose postback is enabled and fires on it (a test
+// goes to its postback whatever its state), and the postback's item. The
+// event item is as stored.
+func (s *Service) postbackDelivery(ctx context.Context, item store.Item, evt tally.Event) (*deliveryRecord, store.Item, error) {
+	var (
+		partnerID string
+		values    endpoints.PostbackValues
+	)
+	switch evt.Event {
+	case tally.PostbackTestEvent:
+		partnerID = item.Attrs["partnerId"]
+		if err := json.Unmarshal(evt.Data, &values); err != nil {
+			return nil, store.Item{}, err
+		}
+	case tally.EventConversionCreated, tally.EventConversionApproved, tally.EventConversionRejected:
+		var data tally.ConversionEventData
+		if err := json.Unmarshal(evt.Data, &data); err != nil {
+			return nil, store.Item{}, err
+		}
+		partnerID = data.PartnerID
+		values = endpoints.PostbackValues{ConversionID: data.ConversionID, OfferID: data.OfferID, PartnerID: data.PartnerID,
+			PayoutCents: data.PayoutCents, Currency: data.Currency, Status: data.Status}
+	default:
+		return nil, store.Item{}, nil
+	}
+	pbItem, err := s.store.Get(ctx, keys.Postback(evt.BrandID, partnerID))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, store.Item{}, nil
+	}
+	if err != nil {
+		return nil, store.Item{}, err
+	}
+	var pb endpoints.PostbackRecord
+	if err := records.Decode(pbItem, &pb); err != nil {
+		return nil, store.Item{}, err
+	}
+	if evt.Event != tally.PostbackTestEvent && (pb.Status == tally.EndpointDisabled || !slices.Contains(pb.Events, evt.Event)) {
+		return nil, store.Item{}, nil
+	}
+	if values.ConversionID != "" && evt.Event != tally.PostbackTestEvent {
+		// The event carries sub1 only; the other macros come from the
+		// conversion itself.
+		c, err := records.Get[tally.Conversion](ctx, s.store, keys.Conversion(evt.BrandID, values.ConversionID))
+		if err != nil {
+			return nil, store.Item{}, err
+		}
+		values.ClickID, values.Subs = c.ClickID, [5]string{c.Sub1, c.Sub2, c.Sub3, c.Sub4, c.Sub5}
+	}
+	now := tally.NewTime(s.Now())
+	return &deliveryRecord{Delivery: tally.Delivery{
+		ID: s.deliveryID(evt, partnerID), BrandID: evt.BrandID, Type: tally.DeliveryPostback, EventID: evt.ID, Event: evt.Event,
+		PartnerID: partnerID, URL: endpoints.FillPostback(pb.URL, evt.Event, values), Status: tally.DeliveryPending,
+		Attempts: []tally.Attempt{}, NextAttemptAt: &now, CreatedAt: now, UpdatedAt: now,
+	}}, pbItem, nil
+}

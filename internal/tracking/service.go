@@ -12,7 +12,7 @@ import (
 	"github.com/tally-hq/tally/internal/accounts"
 	"github.com/tally-hq/tally/internal/clicks"
 	"github.com/tally-hq/tally/internal/conversions"
-	"github.com/tally-hq/tally/internal/delivery"
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/identity"
 	"github.com/tally-hq/tally/internal/offers"
 	"github.com/tally-hq/tally/internal/outbox"
@@ -20,6 +20,7 @@ import (
 	"github.com/tally-hq/tally/internal/ratelimit"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/reports"
+	"github.com/tally-hq/tally/internal/ssrf"
 	"github.com/tally-hq/tally/internal/store"
 )
 
@@ -41,6 +42,7 @@ type Service struct {
 	*reportsService
 	*clicksService
 	*conversionsService
+	*endpointsService
 	limiter
 
 	db    *records.DB
@@ -63,7 +65,7 @@ type Service struct {
 	// not watch the due index (the queue on AWS).
 	requeue func(context.Context, DeliveryRef) error
 	// health says when an endpoint is disabled.
-	health healthConfig
+	health endpoints.HealthConfig
 
 	// localRates counts rate limits in this process (WithProcessRateLimits).
 	localRates bool
@@ -102,6 +104,7 @@ type (
 	reportsService     = reports.Service
 	clicksService      = clicks.Service
 	conversionsService = conversions.Service
+	endpointsService   = endpoints.Service
 )
 
 // limiter counts requests against rate limits (package ratelimit).
@@ -136,6 +139,8 @@ type (
 	ConversionInput      = conversions.ConversionInput
 	ConversionFilter     = conversions.ConversionFilter
 	InboundPostback      = conversions.InboundPostback
+	SubscriptionInput    = endpoints.SubscriptionInput
+	PostbackInput        = endpoints.PostbackInput
 	Session              = accounts.Session
 )
 
@@ -175,7 +180,7 @@ func WithRetryScale(f float64) Option { return func(s *Service) { s.retryScale =
 // WithLoopbackReceivers lets webhook subscriptions point at loopback
 // addresses, for the local server where developers run their receivers.
 func WithLoopbackReceivers() Option {
-	return func(s *Service) { s.checkURL = func(u string) error { return delivery.CheckURL(u, true) } }
+	return func(s *Service) { s.checkURL = func(u string) error { return ssrf.CheckURL(u, true) } }
 }
 
 // WithRequeue hands deliveries that a manual retry made pending again to
@@ -198,10 +203,10 @@ func WithProcessRateLimits() Option { return func(s *Service) { s.localRates = t
 func WithEndpointHealth(failures int, failing time.Duration) Option {
 	return func(s *Service) {
 		if failures > 0 {
-			s.health.failures = int64(failures)
+			s.health.Failures = int64(failures)
 		}
 		if failing > 0 {
-			s.health.failing = failing
+			s.health.Failing = failing
 		}
 	}
 }
@@ -214,9 +219,9 @@ func New(st store.Store, opts ...Option) *Service {
 		keyTTL:            30 * time.Second,
 		offerTTL:          30 * time.Second,
 		retryScale:        1,
-		health:            healthConfig{failures: DefaultDisableAfterFailures, failing: DefaultDisableAfterFailing},
+		health:            endpoints.HealthConfig{Failures: endpoints.DefaultDisableAfterFailures, Failing: endpoints.DefaultDisableAfterFailing},
 		deliveryRetention: DefaultDeliveryRetention,
-		checkURL:          func(u string) error { return delivery.CheckURL(u, false) },
+		checkURL:          func(u string) error { return ssrf.CheckURL(u, false) },
 		zones:             time.LoadLocation,
 		queue:             outbox.EveryEvent{},
 		rollups:           reports.InWrite{},
@@ -243,6 +248,7 @@ func New(st store.Store, opts ...Option) *Service {
 	s.reportsService = reports.New(s.db, s.zones)
 	s.clicksService = clicks.New(s.db, s.events, s.offersService, s.partnersService, s.rollups, s.offerTTL)
 	s.conversionsService = conversions.New(s.db, s.events, s.offersService, s.partnersService, s.rollups, s.writing)
+	s.endpointsService = endpoints.New(s.db, s.events, s.partnersService, s.checkURL)
 	s.limiter = ratelimit.NewShared(s.db)
 	if s.localRates {
 		s.limiter = ratelimit.NewLocal(s.now)

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -279,7 +280,10 @@ func (s *Store) Update(ctx context.Context, op store.Op) (store.Item, error) {
 }
 
 // conflict marks err as store.ErrConflict when DynamoDB says a concurrent
-// transaction held the item, so callers know a retry may succeed.
+// transaction held the item, so callers know a retry may succeed. DynamoDB
+// Local says the same of writers queued on one item with an
+// InternalServerError after its lock wait ("This request will succeed in
+// actual DynamoDB API"): the write was not applied, so it is a conflict too.
 //
 // TransactionInProgressException and throttling are deliberately not
 // mapped: the SDK already retries them with backoff, and once it gives up the
@@ -287,7 +291,8 @@ func (s *Store) Update(ctx context.Context, op store.Op) (store.Item, error) {
 // could apply it twice.
 func conflict(err error) error {
 	var tc *types.TransactionConflictException
-	if errors.As(err, &tc) {
+	var ise *types.InternalServerError
+	if errors.As(err, &tc) || errors.As(err, &ise) && strings.Contains(ise.ErrorMessage(), "waiting for a lock") {
 		return fmt.Errorf("%w: %w", store.ErrConflict, err)
 	}
 	return err

@@ -1,8 +1,7 @@
-package tracking
+package endpoints
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/url"
 	"slices"
@@ -44,14 +43,14 @@ func PostbackEvents() []string { return slices.Clone(postbackEvents) }
 
 // postbackRecord is the stored postback; its health is in the item's
 // attributes.
-type postbackRecord struct {
+type PostbackRecord struct {
 	tally.Postback
 }
 
-func (r *postbackRecord) FromItem(it store.Item) { r.EndpointHealth = healthOf(it).public() }
+func (r *PostbackRecord) FromItem(it store.Item) { r.EndpointHealth = HealthOf(it).Public() }
 
 // postbackValues are what a postback's macros are filled with.
-type postbackValues struct {
+type PostbackValues struct {
 	ClickID      string    `json:"clickId"`
 	ConversionID string    `json:"conversionId"`
 	OfferID      string    `json:"offerId"`
@@ -62,7 +61,7 @@ type postbackValues struct {
 	Subs         [5]string `json:"subs"`
 }
 
-func (v postbackValues) macro(name, event string) string {
+func (v PostbackValues) macro(name, event string) string {
 	switch name {
 	case "click_id":
 		return v.ClickID
@@ -91,7 +90,7 @@ func (v postbackValues) macro(name, event string) string {
 
 // fillPostback replaces each macro of tmpl with its value, query-escaped.
 // The template was validated when it was stored.
-func fillPostback(tmpl, event string, v postbackValues) string {
+func FillPostback(tmpl, event string, v PostbackValues) string {
 	var b strings.Builder
 	for {
 		i := strings.IndexByte(tmpl, '{')
@@ -149,7 +148,7 @@ func (in PostbackInput) validate(checkURL func(string) error) error {
 	}
 	// The URL as it will be sent, with every macro empty, must be one
 	// receivers may have.
-	if err := checkURL(fillPostback(*in.URL, "", postbackValues{})); err != nil {
+	if err := checkURL(FillPostback(*in.URL, "", PostbackValues{})); err != nil {
 		return err
 	}
 	for i, name := range in.Events {
@@ -173,18 +172,18 @@ func (s *Service) PutPostback(ctx context.Context, brandID, partnerID string, in
 	if err := in.validate(s.checkURL); err != nil {
 		return tally.Postback{}, err
 	}
-	if _, err := s.Partner(ctx, brandID, partnerID); err != nil {
+	if _, err := s.partners.Partner(ctx, brandID, partnerID); err != nil {
 		return tally.Postback{}, err
 	}
 	if in.Events == nil {
 		in.Events = []string{tally.EventConversionCreated}
 	}
-	now := tally.NewTime(s.Now())
+	now := tally.NewTime(s.db.Now())
 	for {
 		key := keys.Postback(brandID, partnerID)
-		it, err := s.store.Get(ctx, key)
+		it, err := s.db.Get(ctx, key)
 		var op store.Op
-		rec := postbackRecord{tally.Postback{PartnerID: partnerID, BrandID: brandID, URL: *in.URL, Events: in.Events, CreatedAt: now, UpdatedAt: now}}
+		rec := PostbackRecord{tally.Postback{PartnerID: partnerID, BrandID: brandID, URL: *in.URL, Events: in.Events, CreatedAt: now, UpdatedAt: now}}
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			it = newEndpointItem(key, rec)
@@ -192,7 +191,7 @@ func (s *Service) PutPostback(ctx context.Context, brandID, partnerID string, in
 		case err != nil:
 			return tally.Postback{}, err
 		default:
-			var old postbackRecord
+			var old PostbackRecord
 			if err := records.Decode(it, &old); err != nil {
 				return tally.Postback{}, err
 			}
@@ -214,15 +213,15 @@ func (s *Service) PutPostback(ctx context.Context, brandID, partnerID string, in
 
 // Postback returns a partner's postback.
 func (s *Service) Postback(ctx context.Context, brandID, partnerID string) (tally.Postback, error) {
-	rec, err := s.postback(ctx, brandID, partnerID)
+	rec, err := s.PostbackRecord(ctx, brandID, partnerID)
 	return rec.Postback, err
 }
 
-func (s *Service) postback(ctx context.Context, brandID, partnerID string) (postbackRecord, error) {
-	if _, err := s.Partner(ctx, brandID, partnerID); err != nil {
-		return postbackRecord{}, err
+func (s *Service) PostbackRecord(ctx context.Context, brandID, partnerID string) (PostbackRecord, error) {
+	if _, err := s.partners.Partner(ctx, brandID, partnerID); err != nil {
+		return PostbackRecord{}, err
 	}
-	rec, err := records.Get[postbackRecord](ctx, s.store, keys.Postback(brandID, partnerID))
+	rec, err := records.Get[PostbackRecord](ctx, s.db, keys.Postback(brandID, partnerID))
 	if errors.Is(err, store.ErrNotFound) {
 		return rec, tally.Errorf(tally.ECodeNotFound, "Partner %s has no postback.", partnerID)
 	}
@@ -232,7 +231,7 @@ func (s *Service) postback(ctx context.Context, brandID, partnerID string) (post
 // DeletePostback removes a partner's postback; its pending deliveries fail
 // at their next attempt instead of being sent.
 func (s *Service) DeletePostback(ctx context.Context, brandID, partnerID string) (tally.Postback, error) {
-	rec, err := s.postback(ctx, brandID, partnerID)
+	rec, err := s.PostbackRecord(ctx, brandID, partnerID)
 	if err != nil {
 		return tally.Postback{}, err
 	}
@@ -245,8 +244,8 @@ func (s *Service) DeletePostback(ctx context.Context, brandID, partnerID string)
 
 // postbackTestValues fill a test postback: recognisable sample values, the
 // partner's own id.
-func postbackTestValues(partnerID string) postbackValues {
-	return postbackValues{ClickID: "clk_test", ConversionID: "cnv_test", OfferID: "off_test", PartnerID: partnerID,
+func postbackTestValues(partnerID string) PostbackValues {
+	return PostbackValues{ClickID: "clk_test", ConversionID: "cnv_test", OfferID: "off_test", PartnerID: partnerID,
 		PayoutCents: 123, Currency: "USD", Status: tally.ConversionApproved, Subs: [5]string{"test", "test", "test", "test", "test"}}
 }
 
@@ -254,10 +253,10 @@ func postbackTestValues(partnerID string) postbackValues {
 // postback only, filled with sample values; it is delivered and logged like
 // any postback.
 func (s *Service) SendTestPostback(ctx context.Context, brandID, partnerID string) (tally.Event, error) {
-	if _, err := s.postback(ctx, brandID, partnerID); err != nil {
+	if _, err := s.PostbackRecord(ctx, brandID, partnerID); err != nil {
 		return tally.Event{}, err
 	}
-	op, err := s.events.Event(brandID, tally.PostbackTestEvent, postbackTestValues(partnerID), s.Now())
+	op, err := s.events.Event(brandID, tally.PostbackTestEvent, postbackTestValues(partnerID), s.db.Now())
 	if err != nil {
 		return tally.Event{}, err
 	}
@@ -267,61 +266,4 @@ func (s *Service) SendTestPostback(ctx context.Context, brandID, partnerID strin
 	}
 	var evt tally.Event
 	return evt, records.Decode(op.Item, &evt)
-}
-
-// postbackDelivery makes the postback delivery of an event, if the event
-// is one for a partner whose postback is enabled and fires on it (a test
-// goes to its postback whatever its state), and the postback's item. The
-// event item is as stored.
-func (s *Service) postbackDelivery(ctx context.Context, item store.Item, evt tally.Event) (*deliveryRecord, store.Item, error) {
-	var (
-		partnerID string
-		values    postbackValues
-	)
-	switch evt.Event {
-	case tally.PostbackTestEvent:
-		partnerID = item.Attrs["partnerId"]
-		if err := json.Unmarshal(evt.Data, &values); err != nil {
-			return nil, store.Item{}, err
-		}
-	case tally.EventConversionCreated, tally.EventConversionApproved, tally.EventConversionRejected:
-		var data tally.ConversionEventData
-		if err := json.Unmarshal(evt.Data, &data); err != nil {
-			return nil, store.Item{}, err
-		}
-		partnerID = data.PartnerID
-		values = postbackValues{ConversionID: data.ConversionID, OfferID: data.OfferID, PartnerID: data.PartnerID,
-			PayoutCents: data.PayoutCents, Currency: data.Currency, Status: data.Status}
-	default:
-		return nil, store.Item{}, nil
-	}
-	pbItem, err := s.store.Get(ctx, keys.Postback(evt.BrandID, partnerID))
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, store.Item{}, nil
-	}
-	if err != nil {
-		return nil, store.Item{}, err
-	}
-	var pb postbackRecord
-	if err := records.Decode(pbItem, &pb); err != nil {
-		return nil, store.Item{}, err
-	}
-	if evt.Event != tally.PostbackTestEvent && (pb.Status == tally.EndpointDisabled || !slices.Contains(pb.Events, evt.Event)) {
-		return nil, store.Item{}, nil
-	}
-	if values.ConversionID != "" && evt.Event != tally.PostbackTestEvent {
-		// The event carries sub1 only; the other macros come from the
-		// conversion itself.
-		c, err := records.Get[tally.Conversion](ctx, s.store, keys.Conversion(evt.BrandID, values.ConversionID))
-		if err != nil {
-			return nil, store.Item{}, err
-		}
-		values.ClickID, values.Subs = c.ClickID, [5]string{c.Sub1, c.Sub2, c.Sub3, c.Sub4, c.Sub5}
-	}
-	now := tally.NewTime(s.Now())
-	return &deliveryRecord{Delivery: tally.Delivery{
-		ID: s.deliveryID(evt, partnerID), BrandID: evt.BrandID, Type: tally.DeliveryPostback, EventID: evt.ID, Event: evt.Event,
-		PartnerID: partnerID, URL: fillPostback(pb.URL, evt.Event, values), Status: tally.DeliveryPending,
-		Attempts: []tally.Attempt{}, NextAttemptAt: &now, CreatedAt: now, UpdatedAt: now,
-	}}, pbItem, nil
 }

@@ -1,4 +1,7 @@
-package delivery
+// Package ssrf keeps Tally from being made to send requests inside its own
+// network: which receiver URLs a subscription or a postback may name, and
+// which addresses a delivery may connect to once the name is resolved.
+package ssrf
 
 import (
 	"errors"
@@ -17,7 +20,7 @@ const MaxURLLength = 2048
 
 // errBlocked is wrapped by every refusal of the SSRF guard; Send reports it
 // as tally.AttemptBlocked.
-var errBlocked = errors.New("delivery: receiver address not allowed")
+var ErrBlocked = errors.New("ssrf: receiver address not allowed")
 
 // blockedPrefixes are the IPv4 and IPv6 ranges no receiver may be at, on top
 // of loopback (allowed only on the local server). IPv4-mapped IPv6
@@ -93,18 +96,18 @@ func blockedIP(ip netip.Addr, allowLoopback bool) bool {
 // being dialed (after name resolution, so DNS rebinding cannot slip past a
 // check of the name). loopbackOnly is for plain-http connections, which are
 // allowed to loopback receivers only.
-func control(allowLoopback, loopbackOnly bool) func(network, address string, _ syscall.RawConn) error {
+func Control(allowLoopback, loopbackOnly bool) func(network, address string, _ syscall.RawConn) error {
 	return func(network, address string, _ syscall.RawConn) error {
 		ap, err := netip.ParseAddrPort(address)
 		if err != nil {
-			return fmt.Errorf("%w: cannot parse %q", errBlocked, address)
+			return fmt.Errorf("%w: cannot parse %q", ErrBlocked, address)
 		}
 		ip := ap.Addr().Unmap()
 		if loopbackOnly && !(allowLoopback && ip.IsLoopback()) {
-			return fmt.Errorf("%w: %s (plain http only to loopback on the local server)", errBlocked, ip)
+			return fmt.Errorf("%w: %s (plain http only to loopback on the local server)", ErrBlocked, ip)
 		}
 		if blockedIP(ip, allowLoopback) {
-			return fmt.Errorf("%w: %s", errBlocked, ip)
+			return fmt.Errorf("%w: %s", ErrBlocked, ip)
 		}
 		return nil
 	}
@@ -127,7 +130,7 @@ func isLoopbackHost(host string) bool {
 // here already; names are checked again on the resolved address at every
 // delivery. Errors are *tally.Error with code validation_error.
 func CheckURL(raw string, allowLoopback bool) error {
-	if err := checkURL(raw, allowLoopback); err != nil {
+	if err := Check(raw, allowLoopback); err != nil {
 		return tally.Errorf(tally.ECodeValidation, "%s", err.Error())
 	}
 	return nil
@@ -139,7 +142,7 @@ type urlError string
 
 func (e urlError) Error() string { return string(e) }
 
-func checkURL(raw string, allowLoopback bool) error {
+func Check(raw string, allowLoopback bool) error {
 	httpsOnly := urlError("url must be an absolute https URL, such as https://example.com/webhooks.")
 	if allowLoopback {
 		httpsOnly = urlError("url must be an absolute https URL, or an http URL to a loopback host (localhost, 127.0.0.1, [::1]).")

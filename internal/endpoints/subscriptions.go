@@ -1,4 +1,4 @@
-package tracking
+package endpoints
 
 import (
 	"context"
@@ -9,11 +9,11 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/catalog"
-	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/outbox"
 	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/ssrf"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/validate"
 )
@@ -30,7 +30,7 @@ type SubscriptionInput struct {
 }
 
 // subscriptionRecord is the stored subscription, with its signing secret.
-type subscriptionRecord struct {
+type SubscriptionRecord struct {
 	tally.Subscription
 	Secret string `json:"secret,omitempty"`
 	// PreviousSecret is a rotated-out secret that signs next to Secret
@@ -39,7 +39,7 @@ type subscriptionRecord struct {
 }
 
 // signingSecrets are the secrets that sign a delivery made at now.
-func (r subscriptionRecord) signingSecrets(now time.Time) []string {
+func (r SubscriptionRecord) SigningSecrets(now time.Time) []string {
 	var out []string
 	if r.Secret != "" {
 		out = append(out, r.Secret)
@@ -50,10 +50,10 @@ func (r subscriptionRecord) signingSecrets(now time.Time) []string {
 	return out
 }
 
-func (r *subscriptionRecord) FromItem(it store.Item) { r.EndpointHealth = healthOf(it).public() }
+func (r *SubscriptionRecord) FromItem(it store.Item) { r.EndpointHealth = HealthOf(it).Public() }
 
 func (in SubscriptionInput) validate(checkURL func(string) error) error {
-	if err := validate.First(validate.Text("url", in.URL, true, delivery.MaxURLLength), validate.Text("secret", in.Secret, false, 256)); err != nil {
+	if err := validate.First(validate.Text("url", in.URL, true, ssrf.MaxURLLength), validate.Text("secret", in.Secret, false, 256)); err != nil {
 		return err
 	}
 	if err := checkURL(*in.URL); err != nil {
@@ -92,8 +92,8 @@ func (s *Service) CreateSubscription(ctx context.Context, brandID string, in Sub
 	if err := in.validate(s.checkURL); err != nil {
 		return tally.Subscription{}, err
 	}
-	now := s.Now()
-	rec := subscriptionRecord{
+	now := s.db.Now()
+	rec := SubscriptionRecord{
 		Subscription: tally.Subscription{ID: ids.New("sub_", now), BrandID: brandID, URL: *in.URL,
 			Events: in.Events, HasSecret: in.Secret != nil, CreatedAt: tally.NewTime(now), UpdatedAt: tally.NewTime(now)},
 		Secret: validate.Deref(in.Secret, ""),
@@ -115,22 +115,22 @@ func (s *Service) CreateSubscription(ctx context.Context, brandID string, in Sub
 
 // Subscription returns one of the brand's subscriptions.
 func (s *Service) Subscription(ctx context.Context, brandID, subscriptionID string) (tally.Subscription, error) {
-	rec, err := s.subscription(ctx, brandID, subscriptionID)
+	rec, err := s.SubscriptionRecord(ctx, brandID, subscriptionID)
 	return rec.Subscription, err
 }
 
-func (s *Service) subscription(ctx context.Context, brandID, subscriptionID string) (subscriptionRecord, error) {
+func (s *Service) SubscriptionRecord(ctx context.Context, brandID, subscriptionID string) (SubscriptionRecord, error) {
 	if !ids.Valid("sub_", subscriptionID) {
-		return subscriptionRecord{}, records.NotFound(store.ErrNotFound, "webhook subscription", subscriptionID)
+		return SubscriptionRecord{}, records.NotFound(store.ErrNotFound, "webhook subscription", subscriptionID)
 	}
-	rec, err := records.Get[subscriptionRecord](ctx, s.store, keys.Subscription(brandID, subscriptionID))
+	rec, err := records.Get[SubscriptionRecord](ctx, s.db, keys.Subscription(brandID, subscriptionID))
 	return rec, records.NotFound(err, "webhook subscription", subscriptionID)
 }
 
 // Subscriptions lists the brand's subscriptions, newest first.
-func (s *Service) Subscriptions(ctx context.Context, brandID string, p ListParams) ([]tally.Subscription, string, error) {
+func (s *Service) Subscriptions(ctx context.Context, brandID string, p records.ListParams) ([]tally.Subscription, string, error) {
 	sp := records.Span{Parts: []records.Partition{{PK: keys.BrandPK(brandID)}}, Prefix: keys.SubscriptionSKPrefix}
-	recs, next, err := records.ListSpan[subscriptionRecord](ctx, s.db, sp, p, nil)
+	recs, next, err := records.ListSpan[SubscriptionRecord](ctx, s.db, sp, p, nil)
 	subs := make([]tally.Subscription, len(recs))
 	for i, r := range recs {
 		subs[i] = r.Subscription
@@ -139,17 +139,17 @@ func (s *Service) Subscriptions(ctx context.Context, brandID string, p ListParam
 }
 
 // subscriptions reads all of a brand's subscriptions, secrets included.
-func (s *Service) subscriptions(ctx context.Context, brandID string) ([]subscriptionOf, error) {
+func (s *Service) Stored(ctx context.Context, brandID string) ([]StoredSubscription, error) {
 	q := store.Query{PK: keys.BrandPK(brandID), SKPrefix: keys.SubscriptionSKPrefix, Limit: maxSubscriptions + 1}
-	var out []subscriptionOf
+	var out []StoredSubscription
 	for {
-		page, err := s.store.Query(ctx, q)
+		page, err := s.db.Query(ctx, q)
 		if err != nil {
 			return nil, err
 		}
 		for _, it := range page.Items {
-			sub := subscriptionOf{item: it}
-			if err := records.Decode(it, &sub.rec); err != nil {
+			sub := StoredSubscription{Item: it}
+			if err := records.Decode(it, &sub.Rec); err != nil {
 				return nil, err
 			}
 			out = append(out, sub)
@@ -163,7 +163,7 @@ func (s *Service) subscriptions(ctx context.Context, brandID string) ([]subscrip
 // DeleteSubscription removes a subscription; its pending deliveries fail
 // at their next attempt instead of being sent.
 func (s *Service) DeleteSubscription(ctx context.Context, brandID, subscriptionID string) (tally.Subscription, error) {
-	rec, err := s.subscription(ctx, brandID, subscriptionID)
+	rec, err := s.SubscriptionRecord(ctx, brandID, subscriptionID)
 	if err != nil {
 		return tally.Subscription{}, err
 	}
@@ -179,10 +179,10 @@ func (s *Service) DeleteSubscription(ctx context.Context, brandID, subscriptionI
 // SendTestEvent emits a webhook.test event that goes to this subscription
 // only, whatever events it lists.
 func (s *Service) SendTestEvent(ctx context.Context, brandID, subscriptionID string) (tally.Event, error) {
-	if _, err := s.subscription(ctx, brandID, subscriptionID); err != nil {
+	if _, err := s.SubscriptionRecord(ctx, brandID, subscriptionID); err != nil {
 		return tally.Event{}, err
 	}
-	now := s.Now()
+	now := s.db.Now()
 	op, err := s.events.Event(brandID, tally.EventWebhookTest, tally.WebhookTestEventData{
 		SubscriptionID: subscriptionID, Message: "This is a test event from Tally.",
 	}, now)
@@ -223,15 +223,15 @@ func (s *Service) UpdateSubscription(ctx context.Context, brandID, subscriptionI
 		return tally.Subscription{}, records.NotFound(store.ErrNotFound, "webhook subscription", subscriptionID)
 	}
 	for {
-		it, err := s.store.Get(ctx, keys.Subscription(brandID, subscriptionID))
+		it, err := s.db.Get(ctx, keys.Subscription(brandID, subscriptionID))
 		if err != nil {
 			return tally.Subscription{}, records.NotFound(err, "webhook subscription", subscriptionID)
 		}
-		var rec subscriptionRecord
+		var rec SubscriptionRecord
 		if err := records.Decode(it, &rec); err != nil {
 			return tally.Subscription{}, err
 		}
-		now := s.Now()
+		now := s.db.Now()
 		if rec.PreviousSecretExpiresAt != nil && !now.Before(rec.PreviousSecretExpiresAt.Time) {
 			rec.PreviousSecret, rec.PreviousSecretExpiresAt = "", nil
 		}
@@ -263,4 +263,11 @@ func (s *Service) UpdateSubscription(ctx context.Context, brandID, subscriptionI
 		}
 		return rec.Subscription, nil
 	}
+}
+
+// StoredSubscription is a stored subscription: its record and its item (the
+// health).
+type StoredSubscription struct {
+	Rec  SubscriptionRecord
+	Item store.Item
 }

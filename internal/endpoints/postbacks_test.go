@@ -1,32 +1,15 @@
-package tracking
+package endpoints
 
 import (
 	"net/url"
 	"testing"
-
-	"github.com/tally-hq/tally/internal/money"
 )
-
-func TestMajorUnitsFollowTheCurrencysDecimals(t *testing.T) {
-	for _, c := range []struct {
-		cents    int64
-		currency string
-		want     string
-	}{
-		{300, "USD", "3.00"}, {5, "EUR", "0.05"}, {0, "USD", "0.00"}, {123456789, "GBP", "1234567.89"},
-		{300, "JPY", "300"}, {0, "KRW", "0"}, {1500, "BHD", "1.500"}, {7, "KWD", "0.007"},
-	} {
-		if got := money.Major(c.cents, c.currency); got != c.want {
-			t.Errorf("money.Major(%d, %s) = %q, want %q", c.cents, c.currency, got, c.want)
-		}
-	}
-}
 
 // A value is escaped once and never read as a macro itself, wherever the
 // macro stands.
 func TestFillPostbackEscapesEveryValue(t *testing.T) {
-	v := postbackValues{ConversionID: "cnv_1", Subs: [5]string{"a b&c=d", "{sub1}", "ü/?#%", "", "x"}}
-	got := fillPostback("https://p.example/{sub3}/pb?a={sub1}&b={sub2}&c={sub4}{sub5}&e={event}", "conversion.created", v)
+	v := PostbackValues{ConversionID: "cnv_1", Subs: [5]string{"a b&c=d", "{sub1}", "ü/?#%", "", "x"}}
+	got := FillPostback("https://p.example/{sub3}/pb?a={sub1}&b={sub2}&c={sub4}{sub5}&e={event}", "conversion.created", v)
 	u, err := url.Parse(got)
 	if err != nil {
 		t.Fatalf("%q: %v", got, err)
