@@ -120,10 +120,15 @@ func (s *Service) Subscription(ctx context.Context, brandID, subscriptionID stri
 }
 
 func (s *Service) SubscriptionRecord(ctx context.Context, brandID, subscriptionID string) (SubscriptionRecord, error) {
+	return ReadSubscription(ctx, s.db, brandID, subscriptionID)
+}
+
+// ReadSubscription reads one of a brand's subscriptions from db.
+func ReadSubscription(ctx context.Context, db *records.DB, brandID, subscriptionID string) (SubscriptionRecord, error) {
 	if !ids.Valid("sub_", subscriptionID) {
 		return SubscriptionRecord{}, records.NotFound(store.ErrNotFound, "webhook subscription", subscriptionID)
 	}
-	rec, err := records.Get[SubscriptionRecord](ctx, s.db, keys.Subscription(brandID, subscriptionID))
+	rec, err := records.Get[SubscriptionRecord](ctx, db, keys.Subscription(brandID, subscriptionID))
 	return rec, records.NotFound(err, "webhook subscription", subscriptionID)
 }
 
@@ -138,12 +143,12 @@ func (s *Service) Subscriptions(ctx context.Context, brandID string, p records.L
 	return subs, next, err
 }
 
-// subscriptions reads all of a brand's subscriptions, secrets included.
-func (s *Service) Stored(ctx context.Context, brandID string) ([]StoredSubscription, error) {
+// Stored reads all of a brand's subscriptions from db, secrets included.
+func Stored(ctx context.Context, db *records.DB, brandID string) ([]StoredSubscription, error) {
 	q := store.Query{PK: keys.BrandPK(brandID), SKPrefix: keys.SubscriptionSKPrefix, Limit: maxSubscriptions + 1}
 	var out []StoredSubscription
 	for {
-		page, err := s.db.Query(ctx, q)
+		page, err := db.Query(ctx, q)
 		if err != nil {
 			return nil, err
 		}

@@ -6,6 +6,7 @@ package tracking
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/tally-hq/tally"
@@ -22,6 +23,7 @@ import (
 	"github.com/tally-hq/tally/internal/reports"
 	"github.com/tally-hq/tally/internal/ssrf"
 	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/webhooks"
 )
 
 // unknownKeyTTL is how long an instance takes a secret that matched no key
@@ -43,6 +45,8 @@ type Service struct {
 	*clicksService
 	*conversionsService
 	*endpointsService
+	*webhooksEngine
+	*webhooksLog
 	limiter
 
 	db    *records.DB
@@ -63,7 +67,7 @@ type Service struct {
 	onEvent func(eventIDs []string)
 	// requeue hands a manually retried delivery to a transport that does
 	// not watch the due index (the queue on AWS).
-	requeue func(context.Context, DeliveryRef) error
+	requeue webhooks.Requeue
 	// health says when an endpoint is disabled.
 	health endpoints.HealthConfig
 
@@ -105,6 +109,8 @@ type (
 	clicksService      = clicks.Service
 	conversionsService = conversions.Service
 	endpointsService   = endpoints.Service
+	webhooksEngine     = webhooks.Engine
+	webhooksLog        = webhooks.Log
 )
 
 // limiter counts requests against rate limits (package ratelimit).
@@ -142,7 +148,34 @@ type (
 	SubscriptionInput    = endpoints.SubscriptionInput
 	PostbackInput        = endpoints.PostbackInput
 	Session              = accounts.Session
+	DeliveryRef          = webhooks.DeliveryRef
+	DeliveryMessage      = webhooks.DeliveryMessage
+	DeliveryFilter       = webhooks.DeliveryFilter
+	AttemptResult        = webhooks.AttemptResult
+	Sender               = webhooks.Sender
+	RecoverInput         = webhooks.RecoverInput
+	Recovery             = webhooks.Recovery
+	Pipeline             = webhooks.Pipeline
+	PipelineOption       = webhooks.PipelineOption
+	Release              = webhooks.Release
 )
+
+// Transitional names of moved values.
+var (
+	RetrySchedule = webhooks.RetrySchedule
+	SharedStore   = webhooks.SharedStore
+)
+
+// MaxAttempts is attempt 1 plus the retries.
+const MaxAttempts = webhooks.MaxAttempts
+
+// NewPipeline returns the local pipeline over the Service's engine, told
+// of the events this Service writes.
+func (s *Service) NewPipeline(sender Sender, workers int, log *slog.Logger, opts ...PipelineOption) *Pipeline {
+	p := webhooks.NewPipeline(s.webhooksEngine, sender, workers, log, opts...)
+	s.onEvent = p.Queue
+	return p
+}
 
 // SessionTTL is how long a dashboard session lasts.
 const SessionTTL = accounts.SessionTTL
@@ -226,6 +259,7 @@ func New(st store.Store, opts ...Option) *Service {
 		queue:             outbox.EveryEvent{},
 		rollups:           reports.InWrite{},
 		writing:           conversions.InTransaction{},
+		requeue:           webhooks.NoRequeue,
 	}
 	_, s.partitioned = st.(store.Partitioned)
 	for _, o := range opts {
@@ -249,6 +283,12 @@ func New(st store.Store, opts ...Option) *Service {
 	s.clicksService = clicks.New(s.db, s.events, s.offersService, s.partnersService, s.rollups, s.offerTTL)
 	s.conversionsService = conversions.New(s.db, s.events, s.offersService, s.partnersService, s.rollups, s.writing)
 	s.endpointsService = endpoints.New(s.db, s.events, s.partnersService, s.checkURL)
+	var writes webhooks.FanOutWrites = webhooks.Batched{}
+	if s.partitioned {
+		writes = webhooks.Apart{}
+	}
+	s.webhooksEngine = webhooks.New(s.db, webhooks.Config{Health: s.health, RetryScale: s.retryScale, DeliveryRetention: s.deliveryRetention, Writes: writes})
+	s.webhooksLog = webhooks.NewLog(s.db, s.endpointsService, s.deliveryRetention, s.requeue)
 	s.limiter = ratelimit.NewShared(s.db)
 	if s.localRates {
 		s.limiter = ratelimit.NewLocal(s.now)

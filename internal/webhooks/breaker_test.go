@@ -1,10 +1,13 @@
-package tracking
+package webhooks
 
 import (
 	"testing"
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/partners"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/testenv"
 )
 
@@ -16,19 +19,19 @@ import (
 func TestOnlyWhatWaitedOutAFailedProbeFailsWithIt(t *testing.T) {
 	ctx := t.Context()
 	now := testenv.Start()
-	svc := New(testenv.Bolt(t), WithClock(func() time.Time { return now }), WithLoopbackReceivers())
+	svc := newWorld(t, testenv.Bolt(t), withClock(func() time.Time { return now }), withLoopback())
 	b, err := svc.CreateBrand(ctx, "Acme")
 	if err != nil {
 		t.Fatal(err)
 	}
 	url := "http://127.0.0.1:9/hooks"
-	if _, err := svc.CreateSubscription(ctx, b.ID, SubscriptionInput{URL: &url, Events: []string{tally.EventPartnerApplied}}); err != nil {
+	if _, err := svc.CreateSubscription(ctx, b.ID, endpoints.SubscriptionInput{URL: &url, Events: []string{tally.EventPartnerApplied}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Apply(ctx, b.ID, ApplicationInput{Name: ptrTo("Pat"), Email: ptrTo("pat@example.com")}); err != nil {
+	if _, err := svc.Apply(ctx, b.ID, partners.ApplicationInput{Name: ptrTo("Pat"), Email: ptrTo("pat@example.com")}); err != nil {
 		t.Fatal(err)
 	}
-	evts, _, err := svc.Events(ctx, b.ID, ListParams{Limit: 1})
+	evts, _, err := svc.events.Events(ctx, b.ID, records.ListParams{Limit: 1})
 	if err != nil || len(evts) != 1 {
 		t.Fatalf("events %v, %v", evts, err)
 	}

@@ -1,4 +1,4 @@
-package tracking
+package webhooks
 
 import (
 	"context"
@@ -75,8 +75,8 @@ type breakerRecord struct {
 // failing and nobody probes it, this delivery becomes the probe. A disabled endpoint gets nothing: the
 // delivery fails without a request. Test events (webhook.test,
 // postback.test) are always sent, as on a healthy endpoint.
-func (s *Service) FirstAttempt(ctx context.Context, msg DeliveryMessage, sender Sender) (AttemptResult, error) {
-	rec, err := records.Get[deliveryRecord](ctx, s.store, keys.Delivery(msg.BrandID, msg.DeliveryID))
+func (s *Engine) FirstAttempt(ctx context.Context, msg DeliveryMessage, sender Sender) (AttemptResult, error) {
+	rec, err := records.Get[deliveryRecord](ctx, s.db, keys.Delivery(msg.BrandID, msg.DeliveryID))
 	if errors.Is(err, store.ErrNotFound) && msg.Planned != nil {
 		rec, err = msg.planned()
 	}
@@ -88,7 +88,7 @@ func (s *Service) FirstAttempt(ctx context.Context, msg DeliveryMessage, sender 
 	}
 	// Once the event's deliveries are written (this one now, or by an
 	// earlier step whose message came again), its work is done.
-	event, err := s.store.Get(ctx, keys.Event(rec.EventID))
+	event, err := s.db.Get(ctx, keys.Event(rec.EventID))
 	if errors.Is(err, store.ErrNotFound) {
 		return s.firstAttempt(ctx, rec, nil, sender) // expired: its attempt fails
 	}
@@ -109,12 +109,12 @@ func (s *Service) FirstAttempt(ctx context.Context, msg DeliveryMessage, sender 
 
 // firstAttempt is FirstAttempt on the delivery rec, stored or planned; a
 // webhook's envelope is read from the event unless given.
-func (s *Service) firstAttempt(ctx context.Context, rec deliveryRecord, envelope []byte, sender Sender) (AttemptResult, error) {
+func (s *Engine) firstAttempt(ctx context.Context, rec deliveryRecord, envelope []byte, sender Sender) (AttemptResult, error) {
 	if rec.Status != tally.DeliveryPending || len(rec.Attempts) > rec.CycleStart {
 		return s.resultOf(rec), nil
 	}
 	for {
-		ep, err := s.store.Get(ctx, rec.endpointKey())
+		ep, err := s.db.Get(ctx, rec.endpointKey())
 		if errors.Is(err, store.ErrNotFound) {
 			return s.recordAttempt(ctx, rec, nil, nil) // nowhere to send
 		}
@@ -140,10 +140,10 @@ func (s *Service) firstAttempt(ctx context.Context, rec deliveryRecord, envelope
 			if rec.unsaved {
 				// A probe is written before it claims, so that the
 				// deliveries parking behind it find it pending.
-				err := s.events.Transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
+				err := s.db.Transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
 				if _, exists := store.FailedOp(err); exists {
 					// Written by a step of a repeated message meanwhile.
-					if rec, err = records.Get[deliveryRecord](ctx, s.store, keys.Delivery(rec.BrandID, rec.ID)); err != nil {
+					if rec, err = records.Get[deliveryRecord](ctx, s.db, keys.Delivery(rec.BrandID, rec.ID)); err != nil {
 						return AttemptResult{}, err
 					}
 					return s.firstAttempt(ctx, rec, envelope, sender)
@@ -160,7 +160,7 @@ func (s *Service) firstAttempt(ctx context.Context, rec deliveryRecord, envelope
 			if err != nil {
 				return AttemptResult{}, err
 			}
-			if ep, err = s.store.Get(ctx, rec.endpointKey()); err != nil {
+			if ep, err = s.db.Get(ctx, rec.endpointKey()); err != nil {
 				return AttemptResult{}, err
 			}
 		}
@@ -169,8 +169,8 @@ func (s *Service) firstAttempt(ctx context.Context, rec deliveryRecord, envelope
 	}
 }
 
-func (s *Service) pendingDelivery(ctx context.Context, brandID, id string) (bool, error) {
-	it, err := s.store.Get(ctx, keys.Delivery(brandID, id))
+func (s *Engine) pendingDelivery(ctx context.Context, brandID, id string) (bool, error) {
+	it, err := s.db.Get(ctx, keys.Delivery(brandID, id))
 	if errors.Is(err, store.ErrNotFound) {
 		return false, nil
 	}
@@ -179,34 +179,34 @@ func (s *Service) pendingDelivery(ctx context.Context, brandID, id string) (bool
 
 // claimProbe makes rec the probe of its endpoint, read as ep, and makes sure
 // the endpoint's breaker item exists (refreshing its expiry).
-func (s *Service) claimProbe(ctx context.Context, rec deliveryRecord, ep store.Item) error {
+func (s *Engine) claimProbe(ctx context.Context, rec deliveryRecord, ep store.Item) error {
 	// The breaker item first: a delivery parks only behind a probe, so
 	// whatever parks can be found.
 	brk := store.Item{
 		Key:       keys.Breaker(rec.BrandID, rec.endpointID()),
 		GSI3:      store.IndexKey{PK: breakerPK, SK: rec.BrandID + "#" + rec.endpointID()},
-		Attrs:     map[string]string{"claimedAt": strconv.FormatInt(s.Now().UnixMilli(), 10), "emptyAt": "0"},
+		Attrs:     map[string]string{"claimedAt": strconv.FormatInt(s.db.Now().UnixMilli(), 10), "emptyAt": "0"},
 		Data:      records.MustJSON(breakerRecord{BrandID: rec.BrandID, Type: rec.Type, EndpointID: rec.endpointID()}),
-		ExpiresAt: s.Now().Add(s.deliveryRetention + 24*time.Hour).Unix(),
+		ExpiresAt: s.db.Now().Add(s.deliveryRetention + 24*time.Hour).Unix(),
 	}
-	if err := s.events.Transact(ctx, store.Put(brk)); err != nil {
+	if err := s.db.Transact(ctx, store.Put(brk)); err != nil {
 		return err
 	}
 	claim := store.Op{Kind: store.OpUpdate, Key: ep.Key, Set: map[string]string{"probe": rec.ID}, Add: map[string]int64{"rev": 1},
 		Conds: []store.Cond{store.Exists(), store.NumEquals("rev", endpoints.HealthOf(ep).Rev)}}
-	return s.events.Transact(ctx, claim)
+	return s.db.Transact(ctx, claim)
 }
 
 // park puts a delivery on its endpoint's wait list.
-func (s *Service) park(ctx context.Context, rec deliveryRecord) (AttemptResult, error) {
+func (s *Engine) park(ctx context.Context, rec deliveryRecord) (AttemptResult, error) {
 	conds := []store.Cond{rec.asRead()}
 	if !rec.unsaved {
 		conds = append(conds, store.AttrEquals("status", tally.DeliveryPending))
 	}
-	rec.Parked, rec.NextAttemptAt, rec.UpdatedAt = true, nil, tally.NewTime(s.Now())
-	err := s.events.Transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), conds...))
+	rec.Parked, rec.NextAttemptAt, rec.UpdatedAt = true, nil, tally.NewTime(s.db.Now())
+	err := s.db.Transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), conds...))
 	if _, changed := store.FailedOp(err); changed {
-		current, err := records.Get[deliveryRecord](ctx, s.store, keys.Delivery(rec.BrandID, rec.ID))
+		current, err := records.Get[deliveryRecord](ctx, s.db, keys.Delivery(rec.BrandID, rec.ID))
 		return s.resultOf(current), err
 	}
 	if err != nil {
@@ -231,11 +231,11 @@ type Release struct {
 // released again by the next call; attempts are idempotent. It fails the
 // deliveries that waited out a probe's failed schedule itself (at most
 // limit too).
-func (s *Service) Released(ctx context.Context, limit int) (Release, error) {
+func (s *Engine) Released(ctx context.Context, limit int) (Release, error) {
 	var r Release
 	var cursor string
 	for len(r.Refs) < limit && r.Failed < limit {
-		page, err := s.store.Query(ctx, store.Query{Index: store.GSI3, PK: breakerPK, Cursor: cursor, Limit: records.MaxScan})
+		page, err := s.db.Query(ctx, store.Query{Index: store.GSI3, PK: breakerPK, Cursor: cursor, Limit: records.MaxScan})
 		if err != nil {
 			return r, err
 		}
@@ -244,7 +244,7 @@ func (s *Service) Released(ctx context.Context, limit int) (Release, error) {
 			if err := records.Decode(it, &brk); err != nil {
 				return r, err
 			}
-			if since, _ := strconv.ParseInt(it.Attrs["emptyAt"], 10, 64); since != 0 && s.Now().Sub(time.UnixMilli(since)) >= breakerRetire {
+			if since, _ := strconv.ParseInt(it.Attrs["emptyAt"], 10, 64); since != 0 && s.db.Now().Sub(time.UnixMilli(since)) >= breakerRetire {
 				continue // retired: nothing can be waiting
 			}
 			r.Watched++
@@ -262,9 +262,9 @@ func (s *Service) Released(ctx context.Context, limit int) (Release, error) {
 }
 
 // releasedFrom is Released for one endpoint, whose breaker item is it.
-func (s *Service) releasedFrom(ctx context.Context, it store.Item, brk breakerRecord, limit int) ([]DeliveryRef, int, error) {
+func (s *Engine) releasedFrom(ctx context.Context, it store.Item, brk breakerRecord, limit int) ([]DeliveryRef, int, error) {
 	parked := func(upTo string, limit int) ([]DeliveryRef, error) {
-		return oldestFirst(ctx, s.store, store.GSI3, func(shard int) string { return keys.ParkedPK(brk.BrandID, brk.EndpointID, shard) }, upTo, limit,
+		return oldestFirst(ctx, s.db, store.GSI3, func(shard int) string { return keys.ParkedPK(brk.BrandID, brk.EndpointID, shard) }, upTo, limit,
 			func(it store.Item) (DeliveryRef, error) {
 				return DeliveryRef{BrandID: brk.BrandID, DeliveryID: it.Key.SK}, nil
 			})
@@ -273,7 +273,7 @@ func (s *Service) releasedFrom(ctx context.Context, it store.Item, brk breakerRe
 	if brk.Type == tally.DeliveryPostback {
 		key = keys.Postback(brk.BrandID, brk.EndpointID)
 	}
-	ep, err := s.store.Get(ctx, key)
+	ep, err := s.db.Get(ctx, key)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		// Deleted: each attempt fails its delivery.
@@ -286,7 +286,7 @@ func (s *Service) releasedFrom(ctx context.Context, it store.Item, brk breakerRe
 		}
 		failed := 0
 		if probe := ep.Attrs["probe"]; probe != "" {
-			rec, err := records.Get[deliveryRecord](ctx, s.store, keys.Delivery(brk.BrandID, probe))
+			rec, err := records.Get[deliveryRecord](ctx, s.db, keys.Delivery(brk.BrandID, probe))
 			switch {
 			case errors.Is(err, store.ErrNotFound):
 			case err != nil:
@@ -323,17 +323,17 @@ func (s *Service) releasedFrom(ctx context.Context, it store.Item, brk breakerRe
 // retire notes on an endpoint's breaker item, read as it, whether its
 // endpoint (past its outage) has nothing waiting, and since when. The write
 // holds only if no claim came meanwhile.
-func (s *Service) retire(ctx context.Context, it store.Item, empty bool) error {
+func (s *Engine) retire(ctx context.Context, it store.Item, empty bool) error {
 	was := it.Attrs["emptyAt"]
 	switch {
 	case empty && was == "0":
-		it.Attrs = map[string]string{"claimedAt": it.Attrs["claimedAt"], "emptyAt": strconv.FormatInt(s.Now().UnixMilli(), 10)}
+		it.Attrs = map[string]string{"claimedAt": it.Attrs["claimedAt"], "emptyAt": strconv.FormatInt(s.db.Now().UnixMilli(), 10)}
 	case !empty && was != "0":
 		it.Attrs = map[string]string{"claimedAt": it.Attrs["claimedAt"], "emptyAt": "0"}
 	default:
 		return nil
 	}
-	err := s.events.Transact(ctx, store.Put(it, store.AttrEquals("claimedAt", it.Attrs["claimedAt"]), store.AttrEquals("emptyAt", was)))
+	err := s.db.Transact(ctx, store.Put(it, store.AttrEquals("claimedAt", it.Attrs["claimedAt"]), store.AttrEquals("emptyAt", was)))
 	if _, changed := store.FailedOp(err); changed {
 		return nil // claimed again meanwhile: the next run sees it
 	}

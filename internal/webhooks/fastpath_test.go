@@ -1,9 +1,8 @@
-package tracking
+package webhooks
 
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -15,7 +14,10 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/delivery"
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/partners"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
 	"github.com/tally-hq/tally/webhook"
@@ -66,8 +68,8 @@ func (w *deliveryWrites) of(t *testing.T, id string, n int) []string {
 // runPipeline runs svc's local pipeline on loopback until the test ends
 // or stop is called; firstWait is how long a fan-out waits for first
 // attempts. stop returns once every attempt under way is recorded.
-func runPipeline(t *testing.T, svc *Service, firstWait time.Duration) (stop func()) {
-	p := svc.NewPipeline(delivery.NewSender(delivery.Options{AllowLoopback: true}), 4, slog.New(slog.DiscardHandler))
+func runPipeline(t *testing.T, svc *world, firstWait time.Duration) (stop func()) {
+	p := svc.newPipeline(delivery.NewSender(delivery.Options{AllowLoopback: true}), 4)
 	if !p.fast {
 		t.Fatal("the pipeline on the embedded store does not take the fast path")
 	}
@@ -82,10 +84,10 @@ func runPipeline(t *testing.T, svc *Service, firstWait time.Duration) (stop func
 
 // waitForDelivery polls the brand's one delivery with a generous deadline
 // until cond holds.
-func waitForDelivery(t *testing.T, svc *Service, brandID, what string, cond func(tally.Delivery) bool) tally.Delivery {
+func waitForDelivery(t *testing.T, svc *world, brandID, what string, cond func(tally.Delivery) bool) tally.Delivery {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		ds, _, err := svc.Deliveries(t.Context(), brandID, DeliveryFilter{}, ListParams{Limit: 1})
+		ds, _, err := svc.Deliveries(t.Context(), brandID, DeliveryFilter{}, records.ListParams{Limit: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,25 +114,25 @@ func TestFirstAttemptIsWrittenWithTheDelivery(t *testing.T) {
 		mu.Unlock()
 	}))
 	t.Cleanup(rcv.Close)
-	svc := New(st, WithLoopbackReceivers())
+	svc := newWorld(t, st, withLoopback())
 	// However slow the machine, the fan-out waits for the receiver here.
 	runPipeline(t, svc, time.Minute)
 	b, err := svc.CreateBrand(ctx, "Acme")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub, err := svc.CreateSubscription(ctx, b.ID, SubscriptionInput{URL: &rcv.URL, Events: []string{tally.EventPartnerApplied}})
+	sub, err := svc.CreateSubscription(ctx, b.ID, endpoints.SubscriptionInput{URL: &rcv.URL, Events: []string{tally.EventPartnerApplied}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// One event at a time, so that the endpoint always has room.
 	const events = 5
 	for i := range events {
-		if _, err := svc.Apply(ctx, b.ID, ApplicationInput{Name: ptrTo("Pat"), Email: ptrTo(fmt.Sprintf("p%d@example.com", i))}); err != nil {
+		if _, err := svc.Apply(ctx, b.ID, partners.ApplicationInput{Name: ptrTo("Pat"), Email: ptrTo(fmt.Sprintf("p%d@example.com", i))}); err != nil {
 			t.Fatal(err)
 		}
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			ds, _, err := svc.Deliveries(ctx, b.ID, DeliveryFilter{Status: tally.DeliverySucceeded}, ListParams{Limit: 100})
+			ds, _, err := svc.Deliveries(ctx, b.ID, DeliveryFilter{Status: tally.DeliverySucceeded}, records.ListParams{Limit: 100})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -142,7 +144,7 @@ func TestFirstAttemptIsWrittenWithTheDelivery(t *testing.T) {
 			}
 		}
 	}
-	ds, _, err := svc.Deliveries(ctx, b.ID, DeliveryFilter{}, ListParams{Limit: 100})
+	ds, _, err := svc.Deliveries(ctx, b.ID, DeliveryFilter{}, records.ListParams{Limit: 100})
 	if err != nil || len(ds) != events {
 		t.Fatalf("deliveries %v, %v; want %d", ds, err, events)
 	}
@@ -185,16 +187,16 @@ func TestLateFirstAttemptIsRecordedWhenItAnswers(t *testing.T) {
 		}
 	}))
 	t.Cleanup(rcv.Close)
-	svc := New(st, WithLoopbackReceivers())
+	svc := newWorld(t, st, withLoopback())
 	runPipeline(t, svc, firstAttemptWait)
 	b, err := svc.CreateBrand(ctx, "Acme")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.CreateSubscription(ctx, b.ID, SubscriptionInput{URL: &rcv.URL, Events: []string{tally.EventPartnerApplied}}); err != nil {
+	if _, err := svc.CreateSubscription(ctx, b.ID, endpoints.SubscriptionInput{URL: &rcv.URL, Events: []string{tally.EventPartnerApplied}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Apply(ctx, b.ID, ApplicationInput{Name: ptrTo("Pat"), Email: ptrTo("pat@example.com")}); err != nil {
+	if _, err := svc.Apply(ctx, b.ID, partners.ApplicationInput{Name: ptrTo("Pat"), Email: ptrTo("pat@example.com")}); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(30 * time.Second); hits.Load() == 0; time.Sleep(time.Millisecond) {
@@ -221,13 +223,13 @@ func TestLateFirstAttemptIsRecordedWhenItAnswers(t *testing.T) {
 func TestFirstAttemptsOfABatchCountExactlyInHealth(t *testing.T) {
 	ctx := t.Context()
 	clock := testenv.NewClock(testenv.Start())
-	svc := New(testenv.Bolt(t), WithClock(clock.Now))
+	svc := newWorld(t, testenv.Bolt(t), withClock(clock.Now))
 	b, err := svc.CreateBrand(ctx, "Acme")
 	if err != nil {
 		t.Fatal(err)
 	}
 	url := "https://hooks.example.com/x"
-	sub, err := svc.CreateSubscription(ctx, b.ID, SubscriptionInput{URL: &url, Events: []string{tally.EventPartnerApplied}})
+	sub, err := svc.CreateSubscription(ctx, b.ID, endpoints.SubscriptionInput{URL: &url, Events: []string{tally.EventPartnerApplied}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,12 +237,12 @@ func TestFirstAttemptsOfABatchCountExactlyInHealth(t *testing.T) {
 		t.Helper()
 		var ids []string
 		for range n {
-			p, err := svc.Apply(ctx, b.ID, ApplicationInput{Name: ptrTo("Pat"), Email: ptrTo(fmt.Sprintf("%d@example.com", clock.Now().UnixNano()))})
+			p, err := svc.Apply(ctx, b.ID, partners.ApplicationInput{Name: ptrTo("Pat"), Email: ptrTo(fmt.Sprintf("%d@example.com", clock.Now().UnixNano()))})
 			if err != nil {
 				t.Fatal(err)
 			}
 			clock.Advance(time.Millisecond)
-			evts, _, err := svc.Events(ctx, b.ID, ListParams{Limit: 1})
+			evts, _, err := svc.events.Events(ctx, b.ID, records.ListParams{Limit: 1})
 			if err != nil || len(evts) != 1 || !strings.Contains(string(evts[0].Data), p.ID) {
 				t.Fatalf("the event of %s: %v, %v", p.ID, evts, err)
 			}
@@ -276,7 +278,7 @@ func TestFirstAttemptsOfABatchCountExactlyInHealth(t *testing.T) {
 
 	failures := batch(5, 500)
 	// The endpoint changes after the fan-out read it.
-	if _, err := svc.UpdateSubscription(ctx, b.ID, sub.ID, SubscriptionInput{URL: &url, Events: []string{tally.EventPartnerApplied, tally.EventCapReached}}); err != nil {
+	if _, err := svc.UpdateSubscription(ctx, b.ID, sub.ID, endpoints.SubscriptionInput{URL: &url, Events: []string{tally.EventPartnerApplied, tally.EventCapReached}}); err != nil {
 		t.Fatal(err)
 	}
 	check(failures, tally.DeliveryPending, 5)
@@ -298,18 +300,18 @@ func TestRepeatedFanOutLeavesADecidedDeliveryAlone(t *testing.T) {
 	st := testenv.Bolt(t)
 	rcv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	t.Cleanup(rcv.Close)
-	svc := New(st, WithLoopbackReceivers())
+	svc := newWorld(t, st, withLoopback())
 	b, err := svc.CreateBrand(ctx, "Acme")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.CreateSubscription(ctx, b.ID, SubscriptionInput{URL: &rcv.URL, Events: []string{tally.EventPartnerApplied}}); err != nil {
+	if _, err := svc.CreateSubscription(ctx, b.ID, endpoints.SubscriptionInput{URL: &rcv.URL, Events: []string{tally.EventPartnerApplied}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Apply(ctx, b.ID, ApplicationInput{Name: ptrTo("Pat"), Email: ptrTo("pat@example.com")}); err != nil {
+	if _, err := svc.Apply(ctx, b.ID, partners.ApplicationInput{Name: ptrTo("Pat"), Email: ptrTo("pat@example.com")}); err != nil {
 		t.Fatal(err)
 	}
-	evts, _, err := svc.Events(ctx, b.ID, ListParams{Limit: 1})
+	evts, _, err := svc.events.Events(ctx, b.ID, records.ListParams{Limit: 1})
 	if err != nil || len(evts) != 1 {
 		t.Fatalf("events %v, %v", evts, err)
 	}

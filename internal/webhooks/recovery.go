@@ -1,4 +1,4 @@
-package tracking
+package webhooks
 
 import (
 	"context"
@@ -20,8 +20,8 @@ import (
 // early). The delivery stays in the log with the attempts it had, and a
 // manual retry starts it again. A delivery that is no longer pending is
 // left as it is; like Attempt, the step may be repeated.
-func (s *Service) AbandonDelivery(ctx context.Context, ref DeliveryRef) (AttemptResult, error) {
-	rec, err := records.Get[deliveryRecord](ctx, s.store, keys.Delivery(ref.BrandID, ref.DeliveryID))
+func (s *Engine) AbandonDelivery(ctx context.Context, ref DeliveryRef) (AttemptResult, error) {
+	rec, err := records.Get[deliveryRecord](ctx, s.db, keys.Delivery(ref.BrandID, ref.DeliveryID))
 	if err != nil {
 		return AttemptResult{}, records.NotFound(err, "delivery", ref.DeliveryID)
 	}
@@ -37,8 +37,8 @@ func (s *Service) AbandonDelivery(ctx context.Context, ref DeliveryRef) (Attempt
 // queue; its id, which sorts by its event's time, may be older than the
 // probe's) has seen no attempt of the probe fail, and stays parked for a
 // probe of its own.
-func (s *Service) abandonParked(ctx context.Context, ref DeliveryRef, last time.Time) (bool, error) {
-	rec, err := records.Get[deliveryRecord](ctx, s.store, keys.Delivery(ref.BrandID, ref.DeliveryID))
+func (s *Engine) abandonParked(ctx context.Context, ref DeliveryRef, last time.Time) (bool, error) {
+	rec, err := records.Get[deliveryRecord](ctx, s.db, keys.Delivery(ref.BrandID, ref.DeliveryID))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return false, nil // expired meanwhile
@@ -62,8 +62,8 @@ func (s *Service) abandonParked(ctx context.Context, ref DeliveryRef, last time.
 // the conversions' entries are written: each gets its event (as the fan-out
 // from the stream makes it) so that its id can be re-driven, or is deleted
 // when its conversion was never written (outboxedConversions).
-func (s *Service) Overdue(ctx context.Context, cutoff time.Time, limit int) (events []string, deliveries []DeliveryRef, err error) {
-	events, err = oldestFirst(ctx, s.store, store.GSI3, keys.OutboxPK, ids.Ceil("evt_", cutoff), limit, func(it store.Item) (string, error) {
+func (s *Engine) Overdue(ctx context.Context, cutoff time.Time, limit int) (events []string, deliveries []DeliveryRef, err error) {
+	events, err = oldestFirst(ctx, s.db, store.GSI3, keys.OutboxPK, ids.Ceil("evt_", cutoff), limit, func(it store.Item) (string, error) {
 		return it.GSI3.SK, nil
 	})
 	if err != nil {
@@ -74,7 +74,7 @@ func (s *Service) Overdue(ctx context.Context, cutoff time.Time, limit int) (eve
 		return nil, nil, err
 	}
 	events = append(events, created...)
-	deliveries, err = oldestFirst(ctx, s.store, store.GSI3, keys.DueQueuePK, keys.DueQueueSK(cutoff, "~"), limit, func(it store.Item) (DeliveryRef, error) {
+	deliveries, err = oldestFirst(ctx, s.db, store.GSI3, keys.DueQueuePK, keys.DueQueueSK(cutoff, "~"), limit, func(it store.Item) (DeliveryRef, error) {
 		var rec deliveryRecord
 		err := records.Decode(it, &rec)
 		return DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID}, err

@@ -1,4 +1,4 @@
-package tracking
+package webhooks
 
 import (
 	"context"
@@ -25,7 +25,7 @@ const outboxAttr = "outbox"
 // derived from the conversion's), so a repeated or re-driven fan-out
 // writes the same item. It is in no index (the events list, read by tests
 // and inspection, does not show it).
-func (s *Service) createdEvent(c tally.Conversion) store.Item {
+func (s *Engine) createdEvent(c tally.Conversion) store.Item {
 	evt := tally.Event{
 		ID:    ids.Derived("evt_", c.CreatedAt.Time, tally.EventConversionCreated+"/"+c.ID),
 		Event: tally.EventConversionCreated, CreatedAt: c.CreatedAt, BrandID: c.BrandID,
@@ -40,15 +40,15 @@ func (s *Service) createdEvent(c tally.Conversion) store.Item {
 }
 
 // writeCreatedEvent writes c's conversion.created event (createdEvent).
-func (s *Service) writeCreatedEvent(ctx context.Context, c tally.Conversion) (store.Item, error) {
+func (s *Engine) writeCreatedEvent(ctx context.Context, c tally.Conversion) (store.Item, error) {
 	evt := s.createdEvent(c)
-	return evt, s.events.Transact(ctx, store.Put(evt))
+	return evt, s.db.Transact(ctx, store.Put(evt))
 }
 
 // DispatchConversion is Dispatch for a conversion the stream shows
 // inserted (a new image marked by WithStreamConversions): it writes the
 // conversion's conversion.created event and dispatches it.
-func (s *Service) DispatchConversion(ctx context.Context, conversion store.Item) ([]DeliveryMessage, error) {
+func (s *Engine) DispatchConversion(ctx context.Context, conversion store.Item) ([]DeliveryMessage, error) {
 	var c tally.Conversion
 	if err := records.Decode(conversion, &c); err != nil {
 		return nil, err
@@ -77,8 +77,8 @@ func inOutbox(event store.Item) bool {
 // next run whatever its conversion's age: a retry completing a conversion
 // first recorded earlier writes it again, then the conversion, and may be
 // between the two.
-func (s *Service) outboxedConversions(ctx context.Context, cutoff time.Time, limit int) ([]string, error) {
-	entries, err := oldestFirst(ctx, s.store, store.Table, keys.ConversionOutboxPK, ids.Ceil("cnv_", cutoff), limit, func(it store.Item) (store.Item, error) {
+func (s *Engine) outboxedConversions(ctx context.Context, cutoff time.Time, limit int) ([]string, error) {
+	entries, err := oldestFirst(ctx, s.db, store.Table, keys.ConversionOutboxPK, ids.Ceil("cnv_", cutoff), limit, func(it store.Item) (store.Item, error) {
 		return it, nil
 	})
 	if err != nil {
@@ -93,10 +93,10 @@ func (s *Service) outboxedConversions(ctx context.Context, cutoff time.Time, lim
 		if err := records.Decode(it, &c); err != nil {
 			return out, err
 		}
-		_, err := s.store.Get(ctx, keys.Conversion(c.BrandID, c.ID))
+		_, err := s.db.Get(ctx, keys.Conversion(c.BrandID, c.ID))
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			err = s.events.Transact(ctx, store.Delete(it.Key, store.AttrEquals("at", it.Attrs["at"])))
+			err = s.db.Transact(ctx, store.Delete(it.Key, store.AttrEquals("at", it.Attrs["at"])))
 			if _, rewritten := store.FailedOp(err); rewritten {
 				err = nil // a retry of the request is completing it
 			}

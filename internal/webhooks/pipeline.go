@@ -1,4 +1,4 @@
-package tracking
+package webhooks
 
 import (
 	"context"
@@ -34,7 +34,7 @@ import (
 // On AWS the same two steps, FanOut and Attempt, run from the stream, the
 // queue and the state machine instead.
 type Pipeline struct {
-	svc    *Service
+	svc    *Engine
 	sender Sender
 	log    *slog.Logger
 	// lease, when set, makes each attempt claim its delivery in the store
@@ -94,15 +94,13 @@ func SharedStore() PipelineOption { return func(p *Pipeline) { p.lease = attempt
 // NewPipeline returns a pipeline that sends with sender. Each brand has up
 // to workers attempts under way at once, all brands together four times as
 // many.
-func (s *Service) NewPipeline(sender Sender, workers int, log *slog.Logger, opts ...PipelineOption) *Pipeline {
+func NewPipeline(s *Engine, sender Sender, workers int, log *slog.Logger, opts ...PipelineOption) *Pipeline {
 	p := &Pipeline{svc: s, sender: sender, log: log, fanouts: make(chan string, fanOutQueue), scan: make(chan struct{}, 1), retry: make(chan struct{}, 1), fanning: map[string]bool{}}
 	p.sched = newScheduler(4*workers, workers, p.attempt)
 	for _, o := range opts {
 		o(p)
 	}
-	_, apart := s.store.(store.WritesApart)
-	p.fast, p.firstWait = p.lease == 0 && !apart, firstAttemptWait
-	s.onEvent = p.queueEvents
+	p.fast, p.firstWait = p.lease == 0 && s.writes.batched(), firstAttemptWait
 	return p
 }
 
@@ -114,8 +112,9 @@ func (p *Pipeline) Wake() {
 	}
 }
 
-// queueEvents hands events just written to the fan-out workers.
-func (p *Pipeline) queueEvents(ids []string) {
+// Queue hands events just written to the fan-out workers (the outbox
+// Writer is told to, in this process).
+func (p *Pipeline) Queue(ids []string) {
 	for _, id := range ids {
 		if !p.claimEvent(id) {
 			continue
@@ -169,7 +168,7 @@ func (p *Pipeline) sleep(ctx context.Context, next time.Duration) bool {
 	for {
 		p.mu.Lock()
 		if !p.soonest.IsZero() {
-			next = min(next, max(p.soonest.Sub(p.svc.Now()), 0))
+			next = min(next, max(p.soonest.Sub(p.svc.db.Now()), 0))
 		}
 		p.mu.Unlock()
 		t := time.NewTimer(next)
@@ -199,14 +198,14 @@ func (p *Pipeline) pass(ctx context.Context, outbox, due *indexReader) (next tim
 	back := p.back
 	p.back = [keys.QueueShards]string{}
 	p.mu.Unlock()
-	now := p.svc.Now()
+	now := p.svc.db.Now()
 	outbox.rewindIf(fanning == 0, now)
 	due.backTo(back)
 	for shard := range keys.QueueShards {
 		if len(p.fanouts) > fanOutQueue/2 {
 			break // the fan-out workers have plenty; the rest waits in the outbox
 		}
-		page, full, err := outbox.read(ctx, p.svc.store, shard, "")
+		page, full, err := outbox.read(ctx, p.svc.db, shard, "")
 		if err != nil {
 			return 0, false, err
 		}
@@ -215,7 +214,7 @@ func (p *Pipeline) pass(ctx context.Context, outbox, due *indexReader) (next tim
 		for i, it := range page {
 			ids[i] = it.GSI3.SK
 		}
-		p.queueEvents(ids)
+		p.Queue(ids)
 	}
 	next = maxIdle
 	due.rewindIf(p.sched.queued() == 0, now)
@@ -223,7 +222,7 @@ func (p *Pipeline) pass(ctx context.Context, outbox, due *indexReader) (next tim
 		if p.sched.queued() >= maxQueued {
 			break // the rest waits in the index until the scheduler has room
 		}
-		page, full, err := due.read(ctx, p.svc.store, shard, keys.DueQueueSK(now, "~"))
+		page, full, err := due.read(ctx, p.svc.db, shard, keys.DueQueueSK(now, "~"))
 		if err != nil {
 			return 0, false, err
 		}
@@ -241,7 +240,7 @@ func (p *Pipeline) pass(ctx context.Context, outbox, due *indexReader) (next tim
 		}
 		p.sched.add(jobs...)
 		// The earliest entry not yet due sets the next wake-up.
-		later, err := p.svc.store.Query(ctx, store.Query{Index: store.GSI3, PK: keys.DueQueuePK(shard), SKFrom: keys.DueQueueSK(now, "~"), Limit: 1})
+		later, err := p.svc.db.Query(ctx, store.Query{Index: store.GSI3, PK: keys.DueQueuePK(shard), SKFrom: keys.DueQueueSK(now, "~"), Limit: 1})
 		if err != nil {
 			return 0, false, err
 		}
@@ -395,7 +394,7 @@ func (p *Pipeline) attemptFirst(plans []*fanOutPlan) []*fastAttempt {
 			if !ok {
 				continue
 			}
-			f := &fastAttempt{firstAttempt: &firstAttempt{sent: make(chan struct{})}, job: j, ep: plan.eps[i], began: time.Now(), from: p.svc.Now(), done: done}
+			f := &fastAttempt{firstAttempt: &firstAttempt{sent: make(chan struct{})}, job: j, ep: plan.eps[i], began: time.Now(), from: p.svc.db.Now(), done: done}
 			plan.first[i] = f.firstAttempt
 			firsts = append(firsts, f)
 			go func() {
@@ -452,7 +451,7 @@ func (p *Pipeline) settle(f *fastAttempt) {
 // attempt makes one attempt. Attempts outlive shutdown's cancellation so
 // that one under way is recorded rather than cut off and counted as failed.
 func (p *Pipeline) attempt(j job) outcome {
-	began, from := time.Now(), p.svc.Now()
+	began, from := time.Now(), p.svc.db.Now()
 	res, err := p.svc.attempt(context.Background(), j.ref, j.attempt, p.sender, p.lease)
 	if err != nil {
 		p.log.Error("webhook attempt", "deliveryId", j.ref.DeliveryID, "attempt", j.attempt, "err", err.Error())

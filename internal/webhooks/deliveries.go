@@ -1,4 +1,4 @@
-package tracking
+package webhooks
 
 import (
 	"context"
@@ -8,20 +8,14 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/oklog/ulid/v2"
-
 	"github.com/tally-hq/tally"
-	"github.com/tally-hq/tally/internal/catalog"
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/endpoints"
-	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
-	"github.com/tally-hq/tally/internal/validate"
 )
 
 // RetrySchedule holds the waits before retries 1 to 6 (spec section 6);
@@ -113,7 +107,7 @@ func (m DeliveryMessage) planned() (deliveryRecord, error) {
 // Where the DB places identifiers in shard 0, it is the first of a
 // deterministic series that lies there (a fan-out's deliveries and their
 // index entries then land in one shard's pages, not four).
-func (s *Service) deliveryID(evt tally.Event, endpointID string) string {
+func (s *Engine) deliveryID(evt tally.Event, endpointID string) string {
 	return s.db.DerivedID("wh_", evt.CreatedAt.Time, evt.ID+"/"+endpointID)
 }
 
@@ -170,7 +164,7 @@ func (rec deliveryRecord) endpointKey() store.Key {
 // a repeated event creates nothing. It returns every delivery of the event
 // that is still pending, new or not, for the transport to attempt, and takes
 // the event out of the outbox.
-func (s *Service) FanOut(ctx context.Context, eventID string) ([]DeliveryRef, error) {
+func (s *Engine) FanOut(ctx context.Context, eventID string) ([]DeliveryRef, error) {
 	recs, err := s.fanOut(ctx, eventID)
 	refs := make([]DeliveryRef, len(recs))
 	for i, rec := range recs {
@@ -187,8 +181,8 @@ func (s *Service) FanOut(ctx context.Context, eventID string) ([]DeliveryRef, er
 // the outbox (FirstAttempt). The deliveries of an event with more, or of
 // one fanned out before, are written as FanOut writes them, and their
 // messages carry only refs.
-func (s *Service) Dispatch(ctx context.Context, eventID string) ([]DeliveryMessage, error) {
-	item, err := s.store.Get(ctx, keys.Event(eventID))
+func (s *Engine) Dispatch(ctx context.Context, eventID string) ([]DeliveryMessage, error) {
+	item, err := s.db.Get(ctx, keys.Event(eventID))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil // expired long ago: nothing left to deliver
 	}
@@ -199,7 +193,7 @@ func (s *Service) Dispatch(ctx context.Context, eventID string) ([]DeliveryMessa
 }
 
 // dispatch is Dispatch of the event item read as item.
-func (s *Service) dispatch(ctx context.Context, item store.Item) ([]DeliveryMessage, error) {
+func (s *Engine) dispatch(ctx context.Context, item store.Item) ([]DeliveryMessage, error) {
 	plan, err := s.planFanOutOf(ctx, item, map[string][]endpoints.StoredSubscription{})
 	if err != nil || plan == nil {
 		return nil, err
@@ -229,7 +223,7 @@ func (rec deliveryRecord) ref() DeliveryRef {
 }
 
 // fanOut is FanOut, returning the pending deliveries themselves.
-func (s *Service) fanOut(ctx context.Context, eventID string) ([]deliveryRecord, error) {
+func (s *Engine) fanOut(ctx context.Context, eventID string) ([]deliveryRecord, error) {
 	return s.fanOutMany(ctx, []string{eventID})
 }
 
@@ -267,7 +261,7 @@ type firstAttempt struct {
 
 // planFanOuts reads what fanning out events needs, skipping those with
 // nothing to do. On an error it returns the plans made before it.
-func (s *Service) planFanOuts(ctx context.Context, eventIDs []string) ([]*fanOutPlan, error) {
+func (s *Engine) planFanOuts(ctx context.Context, eventIDs []string) ([]*fanOutPlan, error) {
 	subs := map[string][]endpoints.StoredSubscription{} // the brands' subscriptions, read once
 	var plans []*fanOutPlan
 	for _, id := range eventIDs {
@@ -284,8 +278,8 @@ func (s *Service) planFanOuts(ctx context.Context, eventIDs []string) ([]*fanOut
 
 // planFanOut reads what fanning out an event needs; nil means there is
 // nothing to do.
-func (s *Service) planFanOut(ctx context.Context, eventID string, subs map[string][]endpoints.StoredSubscription) (*fanOutPlan, error) {
-	item, err := s.store.Get(ctx, keys.Event(eventID))
+func (s *Engine) planFanOut(ctx context.Context, eventID string, subs map[string][]endpoints.StoredSubscription) (*fanOutPlan, error) {
+	item, err := s.db.Get(ctx, keys.Event(eventID))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil // expired long ago: nothing left to deliver
 	}
@@ -296,7 +290,7 @@ func (s *Service) planFanOut(ctx context.Context, eventID string, subs map[strin
 }
 
 // planFanOutOf is planFanOut of the event item read as item.
-func (s *Service) planFanOutOf(ctx context.Context, item store.Item, subs map[string][]endpoints.StoredSubscription) (*fanOutPlan, error) {
+func (s *Engine) planFanOutOf(ctx context.Context, item store.Item, subs map[string][]endpoints.StoredSubscription) (*fanOutPlan, error) {
 	var evt tally.Event
 	if err := records.Decode(item, &evt); err != nil {
 		return nil, err
@@ -304,12 +298,12 @@ func (s *Service) planFanOutOf(ctx context.Context, item store.Item, subs map[st
 	brandSubs, ok := subs[evt.BrandID]
 	if !ok {
 		var err error
-		if brandSubs, err = s.endpointsService.Stored(ctx, evt.BrandID); err != nil {
+		if brandSubs, err = endpoints.Stored(ctx, s.db, evt.BrandID); err != nil {
 			return nil, err
 		}
 		subs[evt.BrandID] = brandSubs
 	}
-	now := s.Now()
+	now := s.db.Now()
 	plan := &fanOutPlan{event: item, outboxed: inOutbox(item)}
 	for _, sub := range brandSubs {
 		if target := item.Attrs["subscriptionId"]; target != "" && target != sub.Rec.ID ||
@@ -342,7 +336,7 @@ func (s *Service) planFanOutOf(ctx context.Context, item store.Item, subs map[st
 // ops is what the plan writes: each delivery only if absent, with its
 // first attempt where answered in time (recorded at now), and the event
 // out of the outbox.
-func (p *fanOutPlan) ops(s *Service, now time.Time) []store.Op {
+func (p *fanOutPlan) ops(s *Engine, now time.Time) []store.Op {
 	var ops []store.Op
 	for i, rec := range p.recs {
 		if f := p.first[i]; f != nil && f.answered {
@@ -362,7 +356,7 @@ func (p *fanOutPlan) ops(s *Service, now time.Time) []store.Op {
 }
 
 // fanOutMany fans out events together (writeFanOuts).
-func (s *Service) fanOutMany(ctx context.Context, eventIDs []string) ([]deliveryRecord, error) {
+func (s *Engine) fanOutMany(ctx context.Context, eventIDs []string) ([]deliveryRecord, error) {
 	plans, err := s.planFanOuts(ctx, eventIDs)
 	out, werr := s.writeFanOuts(ctx, plans)
 	return out, errors.Join(err, werr)
@@ -376,20 +370,48 @@ func (s *Service) fanOutMany(ctx context.Context, eventIDs []string) ([]delivery
 // they go one by one, keeping what exists, and their first attempts are
 // recorded afterwards. It returns the pending deliveries with no first
 // attempt, for the transport to attempt.
-func (s *Service) writeFanOuts(ctx context.Context, plans []*fanOutPlan) ([]deliveryRecord, error) {
+func (s *Engine) writeFanOuts(ctx context.Context, plans []*fanOutPlan) ([]deliveryRecord, error) {
+	return s.writes.write(ctx, s, plans)
+}
+
+// FanOutWrites is how fan-outs are written: Batched or Apart.
+type FanOutWrites interface {
+	write(ctx context.Context, s *Engine, plans []*fanOutPlan) ([]deliveryRecord, error)
+	// batched says whether deliveries are written together with the first
+	// attempts answered before the write (which a pipeline then makes
+	// before it).
+	batched() bool
+}
+
+// Apart writes each delivery of a fan-out by itself: where an item written
+// in a transaction costs more than the same item written apart (DynamoDB
+// bills each item of a transaction twice). No atomicity is needed: a
+// fan-out cut short is completed by a repeated one (the event stays in the
+// outbox until the end).
+type Apart struct{}
+
+func (Apart) batched() bool { return false }
+
+func (Apart) write(ctx context.Context, s *Engine, plans []*fanOutPlan) ([]deliveryRecord, error) {
 	var out []deliveryRecord
-	if _, apart := s.store.(store.WritesApart); apart {
-		// No atomicity is needed: a fan-out cut short is completed by a
-		// repeated one (the event stays in the outbox until the end).
-		for _, plan := range plans {
-			recs, err := s.fanOutEach(ctx, plan.recs, plan.event, plan.outboxed)
-			if err != nil {
-				return out, err
-			}
-			out = append(out, pending(recs)...)
+	for _, plan := range plans {
+		recs, err := s.fanOutEach(ctx, plan.recs, plan.event, plan.outboxed)
+		if err != nil {
+			return out, err
 		}
-		return out, nil
+		out = append(out, pending(recs)...)
 	}
+	return out, nil
+}
+
+// Batched writes the fan-outs of many events in one transaction: where a
+// transaction is one commit, so fewer are cheaper (the embedded store).
+type Batched struct{}
+
+func (Batched) batched() bool { return true }
+
+func (Batched) write(ctx context.Context, s *Engine, plans []*fanOutPlan) ([]deliveryRecord, error) {
+	var out []deliveryRecord
 	eps := map[store.Key]store.Item{} // the endpoints as last read or written
 	var batch []*fanOutPlan
 	used := 0 // operations in the batch, one per endpoint to update included
@@ -453,9 +475,9 @@ func (p *fanOutPlan) answeredEndpoints(seen map[store.Key]bool) []store.Item {
 // writeBatch writes fan-outs in one transaction (writeFanOuts). eps holds
 // the endpoints of the first attempts it records, as last read; it is kept
 // up to date (an endpoint deleted meanwhile: the zero item).
-func (s *Service) writeBatch(ctx context.Context, batch []*fanOutPlan, eps map[store.Key]store.Item) ([]deliveryRecord, error) {
+func (s *Engine) writeBatch(ctx context.Context, batch []*fanOutPlan, eps map[store.Key]store.Item) ([]deliveryRecord, error) {
 	for {
-		now := s.Now()
+		now := s.db.Now()
 		var ops []store.Op
 		for _, plan := range batch {
 			ops = append(ops, plan.ops(s, now)...)
@@ -465,13 +487,13 @@ func (s *Service) writeBatch(ctx context.Context, batch []*fanOutPlan, eps map[s
 		for _, h := range health {
 			ops = append(ops, h.op)
 		}
-		err := s.events.Transact(ctx, ops...)
+		err := s.db.Transact(ctx, ops...)
 		i, failed := store.FailedOp(err)
 		switch {
 		case failed && i >= n:
 			// An endpoint changed since it was read: read it again.
 			k := health[i-n].key
-			fresh, err := s.store.Get(ctx, k)
+			fresh, err := s.db.Get(ctx, k)
 			if errors.Is(err, store.ErrNotFound) {
 				fresh, err = store.Item{}, nil // deleted: nothing left to keep the health of
 			}
@@ -514,7 +536,7 @@ type healthWrite struct {
 // healthWrites are the updates that record the outcomes of a batch's first
 // attempts answered in time in their endpoints' health, one per endpoint,
 // from the endpoints in eps.
-func (s *Service) healthWrites(batch []*fanOutPlan, eps map[store.Key]store.Item, now time.Time) []healthWrite {
+func (s *Engine) healthWrites(batch []*fanOutPlan, eps map[store.Key]store.Item, now time.Time) []healthWrite {
 	var keys []store.Key
 	oks := map[store.Key][]bool{}
 	for _, plan := range batch {
@@ -544,7 +566,7 @@ func (s *Service) healthWrites(batch []*fanOutPlan, eps map[store.Key]store.Item
 // delivery that exists (an event fanned out before) or an event gone: each
 // writes what is missing and keeps what exists, and the first attempts are
 // recorded afterwards, on the deliveries as stored.
-func (s *Service) writeEach(ctx context.Context, batch []*fanOutPlan) ([]deliveryRecord, error) {
+func (s *Engine) writeEach(ctx context.Context, batch []*fanOutPlan) ([]deliveryRecord, error) {
 	var out []deliveryRecord
 	for _, plan := range batch {
 		for _, f := range plan.first {
@@ -553,7 +575,7 @@ func (s *Service) writeEach(ctx context.Context, batch []*fanOutPlan) ([]deliver
 			}
 		}
 		recs := plan.recs
-		err := s.events.Transact(ctx, plan.ops(s, s.Now())...)
+		err := s.db.Transact(ctx, plan.ops(s, s.db.Now())...)
 		if _, failed := store.FailedOp(err); failed {
 			recs, err = s.fanOutEach(ctx, plan.recs, plan.event, plan.outboxed)
 		}
@@ -578,12 +600,12 @@ func (s *Service) writeEach(ctx context.Context, batch []*fanOutPlan) ([]deliver
 // or a store that writes apart: it writes only the deliveries that are
 // missing, and takes the event out of the outbox last. It returns the
 // deliveries as stored.
-func (s *Service) fanOutEach(ctx context.Context, planned []deliveryRecord, event store.Item, outboxed bool) ([]deliveryRecord, error) {
+func (s *Engine) fanOutEach(ctx context.Context, planned []deliveryRecord, event store.Item, outboxed bool) ([]deliveryRecord, error) {
 	recs := slices.Clone(planned)
 	for i, rec := range recs {
-		err := s.events.Transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
+		err := s.db.Transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
 		if _, exists := store.FailedOp(err); exists {
-			recs[i], err = records.Get[deliveryRecord](ctx, s.store, keys.Delivery(rec.BrandID, rec.ID))
+			recs[i], err = records.Get[deliveryRecord](ctx, s.db, keys.Delivery(rec.BrandID, rec.ID))
 		}
 		if err != nil {
 			return nil, err
@@ -599,9 +621,9 @@ func (s *Service) fanOutEach(ctx context.Context, planned []deliveryRecord, even
 
 // written says whether the brand's deliveries with these ids are all
 // written.
-func (s *Service) written(ctx context.Context, brandID string, ids []string) (bool, error) {
+func (s *Engine) written(ctx context.Context, brandID string, ids []string) (bool, error) {
 	for _, id := range ids {
-		_, err := s.store.Get(ctx, keys.Delivery(brandID, id))
+		_, err := s.db.Get(ctx, keys.Delivery(brandID, id))
 		if errors.Is(err, store.ErrNotFound) {
 			return false, nil
 		}
@@ -615,12 +637,12 @@ func (s *Service) written(ctx context.Context, brandID string, ids []string) (bo
 // leaveOutbox writes the event, read as event, without its outbox key, or
 // deletes its conversion's outbox entry (createdEvent): its deliveries are
 // written.
-func (s *Service) leaveOutbox(ctx context.Context, event store.Item) error {
+func (s *Engine) leaveOutbox(ctx context.Context, event store.Item) error {
 	if id := event.Attrs[outboxAttr]; id != "" {
-		return s.events.Transact(ctx, store.Delete(keys.ConversionOutbox(id)))
+		return s.db.Transact(ctx, store.Delete(keys.ConversionOutbox(id)))
 	}
 	event.GSI3 = store.IndexKey{}
-	err := s.events.Transact(ctx, store.Put(event, store.Exists()))
+	err := s.db.Transact(ctx, store.Put(event, store.Exists()))
 	if _, gone := store.FailedOp(err); gone {
 		return nil // expired meanwhile
 	}
@@ -648,14 +670,14 @@ type AttemptResult struct {
 // the last attempt fails, otherwise pending with the next attempt scheduled.
 // A step whose attempt was already made, or whose delivery is decided, sends
 // nothing and reports the state, so a transport may repeat steps freely.
-func (s *Service) Attempt(ctx context.Context, ref DeliveryRef, n int, sender Sender) (AttemptResult, error) {
+func (s *Engine) Attempt(ctx context.Context, ref DeliveryRef, n int, sender Sender) (AttemptResult, error) {
 	return s.attempt(ctx, ref, n, sender, 0)
 }
 
 // attempt is Attempt; with a lease it first claims the attempt (claim), and
 // sends nothing if another process holds it.
-func (s *Service) attempt(ctx context.Context, ref DeliveryRef, n int, sender Sender, lease time.Duration) (AttemptResult, error) {
-	rec, err := records.Get[deliveryRecord](ctx, s.store, keys.Delivery(ref.BrandID, ref.DeliveryID))
+func (s *Engine) attempt(ctx context.Context, ref DeliveryRef, n int, sender Sender, lease time.Duration) (AttemptResult, error) {
+	rec, err := records.Get[deliveryRecord](ctx, s.db, keys.Delivery(ref.BrandID, ref.DeliveryID))
 	if err != nil {
 		return AttemptResult{}, records.NotFound(err, "delivery", ref.DeliveryID)
 	}
@@ -666,7 +688,7 @@ func (s *Service) attempt(ctx context.Context, ref DeliveryRef, n int, sender Se
 	if made != n-1 {
 		return AttemptResult{}, fmt.Errorf("attempt %d of %s asked for before attempt %d was made", n, rec.ID, made+1)
 	}
-	ep, err := s.store.Get(ctx, rec.endpointKey())
+	ep, err := s.db.Get(ctx, rec.endpointKey())
 	if errors.Is(err, store.ErrNotFound) {
 		// A deleted subscription or postback gets nothing further.
 		return s.recordAttempt(ctx, rec, nil, nil)
@@ -680,9 +702,9 @@ func (s *Service) attempt(ctx context.Context, ref DeliveryRef, n int, sender Se
 // send makes the next attempt of rec to its endpoint, read as ep, and
 // records it; with a lease it claims the attempt first (claim). A webhook's
 // envelope is read from its event unless given.
-func (s *Service) send(ctx context.Context, rec deliveryRecord, ep store.Item, envelope []byte, sender Sender, lease time.Duration) (AttemptResult, error) {
+func (s *Engine) send(ctx context.Context, rec deliveryRecord, ep store.Item, envelope []byte, sender Sender, lease time.Duration) (AttemptResult, error) {
 	if rec.Type == tally.DeliveryWebhook && rec.Body == nil && envelope == nil {
-		evt, err := s.store.Get(ctx, keys.Event(rec.EventID))
+		evt, err := s.db.Get(ctx, keys.Event(rec.EventID))
 		if errors.Is(err, store.ErrNotFound) {
 			// Expired (events are kept as long as deliveries, counted from
 			// the event; a delivery retried later than that): nothing to send.
@@ -702,7 +724,7 @@ func (s *Service) send(ctx context.Context, rec deliveryRecord, ep store.Item, e
 			if _, taken := store.FailedOp(err); !taken {
 				return AttemptResult{}, err
 			}
-			current, err := records.Get[deliveryRecord](ctx, s.store, keys.Delivery(rec.BrandID, rec.ID))
+			current, err := records.Get[deliveryRecord](ctx, s.db, keys.Delivery(rec.BrandID, rec.ID))
 			return s.resultOf(current), err
 		}
 	}
@@ -715,7 +737,7 @@ func (s *Service) send(ctx context.Context, rec deliveryRecord, ep store.Item, e
 // request is what an attempt of rec to its endpoint, read as ep, sends; a
 // webhook's body is its event's envelope (but in deliveries that kept their
 // own).
-func (s *Service) request(rec deliveryRecord, ep store.Item, envelope []byte) (delivery.Request, error) {
+func (s *Engine) request(rec deliveryRecord, ep store.Item, envelope []byte) (delivery.Request, error) {
 	var sub *endpoints.SubscriptionRecord
 	if rec.Type != tally.DeliveryPostback {
 		sub = &endpoints.SubscriptionRecord{}
@@ -728,7 +750,7 @@ func (s *Service) request(rec deliveryRecord, ep store.Item, envelope []byte) (d
 
 // requestTo is request with the endpoint decoded: the subscription, or nil
 // for a postback.
-func (s *Service) requestTo(rec deliveryRecord, sub *endpoints.SubscriptionRecord, envelope []byte) delivery.Request {
+func (s *Engine) requestTo(rec deliveryRecord, sub *endpoints.SubscriptionRecord, envelope []byte) delivery.Request {
 	req := delivery.Request{URL: rec.URL, WebhookID: rec.ID, Event: rec.Event, Body: rec.Body}
 	if sub == nil {
 		req.Method = http.MethodGet
@@ -737,7 +759,7 @@ func (s *Service) requestTo(rec deliveryRecord, sub *endpoints.SubscriptionRecor
 	if req.Body == nil {
 		req.Body = envelope
 	}
-	req.Secrets = sub.SigningSecrets(s.Now())
+	req.Secrets = sub.SigningSecrets(s.db.Now())
 	return req
 }
 
@@ -749,13 +771,13 @@ func (s *Service) requestTo(rec deliveryRecord, sub *endpoints.SubscriptionRecor
 // attempt, make it then. Recording the attempt rewrites the item, which
 // ends the lease. It fails with a condition failure when the attempt is
 // taken.
-func (s *Service) claim(ctx context.Context, rec deliveryRecord, lease time.Duration) error {
-	now := s.Now()
+func (s *Engine) claim(ctx context.Context, rec deliveryRecord, lease time.Duration) error {
+	now := s.db.Now()
 	until := now.Add(lease)
 	it := deliveryItem(rec, s.deliveryRetention)
 	it.GSI3.SK = keys.DueQueueSK(until, rec.ID)
 	it.Nums = map[string]int64{"leaseUntil": until.UnixMilli()}
-	return s.events.Transact(ctx, store.Put(it, store.AttrEquals("status", tally.DeliveryPending),
+	return s.db.Transact(ctx, store.Put(it, store.AttrEquals("status", tally.DeliveryPending),
 		store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts))), store.NumLess("leaseUntil", now.UnixMilli()+1)))
 }
 
@@ -763,9 +785,9 @@ func (s *Service) claim(ctx context.Context, rec deliveryRecord, lease time.Dura
 // delivery fails without one), decides what follows, and records the
 // outcome in the health of the endpoint, read before as ep. The write holds
 // only if no other step recorded an attempt meanwhile.
-func (s *Service) recordAttempt(ctx context.Context, rec deliveryRecord, at *tally.Attempt, ep *store.Item) (AttemptResult, error) {
+func (s *Engine) recordAttempt(ctx context.Context, rec deliveryRecord, at *tally.Attempt, ep *store.Item) (AttemptResult, error) {
 	before := rec.asRead()
-	now := s.Now()
+	now := s.db.Now()
 	rec = s.withAttempt(rec, at, now)
 	record := store.Put(deliveryItem(rec, s.deliveryRetention), before)
 	for {
@@ -775,10 +797,10 @@ func (s *Service) recordAttempt(ctx context.Context, rec deliveryRecord, at *tal
 				ops = append(ops, health)
 			}
 		}
-		err := s.events.Transact(ctx, ops...)
+		err := s.db.Transact(ctx, ops...)
 		if i, failed := store.FailedOp(err); failed && i == 1 {
 			// The endpoint changed since it was read: read it again.
-			fresh, err := s.store.Get(ctx, rec.endpointKey())
+			fresh, err := s.db.Get(ctx, rec.endpointKey())
 			switch {
 			case errors.Is(err, store.ErrNotFound):
 				ep = nil // deleted: nothing left to keep the health of
@@ -790,7 +812,7 @@ func (s *Service) recordAttempt(ctx context.Context, rec deliveryRecord, at *tal
 			continue
 		} else if failed {
 			// Another step recorded this attempt first; report what it decided.
-			current, err := records.Get[deliveryRecord](ctx, s.store, keys.Delivery(rec.BrandID, rec.ID))
+			current, err := records.Get[deliveryRecord](ctx, s.db, keys.Delivery(rec.BrandID, rec.ID))
 			return s.resultOf(current), err
 		}
 		return s.resultOf(rec), err
@@ -801,7 +823,7 @@ func (s *Service) recordAttempt(ctx context.Context, rec deliveryRecord, at *tal
 // so the delivery fails without one) and what follows decided at now:
 // succeeded on a 2xx, failed when the last attempt fails (or the address
 // was refused), otherwise pending with the next attempt scheduled.
-func (s *Service) withAttempt(rec deliveryRecord, at *tally.Attempt, now time.Time) deliveryRecord {
+func (s *Engine) withAttempt(rec deliveryRecord, at *tally.Attempt, now time.Time) deliveryRecord {
 	rec.Attempts = slices.Clip(rec.Attempts) // appends never share the caller's array
 	rec.UpdatedAt = tally.NewTime(now)
 	rec.NextAttemptAt, rec.Parked = nil, false
@@ -830,31 +852,16 @@ func (s *Service) withAttempt(rec deliveryRecord, at *tally.Attempt, now time.Ti
 }
 
 // retryWait is the wait after attempt made (1-based) failed.
-func (s *Service) retryWait(made int) time.Duration {
+func (s *Engine) retryWait(made int) time.Duration {
 	return time.Duration(float64(RetrySchedule[made-1]) * s.retryScale)
 }
 
-func (s *Service) resultOf(rec deliveryRecord) AttemptResult {
+func (s *Engine) resultOf(rec deliveryRecord) AttemptResult {
 	res := AttemptResult{Status: rec.Status, Attempts: len(rec.Attempts) - rec.CycleStart, Cycle: rec.CycleStart}
 	if rec.Status == tally.DeliveryPending && res.Attempts > 0 {
 		res.RetryIn = s.retryWait(res.Attempts)
 	}
 	return res
-}
-
-// Delivery returns one of the brand's deliveries with all its attempts.
-func (s *Service) Delivery(ctx context.Context, brandID, deliveryID string) (tally.Delivery, error) {
-	if !ids.Valid("wh_", deliveryID) {
-		return tally.Delivery{}, records.NotFound(store.ErrNotFound, "delivery", deliveryID)
-	}
-	rec, err := records.Get[deliveryRecord](ctx, s.store, keys.Delivery(brandID, deliveryID))
-	return rec.Delivery, records.NotFound(err, "delivery", deliveryID)
-}
-
-// DeliveryFilter narrows GET /deliveries. From and To are as for conversions.
-type DeliveryFilter struct {
-	Type, Status, Event, SubscriptionID, PartnerID, EventID string
-	From, To                                                string
 }
 
 // deliveryTypes and deliveryStatuses are every value of the two, for the
@@ -864,128 +871,13 @@ var (
 	deliveryStatuses = []string{tally.DeliveryPending, tally.DeliverySucceeded, tally.DeliveryFailed}
 )
 
-// Deliveries lists the brand's deliveries, newest first. Each filter is
-// served by keys (docs/data-model.md): an endpoint's deliveries by GSI2, a
-// type and status by GSI1, a time span and an event id by sort-key bounds
-// (ids sort by their event's time); the event name narrows what those
-// read.
-func (s *Service) Deliveries(ctx context.Context, brandID string, f DeliveryFilter, p ListParams) ([]tally.Delivery, string, error) {
-	if err := validate.First(
-		validate.OneOf("type", &f.Type, "", tally.DeliveryWebhook, tally.DeliveryPostback),
-		validate.OneOf("status", &f.Status, "", tally.DeliveryPending, tally.DeliverySucceeded, tally.DeliveryFailed),
-		validate.IDFilter("subscriptionId", "sub_", f.SubscriptionID),
-		validate.IDFilter("partnerId", "prt_", f.PartnerID),
-		validate.IDFilter("eventId", "evt_", f.EventID),
-	); err != nil {
-		return nil, "", err
-	}
-	if f.Event != "" && !catalog.Known(f.Event) && f.Event != tally.PostbackTestEvent {
-		return nil, "", validate.Invalid("event: %q is not an event; see /api/public/webhook-events.", f.Event)
-	}
-	if f.SubscriptionID != "" && f.PartnerID != "" {
-		return nil, "", validate.Invalid("subscriptionId and partnerId name different endpoints; give one of them.")
-	}
-	sp, err := records.TimeSpan("wh_", f.From, f.To)
-	if err != nil {
-		return nil, "", err
-	}
-	if f.EventID != "" {
-		// A delivery's id carries its event's time: the event's
-		// deliveries lie within that millisecond.
-		t, _ := ulid.ParseStrict(strings.ToUpper(strings.TrimPrefix(f.EventID, "evt_")))
-		at := ulid.Time(t.Time())
-		sp.From = max(sp.From, ids.Floor("wh_", at))
-		if hi := ids.Ceil("wh_", at); sp.To == "" || hi < sp.To {
-			sp.To = hi
-		}
-	}
-	sp.Filter = fmt.Sprintf("%q", []string{f.Type, f.Status, f.Event, f.SubscriptionID, f.PartnerID, f.EventID})
-	types, statuses := deliveryTypes, deliveryStatuses
-	if f.Type != "" {
-		types = []string{f.Type}
-	}
-	if f.Status != "" {
-		statuses = []string{f.Status}
-	}
-	for shard := range keys.Shards {
-		switch {
-		case f.SubscriptionID != "" || f.PartnerID != "":
-			sp.Parts = append(sp.Parts, records.Partition{Index: store.GSI2, PK: keys.DeliveriesByEndpoint(brandID, f.SubscriptionID+f.PartnerID, shard)})
-		case f.Type != "" || f.Status != "":
-			for _, typ := range types {
-				for _, status := range statuses {
-					sp.Parts = append(sp.Parts, records.Partition{Index: store.GSI1, PK: keys.DeliveriesByTypeStatus(brandID, typ, status, shard)})
-				}
-			}
-		default:
-			sp.Parts = append(sp.Parts, records.Partition{PK: keys.DeliveryPK(brandID, shard)})
-		}
-	}
-	keep := func(d *deliveryRecord) bool {
-		return (f.Type == "" || d.Type == f.Type) && (f.Status == "" || d.Status == f.Status) &&
-			(f.Event == "" || d.Event == f.Event) && (f.EventID == "" || d.EventID == f.EventID)
-	}
-	recs, next, err := records.ListSpan(ctx, s.db, sp, p, keep)
-	out := make([]tally.Delivery, len(recs))
-	for i, r := range recs {
-		out[i] = r.Delivery
-	}
-	return out, next, err
-}
-
-// RetryDelivery starts a failed delivery's schedule again: attempt 1 now,
-// then the retries. Earlier attempts stay in its log.
-func (s *Service) RetryDelivery(ctx context.Context, brandID, deliveryID string) (tally.Delivery, error) {
-	if !ids.Valid("wh_", deliveryID) {
-		return tally.Delivery{}, records.NotFound(store.ErrNotFound, "delivery", deliveryID)
-	}
-	rec, err := records.Get[deliveryRecord](ctx, s.store, keys.Delivery(brandID, deliveryID))
-	if err != nil {
-		return tally.Delivery{}, records.NotFound(err, "delivery", deliveryID)
-	}
-	if rec.Status != tally.DeliveryFailed {
-		return tally.Delivery{}, tally.Errorf(tally.ECodeInvalidTransition, "Only failed deliveries can be retried; this one is %s.", rec.Status)
-	}
-	if _, err := s.store.Get(ctx, rec.endpointKey()); errors.Is(err, store.ErrNotFound) {
-		return tally.Delivery{}, tally.Errorf(tally.ECodeInvalidTransition, "The delivery's %s was deleted; there is nowhere to send it.", rec.endpointName())
-	} else if err != nil {
-		return tally.Delivery{}, err
-	}
-	rec, err = s.restart(ctx, rec)
-	if _, changed := store.FailedOp(err); changed {
-		return tally.Delivery{}, tally.Errorf(tally.ECodeInvalidTransition, "The delivery changed meanwhile; it is no longer failed.")
-	}
-	return rec.Delivery, err
-}
-
-// restart makes a failed delivery pending with a fresh schedule (attempt 1
-// now) and hands it to the transport. It fails with a condition failure if
-// the delivery is no longer failed.
-func (s *Service) restart(ctx context.Context, rec deliveryRecord) (deliveryRecord, error) {
-	failed := rec
-	now := s.Now()
-	rec.Status, rec.CycleStart = tally.DeliveryPending, len(rec.Attempts)
-	rec.NextAttemptAt, rec.UpdatedAt = ptrTo(tally.NewTime(now)), tally.NewTime(now)
-	err := s.events.Transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.AttrEquals("status", tally.DeliveryFailed), store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts)))))
-	if err != nil || s.requeue == nil {
-		return rec, err
-	}
-	if err := s.requeue(ctx, DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID}); err != nil {
-		// Nothing will pick the delivery up: put it back as it was, so the
-		// retry can be asked for again.
-		undo := s.events.Transact(ctx, store.Put(deliveryItem(failed, s.deliveryRetention), store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts))), store.AttrEquals("status", tally.DeliveryPending)))
-		return rec, errors.Join(err, undo)
-	}
-	return rec, nil
-}
-
 func ptrTo[T any](v T) *T { return &v }
 
 // postbackDelivery makes the postback delivery of an event, if the event
 // is one for a partner whose postback is enabled and fires on it (a test
 // goes to its postback whatever its state), and the postback's item. The
 // event item is as stored.
-func (s *Service) postbackDelivery(ctx context.Context, item store.Item, evt tally.Event) (*deliveryRecord, store.Item, error) {
+func (s *Engine) postbackDelivery(ctx context.Context, item store.Item, evt tally.Event) (*deliveryRecord, store.Item, error) {
 	var (
 		partnerID string
 		values    endpoints.PostbackValues
@@ -1007,7 +899,7 @@ func (s *Service) postbackDelivery(ctx context.Context, item store.Item, evt tal
 	default:
 		return nil, store.Item{}, nil
 	}
-	pbItem, err := s.store.Get(ctx, keys.Postback(evt.BrandID, partnerID))
+	pbItem, err := s.db.Get(ctx, keys.Postback(evt.BrandID, partnerID))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, store.Item{}, nil
 	}
@@ -1024,13 +916,13 @@ func (s *Service) postbackDelivery(ctx context.Context, item store.Item, evt tal
 	if values.ConversionID != "" && evt.Event != tally.PostbackTestEvent {
 		// The event carries sub1 only; the other macros come from the
 		// conversion itself.
-		c, err := records.Get[tally.Conversion](ctx, s.store, keys.Conversion(evt.BrandID, values.ConversionID))
+		c, err := records.Get[tally.Conversion](ctx, s.db, keys.Conversion(evt.BrandID, values.ConversionID))
 		if err != nil {
 			return nil, store.Item{}, err
 		}
 		values.ClickID, values.Subs = c.ClickID, [5]string{c.Sub1, c.Sub2, c.Sub3, c.Sub4, c.Sub5}
 	}
-	now := tally.NewTime(s.Now())
+	now := tally.NewTime(s.db.Now())
 	return &deliveryRecord{Delivery: tally.Delivery{
 		ID: s.deliveryID(evt, partnerID), BrandID: evt.BrandID, Type: tally.DeliveryPostback, EventID: evt.ID, Event: evt.Event,
 		PartnerID: partnerID, URL: endpoints.FillPostback(pb.URL, evt.Event, values), Status: tally.DeliveryPending,

@@ -1,4 +1,4 @@
-package tracking
+package tracking_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
+	"github.com/tally-hq/tally/internal/tracking"
 )
 
 // endpointFixture is a brand with an active partner and an offer on the
@@ -23,7 +24,7 @@ type endpointFixture struct {
 	t          *testing.T
 	ctx        context.Context
 	st         store.Store
-	svc, other *Service
+	svc, other *tracking.Service
 	brand      tally.Brand
 	partner    tally.Partner
 	offer      tally.Offer
@@ -31,19 +32,19 @@ type endpointFixture struct {
 
 func newEndpointFixture(t *testing.T) *endpointFixture {
 	f := &endpointFixture{t: t, ctx: t.Context(), st: testenv.Bolt(t)}
-	f.svc = New(f.st, WithLoopbackReceivers(), WithOutboxOnlyForEndpoints())
-	f.other = New(f.st, WithLoopbackReceivers())
+	f.svc = tracking.New(f.st, tracking.WithLoopbackReceivers(), tracking.WithOutboxOnlyForEndpoints())
+	f.other = tracking.New(f.st, tracking.WithLoopbackReceivers())
 	var err error
 	if f.brand, err = f.svc.CreateBrand(f.ctx, "Acme"); err != nil {
 		t.Fatal(err)
 	}
-	f.partner, err = f.svc.Apply(f.ctx, f.brand.ID, ApplicationInput{Name: ptrTo("Pat"), Email: ptrTo("pat@example.com")})
+	f.partner, err = f.svc.Apply(f.ctx, f.brand.ID, tracking.ApplicationInput{Name: ptr("Pat"), Email: ptr("pat@example.com")})
 	if err == nil {
 		f.partner, err = f.svc.ApprovePartner(f.ctx, f.brand.ID, f.partner.ID)
 	}
 	if err == nil {
-		f.offer, err = f.svc.CreateOffer(f.ctx, f.brand.ID, OfferInput{Name: ptrTo("Shoes"), DestinationURL: ptrTo("https://shop.example/"),
-			RevenueCents: ptrTo[int64](100), PayoutCents: ptrTo[int64](10), Currency: ptrTo("USD")})
+		f.offer, err = f.svc.CreateOffer(f.ctx, f.brand.ID, tracking.OfferInput{Name: ptr("Shoes"), DestinationURL: ptr("https://shop.example/"),
+			RevenueCents: ptr[int64](100), PayoutCents: ptr[int64](10), Currency: ptr("USD")})
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -51,9 +52,9 @@ func newEndpointFixture(t *testing.T) *endpointFixture {
 	return f
 }
 
-func (f *endpointFixture) convert(svc *Service, txn string) tally.Conversion {
+func (f *endpointFixture) convert(svc *tracking.Service, txn string) tally.Conversion {
 	f.t.Helper()
-	c, _, err := svc.RecordConversion(f.ctx, f.brand.ID, ConversionInput{OfferID: &f.offer.ID, PartnerID: &f.partner.ID, ExternalTxnID: &txn})
+	c, _, err := svc.RecordConversion(f.ctx, f.brand.ID, tracking.ConversionInput{OfferID: &f.offer.ID, PartnerID: &f.partner.ID, ExternalTxnID: &txn})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -101,9 +102,9 @@ func TestEventsWaitInTheOutboxOnlyForBrandsWithEndpoints(t *testing.T) {
 			}
 			var err error
 			if endpoint == "subscription" {
-				_, err = f.other.CreateSubscription(f.ctx, f.brand.ID, SubscriptionInput{URL: ptrTo("http://127.0.0.1:9/hooks"), Events: []string{tally.EventConversionCreated}})
+				_, err = f.other.CreateSubscription(f.ctx, f.brand.ID, tracking.SubscriptionInput{URL: ptr("http://127.0.0.1:9/hooks"), Events: []string{tally.EventConversionCreated}})
 			} else {
-				_, err = f.other.PutPostback(f.ctx, f.brand.ID, f.partner.ID, PostbackInput{URL: ptrTo("http://127.0.0.1:9/pb?c={conversion_id}")})
+				_, err = f.other.PutPostback(f.ctx, f.brand.ID, f.partner.ID, tracking.PostbackInput{URL: ptr("http://127.0.0.1:9/pb?c={conversion_id}")})
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -112,21 +113,21 @@ func TestEventsWaitInTheOutboxOnlyForBrandsWithEndpoints(t *testing.T) {
 			if q := f.queued(); !q[after.ID] || q[before.ID] {
 				t.Fatalf("outbox %v, want the conversion made after the %s (%s) only", q, endpoint, after.ID)
 			}
-			var made []deliveryRecord
+			var made []tracking.DeliveryRef
 			for shard := range keys.QueueShards {
 				page, err := f.st.Query(f.ctx, store.Query{Index: store.GSI3, PK: keys.OutboxPK(shard)})
 				if err != nil {
 					t.Fatal(err)
 				}
 				for _, it := range page.Items {
-					recs, err := f.svc.fanOut(f.ctx, it.GSI3.SK)
+					recs, err := f.svc.FanOut(f.ctx, it.GSI3.SK)
 					if err != nil {
 						t.Fatal(err)
 					}
 					made = append(made, recs...)
 				}
 			}
-			if len(made) != 1 || made[0].EventID == "" {
+			if len(made) != 1 || made[0].DeliveryID == "" {
 				t.Fatalf("deliveries made: %+v, want one", made)
 			}
 		})
@@ -149,13 +150,13 @@ func TestConversionsAfterASubscriptionRacingThemAreQueued(t *testing.T) {
 		wg.Go(func() {
 			for i := n.Add(1); i <= 400; i = n.Add(1) {
 				if i == 100 { // while the others go on converting
-					if _, err := f.svc.CreateSubscription(f.ctx, f.brand.ID, SubscriptionInput{URL: ptrTo("http://127.0.0.1:9/hooks"), Events: []string{tally.EventConversionCreated}}); err != nil {
+					if _, err := f.svc.CreateSubscription(f.ctx, f.brand.ID, tracking.SubscriptionInput{URL: ptr("http://127.0.0.1:9/hooks"), Events: []string{tally.EventConversionCreated}}); err != nil {
 						t.Error(err)
 					}
 					subscribed.Store(true)
 				}
 				after := subscribed.Load()
-				c, _, err := f.svc.RecordConversion(f.ctx, f.brand.ID, ConversionInput{OfferID: &f.offer.ID, PartnerID: &f.partner.ID, ExternalTxnID: ptrTo(fmt.Sprint("order-", i))})
+				c, _, err := f.svc.RecordConversion(f.ctx, f.brand.ID, tracking.ConversionInput{OfferID: &f.offer.ID, PartnerID: &f.partner.ID, ExternalTxnID: ptr(fmt.Sprint("order-", i))})
 				if err != nil {
 					t.Error(err)
 					return

@@ -1,4 +1,4 @@
-package tracking
+package webhooks
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/delivery"
+	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/partners"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
 )
@@ -26,19 +29,19 @@ func TestClaimHoldsAnAttemptUntilItRunsOut(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		ctx := t.Context()
 		clock := testenv.NewClock(testenv.Start())
-		first := New(st, WithClock(clock.Now))
+		first := newWorld(t, st, withClock(clock.Now))
 		b, err := first.CreateBrand(ctx, "Acme")
 		if err != nil {
 			t.Fatal(err)
 		}
 		url := "https://hooks.example.com/x"
-		if _, err := first.CreateSubscription(ctx, b.ID, SubscriptionInput{URL: &url, Events: []string{tally.EventPartnerApplied}}); err != nil {
+		if _, err := first.CreateSubscription(ctx, b.ID, endpoints.SubscriptionInput{URL: &url, Events: []string{tally.EventPartnerApplied}}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := first.Apply(ctx, b.ID, ApplicationInput{Name: ptrTo("Pat"), Email: ptrTo("pat@example.com")}); err != nil {
+		if _, err := first.Apply(ctx, b.ID, partners.ApplicationInput{Name: ptrTo("Pat"), Email: ptrTo("pat@example.com")}); err != nil {
 			t.Fatal(err)
 		}
-		evts, _, err := first.Events(ctx, b.ID, ListParams{})
+		evts, _, err := first.events.Events(ctx, b.ID, records.ListParams{})
 		if err != nil || len(evts) != 1 {
 			t.Fatalf("events %v, %v", evts, err)
 		}
@@ -62,7 +65,7 @@ func TestClaimHoldsAnAttemptUntilItRunsOut(t *testing.T) {
 		}()
 		<-sending
 
-		second := New(st, WithClock(clock.Now))
+		second := newWorld(t, st, withClock(clock.Now))
 		sent := 0
 		ok := senderFunc(func(delivery.Request) tally.Attempt {
 			sent++
