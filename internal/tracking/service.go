@@ -67,7 +67,7 @@ type Service struct {
 	onEvent func(eventIDs []string)
 	// requeue hands a manually retried delivery to a transport that does
 	// not watch the due index (the queue on AWS).
-	requeue webhooks.Requeue
+	requeue endpoints.Requeue
 	// health says when an endpoint is disabled.
 	health endpoints.HealthConfig
 
@@ -110,7 +110,7 @@ type (
 	conversionsService = conversions.Service
 	endpointsService   = endpoints.Service
 	webhooksEngine     = webhooks.Engine
-	webhooksLog        = webhooks.Log
+	webhooksLog        = endpoints.Log
 )
 
 // limiter counts requests against rate limits (package ratelimit).
@@ -148,13 +148,13 @@ type (
 	SubscriptionInput    = endpoints.SubscriptionInput
 	PostbackInput        = endpoints.PostbackInput
 	Session              = accounts.Session
-	DeliveryRef          = webhooks.DeliveryRef
+	DeliveryRef          = endpoints.DeliveryRef
 	DeliveryMessage      = webhooks.DeliveryMessage
-	DeliveryFilter       = webhooks.DeliveryFilter
+	DeliveryFilter       = endpoints.DeliveryFilter
 	AttemptResult        = webhooks.AttemptResult
 	Sender               = webhooks.Sender
-	RecoverInput         = webhooks.RecoverInput
-	Recovery             = webhooks.Recovery
+	RecoverInput         = endpoints.RecoverInput
+	Recovery             = endpoints.Recovery
 	Pipeline             = webhooks.Pipeline
 	PipelineOption       = webhooks.PipelineOption
 	Release              = webhooks.Release
@@ -259,7 +259,7 @@ func New(st store.Store, opts ...Option) *Service {
 		queue:             outbox.EveryEvent{},
 		rollups:           reports.InWrite{},
 		writing:           conversions.InTransaction{},
-		requeue:           webhooks.NoRequeue,
+		requeue:           endpoints.NoRequeue,
 	}
 	_, s.partitioned = st.(store.Partitioned)
 	for _, o := range opts {
@@ -288,7 +288,7 @@ func New(st store.Store, opts ...Option) *Service {
 		writes = webhooks.Apart{}
 	}
 	s.webhooksEngine = webhooks.New(s.db, webhooks.Config{Health: s.health, RetryScale: s.retryScale, DeliveryRetention: s.deliveryRetention, Writes: writes})
-	s.webhooksLog = webhooks.NewLog(s.db, s.endpointsService, s.deliveryRetention, s.requeue)
+	s.webhooksLog = endpoints.NewLog(s.db, s.endpointsService, s.deliveryRetention, s.requeue)
 	s.limiter = ratelimit.NewShared(s.db)
 	if s.localRates {
 		s.limiter = ratelimit.NewLocal(s.now)

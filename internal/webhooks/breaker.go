@@ -76,7 +76,7 @@ type breakerRecord struct {
 // delivery fails without a request. Test events (webhook.test,
 // postback.test) are always sent, as on a healthy endpoint.
 func (s *Engine) FirstAttempt(ctx context.Context, msg DeliveryMessage, sender Sender) (AttemptResult, error) {
-	rec, err := records.Get[deliveryRecord](ctx, s.db, keys.Delivery(msg.BrandID, msg.DeliveryID))
+	rec, err := records.Get[endpoints.DeliveryRecord](ctx, s.db, keys.Delivery(msg.BrandID, msg.DeliveryID))
 	if errors.Is(err, store.ErrNotFound) && msg.Planned != nil {
 		rec, err = msg.planned()
 	}
@@ -109,12 +109,12 @@ func (s *Engine) FirstAttempt(ctx context.Context, msg DeliveryMessage, sender S
 
 // firstAttempt is FirstAttempt on the delivery rec, stored or planned; a
 // webhook's envelope is read from the event unless given.
-func (s *Engine) firstAttempt(ctx context.Context, rec deliveryRecord, envelope []byte, sender Sender) (AttemptResult, error) {
+func (s *Engine) firstAttempt(ctx context.Context, rec endpoints.DeliveryRecord, envelope []byte, sender Sender) (AttemptResult, error) {
 	if rec.Status != tally.DeliveryPending || len(rec.Attempts) > rec.CycleStart {
 		return s.resultOf(rec), nil
 	}
 	for {
-		ep, err := s.db.Get(ctx, rec.endpointKey())
+		ep, err := s.db.Get(ctx, rec.EndpointKey())
 		if errors.Is(err, store.ErrNotFound) {
 			return s.recordAttempt(ctx, rec, nil, nil) // nowhere to send
 		}
@@ -137,13 +137,13 @@ func (s *Engine) firstAttempt(ctx context.Context, rec deliveryRecord, envelope 
 					return s.park(ctx, rec)
 				}
 			}
-			if rec.unsaved {
+			if rec.Unsaved {
 				// A probe is written before it claims, so that the
 				// deliveries parking behind it find it pending.
-				err := s.db.Transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
+				err := s.db.Transact(ctx, store.Put(endpoints.DeliveryItem(rec, s.deliveryRetention), store.NotExists()))
 				if _, exists := store.FailedOp(err); exists {
 					// Written by a step of a repeated message meanwhile.
-					if rec, err = records.Get[deliveryRecord](ctx, s.db, keys.Delivery(rec.BrandID, rec.ID)); err != nil {
+					if rec, err = records.Get[endpoints.DeliveryRecord](ctx, s.db, keys.Delivery(rec.BrandID, rec.ID)); err != nil {
 						return AttemptResult{}, err
 					}
 					return s.firstAttempt(ctx, rec, envelope, sender)
@@ -151,7 +151,7 @@ func (s *Engine) firstAttempt(ctx context.Context, rec deliveryRecord, envelope 
 				if err != nil {
 					return AttemptResult{}, err
 				}
-				rec.unsaved = false
+				rec.Unsaved = false
 			}
 			err = s.claimProbe(ctx, rec, ep)
 			if _, changed := store.FailedOp(err); changed {
@@ -160,7 +160,7 @@ func (s *Engine) firstAttempt(ctx context.Context, rec deliveryRecord, envelope 
 			if err != nil {
 				return AttemptResult{}, err
 			}
-			if ep, err = s.db.Get(ctx, rec.endpointKey()); err != nil {
+			if ep, err = s.db.Get(ctx, rec.EndpointKey()); err != nil {
 				return AttemptResult{}, err
 			}
 		}
@@ -179,14 +179,14 @@ func (s *Engine) pendingDelivery(ctx context.Context, brandID, id string) (bool,
 
 // claimProbe makes rec the probe of its endpoint, read as ep, and makes sure
 // the endpoint's breaker item exists (refreshing its expiry).
-func (s *Engine) claimProbe(ctx context.Context, rec deliveryRecord, ep store.Item) error {
+func (s *Engine) claimProbe(ctx context.Context, rec endpoints.DeliveryRecord, ep store.Item) error {
 	// The breaker item first: a delivery parks only behind a probe, so
 	// whatever parks can be found.
 	brk := store.Item{
-		Key:       keys.Breaker(rec.BrandID, rec.endpointID()),
-		GSI3:      store.IndexKey{PK: breakerPK, SK: rec.BrandID + "#" + rec.endpointID()},
+		Key:       keys.Breaker(rec.BrandID, rec.EndpointID()),
+		GSI3:      store.IndexKey{PK: breakerPK, SK: rec.BrandID + "#" + rec.EndpointID()},
 		Attrs:     map[string]string{"claimedAt": strconv.FormatInt(s.db.Now().UnixMilli(), 10), "emptyAt": "0"},
-		Data:      records.MustJSON(breakerRecord{BrandID: rec.BrandID, Type: rec.Type, EndpointID: rec.endpointID()}),
+		Data:      records.MustJSON(breakerRecord{BrandID: rec.BrandID, Type: rec.Type, EndpointID: rec.EndpointID()}),
 		ExpiresAt: s.db.Now().Add(s.deliveryRetention + 24*time.Hour).Unix(),
 	}
 	if err := s.db.Transact(ctx, store.Put(brk)); err != nil {
@@ -198,15 +198,15 @@ func (s *Engine) claimProbe(ctx context.Context, rec deliveryRecord, ep store.It
 }
 
 // park puts a delivery on its endpoint's wait list.
-func (s *Engine) park(ctx context.Context, rec deliveryRecord) (AttemptResult, error) {
-	conds := []store.Cond{rec.asRead()}
-	if !rec.unsaved {
+func (s *Engine) park(ctx context.Context, rec endpoints.DeliveryRecord) (AttemptResult, error) {
+	conds := []store.Cond{rec.AsRead()}
+	if !rec.Unsaved {
 		conds = append(conds, store.AttrEquals("status", tally.DeliveryPending))
 	}
 	rec.Parked, rec.NextAttemptAt, rec.UpdatedAt = true, nil, tally.NewTime(s.db.Now())
-	err := s.db.Transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), conds...))
+	err := s.db.Transact(ctx, store.Put(endpoints.DeliveryItem(rec, s.deliveryRetention), conds...))
 	if _, changed := store.FailedOp(err); changed {
-		current, err := records.Get[deliveryRecord](ctx, s.db, keys.Delivery(rec.BrandID, rec.ID))
+		current, err := records.Get[endpoints.DeliveryRecord](ctx, s.db, keys.Delivery(rec.BrandID, rec.ID))
 		return s.resultOf(current), err
 	}
 	if err != nil {
@@ -219,9 +219,9 @@ func (s *Engine) park(ctx context.Context, rec deliveryRecord) (AttemptResult, e
 
 // Release is what Released found.
 type Release struct {
-	Refs    []DeliveryRef // to queue as new deliveries
-	Failed  int           // failed: they waited out a probe's failed schedule
-	Watched int           // endpoints whose wait lists were read
+	Refs    []endpoints.DeliveryRef // to queue as new deliveries
+	Failed  int                     // failed: they waited out a probe's failed schedule
+	Watched int                     // endpoints whose wait lists were read
 }
 
 // Released returns the parked deliveries that may go now (see above), at
@@ -262,11 +262,11 @@ func (s *Engine) Released(ctx context.Context, limit int) (Release, error) {
 }
 
 // releasedFrom is Released for one endpoint, whose breaker item is it.
-func (s *Engine) releasedFrom(ctx context.Context, it store.Item, brk breakerRecord, limit int) ([]DeliveryRef, int, error) {
-	parked := func(upTo string, limit int) ([]DeliveryRef, error) {
+func (s *Engine) releasedFrom(ctx context.Context, it store.Item, brk breakerRecord, limit int) ([]endpoints.DeliveryRef, int, error) {
+	parked := func(upTo string, limit int) ([]endpoints.DeliveryRef, error) {
 		return oldestFirst(ctx, s.db, store.GSI3, func(shard int) string { return keys.ParkedPK(brk.BrandID, brk.EndpointID, shard) }, upTo, limit,
-			func(it store.Item) (DeliveryRef, error) {
-				return DeliveryRef{BrandID: brk.BrandID, DeliveryID: it.Key.SK}, nil
+			func(it store.Item) (endpoints.DeliveryRef, error) {
+				return endpoints.DeliveryRef{BrandID: brk.BrandID, DeliveryID: it.Key.SK}, nil
 			})
 	}
 	key := keys.Subscription(brk.BrandID, brk.EndpointID)
@@ -286,7 +286,7 @@ func (s *Engine) releasedFrom(ctx context.Context, it store.Item, brk breakerRec
 		}
 		failed := 0
 		if probe := ep.Attrs["probe"]; probe != "" {
-			rec, err := records.Get[deliveryRecord](ctx, s.db, keys.Delivery(brk.BrandID, probe))
+			rec, err := records.Get[endpoints.DeliveryRecord](ctx, s.db, keys.Delivery(brk.BrandID, probe))
 			switch {
 			case errors.Is(err, store.ErrNotFound):
 			case err != nil:

@@ -31,45 +31,11 @@ type Sender interface {
 	Send(ctx context.Context, r delivery.Request) tally.Attempt
 }
 
-// deliveryRecord is the stored delivery: what the log shows, plus what an
-// attempt needs without further reads.
-type deliveryRecord struct {
-	tally.Delivery
-	// Body is the envelope in deliveries made before it was read from the
-	// event item at each attempt (which keeps a delivery item under 1 KB,
-	// one write unit, and the envelope stored once per event).
-	Body []byte `json:"body,omitempty"`
-	// CycleStart is how many attempts came before the current schedule (a
-	// manual retry starts a new one).
-	CycleStart int `json:"cycleStart,omitempty"`
-	// Parked: waiting for its endpoint's circuit (breaker.go).
-	Parked bool `json:"parked,omitempty"`
-	// unsaved: planned by Dispatch and not written yet; its first write
-	// is conditioned on the delivery being absent.
-	unsaved bool
-}
-
-// asRead is the condition that the delivery is stored as rec was read: as
-// many attempts, or absent while it is unsaved.
-func (rec deliveryRecord) asRead() store.Cond {
-	if rec.unsaved {
-		return store.NotExists()
-	}
-	return store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts)))
-}
-
-// DeliveryRef names a delivery for the transports (queue messages, state
-// machine input).
-type DeliveryRef struct {
-	BrandID    string `json:"brandId"`
-	DeliveryID string `json:"deliveryId"`
-}
-
 // DeliveryMessage is what a transport that queues deliveries (AWS) sends
 // for one: its ref and, when Dispatch did not write it, the delivery as
 // planned.
 type DeliveryMessage struct {
-	DeliveryRef
+	endpoints.DeliveryRef
 	// Planned is the delivery, pending and not yet written, of an event
 	// with at most maxCarried: attempt 1 writes it once, with its outcome
 	// (FirstAttempt). The event stays in the outbox until all of its
@@ -90,15 +56,15 @@ type DeliveryMessage struct {
 const maxCarried = 4
 
 // planned is the delivery the message carries, unsaved.
-func (m DeliveryMessage) planned() (deliveryRecord, error) {
-	var rec deliveryRecord
+func (m DeliveryMessage) planned() (endpoints.DeliveryRecord, error) {
+	var rec endpoints.DeliveryRecord
 	if err := json.Unmarshal(m.Planned, &rec); err != nil {
 		return rec, fmt.Errorf("delivery message %s: %w", m.DeliveryID, err)
 	}
 	if rec.ID != m.DeliveryID || rec.BrandID != m.BrandID || rec.Status != tally.DeliveryPending || len(rec.Attempts) != 0 {
 		return rec, fmt.Errorf("delivery message %s carries another delivery", m.DeliveryID)
 	}
-	rec.unsaved = true
+	rec.Unsaved = true
 	return rec, nil
 }
 
@@ -111,51 +77,6 @@ func (s *Engine) deliveryID(evt tally.Event, endpointID string) string {
 	return s.db.DerivedID("wh_", evt.CreatedAt.Time, evt.ID+"/"+endpointID)
 }
 
-// deliveryItem is the stored delivery; it expires keep after its last
-// change (the table's TTL takes it and its attempts).
-func deliveryItem(rec deliveryRecord, keep time.Duration) store.Item {
-	shard := keys.ShardOf(rec.ID)
-	it := store.Item{
-		Key:       keys.Delivery(rec.BrandID, rec.ID),
-		GSI1:      store.IndexKey{PK: keys.DeliveriesByTypeStatus(rec.BrandID, rec.Type, rec.Status, shard), SK: rec.ID},
-		GSI2:      store.IndexKey{PK: keys.DeliveriesByEndpoint(rec.BrandID, rec.endpointID(), shard), SK: rec.ID},
-		Attrs:     map[string]string{"status": rec.Status, "attempts": strconv.Itoa(len(rec.Attempts))},
-		Data:      records.MustJSON(rec),
-		ExpiresAt: rec.UpdatedAt.Add(keep).Unix(),
-	}
-	switch {
-	case rec.Status != tally.DeliveryPending:
-	case rec.Parked:
-		it.GSI3 = store.IndexKey{PK: keys.ParkedPK(rec.BrandID, rec.endpointID(), keys.QueueShardOf(rec.ID)), SK: rec.ID}
-	case rec.NextAttemptAt != nil:
-		it.GSI3 = store.IndexKey{PK: keys.DueQueuePK(keys.QueueShardOf(rec.ID)), SK: keys.DueQueueSK(rec.NextAttemptAt.Time, rec.ID)}
-	}
-	return it
-}
-
-// endpointID is the subscription's id for a webhook, the partner's for a
-// postback.
-func (rec deliveryRecord) endpointID() string {
-	if rec.Type == tally.DeliveryPostback {
-		return rec.PartnerID
-	}
-	return rec.SubscriptionID
-}
-
-func (rec deliveryRecord) endpointName() string {
-	if rec.Type == tally.DeliveryPostback {
-		return "postback of partner " + rec.PartnerID
-	}
-	return "subscription " + rec.SubscriptionID
-}
-
-func (rec deliveryRecord) endpointKey() store.Key {
-	if rec.Type == tally.DeliveryPostback {
-		return keys.Postback(rec.BrandID, rec.PartnerID)
-	}
-	return keys.Subscription(rec.BrandID, rec.SubscriptionID)
-}
-
 // FanOut makes the deliveries of an event: one per enabled subscription of
 // its brand whose events name it (a webhook.test goes to its one
 // subscription), and one to the partner's postback for a conversion event
@@ -164,11 +85,11 @@ func (rec deliveryRecord) endpointKey() store.Key {
 // a repeated event creates nothing. It returns every delivery of the event
 // that is still pending, new or not, for the transport to attempt, and takes
 // the event out of the outbox.
-func (s *Engine) FanOut(ctx context.Context, eventID string) ([]DeliveryRef, error) {
+func (s *Engine) FanOut(ctx context.Context, eventID string) ([]endpoints.DeliveryRef, error) {
 	recs, err := s.fanOut(ctx, eventID)
-	refs := make([]DeliveryRef, len(recs))
+	refs := make([]endpoints.DeliveryRef, len(recs))
 	for i, rec := range recs {
-		refs[i] = rec.ref()
+		refs[i] = rec.Ref()
 	}
 	return refs, err
 }
@@ -201,7 +122,7 @@ func (s *Engine) dispatch(ctx context.Context, item store.Item) ([]DeliveryMessa
 	if n := len(plan.recs); n > 0 && n <= maxCarried && plan.outboxed {
 		msgs := make([]DeliveryMessage, n)
 		for i, rec := range plan.recs {
-			msgs[i] = DeliveryMessage{DeliveryRef: rec.ref(), Planned: records.MustJSON(rec)}
+			msgs[i] = DeliveryMessage{DeliveryRef: rec.Ref(), Planned: records.MustJSON(rec)}
 			for j, other := range plan.recs {
 				if j != i {
 					msgs[i].Siblings = append(msgs[i].Siblings, other.ID)
@@ -213,17 +134,13 @@ func (s *Engine) dispatch(ctx context.Context, item store.Item) ([]DeliveryMessa
 	recs, err := s.writeFanOuts(ctx, []*fanOutPlan{plan})
 	msgs := make([]DeliveryMessage, len(recs))
 	for i, rec := range recs {
-		msgs[i] = DeliveryMessage{DeliveryRef: rec.ref()}
+		msgs[i] = DeliveryMessage{DeliveryRef: rec.Ref()}
 	}
 	return msgs, err
 }
 
-func (rec deliveryRecord) ref() DeliveryRef {
-	return DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID}
-}
-
 // fanOut is FanOut, returning the pending deliveries themselves.
-func (s *Engine) fanOut(ctx context.Context, eventID string) ([]deliveryRecord, error) {
+func (s *Engine) fanOut(ctx context.Context, eventID string) ([]endpoints.DeliveryRecord, error) {
 	return s.fanOutMany(ctx, []string{eventID})
 }
 
@@ -232,8 +149,8 @@ func (s *Engine) fanOut(ctx context.Context, eventID string) ([]deliveryRecord, 
 type fanOutPlan struct {
 	event    store.Item
 	outboxed bool
-	recs     []deliveryRecord // pending, as planned
-	eps      []store.Item     // each delivery's endpoint, as read
+	recs     []endpoints.DeliveryRecord // pending, as planned
+	eps      []store.Item               // each delivery's endpoint, as read
 	// subs are the webhooks' subscriptions, decoded (nil for a postback).
 	subs []*endpoints.SubscriptionRecord
 	// first holds, where not nil, attempt 1 of a delivery, made before the
@@ -256,7 +173,7 @@ type firstAttempt struct {
 	// the write failed: the event is still in the outbox.
 	recorded, written bool
 	result            AttemptResult
-	stored            deliveryRecord
+	stored            endpoints.DeliveryRecord
 }
 
 // planFanOuts reads what fanning out events needs, skipping those with
@@ -310,7 +227,7 @@ func (s *Engine) planFanOutOf(ctx context.Context, item store.Item, subs map[str
 			target == "" && (!slices.Contains(sub.Rec.Events, evt.Event) || sub.Rec.Status == tally.EndpointDisabled) {
 			continue
 		}
-		plan.recs = append(plan.recs, deliveryRecord{
+		plan.recs = append(plan.recs, endpoints.DeliveryRecord{
 			Delivery: tally.Delivery{
 				ID: s.deliveryID(evt, sub.Rec.ID), BrandID: evt.BrandID, Type: tally.DeliveryWebhook, EventID: evt.ID, Event: evt.Event,
 				SubscriptionID: sub.Rec.ID, URL: sub.Rec.URL, Status: tally.DeliveryPending, Attempts: []tally.Attempt{},
@@ -342,7 +259,7 @@ func (p *fanOutPlan) ops(s *Engine, now time.Time) []store.Op {
 		if f := p.first[i]; f != nil && f.answered {
 			rec = s.withAttempt(rec, &f.at, now)
 		}
-		ops = append(ops, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
+		ops = append(ops, store.Put(endpoints.DeliveryItem(rec, s.deliveryRetention), store.NotExists()))
 	}
 	switch id := p.event.Attrs[outboxAttr]; {
 	case id != "":
@@ -356,7 +273,7 @@ func (p *fanOutPlan) ops(s *Engine, now time.Time) []store.Op {
 }
 
 // fanOutMany fans out events together (writeFanOuts).
-func (s *Engine) fanOutMany(ctx context.Context, eventIDs []string) ([]deliveryRecord, error) {
+func (s *Engine) fanOutMany(ctx context.Context, eventIDs []string) ([]endpoints.DeliveryRecord, error) {
 	plans, err := s.planFanOuts(ctx, eventIDs)
 	out, werr := s.writeFanOuts(ctx, plans)
 	return out, errors.Join(err, werr)
@@ -370,13 +287,13 @@ func (s *Engine) fanOutMany(ctx context.Context, eventIDs []string) ([]deliveryR
 // they go one by one, keeping what exists, and their first attempts are
 // recorded afterwards. It returns the pending deliveries with no first
 // attempt, for the transport to attempt.
-func (s *Engine) writeFanOuts(ctx context.Context, plans []*fanOutPlan) ([]deliveryRecord, error) {
+func (s *Engine) writeFanOuts(ctx context.Context, plans []*fanOutPlan) ([]endpoints.DeliveryRecord, error) {
 	return s.writes.write(ctx, s, plans)
 }
 
 // FanOutWrites is how fan-outs are written: Batched or Apart.
 type FanOutWrites interface {
-	write(ctx context.Context, s *Engine, plans []*fanOutPlan) ([]deliveryRecord, error)
+	write(ctx context.Context, s *Engine, plans []*fanOutPlan) ([]endpoints.DeliveryRecord, error)
 	// batched says whether deliveries are written together with the first
 	// attempts answered before the write (which a pipeline then makes
 	// before it).
@@ -392,8 +309,8 @@ type Apart struct{}
 
 func (Apart) batched() bool { return false }
 
-func (Apart) write(ctx context.Context, s *Engine, plans []*fanOutPlan) ([]deliveryRecord, error) {
-	var out []deliveryRecord
+func (Apart) write(ctx context.Context, s *Engine, plans []*fanOutPlan) ([]endpoints.DeliveryRecord, error) {
+	var out []endpoints.DeliveryRecord
 	for _, plan := range plans {
 		recs, err := s.fanOutEach(ctx, plan.recs, plan.event, plan.outboxed)
 		if err != nil {
@@ -410,8 +327,8 @@ type Batched struct{}
 
 func (Batched) batched() bool { return true }
 
-func (Batched) write(ctx context.Context, s *Engine, plans []*fanOutPlan) ([]deliveryRecord, error) {
-	var out []deliveryRecord
+func (Batched) write(ctx context.Context, s *Engine, plans []*fanOutPlan) ([]endpoints.DeliveryRecord, error) {
+	var out []endpoints.DeliveryRecord
 	eps := map[store.Key]store.Item{} // the endpoints as last read or written
 	var batch []*fanOutPlan
 	used := 0 // operations in the batch, one per endpoint to update included
@@ -475,7 +392,7 @@ func (p *fanOutPlan) answeredEndpoints(seen map[store.Key]bool) []store.Item {
 // writeBatch writes fan-outs in one transaction (writeFanOuts). eps holds
 // the endpoints of the first attempts it records, as last read; it is kept
 // up to date (an endpoint deleted meanwhile: the zero item).
-func (s *Engine) writeBatch(ctx context.Context, batch []*fanOutPlan, eps map[store.Key]store.Item) ([]deliveryRecord, error) {
+func (s *Engine) writeBatch(ctx context.Context, batch []*fanOutPlan, eps map[store.Key]store.Item) ([]endpoints.DeliveryRecord, error) {
 	for {
 		now := s.db.Now()
 		var ops []store.Op
@@ -510,7 +427,7 @@ func (s *Engine) writeBatch(ctx context.Context, batch []*fanOutPlan, eps map[st
 		for _, h := range health {
 			eps[h.key] = endpoints.Applied(eps[h.key], h.op)
 		}
-		var out []deliveryRecord
+		var out []endpoints.DeliveryRecord
 		for _, plan := range batch {
 			for i, rec := range plan.recs {
 				switch f := plan.first[i]; {
@@ -566,8 +483,8 @@ func (s *Engine) healthWrites(batch []*fanOutPlan, eps map[store.Key]store.Item,
 // delivery that exists (an event fanned out before) or an event gone: each
 // writes what is missing and keeps what exists, and the first attempts are
 // recorded afterwards, on the deliveries as stored.
-func (s *Engine) writeEach(ctx context.Context, batch []*fanOutPlan) ([]deliveryRecord, error) {
-	var out []deliveryRecord
+func (s *Engine) writeEach(ctx context.Context, batch []*fanOutPlan) ([]endpoints.DeliveryRecord, error) {
+	var out []endpoints.DeliveryRecord
 	for _, plan := range batch {
 		for _, f := range plan.first {
 			if f != nil {
@@ -600,12 +517,12 @@ func (s *Engine) writeEach(ctx context.Context, batch []*fanOutPlan) ([]delivery
 // or a store that writes apart: it writes only the deliveries that are
 // missing, and takes the event out of the outbox last. It returns the
 // deliveries as stored.
-func (s *Engine) fanOutEach(ctx context.Context, planned []deliveryRecord, event store.Item, outboxed bool) ([]deliveryRecord, error) {
+func (s *Engine) fanOutEach(ctx context.Context, planned []endpoints.DeliveryRecord, event store.Item, outboxed bool) ([]endpoints.DeliveryRecord, error) {
 	recs := slices.Clone(planned)
 	for i, rec := range recs {
-		err := s.db.Transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.NotExists()))
+		err := s.db.Transact(ctx, store.Put(endpoints.DeliveryItem(rec, s.deliveryRetention), store.NotExists()))
 		if _, exists := store.FailedOp(err); exists {
-			recs[i], err = records.Get[deliveryRecord](ctx, s.db, keys.Delivery(rec.BrandID, rec.ID))
+			recs[i], err = records.Get[endpoints.DeliveryRecord](ctx, s.db, keys.Delivery(rec.BrandID, rec.ID))
 		}
 		if err != nil {
 			return nil, err
@@ -649,8 +566,8 @@ func (s *Engine) leaveOutbox(ctx context.Context, event store.Item) error {
 	return err
 }
 
-func pending(recs []deliveryRecord) []deliveryRecord {
-	return slices.DeleteFunc(recs, func(rec deliveryRecord) bool { return rec.Status != tally.DeliveryPending })
+func pending(recs []endpoints.DeliveryRecord) []endpoints.DeliveryRecord {
+	return slices.DeleteFunc(recs, func(rec endpoints.DeliveryRecord) bool { return rec.Status != tally.DeliveryPending })
 }
 
 // AttemptResult says what an attempt step did and what comes next.
@@ -670,14 +587,14 @@ type AttemptResult struct {
 // the last attempt fails, otherwise pending with the next attempt scheduled.
 // A step whose attempt was already made, or whose delivery is decided, sends
 // nothing and reports the state, so a transport may repeat steps freely.
-func (s *Engine) Attempt(ctx context.Context, ref DeliveryRef, n int, sender Sender) (AttemptResult, error) {
+func (s *Engine) Attempt(ctx context.Context, ref endpoints.DeliveryRef, n int, sender Sender) (AttemptResult, error) {
 	return s.attempt(ctx, ref, n, sender, 0)
 }
 
 // attempt is Attempt; with a lease it first claims the attempt (claim), and
 // sends nothing if another process holds it.
-func (s *Engine) attempt(ctx context.Context, ref DeliveryRef, n int, sender Sender, lease time.Duration) (AttemptResult, error) {
-	rec, err := records.Get[deliveryRecord](ctx, s.db, keys.Delivery(ref.BrandID, ref.DeliveryID))
+func (s *Engine) attempt(ctx context.Context, ref endpoints.DeliveryRef, n int, sender Sender, lease time.Duration) (AttemptResult, error) {
+	rec, err := records.Get[endpoints.DeliveryRecord](ctx, s.db, keys.Delivery(ref.BrandID, ref.DeliveryID))
 	if err != nil {
 		return AttemptResult{}, records.NotFound(err, "delivery", ref.DeliveryID)
 	}
@@ -688,7 +605,7 @@ func (s *Engine) attempt(ctx context.Context, ref DeliveryRef, n int, sender Sen
 	if made != n-1 {
 		return AttemptResult{}, fmt.Errorf("attempt %d of %s asked for before attempt %d was made", n, rec.ID, made+1)
 	}
-	ep, err := s.db.Get(ctx, rec.endpointKey())
+	ep, err := s.db.Get(ctx, rec.EndpointKey())
 	if errors.Is(err, store.ErrNotFound) {
 		// A deleted subscription or postback gets nothing further.
 		return s.recordAttempt(ctx, rec, nil, nil)
@@ -702,8 +619,8 @@ func (s *Engine) attempt(ctx context.Context, ref DeliveryRef, n int, sender Sen
 // send makes the next attempt of rec to its endpoint, read as ep, and
 // records it; with a lease it claims the attempt first (claim). A webhook's
 // envelope is read from its event unless given.
-func (s *Engine) send(ctx context.Context, rec deliveryRecord, ep store.Item, envelope []byte, sender Sender, lease time.Duration) (AttemptResult, error) {
-	if rec.Type == tally.DeliveryWebhook && rec.Body == nil && envelope == nil {
+func (s *Engine) send(ctx context.Context, rec endpoints.DeliveryRecord, ep store.Item, envelope []byte, sender Sender, lease time.Duration) (AttemptResult, error) {
+	if rec.Type == tally.DeliveryWebhook && envelope == nil {
 		evt, err := s.db.Get(ctx, keys.Event(rec.EventID))
 		if errors.Is(err, store.ErrNotFound) {
 			// Expired (events are kept as long as deliveries, counted from
@@ -724,7 +641,7 @@ func (s *Engine) send(ctx context.Context, rec deliveryRecord, ep store.Item, en
 			if _, taken := store.FailedOp(err); !taken {
 				return AttemptResult{}, err
 			}
-			current, err := records.Get[deliveryRecord](ctx, s.db, keys.Delivery(rec.BrandID, rec.ID))
+			current, err := records.Get[endpoints.DeliveryRecord](ctx, s.db, keys.Delivery(rec.BrandID, rec.ID))
 			return s.resultOf(current), err
 		}
 	}
@@ -735,9 +652,8 @@ func (s *Engine) send(ctx context.Context, rec deliveryRecord, ep store.Item, en
 }
 
 // request is what an attempt of rec to its endpoint, read as ep, sends; a
-// webhook's body is its event's envelope (but in deliveries that kept their
-// own).
-func (s *Engine) request(rec deliveryRecord, ep store.Item, envelope []byte) (delivery.Request, error) {
+// webhook's body is its event's envelope.
+func (s *Engine) request(rec endpoints.DeliveryRecord, ep store.Item, envelope []byte) (delivery.Request, error) {
 	var sub *endpoints.SubscriptionRecord
 	if rec.Type != tally.DeliveryPostback {
 		sub = &endpoints.SubscriptionRecord{}
@@ -750,15 +666,13 @@ func (s *Engine) request(rec deliveryRecord, ep store.Item, envelope []byte) (de
 
 // requestTo is request with the endpoint decoded: the subscription, or nil
 // for a postback.
-func (s *Engine) requestTo(rec deliveryRecord, sub *endpoints.SubscriptionRecord, envelope []byte) delivery.Request {
-	req := delivery.Request{URL: rec.URL, WebhookID: rec.ID, Event: rec.Event, Body: rec.Body}
+func (s *Engine) requestTo(rec endpoints.DeliveryRecord, sub *endpoints.SubscriptionRecord, envelope []byte) delivery.Request {
+	req := delivery.Request{URL: rec.URL, WebhookID: rec.ID, Event: rec.Event}
 	if sub == nil {
 		req.Method = http.MethodGet
 		return req
 	}
-	if req.Body == nil {
-		req.Body = envelope
-	}
+	req.Body = envelope
 	req.Secrets = sub.SigningSecrets(s.db.Now())
 	return req
 }
@@ -771,10 +685,10 @@ func (s *Engine) requestTo(rec deliveryRecord, sub *endpoints.SubscriptionRecord
 // attempt, make it then. Recording the attempt rewrites the item, which
 // ends the lease. It fails with a condition failure when the attempt is
 // taken.
-func (s *Engine) claim(ctx context.Context, rec deliveryRecord, lease time.Duration) error {
+func (s *Engine) claim(ctx context.Context, rec endpoints.DeliveryRecord, lease time.Duration) error {
 	now := s.db.Now()
 	until := now.Add(lease)
-	it := deliveryItem(rec, s.deliveryRetention)
+	it := endpoints.DeliveryItem(rec, s.deliveryRetention)
 	it.GSI3.SK = keys.DueQueueSK(until, rec.ID)
 	it.Nums = map[string]int64{"leaseUntil": until.UnixMilli()}
 	return s.db.Transact(ctx, store.Put(it, store.AttrEquals("status", tally.DeliveryPending),
@@ -785,11 +699,11 @@ func (s *Engine) claim(ctx context.Context, rec deliveryRecord, lease time.Durat
 // delivery fails without one), decides what follows, and records the
 // outcome in the health of the endpoint, read before as ep. The write holds
 // only if no other step recorded an attempt meanwhile.
-func (s *Engine) recordAttempt(ctx context.Context, rec deliveryRecord, at *tally.Attempt, ep *store.Item) (AttemptResult, error) {
-	before := rec.asRead()
+func (s *Engine) recordAttempt(ctx context.Context, rec endpoints.DeliveryRecord, at *tally.Attempt, ep *store.Item) (AttemptResult, error) {
+	before := rec.AsRead()
 	now := s.db.Now()
 	rec = s.withAttempt(rec, at, now)
-	record := store.Put(deliveryItem(rec, s.deliveryRetention), before)
+	record := store.Put(endpoints.DeliveryItem(rec, s.deliveryRetention), before)
 	for {
 		ops := []store.Op{record}
 		if ep != nil && at != nil {
@@ -800,7 +714,7 @@ func (s *Engine) recordAttempt(ctx context.Context, rec deliveryRecord, at *tall
 		err := s.db.Transact(ctx, ops...)
 		if i, failed := store.FailedOp(err); failed && i == 1 {
 			// The endpoint changed since it was read: read it again.
-			fresh, err := s.db.Get(ctx, rec.endpointKey())
+			fresh, err := s.db.Get(ctx, rec.EndpointKey())
 			switch {
 			case errors.Is(err, store.ErrNotFound):
 				ep = nil // deleted: nothing left to keep the health of
@@ -812,7 +726,7 @@ func (s *Engine) recordAttempt(ctx context.Context, rec deliveryRecord, at *tall
 			continue
 		} else if failed {
 			// Another step recorded this attempt first; report what it decided.
-			current, err := records.Get[deliveryRecord](ctx, s.db, keys.Delivery(rec.BrandID, rec.ID))
+			current, err := records.Get[endpoints.DeliveryRecord](ctx, s.db, keys.Delivery(rec.BrandID, rec.ID))
 			return s.resultOf(current), err
 		}
 		return s.resultOf(rec), err
@@ -823,7 +737,7 @@ func (s *Engine) recordAttempt(ctx context.Context, rec deliveryRecord, at *tall
 // so the delivery fails without one) and what follows decided at now:
 // succeeded on a 2xx, failed when the last attempt fails (or the address
 // was refused), otherwise pending with the next attempt scheduled.
-func (s *Engine) withAttempt(rec deliveryRecord, at *tally.Attempt, now time.Time) deliveryRecord {
+func (s *Engine) withAttempt(rec endpoints.DeliveryRecord, at *tally.Attempt, now time.Time) endpoints.DeliveryRecord {
 	rec.Attempts = slices.Clip(rec.Attempts) // appends never share the caller's array
 	rec.UpdatedAt = tally.NewTime(now)
 	rec.NextAttemptAt, rec.Parked = nil, false
@@ -856,7 +770,7 @@ func (s *Engine) retryWait(made int) time.Duration {
 	return time.Duration(float64(RetrySchedule[made-1]) * s.retryScale)
 }
 
-func (s *Engine) resultOf(rec deliveryRecord) AttemptResult {
+func (s *Engine) resultOf(rec endpoints.DeliveryRecord) AttemptResult {
 	res := AttemptResult{Status: rec.Status, Attempts: len(rec.Attempts) - rec.CycleStart, Cycle: rec.CycleStart}
 	if rec.Status == tally.DeliveryPending && res.Attempts > 0 {
 		res.RetryIn = s.retryWait(res.Attempts)
@@ -864,20 +778,13 @@ func (s *Engine) resultOf(rec deliveryRecord) AttemptResult {
 	return res
 }
 
-// deliveryTypes and deliveryStatuses are every value of the two, for the
-// index partitions a list reads.
-var (
-	deliveryTypes    = []string{tally.DeliveryWebhook, tally.DeliveryPostback}
-	deliveryStatuses = []string{tally.DeliveryPending, tally.DeliverySucceeded, tally.DeliveryFailed}
-)
-
 func ptrTo[T any](v T) *T { return &v }
 
 // postbackDelivery makes the postback delivery of an event, if the event
 // is one for a partner whose postback is enabled and fires on it (a test
 // goes to its postback whatever its state), and the postback's item. The
 // event item is as stored.
-func (s *Engine) postbackDelivery(ctx context.Context, item store.Item, evt tally.Event) (*deliveryRecord, store.Item, error) {
+func (s *Engine) postbackDelivery(ctx context.Context, item store.Item, evt tally.Event) (*endpoints.DeliveryRecord, store.Item, error) {
 	var (
 		partnerID string
 		values    endpoints.PostbackValues
@@ -923,7 +830,7 @@ func (s *Engine) postbackDelivery(ctx context.Context, item store.Item, evt tall
 		values.ClickID, values.Subs = c.ClickID, [5]string{c.Sub1, c.Sub2, c.Sub3, c.Sub4, c.Sub5}
 	}
 	now := tally.NewTime(s.db.Now())
-	return &deliveryRecord{Delivery: tally.Delivery{
+	return &endpoints.DeliveryRecord{Delivery: tally.Delivery{
 		ID: s.deliveryID(evt, partnerID), BrandID: evt.BrandID, Type: tally.DeliveryPostback, EventID: evt.ID, Event: evt.Event,
 		PartnerID: partnerID, URL: endpoints.FillPostback(pb.URL, evt.Event, values), Status: tally.DeliveryPending,
 		Attempts: []tally.Attempt{}, NextAttemptAt: &now, CreatedAt: now, UpdatedAt: now,

@@ -87,7 +87,7 @@ func runPipeline(t *testing.T, svc *world, firstWait time.Duration) (stop func()
 func waitForDelivery(t *testing.T, svc *world, brandID, what string, cond func(tally.Delivery) bool) tally.Delivery {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		ds, _, err := svc.Deliveries(t.Context(), brandID, DeliveryFilter{}, records.ListParams{Limit: 1})
+		ds, _, err := svc.Deliveries(t.Context(), brandID, endpoints.DeliveryFilter{}, records.ListParams{Limit: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +132,7 @@ func TestFirstAttemptIsWrittenWithTheDelivery(t *testing.T) {
 			t.Fatal(err)
 		}
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			ds, _, err := svc.Deliveries(ctx, b.ID, DeliveryFilter{Status: tally.DeliverySucceeded}, records.ListParams{Limit: 100})
+			ds, _, err := svc.Deliveries(ctx, b.ID, endpoints.DeliveryFilter{Status: tally.DeliverySucceeded}, records.ListParams{Limit: 100})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -144,7 +144,7 @@ func TestFirstAttemptIsWrittenWithTheDelivery(t *testing.T) {
 			}
 		}
 	}
-	ds, _, err := svc.Deliveries(ctx, b.ID, DeliveryFilter{}, records.ListParams{Limit: 100})
+	ds, _, err := svc.Deliveries(ctx, b.ID, endpoints.DeliveryFilter{}, records.ListParams{Limit: 100})
 	if err != nil || len(ds) != events {
 		t.Fatalf("deliveries %v, %v; want %d", ds, err, events)
 	}
@@ -324,7 +324,7 @@ func TestRepeatedFanOutLeavesADecidedDeliveryAlone(t *testing.T) {
 		t.Fatalf("fan-out %v, %v", recs, err)
 	}
 	sender := delivery.NewSender(delivery.Options{AllowLoopback: true})
-	if _, err := svc.Attempt(ctx, DeliveryRef{BrandID: b.ID, DeliveryID: recs[0].DeliveryID}, 1, sender); err != nil {
+	if _, err := svc.Attempt(ctx, endpoints.DeliveryRef{BrandID: b.ID, DeliveryID: recs[0].DeliveryID}, 1, sender); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Transact(ctx, store.Put(event)); err != nil { // back in the outbox, as read before it left

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
@@ -232,7 +233,7 @@ func (p *Pipeline) pass(ctx context.Context, outbox, due *indexReader) (next tim
 			if _, id, _ := strings.Cut(it.GSI3.SK, "#"); p.sched.has(id) {
 				continue
 			}
-			var rec deliveryRecord
+			var rec endpoints.DeliveryRecord
 			if err := records.Decode(it, &rec); err != nil {
 				return 0, false, err
 			}
@@ -303,8 +304,8 @@ func (r *indexReader) read(ctx context.Context, st store.Store, shard int, skTo 
 	return page.Items, page.Cursor != "", nil
 }
 
-func jobOf(rec deliveryRecord) job {
-	return job{ref: DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID}, endpoint: rec.endpointID(), attempt: len(rec.Attempts) - rec.CycleStart + 1}
+func jobOf(rec endpoints.DeliveryRecord) job {
+	return job{ref: endpoints.DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID}, endpoint: rec.EndpointID(), attempt: len(rec.Attempts) - rec.CycleStart + 1}
 }
 
 // drain takes the events waiting behind first, up to a batch.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/records"
@@ -20,8 +21,8 @@ import (
 // early). The delivery stays in the log with the attempts it had, and a
 // manual retry starts it again. A delivery that is no longer pending is
 // left as it is; like Attempt, the step may be repeated.
-func (s *Engine) AbandonDelivery(ctx context.Context, ref DeliveryRef) (AttemptResult, error) {
-	rec, err := records.Get[deliveryRecord](ctx, s.db, keys.Delivery(ref.BrandID, ref.DeliveryID))
+func (s *Engine) AbandonDelivery(ctx context.Context, ref endpoints.DeliveryRef) (AttemptResult, error) {
+	rec, err := records.Get[endpoints.DeliveryRecord](ctx, s.db, keys.Delivery(ref.BrandID, ref.DeliveryID))
 	if err != nil {
 		return AttemptResult{}, records.NotFound(err, "delivery", ref.DeliveryID)
 	}
@@ -37,8 +38,8 @@ func (s *Engine) AbandonDelivery(ctx context.Context, ref DeliveryRef) (AttemptR
 // queue; its id, which sorts by its event's time, may be older than the
 // probe's) has seen no attempt of the probe fail, and stays parked for a
 // probe of its own.
-func (s *Engine) abandonParked(ctx context.Context, ref DeliveryRef, last time.Time) (bool, error) {
-	rec, err := records.Get[deliveryRecord](ctx, s.db, keys.Delivery(ref.BrandID, ref.DeliveryID))
+func (s *Engine) abandonParked(ctx context.Context, ref endpoints.DeliveryRef, last time.Time) (bool, error) {
+	rec, err := records.Get[endpoints.DeliveryRecord](ctx, s.db, keys.Delivery(ref.BrandID, ref.DeliveryID))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return false, nil // expired meanwhile
@@ -62,7 +63,7 @@ func (s *Engine) abandonParked(ctx context.Context, ref DeliveryRef, last time.T
 // the conversions' entries are written: each gets its event (as the fan-out
 // from the stream makes it) so that its id can be re-driven, or is deleted
 // when its conversion was never written (outboxedConversions).
-func (s *Engine) Overdue(ctx context.Context, cutoff time.Time, limit int) (events []string, deliveries []DeliveryRef, err error) {
+func (s *Engine) Overdue(ctx context.Context, cutoff time.Time, limit int) (events []string, deliveries []endpoints.DeliveryRef, err error) {
 	events, err = oldestFirst(ctx, s.db, store.GSI3, keys.OutboxPK, ids.Ceil("evt_", cutoff), limit, func(it store.Item) (string, error) {
 		return it.GSI3.SK, nil
 	})
@@ -74,10 +75,10 @@ func (s *Engine) Overdue(ctx context.Context, cutoff time.Time, limit int) (even
 		return nil, nil, err
 	}
 	events = append(events, created...)
-	deliveries, err = oldestFirst(ctx, s.db, store.GSI3, keys.DueQueuePK, keys.DueQueueSK(cutoff, "~"), limit, func(it store.Item) (DeliveryRef, error) {
-		var rec deliveryRecord
+	deliveries, err = oldestFirst(ctx, s.db, store.GSI3, keys.DueQueuePK, keys.DueQueueSK(cutoff, "~"), limit, func(it store.Item) (endpoints.DeliveryRef, error) {
+		var rec endpoints.DeliveryRecord
 		err := records.Decode(it, &rec)
-		return DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID}, err
+		return endpoints.DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID}, err
 	})
 	return events, deliveries, err
 }

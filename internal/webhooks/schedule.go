@@ -4,11 +4,13 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/tally-hq/tally/internal/endpoints"
 )
 
 // job is one attempt the local pipeline has to make.
 type job struct {
-	ref      DeliveryRef
+	ref      endpoints.DeliveryRef
 	endpoint string // the subscription or partner it goes to
 	attempt  int    // counted in the delivery's current schedule
 }

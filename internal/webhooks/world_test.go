@@ -23,7 +23,7 @@ import (
 // world's.
 type world struct {
 	*Engine
-	*Log
+	*endpoints.Log
 	*identityService
 	*partnersService
 	*offersService
@@ -79,7 +79,7 @@ func newWorld(t *testing.T, st store.Store, opts ...worldOption) *world {
 		DeliveryRetention: 30 * 24 * time.Hour,
 		Writes:            Batched{},
 	})
-	w.Log = NewLog(db, w.endpointsService, 30*24*time.Hour, NoRequeue)
+	w.Log = endpoints.NewLog(db, w.endpointsService, 30*24*time.Hour, endpoints.NoRequeue)
 	return w
 }
 

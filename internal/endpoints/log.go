@@ -1,4 +1,4 @@
-package webhooks
+package endpoints
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/catalog"
-	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/records"
@@ -23,7 +22,7 @@ import (
 // retries and recoveries of what failed.
 type Log struct {
 	db        *records.DB
-	endpoints *endpoints.Service
+	endpoints *Service
 	// deliveryRetention is how long a delivery stays after its last change.
 	deliveryRetention time.Duration
 	// requeue hands a delivery made pending again to the transport that
@@ -43,7 +42,7 @@ func NoRequeue(context.Context, DeliveryRef) error { return nil }
 // NewLog returns the log over db of the deliveries to e's endpoints, each
 // kept deliveryRetention after its last change, handing deliveries made
 // pending again to requeue.
-func NewLog(db *records.DB, e *endpoints.Service, deliveryRetention time.Duration, requeue Requeue) *Log {
+func NewLog(db *records.DB, e *Service, deliveryRetention time.Duration, requeue Requeue) *Log {
 	return &Log{db: db, endpoints: e, deliveryRetention: deliveryRetention, requeue: requeue}
 }
 
@@ -99,7 +98,7 @@ func (s *Log) recoverEndpoint(ctx context.Context, brandID, endpointID string, k
 	if err != nil {
 		return Recovery{}, err
 	}
-	if endpoints.HealthOf(it).Status == tally.EndpointDisabled {
+	if HealthOf(it).Status == tally.EndpointDisabled {
 		return Recovery{}, tally.Errorf(tally.ECodeInvalidTransition, "The endpoint is disabled; enable it before recovering its deliveries.")
 	}
 	out := Recovery{Since: tally.NewTime(since)}
@@ -107,7 +106,7 @@ func (s *Log) recoverEndpoint(ctx context.Context, brandID, endpointID string, k
 	for shard := range keys.Shards {
 		sp.Parts = append(sp.Parts, records.Partition{Index: store.GSI2, PK: keys.DeliveriesByEndpoint(brandID, endpointID, shard)})
 	}
-	failed := func(d *deliveryRecord) bool { return d.Status == tally.DeliveryFailed }
+	failed := func(d *DeliveryRecord) bool { return d.Status == tally.DeliveryFailed }
 	p := records.ListParams{Limit: records.MaxLimit}
 	for {
 		recs, next, err := records.ListSpan(ctx, s.db, sp, p, failed)
@@ -139,7 +138,7 @@ func (s *Log) Delivery(ctx context.Context, brandID, deliveryID string) (tally.D
 	if !ids.Valid("wh_", deliveryID) {
 		return tally.Delivery{}, records.NotFound(store.ErrNotFound, "delivery", deliveryID)
 	}
-	rec, err := records.Get[deliveryRecord](ctx, s.db, keys.Delivery(brandID, deliveryID))
+	rec, err := records.Get[DeliveryRecord](ctx, s.db, keys.Delivery(brandID, deliveryID))
 	return rec.Delivery, records.NotFound(err, "delivery", deliveryID)
 }
 
@@ -206,7 +205,7 @@ func (s *Log) Deliveries(ctx context.Context, brandID string, f DeliveryFilter, 
 			sp.Parts = append(sp.Parts, records.Partition{PK: keys.DeliveryPK(brandID, shard)})
 		}
 	}
-	keep := func(d *deliveryRecord) bool {
+	keep := func(d *DeliveryRecord) bool {
 		return (f.Type == "" || d.Type == f.Type) && (f.Status == "" || d.Status == f.Status) &&
 			(f.Event == "" || d.Event == f.Event) && (f.EventID == "" || d.EventID == f.EventID)
 	}
@@ -224,15 +223,15 @@ func (s *Log) RetryDelivery(ctx context.Context, brandID, deliveryID string) (ta
 	if !ids.Valid("wh_", deliveryID) {
 		return tally.Delivery{}, records.NotFound(store.ErrNotFound, "delivery", deliveryID)
 	}
-	rec, err := records.Get[deliveryRecord](ctx, s.db, keys.Delivery(brandID, deliveryID))
+	rec, err := records.Get[DeliveryRecord](ctx, s.db, keys.Delivery(brandID, deliveryID))
 	if err != nil {
 		return tally.Delivery{}, records.NotFound(err, "delivery", deliveryID)
 	}
 	if rec.Status != tally.DeliveryFailed {
 		return tally.Delivery{}, tally.Errorf(tally.ECodeInvalidTransition, "Only failed deliveries can be retried; this one is %s.", rec.Status)
 	}
-	if _, err := s.db.Get(ctx, rec.endpointKey()); errors.Is(err, store.ErrNotFound) {
-		return tally.Delivery{}, tally.Errorf(tally.ECodeInvalidTransition, "The delivery's %s was deleted; there is nowhere to send it.", rec.endpointName())
+	if _, err := s.db.Get(ctx, rec.EndpointKey()); errors.Is(err, store.ErrNotFound) {
+		return tally.Delivery{}, tally.Errorf(tally.ECodeInvalidTransition, "The delivery's %s was deleted; there is nowhere to send it.", rec.EndpointName())
 	} else if err != nil {
 		return tally.Delivery{}, err
 	}
@@ -246,20 +245,27 @@ func (s *Log) RetryDelivery(ctx context.Context, brandID, deliveryID string) (ta
 // restart makes a failed delivery pending with a fresh schedule (attempt 1
 // now) and hands it to the transport. It fails with a condition failure if
 // the delivery is no longer failed.
-func (s *Log) restart(ctx context.Context, rec deliveryRecord) (deliveryRecord, error) {
+func (s *Log) restart(ctx context.Context, rec DeliveryRecord) (DeliveryRecord, error) {
 	failed := rec
 	now := s.db.Now()
 	rec.Status, rec.CycleStart = tally.DeliveryPending, len(rec.Attempts)
 	rec.NextAttemptAt, rec.UpdatedAt = ptrTo(tally.NewTime(now)), tally.NewTime(now)
-	err := s.db.Transact(ctx, store.Put(deliveryItem(rec, s.deliveryRetention), store.AttrEquals("status", tally.DeliveryFailed), store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts)))))
+	err := s.db.Transact(ctx, store.Put(DeliveryItem(rec, s.deliveryRetention), store.AttrEquals("status", tally.DeliveryFailed), store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts)))))
 	if err != nil {
 		return rec, err
 	}
 	if err := s.requeue(ctx, DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID}); err != nil {
 		// Nothing will pick the delivery up: put it back as it was, so the
 		// retry can be asked for again.
-		undo := s.db.Transact(ctx, store.Put(deliveryItem(failed, s.deliveryRetention), store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts))), store.AttrEquals("status", tally.DeliveryPending)))
+		undo := s.db.Transact(ctx, store.Put(DeliveryItem(failed, s.deliveryRetention), store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts))), store.AttrEquals("status", tally.DeliveryPending)))
 		return rec, errors.Join(err, undo)
 	}
 	return rec, nil
 }
+
+// deliveryTypes and deliveryStatuses are every value of the two, for the
+// index partitions a list reads.
+var (
+	deliveryTypes    = []string{tally.DeliveryWebhook, tally.DeliveryPostback}
+	deliveryStatuses = []string{tally.DeliveryPending, tally.DeliverySucceeded, tally.DeliveryFailed}
+)

@@ -1,0 +1,90 @@
+package endpoints
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/store"
+)
+
+// deliveryRecord is the stored delivery: what the log shows, plus what an
+// attempt needs without further reads.
+type DeliveryRecord struct {
+	tally.Delivery
+	// CycleStart is how many attempts came before the current schedule (a
+	// manual retry starts a new one).
+	CycleStart int `json:"cycleStart,omitempty"`
+	// Parked: waiting for its endpoint's circuit (breaker.go).
+	Parked bool `json:"parked,omitempty"`
+	// unsaved: planned by Dispatch and not written yet; its first write
+	// is conditioned on the delivery being absent.
+	Unsaved bool
+}
+
+// asRead is the condition that the delivery is stored as rec was read: as
+// many attempts, or absent while it is unsaved.
+func (rec DeliveryRecord) AsRead() store.Cond {
+	if rec.Unsaved {
+		return store.NotExists()
+	}
+	return store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts)))
+}
+
+// DeliveryRef names a delivery for the transports (queue messages, state
+// machine input).
+type DeliveryRef struct {
+	BrandID    string `json:"brandId"`
+	DeliveryID string `json:"deliveryId"`
+}
+
+// deliveryItem is the stored delivery; it expires keep after its last
+// change (the table's TTL takes it and its attempts).
+func DeliveryItem(rec DeliveryRecord, keep time.Duration) store.Item {
+	shard := keys.ShardOf(rec.ID)
+	it := store.Item{
+		Key:       keys.Delivery(rec.BrandID, rec.ID),
+		GSI1:      store.IndexKey{PK: keys.DeliveriesByTypeStatus(rec.BrandID, rec.Type, rec.Status, shard), SK: rec.ID},
+		GSI2:      store.IndexKey{PK: keys.DeliveriesByEndpoint(rec.BrandID, rec.EndpointID(), shard), SK: rec.ID},
+		Attrs:     map[string]string{"status": rec.Status, "attempts": strconv.Itoa(len(rec.Attempts))},
+		Data:      records.MustJSON(rec),
+		ExpiresAt: rec.UpdatedAt.Add(keep).Unix(),
+	}
+	switch {
+	case rec.Status != tally.DeliveryPending:
+	case rec.Parked:
+		it.GSI3 = store.IndexKey{PK: keys.ParkedPK(rec.BrandID, rec.EndpointID(), keys.QueueShardOf(rec.ID)), SK: rec.ID}
+	case rec.NextAttemptAt != nil:
+		it.GSI3 = store.IndexKey{PK: keys.DueQueuePK(keys.QueueShardOf(rec.ID)), SK: keys.DueQueueSK(rec.NextAttemptAt.Time, rec.ID)}
+	}
+	return it
+}
+
+// endpointID is the subscription's id for a webhook, the partner's for a
+// postback.
+func (rec DeliveryRecord) EndpointID() string {
+	if rec.Type == tally.DeliveryPostback {
+		return rec.PartnerID
+	}
+	return rec.SubscriptionID
+}
+
+func (rec DeliveryRecord) EndpointName() string {
+	if rec.Type == tally.DeliveryPostback {
+		return "postback of partner " + rec.PartnerID
+	}
+	return "subscription " + rec.SubscriptionID
+}
+
+func (rec DeliveryRecord) EndpointKey() store.Key {
+	if rec.Type == tally.DeliveryPostback {
+		return keys.Postback(rec.BrandID, rec.PartnerID)
+	}
+	return keys.Subscription(rec.BrandID, rec.SubscriptionID)
+}
+
+func (rec DeliveryRecord) Ref() DeliveryRef {
+	return DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID}
+}
