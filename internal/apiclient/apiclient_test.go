@@ -15,9 +15,10 @@ import (
 	"github.com/tally-hq/tally/internal/apiclient"
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 func TestMain(m *testing.M) { dynamotest.Main(m) }
@@ -58,8 +59,8 @@ func TestClientIsGeneratedFromTheDocument(t *testing.T) {
 }
 
 // server serves the API over real HTTP on st, with a rate limit of limit.
-func server(t *testing.T, st store.Store, limit int, opts ...tracking.Option) (*tracking.Service, string) {
-	svc := tracking.New(st, append(opts, tracking.WithLoopbackReceivers())...)
+func server(t *testing.T, st store.Store, limit int, opts ...service.Option) (*service.Service, string) {
+	svc := servicetest.New(st, append(opts, service.WithLoopbackReceivers())...)
 	srv := httptest.NewServer(httpapi.New(svc, httpapi.Config{RateLimit: limit, ApplicationRateLimit: limit, Logger: slog.New(slog.DiscardHandler)}).Handler())
 	t.Cleanup(srv.Close)
 	return svc, srv.URL
@@ -81,11 +82,11 @@ func TestClientDecodesRealAnswers(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		ctx := t.Context()
 		svc, base := server(t, st, 1000)
-		brand, err := svc.CreateBrand(ctx, "Acme")
+		brand, err := svc.Identity.CreateBrand(ctx, "Acme")
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, key, err := svc.CreateAPIKey(ctx, brand.ID)
+		_, key, err := svc.Identity.CreateAPIKey(ctx, brand.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -196,7 +197,7 @@ func TestClientDecodesRealAnswers(t *testing.T) {
 		}
 
 		// Past the rate limit: 429 with the headers.
-		_, limitedBase := server(t, st, 1, tracking.WithClock(testenv.MidMinute().Now))
+		_, limitedBase := server(t, st, 1, service.WithClock(testenv.MidMinute().Now))
 		limited, err := apiclient.NewClientWithResponses(limitedBase, bearer(key))
 		if err != nil {
 			t.Fatal(err)

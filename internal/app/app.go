@@ -20,7 +20,7 @@ import (
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/fraud"
 	"github.com/tally-hq/tally/internal/httpapi"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/service"
 )
 
 // Environment variables.
@@ -121,9 +121,9 @@ type ServiceSettings struct {
 // ServiceOptions reads the tracking service's settings from the
 // environment: when a failing webhook subscription or partner postback is
 // disabled (defaults: 100 consecutive failed attempts, 120h) and how long
-// deliveries stay (default tracking.DefaultDeliveryRetention).
-func ServiceOptions() ([]tracking.Option, ServiceSettings, error) {
-	set := ServiceSettings{endpoints.DefaultDisableAfterFailures, endpoints.DefaultDisableAfterFailing, tracking.DefaultDeliveryRetention}
+// deliveries stay (default endpoints.DefaultDeliveryRetention).
+func ServiceOptions() ([]service.Option, ServiceSettings, error) {
+	set := ServiceSettings{endpoints.DefaultDisableAfterFailures, endpoints.DefaultDisableAfterFailing, endpoints.DefaultDeliveryRetention}
 	failures, err := positiveInt(EnvDisableAfterFailures)
 	if err != nil {
 		return nil, set, err
@@ -141,9 +141,9 @@ func ServiceOptions() ([]tracking.Option, ServiceSettings, error) {
 	if days > 0 {
 		set.DeliveryRetention = time.Duration(days) * 24 * time.Hour
 	}
-	return []tracking.Option{
-		tracking.WithEndpointHealth(set.DisableAfterFailures, set.DisableAfterFailing),
-		tracking.WithDeliveryRetention(set.DeliveryRetention),
+	return []service.Option{
+		service.WithEndpointHealth(set.DisableAfterFailures, set.DisableAfterFailing),
+		service.WithDeliveryRetention(set.DeliveryRetention),
 	}, set, nil
 }
 
@@ -186,7 +186,7 @@ func LogLevel() slog.Level {
 const ApproverInterval = 30 * time.Second
 
 // RunApprover runs the hold-time approval job every interval until ctx ends.
-func RunApprover(ctx context.Context, svc *tracking.Service, interval time.Duration, log *slog.Logger) {
+func RunApprover(ctx context.Context, svc *service.Service, interval time.Duration, log *slog.Logger) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -194,7 +194,7 @@ func RunApprover(ctx context.Context, svc *tracking.Service, interval time.Durat
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			n, err := svc.ApproveDue(ctx)
+			n, err := svc.Conversions.ApproveDue(ctx)
 			if err != nil && ctx.Err() == nil {
 				log.Error("hold-time approval failed", "err", err.Error(), "approved", n)
 			} else if n > 0 {

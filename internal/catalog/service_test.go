@@ -12,9 +12,15 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/catalog"
 	"github.com/tally-hq/tally/internal/catalog/schemacheck"
+	"github.com/tally-hq/tally/internal/clicks"
+	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/dynamotest"
+	"github.com/tally-hq/tally/internal/offers"
+	"github.com/tally-hq/tally/internal/partners"
+	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 func TestMain(m *testing.M) { dynamotest.Main(m) }
@@ -28,19 +34,19 @@ var notEmittedYet = map[string]bool{tally.EventWebhookTest: true}
 var start = testenv.Start()
 
 // service is one brand on a fresh embedded store with a settable clock.
-type service struct {
+type brandService struct {
 	t       *testing.T
 	ctx     context.Context
 	clock   *testenv.Clock
-	svc     *tracking.Service
+	svc     *service.Service
 	brandID string
 	n       int
 }
 
-func newService(t *testing.T) *service {
-	s := &service{t: t, ctx: context.Background(), clock: testenv.NewClock(start)}
-	s.svc = tracking.New(testenv.Bolt(t), tracking.WithClock(s.clock.Now))
-	b, err := s.svc.CreateBrand(s.ctx, "Acme Outdoor")
+func newService(t *testing.T) *brandService {
+	s := &brandService{t: t, ctx: context.Background(), clock: testenv.NewClock(start)}
+	s.svc = servicetest.New(testenv.Bolt(t), service.WithClock(s.clock.Now))
+	b, err := s.svc.Identity.CreateBrand(s.ctx, "Acme Outdoor")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,9 +56,9 @@ func newService(t *testing.T) *service {
 
 func ptr[T any](v T) *T { return &v }
 
-func (s *service) offer(approval string, holdHours int, caps tally.Caps) tally.Offer {
+func (s *brandService) offer(approval string, holdHours int, caps tally.Caps) tally.Offer {
 	s.t.Helper()
-	o, err := s.svc.CreateOffer(s.ctx, s.brandID, tracking.OfferInput{
+	o, err := s.svc.Offers.CreateOffer(s.ctx, s.brandID, offers.OfferInput{
 		Name: ptr("Hiking boots"), DestinationURL: ptr("https://shop.example/boots?c={click_id}"),
 		RevenueCents: ptr(int64(4999)), PayoutCents: ptr(int64(750)), Currency: ptr("USD"),
 		Approval: ptr(approval), HoldHours: ptr(holdHours), Caps: &caps,
@@ -63,10 +69,10 @@ func (s *service) offer(approval string, holdHours int, caps tally.Caps) tally.O
 	return o
 }
 
-func (s *service) apply(name, email string) tally.Partner {
+func (s *brandService) apply(name, email string) tally.Partner {
 	s.t.Helper()
 	s.n++
-	p, err := s.svc.Apply(s.ctx, s.brandID, tracking.ApplicationInput{
+	p, err := s.svc.Partners.Apply(s.ctx, s.brandID, partners.ApplicationInput{
 		Name: ptr(name), Email: ptr(email),
 		Website: ptr(fmt.Sprintf("https://partner%d.example", s.n)), Message: ptr("We review outdoor gear."),
 	})
@@ -76,17 +82,17 @@ func (s *service) apply(name, email string) tally.Partner {
 	return p
 }
 
-func (s *service) do(what string, err error) {
+func (s *brandService) do(what string, err error) {
 	s.t.Helper()
 	if err != nil {
 		s.t.Fatalf("%s: %v", what, err)
 	}
 }
 
-func (s *service) convert(offerID, partnerID string, in tracking.ConversionInput) tally.Conversion {
+func (s *brandService) convert(offerID, partnerID string, in conversions.ConversionInput) tally.Conversion {
 	s.t.Helper()
 	in.OfferID, in.PartnerID = &offerID, &partnerID
-	c, created, err := s.svc.RecordConversion(s.ctx, s.brandID, in)
+	c, created, err := s.svc.Conversions.RecordConversion(s.ctx, s.brandID, in)
 	if err != nil || !created {
 		s.t.Fatalf("record conversion: created=%v err=%v", created, err)
 	}
@@ -95,12 +101,12 @@ func (s *service) convert(offerID, partnerID string, in tracking.ConversionInput
 
 // envelopes returns every event of the brand as the JSON envelope that is
 // delivered.
-func (s *service) envelopes() []tally.Event {
+func (s *brandService) envelopes() []tally.Event {
 	s.t.Helper()
 	var out []tally.Event
-	p := tracking.ListParams{Limit: tracking.MaxLimit}
+	p := records.ListParams{Limit: records.MaxLimit}
 	for {
-		page, next, err := s.svc.Events(s.ctx, s.brandID, p)
+		page, next, err := s.svc.Events.Events(s.ctx, s.brandID, p)
 		if err != nil {
 			s.t.Fatal(err)
 		}
@@ -140,70 +146,70 @@ func TestServiceEventsMatchSchemas(t *testing.T) {
 	// Partners: applied → active → banned; applied → rejected → banned;
 	// applied → banned. The last has a name and address outside ASCII.
 	alice := s.apply("Trail Gear Reviews", "maria@trailgear.example")
-	_, err := s.svc.ApprovePartner(s.ctx, s.brandID, alice.ID)
+	_, err := s.svc.Partners.ApprovePartner(s.ctx, s.brandID, alice.ID)
 	s.do("approve partner", err)
 	turnedDown := s.apply("Coupon Blast", "deals@couponblast.example")
-	_, err = s.svc.RejectPartner(s.ctx, s.brandID, turnedDown.ID)
+	_, err = s.svc.Partners.RejectPartner(s.ctx, s.brandID, turnedDown.ID)
 	s.do("reject partner", err)
-	_, err = s.svc.BanPartner(s.ctx, s.brandID, turnedDown.ID)
+	_, err = s.svc.Partners.BanPartner(s.ctx, s.brandID, turnedDown.ID)
 	s.do("ban rejected partner", err)
 	spammer := s.apply("  Jörg's Bärenstark Deals  ", "jörg@exämple.com")
-	_, err = s.svc.BanPartner(s.ctx, s.brandID, spammer.ID)
+	_, err = s.svc.Partners.BanPartner(s.ctx, s.brandID, spammer.ID)
 	s.do("ban applied partner", err)
 
 	// An automatic offer with a global cap of 2: the first conversion is
 	// approved at once, the second reaches the cap, the third is refused.
 	auto := s.offer(tally.ApprovalAuto, 0, tally.Caps{Global: ptr(int64(2))})
-	s.convert(auto.ID, alice.ID, tracking.ConversionInput{
+	s.convert(auto.ID, alice.ID, conversions.ConversionInput{
 		Sub1: ptr("spring-sale"), ExternalTxnID: ptr("ORD-100482"), RevenueCents: ptr(int64(0)), PayoutCents: ptr(int64(0)), Currency: ptr("EUR"),
 	})
 	// The same externalTxnId again creates nothing.
-	if _, created, err := s.svc.RecordConversion(s.ctx, s.brandID, tracking.ConversionInput{
+	if _, created, err := s.svc.Conversions.RecordConversion(s.ctx, s.brandID, conversions.ConversionInput{
 		OfferID: &auto.ID, PartnerID: &alice.ID, ExternalTxnID: ptr("ORD-100482"),
 	}); err != nil || created {
 		t.Fatalf("replayed conversion: created=%v err=%v", created, err)
 	}
-	s.convert(auto.ID, alice.ID, tracking.ConversionInput{Sub1: ptr(strings.Repeat("s", 255))})
-	if _, _, err := s.svc.RecordConversion(s.ctx, s.brandID, tracking.ConversionInput{OfferID: &auto.ID, PartnerID: &alice.ID}); tally.ErrorCode(err) != tally.ECodeCapReached {
+	s.convert(auto.ID, alice.ID, conversions.ConversionInput{Sub1: ptr(strings.Repeat("s", 255))})
+	if _, _, err := s.svc.Conversions.RecordConversion(s.ctx, s.brandID, conversions.ConversionInput{OfferID: &auto.ID, PartnerID: &alice.ID}); tally.ErrorCode(err) != tally.ECodeCapReached {
 		t.Fatalf("conversion over the cap: %v, want cap_reached", err)
 	}
 
 	// A manual offer: one conversion approved by hand, one rejected.
 	manual := s.offer(tally.ApprovalManual, 0, tally.Caps{})
-	toApprove := s.convert(manual.ID, alice.ID, tracking.ConversionInput{PayoutCents: ptr(int64(0))})
-	toReject := s.convert(manual.ID, alice.ID, tracking.ConversionInput{ExternalTxnID: ptr("ORD-100317")})
-	_, err = s.svc.ApproveConversion(s.ctx, s.brandID, toApprove.ID)
+	toApprove := s.convert(manual.ID, alice.ID, conversions.ConversionInput{PayoutCents: ptr(int64(0))})
+	toReject := s.convert(manual.ID, alice.ID, conversions.ConversionInput{ExternalTxnID: ptr("ORD-100317")})
+	_, err = s.svc.Conversions.ApproveConversion(s.ctx, s.brandID, toApprove.ID)
 	s.do("approve conversion", err)
-	_, err = s.svc.RejectConversion(s.ctx, s.brandID, toReject.ID)
+	_, err = s.svc.Conversions.RejectConversion(s.ctx, s.brandID, toReject.ID)
 	s.do("reject conversion", err)
 
 	// A manual offer with a hold: approved automatically once it elapses.
 	held := s.offer(tally.ApprovalManual, 24, tally.Caps{})
-	s.convert(held.ID, alice.ID, tracking.ConversionInput{})
+	s.convert(held.ID, alice.ID, conversions.ConversionInput{})
 	s.clock.Set(start.Add(24*time.Hour + time.Second))
-	if n, err := s.svc.ApproveDue(s.ctx); err != nil || n != 1 {
+	if n, err := s.svc.Conversions.ApproveDue(s.ctx); err != nil || n != 1 {
 		t.Fatalf("ApproveDue after the hold: approved %d (%v), want 1", n, err)
 	}
 
 	// A partner whose clicks come from a bot is banned by the auto-ban rule
 	// at its second high-risk click; a clean click before raises nothing.
 	clicker := s.apply("Click Farm Media", "ops@clickfarm.example")
-	_, err = s.svc.ApprovePartner(s.ctx, s.brandID, clicker.ID)
+	_, err = s.svc.Partners.ApprovePartner(s.ctx, s.brandID, clicker.ID)
 	s.do("approve partner", err)
-	_, err = s.svc.UpdateFraudSettings(s.ctx, s.brandID, tracking.FraudSettingsInput{Threshold: ptr(70),
-		AutoBan: &tracking.AutoBanInput{Enabled: ptr(true), HighRiskClicks: ptr(2), WindowHours: ptr(24)}})
+	_, err = s.svc.Clicks.UpdateFraudSettings(s.ctx, s.brandID, clicks.FraudSettingsInput{Threshold: ptr(70),
+		AutoBan: &clicks.AutoBanInput{Enabled: ptr(true), HighRiskClicks: ptr(2), WindowHours: ptr(24)}})
 	s.do("enable auto-ban", err)
 	for _, visit := range []struct{ ip, ua string }{
 		{"192.0.2.10", "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"},
 		{"3.5.140.1", ""},         // AWS, no User-Agent: 90
 		{"2001:db8::9", "curl/8"}, // a bot: 80, the second high-risk click
 	} {
-		_, _, err := s.svc.RecordClick(s.ctx, tracking.ClickInput{OfferID: manual.ID, PartnerID: clicker.ID, IP: netip.MustParseAddr(visit.ip), UserAgent: visit.ua})
+		_, _, err := s.svc.Clicks.RecordClick(s.ctx, clicks.ClickInput{OfferID: manual.ID, PartnerID: clicker.ID, IP: netip.MustParseAddr(visit.ip), UserAgent: visit.ua})
 		s.do("click", err)
 	}
 
 	// Banning the active partner comes last: its conversions stop here.
-	_, err = s.svc.BanPartner(s.ctx, s.brandID, alice.ID)
+	_, err = s.svc.Partners.BanPartner(s.ctx, s.brandID, alice.ID)
 	s.do("ban active partner", err)
 
 	seen := map[string]int{}
@@ -253,7 +259,7 @@ func TestServiceEventsMatchSchemas(t *testing.T) {
 func TestServiceCapPeriodsMatchSchema(t *testing.T) {
 	s := newService(t)
 	p := s.apply("Trail Gear Reviews", "maria@trailgear.example")
-	_, err := s.svc.ApprovePartner(s.ctx, s.brandID, p.ID)
+	_, err := s.svc.Partners.ApprovePartner(s.ctx, s.brandID, p.ID)
 	s.do("approve partner", err)
 	o := s.offer(tally.ApprovalAuto, 0, tally.Caps{Daily: ptr(int64(1)), Weekly: ptr(int64(2)), Monthly: ptr(int64(3))})
 	// A Friday reaches the day's cap; the Saturday the day's and the ISO
@@ -265,7 +271,7 @@ func TestServiceCapPeriodsMatchSchema(t *testing.T) {
 	}
 	for _, days := range []int{0, 1, 3} {
 		s.clock.Set(friday.AddDate(0, 0, days))
-		s.convert(o.ID, p.ID, tracking.ConversionInput{})
+		s.convert(o.ID, p.ID, conversions.ConversionInput{})
 	}
 
 	caps := map[string]bool{}

@@ -32,9 +32,9 @@ import (
 
 	"github.com/tally-hq/tally/internal/app"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store/bolt"
 	"github.com/tally-hq/tally/internal/store/dynamo"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 const usage = `Usage:
@@ -297,7 +297,7 @@ func adminLocal(ctx context.Context, dataDir, method, path string, payload []byt
 	}
 	defer st.Close()
 	token := newToken()
-	api := httpapi.New(tracking.New(st), httpapi.Config{AdminToken: token, Logger: discardLogger()})
+	api := httpapi.New(service.New(st), httpapi.Config{AdminToken: token, Logger: discardLogger()})
 	req := httptest.NewRequestWithContext(ctx, method, path, bytes.NewReader(payload))
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")

@@ -23,8 +23,9 @@ import (
 	"github.com/tally-hq/tally/internal/dashboard"
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store/bolt"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/webhooks"
 )
 
 // shutdownGrace is how long in-flight requests get to finish on SIGTERM.
@@ -106,19 +107,21 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	opts = append(opts, tracking.WithLoopbackReceivers(), tracking.WithRetryScale(retryScale))
-	var pipelineOpts []tracking.PipelineOption
+	opts = append(opts, service.WithLoopbackReceivers(), service.WithRetryScale(retryScale))
+	var pipelineOpts []webhooks.PipelineOption
 	if app.UsesDynamoDB() {
 		// Other processes may serve from the same table: each attempt is
 		// claimed in the table before it is sent.
-		pipelineOpts = append(pipelineOpts, tracking.SharedStore())
+		pipelineOpts = append(pipelineOpts, webhooks.SharedStore())
+		opts = append(opts, service.Partitioned())
 	} else {
 		// The embedded store is locked to this process: its counts are
 		// exact, and what it remembers of brands without endpoints holds.
-		opts = append(opts, tracking.WithProcessRateLimits(), tracking.WithOutboxOnlyForEndpoints())
+		opts = append(opts, service.WithProcessRateLimits(), service.WithOutboxOnlyForEndpoints())
 	}
-	svc := tracking.New(st, opts...)
-	pipeline := svc.NewPipeline(delivery.NewSender(delivery.Options{AllowLoopback: true}), workers, log, pipelineOpts...)
+	opts = append(opts, service.WithPipeline(delivery.NewSender(delivery.Options{AllowLoopback: true}), workers, log, pipelineOpts...))
+	svc := service.New(st, opts...)
+	pipeline := svc.Pipeline
 
 	ln, err := net.Listen("tcp", *addr)
 	if errors.Is(err, syscall.EADDRINUSE) {

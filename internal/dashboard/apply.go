@@ -8,7 +8,7 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/httpapi"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/partners"
 )
 
 // applyData is the public application page: the brand it is for, what was
@@ -23,7 +23,7 @@ type applyData struct {
 }
 
 func (d *Dashboard) applyPage(w http.ResponseWriter, r *http.Request) {
-	b, err := d.svc.Brand(r.Context(), r.PathValue("brandId"))
+	b, err := d.svc.Identity.Brand(r.Context(), r.PathValue("brandId"))
 	if err != nil {
 		d.errorPage(w, r, nil, err)
 		return
@@ -36,13 +36,13 @@ func (d *Dashboard) apply(w http.ResponseWriter, r *http.Request) {
 		d.csrfRefused(w, r)
 		return
 	}
-	b, err := d.svc.Brand(r.Context(), r.PathValue("brandId"))
+	b, err := d.svc.Identity.Brand(r.Context(), r.PathValue("brandId"))
 	if err != nil {
 		d.errorPage(w, r, nil, err)
 		return
 	}
 	data := applyData{Brand: b, Values: map[string]string{}, Errors: map[string]string{}, Form: formToken(w, r)}
-	in := tracking.ApplicationInput{}
+	in := partners.ApplicationInput{}
 	for field, target := range map[string]**string{"name": &in.Name, "email": &in.Email, "website": &in.Website, "message": &in.Message} {
 		v := strings.TrimSpace(r.PostFormValue(field))
 		data.Values[field] = v
@@ -57,7 +57,7 @@ func (d *Dashboard) apply(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The same per-IP budget as the API's application form.
-	dec, err := d.svc.Allow(r.Context(), "form:"+httpapi.ClientIP(r), d.cfg.ApplicationRateLimit)
+	dec, err := d.svc.Limits.Allow(r.Context(), "form:"+httpapi.ClientIP(r), d.cfg.ApplicationRateLimit)
 	if err != nil {
 		d.errorPage(w, r, nil, err)
 		return
@@ -68,7 +68,7 @@ func (d *Dashboard) apply(w http.ResponseWriter, r *http.Request) {
 		renderStatus(w, http.StatusTooManyRequests, "apply", v)
 		return
 	}
-	p, err := d.svc.Apply(r.Context(), b.ID, in)
+	p, err := d.svc.Partners.Apply(r.Context(), b.ID, in)
 	if err != nil {
 		if f := tally.ErrorField(err); f != "" {
 			data.Errors[f] = tally.ErrorMessage(err)

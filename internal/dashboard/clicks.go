@@ -4,8 +4,9 @@ import (
 	"net/http"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/clicks"
 	"github.com/tally-hq/tally/internal/fraud"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/records"
 )
 
 // clickRow is a click with its offer's and partner's names, and whether it
@@ -18,7 +19,7 @@ type clickRow struct {
 
 type clicksData struct {
 	Rows       []clickRow
-	Filter     tracking.ClickFilter
+	Filter     clicks.ClickFilter
 	Offers     picker
 	Partners   picker
 	Threshold  int
@@ -35,7 +36,7 @@ type clickNamer struct {
 }
 
 func (d *Dashboard) clickNamer(r *request) (clickNamer, error) {
-	settings, err := d.svc.FraudSettings(r.Context(), r.brandID())
+	settings, err := d.svc.Clicks.FraudSettings(r.Context(), r.brandID())
 	if err != nil {
 		return clickNamer{}, err
 	}
@@ -49,13 +50,13 @@ func (n clickNamer) row(c tally.Click) clickRow {
 
 func (d *Dashboard) clicks(w http.ResponseWriter, r *request) error {
 	q := r.URL.Query()
-	f := tracking.ClickFilter{OfferID: q.Get("offerId"), PartnerID: q.Get("partnerId"), MinScore: q.Get("minScore"), From: q.Get("from"), To: q.Get("to")}
+	f := clicks.ClickFilter{OfferID: q.Get("offerId"), PartnerID: q.Get("partnerId"), MinScore: q.Get("minScore"), From: q.Get("from"), To: q.Get("to")}
 	n, err := d.clickNamer(r)
 	if err != nil {
 		return err
 	}
 	data := clicksData{Filter: f, Offers: n.dir.offerPicker(f.OfferID), Partners: n.dir.partnerPicker(f.PartnerID), Threshold: n.threshold}
-	clicks, next, err := d.svc.Clicks(r.Context(), r.brandID(), f, tracking.ListParams{Cursor: q.Get("cursor")})
+	clicks, next, err := d.svc.Clicks.Clicks(r.Context(), r.brandID(), f, records.ListParams{Cursor: q.Get("cursor")})
 	if err != nil {
 		if !isCode(err, tally.ECodeValidation) {
 			return err
@@ -94,7 +95,7 @@ type clickData struct {
 }
 
 func (d *Dashboard) click(w http.ResponseWriter, r *request) error {
-	c, err := d.svc.Click(r.Context(), r.brandID(), r.PathValue("id"))
+	c, err := d.svc.Clicks.Click(r.Context(), r.brandID(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}

@@ -18,13 +18,14 @@ import (
 	"strings"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/accounts"
 	"github.com/tally-hq/tally/internal/httpapi"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/service"
 )
 
 // Dashboard is the pages' handler.
 type Dashboard struct {
-	svc *tracking.Service
+	svc *service.Service
 	cfg httpapi.Config
 	mux *http.ServeMux
 }
@@ -32,7 +33,7 @@ type Dashboard struct {
 // New returns the dashboard over svc. It uses cfg's Logger and its
 // ApplicationRateLimit (the application page shares the API form's per-IP
 // budget).
-func New(svc *tracking.Service, cfg httpapi.Config) http.Handler {
+func New(svc *service.Service, cfg httpapi.Config) http.Handler {
 	if cfg.ApplicationRateLimit == 0 {
 		cfg.ApplicationRateLimit = httpapi.DefaultApplicationRateLimit
 	}
@@ -47,7 +48,7 @@ func New(svc *tracking.Service, cfg httpapi.Config) http.Handler {
 // request is what a signed-in page works with.
 type request struct {
 	*http.Request
-	sess  tracking.Session
+	sess  accounts.Session
 	token string // the session's token, which the CSRF token derives from
 }
 
@@ -152,7 +153,7 @@ var crossOrigin = func() *http.CrossOriginProtection {
 func (d *Dashboard) signedIn(fn pageFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		token := sessionToken(r)
-		sess, err := d.svc.Session(r.Context(), token)
+		sess, err := d.svc.Accounts.Session(r.Context(), token)
 		if err != nil {
 			if tally.ErrorCode(err) != tally.ECodeUnauthorized {
 				d.errorPage(w, r, nil, err)

@@ -18,12 +18,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tally-hq/tally/internal/accounts"
 	"github.com/tally-hq/tally/internal/dashboard"
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 func TestMain(m *testing.M) { dynamotest.Main(m) }
@@ -31,25 +34,25 @@ func TestMain(m *testing.M) { dynamotest.Main(m) }
 type site struct {
 	t       testing.TB
 	srv     *httptest.Server
-	svc     *tracking.Service
+	svc     *service.Service
 	brandID string
 }
 
 const pw = "correct horse battery staple"
 
-func newSite(t testing.TB, st store.Store, cfg httpapi.Config, opts ...tracking.Option) *site {
+func newSite(t testing.TB, st store.Store, cfg httpapi.Config, opts ...service.Option) *site {
 	t.Helper()
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	svc := tracking.New(st, opts...)
+	svc := servicetest.New(st, opts...)
 	cfg.Dashboard = dashboard.New(svc, cfg)
 	srv := httptest.NewServer(httpapi.New(svc, cfg).Handler())
 	t.Cleanup(srv.Close)
-	b, err := svc.CreateBrand(context.Background(), "Acme")
+	b, err := svc.Identity.CreateBrand(context.Background(), "Acme")
 	if err != nil {
 		t.Fatal(err)
 	}
 	email := "owner@acme.example"
-	if _, err := svc.CreateUser(context.Background(), tracking.UserInput{BrandID: &b.ID, Email: &email, Password: ptr(pw)}); err != nil {
+	if _, err := svc.Accounts.CreateUser(context.Background(), accounts.UserInput{BrandID: &b.ID, Email: &email, Password: ptr(pw)}); err != nil {
 		t.Fatal(err)
 	}
 	return &site{t: t, srv: srv, svc: svc, brandID: b.ID}
@@ -200,7 +203,7 @@ func TestFormsNeedTheirToken(t *testing.T) {
 			t.Errorf("%s: %d", name, p.status)
 		}
 	}
-	keys, _, err := s.svc.ActiveAPIKeys(context.Background(), s.brandID, tracking.ListParams{})
+	keys, _, err := s.svc.Identity.ActiveAPIKeys(context.Background(), s.brandID, records.ListParams{})
 	if err != nil || len(keys) != 0 {
 		t.Errorf("refused forms made keys: %v %v", keys, err)
 	}
@@ -227,7 +230,7 @@ func mustURL(s string) *url.URL {
 
 func TestApplicationPage(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
-		s := newSite(t, st, httpapi.Config{ApplicationRateLimit: 2}, tracking.WithClock(testenv.MidMinute().Now))
+		s := newSite(t, st, httpapi.Config{ApplicationRateLimit: 2}, service.WithClock(testenv.MidMinute().Now))
 		c := client(t)
 		form := s.get(c, "/apply/"+s.brandID)
 		apply := url.Values{"csrf": {token(t, form)}, "name": {"Pat"}, "email": {"pat@example.com"}}
@@ -257,7 +260,7 @@ func TestApplicationPage(t *testing.T) {
 func TestSignInThrottling(t *testing.T) {
 	// Mid-window, so the attempts cannot straddle two windows.
 	clock := testenv.NewClock(time.Now().Truncate(15 * time.Minute).Add(5 * time.Minute))
-	s := newSite(t, testenv.Bolt(t), httpapi.Config{}, tracking.WithClock(clock.Now))
+	s := newSite(t, testenv.Bolt(t), httpapi.Config{}, service.WithClock(clock.Now))
 	c := client(t)
 	tok := token(t, s.get(c, "/dashboard/sign-in"))
 	attempt := func(email, password string) page {

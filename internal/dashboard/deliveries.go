@@ -4,7 +4,8 @@ import (
 	"net/http"
 
 	"github.com/tally-hq/tally"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/records"
 )
 
 // deliveryRow is a delivery with its latest attempt and, for a postback,
@@ -17,7 +18,7 @@ type deliveryRow struct {
 
 type deliveriesData struct {
 	Rows     []deliveryRow
-	Filter   tracking.DeliveryFilter
+	Filter   endpoints.DeliveryFilter
 	Types    []string
 	Statuses []string
 	Partners picker
@@ -26,8 +27,8 @@ type deliveriesData struct {
 
 func (d *Dashboard) deliveries(w http.ResponseWriter, r *request) error {
 	q := r.URL.Query()
-	f := tracking.DeliveryFilter{Type: q.Get("type"), Status: q.Get("status"), SubscriptionID: q.Get("subscriptionId"), PartnerID: q.Get("partnerId")}
-	ds, next, err := d.svc.Deliveries(r.Context(), r.brandID(), f, tracking.ListParams{Cursor: q.Get("cursor")})
+	f := endpoints.DeliveryFilter{Type: q.Get("type"), Status: q.Get("status"), SubscriptionID: q.Get("subscriptionId"), PartnerID: q.Get("partnerId")}
+	ds, next, err := d.svc.Deliveries.Deliveries(r.Context(), r.brandID(), f, records.ListParams{Cursor: q.Get("cursor")})
 	if err != nil {
 		return err
 	}
@@ -58,13 +59,13 @@ type deliveryData struct {
 }
 
 func (d *Dashboard) delivery(w http.ResponseWriter, r *request) error {
-	del, err := d.svc.Delivery(r.Context(), r.brandID(), r.PathValue("id"))
+	del, err := d.svc.Deliveries.Delivery(r.Context(), r.brandID(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
 	data := deliveryData{Delivery: del}
 	if del.PartnerID != "" {
-		p, err := d.svc.Partner(r.Context(), r.brandID(), del.PartnerID)
+		p, err := d.svc.Partners.Partner(r.Context(), r.brandID(), del.PartnerID)
 		if err != nil {
 			return err
 		}
@@ -75,7 +76,7 @@ func (d *Dashboard) delivery(w http.ResponseWriter, r *request) error {
 }
 
 func (d *Dashboard) retryDelivery(w http.ResponseWriter, r *request) error {
-	del, err := d.svc.RetryDelivery(r.Context(), r.brandID(), r.PathValue("id"))
+	del, err := d.svc.Deliveries.RetryDelivery(r.Context(), r.brandID(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}

@@ -6,8 +6,9 @@ import (
 	"strings"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/clicks"
 	"github.com/tally-hq/tally/internal/fraud"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/records"
 )
 
 // fraudData is Settings → Fraud: the settings form, the blocklist and the
@@ -30,11 +31,11 @@ var fraudLabels = map[string]string{
 
 // fraudData reads the settings and a page of the blocklist.
 func (d *Dashboard) fraudData(r *request) (fraudData, error) {
-	s, err := d.svc.FraudSettings(r.Context(), r.brandID())
+	s, err := d.svc.Clicks.FraudSettings(r.Context(), r.brandID())
 	if err != nil {
 		return fraudData{}, err
 	}
-	blocked, next, err := d.svc.BlockedIPs(r.Context(), r.brandID(), tracking.ListParams{Cursor: r.URL.Query().Get("cursor")})
+	blocked, next, err := d.svc.Clicks.BlockedIPs(r.Context(), r.brandID(), records.ListParams{Cursor: r.URL.Query().Get("cursor")})
 	data := fraudData{
 		Settings: map[string]string{
 			"threshold":              strconv.Itoa(s.Threshold),
@@ -67,7 +68,7 @@ func (d *Dashboard) saveFraudSettings(w http.ResponseWriter, r *request) error {
 		return err
 	}
 	enabled := r.PostFormValue("autoBan.enabled") == "on"
-	in := tracking.FraudSettingsInput{AutoBan: &tracking.AutoBanInput{Enabled: &enabled}}
+	in := clicks.FraudSettingsInput{AutoBan: &clicks.AutoBanInput{Enabled: &enabled}}
 	data.AutoBan = enabled
 	for field, target := range map[string]**int{"threshold": &in.Threshold, "autoBan.highRiskClicks": &in.AutoBan.HighRiskClicks, "autoBan.windowHours": &in.AutoBan.WindowHours} {
 		v := strings.TrimSpace(r.PostFormValue(field))
@@ -79,7 +80,7 @@ func (d *Dashboard) saveFraudSettings(w http.ResponseWriter, r *request) error {
 		}
 	}
 	if len(data.Errors) == 0 {
-		_, err = d.svc.UpdateFraudSettings(r.Context(), r.brandID(), in)
+		_, err = d.svc.Clicks.UpdateFraudSettings(r.Context(), r.brandID(), in)
 		if err == nil {
 			return redirect(w, r, "/dashboard/settings/fraud", "fraud-saved")
 		}
@@ -95,7 +96,7 @@ func (d *Dashboard) saveFraudSettings(w http.ResponseWriter, r *request) error {
 
 func (d *Dashboard) blockIP(w http.ResponseWriter, r *request) error {
 	cidr, note := strings.TrimSpace(r.PostFormValue("cidr")), strings.TrimSpace(r.PostFormValue("note"))
-	_, err := d.svc.BlockIP(r.Context(), r.brandID(), tracking.BlockedIPInput{CIDR: &cidr, Note: &note})
+	_, err := d.svc.Clicks.BlockIP(r.Context(), r.brandID(), clicks.BlockedIPInput{CIDR: &cidr, Note: &note})
 	if err == nil {
 		return redirect(w, r, "/dashboard/settings/fraud", "ip-blocked")
 	}
@@ -118,7 +119,7 @@ func (d *Dashboard) blockIP(w http.ResponseWriter, r *request) error {
 }
 
 func (d *Dashboard) unblockIP(w http.ResponseWriter, r *request) error {
-	if _, err := d.svc.UnblockIP(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
+	if _, err := d.svc.Clicks.UnblockIP(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
 		return err
 	}
 	return redirect(w, r, "/dashboard/settings/fraud", "ip-unblocked")

@@ -5,7 +5,8 @@ import (
 	"strings"
 
 	"github.com/tally-hq/tally"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/identity"
+	"github.com/tally-hq/tally/internal/records"
 )
 
 // keyRow is a key with how long ago it was used.
@@ -16,17 +17,17 @@ type keyRow struct {
 
 type keysData struct {
 	Keys    []keyRow
-	Created *tracking.CreatedAPIKey // shown once, right after creation
+	Created *identity.CreatedAPIKey // shown once, right after creation
 	Name    string
 	Error   string
 	Page    page
 }
 
 func (d *Dashboard) keysData(r *request) (keysData, error) {
-	keys, next, err := d.svc.ActiveAPIKeys(r.Context(), r.brandID(), tracking.ListParams{Cursor: r.URL.Query().Get("cursor")})
+	keys, next, err := d.svc.Identity.ActiveAPIKeys(r.Context(), r.brandID(), records.ListParams{Cursor: r.URL.Query().Get("cursor")})
 	data := keysData{Page: pageOf(r, next)}
 	for _, k := range keys {
-		data.Keys = append(data.Keys, keyRow{APIKey: k, LastUsed: ago(d.svc.Now(), k.LastUsedAt)})
+		data.Keys = append(data.Keys, keyRow{APIKey: k, LastUsed: ago(d.svc.DB.Now(), k.LastUsedAt)})
 	}
 	return data, err
 }
@@ -42,7 +43,7 @@ func (d *Dashboard) keys(w http.ResponseWriter, r *request) error {
 
 func (d *Dashboard) createKey(w http.ResponseWriter, r *request) error {
 	name := strings.TrimSpace(r.PostFormValue("name"))
-	k, err := d.svc.CreateKey(r.Context(), r.brandID(), tracking.APIKeyInput{Name: &name})
+	k, err := d.svc.Identity.CreateKey(r.Context(), r.brandID(), identity.APIKeyInput{Name: &name})
 	data, lerr := d.keysData(r)
 	if lerr != nil {
 		return lerr
@@ -61,7 +62,7 @@ func (d *Dashboard) createKey(w http.ResponseWriter, r *request) error {
 }
 
 func (d *Dashboard) revokeKey(w http.ResponseWriter, r *request) error {
-	if _, err := d.svc.DeleteAPIKey(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
+	if _, err := d.svc.Identity.DeleteAPIKey(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
 		return err
 	}
 	return redirect(w, r, "/dashboard/settings/keys", "key-revoked")

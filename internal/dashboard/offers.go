@@ -6,7 +6,8 @@ import (
 	"strings"
 
 	"github.com/tally-hq/tally"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/offers"
+	"github.com/tally-hq/tally/internal/records"
 )
 
 type offersData struct {
@@ -15,7 +16,7 @@ type offersData struct {
 }
 
 func (d *Dashboard) offers(w http.ResponseWriter, r *request) error {
-	offers, next, err := d.svc.Offers(r.Context(), r.brandID(), tracking.ListParams{Cursor: r.URL.Query().Get("cursor")})
+	offers, next, err := d.svc.Offers.Offers(r.Context(), r.brandID(), records.ListParams{Cursor: r.URL.Query().Get("cursor")})
 	if err != nil {
 		return err
 	}
@@ -56,7 +57,7 @@ func (d *Dashboard) newOffer(w http.ResponseWriter, r *request) error {
 // readOfferForm reads the form into the input creating such an offer takes,
 // and checks every field of it, so the form shows all its problems at once.
 // An edited offer keeps its currency, which cannot change.
-func readOfferForm(r *request, edited *tally.Offer) (offerForm, tracking.OfferInput) {
+func readOfferForm(r *request, edited *tally.Offer) (offerForm, offers.OfferInput) {
 	f := offerForm{Offer: edited, Values: map[string]string{}, Errors: map[string]string{}, Currencies: formCurrencies, CapNames: capNames}
 	for _, k := range offerFields {
 		f.Values[k] = strings.TrimSpace(r.PostFormValue(k))
@@ -65,7 +66,7 @@ func readOfferForm(r *request, edited *tally.Offer) (offerForm, tracking.OfferIn
 	if edited != nil {
 		v["currency"] = edited.Currency
 	}
-	in := tracking.OfferInput{Name: ptr(v["name"]), DestinationURL: ptr(v["destinationUrl"]), Currency: ptr(v["currency"]),
+	in := offers.OfferInput{Name: ptr(v["name"]), DestinationURL: ptr(v["destinationUrl"]), Currency: ptr(v["currency"]),
 		Approval: ptr(v["approval"]), Status: ptr(v["status"]), Caps: &tally.Caps{}}
 	for field, target := range map[string]**int64{"revenue": &in.RevenueCents, "payout": &in.PayoutCents} {
 		if cents, ok := parseMoney(v[field], v["currency"]); ok {
@@ -111,7 +112,7 @@ func (d *Dashboard) createOffer(w http.ResponseWriter, r *request) error {
 		renderStatus(w, http.StatusUnprocessableEntity, "offer-form", r.view("New offer", "offers", f))
 		return nil
 	}
-	o, err := d.svc.CreateOffer(r.Context(), r.brandID(), in)
+	o, err := d.svc.Offers.CreateOffer(r.Context(), r.brandID(), in)
 	if err != nil {
 		return err
 	}
@@ -127,7 +128,7 @@ type offerData struct {
 }
 
 func (d *Dashboard) offer(w http.ResponseWriter, r *request) error {
-	o, err := d.svc.Offer(r.Context(), r.brandID(), r.PathValue("id"))
+	o, err := d.svc.Offers.Offer(r.Context(), r.brandID(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -137,7 +138,7 @@ func (d *Dashboard) offer(w http.ResponseWriter, r *request) error {
 
 // editOffer shows the offer form filled with the offer.
 func (d *Dashboard) editOffer(w http.ResponseWriter, r *request) error {
-	o, err := d.svc.Offer(r.Context(), r.brandID(), r.PathValue("id"))
+	o, err := d.svc.Offers.Offer(r.Context(), r.brandID(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -158,7 +159,7 @@ func (d *Dashboard) editOffer(w http.ResponseWriter, r *request) error {
 // updateOffer saves the form as PATCH /offers/{id} would: every field of
 // the form, a cap left empty removed.
 func (d *Dashboard) updateOffer(w http.ResponseWriter, r *request) error {
-	o, err := d.svc.Offer(r.Context(), r.brandID(), r.PathValue("id"))
+	o, err := d.svc.Offers.Offer(r.Context(), r.brandID(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -167,10 +168,10 @@ func (d *Dashboard) updateOffer(w http.ResponseWriter, r *request) error {
 		renderStatus(w, http.StatusUnprocessableEntity, "offer-form", r.view("Edit "+o.Name, "offers", f))
 		return nil
 	}
-	patch := tracking.OfferPatch{Name: in.Name, DestinationURL: in.DestinationURL, RevenueCents: in.RevenueCents, PayoutCents: in.PayoutCents,
+	patch := offers.OfferPatch{Name: in.Name, DestinationURL: in.DestinationURL, RevenueCents: in.RevenueCents, PayoutCents: in.PayoutCents,
 		Status: in.Status, Approval: in.Approval, HoldHours: cmpOr(in.HoldHours, 0), AttributionWindowDays: in.AttributionWindowDays,
 		Caps: map[string]*int64{"daily": in.Caps.Daily, "weekly": in.Caps.Weekly, "monthly": in.Caps.Monthly, "global": in.Caps.Global}}
-	if _, err := d.svc.UpdateOffer(r.Context(), r.brandID(), o.ID, patch); err != nil {
+	if _, err := d.svc.Offers.UpdateOffer(r.Context(), r.brandID(), o.ID, patch); err != nil {
 		if !isCode(err, tally.ECodeValidation) {
 			return err
 		}

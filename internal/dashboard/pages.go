@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/conversions"
+	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/reports"
 )
 
 // amount is a sum in one currency.
@@ -33,8 +35,8 @@ type overviewData struct {
 // overview shows today's numbers (UTC) and the last 30 days.
 func (d *Dashboard) overview(w http.ResponseWriter, r *request) error {
 	ctx := r.Context()
-	today := d.svc.Now().Format(time.DateOnly)
-	now, err := d.svc.Report(ctx, r.brandID(), tracking.ReportQuery{From: today, To: today})
+	today := d.svc.DB.Now().Format(time.DateOnly)
+	now, err := d.svc.Reports.Report(ctx, r.brandID(), reports.ReportQuery{From: today, To: today})
 	if err != nil {
 		return err
 	}
@@ -47,17 +49,17 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *request) error {
 		data.Revenue = append(data.Revenue, amount{row.RevenueCents, row.Currency})
 		data.Payout = append(data.Payout, amount{row.PayoutCents, row.Currency})
 	}
-	month, err := d.svc.Report(ctx, r.brandID(), tracking.ReportQuery{To: today, GroupBy: []string{"day"}})
+	month, err := d.svc.Reports.Report(ctx, r.brandID(), reports.ReportQuery{To: today, GroupBy: []string{"day"}})
 	if err != nil {
 		return err
 	}
 	data.ClickChart, data.Chart, data.RevenueChart, data.PayoutChart = dayCharts(month)
-	applied, more, err := d.svc.Partners(ctx, r.brandID(), tally.PartnerApplied, tracking.ListParams{Limit: 20})
+	applied, more, err := d.svc.Partners.Partners(ctx, r.brandID(), tally.PartnerApplied, records.ListParams{Limit: 20})
 	if err != nil {
 		return err
 	}
 	data.Applications, data.ApplicationsMore = len(applied), more != ""
-	recent, _, err := d.svc.Conversions(ctx, r.brandID(), tracking.ConversionFilter{}, tracking.ListParams{Limit: 5})
+	recent, _, err := d.svc.Conversions.Conversions(ctx, r.brandID(), conversions.ConversionFilter{}, records.ListParams{Limit: 5})
 	if err != nil {
 		return err
 	}
@@ -71,7 +73,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *request) error {
 // dayCharts draws clicks and conversions per day, and the revenue and
 // payout per day of the currency with the most revenue (none when nothing
 // was earned).
-func dayCharts(rep tracking.Report) (clicks, conversions, revenue, payout chart) {
+func dayCharts(rep reports.Report) (clicks, conversions, revenue, payout chart) {
 	per := countsBy{}
 	money := map[string]map[string][2]int64{} // currency → day → revenue, payout
 	totals := map[string]int64{}
@@ -129,7 +131,7 @@ type partnersData struct {
 
 func (d *Dashboard) partners(w http.ResponseWriter, r *request) error {
 	status := r.URL.Query().Get("status")
-	partners, next, err := d.svc.Partners(r.Context(), r.brandID(), status, tracking.ListParams{Cursor: r.URL.Query().Get("cursor")})
+	partners, next, err := d.svc.Partners.Partners(r.Context(), r.brandID(), status, records.ListParams{Cursor: r.URL.Query().Get("cursor")})
 	if err != nil {
 		return err
 	}
@@ -151,7 +153,7 @@ func publicBase(r *http.Request) string {
 
 func (d *Dashboard) partnerAction(w http.ResponseWriter, r *request) error {
 	do := map[string]func(ctx context.Context, brandID, id string) (tally.Partner, error){
-		"approve": d.svc.ApprovePartner, "reject": d.svc.RejectPartner, "ban": d.svc.BanPartner,
+		"approve": d.svc.Partners.ApprovePartner, "reject": d.svc.Partners.RejectPartner, "ban": d.svc.Partners.BanPartner,
 	}[r.PathValue("action")]
 	if do == nil {
 		return tally.Errorf(tally.ECodeNotFound, "No such action.")
@@ -206,13 +208,13 @@ type directory struct {
 func (d *Dashboard) directory(r *request) (directory, error) {
 	dir := directory{names: map[string]string{}}
 	var err error
-	if dir.offers, _, err = d.svc.Offers(r.Context(), r.brandID(), tracking.ListParams{Limit: tracking.MaxLimit}); err != nil {
+	if dir.offers, _, err = d.svc.Offers.Offers(r.Context(), r.brandID(), records.ListParams{Limit: records.MaxLimit}); err != nil {
 		return dir, err
 	}
 	for _, o := range dir.offers {
 		dir.names[o.ID] = o.Name
 	}
-	if dir.partners, _, err = d.svc.Partners(r.Context(), r.brandID(), "", tracking.ListParams{Limit: tracking.MaxLimit}); err != nil {
+	if dir.partners, _, err = d.svc.Partners.Partners(r.Context(), r.brandID(), "", records.ListParams{Limit: records.MaxLimit}); err != nil {
 		return dir, err
 	}
 	for _, p := range dir.partners {
@@ -265,7 +267,7 @@ func (p picker) withCurrent(current string) picker {
 
 type conversionsData struct {
 	Rows     []conversionRow
-	Filter   tracking.ConversionFilter
+	Filter   conversions.ConversionFilter
 	Offers   picker
 	Partners picker
 	Statuses []string
@@ -275,8 +277,8 @@ type conversionsData struct {
 
 func (d *Dashboard) conversions(w http.ResponseWriter, r *request) error {
 	q := r.URL.Query()
-	f := tracking.ConversionFilter{Status: q.Get("status"), OfferID: q.Get("offerId"), PartnerID: q.Get("partnerId"), From: q.Get("from"), To: q.Get("to")}
-	cs, next, err := d.svc.Conversions(r.Context(), r.brandID(), f, tracking.ListParams{Cursor: q.Get("cursor")})
+	f := conversions.ConversionFilter{Status: q.Get("status"), OfferID: q.Get("offerId"), PartnerID: q.Get("partnerId"), From: q.Get("from"), To: q.Get("to")}
+	cs, next, err := d.svc.Conversions.Conversions(r.Context(), r.brandID(), f, records.ListParams{Cursor: q.Get("cursor")})
 	if err != nil {
 		return err
 	}
@@ -292,7 +294,7 @@ func (d *Dashboard) conversions(w http.ResponseWriter, r *request) error {
 }
 
 func (d *Dashboard) conversion(w http.ResponseWriter, r *request) error {
-	c, err := d.svc.Conversion(r.Context(), r.brandID(), r.PathValue("id"))
+	c, err := d.svc.Conversions.Conversion(r.Context(), r.brandID(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -306,7 +308,7 @@ func (d *Dashboard) conversion(w http.ResponseWriter, r *request) error {
 
 func (d *Dashboard) conversionAction(w http.ResponseWriter, r *request) error {
 	do := map[string]func(ctx context.Context, brandID, id string) (tally.Conversion, error){
-		"approve": d.svc.ApproveConversion, "reject": d.svc.RejectConversion,
+		"approve": d.svc.Conversions.ApproveConversion, "reject": d.svc.Conversions.RejectConversion,
 	}[r.PathValue("action")]
 	if do == nil {
 		return tally.Errorf(tally.ECodeNotFound, "No such action.")

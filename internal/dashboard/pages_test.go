@@ -9,11 +9,16 @@ import (
 	"testing"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/clicks"
+	"github.com/tally-hq/tally/internal/conversions"
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/offers"
+	"github.com/tally-hq/tally/internal/partners"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/store/bolt"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 // brandData is what the pages of a brand show: an offer, an active partner
@@ -44,35 +49,35 @@ func (s *site) fill(t testing.TB) brandData {
 		}
 	}
 	mk := func(brandID string) (tally.Offer, tally.Partner, tally.Click) {
-		o, err := s.svc.CreateOffer(ctx, brandID, tracking.OfferInput{Name: ptr("Trail <b>Shoes</b>"), DestinationURL: ptr("https://shop.example/p?c={click_id}"),
+		o, err := s.svc.Offers.CreateOffer(ctx, brandID, offers.OfferInput{Name: ptr("Trail <b>Shoes</b>"), DestinationURL: ptr("https://shop.example/p?c={click_id}"),
 			RevenueCents: ptr[int64](1000), PayoutCents: ptr[int64](300), Currency: ptr("USD"), Caps: &tally.Caps{Daily: ptr[int64](50)}})
 		must(err)
-		p, err := s.svc.Apply(ctx, brandID, tracking.ApplicationInput{Name: ptr("Pat <i>Reviews</i>"), Email: ptr("pat@" + brandID + ".example")})
+		p, err := s.svc.Partners.Apply(ctx, brandID, partners.ApplicationInput{Name: ptr("Pat <i>Reviews</i>"), Email: ptr("pat@" + brandID + ".example")})
 		must(err)
-		p, err = s.svc.ApprovePartner(ctx, brandID, p.ID)
+		p, err = s.svc.Partners.ApprovePartner(ctx, brandID, p.ID)
 		must(err)
-		c, _, err := s.svc.RecordClick(ctx, tracking.ClickInput{OfferID: o.ID, PartnerID: p.ID, Subs: [5]string{"<b>spring</b>"},
+		c, _, err := s.svc.Clicks.RecordClick(ctx, clicks.ClickInput{OfferID: o.ID, PartnerID: p.ID, Subs: [5]string{"<b>spring</b>"},
 			IP: netip.MustParseAddr("198.51.100.7"), UserAgent: markupUA})
 		must(err)
 		return o, p, c
 	}
 	d.offer, d.partner, d.click = mk(s.brandID)
-	d.conv, _, err = s.svc.RecordConversion(ctx, s.brandID, tracking.ConversionInput{ClickID: &d.click.ID, ExternalTxnID: ptr("order-1")})
+	d.conv, _, err = s.svc.Conversions.RecordConversion(ctx, s.brandID, conversions.ConversionInput{ClickID: &d.click.ID, ExternalTxnID: ptr("order-1")})
 	must(err)
-	d.sub, err = s.svc.CreateSubscription(ctx, s.brandID, tracking.SubscriptionInput{URL: ptr("https://hooks.example.com/tally"),
+	d.sub, err = s.svc.Endpoints.CreateSubscription(ctx, s.brandID, endpoints.SubscriptionInput{URL: ptr("https://hooks.example.com/tally"),
 		Events: []string{tally.EventConversionCreated}, Secret: ptr("whsec_0123456789abcdef0123")})
 	must(err)
-	_, err = s.svc.PutPostback(ctx, s.brandID, d.partner.ID, tracking.PostbackInput{URL: ptr("https://partner.example/pb?click={click_id}&amount={payout}")})
+	_, err = s.svc.Endpoints.PutPostback(ctx, s.brandID, d.partner.ID, endpoints.PostbackInput{URL: ptr("https://partner.example/pb?click={click_id}&amount={payout}")})
 	must(err)
-	d.blocked, err = s.svc.BlockIP(ctx, s.brandID, tracking.BlockedIPInput{CIDR: ptr("203.0.113.0/24"), Note: ptr("<b>scraper</b>")})
+	d.blocked, err = s.svc.Clicks.BlockIP(ctx, s.brandID, clicks.BlockedIPInput{CIDR: ptr("203.0.113.0/24"), Note: ptr("<b>scraper</b>")})
 	must(err)
-	_, err = s.svc.CreatePostbackToken(ctx, s.brandID)
+	_, err = s.svc.Identity.CreatePostbackToken(ctx, s.brandID)
 	must(err)
 
-	other, err := s.svc.CreateBrand(ctx, "Other")
+	other, err := s.svc.Identity.CreateBrand(ctx, "Other")
 	must(err)
 	o, p, c := mk(other.ID)
-	sub, err := s.svc.CreateSubscription(ctx, other.ID, tracking.SubscriptionInput{URL: ptr("https://hooks.example.com/other"), Events: []string{tally.EventConversionCreated}})
+	sub, err := s.svc.Endpoints.CreateSubscription(ctx, other.ID, endpoints.SubscriptionInput{URL: ptr("https://hooks.example.com/other"), Events: []string{tally.EventConversionCreated}})
 	must(err)
 	d.otherIDs = []string{"/dashboard/offers/" + o.ID, "/dashboard/offers/" + o.ID + "/edit", "/dashboard/partners/" + p.ID,
 		"/dashboard/clicks/" + c.ID, "/dashboard/webhooks/" + sub.ID}
@@ -161,10 +166,10 @@ func TestSettingsAndEditForms(t *testing.T) {
 				t.Errorf("%s without the token: %d, want 403", path, p.status)
 			}
 		}
-		if blocked, _, _ := s.svc.BlockedIPs(ctx, s.brandID, tracking.ListParams{}); len(blocked) != 1 {
+		if blocked, _, _ := s.svc.Clicks.BlockedIPs(ctx, s.brandID, records.ListParams{}); len(blocked) != 1 {
 			t.Errorf("refused forms changed the blocklist: %+v", blocked)
 		}
-		if _, err := s.svc.Postback(ctx, s.brandID, d.partner.ID); err != nil {
+		if _, err := s.svc.Endpoints.Postback(ctx, s.brandID, d.partner.ID); err != nil {
 			t.Errorf("a refused form deleted the postback: %v", err)
 		}
 
@@ -173,13 +178,13 @@ func TestSettingsAndEditForms(t *testing.T) {
 			"threshold-error", "Threshold must be a whole number from 0 to 100")
 		beside(post("/dashboard/settings/fraud", url.Values{"threshold": {"80"}, "autoBan.enabled": {"on"}, "autoBan.highRiskClicks": {"ten"}, "autoBan.windowHours": {"24"}}),
 			"autoBan.highRiskClicks-error", "Enter a whole number")
-		if got, _ := s.svc.FraudSettings(ctx, s.brandID); got != tally.DefaultFraudSettings {
+		if got, _ := s.svc.Clicks.FraudSettings(ctx, s.brandID); got != tally.DefaultFraudSettings {
 			t.Errorf("refused forms changed the settings: %+v", got)
 		}
 		if p := post("/dashboard/settings/fraud", url.Values{"threshold": {"85"}, "autoBan.enabled": {"on"}, "autoBan.highRiskClicks": {"5"}, "autoBan.windowHours": {"12"}}); p.status != 303 {
 			t.Errorf("saving the settings: %d", p.status)
 		}
-		if got, _ := s.svc.FraudSettings(ctx, s.brandID); got != (tally.FraudSettings{Threshold: 85, AutoBan: tally.AutoBan{Enabled: true, HighRiskClicks: 5, WindowHours: 12}}) {
+		if got, _ := s.svc.Clicks.FraudSettings(ctx, s.brandID); got != (tally.FraudSettings{Threshold: 85, AutoBan: tally.AutoBan{Enabled: true, HighRiskClicks: 5, WindowHours: 12}}) {
 			t.Errorf("settings after saving: %+v", got)
 		}
 		beside(post("/dashboard/settings/fraud/blocked-ips", url.Values{"cidr": {"not an address"}}), "cidr-error", "Address or range must be an IPv4 or IPv6 address")
@@ -187,7 +192,7 @@ func TestSettingsAndEditForms(t *testing.T) {
 		if p := post("/dashboard/settings/fraud/blocked-ips/"+d.blocked.ID+"/delete", url.Values{}); p.status != 303 {
 			t.Errorf("removing a range: %d", p.status)
 		}
-		if list, _, _ := s.svc.BlockedIPs(ctx, s.brandID, tracking.ListParams{}); len(list) != 0 {
+		if list, _, _ := s.svc.Clicks.BlockedIPs(ctx, s.brandID, records.ListParams{}); len(list) != 0 {
 			t.Errorf("blocked after removing: %+v", list)
 		}
 
@@ -199,7 +204,7 @@ func TestSettingsAndEditForms(t *testing.T) {
 		if p.status != 200 || secret == nil || !strings.Contains(p.body, "24 hours") {
 			t.Fatalf("rotating the secret: %d, secret %v", p.status, secret)
 		}
-		sub, _ := s.svc.Subscription(ctx, s.brandID, d.sub.ID)
+		sub, _ := s.svc.Endpoints.Subscription(ctx, s.brandID, d.sub.ID)
 		if sub.URL != "https://hooks.example.com/v2" || len(sub.Events) != 2 || sub.PreviousSecretExpiresAt == nil {
 			t.Errorf("after the edit: %+v", sub)
 		}
@@ -221,7 +226,7 @@ func TestSettingsAndEditForms(t *testing.T) {
 		if p := post("/dashboard/partners/"+d.partner.ID+"/postback", url.Values{"url": {"https://partner.example/pb?c={click_id}&s={status}"}, "events": {tally.EventConversionApproved}}); p.status != 303 {
 			t.Errorf("saving the postback: %d", p.status)
 		}
-		if pb, _ := s.svc.Postback(ctx, s.brandID, d.partner.ID); pb.URL != "https://partner.example/pb?c={click_id}&s={status}" || pb.Events[0] != tally.EventConversionApproved {
+		if pb, _ := s.svc.Endpoints.Postback(ctx, s.brandID, d.partner.ID); pb.URL != "https://partner.example/pb?c={click_id}&s={status}" || pb.Events[0] != tally.EventConversionApproved {
 			t.Errorf("postback after saving: %+v", pb)
 		}
 
@@ -237,7 +242,7 @@ func TestSettingsAndEditForms(t *testing.T) {
 		if p := post("/dashboard/offers/"+d.offer.ID, edit); p.status != 303 {
 			t.Errorf("saving the offer: %d", p.status)
 		}
-		o, _ := s.svc.Offer(ctx, s.brandID, d.offer.ID)
+		o, _ := s.svc.Offers.Offer(ctx, s.brandID, d.offer.ID)
 		if o.Status != tally.OfferPaused || o.PayoutCents != 350 || o.Caps.Daily != nil || o.AttributionWindowDays != 45 || o.Name != "Trail Shoes" {
 			t.Errorf("offer after saving: %+v", o)
 		}
@@ -250,7 +255,7 @@ func TestSettingsAndEditForms(t *testing.T) {
 		if p := post("/dashboard/settings/postback-token/delete", url.Values{}); p.status != 303 {
 			t.Errorf("deleting the postback token: %d", p.status)
 		}
-		if _, err := s.svc.PostbackToken(ctx, s.brandID); tally.ErrorCode(err) != tally.ECodeNotFound {
+		if _, err := s.svc.Identity.PostbackToken(ctx, s.brandID); tally.ErrorCode(err) != tally.ECodeNotFound {
 			t.Errorf("the token after deleting: %v", err)
 		}
 	})
@@ -267,7 +272,7 @@ func BenchmarkClicksPage(b *testing.B) {
 	s := newSite(b, st, httpapi.Config{})
 	d := s.fill(b)
 	for i := range 50 {
-		if _, _, err := s.svc.RecordClick(context.Background(), tracking.ClickInput{OfferID: d.offer.ID, PartnerID: d.partner.ID,
+		if _, _, err := s.svc.Clicks.RecordClick(context.Background(), clicks.ClickInput{OfferID: d.offer.ID, PartnerID: d.partner.ID,
 			IP: netip.AddrFrom4([4]byte{198, 51, 100, byte(i)}), UserAgent: markupUA}); err != nil {
 			b.Fatal(err)
 		}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/endpoints"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/records"
 )
 
 // partnerData is a partner's page: the partner, its tracking link for each
@@ -29,21 +29,21 @@ type trackingLink struct {
 }
 
 func (d *Dashboard) partnerData(r *request) (partnerData, error) {
-	p, err := d.svc.Partner(r.Context(), r.brandID(), r.PathValue("id"))
+	p, err := d.svc.Partners.Partner(r.Context(), r.brandID(), r.PathValue("id"))
 	if err != nil {
 		return partnerData{}, err
 	}
 	data := partnerData{Partner: p, Macros: endpoints.PostbackMacros(), Events: endpoints.PostbackEvents(),
 		Values: map[string]string{}, Errors: map[string]string{}, Checked: []string{tally.EventConversionCreated}}
-	pb, err := d.svc.Postback(r.Context(), r.brandID(), p.ID)
+	pb, err := d.svc.Endpoints.Postback(r.Context(), r.brandID(), p.ID)
 	switch {
 	case err == nil:
 		data.Postback, data.Checked = &pb, pb.Events
-		data.Values["url"], data.Values["since"] = pb.URL, sinceDefault(d.svc.Now(), pb.EndpointHealth)
+		data.Values["url"], data.Values["since"] = pb.URL, sinceDefault(d.svc.DB.Now(), pb.EndpointHealth)
 	case !isCode(err, tally.ECodeNotFound):
 		return data, err
 	}
-	offers, _, err := d.svc.Offers(r.Context(), r.brandID(), tracking.ListParams{Limit: tracking.MaxLimit})
+	offers, _, err := d.svc.Offers.Offers(r.Context(), r.brandID(), records.ListParams{Limit: records.MaxLimit})
 	for _, o := range offers {
 		data.Links = append(data.Links, trackingLink{Offer: o, URL: publicBase(r.Request) + "/c/" + o.ID + "?pid=" + p.ID})
 	}
@@ -67,11 +67,11 @@ func (d *Dashboard) savePostback(w http.ResponseWriter, r *request) error {
 		return err
 	}
 	u := strings.TrimSpace(r.PostFormValue("url"))
-	in := tracking.PostbackInput{URL: &u, Events: r.PostForm["events"]}
+	in := endpoints.PostbackInput{URL: &u, Events: r.PostForm["events"]}
 	if in.Events == nil {
 		in.Events = []string{} // none ticked: refused, not the default
 	}
-	if _, err := d.svc.PutPostback(r.Context(), r.brandID(), data.ID, in); err != nil {
+	if _, err := d.svc.Endpoints.PutPostback(r.Context(), r.brandID(), data.ID, in); err != nil {
 		if !isCode(err, tally.ECodeValidation) {
 			return err
 		}
@@ -104,13 +104,13 @@ func (d *Dashboard) postbackAction(w http.ResponseWriter, r *request) error {
 	done := "postback-" + r.PathValue("action")
 	switch r.PathValue("action") {
 	case "test":
-		_, err = d.svc.SendTestPostback(ctx, brand, id)
+		_, err = d.svc.Endpoints.SendTestPostback(ctx, brand, id)
 		done = "postback-tested"
 	case "enable":
-		_, err = d.svc.EnablePostback(ctx, brand, id)
+		_, err = d.svc.Endpoints.EnablePostback(ctx, brand, id)
 		done = "postback-enabled"
 	case "delete":
-		_, err = d.svc.DeletePostback(ctx, brand, id)
+		_, err = d.svc.Endpoints.DeletePostback(ctx, brand, id)
 		done = "postback-deleted"
 	default:
 		return tally.Errorf(tally.ECodeNotFound, "No such action.")
@@ -132,12 +132,12 @@ func (d *Dashboard) recoverPostback(w http.ResponseWriter, r *request) error {
 		return tally.Errorf(tally.ECodeNotFound, "Partner %s has no postback.", data.ID)
 	}
 	since := strings.TrimSpace(r.PostFormValue("since"))
-	rec, err := d.svc.RecoverPostback(r.Context(), r.brandID(), data.ID, tracking.RecoverInput{Since: sinceOf(since)})
+	rec, err := d.svc.Deliveries.RecoverPostback(r.Context(), r.brandID(), data.ID, endpoints.RecoverInput{Since: sinceOf(since)})
 	if err != nil {
 		if !isCode(err, tally.ECodeValidation, tally.ECodeInvalidTransition) {
 			return err
 		}
-		data.Values["since"], data.Errors["since"] = since, recoverMessage(err, d.svc.Now())
+		data.Values["since"], data.Errors["since"] = since, recoverMessage(err, d.svc.DB.Now())
 		renderStatus(w, http.StatusUnprocessableEntity, "partner", r.view(data.Name, "partners", data))
 		return nil
 	}

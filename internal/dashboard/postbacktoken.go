@@ -4,14 +4,14 @@ import (
 	"net/http"
 
 	"github.com/tally-hq/tally"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/identity"
 )
 
 // postbackTokenData is Settings → Postback token: the brand's token for
 // advertisers' GET postbacks, its secret only right after it was made.
 type postbackTokenData struct {
 	Token   *tally.PostbackToken
-	Created *tracking.CreatedPostbackToken
+	Created *identity.CreatedPostbackToken
 	// Replaced says Created took the place of a token, which stopped working.
 	Replaced bool
 	Base     string // {public_base_url}
@@ -19,7 +19,7 @@ type postbackTokenData struct {
 
 func (d *Dashboard) postbackTokenData(r *request) (postbackTokenData, error) {
 	data := postbackTokenData{Base: publicBase(r.Request)}
-	t, err := d.svc.PostbackToken(r.Context(), r.brandID())
+	t, err := d.svc.Identity.PostbackToken(r.Context(), r.brandID())
 	switch {
 	case err == nil:
 		data.Token = &t
@@ -45,7 +45,7 @@ func (d *Dashboard) createPostbackToken(w http.ResponseWriter, r *request) error
 	if err != nil {
 		return err
 	}
-	t, err := d.svc.CreatePostbackToken(r.Context(), r.brandID())
+	t, err := d.svc.Identity.CreatePostbackToken(r.Context(), r.brandID())
 	if err != nil {
 		return err
 	}
@@ -55,7 +55,7 @@ func (d *Dashboard) createPostbackToken(w http.ResponseWriter, r *request) error
 }
 
 func (d *Dashboard) deletePostbackToken(w http.ResponseWriter, r *request) error {
-	if _, err := d.svc.DeletePostbackToken(r.Context(), r.brandID()); err != nil {
+	if _, err := d.svc.Identity.DeletePostbackToken(r.Context(), r.brandID()); err != nil {
 		return err
 	}
 	return redirect(w, r, "/dashboard/settings/postback-token", "token-deleted")

@@ -8,7 +8,7 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/httpapi"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/reports"
 )
 
 // zones are offered in the time zone field; any IANA name may be typed.
@@ -26,7 +26,7 @@ type reportRow struct {
 
 type reportsData struct {
 	Query      reportForm
-	Report     tracking.Report
+	Report     reports.Report
 	Rows       []reportRow
 	ClickChart chart
 	Chart      chart
@@ -42,13 +42,13 @@ type reportForm struct {
 	Offer, Partner           bool
 }
 
-func readReportForm(q url.Values) (reportForm, tracking.ReportQuery) {
+func readReportForm(q url.Values) (reportForm, reports.ReportQuery) {
 	f := reportForm{From: q.Get("from"), To: q.Get("to"), Timezone: q.Get("timezone"), Time: q.Get("time"),
 		Offer: q.Get("offer") == "1", Partner: q.Get("partner") == "1"}
 	if len(q) == 0 { // the page as first opened: the last 30 days, by day
 		f.Time = "day"
 	}
-	rq := tracking.ReportQuery{From: f.From, To: f.To, Timezone: f.Timezone, GroupBy: []string{}}
+	rq := reports.ReportQuery{From: f.From, To: f.To, Timezone: f.Timezone, GroupBy: []string{}}
 	if f.Time == "day" || f.Time == "week" || f.Time == "month" {
 		rq.GroupBy = append(rq.GroupBy, f.Time)
 	}
@@ -64,7 +64,7 @@ func readReportForm(q url.Values) (reportForm, tracking.ReportQuery) {
 func (d *Dashboard) reports(w http.ResponseWriter, r *request) error {
 	form, rq := readReportForm(r.URL.Query())
 	data := reportsData{Query: form, Zones: zones}
-	rep, err := d.svc.Report(r.Context(), r.brandID(), rq)
+	rep, err := d.svc.Reports.Report(r.Context(), r.brandID(), rq)
 	if err != nil {
 		if !isCode(err, tally.ECodeValidation) {
 			return err
@@ -94,7 +94,7 @@ func (d *Dashboard) reports(w http.ResponseWriter, r *request) error {
 
 // reportCharts draws clicks and conversions per time row, summed over
 // offers, partners and currencies; nothing when the report is not by time.
-func reportCharts(rep tracking.Report, by string) (clicks, conversions chart) {
+func reportCharts(rep reports.Report, by string) (clicks, conversions chart) {
 	if by != "day" && by != "week" && by != "month" {
 		return chart{}, chart{}
 	}
@@ -155,7 +155,7 @@ func countCharts(by string, order []string, per countsBy) (clicks, conversions c
 // reportCSV is the report's CSV download, the same as the API's.
 func (d *Dashboard) reportCSV(w http.ResponseWriter, r *request) error {
 	_, rq := readReportForm(r.URL.Query())
-	rep, err := d.svc.Report(r.Context(), r.brandID(), rq)
+	rep, err := d.svc.Reports.Report(r.Context(), r.brandID(), rq)
 	if err != nil {
 		return err
 	}

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/accounts"
 	"github.com/tally-hq/tally/internal/httpapi"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 const (
@@ -109,7 +109,7 @@ type signInData struct {
 }
 
 func (d *Dashboard) signInPage(w http.ResponseWriter, r *http.Request) {
-	if _, err := d.svc.Session(r.Context(), sessionToken(r)); err == nil {
+	if _, err := d.svc.Accounts.Session(r.Context(), sessionToken(r)); err == nil {
 		http.Redirect(w, r, localNext(r.URL.Query().Get("next")), http.StatusSeeOther)
 		return
 	}
@@ -131,7 +131,7 @@ func (d *Dashboard) signIn(w http.ResponseWriter, r *http.Request) {
 		bucket string
 		n      int
 	}{{"signin-ip:" + httpapi.ClientIP(r), signInsPerIP}, {"signin-email:" + email, signInsPerUser}} {
-		dec, err := d.svc.AllowPer(r.Context(), limit.bucket, limit.n, signInWindow)
+		dec, err := d.svc.Limits.AllowPer(r.Context(), limit.bucket, limit.n, signInWindow)
 		if err != nil {
 			d.errorPage(w, r, nil, err)
 			return
@@ -142,7 +142,7 @@ func (d *Dashboard) signIn(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	u, err := d.svc.SignIn(r.Context(), email, r.PostFormValue("password"))
+	u, err := d.svc.Accounts.SignIn(r.Context(), email, r.PostFormValue("password"))
 	if err != nil {
 		if tally.ErrorCode(err) == tally.ECodeUnauthorized {
 			fail(http.StatusUnauthorized, tally.ErrorMessage(err))
@@ -151,13 +151,13 @@ func (d *Dashboard) signIn(w http.ResponseWriter, r *http.Request) {
 		d.errorPage(w, r, nil, err)
 		return
 	}
-	token, _, err := d.svc.StartSession(r.Context(), u)
+	token, _, err := d.svc.Accounts.StartSession(r.Context(), u)
 	if err != nil {
 		d.errorPage(w, r, nil, err)
 		return
 	}
 	// A fresh token at every sign-in: a token planted before it is useless.
-	setSessionCookie(w, r, token, int(tracking.SessionTTL.Seconds()))
+	setSessionCookie(w, r, token, int(accounts.SessionTTL.Seconds()))
 	http.Redirect(w, r, localNext(data.Next), http.StatusSeeOther)
 }
 
@@ -172,7 +172,7 @@ func localNext(next string) string {
 }
 
 func (d *Dashboard) signOut(w http.ResponseWriter, r *request) error {
-	if err := d.svc.EndSession(r.Context(), r.token); err != nil {
+	if err := d.svc.Accounts.EndSession(r.Context(), r.token); err != nil {
 		return err
 	}
 	setSessionCookie(w, r.Request, "", -1)

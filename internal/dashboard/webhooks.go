@@ -10,7 +10,8 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/catalog"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/records"
 )
 
 type webhooksData struct {
@@ -25,7 +26,7 @@ type webhooksData struct {
 }
 
 func (d *Dashboard) webhooksData(r *request) (webhooksData, error) {
-	subs, next, err := d.svc.Subscriptions(r.Context(), r.brandID(), tracking.ListParams{Cursor: r.URL.Query().Get("cursor")})
+	subs, next, err := d.svc.Endpoints.Subscriptions(r.Context(), r.brandID(), records.ListParams{Cursor: r.URL.Query().Get("cursor")})
 	return webhooksData{Subscriptions: subs, Events: catalog.Events(), Page: pageOf(r, next), Values: map[string]string{}, Errors: map[string]string{}}, err
 }
 
@@ -57,7 +58,7 @@ func (d *Dashboard) createWebhook(w http.ResponseWriter, r *request) error {
 	if err != nil {
 		return err
 	}
-	sub, err := d.svc.CreateSubscription(r.Context(), r.brandID(), tracking.SubscriptionInput{URL: &u, Events: events, Secret: &secret})
+	sub, err := d.svc.Endpoints.CreateSubscription(r.Context(), r.brandID(), endpoints.SubscriptionInput{URL: &u, Events: events, Secret: &secret})
 	data, lerr := d.webhooksData(r)
 	if lerr != nil {
 		return lerr
@@ -89,9 +90,9 @@ type webhookData struct {
 }
 
 func (d *Dashboard) webhookData(r *request) (webhookData, error) {
-	sub, err := d.svc.Subscription(r.Context(), r.brandID(), r.PathValue("id"))
+	sub, err := d.svc.Endpoints.Subscription(r.Context(), r.brandID(), r.PathValue("id"))
 	return webhookData{Subscription: sub, Events: catalog.Events(), Checked: sub.Events, Errors: map[string]string{},
-		Values: map[string]string{"url": sub.URL, "since": sinceDefault(d.svc.Now(), sub.EndpointHealth)}}, err
+		Values: map[string]string{"url": sub.URL, "since": sinceDefault(d.svc.DB.Now(), sub.EndpointHealth)}}, err
 }
 
 func (d *Dashboard) webhook(w http.ResponseWriter, r *request) error {
@@ -105,14 +106,14 @@ func (d *Dashboard) webhook(w http.ResponseWriter, r *request) error {
 
 // updateWebhook saves the edit form: the URL and events, and a new signing
 // secret when asked for (shown once; the old one signs too for
-// tracking.SecretRotationWindow).
+// endpoints.SecretRotationWindow).
 func (d *Dashboard) updateWebhook(w http.ResponseWriter, r *request) error {
 	data, err := d.webhookData(r)
 	if err != nil {
 		return err
 	}
 	u := strings.TrimSpace(r.PostFormValue("url"))
-	in := tracking.SubscriptionInput{URL: &u, Events: r.PostForm["events"]}
+	in := endpoints.SubscriptionInput{URL: &u, Events: r.PostForm["events"]}
 	if in.Events == nil {
 		in.Events = []string{} // none ticked: refused, not left unchanged
 	}
@@ -124,7 +125,7 @@ func (d *Dashboard) updateWebhook(w http.ResponseWriter, r *request) error {
 		}
 		in.Secret = &secret
 	}
-	sub, err := d.svc.UpdateSubscription(r.Context(), r.brandID(), data.ID, in)
+	sub, err := d.svc.Endpoints.UpdateSubscription(r.Context(), r.brandID(), data.ID, in)
 	if err != nil {
 		if !isCode(err, tally.ECodeValidation) {
 			return err
@@ -144,14 +145,14 @@ func (d *Dashboard) updateWebhook(w http.ResponseWriter, r *request) error {
 }
 
 func (d *Dashboard) testWebhook(w http.ResponseWriter, r *request) error {
-	if _, err := d.svc.SendTestEvent(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
+	if _, err := d.svc.Endpoints.SendTestEvent(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
 		return err
 	}
 	return redirect(w, r, backTo(r, "/dashboard/webhooks"), "webhook-tested")
 }
 
 func (d *Dashboard) enableWebhook(w http.ResponseWriter, r *request) error {
-	if _, err := d.svc.EnableSubscription(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
+	if _, err := d.svc.Endpoints.EnableSubscription(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
 		return err
 	}
 	return redirect(w, r, backTo(r, "/dashboard/webhooks/"+r.PathValue("id")), "webhook-enabled")
@@ -165,12 +166,12 @@ func (d *Dashboard) recoverWebhook(w http.ResponseWriter, r *request) error {
 		return err
 	}
 	since := strings.TrimSpace(r.PostFormValue("since"))
-	rec, err := d.svc.RecoverSubscription(r.Context(), r.brandID(), data.ID, tracking.RecoverInput{Since: sinceOf(since)})
+	rec, err := d.svc.Deliveries.RecoverSubscription(r.Context(), r.brandID(), data.ID, endpoints.RecoverInput{Since: sinceOf(since)})
 	if err != nil {
 		if !isCode(err, tally.ECodeValidation, tally.ECodeInvalidTransition) {
 			return err
 		}
-		data.Values["since"], data.Errors["since"] = since, recoverMessage(err, d.svc.Now())
+		data.Values["since"], data.Errors["since"] = since, recoverMessage(err, d.svc.DB.Now())
 		renderStatus(w, http.StatusUnprocessableEntity, "webhook", r.view("Webhook", "webhooks", data))
 		return nil
 	}
@@ -178,7 +179,7 @@ func (d *Dashboard) recoverWebhook(w http.ResponseWriter, r *request) error {
 }
 
 func (d *Dashboard) deleteWebhook(w http.ResponseWriter, r *request) error {
-	if _, err := d.svc.DeleteSubscription(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
+	if _, err := d.svc.Endpoints.DeleteSubscription(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
 		return err
 	}
 	return redirect(w, r, "/dashboard/webhooks", "webhook-deleted")
@@ -220,7 +221,7 @@ func recoverMessage(err error, now time.Time) string {
 }
 
 // recovered is the notice after a recover: how many, and whether more wait.
-func recovered(what string, rec tracking.Recovery) string {
+func recovered(what string, rec endpoints.Recovery) string {
 	done := what + "-recovered"
 	if rec.More {
 		done += "-more"

@@ -22,14 +22,20 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/app"
+	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/deploy"
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/lambdacheck"
 	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/offers"
+	"github.com/tally-hq/tally/internal/partners"
+	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/store/bolt"
 	"github.com/tally-hq/tally/internal/store/dynamo"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 // The checks below hold template.yaml to docs/aws.md (the contract) and to
@@ -1140,7 +1146,7 @@ func TestStreamFilterPassesEventInsertsOnly(t *testing.T) {
 	}
 	t.Cleanup(func() { st.Close() })
 	rec := &recorder{Store: st}
-	svc := tracking.New(rec, tracking.WithLoopbackReceivers(), tracking.WithStreamConversions())
+	svc := servicetest.New(rec, service.WithLoopbackReceivers(), service.WithStreamConversions())
 
 	must := func(err error) {
 		t.Helper()
@@ -1148,38 +1154,38 @@ func TestStreamFilterPassesEventInsertsOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	brand, err := svc.CreateBrand(ctx, "Acme")
+	brand, err := svc.Identity.CreateBrand(ctx, "Acme")
 	must(err)
-	_, err = svc.CreateSubscription(ctx, brand.ID, tracking.SubscriptionInput{
+	_, err = svc.Endpoints.CreateSubscription(ctx, brand.ID, endpoints.SubscriptionInput{
 		URL: ptr("http://127.0.0.1:9/hooks"), Events: []string{tally.EventConversionCreated, tally.EventPartnerApplied, tally.EventPartnerApproved},
 	})
 	must(err)
-	offer, err := svc.CreateOffer(ctx, brand.ID, tracking.OfferInput{
+	offer, err := svc.Offers.CreateOffer(ctx, brand.ID, offers.OfferInput{
 		Name: ptr("Shoes"), DestinationURL: ptr("https://shop.example/?c={click_id}"),
 		RevenueCents: ptr[int64](1000), PayoutCents: ptr[int64](300), Currency: ptr("USD"), Approval: ptr(tally.ApprovalManual),
 	})
 	must(err)
-	partner, err := svc.Apply(ctx, brand.ID, tracking.ApplicationInput{Name: ptr("Pat"), Email: ptr("pat@example.com")})
+	partner, err := svc.Partners.Apply(ctx, brand.ID, partners.ApplicationInput{Name: ptr("Pat"), Email: ptr("pat@example.com")})
 	must(err)
-	_, err = svc.ApprovePartner(ctx, brand.ID, partner.ID)
+	_, err = svc.Partners.ApprovePartner(ctx, brand.ID, partner.ID)
 	must(err)
-	conv, _, err := svc.RecordConversion(ctx, brand.ID, tracking.ConversionInput{OfferID: &offer.ID, PartnerID: &partner.ID, ExternalTxnID: ptr("order-1")})
+	conv, _, err := svc.Conversions.RecordConversion(ctx, brand.ID, conversions.ConversionInput{OfferID: &offer.ID, PartnerID: &partner.ID, ExternalTxnID: ptr("order-1")})
 	must(err)
 	// The fan-out makes its event from the stream's record of it.
 	for _, op := range slices.Clone(rec.ops) {
 		if op.Kind == store.OpPut && op.Item.SK == conv.ID && strings.HasPrefix(op.Item.PK, "BRD#") {
-			_, err = svc.DispatchConversion(ctx, op.Item)
+			_, err = svc.Webhooks.DispatchConversion(ctx, op.Item)
 			must(err)
 		}
 	}
-	_, err = svc.ApproveConversion(ctx, brand.ID, conv.ID)
+	_, err = svc.Conversions.ApproveConversion(ctx, brand.ID, conv.ID)
 	must(err)
-	_, err = svc.Allow(ctx, "key:key_test", 100)
+	_, err = svc.Limits.Allow(ctx, "key:key_test", 100)
 	must(err)
-	evts, _, err := svc.Events(ctx, brand.ID, tracking.ListParams{Limit: 100})
+	evts, _, err := svc.Events.Events(ctx, brand.ID, records.ListParams{Limit: 100})
 	must(err)
 	for _, e := range evts {
-		_, err := svc.FanOut(ctx, e.ID)
+		_, err := svc.Webhooks.FanOut(ctx, e.ID)
 		must(err)
 	}
 
@@ -1239,7 +1245,7 @@ func TestStreamFilterPassesEventInsertsOnly(t *testing.T) {
 				t.Errorf("the filter drops event %s (%s) at %s/%s", ev.ID, ev.Event, key.PK, key.SK)
 			}
 		case isConversion:
-			// Its event is made by the fan-out (tracking.WithStreamConversions).
+			// Its event is made by the fan-out (service.WithStreamConversions).
 			nConversions++
 			if !passes {
 				t.Errorf("the filter drops conversion %s at %s/%s", conv.ID, key.PK, key.SK)

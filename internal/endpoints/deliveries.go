@@ -21,7 +21,7 @@ type DeliveryRecord struct {
 	Parked bool `json:"parked,omitempty"`
 	// unsaved: planned by Dispatch and not written yet; its first write
 	// is conditioned on the delivery being absent.
-	Unsaved bool
+	Unsaved bool `json:"-"`
 }
 
 // asRead is the condition that the delivery is stored as rec was read: as

@@ -269,3 +269,7 @@ var (
 	deliveryTypes    = []string{tally.DeliveryWebhook, tally.DeliveryPostback}
 	deliveryStatuses = []string{tally.DeliveryPending, tally.DeliverySucceeded, tally.DeliveryFailed}
 )
+
+// DefaultDeliveryRetention is how long a delivery and its attempts stay in
+// the log after its last change, unless the deployment says otherwise.
+const DefaultDeliveryRetention = 30 * 24 * time.Hour

@@ -10,9 +10,10 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 func TestUnauthenticatedRequestsAreRefused(t *testing.T) {
@@ -52,16 +53,16 @@ func rawGet(e *env, path, authorization string) (response, error) {
 func TestRevokedKeyStopsWorkingOnEveryInstance(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		clock := testenv.NewClock(time.Now())
-		a := newEnv(t, st, httpapi.Config{}, tracking.WithClock(clock.Now))
-		b := newEnv(t, st, httpapi.Config{}, tracking.WithClock(clock.Now)) // another instance, same table
+		a := newEnv(t, st, httpapi.Config{}, service.WithClock(clock.Now))
+		b := newEnv(t, st, httpapi.Config{}, service.WithClock(clock.Now)) // another instance, same table
 		brandID, key := a.brand()
 		b.must(200, b.call("GET", "/api/v1/offers", key, nil)) // b now has the key cached
 
-		keys, _, err := a.svc.APIKeys(context.Background(), brandID, tracking.ListParams{})
+		keys, _, err := a.svc.Identity.APIKeys(context.Background(), brandID, records.ListParams{})
 		if err != nil || len(keys) != 1 {
 			t.Fatalf("keys = %v, %v", keys, err)
 		}
-		if _, err := a.svc.RevokeAPIKey(context.Background(), keys[0].ID); err != nil {
+		if _, err := a.svc.Identity.RevokeAPIKey(context.Background(), keys[0].ID); err != nil {
 			t.Fatal(err)
 		}
 		a.must(401, a.call("GET", "/api/v1/offers", key, nil)) // the revoking instance: at once
@@ -75,13 +76,13 @@ func TestRateLimitIsExactUnderConcurrency(t *testing.T) {
 		testRateLimitIsExact(t, st)
 	})
 	// The local server on the embedded store counts in its own memory.
-	t.Run("process", func(t *testing.T) { testRateLimitIsExact(t, testenv.Bolt(t), tracking.WithProcessRateLimits()) })
+	t.Run("process", func(t *testing.T) { testRateLimitIsExact(t, testenv.Bolt(t), service.WithProcessRateLimits()) })
 }
 
-func testRateLimitIsExact(t *testing.T, st store.Store, opts ...tracking.Option) {
+func testRateLimitIsExact(t *testing.T, st store.Store, opts ...service.Option) {
 	// Mid-window, so the race cannot straddle two windows.
 	clock := testenv.MidMinute()
-	e := newEnv(t, st, httpapi.Config{}, append(opts, tracking.WithClock(clock.Now))...)
+	e := newEnv(t, st, httpapi.Config{}, append(opts, service.WithClock(clock.Now))...)
 	_, key := e.brand()
 	_, other := e.brand()
 
@@ -109,7 +110,7 @@ func testRateLimitIsExact(t *testing.T, st store.Store, opts ...tracking.Option)
 func TestApplicationsAreRateLimitedPerClientIP(t *testing.T) {
 	// Mid-window, so the four applications cannot straddle two windows.
 	clock := testenv.MidMinute()
-	e := newEnv(t, testenv.Bolt(t), httpapi.Config{ApplicationRateLimit: 3}, tracking.WithClock(clock.Now))
+	e := newEnv(t, testenv.Bolt(t), httpapi.Config{ApplicationRateLimit: 3}, service.WithClock(clock.Now))
 	brandID, _ := e.brand()
 	for i := range 4 {
 		r := e.call("POST", "/api/public/brands/"+brandID+"/applications", "", map[string]any{"name": "P", "email": "p" + strconv.Itoa(i) + "@example.com"})

@@ -4,7 +4,8 @@ import (
 	"net/http"
 
 	"github.com/tally-hq/tally"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/accounts"
+	"github.com/tally-hq/tally/internal/identity"
 )
 
 // The admin API lets the CLI manage brands and keys through a running local
@@ -16,7 +17,7 @@ type brandInput struct {
 	Name *string `json:"name"`
 }
 
-func (a *API) adminCreateBrand(w http.ResponseWriter, r *http.Request, _ tracking.Principal) error {
+func (a *API) adminCreateBrand(w http.ResponseWriter, r *http.Request, _ identity.Principal) error {
 	var in brandInput
 	if err := decodeBody(w, r, &in); err != nil {
 		return err
@@ -24,7 +25,7 @@ func (a *API) adminCreateBrand(w http.ResponseWriter, r *http.Request, _ trackin
 	if in.Name == nil {
 		return tally.Errorf(tally.ECodeValidation, "name is required.")
 	}
-	b, err := a.svc.CreateBrand(r.Context(), *in.Name)
+	b, err := a.svc.Identity.CreateBrand(r.Context(), *in.Name)
 	if err != nil {
 		return err
 	}
@@ -37,7 +38,7 @@ type keyInput struct {
 	Name    *string `json:"name"`
 }
 
-func (a *API) adminCreateKey(w http.ResponseWriter, r *http.Request, _ tracking.Principal) error {
+func (a *API) adminCreateKey(w http.ResponseWriter, r *http.Request, _ identity.Principal) error {
 	var in keyInput
 	if err := decodeBody(w, r, &in); err != nil {
 		return err
@@ -45,7 +46,7 @@ func (a *API) adminCreateKey(w http.ResponseWriter, r *http.Request, _ tracking.
 	if in.BrandID == nil {
 		return tally.Errorf(tally.ECodeValidation, "brandId is required.")
 	}
-	k, err := a.svc.CreateKey(r.Context(), *in.BrandID, tracking.APIKeyInput{Name: in.Name})
+	k, err := a.svc.Identity.CreateKey(r.Context(), *in.BrandID, identity.APIKeyInput{Name: in.Name})
 	if err != nil {
 		return err
 	}
@@ -53,12 +54,12 @@ func (a *API) adminCreateKey(w http.ResponseWriter, r *http.Request, _ tracking.
 	return nil
 }
 
-func (a *API) adminListKeys(w http.ResponseWriter, r *http.Request, _ tracking.Principal) error {
+func (a *API) adminListKeys(w http.ResponseWriter, r *http.Request, _ identity.Principal) error {
 	q, lp, err := listQuery(r, "brandId")
 	if err != nil {
 		return err
 	}
-	keys, next, err := a.svc.APIKeys(r.Context(), q.Get("brandId"), lp)
+	keys, next, err := a.svc.Identity.APIKeys(r.Context(), q.Get("brandId"), lp)
 	if err != nil {
 		return err
 	}
@@ -66,8 +67,8 @@ func (a *API) adminListKeys(w http.ResponseWriter, r *http.Request, _ tracking.P
 	return nil
 }
 
-func (a *API) adminRevokeKey(w http.ResponseWriter, r *http.Request, _ tracking.Principal) error {
-	k, err := a.svc.RevokeAPIKey(r.Context(), r.PathValue("id"))
+func (a *API) adminRevokeKey(w http.ResponseWriter, r *http.Request, _ identity.Principal) error {
+	k, err := a.svc.Identity.RevokeAPIKey(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -75,12 +76,12 @@ func (a *API) adminRevokeKey(w http.ResponseWriter, r *http.Request, _ tracking.
 	return nil
 }
 
-func (a *API) adminCreateUser(w http.ResponseWriter, r *http.Request, _ tracking.Principal) error {
-	var in tracking.UserInput
+func (a *API) adminCreateUser(w http.ResponseWriter, r *http.Request, _ identity.Principal) error {
+	var in accounts.UserInput
 	if err := decodeBody(w, r, &in); err != nil {
 		return err
 	}
-	u, err := a.svc.CreateUser(r.Context(), in)
+	u, err := a.svc.Accounts.CreateUser(r.Context(), in)
 	if err != nil {
 		return err
 	}

@@ -20,8 +20,9 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/identity"
 	"github.com/tally-hq/tally/internal/ids"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/service"
 )
 
 // Config configures the API.
@@ -55,12 +56,12 @@ const (
 
 // API holds the handlers.
 type API struct {
-	svc *tracking.Service
+	svc *service.Service
 	cfg Config
 }
 
 // New returns the API over svc.
-func New(svc *tracking.Service, cfg Config) *API {
+func New(svc *service.Service, cfg Config) *API {
 	if cfg.RateLimit == 0 {
 		cfg.RateLimit = DefaultRateLimit
 	}
@@ -119,49 +120,49 @@ const (
 
 func (a *API) routes() []route {
 	return []route{
-		{GroupOffers, "GET", "/api/v1/offers", authKey, listed(a.svc.Offers)},
-		{GroupOffers, "POST", "/api/v1/offers", authKey, created(decodeBody, a.svc.CreateOffer)},
-		{GroupOffers, "GET", "/api/v1/offers/{id}", authKey, byID(a.svc.Offer)},
-		{GroupOffers, "PATCH", "/api/v1/offers/{id}", authKey, byIDWithBody(decodePatch, a.svc.UpdateOffer)},
+		{GroupOffers, "GET", "/api/v1/offers", authKey, listed(a.svc.Offers.Offers)},
+		{GroupOffers, "POST", "/api/v1/offers", authKey, created(decodeBody, a.svc.Offers.CreateOffer)},
+		{GroupOffers, "GET", "/api/v1/offers/{id}", authKey, byID(a.svc.Offers.Offer)},
+		{GroupOffers, "PATCH", "/api/v1/offers/{id}", authKey, byIDWithBody(decodePatch, a.svc.Offers.UpdateOffer)},
 		{GroupPartners, "GET", "/api/v1/partners", authKey, a.listPartners},
-		{GroupPartners, "GET", "/api/v1/partners/{id}", authKey, byID(a.svc.Partner)},
-		{GroupPartners, "POST", "/api/v1/partners/{id}/approve", authKey, byID(a.svc.ApprovePartner)},
-		{GroupPartners, "POST", "/api/v1/partners/{id}/reject", authKey, byID(a.svc.RejectPartner)},
-		{GroupPartners, "POST", "/api/v1/partners/{id}/ban", authKey, byID(a.svc.BanPartner)},
-		{GroupPartners, "PUT", "/api/v1/partners/{id}/postback", authKey, byIDWithBody(decodeBody, a.svc.PutPostback)},
-		{GroupPartners, "GET", "/api/v1/partners/{id}/postback", authKey, byID(a.svc.Postback)},
-		{GroupPartners, "DELETE", "/api/v1/partners/{id}/postback", authKey, byID(a.svc.DeletePostback)},
-		{GroupPartners, "POST", "/api/v1/partners/{id}/postback/test", authKey, sendTest(a.svc.SendTestPostback)},
-		{GroupPartners, "POST", "/api/v1/partners/{id}/postback/enable", authKey, byID(a.svc.EnablePostback)},
+		{GroupPartners, "GET", "/api/v1/partners/{id}", authKey, byID(a.svc.Partners.Partner)},
+		{GroupPartners, "POST", "/api/v1/partners/{id}/approve", authKey, byID(a.svc.Partners.ApprovePartner)},
+		{GroupPartners, "POST", "/api/v1/partners/{id}/reject", authKey, byID(a.svc.Partners.RejectPartner)},
+		{GroupPartners, "POST", "/api/v1/partners/{id}/ban", authKey, byID(a.svc.Partners.BanPartner)},
+		{GroupPartners, "PUT", "/api/v1/partners/{id}/postback", authKey, byIDWithBody(decodeBody, a.svc.Endpoints.PutPostback)},
+		{GroupPartners, "GET", "/api/v1/partners/{id}/postback", authKey, byID(a.svc.Endpoints.Postback)},
+		{GroupPartners, "DELETE", "/api/v1/partners/{id}/postback", authKey, byID(a.svc.Endpoints.DeletePostback)},
+		{GroupPartners, "POST", "/api/v1/partners/{id}/postback/test", authKey, sendTest(a.svc.Endpoints.SendTestPostback)},
+		{GroupPartners, "POST", "/api/v1/partners/{id}/postback/enable", authKey, byID(a.svc.Endpoints.EnablePostback)},
 		{GroupConversions, "POST", "/api/v1/conversions", authKey, a.createConversion},
 		{GroupConversions, "GET", "/api/v1/conversions", authKey, a.listConversions},
-		{GroupConversions, "GET", "/api/v1/conversions/{id}", authKey, byID(a.svc.Conversion)},
-		{GroupConversions, "POST", "/api/v1/conversions/{id}/approve", authKey, byID(a.svc.ApproveConversion)},
-		{GroupConversions, "POST", "/api/v1/conversions/{id}/reject", authKey, byID(a.svc.RejectConversion)},
+		{GroupConversions, "GET", "/api/v1/conversions/{id}", authKey, byID(a.svc.Conversions.Conversion)},
+		{GroupConversions, "POST", "/api/v1/conversions/{id}/approve", authKey, byID(a.svc.Conversions.ApproveConversion)},
+		{GroupConversions, "POST", "/api/v1/conversions/{id}/reject", authKey, byID(a.svc.Conversions.RejectConversion)},
 		{GroupConversions, "GET", "/api/v1/postback-token", authKey, a.postbackToken},
 		{GroupConversions, "POST", "/api/v1/postback-token", authKey, a.createPostbackToken},
 		{GroupConversions, "DELETE", "/api/v1/postback-token", authKey, a.deletePostbackToken},
 		{GroupConversions, "GET", "/postback", authPostback, getOnly(a.postback)},
 		{GroupReports, "GET", "/api/v1/reports", authKey, a.report},
 		{GroupApplications, "POST", "/api/public/brands/{brandId}/applications", authForm, a.apply},
-		{GroupWebhooks, "POST", "/api/public/webhooks", authKey, created(decodeBody, a.svc.CreateSubscription)},
-		{GroupWebhooks, "GET", "/api/public/webhooks", authKey, listed(a.svc.Subscriptions)},
-		{GroupWebhooks, "GET", "/api/public/webhooks/{id}", authKey, byID(a.svc.Subscription)},
-		{GroupWebhooks, "PATCH", "/api/public/webhooks/{id}", authKey, byIDWithBody(decodePatch, a.svc.UpdateSubscription)},
-		{GroupWebhooks, "DELETE", "/api/public/webhooks/{id}", authKey, byID(a.svc.DeleteSubscription)},
-		{GroupWebhooks, "POST", "/api/public/webhooks/{id}/test", authKey, sendTest(a.svc.SendTestEvent)},
-		{GroupWebhooks, "POST", "/api/public/webhooks/{id}/enable", authKey, byID(a.svc.EnableSubscription)},
+		{GroupWebhooks, "POST", "/api/public/webhooks", authKey, created(decodeBody, a.svc.Endpoints.CreateSubscription)},
+		{GroupWebhooks, "GET", "/api/public/webhooks", authKey, listed(a.svc.Endpoints.Subscriptions)},
+		{GroupWebhooks, "GET", "/api/public/webhooks/{id}", authKey, byID(a.svc.Endpoints.Subscription)},
+		{GroupWebhooks, "PATCH", "/api/public/webhooks/{id}", authKey, byIDWithBody(decodePatch, a.svc.Endpoints.UpdateSubscription)},
+		{GroupWebhooks, "DELETE", "/api/public/webhooks/{id}", authKey, byID(a.svc.Endpoints.DeleteSubscription)},
+		{GroupWebhooks, "POST", "/api/public/webhooks/{id}/test", authKey, sendTest(a.svc.Endpoints.SendTestEvent)},
+		{GroupWebhooks, "POST", "/api/public/webhooks/{id}/enable", authKey, byID(a.svc.Endpoints.EnableSubscription)},
 		{GroupWebhooks, "GET", "/api/public/webhook-events", authPublic, a.webhookEvents},
 		{GroupDeliveries, "GET", "/api/v1/deliveries", authKey, a.listDeliveries},
-		{GroupDeliveries, "GET", "/api/v1/deliveries/{id}", authKey, byID(a.svc.Delivery)},
-		{GroupDeliveries, "POST", "/api/v1/deliveries/{id}/retry", authKey, byID(a.svc.RetryDelivery)},
+		{GroupDeliveries, "GET", "/api/v1/deliveries/{id}", authKey, byID(a.svc.Deliveries.Delivery)},
+		{GroupDeliveries, "POST", "/api/v1/deliveries/{id}/retry", authKey, byID(a.svc.Deliveries.RetryDelivery)},
 		// Recovering queues deliveries again, like a retry: the same function
 		// serves both, the one that may send to the delivery queue on AWS.
-		{GroupDeliveries, "POST", "/api/public/webhooks/{id}/recover", authKey, byIDWithBody(decodeBody, a.svc.RecoverSubscription)},
-		{GroupDeliveries, "POST", "/api/v1/partners/{id}/postback/recover", authKey, byIDWithBody(decodeBody, a.svc.RecoverPostback)},
-		{GroupKeys, "GET", "/api/v1/keys", authKey, listed(a.svc.ActiveAPIKeys)},
-		{GroupKeys, "POST", "/api/v1/keys", authKey, created(decodeOptionalBody, a.svc.CreateKey)},
-		{GroupKeys, "DELETE", "/api/v1/keys/{id}", authKey, byID(a.svc.DeleteAPIKey)},
+		{GroupDeliveries, "POST", "/api/public/webhooks/{id}/recover", authKey, byIDWithBody(decodeBody, a.svc.Deliveries.RecoverSubscription)},
+		{GroupDeliveries, "POST", "/api/v1/partners/{id}/postback/recover", authKey, byIDWithBody(decodeBody, a.svc.Deliveries.RecoverPostback)},
+		{GroupKeys, "GET", "/api/v1/keys", authKey, listed(a.svc.Identity.ActiveAPIKeys)},
+		{GroupKeys, "POST", "/api/v1/keys", authKey, created(decodeOptionalBody, a.svc.Identity.CreateKey)},
+		{GroupKeys, "DELETE", "/api/v1/keys/{id}", authKey, byID(a.svc.Identity.DeleteAPIKey)},
 		// The dashboard's pages, under two greedy routes (API Gateway's
 		// {name+}, net/http's {name...}), and the partner application page.
 		{GroupDashboard, "GET", "/dashboard", authPages, a.pages},
@@ -171,12 +172,12 @@ func (a *API) routes() []route {
 		{GroupDashboard, "POST", "/apply/{brandId}", authPages, a.pages},
 		{GroupClick, "GET", "/c/{offerId}", authNone, getOnly(a.click)},
 		{GroupFraud, "GET", "/api/v1/clicks", authKey, a.listClicks},
-		{GroupFraud, "GET", "/api/v1/clicks/{id}", authKey, byID(a.svc.Click)},
+		{GroupFraud, "GET", "/api/v1/clicks/{id}", authKey, byID(a.svc.Clicks.Click)},
 		{GroupFraud, "GET", "/api/v1/fraud/settings", authKey, a.fraudSettings},
 		{GroupFraud, "PUT", "/api/v1/fraud/settings", authKey, a.updateFraudSettings},
-		{GroupFraud, "GET", "/api/v1/fraud/blocked-ips", authKey, listed(a.svc.BlockedIPs)},
-		{GroupFraud, "POST", "/api/v1/fraud/blocked-ips", authKey, created(decodeBody, a.svc.BlockIP)},
-		{GroupFraud, "DELETE", "/api/v1/fraud/blocked-ips/{id}", authKey, byID(a.svc.UnblockIP)},
+		{GroupFraud, "GET", "/api/v1/fraud/blocked-ips", authKey, listed(a.svc.Clicks.BlockedIPs)},
+		{GroupFraud, "POST", "/api/v1/fraud/blocked-ips", authKey, created(decodeBody, a.svc.Clicks.BlockIP)},
+		{GroupFraud, "DELETE", "/api/v1/fraud/blocked-ips/{id}", authKey, byID(a.svc.Clicks.UnblockIP)},
 		{GroupAdmin, "POST", "/_admin/brands", authAdmin, a.adminCreateBrand},
 		{GroupAdmin, "POST", "/_admin/keys", authAdmin, a.adminCreateKey},
 		{GroupAdmin, "GET", "/_admin/keys", authAdmin, a.adminListKeys},
@@ -191,7 +192,7 @@ func (a *API) routes() []route {
 // Deployment templates are checked against it.
 func Routes(group string) []string {
 	var out []string
-	for _, rt := range (&API{svc: &tracking.Service{}}).routes() { // method values only: nothing is called
+	for _, rt := range (&API{svc: &service.Service{}}).routes() { // method values only: nothing is called
 		if rt.group == group {
 			out = append(out, rt.method+" "+rt.pattern)
 		}
@@ -230,7 +231,7 @@ func (a *API) Handler(groups ...string) http.Handler {
 	}
 	for pattern, known := range paths {
 		allow := strings.Join(known.methods, ", ")
-		mux.Handle(pattern, a.guard(missAuth(known.auth), func(w http.ResponseWriter, r *http.Request, _ tracking.Principal) error {
+		mux.Handle(pattern, a.guard(missAuth(known.auth), func(w http.ResponseWriter, r *http.Request, _ identity.Principal) error {
 			w.Header().Set("Allow", allow)
 			return tally.Errorf(tally.ECodeMethodNotAllowed, "%s is not allowed here; use %s.", r.Method, allow)
 		}))
@@ -252,7 +253,7 @@ func (a *API) Handler(groups ...string) http.Handler {
 func muxPattern(path string) string { return strings.ReplaceAll(path, "+}", "...}") }
 
 // pages hands a request to the dashboard.
-func (a *API) pages(w http.ResponseWriter, r *http.Request, _ tracking.Principal) error {
+func (a *API) pages(w http.ResponseWriter, r *http.Request, _ identity.Principal) error {
 	if a.cfg.Dashboard == nil {
 		return tally.Errorf(tally.ECodeNotFound, "No such endpoint: %s %s.", r.Method, r.URL.Path)
 	}
@@ -260,7 +261,7 @@ func (a *API) pages(w http.ResponseWriter, r *http.Request, _ tracking.Principal
 	return nil
 }
 
-func unknownPath(_ http.ResponseWriter, r *http.Request, _ tracking.Principal) error {
+func unknownPath(_ http.ResponseWriter, r *http.Request, _ identity.Principal) error {
 	if clean := cleanPath(r.URL.EscapedPath()); clean != r.URL.EscapedPath() {
 		return tally.Errorf(tally.ECodeNotFound, "No such endpoint: %s %s. Paths are matched as sent; did you mean %s?", r.Method, r.URL.EscapedPath(), clean)
 	}
@@ -289,13 +290,13 @@ func inKeyArea(path string) bool {
 	return false
 }
 
-type handlerFunc func(w http.ResponseWriter, r *http.Request, p tracking.Principal) error
+type handlerFunc func(w http.ResponseWriter, r *http.Request, p identity.Principal) error
 
 // getOnly serves a GET route that records something (a click, a
 // conversion): net/http's GET pattern also matches HEAD, which link checkers
 // and prefetchers send and which must record nothing, so it answers 405.
 func getOnly(handle handlerFunc) handlerFunc {
-	return func(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+	return func(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 		if r.Method != http.MethodGet {
 			w.Header().Set("Cache-Control", "no-store")
 			w.Header().Set("Allow", http.MethodGet)
@@ -321,7 +322,7 @@ func (a *API) guard(mode auth, handle handlerFunc) http.Handler {
 // admitHolder counts a request that authenticated as p against the
 // credential's bucket, and one refused (err unauthorized) against its
 // client IP's, so that guessing credentials is as slow as using one.
-func (a *API) admitHolder(w http.ResponseWriter, r *http.Request, p tracking.Principal, err error, bucket string) (tracking.Principal, error) {
+func (a *API) admitHolder(w http.ResponseWriter, r *http.Request, p identity.Principal, err error, bucket string) (identity.Principal, error) {
 	if tally.ErrorCode(err) == tally.ECodeUnauthorized {
 		if limited := a.limit(w, r, "noauth:"+a.sourceIP(r), a.cfg.RateLimit); limited != nil {
 			return p, limited
@@ -339,33 +340,33 @@ func (a *API) admitHolder(w http.ResponseWriter, r *http.Request, p tracking.Pri
 // rate limit, setting the X-RateLimit-* headers. A request without a valid
 // key is counted per client IP, so that it carries the headers too and
 // guessing keys is as slow as using one.
-func (a *API) admit(w http.ResponseWriter, r *http.Request, mode auth) (tracking.Principal, error) {
+func (a *API) admit(w http.ResponseWriter, r *http.Request, mode auth) (identity.Principal, error) {
 	switch mode {
 	case authKey:
 		p, err := a.authenticate(r)
 		return a.admitHolder(w, r, p, err, "key:")
 	case authPostback:
-		p, err := a.svc.AuthenticatePostback(r.Context(), r.URL.Query().Get("token"))
+		p, err := a.svc.Identity.AuthenticatePostback(r.Context(), r.URL.Query().Get("token"))
 		return a.admitHolder(w, r, p, err, "postback:")
 	case authForm:
-		return tracking.Principal{}, a.limit(w, r, "form:"+a.sourceIP(r), a.cfg.ApplicationRateLimit)
+		return identity.Principal{}, a.limit(w, r, "form:"+a.sourceIP(r), a.cfg.ApplicationRateLimit)
 	case authPublic:
-		return tracking.Principal{}, a.limit(w, r, "public:"+a.sourceIP(r), a.cfg.RateLimit)
+		return identity.Principal{}, a.limit(w, r, "public:"+a.sourceIP(r), a.cfg.RateLimit)
 	case authAdmin:
 		token, ok := bearerToken(r.Header)
 		if !ok || subtle.ConstantTimeCompare([]byte(token), []byte(a.cfg.AdminToken)) != 1 {
-			return tracking.Principal{}, tally.Errorf(tally.ECodeUnauthorized, "Provide the local server's admin token.")
+			return identity.Principal{}, tally.Errorf(tally.ECodeUnauthorized, "Provide the local server's admin token.")
 		}
 	}
-	return tracking.Principal{}, nil
+	return identity.Principal{}, nil
 }
 
-func (a *API) authenticate(r *http.Request) (tracking.Principal, error) {
+func (a *API) authenticate(r *http.Request) (identity.Principal, error) {
 	token, ok := bearerToken(r.Header)
 	if !ok {
-		return tracking.Principal{}, tracking.ErrUnauthorized
+		return identity.Principal{}, identity.ErrUnauthorized
 	}
-	return a.svc.Authenticate(r.Context(), token)
+	return a.svc.Identity.Authenticate(r.Context(), token)
 }
 
 // bearerToken reads "Authorization: Bearer <token>" as RFC 9110 (section
@@ -461,7 +462,7 @@ func parseAddr(s string) netip.Addr {
 
 // limit counts the request against bucket and sets the rate-limit headers.
 func (a *API) limit(w http.ResponseWriter, r *http.Request, bucket string, limit int) error {
-	d, err := a.svc.Allow(r.Context(), bucket, limit)
+	d, err := a.svc.Limits.Allow(r.Context(), bucket, limit)
 	if err != nil {
 		return err
 	}

@@ -3,14 +3,15 @@ package httpapi
 import (
 	"net/http"
 
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/conversions"
+	"github.com/tally-hq/tally/internal/identity"
 )
 
-func (a *API) postbackToken(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+func (a *API) postbackToken(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 	if _, err := query(r); err != nil {
 		return err
 	}
-	t, err := a.svc.PostbackToken(r.Context(), p.BrandID)
+	t, err := a.svc.Identity.PostbackToken(r.Context(), p.BrandID)
 	if err != nil {
 		return err
 	}
@@ -19,11 +20,11 @@ func (a *API) postbackToken(w http.ResponseWriter, r *http.Request, p tracking.P
 }
 
 // createPostbackToken makes or rotates the token; it takes no body.
-func (a *API) createPostbackToken(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+func (a *API) createPostbackToken(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 	if _, err := query(r); err != nil {
 		return err
 	}
-	t, err := a.svc.CreatePostbackToken(r.Context(), p.BrandID)
+	t, err := a.svc.Identity.CreatePostbackToken(r.Context(), p.BrandID)
 	if err != nil {
 		return err
 	}
@@ -31,11 +32,11 @@ func (a *API) createPostbackToken(w http.ResponseWriter, r *http.Request, p trac
 	return nil
 }
 
-func (a *API) deletePostbackToken(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+func (a *API) deletePostbackToken(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 	if _, err := query(r); err != nil {
 		return err
 	}
-	t, err := a.svc.DeletePostbackToken(r.Context(), p.BrandID)
+	t, err := a.svc.Identity.DeletePostbackToken(r.Context(), p.BrandID)
 	if err != nil {
 		return err
 	}
@@ -52,12 +53,12 @@ type postbackAnswer struct {
 
 // postback records the conversion of a click from an advertiser's GET
 // postback, authorized by the brand's token (checked by guard).
-func (a *API) postback(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+func (a *API) postback(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 	q, err := query(r, "click_id", "txn_id", "amount", "currency", "token")
 	if err != nil {
 		return err
 	}
-	c, created, err := a.svc.RecordPostback(r.Context(), p.BrandID, tracking.InboundPostback{
+	c, created, err := a.svc.Conversions.RecordPostback(r.Context(), p.BrandID, conversions.InboundPostback{
 		ClickID: q.Get("click_id"), TxnID: q.Get("txn_id"), Amount: q.Get("amount"), Currency: q.Get("currency"),
 	})
 	if err != nil {

@@ -11,9 +11,11 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/identity"
+	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 // click records a click on the offer through the partner's link and
@@ -26,7 +28,7 @@ func (e *env) click(offerID, partnerID, query string) string {
 func TestConversionsAttributedToClicks(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		clock := testenv.NewClock(testenv.Start())
-		e := newEnv(t, st, httpapi.Config{RateLimit: 10_000}, tracking.WithClock(clock.Now))
+		e := newEnv(t, st, httpapi.Config{RateLimit: 10_000}, service.WithClock(clock.Now))
 		brandID, key := e.brand()
 		offerID := e.offer(key, map[string]any{"destinationUrl": "https://shop.example/p?c={click_id}", "attributionWindowDays": 7})
 		other := e.offer(key, clickDest)
@@ -204,7 +206,7 @@ func TestUpdateOffer(t *testing.T) {
 func TestOfferChangeReachesOtherInstancesAtOnce(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		a := newEnv(t, st, httpapi.Config{RateLimit: 10_000})
-		b := &env{t: t, svc: tracking.New(st)}
+		b := &env{t: t, svc: servicetest.New(st)}
 		b.srv = httptest.NewServer(httpapi.New(b.svc, httpapi.Config{RateLimit: 10_000, Logger: slog.New(slog.DiscardHandler)}).Handler())
 		t.Cleanup(b.srv.Close)
 		brandID, key := a.brand()
@@ -241,7 +243,7 @@ func TestInboundPostback(t *testing.T) {
 		clickID := e.click(offerID, partnerID, "&sub1=email")
 
 		e.must(404, e.call("GET", "/api/v1/postback-token", key, nil))
-		var tok tracking.CreatedPostbackToken
+		var tok identity.CreatedPostbackToken
 		e.must(201, e.call("POST", "/api/v1/postback-token", key, nil)).decode(t, &tok)
 		if !strings.HasPrefix(tok.Token, "tally_pb_") || !strings.HasPrefix(tok.Token, tok.Prefix) || !strings.HasPrefix(tok.ID, "pbt_") {
 			t.Fatalf("token %+v", tok)
@@ -345,7 +347,7 @@ func TestInboundPostback(t *testing.T) {
 		e.must(422, pb(url.Values{"click_id": {otherClick}, "token": {tok.Token}}))
 
 		// Rotation: the old token stops working, the new one works.
-		var rotated tracking.CreatedPostbackToken
+		var rotated identity.CreatedPostbackToken
 		e.must(201, e.call("POST", "/api/v1/postback-token", key, nil)).decode(t, &rotated)
 		e.must(401, pb(url.Values{"click_id": {clickID}, "txn_id": {"A-1002"}, "token": {tok.Token}}))
 		e.must(201, pb(url.Values{"click_id": {clickID}, "txn_id": {"A-1002"}, "token": {rotated.Token}}))
@@ -357,12 +359,12 @@ func TestInboundPostback(t *testing.T) {
 
 // Postbacks are rate-limited per token, like API requests per key.
 func TestInboundPostbackRateLimit(t *testing.T) {
-	e := newEnv(t, testenv.Bolt(t), httpapi.Config{RateLimit: 3}, tracking.WithClock(testenv.MidMinute().Now))
+	e := newEnv(t, testenv.Bolt(t), httpapi.Config{RateLimit: 3}, service.WithClock(testenv.MidMinute().Now))
 	brandID, key := e.brand()
 	offerID := e.offer(key, clickDest)
 	partnerID := e.activePartner(brandID, key)
 	clickID := e.click(offerID, partnerID, "")
-	var tok tracking.CreatedPostbackToken
+	var tok identity.CreatedPostbackToken
 	e.must(201, e.call("POST", "/api/v1/postback-token", key, nil)).decode(t, &tok)
 	for i := range 4 {
 		r := e.call("GET", "/postback?click_id="+clickID+"&txn_id=T"+fmt.Sprint(i)+"&token="+tok.Token, "", nil)

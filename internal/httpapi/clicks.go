@@ -7,7 +7,8 @@ import (
 	"strings"
 
 	"github.com/tally-hq/tally"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/clicks"
+	"github.com/tally-hq/tally/internal/identity"
 )
 
 // clickParams are the query parameters a tracking link reads. Others are
@@ -46,13 +47,13 @@ func clickQuery(raw string) (url.Values, error) {
 
 // click serves the tracking link: it records the click and redirects the
 // visitor to the offer's destination, or answers in the error shape.
-func (a *API) click(w http.ResponseWriter, r *http.Request, _ tracking.Principal) error {
+func (a *API) click(w http.ResponseWriter, r *http.Request, _ identity.Principal) error {
 	w.Header().Set("Cache-Control", "no-store")
 	q, err := clickQuery(r.URL.RawQuery)
 	if err != nil {
 		return err
 	}
-	in := tracking.ClickInput{
+	in := clicks.ClickInput{
 		OfferID:   r.PathValue("offerId"),
 		PartnerID: q.Get("pid"),
 		Subs:      [5]string{q.Get("sub1"), q.Get("sub2"), q.Get("sub3"), q.Get("sub4"), q.Get("sub5")},
@@ -60,7 +61,7 @@ func (a *API) click(w http.ResponseWriter, r *http.Request, _ tracking.Principal
 		UserAgent: r.Header.Get("User-Agent"),
 		Referer:   r.Header.Get("Referer"),
 	}
-	_, location, err := a.svc.RecordClick(r.Context(), in)
+	_, location, err := a.svc.Clicks.RecordClick(r.Context(), in)
 	if err != nil {
 		return err
 	}
@@ -69,13 +70,13 @@ func (a *API) click(w http.ResponseWriter, r *http.Request, _ tracking.Principal
 	return nil
 }
 
-func (a *API) listClicks(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+func (a *API) listClicks(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 	q, lp, err := listQuery(r, "offerId", "partnerId", "minScore", "from", "to")
 	if err != nil {
 		return err
 	}
-	f := tracking.ClickFilter{OfferID: q.Get("offerId"), PartnerID: q.Get("partnerId"), MinScore: q.Get("minScore"), From: q.Get("from"), To: q.Get("to")}
-	clicks, next, err := a.svc.Clicks(r.Context(), p.BrandID, f, lp)
+	f := clicks.ClickFilter{OfferID: q.Get("offerId"), PartnerID: q.Get("partnerId"), MinScore: q.Get("minScore"), From: q.Get("from"), To: q.Get("to")}
+	clicks, next, err := a.svc.Clicks.Clicks(r.Context(), p.BrandID, f, lp)
 	if err != nil {
 		return err
 	}
@@ -83,11 +84,11 @@ func (a *API) listClicks(w http.ResponseWriter, r *http.Request, p tracking.Prin
 	return nil
 }
 
-func (a *API) fraudSettings(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+func (a *API) fraudSettings(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 	if _, err := query(r); err != nil {
 		return err
 	}
-	settings, err := a.svc.FraudSettings(r.Context(), p.BrandID)
+	settings, err := a.svc.Clicks.FraudSettings(r.Context(), p.BrandID)
 	if err != nil {
 		return err
 	}
@@ -95,12 +96,12 @@ func (a *API) fraudSettings(w http.ResponseWriter, r *http.Request, p tracking.P
 	return nil
 }
 
-func (a *API) updateFraudSettings(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
-	var in tracking.FraudSettingsInput
+func (a *API) updateFraudSettings(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
+	var in clicks.FraudSettingsInput
 	if err := decodeBody(w, r, &in); err != nil {
 		return err
 	}
-	settings, err := a.svc.UpdateFraudSettings(r.Context(), p.BrandID, in)
+	settings, err := a.svc.Clicks.UpdateFraudSettings(r.Context(), p.BrandID, in)
 	if err != nil {
 		return err
 	}

@@ -9,13 +9,14 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/identity"
+	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 // eventCount counts a brand's events with the given name.
-func eventCount(t *testing.T, svc *tracking.Service, brandID, name string) int {
+func eventCount(t *testing.T, svc *service.Service, brandID, name string) int {
 	t.Helper()
 	return len(events[json.RawMessage](t, svc, brandID, name))
 }
@@ -78,7 +79,7 @@ func TestDailyCapUnderConcurrency(t *testing.T) {
 // raceSameTransaction posts one conversion 50 times at once to an offer
 // made with offer's fields, on a service over st with opts, and checks
 // that it is recorded once and every answer names it.
-func raceSameTransaction(t *testing.T, st store.Store, offer map[string]any, opts ...tracking.Option) (e *env, brandID, key, partnerID string) {
+func raceSameTransaction(t *testing.T, st store.Store, offer map[string]any, opts ...service.Option) (e *env, brandID, key, partnerID string) {
 	t.Helper()
 	e = newEnv(t, st, httpapi.Config{RateLimit: 10_000}, opts...)
 	brandID, key = e.brand()
@@ -107,7 +108,7 @@ func raceSameTransaction(t *testing.T, st store.Store, offer map[string]any, opt
 // raceDailyCap posts 200 conversions at once to an offer with a daily
 // cap of 50, on a service over st with opts, and checks that 50 are
 // recorded, the others refused, and cap.reached written once.
-func raceDailyCap(t *testing.T, st store.Store, opts ...tracking.Option) (e *env, brandID, key string) {
+func raceDailyCap(t *testing.T, st store.Store, opts ...service.Option) (e *env, brandID, key string) {
 	t.Helper()
 	e = newEnv(t, st, httpapi.Config{RateLimit: 10_000}, opts...)
 	brandID, key = e.brand()
@@ -216,7 +217,7 @@ func TestExternalTxnIDWithWhiteSpaceAroundIsRefused(t *testing.T) {
 			t.Errorf("externalTxnId %q: %d %s, want 422 validation_error naming externalTxnId", txn, r.status, r.body)
 		}
 	}
-	var tok tracking.CreatedPostbackToken
+	var tok identity.CreatedPostbackToken
 	e.must(201, e.call("POST", "/api/v1/postback-token", key, nil)).decode(t, &tok)
 	clickID := e.click(offerID, partnerID, "")
 	for _, txn := range []string{" ", "order-1 "} {

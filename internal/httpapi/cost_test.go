@@ -8,8 +8,8 @@ import (
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store/dynamo"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 // Recording a conversion costs one TransactWriteItems (conversion, marker,
@@ -81,7 +81,7 @@ func TestConversionOnAWS(t *testing.T) {
 func TestClickOnAWSLeavesRollupsToTheStream(t *testing.T) {
 	client, table := dynamotest.NewTable(t)
 	api := dynamotest.NewMeter(client, table)
-	e := newEnv(t, dynamo.New(api, table), behindProxy(), tracking.WithStreamRollups())
+	e := newEnv(t, dynamo.New(api, table), behindProxy(), service.WithStreamRollups())
 	brandID, key := e.brand()
 	offerID := e.offer(key, clickDest)
 	partnerID := e.activePartner(brandID, key)
@@ -102,7 +102,7 @@ func TestClickOnAWSLeavesRollupsToTheStream(t *testing.T) {
 func TestAttributedConversionCost(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		opts []tracking.Option
+		opts []service.Option
 		want map[string]int
 		wru  float64
 	}{

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 // nextCursor lists path and returns the page's nextCursor.
@@ -114,8 +114,8 @@ func urlEscape(s string) string {
 func TestCursorKeysRotateWithoutBreakingLiveCursors(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		clock := testenv.NewClock(time.Now())
-		a := newEnv(t, st, httpapi.Config{RateLimit: 10_000}, tracking.WithClock(clock.Now))
-		b := newEnv(t, st, httpapi.Config{RateLimit: 10_000}, tracking.WithClock(clock.Now)) // another instance
+		a := newEnv(t, st, httpapi.Config{RateLimit: 10_000}, service.WithClock(clock.Now))
+		b := newEnv(t, st, httpapi.Config{RateLimit: 10_000}, service.WithClock(clock.Now)) // another instance
 		_, key := a.brand()
 		for range 3 {
 			a.offer(key, nil)

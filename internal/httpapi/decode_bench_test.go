@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/conversions"
 )
 
 // BenchmarkDecodeConversion measures decodeBody on a typical postback body:
@@ -17,7 +17,7 @@ func BenchmarkDecodeConversion(b *testing.B) {
 	for b.Loop() {
 		r := httptest.NewRequest("POST", "/api/v1/conversions", strings.NewReader(body))
 		r.Header.Set("Content-Type", "application/json")
-		var in tracking.ConversionInput
+		var in conversions.ConversionInput
 		if err := decodeBody(httptest.NewRecorder(), r, &in); err != nil {
 			b.Fatal(err)
 		}

@@ -13,23 +13,24 @@ import (
 	"testing"
 
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/store"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 // env is the API served over real HTTP on loopback.
 type env struct {
 	t   *testing.T
-	svc *tracking.Service
+	svc *service.Service
 	srv *httptest.Server
 }
 
-func newEnv(t *testing.T, st store.Store, cfg httpapi.Config, opts ...tracking.Option) *env {
+func newEnv(t *testing.T, st store.Store, cfg httpapi.Config, opts ...service.Option) *env {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	svc := tracking.New(st, opts...)
+	svc := servicetest.New(st, opts...)
 	srv := httptest.NewServer(httpapi.New(svc, cfg).Handler())
 	t.Cleanup(srv.Close)
 	return &env{t: t, svc: svc, srv: srv}
@@ -39,11 +40,11 @@ func newEnv(t *testing.T, st store.Store, cfg httpapi.Config, opts ...tracking.O
 func (e *env) brand() (brandID, secret string) {
 	e.t.Helper()
 	ctx := context.Background()
-	b, err := e.svc.CreateBrand(ctx, "Brand")
+	b, err := e.svc.Identity.CreateBrand(ctx, "Brand")
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	_, secret, err = e.svc.CreateAPIKey(ctx, b.ID)
+	_, secret, err = e.svc.Identity.CreateAPIKey(ctx, b.ID)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -13,10 +13,12 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/catalog/schemacheck"
+	"github.com/tally-hq/tally/internal/clicks"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 // behindProxy is an API whose clients come through a proxy on loopback, so
@@ -33,12 +35,12 @@ func (e *env) clickFrom(link, ip, ua string) response {
 
 // events returns the brand's events with the given name, decoded, after
 // checking each against the catalog.
-func events[T any](t *testing.T, svc *tracking.Service, brandID, name string) []T {
+func events[T any](t *testing.T, svc *service.Service, brandID, name string) []T {
 	t.Helper()
 	var out []T
-	p := tracking.ListParams{Limit: tracking.MaxLimit}
+	p := records.ListParams{Limit: records.MaxLimit}
 	for {
-		evts, next, err := svc.Events(context.Background(), brandID, p)
+		evts, next, err := svc.Events.Events(context.Background(), brandID, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +71,7 @@ func events[T any](t *testing.T, svc *tracking.Service, brandID, name string) []
 func TestClicksAreScoredForFraud(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		clock := testenv.MidMinute() // the eleven clicks of a minute below share one
-		e := newEnv(t, st, behindProxy(), tracking.WithClock(clock.Now))
+		e := newEnv(t, st, behindProxy(), service.WithClock(clock.Now))
 		brandID, key := e.brand()
 		offerID := e.offer(key, clickDest)
 		partnerID := e.activePartner(brandID, key)
@@ -278,7 +280,7 @@ func TestBlockedIPLimit(t *testing.T) {
 	brandID, key := e.brand()
 	for i := range 990 {
 		cidr := fmt.Sprintf("10.%d.%d.0/24", i/256, i%256)
-		if _, err := e.svc.BlockIP(context.Background(), brandID, tracking.BlockedIPInput{CIDR: &cidr}); err != nil {
+		if _, err := e.svc.Clicks.BlockIP(context.Background(), brandID, clicks.BlockedIPInput{CIDR: &cidr}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -365,7 +367,7 @@ func TestAutoBanWindow(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		day := testenv.Start().Truncate(24 * time.Hour)
 		clock := testenv.NewClock(day.Add(8*time.Hour + 30*time.Minute))
-		e := newEnv(t, st, behindProxy(), tracking.WithClock(clock.Now))
+		e := newEnv(t, st, behindProxy(), service.WithClock(clock.Now))
 		brandID, key := e.brand()
 		offerID := e.offer(key, clickDest)
 		partnerID := e.activePartner(brandID, key)

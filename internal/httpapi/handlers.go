@@ -12,7 +12,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/tally-hq/tally"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/conversions"
+	"github.com/tally-hq/tally/internal/identity"
+	"github.com/tally-hq/tally/internal/partners"
+	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/reports"
 )
 
 // query returns the request's query parameters after checking that the
@@ -39,26 +43,26 @@ func query(r *http.Request, known ...string) (url.Values, error) {
 }
 
 // listQuery reads the paging parameters plus the endpoint's filters.
-func listQuery(r *http.Request, filters ...string) (url.Values, tracking.ListParams, error) {
+func listQuery(r *http.Request, filters ...string) (url.Values, records.ListParams, error) {
 	q, err := query(r, append(filters, "limit", "cursor")...)
 	if err != nil {
-		return nil, tracking.ListParams{}, err
+		return nil, records.ListParams{}, err
 	}
-	p := tracking.ListParams{Cursor: q.Get("cursor")}
+	p := records.ListParams{Cursor: q.Get("cursor")}
 	if s := q.Get("limit"); s != "" {
 		if p.Limit, err = strconv.Atoi(s); err != nil || p.Limit < 1 {
-			return nil, p, tally.Errorf(tally.ECodeValidation, "limit must be an integer from 1 to %d.", tracking.MaxLimit)
+			return nil, p, tally.Errorf(tally.ECodeValidation, "limit must be an integer from 1 to %d.", records.MaxLimit)
 		}
 	}
 	return q, p, nil
 }
 
-func (a *API) listPartners(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+func (a *API) listPartners(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 	q, lp, err := listQuery(r, "status")
 	if err != nil {
 		return err
 	}
-	partners, next, err := a.svc.Partners(r.Context(), p.BrandID, q.Get("status"), lp)
+	partners, next, err := a.svc.Partners.Partners(r.Context(), p.BrandID, q.Get("status"), lp)
 	if err != nil {
 		return err
 	}
@@ -69,8 +73,8 @@ func (a *API) listPartners(w http.ResponseWriter, r *http.Request, p tracking.Pr
 // created serves a POST that creates one of the brand's records from the
 // body (read with decode: decodeBody, or decodeOptionalBody when every
 // field is optional) and answers 201 with it.
-func created[In, Out any](decode func(http.ResponseWriter, *http.Request, any) error, create func(ctx context.Context, brandID string, in In) (Out, error)) func(http.ResponseWriter, *http.Request, tracking.Principal) error {
-	return func(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+func created[In, Out any](decode func(http.ResponseWriter, *http.Request, any) error, create func(ctx context.Context, brandID string, in In) (Out, error)) func(http.ResponseWriter, *http.Request, identity.Principal) error {
+	return func(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 		var in In
 		if err := decode(w, r, &in); err != nil {
 			return err
@@ -85,8 +89,8 @@ func created[In, Out any](decode func(http.ResponseWriter, *http.Request, any) e
 }
 
 // listed serves a GET of one of the brand's lists that takes no filters.
-func listed[T any](list func(ctx context.Context, brandID string, p tracking.ListParams) ([]T, string, error)) func(http.ResponseWriter, *http.Request, tracking.Principal) error {
-	return func(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+func listed[T any](list func(ctx context.Context, brandID string, p records.ListParams) ([]T, string, error)) func(http.ResponseWriter, *http.Request, identity.Principal) error {
+	return func(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 		_, lp, err := listQuery(r)
 		if err != nil {
 			return err
@@ -103,8 +107,8 @@ func listed[T any](list func(ctx context.Context, brandID string, p tracking.Lis
 // byIDWithBody serves a route that changes one of the brand's records, named
 // by {id}, as the JSON body says (read with decode: decodeBody, or
 // decodePatch for a PATCH), and answers 200 with the outcome.
-func byIDWithBody[In, Out any](decode func(http.ResponseWriter, *http.Request, any) error, do func(ctx context.Context, brandID, id string, in In) (Out, error)) func(http.ResponseWriter, *http.Request, tracking.Principal) error {
-	return func(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+func byIDWithBody[In, Out any](decode func(http.ResponseWriter, *http.Request, any) error, do func(ctx context.Context, brandID, id string, in In) (Out, error)) func(http.ResponseWriter, *http.Request, identity.Principal) error {
+	return func(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 		var in In
 		if err := decode(w, r, &in); err != nil {
 			return err
@@ -121,8 +125,8 @@ func byIDWithBody[In, Out any](decode func(http.ResponseWriter, *http.Request, a
 // sendTest serves a route that emits a test event for one of the brand's
 // endpoints, named by {id}, and answers 202 with the event: its delivery
 // follows.
-func sendTest(send func(ctx context.Context, brandID, id string) (tally.Event, error)) func(http.ResponseWriter, *http.Request, tracking.Principal) error {
-	return func(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+func sendTest(send func(ctx context.Context, brandID, id string) (tally.Event, error)) func(http.ResponseWriter, *http.Request, identity.Principal) error {
+	return func(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 		if _, err := query(r); err != nil {
 			return err
 		}
@@ -138,8 +142,8 @@ func sendTest(send func(ctx context.Context, brandID, id string) (tally.Event, e
 // byID serves a route that names one of the brand's records by {id}: it
 // reads the record, deletes it, or moves it to another state, and answers
 // with the record.
-func byID[T any](do func(ctx context.Context, brandID, id string) (T, error)) func(http.ResponseWriter, *http.Request, tracking.Principal) error {
-	return func(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+func byID[T any](do func(ctx context.Context, brandID, id string) (T, error)) func(http.ResponseWriter, *http.Request, identity.Principal) error {
+	return func(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 		if _, err := query(r); err != nil {
 			return err
 		}
@@ -152,12 +156,12 @@ func byID[T any](do func(ctx context.Context, brandID, id string) (T, error)) fu
 	}
 }
 
-func (a *API) createConversion(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
-	var in tracking.ConversionInput
+func (a *API) createConversion(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
+	var in conversions.ConversionInput
 	if err := decodeBody(w, r, &in); err != nil {
 		return err
 	}
-	c, created, err := a.svc.RecordConversion(r.Context(), p.BrandID, in)
+	c, created, err := a.svc.Conversions.RecordConversion(r.Context(), p.BrandID, in)
 	if err != nil {
 		return err
 	}
@@ -169,16 +173,16 @@ func (a *API) createConversion(w http.ResponseWriter, r *http.Request, p trackin
 	return nil
 }
 
-func (a *API) listConversions(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+func (a *API) listConversions(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 	q, lp, err := listQuery(r, "status", "offerId", "partnerId", "externalTxnId", "from", "to")
 	if err != nil {
 		return err
 	}
-	f := tracking.ConversionFilter{
+	f := conversions.ConversionFilter{
 		Status: q.Get("status"), OfferID: q.Get("offerId"), PartnerID: q.Get("partnerId"),
 		ExternalTxnID: q.Get("externalTxnId"), From: q.Get("from"), To: q.Get("to"),
 	}
-	cs, next, err := a.svc.Conversions(r.Context(), p.BrandID, f, lp)
+	cs, next, err := a.svc.Conversions.Conversions(r.Context(), p.BrandID, f, lp)
 	if err != nil {
 		return err
 	}
@@ -186,7 +190,7 @@ func (a *API) listConversions(w http.ResponseWriter, r *http.Request, p tracking
 	return nil
 }
 
-func (a *API) report(w http.ResponseWriter, r *http.Request, p tracking.Principal) error {
+func (a *API) report(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
 	q, err := query(r, "from", "to", "offerId", "partnerId", "groupBy", "timezone", "format")
 	if err != nil {
 		return err
@@ -198,12 +202,12 @@ func (a *API) report(w http.ResponseWriter, r *http.Request, p tracking.Principa
 	case format != "" && format != "json" && format != "csv":
 		return tally.Errorf(tally.ECodeValidation, "format must be json or csv.")
 	}
-	rq := tracking.ReportQuery{From: q.Get("from"), To: q.Get("to"), Timezone: q.Get("timezone"),
+	rq := reports.ReportQuery{From: q.Get("from"), To: q.Get("to"), Timezone: q.Get("timezone"),
 		OfferID: q.Get("offerId"), PartnerID: q.Get("partnerId"), GroupBy: []string{}}
 	if g := q.Get("groupBy"); g != "" {
 		rq.GroupBy = strings.Split(g, ",")
 	}
-	report, err := a.svc.Report(r.Context(), p.BrandID, rq)
+	report, err := a.svc.Reports.Report(r.Context(), p.BrandID, rq)
 	if err != nil {
 		return err
 	}
@@ -219,7 +223,7 @@ func (a *API) report(w http.ResponseWriter, r *http.Request, p tracking.Principa
 }
 
 // ReportFilename names a report's CSV download.
-func ReportFilename(r tracking.Report) string {
+func ReportFilename(r reports.Report) string {
 	return "tally-report-" + r.From + "-to-" + r.To + ".csv"
 }
 
@@ -241,12 +245,12 @@ func prefersCSV(accept string) bool {
 	return false
 }
 
-func (a *API) apply(w http.ResponseWriter, r *http.Request, _ tracking.Principal) error {
-	var in tracking.ApplicationInput
+func (a *API) apply(w http.ResponseWriter, r *http.Request, _ identity.Principal) error {
+	var in partners.ApplicationInput
 	if err := decodeBody(w, r, &in); err != nil {
 		return err
 	}
-	partner, err := a.svc.Apply(r.Context(), r.PathValue("brandId"), in)
+	partner, err := a.svc.Partners.Apply(r.Context(), r.PathValue("brandId"), in)
 	if err != nil {
 		return err
 	}

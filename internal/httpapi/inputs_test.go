@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 // badInput is a request that must be refused, with the status and code it
@@ -38,7 +38,7 @@ func (e *env) refuses(key string, cases []badInput) {
 
 func TestTextFieldsRefuseCharactersThatHideWhatTheySay(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
-		e := newEnv(t, st, httpapi.Config{RateLimit: 10_000, ApplicationRateLimit: 10_000}, tracking.WithLoopbackReceivers())
+		e := newEnv(t, st, httpapi.Config{RateLimit: 10_000, ApplicationRateLimit: 10_000}, service.WithLoopbackReceivers())
 		brandID, key := e.brand()
 		offerID := e.offer(key, nil)
 		partnerID := e.activePartner(brandID, key)

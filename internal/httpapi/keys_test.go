@@ -10,9 +10,9 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 type createdKey struct {
@@ -134,8 +134,8 @@ func TestKeyLastUsedIsNotAWritePerRequest(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		counted := &keyWrites{Store: st}
 		clock := testenv.NewClock(time.Now().Truncate(time.Minute).Add(5 * time.Second))
-		a := newEnv(t, counted, httpapi.Config{RateLimit: 1000}, tracking.WithClock(clock.Now))
-		b := newEnv(t, counted, httpapi.Config{RateLimit: 1000}, tracking.WithClock(clock.Now))
+		a := newEnv(t, counted, httpapi.Config{RateLimit: 1000}, service.WithClock(clock.Now))
+		b := newEnv(t, counted, httpapi.Config{RateLimit: 1000}, service.WithClock(clock.Now))
 		_, key := a.brand()
 		counted.take()
 

@@ -8,8 +8,9 @@ import (
 	"testing"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/identity"
 	"github.com/tally-hq/tally/internal/ids"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/service"
 )
 
 // oasClickSetup is what the click part of the session starts from: an
@@ -130,14 +131,14 @@ func oasFraud(t *testing.T, call, withKey func(oasCall) oasAnswer, otherKey stri
 // manages the postback token, on a brand of its own so that the rest of the
 // session's counts stay as they are. It returns that brand's token and a
 // click of it, for the rate-limit checks.
-func oasAttribution(t *testing.T, call func(oasCall) oasAnswer, svc *tracking.Service) (token, clickID string) {
+func oasAttribution(t *testing.T, call func(oasCall) oasAnswer, svc *service.Service) (token, clickID string) {
 	t.Helper()
 	ctx := t.Context()
-	b, err := svc.CreateBrand(ctx, "Attribution Brand")
+	b, err := svc.Identity.CreateBrand(ctx, "Attribution Brand")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, key, err := svc.CreateAPIKey(ctx, b.ID)
+	_, key, err := svc.Identity.CreateAPIKey(ctx, b.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +197,7 @@ func oasAttribution(t *testing.T, call func(oasCall) oasAnswer, svc *tracking.Se
 	tokenPath := "/api/v1/postback-token"
 	withKey(oasCall{method: "GET", path: tokenPath, status: 404, code: "not_found"})
 	withKey(oasCall{method: "DELETE", path: tokenPath, status: 404, code: "not_found"})
-	first := oasAs[tracking.CreatedPostbackToken](t, withKey(oasCall{method: "POST", path: tokenPath, status: 201}))
+	first := oasAs[identity.CreatedPostbackToken](t, withKey(oasCall{method: "POST", path: tokenPath, status: 201}))
 	shown := withKey(oasCall{method: "GET", path: tokenPath, status: 200})
 	if strings.Contains(string(shown.body), first.Token) {
 		t.Error("GET postback-token shows the secret")
@@ -208,7 +209,7 @@ func oasAttribution(t *testing.T, call func(oasCall) oasAnswer, svc *tracking.Se
 	if gone != first.PostbackToken {
 		t.Errorf("DELETE answered %+v, want %+v", gone, first.PostbackToken)
 	}
-	token = oasAs[tracking.CreatedPostbackToken](t, withKey(oasCall{method: "POST", path: tokenPath, status: 201})).Token
+	token = oasAs[identity.CreatedPostbackToken](t, withKey(oasCall{method: "POST", path: tokenPath, status: 201})).Token
 
 	pb := "/postback?click_id=" + clickID + "&token=" + token
 	created := oasAs[struct{ ConversionID string }](t, call(oasCall{method: "GET", path: pb + "&txn_id=T-2&amount=79.50", status: 201}))

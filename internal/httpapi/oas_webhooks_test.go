@@ -25,7 +25,10 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 
 	"github.com/tally-hq/tally"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/webhooks"
 	"github.com/tally-hq/tally/webhook"
 )
 
@@ -150,18 +153,18 @@ func (o *oasContract) unseenWebhooks(seen map[string]bool) []string {
 // follow each other at once, not after the schedule's waits, which only
 // the pipeline keeps. Deliveries whose subscription was deleted are no
 // longer found by fan-out; attempt those with oasAttemptAll.
-func oasDeliverAll(t *testing.T, svc *tracking.Service, sender tracking.Sender, brandID string) {
+func oasDeliverAll(t *testing.T, svc *service.Service, sender webhooks.Sender, brandID string) {
 	t.Helper()
 	ctx := t.Context()
-	var refs []tracking.DeliveryRef
-	p := tracking.ListParams{Limit: tracking.MaxLimit}
+	var refs []endpoints.DeliveryRef
+	p := records.ListParams{Limit: records.MaxLimit}
 	for {
-		events, next, err := svc.Events(ctx, brandID, p)
+		events, next, err := svc.Events.Events(ctx, brandID, p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, e := range events {
-			r, err := svc.FanOut(ctx, e.ID)
+			r, err := svc.Webhooks.FanOut(ctx, e.ID)
 			if err != nil {
 				t.Fatalf("fan out %s: %v", e.ID, err)
 			}
@@ -179,10 +182,10 @@ func oasDeliverAll(t *testing.T, svc *tracking.Service, sender tracking.Sender, 
 
 // oasAttemptAll makes the attempts of a delivery's current schedule until it
 // is decided, and returns its final status.
-func oasAttemptAll(t *testing.T, svc *tracking.Service, sender tracking.Sender, ref tracking.DeliveryRef) string {
+func oasAttemptAll(t *testing.T, svc *service.Service, sender webhooks.Sender, ref endpoints.DeliveryRef) string {
 	t.Helper()
-	for n := 1; n <= tracking.MaxAttempts; n++ {
-		res, err := svc.Attempt(t.Context(), ref, n, sender)
+	for n := 1; n <= webhooks.MaxAttempts; n++ {
+		res, err := svc.Webhooks.Attempt(t.Context(), ref, n, sender)
 		if err != nil {
 			t.Fatalf("attempt %d of %s: %v", n, ref.DeliveryID, err)
 		}
@@ -190,7 +193,7 @@ func oasAttemptAll(t *testing.T, svc *tracking.Service, sender tracking.Sender, 
 			return res.Status
 		}
 	}
-	t.Fatalf("delivery %s is still pending after %d attempts", ref.DeliveryID, tracking.MaxAttempts)
+	t.Fatalf("delivery %s is still pending after %d attempts", ref.DeliveryID, webhooks.MaxAttempts)
 	return ""
 }
 

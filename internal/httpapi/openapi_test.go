@@ -57,10 +57,16 @@ import (
 	"github.com/tally-hq/tally/internal/catalog"
 	"github.com/tally-hq/tally/internal/catalog/schemacheck"
 	"github.com/tally-hq/tally/internal/delivery"
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/identity"
 	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/reports"
+	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/webhooks"
 	"github.com/tally-hq/tally/webhook"
 )
 
@@ -375,7 +381,7 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	quiet := slog.New(slog.DiscardHandler)
 
 	// Receivers run on loopback, which only the local server's setting allows.
-	svc := tracking.New(st, tracking.WithLoopbackReceivers())
+	svc := servicetest.New(st, service.WithLoopbackReceivers())
 	srv := httptest.NewServer(httpapi.New(svc, httpapi.Config{RateLimit: 1_000_000, ApplicationRateLimit: 1_000_000, Logger: quiet}).Handler())
 	t.Cleanup(srv.Close)
 	// A second instance over the same store with limits of one request per
@@ -383,27 +389,27 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	// not roll over halfway through, and an hour ahead, so that it shares no
 	// window with the first instance (the client IP bucket is the same).
 	frozen := time.Now().Add(time.Hour)
-	limitedSvc := tracking.New(st, tracking.WithClock(func() time.Time { return frozen }))
+	limitedSvc := servicetest.New(st, service.WithClock(func() time.Time { return frozen }))
 	limited := httptest.NewServer(httpapi.New(limitedSvc, httpapi.Config{RateLimit: 1, ApplicationRateLimit: 1, Logger: quiet}).Handler())
 	t.Cleanup(limited.Close)
 
-	brand, err := svc.CreateBrand(ctx, "Acme Shoes")
+	brand, err := svc.Identity.CreateBrand(ctx, "Acme Shoes")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, key, err := svc.CreateAPIKey(ctx, brand.ID)
+	_, key, err := svc.Identity.CreateAPIKey(ctx, brand.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, limitedKey, err := svc.CreateAPIKey(ctx, brand.ID)
+	_, limitedKey, err := svc.Identity.CreateAPIKey(ctx, brand.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := svc.CreateBrand(ctx, "Other Brand")
+	other, err := svc.Identity.CreateBrand(ctx, "Other Brand")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, otherKey, err := svc.CreateAPIKey(ctx, other.ID)
+	_, otherKey, err := svc.Identity.CreateAPIKey(ctx, other.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -484,17 +490,17 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	withKey(oasCall{method: "POST", path: hooks, status: 413, code: "payload_too_large", invalid: true, body: oasBig()})
 
 	// At most 50 subscriptions a brand, on a brand of its own.
-	busy, err := svc.CreateBrand(ctx, "Busy Brand")
+	busy, err := svc.Identity.CreateBrand(ctx, "Busy Brand")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, busyKey, err := svc.CreateAPIKey(ctx, busy.ID)
+	_, busyKey, err := svc.Identity.CreateAPIKey(ctx, busy.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 49 {
 		u := fmt.Sprintf("https://hooks.example.com/busy/%d", i)
-		if _, err := svc.CreateSubscription(ctx, busy.ID, tracking.SubscriptionInput{URL: &u, Events: []string{"conversion.created"}}); err != nil {
+		if _, err := svc.Endpoints.CreateSubscription(ctx, busy.ID, endpoints.SubscriptionInput{URL: &u, Events: []string{"conversion.created"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -809,7 +815,7 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	withKey(oasCall{method: "GET", path: "/api/v1/conversions?page=2", status: 422, code: "validation_error"})
 
 	// --- Reports.
-	report := oasAs[tracking.Report](t, withKey(oasCall{method: "GET", path: "/api/v1/reports", status: 200}))
+	report := oasAs[reports.Report](t, withKey(oasCall{method: "GET", path: "/api/v1/reports", status: 200}))
 	if len(report.Data) != 3 { // one row per currency: USD, EUR, GBP
 		t.Errorf("report: %+v", report)
 	}
@@ -842,7 +848,7 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	if testEvt.Event != tally.EventWebhookTest || testEvt.BrandID != brand.ID || !strings.Contains(string(testEvt.Data), subAll.ID) {
 		t.Errorf("test event: %+v", testEvt)
 	}
-	goneRefs, err := svc.FanOut(ctx, goneEvt.ID)
+	goneRefs, err := svc.Webhooks.FanOut(ctx, goneEvt.ID)
 	if err != nil || len(goneRefs) != 1 {
 		t.Fatalf("fan out the test event of %s: %v, %v", subGone.ID, goneRefs, err)
 	}
@@ -888,8 +894,8 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 		return got
 	}
 	okGot, failGot := checkReceived(accepting), checkReceived(refusing)
-	if len(okGot) != 17 || len(failGot) != tracking.MaxAttempts || signed != len(okGot) || unsigned != len(failGot) {
-		t.Fatalf("receivers got %d and %d requests (%d signed, %d not); want 17 signed and %d unsigned", len(okGot), len(failGot), signed, unsigned, tracking.MaxAttempts)
+	if len(okGot) != 17 || len(failGot) != webhooks.MaxAttempts || signed != len(okGot) || unsigned != len(failGot) {
+		t.Fatalf("receivers got %d and %d requests (%d signed, %d not); want 17 signed and %d unsigned", len(okGot), len(failGot), signed, unsigned, webhooks.MaxAttempts)
 	}
 	for _, d := range okGot {
 		if d.path != "/tally?source=oas" {
@@ -920,7 +926,7 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 		t.Errorf("delivery log: %d deliveries, %v", len(deliveryLog.Data), statuses)
 	}
 	failed := oasAs[deliveryPage](t, withKey(oasCall{method: "GET", path: deliveries + "?status=failed&subscriptionId=" + subFail.ID, status: 200})).Data
-	if len(failed) != 1 || len(failed[0].Attempts) != tracking.MaxAttempts || failed[0].Event != tally.EventPartnerBanned || failed[0].NextAttemptAt != nil {
+	if len(failed) != 1 || len(failed[0].Attempts) != webhooks.MaxAttempts || failed[0].Event != tally.EventPartnerBanned || failed[0].NextAttemptAt != nil {
 		t.Fatalf("failed deliveries to %s: %+v", subFail.ID, failed)
 	}
 	failedID := failed[0].ID
@@ -979,7 +985,7 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 
 	// Retries: only failed deliveries, and each starts the schedule over.
 	retried := oasAs[tally.Delivery](t, withKey(oasCall{method: "POST", path: deliveries + "/" + failedID + "/retry", status: 200}))
-	if retried.Status != tally.DeliveryPending || retried.NextAttemptAt == nil || len(retried.Attempts) != tracking.MaxAttempts {
+	if retried.Status != tally.DeliveryPending || retried.NextAttemptAt == nil || len(retried.Attempts) != webhooks.MaxAttempts {
 		t.Errorf("retried delivery: %+v", retried)
 	}
 	withKey(oasCall{method: "POST", path: deliveries + "/" + failedID + "/retry", status: 409, code: "invalid_transition"})
@@ -990,23 +996,23 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	withKey(oasCall{method: "GET", path: deliveries + "?status=pending", status: 200})
 	// A delivery whose subscription was deleted has nowhere to go.
 	withKey(oasCall{method: "POST", path: deliveries + "/" + goneID + "/retry", status: 409, code: "invalid_transition"})
-	if status := oasAttemptAll(t, svc, sender, tracking.DeliveryRef{BrandID: brand.ID, DeliveryID: failedID}); status != tally.DeliveryFailed {
+	if status := oasAttemptAll(t, svc, sender, endpoints.DeliveryRef{BrandID: brand.ID, DeliveryID: failedID}); status != tally.DeliveryFailed {
 		t.Errorf("retried delivery %s ended %s, want failed", failedID, status)
 	}
-	if failGot = checkReceived(refusing); len(failGot) != tracking.MaxAttempts || len(accepting.take()) != 0 {
-		t.Errorf("the retry sent %d requests, want %d, and none to the deleted subscription", len(failGot), tracking.MaxAttempts)
+	if failGot = checkReceived(refusing); len(failGot) != webhooks.MaxAttempts || len(accepting.take()) != 0 {
+		t.Errorf("the retry sent %d requests, want %d, and none to the deleted subscription", len(failGot), webhooks.MaxAttempts)
 	}
 	againAnswer := withKey(oasCall{method: "GET", path: deliveries + "/" + failedID, status: 200})
 	again := oasAs[tally.Delivery](t, againAnswer)
 	goneDelivery = oasAs[tally.Delivery](t, withKey(oasCall{method: "GET", path: deliveries + "/" + goneID, status: 200}))
-	if again.Status != tally.DeliveryFailed || len(again.Attempts) != 2*tracking.MaxAttempts || goneDelivery.Status != tally.DeliveryFailed || len(goneDelivery.Attempts) != 0 {
+	if again.Status != tally.DeliveryFailed || len(again.Attempts) != 2*webhooks.MaxAttempts || goneDelivery.Status != tally.DeliveryFailed || len(goneDelivery.Attempts) != 0 {
 		t.Errorf("after the retries: %s with %d attempts, %s with %d", again.Status, len(again.Attempts), goneDelivery.Status, len(goneDelivery.Attempts))
 	}
 
 	// --- Partner postbacks, endpoint health, and changing a subscription.
 	// A second instance over the same store disables an endpoint at its
 	// first failed attempt, for the 409s of recover.
-	strict := tracking.New(st, tracking.WithLoopbackReceivers(), tracking.WithEndpointHealth(1, 0))
+	strict := servicetest.New(st, service.WithLoopbackReceivers(), service.WithEndpointHealth(1, 0))
 	postback := "/api/v1/partners/" + p1.ID + "/postback"
 	noPostback := "/api/v1/partners/" + noPartner + "/postback"
 	pbReceiver := newOASReceiver(t, http.StatusNoContent, "")
@@ -1039,9 +1045,9 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	// A conversion fires it; its receiver refuses, and the strict instance
 	// disables the postback at that first failure.
 	pbConversion := oasAs[tally.Conversion](t, postConversion(201, "", map[string]any{"offerId": autoOffer.ID, "partnerId": p1.ID, "externalTxnId": "order-postback"}))
-	fanOutOne := func(svc *tracking.Service, eventID string) {
+	fanOutOne := func(svc *service.Service, eventID string) {
 		t.Helper()
-		refs, err := svc.FanOut(ctx, eventID)
+		refs, err := svc.Webhooks.FanOut(ctx, eventID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1049,7 +1055,7 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 			oasAttemptAll(t, svc, sender, ref)
 		}
 	}
-	newest, _, err := svc.Events(ctx, brand.ID, tracking.ListParams{Limit: 1})
+	newest, _, err := svc.Events.Events(ctx, brand.ID, records.ListParams{Limit: 1})
 	if err != nil || len(newest) != 1 || !strings.Contains(string(newest[0].Data), pbConversion.ID) {
 		t.Fatalf("the newest event: %v, %v", newest, err)
 	}
@@ -1075,11 +1081,11 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	withKey(oasCall{method: "POST", path: postback + "/recover", status: 413, code: "payload_too_large", invalid: true, body: oasBig()})
 	withKey(oasCall{method: "POST", path: postback + "/recover", status: 415, code: "unsupported_media_type", invalid: true, body: oasRaw(`{}`), contentType: "text/plain"})
 	withKey(oasCall{method: "POST", path: noPostback + "/recover", status: 404, code: "not_found", body: since})
-	if rec := oasAs[tracking.Recovery](t, withKey(oasCall{method: "POST", path: postback + "/recover", status: 200, body: since})); rec.Recovered != 1 || rec.More {
+	if rec := oasAs[endpoints.Recovery](t, withKey(oasCall{method: "POST", path: postback + "/recover", status: 200, body: since})); rec.Recovered != 1 || rec.More {
 		t.Errorf("recover: %+v, want the one failed postback", rec)
 	}
 	// The recovered delivery was made with the URL of its time.
-	if status := oasAttemptAll(t, svc, sender, tracking.DeliveryRef{BrandID: brand.ID, DeliveryID: pbLog[0].ID}); status != tally.DeliveryFailed {
+	if status := oasAttemptAll(t, svc, sender, endpoints.DeliveryRef{BrandID: brand.ID, DeliveryID: pbLog[0].ID}); status != tally.DeliveryFailed {
 		t.Errorf("the recovered postback to the refusing receiver ended %s", status)
 	}
 	pbTest := oasAs[tally.Event](t, withKey(oasCall{method: "POST", path: postback + "/test", status: 202}))
@@ -1109,10 +1115,10 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	}
 	// Enable and recover a subscription: the failing one, disabled by the
 	// strict instance when its failed delivery is tried again.
-	if rec := oasAs[tracking.Recovery](t, withKey(oasCall{method: "POST", path: hooks + "/" + subFail.ID + "/recover", status: 200, body: since})); rec.Recovered != 1 {
+	if rec := oasAs[endpoints.Recovery](t, withKey(oasCall{method: "POST", path: hooks + "/" + subFail.ID + "/recover", status: 200, body: since})); rec.Recovered != 1 {
 		t.Errorf("recover %s: %+v", subFail.ID, rec)
 	}
-	oasAttemptAll(t, strict, sender, tracking.DeliveryRef{BrandID: brand.ID, DeliveryID: failedID})
+	oasAttemptAll(t, strict, sender, endpoints.DeliveryRef{BrandID: brand.ID, DeliveryID: failedID})
 	withKey(oasCall{method: "POST", path: hooks + "/" + subFail.ID + "/recover", status: 409, code: "invalid_transition", body: since})
 	enabled := oasAs[tally.Subscription](t, withKey(oasCall{method: "POST", path: hooks + "/" + subFail.ID + "/enable", status: 200}))
 	if enabled.Status != tally.EndpointEnabled || enabled.ConsecutiveFailures != 0 {
@@ -1130,7 +1136,7 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	// --- Every operation that needs a key, without one and with a bad one.
 	// --- API keys.
 	keysPath := "/api/v1/keys"
-	madeKey := oasAs[tracking.CreatedAPIKey](t, withKey(oasCall{method: "POST", path: keysPath, status: 201, body: map[string]any{"name": "Order system"}}))
+	madeKey := oasAs[identity.CreatedAPIKey](t, withKey(oasCall{method: "POST", path: keysPath, status: 201, body: map[string]any{"name": "Order system"}}))
 	withKey(oasCall{method: "POST", path: keysPath, status: 201, body: map[string]any{}})
 	withKey(oasCall{method: "POST", path: keysPath, status: 201}) // no body: an unnamed key
 	for _, body := range []any{

@@ -15,10 +15,12 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/delivery"
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/webhooks"
 	"github.com/tally-hq/tally/webhook"
 )
 
@@ -60,14 +62,15 @@ func (r *getReceiver) requests() []*http.Request {
 type pipelineEnv struct {
 	*env
 	clock    *testenv.Clock
-	pipeline *tracking.Pipeline
+	pipeline *webhooks.Pipeline
 }
 
-func newPipelineEnv(t *testing.T, st store.Store, opts ...tracking.Option) *pipelineEnv {
+func newPipelineEnv(t *testing.T, st store.Store, opts ...service.Option) *pipelineEnv {
 	clock := testenv.NewClock(testenv.Start())
-	e := newEnv(t, st, httpapi.Config{RateLimit: 1_000_000}, append(opts, tracking.WithClock(clock.Now), tracking.WithLoopbackReceivers())...)
 	sender := delivery.NewSender(delivery.Options{AllowLoopback: true, Now: clock.Now, Timeout: 5 * time.Second})
-	p := e.svc.NewPipeline(sender, 8, slog.New(slog.DiscardHandler))
+	e := newEnv(t, st, httpapi.Config{RateLimit: 1_000_000}, append(opts, service.WithClock(clock.Now), service.WithLoopbackReceivers(),
+		service.WithPipeline(sender, 8, slog.New(slog.DiscardHandler)))...)
+	p := e.svc.Pipeline
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { p.Run(ctx); close(done) }()
@@ -316,7 +319,7 @@ func TestPostbacksFillMacrosRetryAndShowInTheLog(t *testing.T) {
 func TestEndpointsDisableEnableAndRecover(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		const threshold = 3
-		e := newPipelineEnv(t, st, tracking.WithEndpointHealth(threshold, 0))
+		e := newPipelineEnv(t, st, service.WithEndpointHealth(threshold, 0))
 		brandID, key := e.brand()
 		partner := e.activePartner(brandID, key)
 		offer := e.offer(key, nil)
@@ -359,7 +362,7 @@ func TestEndpointsDisableEnableAndRecover(t *testing.T) {
 		// Disabled: no new deliveries, while the scheduled ones run their
 		// course to failure (and are counted, without disabling again).
 		convert("while-disabled")
-		for i, wait := range tracking.RetrySchedule {
+		for i, wait := range webhooks.RetrySchedule {
 			e.advance(wait)
 			e.waitFor(key, "", "the retries", attemptsMade(i+2))
 		}
@@ -368,8 +371,8 @@ func TestEndpointsDisableEnableAndRecover(t *testing.T) {
 			t.Errorf("%d deliveries, want %d: none for the conversion made while disabled", len(all), 2*threshold)
 		}
 		for i, path := range []string{"/api/public/webhooks/" + sub, pbPath} {
-			if h := health(path); h.ConsecutiveFailures != int64(threshold*tracking.MaxAttempts) || !h.DisabledAt.Equal(disabledAt[i]) {
-				t.Errorf("%s after every retry: %+v; want %d failures, disabled at %v as before", path, h, threshold*tracking.MaxAttempts, disabledAt[i])
+			if h := health(path); h.ConsecutiveFailures != int64(threshold*webhooks.MaxAttempts) || !h.DisabledAt.Equal(disabledAt[i]) {
+				t.Errorf("%s after every retry: %+v; want %d failures, disabled at %v as before", path, h, threshold*webhooks.MaxAttempts, disabledAt[i])
 			}
 		}
 		// Recovering a disabled endpoint is refused; enable, then recover.
@@ -398,7 +401,7 @@ func TestEndpointsDisableEnableAndRecover(t *testing.T) {
 			before[d.ID], eventOf[d.ID] = len(d.Attempts), d.EventID
 		}
 		for _, path := range []string{"/api/public/webhooks/" + sub, pbPath} {
-			var rec tracking.Recovery
+			var rec endpoints.Recovery
 			e.must(200, e.call("POST", path+"/recover", key, recoverBody)).decode(t, &rec)
 			if rec.Recovered != threshold || rec.More {
 				t.Errorf("%s/recover: %+v, want %d recovered", path, rec, threshold)
@@ -426,7 +429,7 @@ func TestEndpointsDisableEnableAndRecover(t *testing.T) {
 			}
 		}
 		// Nothing failed is left: recovering again queues nothing.
-		var rec tracking.Recovery
+		var rec endpoints.Recovery
 		e.must(200, e.call("POST", "/api/public/webhooks/"+sub+"/recover", key, recoverBody)).decode(t, &rec)
 		if rec.Recovered != 0 {
 			t.Errorf("a second recover queued %d", rec.Recovered)

@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 // hasRateHeaders reports whether an answer carries the three X-RateLimit-*
@@ -98,7 +98,7 @@ func TestEveryAnswerCarriesRateLimitHeaders(t *testing.T) {
 
 func TestRequestsWithoutAValidKeyAreRateLimitedPerIP(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
-		e := newEnv(t, st, httpapi.Config{RateLimit: 3}, tracking.WithClock(testenv.MidMinute().Now))
+		e := newEnv(t, st, httpapi.Config{RateLimit: 3}, service.WithClock(testenv.MidMinute().Now))
 		_, key := e.brand()
 		for i := range 3 {
 			e.must(401, e.withAuthorization("/api/v1/offers", "Bearer tally_sk_"+strings.Repeat(strconv.Itoa(i), 48)))

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 // ?format=csv and Accept: text/csv answer the JSON report's rows as CSV,
@@ -22,7 +22,7 @@ func TestReportCSVHasTheJSONRows(t *testing.T) {
 		start := testenv.Start()
 		clock := testenv.NewClock(start.Add(12*time.Hour + 30*time.Minute)) // 22:30 UTC
 		from, to := start.Format(time.DateOnly), start.AddDate(0, 0, 1).Format(time.DateOnly)
-		e := newEnv(t, st, httpapi.Config{}, tracking.WithClock(clock.Now))
+		e := newEnv(t, st, httpapi.Config{}, service.WithClock(clock.Now))
 		brandID, key := e.brand()
 		offerID := e.offer(key, nil)
 		partners := []string{e.activePartner(brandID, key), e.activePartner(brandID, key)}

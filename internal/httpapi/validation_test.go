@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
@@ -169,7 +169,7 @@ func TestUnknownRoutesAndMethodsAnswerInTheErrorShape(t *testing.T) {
 }
 
 func TestFallbackAnswersWhatNoRouteMatches(t *testing.T) {
-	svc := tracking.New(testenv.Bolt(t))
+	svc := servicetest.New(testenv.Bolt(t))
 	srv := httptest.NewServer(httpapi.New(svc, httpapi.Config{Logger: slog.New(slog.DiscardHandler)}).Handler(httpapi.GroupFallback))
 	defer srv.Close()
 	e := &env{t: t, svc: svc, srv: srv}

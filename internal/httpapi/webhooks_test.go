@@ -6,15 +6,16 @@ import (
 	"testing"
 
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 const secret = "whsec_0123456789abcdef"
 
 func TestSubscriptionsValidateAndNeverShowTheSecret(t *testing.T) {
-	e := newEnv(t, testenv.Bolt(t), httpapi.Config{RateLimit: 10_000}, tracking.WithLoopbackReceivers())
+	e := newEnv(t, testenv.Bolt(t), httpapi.Config{RateLimit: 10_000}, service.WithLoopbackReceivers())
 	_, key := e.brand()
 	for _, tc := range []struct {
 		body     map[string]any
@@ -68,19 +69,19 @@ func TestSubscriptionsValidateAndNeverShowTheSecret(t *testing.T) {
 
 func TestBrandsNeverSeeEachOthersWebhooks(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
-		e := newEnv(t, st, httpapi.Config{RateLimit: 10_000}, tracking.WithLoopbackReceivers())
+		e := newEnv(t, st, httpapi.Config{RateLimit: 10_000}, service.WithLoopbackReceivers())
 		brandA, keyA := e.brand()
 		_, keyB := e.brand()
 		sub := e.must(201, e.call("POST", "/api/public/webhooks", keyA, map[string]any{
 			"url": "http://127.0.0.1:9/hook", "events": []string{"partner.applied"}})).field(t, "id")
 		e.activePartner(brandA, keyA) // partner.applied → one delivery
 		ctx := context.Background()
-		evts, _, err := e.svc.Events(ctx, brandA, tracking.ListParams{})
+		evts, _, err := e.svc.Events.Events(ctx, brandA, records.ListParams{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, evt := range evts {
-			if _, err := e.svc.FanOut(ctx, evt.ID); err != nil {
+			if _, err := e.svc.Webhooks.FanOut(ctx, evt.ID); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -112,7 +113,7 @@ func TestBrandsNeverSeeEachOthersWebhooks(t *testing.T) {
 }
 
 func TestSubscriptionLimitHoldsUnderConcurrency(t *testing.T) {
-	e := newEnv(t, testenv.Bolt(t), httpapi.Config{RateLimit: 10_000}, tracking.WithLoopbackReceivers())
+	e := newEnv(t, testenv.Bolt(t), httpapi.Config{RateLimit: 10_000}, service.WithLoopbackReceivers())
 	_, key := e.brand()
 	_, statuses := e.raceCalls(80, "POST", "/api/public/webhooks", key, func(int) any {
 		return map[string]any{"url": "https://hooks.example.com/x", "events": []string{"cap.reached"}}

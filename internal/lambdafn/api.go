@@ -14,7 +14,7 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/httpapi"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/service"
 )
 
 // APIFunc is a Lambda handler for API Gateway HTTP API events (payload
@@ -37,7 +37,7 @@ type APIFunc func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGa
 // which API Gateway also returns to the client as the apigw-requestid
 // header) and awsRequestId (the Lambda invocation), next to the API's own
 // requestId (X-Request-Id).
-func APIHandler(svc *tracking.Service, cfg httpapi.Config, groups ...string) (APIFunc, error) {
+func APIHandler(svc *service.Service, cfg httpapi.Config, groups ...string) (APIFunc, error) {
 	if err := checkGroups(groups); err != nil {
 		return nil, err
 	}

@@ -7,8 +7,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
-
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/service"
 )
 
 // ApproverResult is what the approver function returns (and `sam local
@@ -29,7 +28,7 @@ type ApproverFunc func(context.Context, events.EventBridgeEvent) (ApproverResult
 // A failure returns an error, so that Lambda retries the asynchronous
 // invocation; approving twice is safe, since each approval is conditional.
 // Conversions approved before the failure are counted in the result.
-func ApproverHandler(svc *tracking.Service, log *slog.Logger) ApproverFunc {
+func ApproverHandler(svc *service.Service, log *slog.Logger) ApproverFunc {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -42,7 +41,7 @@ func ApproverHandler(svc *tracking.Service, log *slog.Logger) ApproverFunc {
 			l = l.With("eventId", ev.ID)
 		}
 		start := time.Now()
-		n, err := svc.ApproveDue(ctx)
+		n, err := svc.Conversions.ApproveDue(ctx)
 		ms := time.Since(start).Milliseconds()
 		if err != nil {
 			l.Error("hold-time approval failed", "err", err.Error(), "approved", n, "durationMs", ms)

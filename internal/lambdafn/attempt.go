@@ -4,7 +4,9 @@ import (
 	"context"
 
 	"github.com/tally-hq/tally"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/webhooks"
 )
 
 // The webhook pipeline on AWS: DynamoDB Streams → fanout → SQS → deliver
@@ -16,7 +18,7 @@ import (
 
 // RetryInput is the input of a retry execution and of each attempt task.
 type RetryInput struct {
-	tracking.DeliveryRef
+	endpoints.DeliveryRef
 	// Attempt is set by the state machine for each attempt task, and in a
 	// restarted execution's input: the attempt it resumes at.
 	Attempt int `json:"attempt,omitempty"`
@@ -29,11 +31,11 @@ type RetryInput struct {
 // AttemptHandler is the state machine's task: it makes attempt n of a
 // delivery and says what follows (status pending: wait and go on), or, for
 // the Catch's task, marks the delivery failed.
-func AttemptHandler(svc *tracking.Service, sender tracking.Sender) func(context.Context, RetryInput) (tracking.AttemptResult, error) {
-	return func(ctx context.Context, in RetryInput) (tracking.AttemptResult, error) {
+func AttemptHandler(svc *service.Service, sender webhooks.Sender) func(context.Context, RetryInput) (webhooks.AttemptResult, error) {
+	return func(ctx context.Context, in RetryInput) (webhooks.AttemptResult, error) {
 		if in.Abandon {
-			return svc.AbandonDelivery(ctx, in.DeliveryRef)
+			return svc.Webhooks.AbandonDelivery(ctx, in.DeliveryRef)
 		}
-		return svc.Attempt(ctx, in.DeliveryRef, in.Attempt, sender)
+		return svc.Webhooks.Attempt(ctx, in.DeliveryRef, in.Attempt, sender)
 	}
 }

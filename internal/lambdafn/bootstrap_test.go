@@ -42,14 +42,16 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/accounts"
 	"github.com/tally-hq/tally/internal/dynamotest"
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/lambdacheck"
 	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/lambdafn/deliver"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
 	"github.com/tally-hq/tally/internal/sfntest"
 	"github.com/tally-hq/tally/internal/store/dynamo"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/webhooks"
 )
 
 // bootstrapBudget bounds running the functions, once built; the builds
@@ -459,7 +461,7 @@ func TestBootstrap(t *testing.T) {
 					res := invokeOK[map[string]any](t, p, all["approver-scheduled"])
 					wantField(t, res, "approved", want)
 					if i == 0 {
-						if got, err := f.svc.Conversion(t.Context(), f.brand.ID, c.ID); err != nil || got.Status != tally.ConversionApproved {
+						if got, err := f.svc.Conversions.Conversion(t.Context(), f.brand.ID, c.ID); err != nil || got.Status != tally.ConversionApproved {
 							t.Errorf("the conversion is %v (%v), want approved", got.Status, err)
 						}
 					}
@@ -557,7 +559,7 @@ func bootstrapDeliver(t *testing.T, p *lambdaProcess, st *dynamo.Store, executio
 	ok := f.subscribeURL(t, unresolvable(1), []string{tally.EventPartnerApplied}, webhookSecret)
 	other := f.subscribeURL(t, unresolvable(2), []string{tally.EventPartnerApplied}, "")
 	evt := f.applied(t, "Runner Media")
-	if _, err := f.svc.FanOut(t.Context(), evt.ID); err != nil {
+	if _, err := f.svc.Webhooks.FanOut(t.Context(), evt.ID); err != nil {
 		t.Fatal(err)
 	}
 	ds := f.deliveriesOf(t, evt.ID)
@@ -648,11 +650,11 @@ func bootstrapAttempt(t *testing.T, p *lambdaProcess, st *dynamo.Store, sample [
 	f := newFixture(t, st)
 	sub := f.subscribeURL(t, unresolvable(1), []string{tally.EventPartnerApplied}, webhookSecret)
 	evt := f.applied(t, "Runner Media")
-	if _, err := f.svc.FanOut(t.Context(), evt.ID); err != nil {
+	if _, err := f.svc.Webhooks.FanOut(t.Context(), evt.ID); err != nil {
 		t.Fatal(err)
 	}
 	d := f.deliveriesOf(t, evt.ID)[sub.ID]
-	if _, err := f.svc.Attempt(t.Context(), tracking.DeliveryRef{BrandID: f.brand.ID, DeliveryID: d.ID}, 1, f.sender); err != nil {
+	if _, err := f.svc.Webhooks.Attempt(t.Context(), endpoints.DeliveryRef{BrandID: f.brand.ID, DeliveryID: d.ID}, 1, f.sender); err != nil {
 		t.Fatal(err)
 	}
 	f.vars["TALLY_DELIVERY_ID"] = d.ID
@@ -684,12 +686,12 @@ func bootstrapAttempt(t *testing.T, p *lambdaProcess, st *dynamo.Store, sample [
 func failedDelivery(t *testing.T, f *fixture) tally.Delivery {
 	sub := f.subscribe(t, []string{tally.EventPartnerApplied}, "", 500)
 	evt := f.applied(t, "Runner Media")
-	if _, err := f.svc.FanOut(t.Context(), evt.ID); err != nil {
+	if _, err := f.svc.Webhooks.FanOut(t.Context(), evt.ID); err != nil {
 		t.Fatal(err)
 	}
 	d := f.deliveriesOf(t, evt.ID)[sub.ID]
-	for n := 1; n <= tracking.MaxAttempts; n++ {
-		if _, err := f.svc.Attempt(t.Context(), tracking.DeliveryRef{BrandID: f.brand.ID, DeliveryID: d.ID}, n, f.sender); err != nil {
+	for n := 1; n <= webhooks.MaxAttempts; n++ {
+		if _, err := f.svc.Webhooks.Attempt(t.Context(), endpoints.DeliveryRef{BrandID: f.brand.ID, DeliveryID: d.ID}, n, f.sender); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -729,11 +731,11 @@ func bootstrapDashboardRetry(t *testing.T, p *lambdaProcess, st *dynamo.Store, d
 	f := newFixture(t, st)
 	d := failedDelivery(t, f)
 	email := "owner@northwind.example"
-	u, err := f.svc.CreateUser(t.Context(), tracking.UserInput{BrandID: &f.brand.ID, Email: &email, Password: ptr("correct horse battery staple")})
+	u, err := f.svc.Accounts.CreateUser(t.Context(), accounts.UserInput{BrandID: &f.brand.ID, Email: &email, Password: ptr("correct horse battery staple")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	token, _, err := f.svc.StartSession(t.Context(), u)
+	token, _, err := f.svc.Accounts.StartSession(t.Context(), u)
 	if err != nil {
 		t.Fatal(err)
 	}

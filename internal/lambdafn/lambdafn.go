@@ -8,7 +8,7 @@
 // All the logic lives in internal/.
 //
 // The handlers are built by APIHandler, ApproverHandler, AttemptHandler and
-// their siblings in those packages, which take a tracking.Service, so tests
+// their siblings in those packages, which take a service.Service, so tests
 // invoke them with sample events directly; only the Serve functions read
 // the environment and call lambda.Start.
 package lambdafn
@@ -28,14 +28,14 @@ import (
 	"github.com/tally-hq/tally/internal/awsenv"
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store/dynamo"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 // Pages makes the dashboard's handler (dashboard.New). The main of the
 // function that serves httpapi.GroupDashboard sets it before ServeAPI, so
 // that no other function links the dashboard's templates.
-var Pages func(*tracking.Service, httpapi.Config) http.Handler
+var Pages func(*service.Service, httpapi.Config) http.Handler
 
 // Zones loads the time zones reports bucket days in (tzdb.LoadLocation).
 // The mains of the functions that serve reports set it before ServeAPI:
@@ -56,10 +56,10 @@ func ServeAPI(groups ...string) { ServeAPIWith(nil, groups...) }
 
 // ServeAPIWith is ServeAPI with the service's options opts added to those
 // of the environment.
-func ServeAPIWith(opts []tracking.Option, groups ...string) {
+func ServeAPIWith(opts []service.Option, groups ...string) {
 	log := Logger()
 	if Zones != nil {
-		opts = append(opts, tracking.WithZones(Zones))
+		opts = append(opts, service.WithZones(Zones))
 	}
 	svc, cfg, err := Setup(log, opts...)
 	if err != nil {
@@ -101,7 +101,7 @@ func Logger() *slog.Logger {
 
 // Start sets up a function that is not behind the HTTP API: its logger and
 // its service. A configuration error ends the process.
-func Start() (*slog.Logger, *tracking.Service) {
+func Start() (*slog.Logger, *service.Service) {
 	log := Logger()
 	svc, _, err := Setup(log)
 	if err != nil {
@@ -123,11 +123,11 @@ func MustEnv(log *slog.Logger, name string) string {
 // service over the DynamoDB table TALLY_TABLE names (with opts), and the
 // HTTP API's settings (TALLY_RATE_LIMIT, TALLY_APPLICATION_RATE_LIMIT).
 // Reports are kept, and new conversions fanned out, from the table's stream
-// (tracking.WithStreamRollups, tracking.WithStreamConversions).
+// (service.WithStreamRollups, service.WithStreamConversions).
 // Unlike the local server, a function never falls back to the embedded
 // store: that would keep data in one instance's /tmp and lose it. Opening
 // the table builds a client and makes no call.
-func Setup(log *slog.Logger, opts ...tracking.Option) (*tracking.Service, httpapi.Config, error) {
+func Setup(log *slog.Logger, opts ...service.Option) (*service.Service, httpapi.Config, error) {
 	cfg, err := app.APIConfig(log)
 	if err != nil {
 		return nil, cfg, err
@@ -149,14 +149,14 @@ func Setup(log *slog.Logger, opts ...tracking.Option) (*tracking.Service, httpap
 	// rollups (the rollup function), in batches rather than in each write,
 	// and carries new conversions to the fan-out, which makes their events.
 	envOpts = append(envOpts, StreamOptions()...)
-	return tracking.New(dynamo.New(client, table), append(envOpts, opts...)...), cfg, nil
+	return service.New(dynamo.New(client, table), append(append(envOpts, service.Partitioned()), opts...)...), cfg, nil
 }
 
 // StreamOptions are the service options by which the functions leave work
 // to the table's stream (Setup adds them): the report rollups of new
 // conversions and clicks, and the events of new conversions.
-func StreamOptions() []tracking.Option {
-	return []tracking.Option{tracking.WithStreamRollups(), tracking.WithStreamConversions()}
+func StreamOptions() []service.Option {
+	return []service.Option{service.WithStreamRollups(), service.WithStreamConversions()}
 }
 
 // Fatal logs why the function cannot start and exits; Lambda reports an

@@ -24,18 +24,26 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/catalog"
+	"github.com/tally-hq/tally/internal/clicks"
+	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/dashboard"
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/deploy"
 	"github.com/tally-hq/tally/internal/dynamotest"
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/identity"
 	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
+	"github.com/tally-hq/tally/internal/offers"
+	"github.com/tally-hq/tally/internal/partners"
+	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/sfntest"
 	"github.com/tally-hq/tally/internal/sqstest"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 func TestMain(m *testing.M) { sqstest.Main(m) }
@@ -176,7 +184,7 @@ func (l *logBuffer) take(t *testing.T) []map[string]any {
 type fixture struct {
 	st    store.Store
 	clock *clock
-	svc   *tracking.Service
+	svc   *service.Service
 	logs  *logBuffer
 	cfg   httpapi.Config
 
@@ -205,20 +213,20 @@ type fixture struct {
 // newFixture makes the fixture's brand on st. Its service lets webhook
 // subscriptions point at loopback receivers (httptest servers), as the
 // local server does; opts add to its options.
-func newFixture(t *testing.T, st store.Store, opts ...tracking.Option) *fixture {
+func newFixture(t *testing.T, st store.Store, opts ...service.Option) *fixture {
 	t.Helper()
 	ctx := t.Context()
 	f := &fixture{st: st, clock: &clock{now: time.Now().UTC()}, logs: &logBuffer{}, receivers: map[string]*receiver{}}
-	f.svc = tracking.New(st, append([]tracking.Option{tracking.WithClock(f.clock.Now), tracking.WithLoopbackReceivers()}, opts...)...)
+	f.svc = servicetest.New(st, append([]service.Option{service.WithClock(f.clock.Now), service.WithLoopbackReceivers()}, opts...)...)
 	f.cfg = httpapi.Config{Logger: slog.New(slog.NewJSONHandler(f.logs, nil))}
 	f.cfg.Dashboard = dashboard.New(f.svc, f.cfg)
 	f.executions = &fakeExecutions{}
 	f.sender = delivery.NewSender(delivery.Options{AllowLoopback: true, Timeout: 5 * time.Second})
 	var err error
-	if f.brand, err = f.svc.CreateBrand(ctx, "Northwind Running"); err != nil {
+	if f.brand, err = f.svc.Identity.CreateBrand(ctx, "Northwind Running"); err != nil {
 		t.Fatal(err)
 	}
-	k, err := f.svc.CreateKey(ctx, f.brand.ID, tracking.APIKeyInput{})
+	k, err := f.svc.Identity.CreateKey(ctx, f.brand.ID, identity.APIKeyInput{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,12 +234,12 @@ func newFixture(t *testing.T, st store.Store, opts ...tracking.Option) *fixture 
 	f.offer = f.createOffer(t, tally.ApprovalAuto, 0)
 	f.partner = f.activePartner(t, "Trail Deals", "hello@traildeals.example")
 	f.conversion = f.recordConversion(t, f.offer, "fixture-1")
-	click, _, err := f.svc.RecordClick(ctx, tracking.ClickInput{OfferID: f.offer.ID, PartnerID: f.partner.ID,
+	click, _, err := f.svc.Clicks.RecordClick(ctx, clicks.ClickInput{OfferID: f.offer.ID, PartnerID: f.partner.ID,
 		IP: netip.MustParseAddr("198.51.100.7"), UserAgent: "Mozilla/5.0", Subs: [5]string{"spring"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	token, err := f.svc.CreatePostbackToken(ctx, f.brand.ID)
+	token, err := f.svc.Identity.CreatePostbackToken(ctx, f.brand.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +268,7 @@ func (f *fixture) deliveryQueue(t *testing.T) *testQueue {
 
 func (f *fixture) createOffer(t *testing.T, approval string, holdHours int) tally.Offer {
 	t.Helper()
-	o, err := f.svc.CreateOffer(t.Context(), f.brand.ID, tracking.OfferInput{
+	o, err := f.svc.Offers.CreateOffer(t.Context(), f.brand.ID, offers.OfferInput{
 		Name: ptr("Trail Shoes " + approval), DestinationURL: ptr("https://shop.example.com/trail?click={click_id}"),
 		RevenueCents: ptr[int64](4500), PayoutCents: ptr[int64](1200), Currency: ptr("EUR"),
 		Approval: ptr(approval), HoldHours: ptr(holdHours),
@@ -273,7 +281,7 @@ func (f *fixture) createOffer(t *testing.T, approval string, holdHours int) tall
 
 func (f *fixture) appliedPartner(t *testing.T, name, email string) tally.Partner {
 	t.Helper()
-	p, err := f.svc.Apply(t.Context(), f.brand.ID, tracking.ApplicationInput{Name: ptr(name), Email: ptr(email)})
+	p, err := f.svc.Partners.Apply(t.Context(), f.brand.ID, partners.ApplicationInput{Name: ptr(name), Email: ptr(email)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +290,7 @@ func (f *fixture) appliedPartner(t *testing.T, name, email string) tally.Partner
 
 func (f *fixture) activePartner(t *testing.T, name, email string) tally.Partner {
 	t.Helper()
-	p, err := f.svc.ApprovePartner(t.Context(), f.brand.ID, f.appliedPartner(t, name, email).ID)
+	p, err := f.svc.Partners.ApprovePartner(t.Context(), f.brand.ID, f.appliedPartner(t, name, email).ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +299,7 @@ func (f *fixture) activePartner(t *testing.T, name, email string) tally.Partner 
 
 func (f *fixture) recordConversion(t *testing.T, o tally.Offer, txn string) tally.Conversion {
 	t.Helper()
-	c, _, err := f.svc.RecordConversion(t.Context(), f.brand.ID, tracking.ConversionInput{
+	c, _, err := f.svc.Conversions.RecordConversion(t.Context(), f.brand.ID, conversions.ConversionInput{
 		OfferID: ptr(o.ID), PartnerID: ptr(f.partner.ID), ExternalTxnID: ptr(txn),
 	})
 	if err != nil {
@@ -503,7 +511,7 @@ var cases = map[string]sampleCase{
 		wantField(t, r.body, "approval", "manual")
 		wantField(t, r.body, "holdHours", 72)
 		wantField(t, r.body, "currency", "EUR")
-		if _, err := f.svc.Offer(t.Context(), f.brand.ID, id); err != nil {
+		if _, err := f.svc.Offers.Offer(t.Context(), f.brand.ID, id); err != nil {
 			t.Errorf("the created offer cannot be read back: %v", err)
 		}
 	}},
@@ -528,16 +536,16 @@ var cases = map[string]sampleCase{
 	"deliveries-list": {
 		setup: func(t *testing.T, f *fixture) {
 			url := "https://hooks.example.com/tally"
-			if _, err := f.svc.CreateSubscription(t.Context(), f.brand.ID, tracking.SubscriptionInput{URL: &url, Events: []string{tally.EventPartnerApplied}}); err != nil {
+			if _, err := f.svc.Endpoints.CreateSubscription(t.Context(), f.brand.ID, endpoints.SubscriptionInput{URL: &url, Events: []string{tally.EventPartnerApplied}}); err != nil {
 				t.Fatal(err)
 			}
 			f.appliedPartner(t, "Hook Reviews", "team@hookreviews.example")
-			evts, _, err := f.svc.Events(t.Context(), f.brand.ID, tracking.ListParams{})
+			evts, _, err := f.svc.Events.Events(t.Context(), f.brand.ID, records.ListParams{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, e := range evts {
-				if _, err := f.svc.FanOut(t.Context(), e.ID); err != nil {
+				if _, err := f.svc.Webhooks.FanOut(t.Context(), e.ID); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -562,7 +570,7 @@ var cases = map[string]sampleCase{
 		id := wantPrefix(t, r.body, "id", "key_")
 		wantField(t, r.body, "name", "Order system")
 		secret := wantPrefix(t, r.body, "key", "tally_sk_")
-		if _, err := f.svc.Authenticate(t.Context(), secret); err != nil {
+		if _, err := f.svc.Identity.Authenticate(t.Context(), secret); err != nil {
 			t.Errorf("the new key %s does not authenticate: %v", id, err)
 		}
 	}},
@@ -628,7 +636,7 @@ var cases = map[string]sampleCase{
 			wantStatus(t, r, 200)
 			wantField(t, r.body, "partnerId", f.vars["TALLY_PARTNER_ID"])
 			wantField(t, r.body, "status", "enabled")
-			pb, err := f.svc.Postback(t.Context(), f.brand.ID, f.vars["TALLY_PARTNER_ID"])
+			pb, err := f.svc.Endpoints.Postback(t.Context(), f.brand.ID, f.vars["TALLY_PARTNER_ID"])
 			if err != nil || !strings.Contains(pb.URL, "{click_id}") || len(pb.Events) != 2 {
 				t.Errorf("the stored postback: %+v, %v", pb, err)
 			}
@@ -722,7 +730,7 @@ var cases = map[string]sampleCase{
 		if got := r.header("X-RateLimit-Limit"); got != strconv.Itoa(httpapi.DefaultApplicationRateLimit) {
 			t.Errorf("X-RateLimit-Limit = %q, want the per-IP application limit %d", got, httpapi.DefaultApplicationRateLimit)
 		}
-		if p, err := f.svc.Partner(t.Context(), f.brand.ID, id); err != nil || p.Status != tally.PartnerApplied {
+		if p, err := f.svc.Partners.Partner(t.Context(), f.brand.ID, id); err != nil || p.Status != tally.PartnerApplied {
 			t.Errorf("the brand does not see the application: %v %v", p, err)
 		}
 		r = call()
@@ -738,7 +746,7 @@ var cases = map[string]sampleCase{
 			wantStatus(t, r, 201)
 			id := wantPrefix(t, r.body, "conversionId", "cnv_")
 			wantField(t, r.body, "duplicate", false)
-			c, err := f.svc.Conversion(t.Context(), f.brand.ID, id)
+			c, err := f.svc.Conversions.Conversion(t.Context(), f.brand.ID, id)
 			if err != nil || c.ClickID != f.vars["TALLY_CLICK_ID"] || c.RevenueCents != 8990 || c.Currency != "EUR" || c.Sub1 != "spring" || c.ExternalTxnID != "order-200817" {
 				t.Errorf("conversion %+v (%v)", c, err)
 			}
@@ -758,7 +766,7 @@ var cases = map[string]sampleCase{
 		if !ok || r.header("Cache-Control") != "no-store" {
 			t.Fatalf("Location %q, Cache-Control %q", loc, r.header("Cache-Control"))
 		}
-		c, err := f.svc.Click(t.Context(), f.brand.ID, clickID)
+		c, err := f.svc.Clicks.Click(t.Context(), f.brand.ID, clickID)
 		if err != nil {
 			t.Fatalf("the click %q cannot be read back: %v", clickID, err)
 		}
@@ -769,7 +777,7 @@ var cases = map[string]sampleCase{
 	}},
 	"fraud-clicks": {
 		setup: func(t *testing.T, f *fixture) {
-			c, _, err := f.svc.RecordClick(t.Context(), tracking.ClickInput{OfferID: f.offer.ID, PartnerID: f.partner.ID,
+			c, _, err := f.svc.Clicks.RecordClick(t.Context(), clicks.ClickInput{OfferID: f.offer.ID, PartnerID: f.partner.ID,
 				IP: netip.MustParseAddr("198.51.100.7"), UserAgent: "Mozilla/5.0"})
 			if err != nil {
 				t.Fatal(err)
@@ -799,7 +807,7 @@ var cases = map[string]sampleCase{
 		if r.errorCode() != "method_not_allowed" || r.header("Allow") != "GET, PATCH" {
 			t.Errorf("error %v, Allow %q; want method_not_allowed with Allow: GET, PATCH", r.body, r.header("Allow"))
 		}
-		if _, err := f.svc.Offer(t.Context(), f.brand.ID, f.offer.ID); err != nil {
+		if _, err := f.svc.Offers.Offer(t.Context(), f.brand.ID, f.offer.ID); err != nil {
 			t.Errorf("the offer is gone: %v", err)
 		}
 	}},
@@ -813,7 +821,7 @@ var cases = map[string]sampleCase{
 		},
 		approver: func(t *testing.T, f *fixture, call func() (lambdafn.ApproverResult, error)) {
 			status := func() string {
-				c, err := f.svc.Conversion(t.Context(), f.brand.ID, f.conversion.ID)
+				c, err := f.svc.Conversions.Conversion(t.Context(), f.brand.ID, f.conversion.ID)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -861,7 +869,7 @@ func TestFunctionsAreCovered(t *testing.T) {
 			t.Errorf("functions/%s has no sample: add events/%s-<action>.json and a case in this test", fn.name, fn.name)
 		}
 		if fn.kind == kindAPI {
-			if _, err := lambdafn.APIHandler(tracking.New(nil), httpapi.Config{Dashboard: dashboard.New(nil, httpapi.Config{})}, fn.groups...); err != nil {
+			if _, err := lambdafn.APIHandler(servicetest.New(nil), httpapi.Config{Dashboard: dashboard.New(nil, httpapi.Config{})}, fn.groups...); err != nil {
 				t.Errorf("functions/%s: %v", fn.name, err)
 			}
 		}
@@ -1195,7 +1203,7 @@ func TestUnreadableEvent(t *testing.T) {
 }
 
 func TestAPIHandlerGroups(t *testing.T) {
-	svc := tracking.New(nil)
+	svc := servicetest.New(nil)
 	for _, groups := range [][]string{nil, {httpapi.GroupAdmin}, {"offer"}, {httpapi.GroupOffers, "reprots"},
 		// The fallback serves nothing, so it would hide the offers routes.
 		{httpapi.GroupOffers, httpapi.GroupFallback}, {httpapi.GroupFallback, httpapi.GroupFallback}} {
@@ -1243,11 +1251,11 @@ func TestSetup(t *testing.T) {
 	if cfg.RateLimit != 250 {
 		t.Errorf("RateLimit = %d, want 250 from TALLY_RATE_LIMIT", cfg.RateLimit)
 	}
-	b, err := svc.CreateBrand(t.Context(), "Setup Check")
+	b, err := svc.Identity.CreateBrand(t.Context(), "Setup Check")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Brand(t.Context(), b.ID); err != nil {
+	if _, err := svc.Identity.Brand(t.Context(), b.ID); err != nil {
 		t.Errorf("the brand written through the function's store cannot be read: %v", err)
 	}
 }

@@ -36,15 +36,18 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/dynamotest"
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/lambdafn/deliver"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
+	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/sfntest"
 	"github.com/tally-hq/tally/internal/sqstest"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/store/dynamo"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/webhooks"
 	"github.com/tally-hq/tally/webhook"
 )
 
@@ -227,11 +230,11 @@ func retriedFailure(a tally.Attempt) bool {
 // subscribeURL subscribes url to names.
 func (f *fixture) subscribeURL(t *testing.T, url string, names []string, secret string) tally.Subscription {
 	t.Helper()
-	in := tracking.SubscriptionInput{URL: &url, Events: names}
+	in := endpoints.SubscriptionInput{URL: &url, Events: names}
 	if secret != "" {
 		in.Secret = &secret
 	}
-	sub, err := f.svc.CreateSubscription(t.Context(), f.brand.ID, in)
+	sub, err := f.svc.Endpoints.CreateSubscription(t.Context(), f.brand.ID, in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +247,7 @@ func (f *fixture) subscribeURL(t *testing.T, url string, names []string, secret 
 func (f *fixture) applied(t *testing.T, name string) tally.Event {
 	t.Helper()
 	p := f.appliedPartner(t, name, "team@"+strings.ToLower(strings.ReplaceAll(name, " ", "-"))+".example")
-	evts, _, err := f.svc.Events(t.Context(), f.brand.ID, tracking.ListParams{Limit: 100})
+	evts, _, err := f.svc.Events.Events(t.Context(), f.brand.ID, records.ListParams{Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +268,7 @@ func (f *fixture) applied(t *testing.T, name string) tally.Event {
 // deliveriesOf returns the deliveries of an event by subscription id.
 func (f *fixture) deliveriesOf(t *testing.T, eventID string) map[string]tally.Delivery {
 	t.Helper()
-	ds, _, err := f.svc.Deliveries(t.Context(), f.brand.ID, tracking.DeliveryFilter{EventID: eventID}, tracking.ListParams{Limit: 100})
+	ds, _, err := f.svc.Deliveries.Deliveries(t.Context(), f.brand.ID, endpoints.DeliveryFilter{EventID: eventID}, records.ListParams{Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +284,7 @@ func (f *fixture) deliveriesOf(t *testing.T, eventID string) map[string]tally.De
 
 func (f *fixture) delivery(t *testing.T, id string) tally.Delivery {
 	t.Helper()
-	d, err := f.svc.Delivery(t.Context(), f.brand.ID, id)
+	d, err := f.svc.Deliveries.Delivery(t.Context(), f.brand.ID, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +298,7 @@ func messageBody(brandID, deliveryID string) string {
 }
 
 // carried returns the deliveries the messages carry, planned and not
-// written (tracking.Service.Dispatch), by subscription.
+// written (service.Service.Dispatch), by subscription.
 func carried(t *testing.T, msgs []string) map[string]tally.Delivery {
 	t.Helper()
 	out := map[string]tally.Delivery{}
@@ -310,7 +313,7 @@ func carried(t *testing.T, msgs []string) map[string]tally.Delivery {
 }
 
 // plannedOf returns the message among msgs that carries the event's
-// delivery, planned (tracking.Service.Dispatch).
+// delivery, planned (service.Service.Dispatch).
 func plannedOf(t *testing.T, msgs []string, eventID string) (string, bool) {
 	t.Helper()
 	for _, body := range msgs {
@@ -482,7 +485,7 @@ func init() {
 			ok := f.subscribe(t, []string{tally.EventPartnerApplied}, webhookSecret, 200)
 			failing := f.subscribe(t, []string{tally.EventPartnerApplied}, "", 503)
 			evt := f.applied(t, "Runner Media")
-			if _, err := f.svc.FanOut(t.Context(), evt.ID); err != nil {
+			if _, err := f.svc.Webhooks.FanOut(t.Context(), evt.ID); err != nil {
 				t.Fatal(err)
 			}
 			ds := f.deliveriesOf(t, evt.ID)
@@ -598,7 +601,7 @@ func init() {
 			f.subscribe(t, []string{tally.EventPartnerApplied}, webhookSecret, 200)
 			f.applied(t, "Runner Media") // never fanned out: the stream dropped it
 			lost := f.applied(t, "Trail Tales")
-			if _, err := f.svc.FanOut(t.Context(), lost.ID); err != nil { // fanned out, its message lost
+			if _, err := f.svc.Webhooks.FanOut(t.Context(), lost.ID); err != nil { // fanned out, its message lost
 				t.Fatal(err)
 			}
 		},
@@ -644,11 +647,11 @@ func init() {
 		setup: func(t *testing.T, f *fixture) {
 			sub := f.subscribe(t, []string{tally.EventPartnerApplied}, webhookSecret, 500, 200)
 			evt := f.applied(t, "Runner Media")
-			if _, err := f.svc.FanOut(t.Context(), evt.ID); err != nil {
+			if _, err := f.svc.Webhooks.FanOut(t.Context(), evt.ID); err != nil {
 				t.Fatal(err)
 			}
 			d := f.deliveriesOf(t, evt.ID)[sub.ID]
-			res, err := f.svc.Attempt(t.Context(), tracking.DeliveryRef{BrandID: f.brand.ID, DeliveryID: d.ID}, 1, f.sender)
+			res, err := f.svc.Webhooks.Attempt(t.Context(), endpoints.DeliveryRef{BrandID: f.brand.ID, DeliveryID: d.ID}, 1, f.sender)
 			if err != nil || res.Status != tally.DeliveryPending {
 				t.Fatalf("setup: attempt 1 = %+v, %v; want pending", res, err)
 			}
@@ -753,7 +756,7 @@ func TestDeliverWritesCarriedDeliveries(t *testing.T) {
 		}
 		outboxed := func() bool {
 			t.Helper()
-			evts, _, err := f.svc.Overdue(t.Context(), f.clock.Now().Add(time.Hour), 10)
+			evts, _, err := f.svc.Webhooks.Overdue(t.Context(), f.clock.Now().Add(time.Hour), 10)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -903,7 +906,7 @@ func TestFanoutSampleIsTheStoredItem(t *testing.T) {
 		}
 	}
 	compare("INSERT", ev.Records[0].Change.NewImage, item())
-	if _, err := f.svc.FanOut(t.Context(), evt.ID); err != nil {
+	if _, err := f.svc.Webhooks.FanOut(t.Context(), evt.ID); err != nil {
 		t.Fatal(err)
 	}
 	compare("MODIFY", ev.Records[1].Change.NewImage, item())
@@ -927,7 +930,7 @@ func TestDeliverStartExecutionFails(t *testing.T) {
 		f := newFixture(t, st)
 		sub := f.subscribe(t, []string{tally.EventPartnerApplied}, "", 500)
 		evt := f.applied(t, "Runner Media")
-		if _, err := f.svc.FanOut(t.Context(), evt.ID); err != nil {
+		if _, err := f.svc.Webhooks.FanOut(t.Context(), evt.ID); err != nil {
 			t.Fatal(err)
 		}
 		id := f.deliveriesOf(t, evt.ID)[sub.ID].ID
@@ -957,7 +960,7 @@ func TestDeliverStartExecutionFails(t *testing.T) {
 func TestRequeue(t *testing.T) {
 	q := newTestQueue(t)
 	requeue := queue.Requeue(q.client, q.URL)
-	ref := tracking.DeliveryRef{BrandID: "brd_01kaqhzz2r4t6y8a0c2e4g6j8m", DeliveryID: "wh_01kaqj3f8v5m2w7x9c4d6e8g0h"}
+	ref := endpoints.DeliveryRef{BrandID: "brd_01kaqhzz2r4t6y8a0c2e4g6j8m", DeliveryID: "wh_01kaqj3f8v5m2w7x9c4d6e8g0h"}
 	if err := requeue(t.Context(), ref); err != nil {
 		t.Fatal(err)
 	}
@@ -982,7 +985,7 @@ func TestRequeue(t *testing.T) {
 
 // TestManualRetryRequeues checks POST /deliveries/{id}/retry through the
 // deliveries function, whose service queues the retried delivery
-// (tracking.WithRequeue, as Setup wires it with TALLY_DELIVERY_QUEUE_URL):
+// (service.WithRequeue, as Setup wires it with TALLY_DELIVERY_QUEUE_URL):
 // exactly one message, which deliver turns into attempt 1 of the new
 // schedule and an execution named after that schedule.
 func TestManualRetryRequeues(t *testing.T) {
@@ -990,16 +993,16 @@ func TestManualRetryRequeues(t *testing.T) {
 	groups := groupsOf(t, "deliveries")
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		q := newTestQueue(t)
-		f := newFixture(t, st, tracking.WithRequeue(queue.Requeue(q.client, q.URL)))
+		f := newFixture(t, st, service.WithRequeue(queue.Requeue(q.client, q.URL)))
 		sub := f.subscribe(t, []string{tally.EventPartnerApplied}, webhookSecret, 500)
 		evt := f.applied(t, "Runner Media")
-		if _, err := f.svc.FanOut(t.Context(), evt.ID); err != nil {
+		if _, err := f.svc.Webhooks.FanOut(t.Context(), evt.ID); err != nil {
 			t.Fatal(err)
 		}
 		d := f.deliveriesOf(t, evt.ID)[sub.ID]
-		ref := tracking.DeliveryRef{BrandID: f.brand.ID, DeliveryID: d.ID}
-		for n := 1; n <= tracking.MaxAttempts; n++ {
-			if _, err := f.svc.Attempt(t.Context(), ref, n, f.sender); err != nil {
+		ref := endpoints.DeliveryRef{BrandID: f.brand.ID, DeliveryID: d.ID}
+		for n := 1; n <= webhooks.MaxAttempts; n++ {
+			if _, err := f.svc.Webhooks.Attempt(t.Context(), ref, n, f.sender); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -1028,15 +1031,15 @@ func TestManualRetryRequeues(t *testing.T) {
 		if fails := queueFailures(deliverCall(t, f)(events.SQSEvent{Records: msgs})); len(fails) != 0 {
 			t.Fatalf("failures %v", fails)
 		}
-		if n := f.receivers[sub.ID].count(); n != tracking.MaxAttempts+1 {
-			t.Errorf("the receiver got %d requests, want %d", n, tracking.MaxAttempts+1)
+		if n := f.receivers[sub.ID].count(); n != webhooks.MaxAttempts+1 {
+			t.Errorf("the receiver got %d requests, want %d", n, webhooks.MaxAttempts+1)
 		}
-		want := fmt.Sprintf("%s-%d", d.ID, tracking.MaxAttempts)
+		want := fmt.Sprintf("%s-%d", d.ID, webhooks.MaxAttempts)
 		if got := f.executions.startedNames(); !slices.Equal(got, []string{want}) {
 			t.Errorf("executions %v, want [%s]", got, want)
 		}
-		if d = f.delivery(t, d.ID); d.Status != tally.DeliveryPending || len(d.Attempts) != tracking.MaxAttempts+1 {
-			t.Errorf("delivery %+v, want pending with %d attempts", d, tracking.MaxAttempts+1)
+		if d = f.delivery(t, d.ID); d.Status != tally.DeliveryPending || len(d.Attempts) != webhooks.MaxAttempts+1 {
+			t.Errorf("delivery %+v, want pending with %d attempts", d, webhooks.MaxAttempts+1)
 		}
 	})
 }
@@ -1050,13 +1053,13 @@ func TestReconcilerDefersToABacklog(t *testing.T) {
 	f.fanOutAll(t)
 	f.subscribe(t, []string{tally.EventPartnerApplied}, "")
 	evt := f.applied(t, "Runner Media")
-	if _, err := f.svc.FanOut(t.Context(), evt.ID); err != nil {
+	if _, err := f.svc.Webhooks.FanOut(t.Context(), evt.ID); err != nil {
 		t.Fatal(err)
 	}
 	dropped := f.applied(t, "Trail Tales")
 	q := f.deliveryQueue(t)
 	for _, id := range []string{"wh_01kaqj3f8v5m2w7x9c4d6e8g0h", "wh_01kaqj3f8v5m2w7x9c4d6e8g0j"} {
-		if err := queue.Requeue(q.client, q.URL)(t.Context(), tracking.DeliveryRef{BrandID: f.brand.ID, DeliveryID: id}); err != nil {
+		if err := queue.Requeue(q.client, q.URL)(t.Context(), endpoints.DeliveryRef{BrandID: f.brand.ID, DeliveryID: id}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -1114,12 +1117,12 @@ func TestReconcilerRedrivesEventsWithoutTheBacklog(t *testing.T) {
 // fanOutAll fans out every event of the fixture's brand so far.
 func (f *fixture) fanOutAll(t *testing.T) {
 	t.Helper()
-	evts, _, err := f.svc.Events(t.Context(), f.brand.ID, tracking.ListParams{Limit: 100})
+	evts, _, err := f.svc.Events.Events(t.Context(), f.brand.ID, records.ListParams{Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range evts {
-		if _, err := f.svc.FanOut(t.Context(), e.ID); err != nil {
+		if _, err := f.svc.Webhooks.FanOut(t.Context(), e.ID); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -1133,13 +1136,13 @@ func TestDeliverDuplicatesInABatch(t *testing.T) {
 		f := newFixture(t, st)
 		sub := f.subscribe(t, []string{tally.EventPartnerApplied}, "", 503)
 		evt := f.applied(t, "Runner Media")
-		if _, err := f.svc.FanOut(t.Context(), evt.ID); err != nil {
+		if _, err := f.svc.Webhooks.FanOut(t.Context(), evt.ID); err != nil {
 			t.Fatal(err)
 		}
 		d := f.deliveriesOf(t, evt.ID)[sub.ID]
 		q := f.deliveryQueue(t)
 		for range 3 {
-			if err := queue.Requeue(q.client, q.URL)(t.Context(), tracking.DeliveryRef{BrandID: f.brand.ID, DeliveryID: d.ID}); err != nil {
+			if err := queue.Requeue(q.client, q.URL)(t.Context(), endpoints.DeliveryRef{BrandID: f.brand.ID, DeliveryID: d.ID}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -1168,24 +1171,24 @@ func TestRecoverPostbackRequeues(t *testing.T) {
 	groups := groupsOf(t, "deliveries")
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		q := newTestQueue(t)
-		f := newFixture(t, st, tracking.WithRequeue(queue.Requeue(q.client, q.URL)))
+		f := newFixture(t, st, service.WithRequeue(queue.Requeue(q.client, q.URL)))
 		rcv := newReceiver(t, 500, 500, 500, 500, 500, 500, 500, 204)
 		since := f.clock.Now()
 		url := rcv.srv.URL + "/pb?c={conversion_id}"
-		if _, err := f.svc.PutPostback(t.Context(), f.brand.ID, f.partner.ID, tracking.PostbackInput{URL: &url}); err != nil {
+		if _, err := f.svc.Endpoints.PutPostback(t.Context(), f.brand.ID, f.partner.ID, endpoints.PostbackInput{URL: &url}); err != nil {
 			t.Fatal(err)
 		}
 		c := f.recordConversion(t, f.offer, "recover-1")
-		evts, _, err := f.svc.Events(t.Context(), f.brand.ID, tracking.ListParams{Limit: 1})
+		evts, _, err := f.svc.Events.Events(t.Context(), f.brand.ID, records.ListParams{Limit: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
-		refs, err := f.svc.FanOut(t.Context(), evts[0].ID)
+		refs, err := f.svc.Webhooks.FanOut(t.Context(), evts[0].ID)
 		if err != nil || len(refs) != 1 {
 			t.Fatalf("fan-out: %v, %v; want the postback's delivery", refs, err)
 		}
-		for n := 1; n <= tracking.MaxAttempts; n++ {
-			if _, err := f.svc.Attempt(t.Context(), refs[0], n, f.sender); err != nil {
+		for n := 1; n <= webhooks.MaxAttempts; n++ {
+			if _, err := f.svc.Webhooks.Attempt(t.Context(), refs[0], n, f.sender); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -1209,10 +1212,10 @@ func TestRecoverPostbackRequeues(t *testing.T) {
 		if fails := queueFailures(deliverCall(t, f)(events.SQSEvent{Records: msgs})); len(fails) != 0 {
 			t.Fatalf("failures %v", fails)
 		}
-		if rcv.count() != tracking.MaxAttempts+1 {
-			t.Fatalf("the partner got %d requests, want %d", rcv.count(), tracking.MaxAttempts+1)
+		if rcv.count() != webhooks.MaxAttempts+1 {
+			t.Fatalf("the partner got %d requests, want %d", rcv.count(), webhooks.MaxAttempts+1)
 		}
-		req, _ := rcv.request(tracking.MaxAttempts)
+		req, _ := rcv.request(webhooks.MaxAttempts)
 		if req.Method != "GET" || req.URL.RequestURI() != "/pb?c="+c.ID || req.Header.Get("X-Tally-Webhook-Id") != refs[0].DeliveryID {
 			t.Errorf("the recovered postback: %s %s id %q", req.Method, req.URL.RequestURI(), req.Header.Get("X-Tally-Webhook-Id"))
 		}

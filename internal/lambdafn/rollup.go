@@ -9,13 +9,14 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
 
+	"github.com/tally-hq/tally/internal/reports"
+	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 // RollupFilterPattern is the filter of the rollup function's event source
 // mapping: only inserted conversions and clicks whose rollups are left to
-// the stream (tracking.WithStreamRollups marks them) reach RollupHandler.
+// the stream (service.WithStreamRollups marks them) reach RollupHandler.
 // internal/deploy's test checks the template against it.
 const RollupFilterPattern = `{"eventName":["INSERT"],"dynamodb":{"NewImage":{"rollup":{"S":["stream"]}}}}`
 
@@ -28,15 +29,15 @@ func ServeRollup() {
 
 // RollupFunc is a Lambda handler for a DynamoDB stream with a tumbling
 // window: the window is there for the shard id it adds to each batch, which
-// the checkpoint of tracking.Service.RollUp is kept per.
+// the checkpoint of service.Service.RollUp is kept per.
 type RollupFunc func(context.Context, events.DynamoDBTimeWindowEvent) (events.DynamoDBTimeWindowEventResponse, error)
 
 // RollupHandler returns the rollup function's handler: it adds the batch's
-// conversions and clicks to the rollups (tracking.Service.RollUp), exactly
+// conversions and clicks to the rollups (service.Service.RollUp), exactly
 // once however Lambda retries or bisects the batch. A failure returns an error,
 // and Lambda retries the batch; the window's state is not used (an empty
 // one is returned: Lambda takes a response without state as a failure).
-func RollupHandler(svc *tracking.Service, log *slog.Logger) RollupFunc {
+func RollupHandler(svc *service.Service, log *slog.Logger) RollupFunc {
 	return func(ctx context.Context, ev events.DynamoDBTimeWindowEvent) (events.DynamoDBTimeWindowEventResponse, error) {
 		resp := events.DynamoDBTimeWindowEventResponse{TimeWindowEventResponseProperties: events.TimeWindowEventResponseProperties{State: map[string]string{}}}
 		if len(ev.Records) == 0 {
@@ -45,17 +46,17 @@ func RollupHandler(svc *tracking.Service, log *slog.Logger) RollupFunc {
 		if ev.ShardID == "" {
 			return resp, errors.New("the batch names no shard: the rollup function's event source mapping needs a tumbling window (TumblingWindowInSeconds)")
 		}
-		changes := make([]tracking.StreamChange, len(ev.Records))
+		changes := make([]reports.StreamChange, len(ev.Records))
 		for i, rec := range ev.Records {
 			it, err := StreamItem(rec.Change.NewImage)
 			if err != nil {
 				return resp, fmt.Errorf("stream record %s: %w", rec.Change.SequenceNumber, err)
 			}
-			changes[i] = tracking.StreamChange{Seq: rec.Change.SequenceNumber, Item: it}
+			changes[i] = reports.StreamChange{Seq: rec.Change.SequenceNumber, Item: it}
 		}
 		// The shard is named by its stream too: a stream created again has
 		// shards of its own.
-		if err := svc.RollUp(ctx, ev.Records[0].EventSourceArn+"#"+ev.ShardID, changes); err != nil {
+		if err := svc.Reports.RollUp(ctx, ev.Records[0].EventSourceArn+"#"+ev.ShardID, changes); err != nil {
 			log.Error("rollup failed", "shard", ev.ShardID, "records", len(ev.Records), "err", err.Error())
 			return resp, err
 		}

@@ -7,7 +7,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/tally-hq/tally"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/reports"
 )
 
 // The brand and the day of the conversions in
@@ -56,7 +56,7 @@ func init() {
 func wantRollupSample(t *testing.T, f *fixture, when string) {
 	t.Helper()
 	want := []tally.ReportRow{{Currency: "EUR", Conversions: 2, Approved: 1, Pending: 1, RevenueCents: 13490, PayoutCents: 2300, ProfitCents: 11190}}
-	r, err := f.svc.Report(t.Context(), rollupSampleBrand, tracking.ReportQuery{From: rollupSampleDay, To: rollupSampleDay})
+	r, err := f.svc.Reports.Report(t.Context(), rollupSampleBrand, reports.ReportQuery{From: rollupSampleDay, To: rollupSampleDay})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ package lambdafn
 // infra/; a record passes when one matches): inserted event items, whose
 // partition key starts with "EVT#", but those the fan-out makes itself
 // (they name their conversion's outbox entry), and inserted conversions
-// whose event the fan-out makes (tracking.WithStreamConversions marks them). Only those
+// whose event the fan-out makes (service.WithStreamConversions marks them). Only those
 // reach FanoutHandler. internal/deploy's test checks the template against
 // them and against the keys tracking writes.
 var StreamFilterPatterns = []string{

@@ -21,12 +21,15 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
+	"github.com/tally-hq/tally/internal/offers"
+	"github.com/tally-hq/tally/internal/partners"
 	"github.com/tally-hq/tally/internal/sfntest"
 	"github.com/tally-hq/tally/internal/sqstest"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/webhooks"
 	"github.com/tally-hq/tally/webhook"
 )
 
@@ -131,14 +134,14 @@ func TestAWSPath(t *testing.T) {
 		t.Fatalf("the fanout queued %d messages, want 2 (one subscription to conversion.created, one postback)", len(msgs))
 	}
 	// Each message carries its delivery, which attempt 1 writes.
-	var ref, pbRef tracking.DeliveryRef
+	var ref, pbRef endpoints.DeliveryRef
 	for _, m := range msgs {
-		var r tracking.DeliveryMessage
+		var r webhooks.DeliveryMessage
 		var d tally.Delivery
 		if err := json.Unmarshal([]byte(m.Body), &r); err != nil || r.BrandID != f.brand.ID || json.Unmarshal(r.Planned, &d) != nil {
 			t.Fatalf("queue message %s: %v", m.Body, err)
 		}
-		if _, err := f.function().Delivery(ctx, r.BrandID, r.DeliveryID); tally.ErrorCode(err) != tally.ECodeNotFound {
+		if _, err := f.function().Deliveries.Delivery(ctx, r.BrandID, r.DeliveryID); tally.ErrorCode(err) != tally.ECodeNotFound {
 			t.Fatalf("delivery %s before attempt 1: %v, want not written", r.DeliveryID, err)
 		}
 		if d.Type == tally.DeliveryPostback {
@@ -183,7 +186,7 @@ func TestAWSPath(t *testing.T) {
 			t.Errorf("postback request %d: %s %s (%d body bytes, id %q), want GET %s", i+1, r.method, r.uri, len(r.body), r.header.Get(webhook.WebhookIDHeader), wantURI)
 		}
 	}
-	pb, err := f.function().Delivery(ctx, pbRef.BrandID, pbRef.DeliveryID)
+	pb, err := f.function().Deliveries.Delivery(ctx, pbRef.BrandID, pbRef.DeliveryID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +228,7 @@ func TestAWSPath(t *testing.T) {
 	}
 
 	// The delivery log in the table.
-	d, err := f.function().Delivery(ctx, ref.BrandID, ref.DeliveryID)
+	d, err := f.function().Deliveries.Delivery(ctx, ref.BrandID, ref.DeliveryID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,25 +243,25 @@ func TestAWSPath(t *testing.T) {
 func (f *fixture) conversionSetup(t *testing.T) (key, offerID, partnerID string) {
 	t.Helper()
 	ctx := t.Context()
-	_, key, err := f.svc.CreateAPIKey(ctx, f.brand.ID)
+	_, key, err := f.svc.Identity.CreateAPIKey(ctx, f.brand.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	str := func(s string) *string { return &s }
 	cents := func(n int64) *int64 { return &n }
 	hold := 0
-	offer, err := f.svc.CreateOffer(ctx, f.brand.ID, tracking.OfferInput{
+	offer, err := f.svc.Offers.CreateOffer(ctx, f.brand.ID, offers.OfferInput{
 		Name: str("Trail Shoes"), DestinationURL: str("https://shop.example.com/trail?click={click_id}"),
 		RevenueCents: cents(4500), PayoutCents: cents(1200), Currency: str("EUR"), Approval: str(tally.ApprovalAuto), HoldHours: &hold,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := f.svc.Apply(ctx, f.brand.ID, tracking.ApplicationInput{Name: str("Trail Deals"), Email: str("hello@traildeals.example")})
+	p, err := f.svc.Partners.Apply(ctx, f.brand.ID, partners.ApplicationInput{Name: str("Trail Deals"), Email: str("hello@traildeals.example")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, err = f.svc.ApprovePartner(ctx, f.brand.ID, p.ID); err != nil {
+	if p, err = f.svc.Partners.ApprovePartner(ctx, f.brand.ID, p.ID); err != nil {
 		t.Fatal(err)
 	}
 	return key, offer.ID, p.ID

@@ -8,8 +8,11 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/conversions"
+	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/sfntest"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/webhooks"
 	"github.com/tally-hq/tally/webhook"
 )
 
@@ -135,7 +138,7 @@ func TestBreakerFailsWhatWaitedOutAFailedProbe(t *testing.T) {
 			t.Errorf("delivery %s is %s with %d attempts, want failed", d.ID, d.Status, len(d.Attempts))
 		}
 	}
-	if got, most := len(p.rcv.requests()), len(started)*tracking.MaxAttempts; got > most {
+	if got, most := len(p.rcv.requests()), len(started)*webhooks.MaxAttempts; got > most {
 		t.Errorf("the receiver got %d requests, want at most %d (the executions' attempts)", got, most)
 	}
 }
@@ -160,7 +163,7 @@ func TestBreakerSendsTestEvents(t *testing.T) {
 			t.Fatalf("fanout: %+v", out.BatchItemFailures)
 		}
 		p.deliverAll(t)
-		ds, _, err := p.svc.Deliveries(t.Context(), p.brand.ID, tracking.DeliveryFilter{EventID: evt}, tracking.ListParams{Limit: 10})
+		ds, _, err := p.svc.Deliveries.Deliveries(t.Context(), p.brand.ID, endpoints.DeliveryFilter{EventID: evt}, records.ListParams{Limit: 10})
 		if err != nil || len(ds) != 1 || len(ds[0].Attempts) != 1 {
 			t.Fatalf("%s: the test event's delivery: %+v, %v; want one attempt made", what, ds, err)
 		}
@@ -185,7 +188,7 @@ func (p *pipeline) conversions(t *testing.T, n int) {
 	_, offerID, partnerID := p.conversionSetup(t)
 	for i := range n {
 		txn := fmt.Sprint("order-", i)
-		if _, _, err := p.svc.RecordConversion(t.Context(), p.brand.ID, tracking.ConversionInput{OfferID: &offerID, PartnerID: &partnerID, ExternalTxnID: &txn}); err != nil {
+		if _, _, err := p.svc.Conversions.RecordConversion(t.Context(), p.brand.ID, conversions.ConversionInput{OfferID: &offerID, PartnerID: &partnerID, ExternalTxnID: &txn}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -194,7 +197,7 @@ func (p *pipeline) conversions(t *testing.T, n int) {
 // allDeliveries is every delivery of the brand.
 func (p *pipeline) allDeliveries(t *testing.T) []tally.Delivery {
 	t.Helper()
-	ds, _, err := p.svc.Deliveries(t.Context(), p.brand.ID, tracking.DeliveryFilter{}, tracking.ListParams{Limit: 100})
+	ds, _, err := p.svc.Deliveries.Deliveries(t.Context(), p.brand.ID, endpoints.DeliveryFilter{}, records.ListParams{Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,15 +15,18 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/dynamotest"
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/lambdafn/deliver"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
+	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/sqsjson"
 	"github.com/tally-hq/tally/internal/sqstest"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/store/dynamo"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 // Prices: AWS's on-demand list prices in us-east-1, dollars per unit.
@@ -157,8 +160,8 @@ func newCostPipeline(t *testing.T, status func(n int) int) (*costPipeline, strin
 // service is a function's service over the metered table, as deployed:
 // the stream adds conversions to the rollups and carries them to the
 // fan-out (lambdafn.Setup).
-func (p *costPipeline) service() *tracking.Service {
-	return tracking.New(dynamo.New(p.meter, p.f.table), lambdafn.StreamOptions()...)
+func (p *costPipeline) service() *service.Service {
+	return servicetest.New(dynamo.New(p.meter, p.f.table), lambdafn.StreamOptions()...)
 }
 
 // run records n conversions, adds them to the rollups from the stream and
@@ -271,7 +274,7 @@ func TestCostHealthyConversions(t *testing.T) {
 	}
 	// The rate counter, the marker, the outbox entry and the conversion
 	// with its two index entries: conditional puts, no transaction
-	// (tracking.WithStreamConversions).
+	// (service.WithStreamConversions).
 	if wru := bills[0].db.WRU / n; wru > 6 {
 		t.Errorf("a conversion costs %.1f write units, want at most 6", wru)
 	}
@@ -354,7 +357,7 @@ func (q *countingReconcileQueue) ApproximateNumberOfMessages(ctx context.Context
 
 func (f *fixture) mustDeliveries(t *testing.T) []tally.Delivery {
 	t.Helper()
-	ds, _, err := f.svc.Deliveries(t.Context(), f.brand.ID, tracking.DeliveryFilter{}, tracking.ListParams{Limit: 100})
+	ds, _, err := f.svc.Deliveries.Deliveries(t.Context(), f.brand.ID, endpoints.DeliveryFilter{}, records.ListParams{Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +374,7 @@ func (f *fixture) disableSubscription(t *testing.T) {
 // setSubscription sets attributes of the brand's one subscription.
 func (f *fixture) setSubscription(t *testing.T, set map[string]string) {
 	t.Helper()
-	subs, _, err := f.svc.Subscriptions(t.Context(), f.brand.ID, tracking.ListParams{Limit: 1})
+	subs, _, err := f.svc.Endpoints.Subscriptions(t.Context(), f.brand.ID, records.ListParams{Limit: 1})
 	if err != nil || len(subs) != 1 {
 		t.Fatalf("subscriptions: %v, %v", subs, err)
 	}

@@ -26,12 +26,15 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/dynamotest"
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/lambdafn/deliver"
+	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/sfntest"
 	"github.com/tally-hq/tally/internal/sqstest"
 	"github.com/tally-hq/tally/internal/store/dynamo"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/webhooks"
 )
 
 func TestMain(m *testing.M) { sqstest.Main(m) }
@@ -55,7 +58,7 @@ type fixture struct {
 	endpoint string
 	client   *dynamodb.Client
 	table    string
-	svc      *tracking.Service // set-up; accepts loopback receivers
+	svc      *service.Service // set-up; accepts loopback receivers
 	log      *slog.Logger
 	brand    tally.Brand
 
@@ -72,9 +75,9 @@ func newFixtureWaiting(t *testing.T, wait time.Duration) *fixture {
 	t.Helper()
 	f := &fixture{endpoint: dynamotest.Endpoint(t), log: slog.New(slog.NewTextHandler(testWriter{t}, nil))}
 	f.client, f.table = dynamotest.NewTable(t)
-	f.svc = tracking.New(dynamo.New(f.client, f.table), tracking.WithLoopbackReceivers())
+	f.svc = servicetest.New(dynamo.New(f.client, f.table), service.WithLoopbackReceivers())
 	var err error
-	if f.brand, err = f.svc.CreateBrand(t.Context(), "Northwind Running"); err != nil {
+	if f.brand, err = f.svc.Identity.CreateBrand(t.Context(), "Northwind Running"); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
@@ -100,13 +103,13 @@ func (f *fixture) failOnPurpose(t *testing.T, runs ...string) {
 
 // function returns the service of another function over the same table:
 // each Lambda function has its own (and its own caches).
-func (f *fixture) function() *tracking.Service {
-	return tracking.New(dynamo.New(f.client, f.table), lambdafn.StreamOptions()...)
+func (f *fixture) function() *service.Service {
+	return servicetest.New(dynamo.New(f.client, f.table), lambdafn.StreamOptions()...)
 }
 
 func (f *fixture) subscribe(t *testing.T, url, secret string, events ...string) tally.Subscription {
 	t.Helper()
-	sub, err := f.svc.CreateSubscription(t.Context(), f.brand.ID, tracking.SubscriptionInput{URL: &url, Events: events, Secret: &secret})
+	sub, err := f.svc.Endpoints.CreateSubscription(t.Context(), f.brand.ID, endpoints.SubscriptionInput{URL: &url, Events: events, Secret: &secret})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +137,7 @@ func (f *fixture) deliver(t *testing.T, msgs ...events.SQSMessage) []string {
 }
 
 // message is the queue message the fan-out sends for ref.
-func message(t *testing.T, id string, ref tracking.DeliveryRef) events.SQSMessage {
+func message(t *testing.T, id string, ref endpoints.DeliveryRef) events.SQSMessage {
 	t.Helper()
 	body, err := json.Marshal(ref)
 	if err != nil {
@@ -147,7 +150,7 @@ func message(t *testing.T, id string, ref tracking.DeliveryRef) events.SQSMessag
 // taskRun is one run of the attempt program, as it logs it.
 type taskRun struct {
 	Payload lambdafn.RetryInput    `json:"payload"`
-	Result  tracking.AttemptResult `json:"result"`
+	Result  webhooks.AttemptResult `json:"result"`
 	Error   string                 `json:"error"`
 }
 

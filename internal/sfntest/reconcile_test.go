@@ -17,15 +17,19 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/conversions"
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
+	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/sfntest"
 	"github.com/tally-hq/tally/internal/sqsjson"
 	"github.com/tally-hq/tally/internal/sqstest"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/store/dynamo"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 // These tests drop webhook work on purpose, each the way AWS can drop it,
@@ -71,11 +75,11 @@ func ok200(int) int { return 200 }
 // event emits a webhook.test to the subscription and returns its id.
 func (p *pipeline) event(t *testing.T) string {
 	t.Helper()
-	subs, _, err := p.svc.Subscriptions(t.Context(), p.brand.ID, tracking.ListParams{Limit: 1})
+	subs, _, err := p.svc.Endpoints.Subscriptions(t.Context(), p.brand.ID, records.ListParams{Limit: 1})
 	if err != nil || len(subs) != 1 {
 		t.Fatalf("subscriptions: %v, %v", subs, err)
 	}
-	evt, err := p.svc.SendTestEvent(t.Context(), p.brand.ID, subs[0].ID)
+	evt, err := p.svc.Endpoints.SendTestEvent(t.Context(), p.brand.ID, subs[0].ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +138,7 @@ func (p *pipeline) reconcile(t *testing.T) queue.ReconcilerResult {
 func (p *pipeline) reconcileAfter(t *testing.T, d time.Duration) queue.ReconcilerResult {
 	t.Helper()
 	later := func() time.Time { return time.Now().Add(d) }
-	svc := tracking.New(dynamo.New(p.client, p.table), append(lambdafn.StreamOptions(), tracking.WithClock(later))...)
+	svc := servicetest.New(dynamo.New(p.client, p.table), append(lambdafn.StreamOptions(), service.WithClock(later))...)
 	h := queue.DefaultReconciler.Handler(svc, p.send, p.queue.URL, p.log)
 	res, err := h(lambdaContext(t.Context(), "reconciler"), events.EventBridgeEvent{})
 	if err != nil {
@@ -149,7 +153,7 @@ func (p *pipeline) reconcileAfter(t *testing.T, d time.Duration) queue.Reconcile
 func (p *pipeline) recovered(t *testing.T, eventIDs ...string) {
 	t.Helper()
 	for _, id := range eventIDs {
-		ds, _, err := p.svc.Deliveries(t.Context(), p.brand.ID, tracking.DeliveryFilter{EventID: id}, tracking.ListParams{Limit: 10})
+		ds, _, err := p.svc.Deliveries.Deliveries(t.Context(), p.brand.ID, endpoints.DeliveryFilter{EventID: id}, records.ListParams{Limit: 10})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,7 +183,7 @@ func (p *pipeline) recovered(t *testing.T, eventIDs ...string) {
 // which carried it, was dropped (the event is still in the outbox).
 func (p *pipeline) unwritten(t *testing.T, eventID string) {
 	t.Helper()
-	ds, _, err := p.svc.Deliveries(t.Context(), p.brand.ID, tracking.DeliveryFilter{EventID: eventID}, tracking.ListParams{Limit: 10})
+	ds, _, err := p.svc.Deliveries.Deliveries(t.Context(), p.brand.ID, endpoints.DeliveryFilter{EventID: eventID}, records.ListParams{Limit: 10})
 	if err != nil || len(ds) != 0 {
 		t.Fatalf("after the drop: %+v, %v; want no delivery written", ds, err)
 	}
@@ -383,7 +387,7 @@ func TestReconcileEndedExecution(t *testing.T) {
 	if res := p.workflow.Wait(t, names[1]); res.Status != sfntest.StatusSucceeded {
 		t.Fatalf("the restart ended %v", res)
 	}
-	ds, _, err := p.svc.Deliveries(t.Context(), p.brand.ID, tracking.DeliveryFilter{EventID: evt}, tracking.ListParams{Limit: 10})
+	ds, _, err := p.svc.Deliveries.Deliveries(t.Context(), p.brand.ID, endpoints.DeliveryFilter{EventID: evt}, records.ListParams{Limit: 10})
 	if err != nil || len(ds) != 1 || ds[0].Status != tally.DeliverySucceeded || len(ds[0].Attempts) != 3 || len(p.rcv.requests()) != 3 {
 		t.Fatalf("delivery %+v (%v), %d requests; want succeeded at attempt 3, each attempt sent once", ds, err, len(p.rcv.requests()))
 	}
@@ -394,7 +398,7 @@ func TestReconcileEndedExecution(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
-// The conversions' side (tracking.WithStreamConversions): a conversion's
+// The conversions' side (service.WithStreamConversions): a conversion's
 // request writes its marker, its outbox entry and the conversion, in that
 // order, and the fan-out makes its event from the stream. The drops below
 // lose the stream's record, the messages, or a step between two writes.
@@ -439,7 +443,7 @@ func newConversionPipeline(t *testing.T) *conversionPipeline {
 // returns the status and the answer.
 func (p *conversionPipeline) post(t *testing.T, st store.Store, txn string) (int, tally.Conversion) {
 	t.Helper()
-	api, err := lambdafn.APIHandler(tracking.New(st, lambdafn.StreamOptions()...), httpapi.Config{Logger: p.log}, httpapi.GroupConversions)
+	api, err := lambdafn.APIHandler(servicetest.New(st, lambdafn.StreamOptions()...), httpapi.Config{Logger: p.log}, httpapi.GroupConversions)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -580,7 +584,7 @@ func TestReconcileConversionRequestStopped(t *testing.T) {
 				t.Fatalf("reconciler %+v, want nothing fanned out", res)
 			}
 			p.outboxHas(t, 0) // the entry of a conversion never written is deleted
-			if cs, _, err := p.svc.Conversions(t.Context(), p.brand.ID, tracking.ConversionFilter{}, tracking.ListParams{Limit: 10}); err != nil || len(cs) != 0 {
+			if cs, _, err := p.svc.Conversions.Conversions(t.Context(), p.brand.ID, conversions.ConversionFilter{}, records.ListParams{Limit: 10}); err != nil || len(cs) != 0 {
 				t.Fatalf("conversions %+v, %v; want none", cs, err)
 			}
 

@@ -10,10 +10,11 @@ import (
 	"testing"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/sfntest"
 	"github.com/tally-hq/tally/internal/statemachine"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/webhooks"
 	"github.com/tally-hq/tally/webhook"
 )
 
@@ -27,7 +28,7 @@ const secret = "whsec_0123456789abcdef"
 // retryScenario delivers a webhook.test to a receiver answering status(n)
 // to request n, through the deliver function and the retry workflow, which
 // must succeed.
-func retryScenario(t *testing.T, status func(n int) int) (f *fixture, ref tracking.DeliveryRef, out executionOutput, runs []taskRun, rcv *receiver) {
+func retryScenario(t *testing.T, status func(n int) int) (f *fixture, ref endpoints.DeliveryRef, out executionOutput, runs []taskRun, rcv *receiver) {
 	t.Helper()
 	f, ref, name, rcv := startScenario(t, status)
 	res := f.workflow.Wait(t, name)
@@ -51,24 +52,24 @@ func retryScenario(t *testing.T, status func(n int) int) (f *fixture, ref tracki
 // startScenario delivers a webhook.test to a receiver answering status(n)
 // to request n through the deliver function, whose attempt 1 must fail, and
 // returns the delivery and the execution it started.
-func startScenario(t *testing.T, status func(n int) int) (f *fixture, ref tracking.DeliveryRef, name string, rcv *receiver) {
+func startScenario(t *testing.T, status func(n int) int) (f *fixture, ref endpoints.DeliveryRef, name string, rcv *receiver) {
 	t.Helper()
 	return startScenarioWith(t, status, func(*fixture) {})
 }
 
 // startScenarioWith is startScenario with setup run on the fixture first.
-func startScenarioWith(t *testing.T, status func(n int) int, setup func(*fixture)) (f *fixture, ref tracking.DeliveryRef, name string, rcv *receiver) {
+func startScenarioWith(t *testing.T, status func(n int) int, setup func(*fixture)) (f *fixture, ref endpoints.DeliveryRef, name string, rcv *receiver) {
 	t.Helper()
 	sfntest.Find(t)
 	f = newFixture(t)
 	setup(f)
 	rcv = newReceiver(t, status)
 	sub := f.subscribe(t, rcv.URL, secret, tally.EventConversionCreated)
-	evt, err := f.svc.SendTestEvent(t.Context(), f.brand.ID, sub.ID)
+	evt, err := f.svc.Endpoints.SendTestEvent(t.Context(), f.brand.ID, sub.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	refs, err := f.function().FanOut(t.Context(), evt.ID)
+	refs, err := f.function().Webhooks.FanOut(t.Context(), evt.ID)
 	if err != nil || len(refs) != 1 {
 		t.Fatalf("fan-out: %v, %d deliveries, want 1", err, len(refs))
 	}
@@ -84,7 +85,7 @@ func startScenarioWith(t *testing.T, status func(n int) int, setup func(*fixture
 // checkAttempts checks the task runs (attempts 2…last, one run each, no
 // error) and that the receiver got one signed request per attempt, all
 // with the delivery's webhook id.
-func checkAttempts(t *testing.T, ref tracking.DeliveryRef, runs []taskRun, rcv *receiver, last int) {
+func checkAttempts(t *testing.T, ref endpoints.DeliveryRef, runs []taskRun, rcv *receiver, last int) {
 	t.Helper()
 	var attempts, want []int
 	for _, r := range runs {
@@ -117,9 +118,9 @@ func checkAttempts(t *testing.T, ref tracking.DeliveryRef, runs []taskRun, rcv *
 }
 
 // checkDelivery checks the delivery's record in the table.
-func checkDelivery(t *testing.T, f *fixture, ref tracking.DeliveryRef, status string, codes []int) {
+func checkDelivery(t *testing.T, f *fixture, ref endpoints.DeliveryRef, status string, codes []int) {
 	t.Helper()
-	d, err := f.function().Delivery(t.Context(), ref.BrandID, ref.DeliveryID)
+	d, err := f.function().Deliveries.Delivery(t.Context(), ref.BrandID, ref.DeliveryID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,11 +157,11 @@ func TestRetryRecoversOnThirdRetry(t *testing.T) {
 func TestRetryGivesUpAfterSeventhAttempt(t *testing.T) {
 	t.Parallel()
 	f, ref, out, runs, rcv := retryScenario(t, func(int) int { return 500 })
-	if out.Result.Status != tally.DeliveryFailed || out.Result.Attempts != tracking.MaxAttempts {
-		t.Errorf("the execution ended with %+v, want failed after %d attempts", out.Result, tracking.MaxAttempts)
+	if out.Result.Status != tally.DeliveryFailed || out.Result.Attempts != webhooks.MaxAttempts {
+		t.Errorf("the execution ended with %+v, want failed after %d attempts", out.Result, webhooks.MaxAttempts)
 	}
-	checkAttempts(t, ref, runs, rcv, tracking.MaxAttempts)
-	checkDelivery(t, f, ref, tally.DeliveryFailed, slices.Repeat([]int{500}, tracking.MaxAttempts))
+	checkAttempts(t, ref, runs, rcv, webhooks.MaxAttempts)
+	checkDelivery(t, f, ref, tally.DeliveryFailed, slices.Repeat([]int{500}, webhooks.MaxAttempts))
 
 	// The execution succeeded, and Done is the only state that ends one so.
 	raw, err := os.ReadFile(filepath.Join("..", "..", statemachine.File))
@@ -204,7 +205,7 @@ func TestRetryAbandonsWhenTheTaskKeepsFailing(t *testing.T) {
 		t.Errorf("the receiver got %d requests, want attempts 1 and 2", n)
 	}
 	checkDelivery(t, f, ref, tally.DeliveryFailed, []int{500, 500})
-	if d, err := f.function().RetryDelivery(t.Context(), ref.BrandID, ref.DeliveryID); err != nil || d.Status != tally.DeliveryPending {
+	if d, err := f.function().Deliveries.RetryDelivery(t.Context(), ref.BrandID, ref.DeliveryID); err != nil || d.Status != tally.DeliveryPending {
 		t.Errorf("manual retry of the abandoned delivery: %+v, %v; want pending", d, err)
 	}
 }
@@ -222,7 +223,7 @@ func TestRetryRestartsAFailedExecution(t *testing.T) {
 	if res := f.workflow.Wait(t, name); res.Status != sfntest.StatusFailed {
 		t.Fatalf("the first execution ended %v, want failed", res)
 	}
-	d, err := f.function().Delivery(t.Context(), ref.BrandID, ref.DeliveryID)
+	d, err := f.function().Deliveries.Delivery(t.Context(), ref.BrandID, ref.DeliveryID)
 	if err != nil || d.Status != tally.DeliveryPending || len(d.Attempts) != 2 {
 		t.Fatalf("after the failed execution: %+v, %v; want pending with 2 attempts", d, err)
 	}
@@ -240,9 +241,9 @@ func TestRetryRestartsAFailedExecution(t *testing.T) {
 	if res.Status != sfntest.StatusSucceeded {
 		t.Fatalf("the restarted execution ended %v", res)
 	}
-	checkDelivery(t, f, ref, tally.DeliveryFailed, slices.Repeat([]int{500}, tracking.MaxAttempts))
-	if n := len(rcv.requests()); n != tracking.MaxAttempts {
-		t.Errorf("the receiver got %d requests, want %d: each attempt once", n, tracking.MaxAttempts)
+	checkDelivery(t, f, ref, tally.DeliveryFailed, slices.Repeat([]int{500}, webhooks.MaxAttempts))
+	if n := len(rcv.requests()); n != webhooks.MaxAttempts {
+		t.Errorf("the receiver got %d requests, want %d: each attempt once", n, webhooks.MaxAttempts)
 	}
 
 	// The message once more: the delivery is decided, nothing starts.
@@ -253,7 +254,7 @@ func TestRetryRestartsAFailedExecution(t *testing.T) {
 
 // startFailing starts a delivery to a receiver that always answers 500,
 // with the attempt program failing the runs listed.
-func startFailing(t *testing.T, runs ...string) (*fixture, tracking.DeliveryRef, string, *receiver) {
+func startFailing(t *testing.T, runs ...string) (*fixture, endpoints.DeliveryRef, string, *receiver) {
 	t.Helper()
 	return startScenarioWith(t, func(int) int { return 500 }, func(f *fixture) { f.failOnPurpose(t, runs...) })
 }

@@ -12,10 +12,13 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/clicks"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/reports"
+	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/store/dynamo"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 // TestRollupsFromTheStreamAreExact records conversions through the
@@ -29,7 +32,7 @@ func TestRollupsFromTheStreamAreExact(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	key, offerID, partnerID := f.conversionSetup(t)
-	svc := tracking.New(dynamo.New(f.client, f.table), tracking.WithStreamRollups())
+	svc := servicetest.New(dynamo.New(f.client, f.table), service.WithStreamRollups())
 	api, err := lambdafn.APIHandler(svc, httpapi.Config{Logger: f.log}, httpapi.GroupConversions)
 	if err != nil {
 		t.Fatal(err)
@@ -50,32 +53,32 @@ func TestRollupsFromTheStreamAreExact(t *testing.T) {
 		}
 		convs = append(convs, c)
 	}
-	settings, err := svc.FraudSettings(t.Context(), f.brand.ID)
+	settings, err := svc.Clicks.FraudSettings(t.Context(), f.brand.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var clicks, highRisk int64
+	var clickCount, highRisk int64
 	for i := range n {
 		ua := "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"
 		if i%4 == 0 {
 			ua = "" // a missing User-Agent raises the score
 		}
-		c, _, err := svc.RecordClick(t.Context(), tracking.ClickInput{OfferID: offerID, PartnerID: partnerID, IP: netip.MustParseAddr("198.51.100.7"), UserAgent: ua})
+		c, _, err := svc.Clicks.RecordClick(t.Context(), clicks.ClickInput{OfferID: offerID, PartnerID: partnerID, IP: netip.MustParseAddr("198.51.100.7"), UserAgent: ua})
 		if err != nil {
 			t.Fatal(err)
 		}
-		clicks++
+		clickCount++
 		if c.FraudScore > settings.Threshold {
 			highRisk++
 		}
 	}
-	if highRisk == 0 || highRisk == clicks {
-		t.Fatalf("%d of %d clicks are high-risk: the test wants both kinds", highRisk, clicks)
+	if highRisk == 0 || highRisk == clickCount {
+		t.Fatalf("%d of %d clicks are high-risk: the test wants both kinds", highRisk, clickCount)
 	}
 	day := convs[0].CreatedAt.UTC().Format("2006-01-02")
 	report := func() []tally.ReportRow {
 		t.Helper()
-		r, err := svc.Report(t.Context(), f.brand.ID, tracking.ReportQuery{From: day, To: day})
+		r, err := svc.Reports.Report(t.Context(), f.brand.ID, reports.ReportQuery{From: day, To: day})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,7 +141,7 @@ func TestRollupsFromTheStreamAreExact(t *testing.T) {
 		r.PayoutCents += c.PayoutCents
 		r.ProfitCents = r.RevenueCents - r.PayoutCents
 	}
-	want["EUR"].Clicks, want["EUR"].HighRiskClicks = clicks, highRisk // the offer's currency
+	want["EUR"].Clicks, want["EUR"].HighRiskClicks = clickCount, highRisk // the offer's currency
 	if got := report(); len(got) != 2 || !reflect.DeepEqual(got[0], *want[got[0].Currency]) || !reflect.DeepEqual(got[1], *want[got[1].Currency]) {
 		t.Errorf("report %+v, want %+v and %+v", got, *want["EUR"], *want["USD"])
 	}

@@ -1,5 +1,5 @@
 // Package statemachine generates the Step Functions definition (Amazon
-// States Language) of the webhook retry workflow from tracking.RetrySchedule,
+// States Language) of the webhook retry workflow from webhooks.RetrySchedule,
 // so the deployed schedule cannot drift from the one the code and the local
 // server use. `go generate ./internal/statemachine` writes it to
 // statemachine/retry.asl.json, which template.yaml and the CDK app both
@@ -13,7 +13,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/webhooks"
 )
 
 // AttemptFunctionVar is the definition substitution that names the attempt
@@ -60,8 +60,8 @@ const taskTime = 7*20*time.Second + (2+4+8+16+32+64)*time.Second
 // and an hour to spare. A restarted execution resumes part way, within the
 // same bound.
 func Timeout() time.Duration {
-	d := time.Hour + time.Duration(len(tracking.RetrySchedule)+1)*taskTime
-	for _, w := range tracking.RetrySchedule {
+	d := time.Hour + time.Duration(len(webhooks.RetrySchedule)+1)*taskTime
+	for _, w := range webhooks.RetrySchedule {
 		d += w
 	}
 	return d
@@ -98,10 +98,10 @@ func Definition() ([]byte, error) {
 		WaitToResumeState: map[string]any{"Type": "Wait", "TimestampPath": "$.resumeAt", "Next": resumeState},
 	}
 	var resume []any
-	for i, wait := range tracking.RetrySchedule {
+	for i, wait := range webhooks.RetrySchedule {
 		retry, attempt := i+1, i+2
 		next := doneState
-		if retry < len(tracking.RetrySchedule) {
+		if retry < len(webhooks.RetrySchedule) {
 			next = WaitState(retry + 1)
 		}
 		states[WaitState(retry)] = map[string]any{
@@ -130,7 +130,7 @@ func Definition() ([]byte, error) {
 	// An attempt outside the schedule has nothing left to do.
 	states[resumeState] = map[string]any{"Type": "Choice", "Choices": resume, "Default": doneState}
 	def := map[string]any{
-		"Comment":        "Webhook retries: wait, attempt, until the delivery is decided. Generated from tracking.RetrySchedule by internal/statemachine; do not edit.",
+		"Comment":        "Webhook retries: wait, attempt, until the delivery is decided. Generated from webhooks.RetrySchedule by internal/statemachine; do not edit.",
 		"StartAt":        startState,
 		"TimeoutSeconds": int(Timeout().Seconds()),
 		"States":         states,

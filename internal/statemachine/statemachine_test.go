@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally/internal/statemachine"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/webhooks"
 )
 
 func TestFileIsGenerated(t *testing.T) {
@@ -59,10 +59,10 @@ func TestWaitsAreTheSchedule(t *testing.T) {
 			}
 			name = st.Choices[0].Next
 		case "Succeed":
-			if len(waits) != len(tracking.RetrySchedule) || attempts != len(tracking.RetrySchedule) {
-				t.Fatalf("the workflow waits %v with %d attempts, want %v with one attempt after each", waits, attempts, tracking.RetrySchedule)
+			if len(waits) != len(webhooks.RetrySchedule) || attempts != len(webhooks.RetrySchedule) {
+				t.Fatalf("the workflow waits %v with %d attempts, want %v with one attempt after each", waits, attempts, webhooks.RetrySchedule)
 			}
-			for i, w := range tracking.RetrySchedule {
+			for i, w := range webhooks.RetrySchedule {
 				if waits[i] != w {
 					t.Errorf("wait %d = %v, want %v", i+1, waits[i], w)
 				}
@@ -119,7 +119,7 @@ func TestAttemptFailuresAreCaught(t *testing.T) {
 		t.Fatal(err)
 	}
 	def := parse(t, raw)
-	for attempt := 2; attempt <= tracking.MaxAttempts; attempt++ {
+	for attempt := 2; attempt <= webhooks.MaxAttempts; attempt++ {
 		st := def.States[statemachine.AttemptState(attempt)]
 		if len(st.Catch) != 1 || !slices.Equal(st.Catch[0].ErrorEquals, []string{"States.ALL"}) || st.Catch[0].Next != statemachine.AbandonState {
 			t.Errorf("%s catches %+v, want States.ALL to %s", statemachine.AttemptState(attempt), st.Catch, statemachine.AbandonState)
@@ -154,12 +154,12 @@ func TestResume(t *testing.T) {
 		}
 		got[c.NumericEquals] = c.Next
 	}
-	for attempt := 2; attempt <= tracking.MaxAttempts; attempt++ {
+	for attempt := 2; attempt <= webhooks.MaxAttempts; attempt++ {
 		if got[attempt] != statemachine.AttemptState(attempt) {
 			t.Errorf("resuming at attempt %d goes to %q, want %s", attempt, got[attempt], statemachine.AttemptState(attempt))
 		}
 	}
-	if len(got) != tracking.MaxAttempts-1 {
+	if len(got) != webhooks.MaxAttempts-1 {
 		t.Errorf("resume choices %v", got)
 	}
 }
@@ -172,7 +172,7 @@ func TestTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	var schedule time.Duration
-	for _, w := range tracking.RetrySchedule {
+	for _, w := range webhooks.RetrySchedule {
 		schedule += w
 	}
 	def := parse(t, raw)

@@ -120,7 +120,7 @@ var Start = sync.OnceValue(func() time.Time {
 	return time.Date(y, m, d+1, 10, 0, 0, 0, time.UTC)
 })
 
-// Clock is a settable clock for tracking.WithClock, safe for concurrent use.
+// Clock is a settable clock for service.WithClock, safe for concurrent use.
 type Clock struct{ unixNano atomic.Int64 }
 
 // NewClock returns a clock stopped at t.

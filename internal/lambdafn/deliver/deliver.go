@@ -20,8 +20,10 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/awsenv"
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/lambdafn"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/webhooks"
 )
 
 // ServeDeliver runs the function behind the delivery queue. It never returns.
@@ -57,7 +59,7 @@ const maxRestarts = 3
 // reported (partial batch response) and retried by SQS, then go to the
 // dead-letter queue. The order of the reported failures is not the order of
 // the batch.
-func DeliverHandler(svc *tracking.Service, sender tracking.Sender, ex Executions, stateMachineARN string, log *slog.Logger) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
+func DeliverHandler(svc *service.Service, sender webhooks.Sender, ex Executions, stateMachineARN string, log *slog.Logger) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
 	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 		// The messages are attempted at once, so a batch takes as long as its
 		// slowest receiver (at most the 10 s limit), not the sum of them.
@@ -74,7 +76,7 @@ func DeliverHandler(svc *tracking.Service, sender tracking.Sender, ex Executions
 		)
 		for _, msg := range ev.Records {
 			key := msg.Body
-			var ref tracking.DeliveryRef
+			var ref endpoints.DeliveryRef
 			if json.Unmarshal([]byte(msg.Body), &ref) == nil && ref.DeliveryID != "" {
 				key = ref.BrandID + "/" + ref.DeliveryID
 			}
@@ -100,12 +102,12 @@ func DeliverHandler(svc *tracking.Service, sender tracking.Sender, ex Executions
 	}
 }
 
-func deliver(ctx context.Context, svc *tracking.Service, sender tracking.Sender, ex Executions, stateMachineARN, body string) error {
-	var msg tracking.DeliveryMessage
+func deliver(ctx context.Context, svc *service.Service, sender webhooks.Sender, ex Executions, stateMachineARN, body string) error {
+	var msg webhooks.DeliveryMessage
 	if err := json.Unmarshal([]byte(body), &msg); err != nil || msg.BrandID == "" || msg.DeliveryID == "" {
 		return fmt.Errorf("not a delivery message: %q", body)
 	}
-	res, err := svc.FirstAttempt(ctx, msg, sender)
+	res, err := svc.Webhooks.FirstAttempt(ctx, msg, sender)
 	if err != nil || res.Status != tally.DeliveryPending || res.Parked {
 		return err
 	}
@@ -118,12 +120,12 @@ func deliver(ctx context.Context, svc *tracking.Service, sender tracking.Sender,
 // <delivery>-<cycle>-r1 (then r2, …) at the next attempt. A name taken by a
 // running execution means the retries are under way. Names make the starts
 // idempotent: a repeated message finds its execution.
-func startRetries(ctx context.Context, svc *tracking.Service, ex Executions, stateMachineARN string, ref tracking.DeliveryRef, res tracking.AttemptResult) error {
+func startRetries(ctx context.Context, svc *service.Service, ex Executions, stateMachineARN string, ref endpoints.DeliveryRef, res webhooks.AttemptResult) error {
 	for restart := 0; restart <= maxRestarts; restart++ {
 		in := lambdafn.RetryInput{DeliveryRef: ref}
 		name := fmt.Sprintf("%s-%d", ref.DeliveryID, res.Cycle)
 		if restart > 0 {
-			d, err := svc.Delivery(ctx, ref.BrandID, ref.DeliveryID)
+			d, err := svc.Deliveries.Delivery(ctx, ref.BrandID, ref.DeliveryID)
 			if err != nil {
 				return err
 			}
@@ -151,7 +153,7 @@ func startRetries(ctx context.Context, svc *tracking.Service, ex Executions, sta
 			return nil // a repeated message: the retries are under way
 		}
 	}
-	_, err := svc.AbandonDelivery(ctx, ref)
+	_, err := svc.Webhooks.AbandonDelivery(ctx, ref)
 	return err
 }
 

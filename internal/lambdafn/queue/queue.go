@@ -20,9 +20,11 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/tally-hq/tally/internal/awsenv"
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/sqsjson"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/webhooks"
 )
 
 // ServeFanout runs the function behind the table's stream. It never returns.
@@ -44,10 +46,10 @@ func ServeReconciler() {
 func ServeAPI(groups ...string) {
 	log := lambdafn.Logger()
 	client, url := newClient(log), lambdafn.MustEnv(log, lambdafn.EnvDeliveryQueueURL)
-	lambdafn.ServeAPIWith([]tracking.Option{tracking.WithRequeue(Requeue(client, url))}, groups...)
+	lambdafn.ServeAPIWith([]service.Option{service.WithRequeue(Requeue(client, url))}, groups...)
 }
 
-func start() (*slog.Logger, *tracking.Service, *sqsjson.Client, string) {
+func start() (*slog.Logger, *service.Service, *sqsjson.Client, string) {
 	log, svc := lambdafn.Start()
 	return log, svc, newClient(log), lambdafn.MustEnv(log, lambdafn.EnvDeliveryQueueURL)
 }
@@ -72,7 +74,7 @@ type Queue interface {
 const fanoutWorkers = 10
 
 // FanoutHandler handles a DynamoDB Streams batch: for each new event item,
-// or new conversion whose event it makes, it makes the event's deliveries (tracking.Service.Dispatch: those of an
+// or new conversion whose event it makes, it makes the event's deliveries (service.Service.Dispatch: those of an
 // event with a few go in their messages, unwritten), fanoutWorkers records
 // at a time, then queues one message per pending delivery, the batch's
 // messages together in batches of 10 (a message per event would cost an
@@ -82,9 +84,9 @@ const fanoutWorkers = 10
 // fan-out, or queueing one of its deliveries) is reported (partial batch
 // response), and the retry starts at it: repeating a fan-out creates
 // nothing twice and queues its pending deliveries again.
-func FanoutHandler(svc *tracking.Service, q Queue, queueURL string, log *slog.Logger) func(context.Context, events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+func FanoutHandler(svc *service.Service, q Queue, queueURL string, log *slog.Logger) func(context.Context, events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
 	return func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
-		msgs := make([][]tracking.DeliveryMessage, len(ev.Records))
+		msgs := make([][]webhooks.DeliveryMessage, len(ev.Records))
 		errs := make([]error, len(ev.Records))
 		var wg sync.WaitGroup
 		slots := make(chan struct{}, fanoutWorkers)
@@ -106,7 +108,7 @@ func FanoutHandler(svc *tracking.Service, q Queue, queueURL string, log *slog.Lo
 		if failed < 0 {
 			failed = len(ev.Records)
 		}
-		var all []tracking.DeliveryMessage
+		var all []webhooks.DeliveryMessage
 		var owner []int // the record of each of all
 		for i := range failed {
 			all = append(all, msgs[i]...)
@@ -127,10 +129,10 @@ func FanoutHandler(svc *tracking.Service, q Queue, queueURL string, log *slog.Lo
 }
 
 // dispatcher returns the fan-out of a stream record that inserts an event
-// item (tracking.Service.Dispatch) but one the fan-out made, or a
+// item (service.Service.Dispatch) but one the fan-out made, or a
 // conversion whose event the fan-out makes
-// (tracking.Service.DispatchConversion, from the record's new image).
-func dispatcher(svc *tracking.Service, rec events.DynamoDBEventRecord) (func(context.Context) ([]tracking.DeliveryMessage, error), bool) {
+// (service.Service.DispatchConversion, from the record's new image).
+func dispatcher(svc *service.Service, rec events.DynamoDBEventRecord) (func(context.Context) ([]webhooks.DeliveryMessage, error), bool) {
 	if rec.EventName != string(events.DynamoDBOperationTypeInsert) {
 		return nil, false
 	}
@@ -140,22 +142,24 @@ func dispatcher(svc *tracking.Service, rec events.DynamoDBEventRecord) (func(con
 	}
 	_, made := rec.Change.NewImage["outbox"] // an event the fan-out made
 	if eventID, ok := strings.CutPrefix(pk.String(), "EVT#"); ok && !made {
-		return func(ctx context.Context) ([]tracking.DeliveryMessage, error) { return svc.Dispatch(ctx, eventID) }, true
+		return func(ctx context.Context) ([]webhooks.DeliveryMessage, error) {
+			return svc.Webhooks.Dispatch(ctx, eventID)
+		}, true
 	}
 	if v, ok := rec.Change.NewImage["fanout"]; !ok || v.DataType() != events.DataTypeString || v.String() != "stream" {
 		return nil, false
 	}
-	return func(ctx context.Context) ([]tracking.DeliveryMessage, error) {
+	return func(ctx context.Context) ([]webhooks.DeliveryMessage, error) {
 		item, err := lambdafn.StreamItem(rec.Change.NewImage)
 		if err != nil {
 			return nil, fmt.Errorf("stream record %s: %w", rec.Change.SequenceNumber, err)
 		}
-		return svc.DispatchConversion(ctx, item)
+		return svc.Webhooks.DispatchConversion(ctx, item)
 	}, true
 }
 
-func fanOut(ctx context.Context, svc *tracking.Service, q Queue, queueURL, eventID string) error {
-	msgs, err := svc.Dispatch(ctx, eventID)
+func fanOut(ctx context.Context, svc *service.Service, q Queue, queueURL, eventID string) error {
+	msgs, err := svc.Webhooks.Dispatch(ctx, eventID)
 	if err != nil {
 		return err
 	}
@@ -164,17 +168,17 @@ func fanOut(ctx context.Context, svc *tracking.Service, q Queue, queueURL, event
 }
 
 // sendRefs queues a message per ref (send).
-func sendRefs(ctx context.Context, q Queue, queueURL string, refs []tracking.DeliveryRef) (int, error) {
-	msgs := make([]tracking.DeliveryMessage, len(refs))
+func sendRefs(ctx context.Context, q Queue, queueURL string, refs []endpoints.DeliveryRef) (int, error) {
+	msgs := make([]webhooks.DeliveryMessage, len(refs))
 	for i, ref := range refs {
-		msgs[i] = tracking.DeliveryMessage{DeliveryRef: ref}
+		msgs[i] = webhooks.DeliveryMessage{DeliveryRef: ref}
 	}
 	return send(ctx, q, queueURL, msgs)
 }
 
 // send queues the delivery messages, in batches. On an error it returns
 // the index of the first it cannot say was queued.
-func send(ctx context.Context, q Queue, queueURL string, all []tracking.DeliveryMessage) (int, error) {
+func send(ctx context.Context, q Queue, queueURL string, all []webhooks.DeliveryMessage) (int, error) {
 	for start := 0; start < len(all); start += sqsjson.MaxBatch {
 		chunk := all[start:min(start+sqsjson.MaxBatch, len(all))]
 		msgs := make([]sqsjson.Message, len(chunk))
@@ -202,11 +206,11 @@ func send(ctx context.Context, q Queue, queueURL string, all []tracking.Delivery
 	return len(all), nil
 }
 
-// Requeue returns the tracking.WithRequeue hook that queues a manually
+// Requeue returns the service.WithRequeue hook that queues a manually
 // retried delivery.
-func Requeue(q Queue, queueURL string) func(context.Context, tracking.DeliveryRef) error {
-	return func(ctx context.Context, ref tracking.DeliveryRef) error {
-		if _, err := sendRefs(ctx, q, queueURL, []tracking.DeliveryRef{ref}); err != nil {
+func Requeue(q Queue, queueURL string) func(context.Context, endpoints.DeliveryRef) error {
+	return func(ctx context.Context, ref endpoints.DeliveryRef) error {
+		if _, err := sendRefs(ctx, q, queueURL, []endpoints.DeliveryRef{ref}); err != nil {
 			return fmt.Errorf("queue the retried delivery: %w", err)
 		}
 		return nil
@@ -251,7 +255,7 @@ type Reconciler struct {
 	// Workers bounds the fan-outs a run makes at once.
 	Workers int
 	// Release bounds the parked deliveries a run releases (queues) when
-	// their endpoint's circuit closed (tracking.Service.Released).
+	// their endpoint's circuit closed (service.Service.Released).
 	Release int
 }
 
@@ -272,10 +276,10 @@ type ReconcilerResult struct {
 // Handler returns the scheduled handler. A run that could not re-drive
 // everything it found returns an error, after doing the rest, so that the
 // function's Errors metric (ReconcilerErrorsAlarm) reports it.
-func (r Reconciler) Handler(svc *tracking.Service, q ReconcileQueue, queueURL string, log *slog.Logger) func(context.Context, events.EventBridgeEvent) (ReconcilerResult, error) {
+func (r Reconciler) Handler(svc *service.Service, q ReconcileQueue, queueURL string, log *slog.Logger) func(context.Context, events.EventBridgeEvent) (ReconcilerResult, error) {
 	return func(ctx context.Context, ev events.EventBridgeEvent) (ReconcilerResult, error) {
 		var res ReconcilerResult
-		evts, refs, err := svc.Overdue(ctx, svc.Now().Add(-r.Grace), r.Limit)
+		evts, refs, err := svc.Webhooks.Overdue(ctx, svc.DB.Now().Add(-r.Grace), r.Limit)
 		if err != nil {
 			return res, err
 		}
@@ -306,7 +310,7 @@ func (r Reconciler) Handler(svc *tracking.Service, q ReconcileQueue, queueURL st
 			} else {
 				res.Deliveries = len(refs)
 			}
-			rel, err := svc.Released(ctx, r.Release)
+			rel, err := svc.Webhooks.Released(ctx, r.Release)
 			res.Failed, res.Circuits = rel.Failed, rel.Watched
 			if err == nil {
 				_, err = sendRefs(ctx, q, queueURL, rel.Refs)
@@ -323,7 +327,7 @@ func (r Reconciler) Handler(svc *tracking.Service, q ReconcileQueue, queueURL st
 }
 
 // fanOutAll fans out events, Workers at a time, and returns how many failed.
-func (r Reconciler) fanOutAll(ctx context.Context, svc *tracking.Service, q Queue, queueURL string, evts []string, log *slog.Logger) int {
+func (r Reconciler) fanOutAll(ctx context.Context, svc *service.Service, q Queue, queueURL string, evts []string, log *slog.Logger) int {
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex

@@ -38,7 +38,7 @@ import (
 
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/lambdafn"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/webhooks"
 )
 
 // TaskLogEnv names the file each run appends its input and outcome to.
@@ -53,7 +53,7 @@ const timeout = 20 * time.Second
 // invokeOutput is the result of a lambda:invoke task.
 type invokeOutput struct {
 	ExecutedVersion string                 `json:"ExecutedVersion"`
-	Payload         tracking.AttemptResult `json:"Payload"`
+	Payload         webhooks.AttemptResult `json:"Payload"`
 	StatusCode      int                    `json:"StatusCode"`
 }
 
@@ -77,7 +77,7 @@ func run(stdout io.Writer) (err error) {
 	if err := json.Unmarshal([]byte(os.Args[1]), &task); err != nil || task.Payload == nil {
 		return fmt.Errorf("the task input is not lambda:invoke parameters with a Payload: %s", os.Args[1])
 	}
-	var res tracking.AttemptResult
+	var res webhooks.AttemptResult
 	defer func() { logTask(task.Payload, res, err) }()
 	var in lambdafn.RetryInput
 	if err := json.Unmarshal(task.Payload, &in); err != nil {
@@ -101,7 +101,7 @@ func run(stdout io.Writer) (err error) {
 }
 
 // logTask appends the run to the file TaskLogEnv names, if any.
-func logTask(payload json.RawMessage, res tracking.AttemptResult, err error) {
+func logTask(payload json.RawMessage, res webhooks.AttemptResult, err error) {
 	path := os.Getenv(TaskLogEnv)
 	if path == "" {
 		return

@@ -1,4 +1,4 @@
-package tracking_test
+package service_test
 
 import (
 	"context"
@@ -8,9 +8,12 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/delivery"
+	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/webhooks"
 )
 
 // acceptingSender stands in for a receiver that always answers 200.
@@ -21,7 +24,7 @@ func (s acceptingSender) Send(context.Context, delivery.Request) tally.Attempt {
 }
 
 // raceAttempts makes attempt n of every delivery at once.
-func raceAttempts(t *testing.T, f *fixture, refs []tracking.DeliveryRef, n int, sender tracking.Sender) {
+func raceAttempts(t *testing.T, f *fixture, refs []endpoints.DeliveryRef, n int, sender webhooks.Sender) {
 	t.Helper()
 	var ready, done sync.WaitGroup
 	gun := make(chan struct{})
@@ -33,7 +36,7 @@ func raceAttempts(t *testing.T, f *fixture, refs []tracking.DeliveryRef, n int, 
 			defer done.Done()
 			ready.Done()
 			<-gun
-			_, errs[i] = f.svc.Attempt(f.ctx, ref, n, sender)
+			_, errs[i] = f.svc.Webhooks.Attempt(f.ctx, ref, n, sender)
 		}()
 	}
 	ready.Wait()
@@ -47,11 +50,11 @@ func raceAttempts(t *testing.T, f *fixture, refs []tracking.DeliveryRef, n int, 
 }
 
 // fanOutAll fans out every event of the given name not fanned out yet.
-func fanOutAll(t *testing.T, f *fixture, name string) []tracking.DeliveryRef {
+func fanOutAll(t *testing.T, f *fixture, name string) []endpoints.DeliveryRef {
 	t.Helper()
-	var refs []tracking.DeliveryRef
+	var refs []endpoints.DeliveryRef
 	for _, evt := range f.events(name) {
-		got, err := f.svc.FanOut(f.ctx, evt.ID)
+		got, err := f.svc.Webhooks.FanOut(f.ctx, evt.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,14 +71,14 @@ func TestEndpointHealthIsExactUnderConcurrentAttempts(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		const threshold, racers = 10, 32
 		f := &fixture{t: t, ctx: context.Background(), st: st, clock: testenv.NewClock(start)}
-		f.svc = tracking.New(st, tracking.WithClock(f.clock.Now), tracking.WithEndpointHealth(threshold, 0))
-		b, err := f.svc.CreateBrand(f.ctx, "Acme")
+		f.svc = servicetest.New(st, service.WithClock(f.clock.Now), service.WithEndpointHealth(threshold, 0))
+		b, err := f.svc.Identity.CreateBrand(f.ctx, "Acme")
 		if err != nil {
 			t.Fatal(err)
 		}
 		f.brandID = b.ID
 		url := "https://hooks.example.com/x"
-		sub, err := f.svc.CreateSubscription(f.ctx, f.brandID, tracking.SubscriptionInput{URL: &url, Events: []string{tally.EventPartnerApplied}})
+		sub, err := f.svc.Endpoints.CreateSubscription(f.ctx, f.brandID, endpoints.SubscriptionInput{URL: &url, Events: []string{tally.EventPartnerApplied}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +94,7 @@ func TestEndpointHealthIsExactUnderConcurrentAttempts(t *testing.T) {
 		}
 
 		raceAttempts(t, f, refs, 1, refusingSender{f.clock.Now})
-		got, err := f.svc.Subscription(f.ctx, f.brandID, sub.ID)
+		got, err := f.svc.Endpoints.Subscription(f.ctx, f.brandID, sub.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,13 +112,13 @@ func TestEndpointHealthIsExactUnderConcurrentAttempts(t *testing.T) {
 		}
 		f.clock.Advance(time.Second)
 		raceAttempts(t, f, refs, 2, refusingSender{f.clock.Now})
-		again, _ := f.svc.Subscription(f.ctx, f.brandID, sub.ID)
+		again, _ := f.svc.Endpoints.Subscription(f.ctx, f.brandID, sub.ID)
 		if again.ConsecutiveFailures != 2*racers || !again.DisabledAt.Equal(h.DisabledAt.Time) {
 			t.Errorf("after the retries: %+v; want %d failures and the first disabledAt %v", again.EndpointHealth, 2*racers, h.DisabledAt)
 		}
 
 		// Enabled again it starts from zero; a success clears the count.
-		enabled, err := f.svc.EnableSubscription(f.ctx, f.brandID, sub.ID)
+		enabled, err := f.svc.Endpoints.EnableSubscription(f.ctx, f.brandID, sub.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,7 +128,7 @@ func TestEndpointHealthIsExactUnderConcurrentAttempts(t *testing.T) {
 		f.clock.Advance(5 * time.Second)
 		raceAttempts(t, f, refs[:threshold-1], 3, refusingSender{f.clock.Now})
 		raceAttempts(t, f, refs[threshold-1:], 3, acceptingSender{f.clock.Now})
-		healthy, _ := f.svc.Subscription(f.ctx, f.brandID, sub.ID)
+		healthy, _ := f.svc.Endpoints.Subscription(f.ctx, f.brandID, sub.ID)
 		if healthy.Status != tally.EndpointEnabled || healthy.ConsecutiveFailures != 0 || healthy.FailingSince != nil ||
 			healthy.LastSuccessAt == nil || !healthy.LastSuccessAt.Equal(f.clock.Now()) {
 			t.Errorf("after %d failures, then successes: %+v; want enabled, nothing failing", threshold-1, healthy.EndpointHealth)
@@ -138,11 +141,11 @@ func TestEndpointHealthIsExactUnderConcurrentAttempts(t *testing.T) {
 func TestEndpointDisabledAfterFailingTooLong(t *testing.T) {
 	st := testenv.Bolt(t)
 	f := &fixture{t: t, ctx: context.Background(), st: st, clock: testenv.NewClock(start)}
-	f.svc = tracking.New(st, tracking.WithClock(f.clock.Now), tracking.WithEndpointHealth(0, 48*time.Hour))
-	b, _ := f.svc.CreateBrand(f.ctx, "Acme")
+	f.svc = servicetest.New(st, service.WithClock(f.clock.Now), service.WithEndpointHealth(0, 48*time.Hour))
+	b, _ := f.svc.Identity.CreateBrand(f.ctx, "Acme")
 	f.brandID = b.ID
 	url := "https://hooks.example.com/x"
-	sub, err := f.svc.CreateSubscription(f.ctx, f.brandID, tracking.SubscriptionInput{URL: &url, Events: []string{tally.EventPartnerApplied}})
+	sub, err := f.svc.Endpoints.CreateSubscription(f.ctx, f.brandID, endpoints.SubscriptionInput{URL: &url, Events: []string{tally.EventPartnerApplied}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,11 +153,11 @@ func TestEndpointDisabledAfterFailingTooLong(t *testing.T) {
 		f.clock.Advance(step)
 		f.partner(false)
 		for _, ref := range fanOutAll(t, f, tally.EventPartnerApplied) {
-			if _, err := f.svc.Attempt(f.ctx, ref, 1, refusingSender{f.clock.Now}); err != nil {
+			if _, err := f.svc.Webhooks.Attempt(f.ctx, ref, 1, refusingSender{f.clock.Now}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		got, _ := f.svc.Subscription(f.ctx, f.brandID, sub.ID)
+		got, _ := f.svc.Endpoints.Subscription(f.ctx, f.brandID, sub.ID)
 		failingFor := f.clock.Now().Sub(start)
 		if wantDisabled := failingFor >= 48*time.Hour; (got.Status == tally.EndpointDisabled) != wantDisabled {
 			t.Fatalf("failing for %v: %+v", failingFor, got.EndpointHealth)

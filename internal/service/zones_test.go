@@ -1,4 +1,4 @@
-package tracking_test
+package service_test
 
 import (
 	"context"
@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tally-hq/tally/internal/reports"
+	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 // Reports load their time zones with WithZones' function when one is set
@@ -21,18 +23,18 @@ func TestReportsLoadZonesWithWithZones(t *testing.T) {
 		}
 		return nil, errors.New("unknown zone")
 	}
-	svc := tracking.New(testenv.Bolt(t), tracking.WithZones(load))
+	svc := servicetest.New(testenv.Bolt(t), service.WithZones(load))
 	ctx := context.Background()
-	b, err := svc.CreateBrand(ctx, "Acme")
+	b, err := svc.Identity.CreateBrand(ctx, "Acme")
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := tracking.ReportQuery{From: "2026-11-01", To: "2026-11-02", GroupBy: []string{"day"}, Timezone: "Test/Plus5"}
-	if _, err := svc.Report(ctx, b.ID, q); err != nil {
+	q := reports.ReportQuery{From: "2026-11-01", To: "2026-11-02", GroupBy: []string{"day"}, Timezone: "Test/Plus5"}
+	if _, err := svc.Reports.Report(ctx, b.ID, q); err != nil {
 		t.Fatalf("report in the zone only WithZones knows: %v", err)
 	}
 	q.Timezone = "Europe/Paris"
-	if _, err := svc.Report(ctx, b.ID, q); err == nil {
+	if _, err := svc.Reports.Report(ctx, b.ID, q); err == nil {
 		t.Fatal("report in a zone WithZones does not know: no error")
 	}
 }

@@ -1,4 +1,4 @@
-package tracking_test
+package service_test
 
 import (
 	"net/netip"
@@ -6,10 +6,14 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/clicks"
 	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/offers"
+	"github.com/tally-hq/tally/internal/partners"
+	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
 	"github.com/tally-hq/tally/internal/validate"
 )
 
@@ -20,25 +24,25 @@ func TestClickExpiresAfterTheAttributionWindow(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		ctx := t.Context()
 		now := testenv.Start()
-		svc := tracking.New(st, tracking.WithClock(func() time.Time { return now }))
-		b, err := svc.CreateBrand(ctx, "Acme")
+		svc := servicetest.New(st, service.WithClock(func() time.Time { return now }))
+		b, err := svc.Identity.CreateBrand(ctx, "Acme")
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := svc.Apply(ctx, b.ID, tracking.ApplicationInput{Name: ptr("Pat"), Email: ptr("pat@example.com")})
+		p, err := svc.Partners.Apply(ctx, b.ID, partners.ApplicationInput{Name: ptr("Pat"), Email: ptr("pat@example.com")})
 		if err == nil {
-			_, err = svc.ApprovePartner(ctx, b.ID, p.ID)
+			_, err = svc.Partners.ApprovePartner(ctx, b.ID, p.ID)
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, days := range []*int{nil, ptr(7), ptr(365)} {
-			o, err := svc.CreateOffer(ctx, b.ID, tracking.OfferInput{Name: ptr("Shoes"), DestinationURL: ptr("https://shop.example/"),
+			o, err := svc.Offers.CreateOffer(ctx, b.ID, offers.OfferInput{Name: ptr("Shoes"), DestinationURL: ptr("https://shop.example/"),
 				RevenueCents: ptr[int64](100), PayoutCents: ptr[int64](10), Currency: ptr("USD"), AttributionWindowDays: days})
 			if err != nil {
 				t.Fatal(err)
 			}
-			c, _, err := svc.RecordClick(ctx, tracking.ClickInput{OfferID: o.ID, PartnerID: p.ID, IP: netip.MustParseAddr("192.0.2.1")})
+			c, _, err := svc.Clicks.RecordClick(ctx, clicks.ClickInput{OfferID: o.ID, PartnerID: p.ID, IP: netip.MustParseAddr("192.0.2.1")})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package tracking_test
+package service_test
 
 import (
 	"context"
@@ -9,11 +9,16 @@ import (
 	"testing"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/conversions"
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/offers"
+	"github.com/tally-hq/tally/internal/partners"
 	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 // endpointFixture is a brand with an active partner and an offer on the
@@ -24,7 +29,7 @@ type endpointFixture struct {
 	t          *testing.T
 	ctx        context.Context
 	st         store.Store
-	svc, other *tracking.Service
+	svc, other *service.Service
 	brand      tally.Brand
 	partner    tally.Partner
 	offer      tally.Offer
@@ -32,18 +37,18 @@ type endpointFixture struct {
 
 func newEndpointFixture(t *testing.T) *endpointFixture {
 	f := &endpointFixture{t: t, ctx: t.Context(), st: testenv.Bolt(t)}
-	f.svc = tracking.New(f.st, tracking.WithLoopbackReceivers(), tracking.WithOutboxOnlyForEndpoints())
-	f.other = tracking.New(f.st, tracking.WithLoopbackReceivers())
+	f.svc = servicetest.New(f.st, service.WithLoopbackReceivers(), service.WithOutboxOnlyForEndpoints())
+	f.other = servicetest.New(f.st, service.WithLoopbackReceivers())
 	var err error
-	if f.brand, err = f.svc.CreateBrand(f.ctx, "Acme"); err != nil {
+	if f.brand, err = f.svc.Identity.CreateBrand(f.ctx, "Acme"); err != nil {
 		t.Fatal(err)
 	}
-	f.partner, err = f.svc.Apply(f.ctx, f.brand.ID, tracking.ApplicationInput{Name: ptr("Pat"), Email: ptr("pat@example.com")})
+	f.partner, err = f.svc.Partners.Apply(f.ctx, f.brand.ID, partners.ApplicationInput{Name: ptr("Pat"), Email: ptr("pat@example.com")})
 	if err == nil {
-		f.partner, err = f.svc.ApprovePartner(f.ctx, f.brand.ID, f.partner.ID)
+		f.partner, err = f.svc.Partners.ApprovePartner(f.ctx, f.brand.ID, f.partner.ID)
 	}
 	if err == nil {
-		f.offer, err = f.svc.CreateOffer(f.ctx, f.brand.ID, tracking.OfferInput{Name: ptr("Shoes"), DestinationURL: ptr("https://shop.example/"),
+		f.offer, err = f.svc.Offers.CreateOffer(f.ctx, f.brand.ID, offers.OfferInput{Name: ptr("Shoes"), DestinationURL: ptr("https://shop.example/"),
 			RevenueCents: ptr[int64](100), PayoutCents: ptr[int64](10), Currency: ptr("USD")})
 	}
 	if err != nil {
@@ -52,9 +57,9 @@ func newEndpointFixture(t *testing.T) *endpointFixture {
 	return f
 }
 
-func (f *endpointFixture) convert(svc *tracking.Service, txn string) tally.Conversion {
+func (f *endpointFixture) convert(svc *service.Service, txn string) tally.Conversion {
 	f.t.Helper()
-	c, _, err := svc.RecordConversion(f.ctx, f.brand.ID, tracking.ConversionInput{OfferID: &f.offer.ID, PartnerID: &f.partner.ID, ExternalTxnID: &txn})
+	c, _, err := svc.Conversions.RecordConversion(f.ctx, f.brand.ID, conversions.ConversionInput{OfferID: &f.offer.ID, PartnerID: &f.partner.ID, ExternalTxnID: &txn})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -102,9 +107,9 @@ func TestEventsWaitInTheOutboxOnlyForBrandsWithEndpoints(t *testing.T) {
 			}
 			var err error
 			if endpoint == "subscription" {
-				_, err = f.other.CreateSubscription(f.ctx, f.brand.ID, tracking.SubscriptionInput{URL: ptr("http://127.0.0.1:9/hooks"), Events: []string{tally.EventConversionCreated}})
+				_, err = f.other.Endpoints.CreateSubscription(f.ctx, f.brand.ID, endpoints.SubscriptionInput{URL: ptr("http://127.0.0.1:9/hooks"), Events: []string{tally.EventConversionCreated}})
 			} else {
-				_, err = f.other.PutPostback(f.ctx, f.brand.ID, f.partner.ID, tracking.PostbackInput{URL: ptr("http://127.0.0.1:9/pb?c={conversion_id}")})
+				_, err = f.other.Endpoints.PutPostback(f.ctx, f.brand.ID, f.partner.ID, endpoints.PostbackInput{URL: ptr("http://127.0.0.1:9/pb?c={conversion_id}")})
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -113,14 +118,14 @@ func TestEventsWaitInTheOutboxOnlyForBrandsWithEndpoints(t *testing.T) {
 			if q := f.queued(); !q[after.ID] || q[before.ID] {
 				t.Fatalf("outbox %v, want the conversion made after the %s (%s) only", q, endpoint, after.ID)
 			}
-			var made []tracking.DeliveryRef
+			var made []endpoints.DeliveryRef
 			for shard := range keys.QueueShards {
 				page, err := f.st.Query(f.ctx, store.Query{Index: store.GSI3, PK: keys.OutboxPK(shard)})
 				if err != nil {
 					t.Fatal(err)
 				}
 				for _, it := range page.Items {
-					recs, err := f.svc.FanOut(f.ctx, it.GSI3.SK)
+					recs, err := f.svc.Webhooks.FanOut(f.ctx, it.GSI3.SK)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -150,13 +155,13 @@ func TestConversionsAfterASubscriptionRacingThemAreQueued(t *testing.T) {
 		wg.Go(func() {
 			for i := n.Add(1); i <= 400; i = n.Add(1) {
 				if i == 100 { // while the others go on converting
-					if _, err := f.svc.CreateSubscription(f.ctx, f.brand.ID, tracking.SubscriptionInput{URL: ptr("http://127.0.0.1:9/hooks"), Events: []string{tally.EventConversionCreated}}); err != nil {
+					if _, err := f.svc.Endpoints.CreateSubscription(f.ctx, f.brand.ID, endpoints.SubscriptionInput{URL: ptr("http://127.0.0.1:9/hooks"), Events: []string{tally.EventConversionCreated}}); err != nil {
 						t.Error(err)
 					}
 					subscribed.Store(true)
 				}
 				after := subscribed.Load()
-				c, _, err := f.svc.RecordConversion(f.ctx, f.brand.ID, tracking.ConversionInput{OfferID: &f.offer.ID, PartnerID: &f.partner.ID, ExternalTxnID: ptr(fmt.Sprint("order-", i))})
+				c, _, err := f.svc.Conversions.RecordConversion(f.ctx, f.brand.ID, conversions.ConversionInput{OfferID: &f.offer.ID, PartnerID: &f.partner.ID, ExternalTxnID: ptr(fmt.Sprint("order-", i))})
 				if err != nil {
 					t.Error(err)
 					return

@@ -1,4 +1,4 @@
-package tracking_test
+package service_test
 
 import (
 	"context"
@@ -7,10 +7,15 @@ import (
 	"testing"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/dynamotest"
+	"github.com/tally-hq/tally/internal/offers"
+	"github.com/tally-hq/tally/internal/partners"
+	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 func TestMain(m *testing.M) { dynamotest.Main(m) }
@@ -21,7 +26,7 @@ type fixture struct {
 	ctx     context.Context
 	st      store.Store
 	clock   *testenv.Clock
-	svc     *tracking.Service
+	svc     *service.Service
 	brandID string
 }
 
@@ -29,8 +34,8 @@ var start = testenv.Start()
 
 func newFixture(t *testing.T, st store.Store) *fixture {
 	f := &fixture{t: t, ctx: context.Background(), st: st, clock: testenv.NewClock(start)}
-	f.svc = tracking.New(st, tracking.WithClock(f.clock.Now))
-	b, err := f.svc.CreateBrand(f.ctx, "Acme")
+	f.svc = servicetest.New(st, service.WithClock(f.clock.Now))
+	b, err := f.svc.Identity.CreateBrand(f.ctx, "Acme")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +47,7 @@ func ptr[T any](v T) *T { return &v }
 
 func (f *fixture) offer(approval string, holdHours int, caps tally.Caps) tally.Offer {
 	f.t.Helper()
-	o, err := f.svc.CreateOffer(f.ctx, f.brandID, tracking.OfferInput{
+	o, err := f.svc.Offers.CreateOffer(f.ctx, f.brandID, offers.OfferInput{
 		Name: ptr("Shoes"), DestinationURL: ptr("https://shop.example/p?c={click_id}"),
 		RevenueCents: ptr(int64(1000)), PayoutCents: ptr(int64(300)), Currency: ptr("USD"),
 		Approval: ptr(approval), HoldHours: ptr(holdHours), Caps: &caps,
@@ -59,22 +64,22 @@ var partnerSeq atomic.Int64
 func (f *fixture) partner(active bool) tally.Partner {
 	f.t.Helper()
 	n := partnerSeq.Add(1)
-	p, err := f.svc.Apply(f.ctx, f.brandID, tracking.ApplicationInput{Name: ptr(fmt.Sprint("Partner ", n)), Email: ptr(fmt.Sprintf("p%d@example.com", n))})
+	p, err := f.svc.Partners.Apply(f.ctx, f.brandID, partners.ApplicationInput{Name: ptr(fmt.Sprint("Partner ", n)), Email: ptr(fmt.Sprintf("p%d@example.com", n))})
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	if active {
-		if p, err = f.svc.ApprovePartner(f.ctx, f.brandID, p.ID); err != nil {
+		if p, err = f.svc.Partners.ApprovePartner(f.ctx, f.brandID, p.ID); err != nil {
 			f.t.Fatal(err)
 		}
 	}
 	return p
 }
 
-func (f *fixture) convert(offerID, partnerID string, in tracking.ConversionInput) tally.Conversion {
+func (f *fixture) convert(offerID, partnerID string, in conversions.ConversionInput) tally.Conversion {
 	f.t.Helper()
 	in.OfferID, in.PartnerID = &offerID, &partnerID
-	c, created, err := f.svc.RecordConversion(f.ctx, f.brandID, in)
+	c, created, err := f.svc.Conversions.RecordConversion(f.ctx, f.brandID, in)
 	if err != nil || !created {
 		f.t.Fatalf("record conversion: created=%v err=%v", created, err)
 	}
@@ -85,9 +90,9 @@ func (f *fixture) convert(offerID, partnerID string, in tracking.ConversionInput
 func (f *fixture) events(name string) []tally.Event {
 	f.t.Helper()
 	var out []tally.Event
-	p := tracking.ListParams{Limit: tracking.MaxLimit}
+	p := records.ListParams{Limit: records.MaxLimit}
 	for {
-		page, next, err := f.svc.Events(f.ctx, f.brandID, p)
+		page, next, err := f.svc.Events.Events(f.ctx, f.brandID, p)
 		if err != nil {
 			f.t.Fatal(err)
 		}
@@ -104,12 +109,12 @@ func (f *fixture) events(name string) []tally.Event {
 }
 
 // allConversions pages through a filtered list to the end.
-func (f *fixture) allConversions(filter tracking.ConversionFilter, limit int) []tally.Conversion {
+func (f *fixture) allConversions(filter conversions.ConversionFilter, limit int) []tally.Conversion {
 	f.t.Helper()
 	var out []tally.Conversion
-	p := tracking.ListParams{Limit: limit}
+	p := records.ListParams{Limit: limit}
 	for {
-		page, next, err := f.svc.Conversions(f.ctx, f.brandID, filter, p)
+		page, next, err := f.svc.Conversions.Conversions(f.ctx, f.brandID, filter, p)
 		if err != nil {
 			f.t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package tracking_test
+package service_test
 
 import (
 	"math/rand/v2"
@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/conversions"
+	"github.com/tally-hq/tally/internal/reports"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 // Reports in a time zone, served from the rollups, equal what the raw
@@ -45,22 +46,22 @@ func TestReportsInTimeZonesMatchConversions(t *testing.T) {
 		}
 		for _, when := range at {
 			f.clock.Set(when)
-			f.convert(offers[rng.IntN(2)].ID, partners[rng.IntN(2)].ID, tracking.ConversionInput{
+			f.convert(offers[rng.IntN(2)].ID, partners[rng.IntN(2)].ID, conversions.ConversionInput{
 				RevenueCents: ptr(rng.Int64N(10_000)), PayoutCents: ptr(rng.Int64N(3_000)),
 				Currency: ptr([]string{"USD", "EUR"}[rng.IntN(2)]),
 			})
 		}
-		for _, c := range f.allConversions(tracking.ConversionFilter{Status: "pending"}, 100) {
+		for _, c := range f.allConversions(conversions.ConversionFilter{Status: "pending"}, 100) {
 			if rng.IntN(2) == 0 {
-				if _, err := f.svc.RejectConversion(f.ctx, f.brandID, c.ID); err != nil {
+				if _, err := f.svc.Conversions.RejectConversion(f.ctx, f.brandID, c.ID); err != nil {
 					t.Fatal(err)
 				}
 			}
 		}
-		all := f.allConversions(tracking.ConversionFilter{}, 100)
+		all := f.allConversions(conversions.ConversionFilter{}, 100)
 
 		for _, zone := range []string{"America/New_York", "Europe/London", "Asia/Kolkata", "Asia/Kathmandu", "Pacific/Chatham", "Australia/Lord_Howe", "UTC", ""} {
-			for _, q := range []tracking.ReportQuery{
+			for _, q := range []reports.ReportQuery{
 				{From: date(-11), To: date(7), GroupBy: []string{"day"}},
 				{From: date(-11), To: date(7), GroupBy: []string{"week", "offer"}},
 				{From: date(-12), To: date(9), GroupBy: []string{"month"}},
@@ -68,7 +69,7 @@ func TestReportsInTimeZonesMatchConversions(t *testing.T) {
 				{From: date(0), To: date(0), GroupBy: []string{"day", "partner"}, OfferID: offers[0].ID},
 			} {
 				q.Timezone = zone
-				got, err := f.svc.Report(f.ctx, f.brandID, q)
+				got, err := f.svc.Reports.Report(f.ctx, f.brandID, q)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -84,7 +85,7 @@ func TestReportsInTimeZonesMatchConversions(t *testing.T) {
 
 		// New York's fall-back day: the four moments on it count there,
 		// the two either side do not.
-		got, err := f.svc.Report(f.ctx, f.brandID, tracking.ReportQuery{From: date(0), To: date(0), Timezone: "America/New_York"})
+		got, err := f.svc.Reports.Report(f.ctx, f.brandID, reports.ReportQuery{From: date(0), To: date(0), Timezone: "America/New_York"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +129,7 @@ func mustZone(t *testing.T, name string) *time.Location {
 func TestReportTimezoneValidation(t *testing.T) {
 	f := newFixture(t, testenv.Bolt(t))
 	for _, zone := range []string{"Mars/Olympus", "Local", "EST5EDT,M3.2.0", "../../etc/passwd", "utc "} {
-		_, err := f.svc.Report(f.ctx, f.brandID, tracking.ReportQuery{Timezone: zone})
+		_, err := f.svc.Reports.Report(f.ctx, f.brandID, reports.ReportQuery{Timezone: zone})
 		if tally.ErrorCode(err) != tally.ECodeValidation {
 			t.Errorf("timezone %q: %v, want a validation error", zone, err)
 		}
@@ -138,7 +139,7 @@ func TestReportTimezoneValidation(t *testing.T) {
 	f.clock.Set(start.Add(10 * time.Hour))
 	to := start.AddDate(0, 0, 1).Format(time.DateOnly)
 	from := start.AddDate(0, 0, -28).Format(time.DateOnly)
-	r, err := f.svc.Report(f.ctx, f.brandID, tracking.ReportQuery{Timezone: "Pacific/Auckland"})
+	r, err := f.svc.Reports.Report(f.ctx, f.brandID, reports.ReportQuery{Timezone: "Pacific/Auckland"})
 	if err != nil || r.To != to || r.From != from {
 		t.Errorf("default range in Auckland: %s..%s, %v; want %s..%s", r.From, r.To, err, from, to)
 	}

@@ -1,4 +1,4 @@
-package tracking_test
+package service_test
 
 import (
 	"context"
@@ -11,9 +11,12 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/delivery"
+	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
 	"github.com/tally-hq/tally/webhook"
 )
 
@@ -26,7 +29,7 @@ import (
 // fan-outs and attempts took all of them and the other brand's events
 // waited.
 func TestHangingEndpointsDelayNoOneElse(t *testing.T) {
-	const hangingEndpoints, conversions, workers = 50, 70, 64
+	const hangingEndpoints, noisyConversions, workers = 50, 70, 64
 	release := make(chan struct{})
 	var (
 		hung   atomic.Int64
@@ -48,22 +51,22 @@ func TestHangingEndpointsDelayNoOneElse(t *testing.T) {
 	st := testenv.Bolt(t)
 	clock := testenv.NewClock(start)
 	f := &fixture{t: t, ctx: context.Background(), st: st, clock: clock}
-	f.svc = tracking.New(st, tracking.WithClock(clock.Now), tracking.WithLoopbackReceivers())
 	sender := delivery.NewSender(delivery.Options{AllowLoopback: true, Now: clock.Now, Timeout: time.Hour})
-	pipeline := f.svc.NewPipeline(sender, workers, slog.New(slog.DiscardHandler))
+	f.svc = servicetest.New(st, service.WithClock(clock.Now), service.WithLoopbackReceivers(), service.WithPipeline(sender, workers, slog.New(slog.DiscardHandler)))
+	pipeline := f.svc.Pipeline
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { pipeline.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); close(release); <-done })
 
-	noisy, err := f.svc.CreateBrand(f.ctx, "Noisy")
+	noisy, err := f.svc.Identity.CreateBrand(f.ctx, "Noisy")
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.brandID = noisy.ID
 	sub := func(brandID, url string) {
 		t.Helper()
-		if _, err := f.svc.CreateSubscription(f.ctx, brandID, tracking.SubscriptionInput{URL: &url, Events: []string{tally.EventConversionCreated}}); err != nil {
+		if _, err := f.svc.Endpoints.CreateSubscription(f.ctx, brandID, endpoints.SubscriptionInput{URL: &url, Events: []string{tally.EventConversionCreated}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -72,29 +75,29 @@ func TestHangingEndpointsDelayNoOneElse(t *testing.T) {
 	}
 	offer, partner := f.offer(tally.ApprovalAuto, 0, tally.Caps{}), f.partner(true)
 	own := newReceiver(t, 200)
-	if _, err := f.svc.PutPostback(f.ctx, noisy.ID, partner.ID, tracking.PostbackInput{URL: ptr(own.srv.URL + "/pb?c={conversion_id}")}); err != nil {
+	if _, err := f.svc.Endpoints.PutPostback(f.ctx, noisy.ID, partner.ID, endpoints.PostbackInput{URL: ptr(own.srv.URL + "/pb?c={conversion_id}")}); err != nil {
 		t.Fatal(err)
 	}
-	for range conversions {
-		f.convert(offer.ID, partner.ID, tracking.ConversionInput{})
+	for range noisyConversions {
+		f.convert(offer.ID, partner.ID, conversions.ConversionInput{})
 	}
 	waitUntil(t, "every hanging endpoint to have an attempt under way", func() bool { return hung.Load() >= hangingEndpoints })
 
 	// Another brand's test event and conversion, to a healthy receiver.
-	quiet, err := f.svc.CreateBrand(f.ctx, "Quiet")
+	quiet, err := f.svc.Identity.CreateBrand(f.ctx, "Quiet")
 	if err != nil {
 		t.Fatal(err)
 	}
 	theirs := newReceiver(t, 200)
-	s, err := f.svc.CreateSubscription(f.ctx, quiet.ID, tracking.SubscriptionInput{URL: &theirs.srv.URL, Events: []string{tally.EventConversionCreated}})
+	s, err := f.svc.Endpoints.CreateSubscription(f.ctx, quiet.ID, endpoints.SubscriptionInput{URL: &theirs.srv.URL, Events: []string{tally.EventConversionCreated}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.svc.SendTestEvent(f.ctx, quiet.ID, s.ID); err != nil {
+	if _, err := f.svc.Endpoints.SendTestEvent(f.ctx, quiet.ID, s.ID); err != nil {
 		t.Fatal(err)
 	}
 	f.brandID = quiet.ID
-	f.convert(f.offer(tally.ApprovalAuto, 0, tally.Caps{}).ID, f.partner(true).ID, tracking.ConversionInput{})
+	f.convert(f.offer(tally.ApprovalAuto, 0, tally.Caps{}).ID, f.partner(true).ID, conversions.ConversionInput{})
 
 	waitUntil(t, "the other brand's two deliveries", func() bool { return len(theirs.requests()) == 2 })
 	events := map[string]bool{}
@@ -104,7 +107,7 @@ func TestHangingEndpointsDelayNoOneElse(t *testing.T) {
 	if !events[tally.EventWebhookTest] || !events[tally.EventConversionCreated] {
 		t.Errorf("the other brand's receiver got %v, want webhook.test and conversion.created", events)
 	}
-	waitUntil(t, "the noisy brand's postbacks", func() bool { return len(own.requests()) == conversions })
+	waitUntil(t, "the noisy brand's postbacks", func() bool { return len(own.requests()) == noisyConversions })
 	// Nothing was let go: every hanging attempt is still under way, one per endpoint.
 	mu.Lock()
 	defer mu.Unlock()

@@ -1,4 +1,4 @@
-package tracking_test
+package service_test
 
 import (
 	"context"
@@ -11,9 +11,13 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/conversions"
+	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/webhooks"
 )
 
 // expiries records the TTL of every delivery write.
@@ -48,24 +52,24 @@ func (e *expiries) of(id string) time.Time {
 func TestDeliveriesExpire(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		opts []tracking.Option
+		opts []service.Option
 		keep time.Duration
 	}{
 		{"default", nil, 30 * 24 * time.Hour},
-		{"configured", []tracking.Option{tracking.WithDeliveryRetention(7 * 24 * time.Hour)}, 7 * 24 * time.Hour},
+		{"configured", []service.Option{service.WithDeliveryRetention(7 * 24 * time.Hour)}, 7 * 24 * time.Hour},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 				rec := &expiries{Store: st, ttl: map[string]int64{}}
 				clock := testenv.NewClock(start)
 				f, ref := oneDelivery(t, rec, clock, tc.opts...)
-				refs, id := []tracking.DeliveryRef{ref}, ref.DeliveryID
+				refs, id := []endpoints.DeliveryRef{ref}, ref.DeliveryID
 				if got := rec.of(id); !got.Equal(start.Add(tc.keep)) {
 					t.Errorf("a new delivery expires at %v, want %v", got, start.Add(tc.keep))
 				}
 				clock.Advance(time.Hour)
-				for n := 1; n <= tracking.MaxAttempts; n++ {
-					if _, err := f.svc.Attempt(f.ctx, refs[0], n, refusingSender{clock.Now}); err != nil {
+				for n := 1; n <= webhooks.MaxAttempts; n++ {
+					if _, err := f.svc.Webhooks.Attempt(f.ctx, refs[0], n, refusingSender{clock.Now}); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -80,21 +84,21 @@ func TestDeliveriesExpire(t *testing.T) {
 // oneDelivery makes a brand on st with a subscription to partner.applied
 // (at an https URL, nothing is sent there), has a partner apply, and fans
 // the event out: one pending delivery.
-func oneDelivery(t *testing.T, st store.Store, clock *testenv.Clock, opts ...tracking.Option) (*fixture, tracking.DeliveryRef) {
+func oneDelivery(t *testing.T, st store.Store, clock *testenv.Clock, opts ...service.Option) (*fixture, endpoints.DeliveryRef) {
 	t.Helper()
 	f := &fixture{t: t, ctx: context.Background(), st: st, clock: clock,
-		svc: tracking.New(st, append([]tracking.Option{tracking.WithClock(clock.Now)}, opts...)...)}
-	b, err := f.svc.CreateBrand(f.ctx, "Acme")
+		svc: servicetest.New(st, append([]service.Option{service.WithClock(clock.Now)}, opts...)...)}
+	b, err := f.svc.Identity.CreateBrand(f.ctx, "Acme")
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.brandID = b.ID
 	url := "https://hooks.example.com/x"
-	if _, err := f.svc.CreateSubscription(f.ctx, f.brandID, tracking.SubscriptionInput{URL: &url, Events: []string{tally.EventPartnerApplied}}); err != nil {
+	if _, err := f.svc.Endpoints.CreateSubscription(f.ctx, f.brandID, endpoints.SubscriptionInput{URL: &url, Events: []string{tally.EventPartnerApplied}}); err != nil {
 		t.Fatal(err)
 	}
 	f.partner(false)
-	refs, err := f.svc.FanOut(f.ctx, f.events(tally.EventPartnerApplied)[0].ID)
+	refs, err := f.svc.Webhooks.FanOut(f.ctx, f.events(tally.EventPartnerApplied)[0].ID)
 	if err != nil || len(refs) != 1 {
 		t.Fatalf("fan-out: %v, %v", refs, err)
 	}
@@ -108,13 +112,13 @@ func TestOverdueAndAbandon(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		f := newFixture(t, st)
 		url := "https://hooks.example.com/x"
-		if _, err := f.svc.CreateSubscription(f.ctx, f.brandID, tracking.SubscriptionInput{URL: &url, Events: []string{tally.EventPartnerApplied}}); err != nil {
+		if _, err := f.svc.Endpoints.CreateSubscription(f.ctx, f.brandID, endpoints.SubscriptionInput{URL: &url, Events: []string{tally.EventPartnerApplied}}); err != nil {
 			t.Fatal(err)
 		}
-		var fanned []tracking.DeliveryRef
+		var fanned []endpoints.DeliveryRef
 		for range 3 {
 			f.partner(false)
-			refs, err := f.svc.FanOut(f.ctx, f.events(tally.EventPartnerApplied)[0].ID)
+			refs, err := f.svc.Webhooks.FanOut(f.ctx, f.events(tally.EventPartnerApplied)[0].ID)
 			if err != nil || len(refs) != 1 {
 				t.Fatalf("fan-out: %v, %v", refs, err)
 			}
@@ -125,11 +129,11 @@ func TestOverdueAndAbandon(t *testing.T) {
 		outboxed := f.events(tally.EventPartnerApplied)[0].ID
 		all := f.events("")
 
-		evts, refs, err := f.svc.Overdue(f.ctx, start.Add(-time.Second), 10)
+		evts, refs, err := f.svc.Webhooks.Overdue(f.ctx, start.Add(-time.Second), 10)
 		if err != nil || len(evts) != 0 || len(refs) != 0 {
 			t.Errorf("before anything was due: %v, %v, %v", evts, refs, err)
 		}
-		evts, refs, err = f.svc.Overdue(f.ctx, f.clock.Now(), 10)
+		evts, refs, err = f.svc.Webhooks.Overdue(f.ctx, f.clock.Now(), 10)
 		if err != nil || !slices.Equal(refs, fanned) || !slices.Contains(evts, outboxed) {
 			t.Errorf("overdue: events %v, deliveries %v (%v); want %s among the events and %v", evts, refs, err, outboxed, fanned)
 		}
@@ -138,25 +142,25 @@ func TestOverdueAndAbandon(t *testing.T) {
 		if len(evts) != len(all)-3 {
 			t.Errorf("%d events in the outbox, want %d", len(evts), len(all)-3)
 		}
-		if _, refs, _ = f.svc.Overdue(f.ctx, f.clock.Now(), 2); !slices.Equal(refs, fanned[:2]) {
+		if _, refs, _ = f.svc.Webhooks.Overdue(f.ctx, f.clock.Now(), 2); !slices.Equal(refs, fanned[:2]) {
 			t.Errorf("limit 2: %v, want the two oldest %v", refs, fanned[:2])
 		}
 
-		res, err := f.svc.AbandonDelivery(f.ctx, fanned[0])
+		res, err := f.svc.Webhooks.AbandonDelivery(f.ctx, fanned[0])
 		if err != nil || res.Status != tally.DeliveryFailed {
 			t.Fatalf("abandon: %+v, %v", res, err)
 		}
-		d, _ := f.svc.Delivery(f.ctx, f.brandID, fanned[0].DeliveryID)
+		d, _ := f.svc.Deliveries.Delivery(f.ctx, f.brandID, fanned[0].DeliveryID)
 		if d.Status != tally.DeliveryFailed || d.NextAttemptAt != nil || len(d.Attempts) != 0 {
 			t.Errorf("abandoned delivery %+v, want failed without attempts", d)
 		}
-		if _, refs, _ = f.svc.Overdue(f.ctx, f.clock.Now(), 10); !slices.Equal(refs, fanned[1:]) {
+		if _, refs, _ = f.svc.Webhooks.Overdue(f.ctx, f.clock.Now(), 10); !slices.Equal(refs, fanned[1:]) {
 			t.Errorf("after the abandon: %v, want %v", refs, fanned[1:])
 		}
-		if res, err := f.svc.AbandonDelivery(f.ctx, fanned[0]); err != nil || res.Status != tally.DeliveryFailed {
+		if res, err := f.svc.Webhooks.AbandonDelivery(f.ctx, fanned[0]); err != nil || res.Status != tally.DeliveryFailed {
 			t.Errorf("abandon again: %+v, %v", res, err)
 		}
-		if _, err := f.svc.RetryDelivery(f.ctx, f.brandID, fanned[0].DeliveryID); err != nil {
+		if _, err := f.svc.Deliveries.RetryDelivery(f.ctx, f.brandID, fanned[0].DeliveryID); err != nil {
 			t.Errorf("a manual retry of the abandoned delivery: %v", err)
 		}
 	})
@@ -205,9 +209,9 @@ func TestReconcilerLeavesTheEntryOfARetryInProgress(t *testing.T) {
 	// reconciler's grace go by.
 	f.clock.Set(time.Now().Add(-72 * time.Hour))
 	offer, partner := f.offer(tally.ApprovalAuto, 0, tally.Caps{}), f.partner(true)
-	in := tracking.ConversionInput{OfferID: &offer.ID, PartnerID: &partner.ID, ExternalTxnID: ptr("order-1")}
+	in := conversions.ConversionInput{OfferID: &offer.ID, PartnerID: &partner.ID, ExternalTxnID: ptr("order-1")}
 	record := func(st store.Store) (tally.Conversion, bool, error) {
-		return tracking.New(st, tracking.WithClock(f.clock.Now), tracking.WithStreamConversions()).RecordConversion(f.ctx, f.brandID, in)
+		return servicetest.New(st, service.WithClock(f.clock.Now), service.WithStreamConversions()).Conversions.RecordConversion(f.ctx, f.brandID, in)
 	}
 	conversionPut := func(op store.Op) bool { return op.Kind == store.OpPut && strings.Contains(op.Item.PK, "#CNV#") }
 	if _, _, err := record(&writeHook{Store: st, on: conversionPut}); err == nil {
@@ -216,8 +220,8 @@ func TestReconcilerLeavesTheEntryOfARetryInProgress(t *testing.T) {
 
 	reconcile := func(now time.Time) []string {
 		t.Helper()
-		svc := tracking.New(st, tracking.WithClock(func() time.Time { return now }), tracking.WithStreamConversions())
-		events, _, err := svc.Overdue(f.ctx, now.Add(-10*time.Minute), 10)
+		svc := servicetest.New(st, service.WithClock(func() time.Time { return now }), service.WithStreamConversions())
+		events, _, err := svc.Webhooks.Overdue(f.ctx, now.Add(-10*time.Minute), 10)
 		if err != nil {
 			t.Fatal(err)
 		}

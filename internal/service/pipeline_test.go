@@ -1,4 +1,4 @@
-package tracking_test
+package service_test
 
 import (
 	"context"
@@ -13,10 +13,16 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/delivery"
+	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/partners"
+	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
+	"github.com/tally-hq/tally/internal/webhooks"
 	"github.com/tally-hq/tally/webhook"
 )
 
@@ -61,19 +67,19 @@ func (r *receiver) requests() []received {
 // pipelineFixture is a fixture whose local pipeline runs for the test.
 type pipelineFixture struct {
 	*fixture
-	pipeline *tracking.Pipeline
+	pipeline *webhooks.Pipeline
 }
 
 func newPipelineFixture(t *testing.T, st store.Store, clock *testenv.Clock) *pipelineFixture {
 	f := &fixture{t: t, ctx: context.Background(), st: st, clock: clock}
-	f.svc = tracking.New(st, tracking.WithClock(clock.Now), tracking.WithLoopbackReceivers())
-	b, err := f.svc.CreateBrand(f.ctx, "Acme")
+	sender := delivery.NewSender(delivery.Options{AllowLoopback: true, Now: clock.Now, Timeout: 2 * time.Second})
+	f.svc = servicetest.New(st, service.WithClock(clock.Now), service.WithLoopbackReceivers(), service.WithPipeline(sender, 4, slog.New(slog.DiscardHandler)))
+	b, err := f.svc.Identity.CreateBrand(f.ctx, "Acme")
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.brandID = b.ID
-	sender := delivery.NewSender(delivery.Options{AllowLoopback: true, Now: clock.Now, Timeout: 2 * time.Second})
-	p := &pipelineFixture{fixture: f, pipeline: f.svc.NewPipeline(sender, 4, slog.New(slog.DiscardHandler))}
+	p := &pipelineFixture{fixture: f, pipeline: f.svc.Pipeline}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { p.pipeline.Run(ctx); close(done) }()
@@ -83,11 +89,11 @@ func newPipelineFixture(t *testing.T, st store.Store, clock *testenv.Clock) *pip
 
 func (p *pipelineFixture) subscribe(url string, events []string, secret string) tally.Subscription {
 	p.t.Helper()
-	in := tracking.SubscriptionInput{URL: &url, Events: events}
+	in := endpoints.SubscriptionInput{URL: &url, Events: events}
 	if secret != "" {
 		in.Secret = &secret
 	}
-	sub, err := p.svc.CreateSubscription(p.ctx, p.brandID, in)
+	sub, err := p.svc.Endpoints.CreateSubscription(p.ctx, p.brandID, in)
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -99,7 +105,7 @@ func (p *pipelineFixture) waitFor(what string, cond func([]tally.Delivery) bool)
 	p.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		ds, _, err := p.svc.Deliveries(p.ctx, p.brandID, tracking.DeliveryFilter{}, tracking.ListParams{Limit: 100})
+		ds, _, err := p.svc.Deliveries.Deliveries(p.ctx, p.brandID, endpoints.DeliveryFilter{}, records.ListParams{Limit: 100})
 		if err != nil {
 			p.t.Fatal(err)
 		}
@@ -126,7 +132,7 @@ func TestRetryScheduleRunsToFailure(t *testing.T) {
 		p.partner(false)
 
 		p.waitFor("attempt 1", attemptsAre(1))
-		for retry, wait := range tracking.RetrySchedule {
+		for retry, wait := range webhooks.RetrySchedule {
 			// Nothing happens until the wait has passed in full.
 			clock.Advance(wait - time.Millisecond)
 			p.pipeline.Wake()
@@ -139,12 +145,12 @@ func TestRetryScheduleRunsToFailure(t *testing.T) {
 			p.waitFor("the retry", attemptsAre(retry+2))
 		}
 		d := p.waitFor("failure", func(ds []tally.Delivery) bool { return len(ds) == 1 && ds[0].Status == tally.DeliveryFailed })[0]
-		if len(d.Attempts) != tracking.MaxAttempts || d.NextAttemptAt != nil {
-			t.Errorf("failed delivery: %d attempts, next %v; want %d and none", len(d.Attempts), d.NextAttemptAt, tracking.MaxAttempts)
+		if len(d.Attempts) != webhooks.MaxAttempts || d.NextAttemptAt != nil {
+			t.Errorf("failed delivery: %d attempts, next %v; want %d and none", len(d.Attempts), d.NextAttemptAt, webhooks.MaxAttempts)
 		}
 		for i := 1; i < len(d.Attempts); i++ {
-			if gap := d.Attempts[i].At.Sub(d.Attempts[i-1].At.Time); gap != tracking.RetrySchedule[i-1] {
-				t.Errorf("gap before attempt %d = %v, want %v", i+1, gap, tracking.RetrySchedule[i-1])
+			if gap := d.Attempts[i].At.Sub(d.Attempts[i-1].At.Time); gap != webhooks.RetrySchedule[i-1] {
+				t.Errorf("gap before attempt %d = %v, want %v", i+1, gap, webhooks.RetrySchedule[i-1])
 			}
 			if d.Attempts[i].StatusCode != 500 || d.Attempts[i].Response != `{"ok":false}` {
 				t.Errorf("attempt %d recorded %+v", i+1, d.Attempts[i])
@@ -152,8 +158,8 @@ func TestRetryScheduleRunsToFailure(t *testing.T) {
 		}
 		// Every attempt was the same delivery of the same event, freshly signed.
 		reqs := rcv.requests()
-		if len(reqs) != tracking.MaxAttempts {
-			t.Fatalf("receiver got %d requests, want %d", len(reqs), tracking.MaxAttempts)
+		if len(reqs) != webhooks.MaxAttempts {
+			t.Fatalf("receiver got %d requests, want %d", len(reqs), webhooks.MaxAttempts)
 		}
 		signatures := map[string]bool{}
 		for _, r := range reqs {
@@ -166,33 +172,34 @@ func TestRetryScheduleRunsToFailure(t *testing.T) {
 			}
 			signatures[r.header.Get(webhook.SignatureHeader)] = true
 		}
-		if len(signatures) != tracking.MaxAttempts {
-			t.Errorf("%d distinct signatures over %d attempts, want each freshly signed", len(signatures), tracking.MaxAttempts)
+		if len(signatures) != webhooks.MaxAttempts {
+			t.Errorf("%d distinct signatures over %d attempts, want each freshly signed", len(signatures), webhooks.MaxAttempts)
 		}
 		// Nothing more is sent once it failed.
 		clock.Advance(24 * time.Hour)
 		p.pipeline.Wake()
-		if _, err := p.svc.RetryDelivery(p.ctx, p.brandID, d.ID); err != nil {
+		if _, err := p.svc.Deliveries.RetryDelivery(p.ctx, p.brandID, d.ID); err != nil {
 			t.Fatal(err)
 		}
-		p.waitFor("the manual retry", attemptsAre(tracking.MaxAttempts+1))
+		p.waitFor("the manual retry", attemptsAre(webhooks.MaxAttempts+1))
 	})
 }
 
 func TestRetriesFollowTheScheduleInRealTime(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	svc := tracking.New(testenv.Bolt(t), tracking.WithLoopbackReceivers()) // the wall clock
-	go svc.NewPipeline(delivery.NewSender(delivery.Options{AllowLoopback: true}), 4, slog.New(slog.DiscardHandler)).Run(ctx)
-	brand, err := svc.CreateBrand(ctx, "Acme")
+	svc := servicetest.New(testenv.Bolt(t), service.WithLoopbackReceivers(), // the wall clock
+		service.WithPipeline(delivery.NewSender(delivery.Options{AllowLoopback: true}), 4, slog.New(slog.DiscardHandler)))
+	go svc.Pipeline.Run(ctx)
+	brand, err := svc.Identity.CreateBrand(ctx, "Acme")
 	if err != nil {
 		t.Fatal(err)
 	}
 	rcv := newReceiver(t, 503, 503, 200)
-	if _, err := svc.CreateSubscription(ctx, brand.ID, tracking.SubscriptionInput{URL: &rcv.srv.URL, Events: []string{tally.EventPartnerApplied}}); err != nil {
+	if _, err := svc.Endpoints.CreateSubscription(ctx, brand.ID, endpoints.SubscriptionInput{URL: &rcv.srv.URL, Events: []string{tally.EventPartnerApplied}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Apply(ctx, brand.ID, tracking.ApplicationInput{Name: ptr("Pat"), Email: ptr("pat@example.com")}); err != nil {
+	if _, err := svc.Partners.Apply(ctx, brand.ID, partners.ApplicationInput{Name: ptr("Pat"), Email: ptr("pat@example.com")}); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
@@ -214,18 +221,18 @@ func TestDeliveriesGoOnlyWhereSubscribed(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		clock := testenv.NewClock(start)
 		p := newPipelineFixture(t, st, clock)
-		conversions, partners, other := newReceiver(t, 200), newReceiver(t, 500), newReceiver(t, 200)
-		p.subscribe(conversions.srv.URL, []string{tally.EventConversionCreated}, "")
-		flaky := p.subscribe(partners.srv.URL, []string{tally.EventPartnerApplied, tally.EventPartnerApproved}, "")
+		convRcv, partnerRcv, other := newReceiver(t, 200), newReceiver(t, 500), newReceiver(t, 200)
+		p.subscribe(convRcv.srv.URL, []string{tally.EventConversionCreated}, "")
+		flaky := p.subscribe(partnerRcv.srv.URL, []string{tally.EventPartnerApplied, tally.EventPartnerApproved}, "")
 		// Another brand's subscription to everything gets none of this brand's events.
-		b2, _ := p.svc.CreateBrand(p.ctx, "Other")
-		if _, err := p.svc.CreateSubscription(p.ctx, b2.ID, tracking.SubscriptionInput{URL: &other.srv.URL, Events: []string{tally.EventConversionCreated, tally.EventPartnerApplied}}); err != nil {
+		b2, _ := p.svc.Identity.CreateBrand(p.ctx, "Other")
+		if _, err := p.svc.Endpoints.CreateSubscription(p.ctx, b2.ID, endpoints.SubscriptionInput{URL: &other.srv.URL, Events: []string{tally.EventConversionCreated, tally.EventPartnerApplied}}); err != nil {
 			t.Fatal(err)
 		}
 
 		partner := p.partner(true) // partner.applied, partner.approved
 		offer := p.offer(tally.ApprovalAuto, 0, tally.Caps{})
-		p.convert(offer.ID, partner.ID, tracking.ConversionInput{})
+		p.convert(offer.ID, partner.ID, conversions.ConversionInput{})
 		ds := p.waitFor("four deliveries", func(ds []tally.Delivery) bool {
 			settled := 0
 			for _, d := range ds {
@@ -242,19 +249,19 @@ func TestDeliveriesGoOnlyWhereSubscribed(t *testing.T) {
 		if byEvent[tally.EventConversionCreated] != 1 || byEvent[tally.EventPartnerApplied] != 1 || byEvent[tally.EventPartnerApproved] != 1 || len(ds) != 3 {
 			t.Errorf("deliveries by event = %v, want one of each subscribed event", byEvent)
 		}
-		if n := len(conversions.requests()); n != 1 {
+		if n := len(convRcv.requests()); n != 1 {
 			t.Errorf("conversion receiver got %d requests, want 1", n)
 		}
 		// Fanning the same event out again creates nothing new.
 		evts := p.events(tally.EventConversionCreated)
-		refs, err := p.svc.FanOut(p.ctx, evts[0].ID)
+		refs, err := p.svc.Webhooks.FanOut(p.ctx, evts[0].ID)
 		if err != nil || len(refs) != 0 {
 			t.Errorf("repeated fan-out: %v, %v; want nothing pending", refs, err)
 		}
 		// The flaky receiver's subscription is deleted: its pending
 		// deliveries fail without another request.
-		before := len(partners.requests())
-		if _, err := p.svc.DeleteSubscription(p.ctx, p.brandID, flaky.ID); err != nil {
+		before := len(partnerRcv.requests())
+		if _, err := p.svc.Endpoints.DeleteSubscription(p.ctx, p.brandID, flaky.ID); err != nil {
 			t.Fatal(err)
 		}
 		clock.Advance(time.Hour)
@@ -267,7 +274,7 @@ func TestDeliveriesGoOnlyWhereSubscribed(t *testing.T) {
 			}
 			return true
 		})
-		if after := len(partners.requests()); after != before {
+		if after := len(partnerRcv.requests()); after != before {
 			t.Errorf("deleted subscription got %d more requests", after-before)
 		}
 		if n := len(other.requests()); n != 0 {
@@ -275,7 +282,7 @@ func TestDeliveriesGoOnlyWhereSubscribed(t *testing.T) {
 		}
 		// A test event goes to the one subscription asked for.
 		test := p.subscribe(other.srv.URL, []string{tally.EventCapReached}, "")
-		if _, err := p.svc.SendTestEvent(p.ctx, p.brandID, test.ID); err != nil {
+		if _, err := p.svc.Endpoints.SendTestEvent(p.ctx, p.brandID, test.ID); err != nil {
 			t.Fatal(err)
 		}
 		<-other.arrived
@@ -297,29 +304,29 @@ func TestManualRetryThatCannotBeQueuedStaysFailed(t *testing.T) {
 	st := testenv.Bolt(t)
 	clock := testenv.NewClock(start)
 	queueDown := errors.New("queue unavailable")
-	var queued []tracking.DeliveryRef
-	requeue := func(_ context.Context, ref tracking.DeliveryRef) error {
+	var queued []endpoints.DeliveryRef
+	requeue := func(_ context.Context, ref endpoints.DeliveryRef) error {
 		if queueDown != nil {
 			return queueDown
 		}
 		queued = append(queued, ref)
 		return nil
 	}
-	f, ref := oneDelivery(t, st, clock, tracking.WithRequeue(requeue))
-	refs := []tracking.DeliveryRef{ref}
-	for n := 1; n <= tracking.MaxAttempts; n++ {
-		if _, err := f.svc.Attempt(f.ctx, refs[0], n, refusingSender{clock.Now}); err != nil {
+	f, ref := oneDelivery(t, st, clock, service.WithRequeue(requeue))
+	refs := []endpoints.DeliveryRef{ref}
+	for n := 1; n <= webhooks.MaxAttempts; n++ {
+		if _, err := f.svc.Webhooks.Attempt(f.ctx, refs[0], n, refusingSender{clock.Now}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := f.svc.RetryDelivery(f.ctx, f.brandID, refs[0].DeliveryID); !errors.Is(err, queueDown) {
+	if _, err := f.svc.Deliveries.RetryDelivery(f.ctx, f.brandID, refs[0].DeliveryID); !errors.Is(err, queueDown) {
 		t.Fatalf("retry with the queue down: %v, want the queue's error", err)
 	}
-	if d, _ := f.svc.Delivery(f.ctx, f.brandID, refs[0].DeliveryID); d.Status != tally.DeliveryFailed || d.NextAttemptAt != nil {
+	if d, _ := f.svc.Deliveries.Delivery(f.ctx, f.brandID, refs[0].DeliveryID); d.Status != tally.DeliveryFailed || d.NextAttemptAt != nil {
 		t.Errorf("after a retry that could not be queued: %s, next %v; want failed, as before", d.Status, d.NextAttemptAt)
 	}
 	queueDown = nil
-	if d, err := f.svc.RetryDelivery(f.ctx, f.brandID, refs[0].DeliveryID); err != nil || d.Status != tally.DeliveryPending || len(queued) != 1 {
+	if d, err := f.svc.Deliveries.RetryDelivery(f.ctx, f.brandID, refs[0].DeliveryID); err != nil || d.Status != tally.DeliveryPending || len(queued) != 1 {
 		t.Errorf("retry with the queue up: %s, %v, %d queued; want pending and one message", d.Status, err, len(queued))
 	}
 }

@@ -1,4 +1,4 @@
-package tracking_test
+package service_test
 
 import (
 	"context"
@@ -13,17 +13,23 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/delivery"
+	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/offers"
+	"github.com/tally-hq/tally/internal/partners"
 	"github.com/tally-hq/tally/internal/procstat"
+	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/store/bolt"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 // BenchmarkDrainBacklog measures how fast the local pipeline drains a
 // backlog of due deliveries (as after a restart) to one healthy loopback
 // receiver, on the embedded store with its fsync on commit:
 //
-//	go test -run X -bench DrainBacklog -benchtime 1x ./internal/tracking/
+//	go test -run X -bench DrainBacklog -benchtime 1x ./internal/service/
 //
 // It reports deliveries/s from the pipeline's start until the receiver got
 // the last one. The backlog is 20,000 webhook deliveries; the pipeline
@@ -39,22 +45,22 @@ func BenchmarkDrainBacklog(b *testing.B) {
 		var got atomic.Int64
 		rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got.Add(1) }))
 		ctx := context.Background()
-		svc := tracking.New(st, tracking.WithLoopbackReceivers())
-		brand, err := svc.CreateBrand(ctx, "Acme")
+		svc := servicetest.New(st, service.WithLoopbackReceivers())
+		brand, err := svc.Identity.CreateBrand(ctx, "Acme")
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := svc.CreateSubscription(ctx, brand.ID, tracking.SubscriptionInput{URL: &rcv.URL, Events: []string{tally.EventPartnerApplied}}); err != nil {
+		if _, err := svc.Endpoints.CreateSubscription(ctx, brand.ID, endpoints.SubscriptionInput{URL: &rcv.URL, Events: []string{tally.EventPartnerApplied}}); err != nil {
 			b.Fatal(err)
 		}
 		// The backlog: 20,000 events, fanned out, none attempted.
 		inParallel(b, backlog, func(i int) error {
-			_, err := svc.Apply(ctx, brand.ID, tracking.ApplicationInput{Name: ptr("Pat"), Email: ptr(fmt.Sprintf("p%d@example.com", i))})
+			_, err := svc.Partners.Apply(ctx, brand.ID, partners.ApplicationInput{Name: ptr("Pat"), Email: ptr(fmt.Sprintf("p%d@example.com", i))})
 			return err
 		})
 		var ids []string
-		for p := (tracking.ListParams{Limit: tracking.MaxLimit}); ; {
-			page, cursor, err := svc.Events(ctx, brand.ID, p)
+		for p := (records.ListParams{Limit: records.MaxLimit}); ; {
+			page, cursor, err := svc.Events.Events(ctx, brand.ID, p)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -66,7 +72,7 @@ func BenchmarkDrainBacklog(b *testing.B) {
 			}
 		}
 		inParallel(b, len(ids), func(i int) error {
-			_, err := svc.FanOut(ctx, ids[i])
+			_, err := svc.Webhooks.FanOut(ctx, ids[i])
 			return err
 		})
 		b.StartTimer()
@@ -74,7 +80,9 @@ func BenchmarkDrainBacklog(b *testing.B) {
 		start := time.Now()
 		pctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
-		p := svc.NewPipeline(delivery.NewSender(delivery.Options{AllowLoopback: true}), 256, slog.New(slog.DiscardHandler))
+		// The server restarted over the backlog: its pipeline finds it.
+		p := servicetest.New(st, service.WithLoopbackReceivers(),
+			service.WithPipeline(delivery.NewSender(delivery.Options{AllowLoopback: true}), 256, slog.New(slog.DiscardHandler))).Pipeline
 		go func() { p.Run(pctx); close(done) }()
 		for got.Load() < backlog {
 			time.Sleep(time.Millisecond)
@@ -93,7 +101,7 @@ func BenchmarkDrainBacklog(b *testing.B) {
 // to recording a conversion on the embedded store (with its fsync on
 // commit), with the local pipeline delivering to a loopback receiver:
 //
-//	go test -run X -bench IngestWithWebhook -benchtime 1x -count 3 ./internal/tracking/
+//	go test -run X -bench IngestWithWebhook -benchtime 1x -count 3 ./internal/service/
 //
 // It records 20,000 conversions on 64 goroutines, without a subscription
 // and with one, and reports conversions/s (until the last delivery) and,
@@ -121,30 +129,30 @@ func BenchmarkIngestWithWebhook(b *testing.B) {
 				}
 				rcv.Start()
 				ctx := context.Background()
-				svc := tracking.New(st, tracking.WithLoopbackReceivers(), tracking.WithOutboxOnlyForEndpoints()) // as the local server runs
-				brand, err := svc.CreateBrand(ctx, "Acme")
+				svc := servicetest.New(st, service.WithLoopbackReceivers(), service.WithOutboxOnlyForEndpoints(), // as the local server runs
+					service.WithPipeline(delivery.NewSender(delivery.Options{AllowLoopback: true}), 256, slog.New(slog.DiscardHandler)))
+				brand, err := svc.Identity.CreateBrand(ctx, "Acme")
 				if err != nil {
 					b.Fatal(err)
 				}
-				offer, err := svc.CreateOffer(ctx, brand.ID, tracking.OfferInput{Name: ptr("Shoes"), DestinationURL: ptr("https://shop.example/"),
+				offer, err := svc.Offers.CreateOffer(ctx, brand.ID, offers.OfferInput{Name: ptr("Shoes"), DestinationURL: ptr("https://shop.example/"),
 					RevenueCents: ptr(int64(1000)), PayoutCents: ptr(int64(300)), Currency: ptr("USD")})
 				if err != nil {
 					b.Fatal(err)
 				}
-				partner, err := svc.Apply(ctx, brand.ID, tracking.ApplicationInput{Name: ptr("Pat"), Email: ptr("pat@example.com")})
+				partner, err := svc.Partners.Apply(ctx, brand.ID, partners.ApplicationInput{Name: ptr("Pat"), Email: ptr("pat@example.com")})
 				if err == nil {
-					_, err = svc.ApprovePartner(ctx, brand.ID, partner.ID)
+					_, err = svc.Partners.ApprovePartner(ctx, brand.ID, partner.ID)
 				}
 				if err == nil && subscribed {
-					_, err = svc.CreateSubscription(ctx, brand.ID, tracking.SubscriptionInput{URL: &rcv.URL, Events: []string{tally.EventConversionCreated}})
+					_, err = svc.Endpoints.CreateSubscription(ctx, brand.ID, endpoints.SubscriptionInput{URL: &rcv.URL, Events: []string{tally.EventConversionCreated}})
 				}
 				if err != nil {
 					b.Fatal(err)
 				}
 				pctx, cancel := context.WithCancel(ctx)
 				done := make(chan struct{})
-				p := svc.NewPipeline(delivery.NewSender(delivery.Options{AllowLoopback: true}), 256, slog.New(slog.DiscardHandler))
-				go func() { p.Run(pctx); close(done) }()
+				go func() { svc.Pipeline.Run(pctx); close(done) }()
 				before, err := procstat.Read("self")
 				if err != nil {
 					b.Skip("no /proc:", err)
@@ -153,7 +161,7 @@ func BenchmarkIngestWithWebhook(b *testing.B) {
 
 				start := time.Now()
 				inParallel(b, n, func(i int) error {
-					_, _, err := svc.RecordConversion(ctx, brand.ID, tracking.ConversionInput{OfferID: &offer.ID, PartnerID: &partner.ID, ExternalTxnID: ptr(fmt.Sprintf("txn-%d", i))})
+					_, _, err := svc.Conversions.RecordConversion(ctx, brand.ID, conversions.ConversionInput{OfferID: &offer.ID, PartnerID: &partner.ID, ExternalTxnID: ptr(fmt.Sprintf("txn-%d", i))})
 					return err
 				})
 				for subscribed && got.Load() < n {

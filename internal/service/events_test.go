@@ -1,4 +1,4 @@
-package tracking_test
+package service_test
 
 import (
 	"encoding/json"
@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 // oneEvent asserts that exactly one event of the name exists and returns
@@ -45,7 +45,7 @@ func TestEveryTransitionWritesOneEvent(t *testing.T) {
 		if want := (tally.PartnerEventData{PartnerID: applied.ID, Name: applied.Name, Email: applied.Email, Status: "applied"}); pa != want {
 			t.Errorf("partner.applied data = %+v, want %+v", pa, want)
 		}
-		if _, err := f.svc.ApprovePartner(f.ctx, f.brandID, applied.ID); err != nil {
+		if _, err := f.svc.Partners.ApprovePartner(f.ctx, f.brandID, applied.ID); err != nil {
 			t.Fatal(err)
 		}
 		_, pv := oneEvent[tally.PartnerEventData](f, tally.EventPartnerApproved)
@@ -53,7 +53,7 @@ func TestEveryTransitionWritesOneEvent(t *testing.T) {
 			t.Errorf("partner.approved data = %+v", pv)
 		}
 		turnedDown := f.partner(false)
-		if _, err := f.svc.RejectPartner(f.ctx, f.brandID, turnedDown.ID); err != nil {
+		if _, err := f.svc.Partners.RejectPartner(f.ctx, f.brandID, turnedDown.ID); err != nil {
 			t.Fatal(err)
 		}
 		_, pr := oneEvent[tally.PartnerEventData](f, tally.EventPartnerRejected)
@@ -61,7 +61,7 @@ func TestEveryTransitionWritesOneEvent(t *testing.T) {
 			t.Errorf("partner.rejected data = %+v", pr)
 		}
 		// A transition that is not allowed writes nothing.
-		if _, err := f.svc.ApprovePartner(f.ctx, f.brandID, turnedDown.ID); tally.ErrorCode(err) != tally.ECodeInvalidTransition {
+		if _, err := f.svc.Partners.ApprovePartner(f.ctx, f.brandID, turnedDown.ID); tally.ErrorCode(err) != tally.ECodeInvalidTransition {
 			t.Errorf("approving a rejected partner: %v, want invalid_transition", err)
 		}
 		if n := len(f.events(tally.EventPartnerApproved)); n != 1 {
@@ -69,7 +69,7 @@ func TestEveryTransitionWritesOneEvent(t *testing.T) {
 		}
 
 		auto := f.offer(tally.ApprovalAuto, 0, tally.Caps{Global: ptr(int64(2))})
-		c := f.convert(auto.ID, applied.ID, tracking.ConversionInput{Sub1: ptr("s1"), ExternalTxnID: ptr("t-1"), RevenueCents: ptr(int64(1234))})
+		c := f.convert(auto.ID, applied.ID, conversions.ConversionInput{Sub1: ptr("s1"), ExternalTxnID: ptr("t-1"), RevenueCents: ptr(int64(1234))})
 		_, cc := oneEvent[tally.ConversionEventData](f, tally.EventConversionCreated)
 		want := tally.ConversionEventData{ConversionID: c.ID, PartnerID: applied.ID, OfferID: auto.ID, RevenueCents: 1234,
 			PayoutCents: 300, Currency: "USD", Status: "approved", Sub1: "s1", ExternalTxnID: "t-1"}
@@ -77,12 +77,12 @@ func TestEveryTransitionWritesOneEvent(t *testing.T) {
 			t.Errorf("conversion.created data = %+v, want %+v", cc, want)
 		}
 		// The second conversion reaches the global cap of 2: one cap.reached.
-		second := f.convert(auto.ID, applied.ID, tracking.ConversionInput{})
+		second := f.convert(auto.ID, applied.ID, conversions.ConversionInput{})
 		_, capData := oneEvent[tally.CapReachedEventData](f, tally.EventCapReached)
 		if want := (tally.CapReachedEventData{OfferID: auto.ID, Cap: "global", Limit: 2, Period: "global", ConversionID: second.ID}); capData != want {
 			t.Errorf("cap.reached data = %+v, want %+v", capData, want)
 		}
-		if _, _, err := f.svc.RecordConversion(f.ctx, f.brandID, tracking.ConversionInput{OfferID: &auto.ID, PartnerID: &applied.ID}); tally.ErrorCode(err) != tally.ECodeCapReached {
+		if _, _, err := f.svc.Conversions.RecordConversion(f.ctx, f.brandID, conversions.ConversionInput{OfferID: &auto.ID, PartnerID: &applied.ID}); tally.ErrorCode(err) != tally.ECodeCapReached {
 			t.Errorf("third conversion: %v, want cap_reached", err)
 		}
 		if n := len(f.events(tally.EventCapReached)); n != 1 {
@@ -90,37 +90,37 @@ func TestEveryTransitionWritesOneEvent(t *testing.T) {
 		}
 
 		manual := f.offer(tally.ApprovalManual, 0, tally.Caps{})
-		toApprove := f.convert(manual.ID, applied.ID, tracking.ConversionInput{})
-		toReject := f.convert(manual.ID, applied.ID, tracking.ConversionInput{})
+		toApprove := f.convert(manual.ID, applied.ID, conversions.ConversionInput{})
+		toReject := f.convert(manual.ID, applied.ID, conversions.ConversionInput{})
 		if toApprove.Status != "pending" || toApprove.ApproveAt != nil {
 			t.Errorf("manual offer without hold: status %q approveAt %v, want pending and none", toApprove.Status, toApprove.ApproveAt)
 		}
-		if _, err := f.svc.ApproveConversion(f.ctx, f.brandID, toApprove.ID); err != nil {
+		if _, err := f.svc.Conversions.ApproveConversion(f.ctx, f.brandID, toApprove.ID); err != nil {
 			t.Fatal(err)
 		}
 		_, ca := oneEvent[tally.ConversionEventData](f, tally.EventConversionApproved)
 		if ca.ConversionID != toApprove.ID || ca.Status != "approved" || ca.Reason != "manual" {
 			t.Errorf("conversion.approved data = %+v", ca)
 		}
-		if _, err := f.svc.RejectConversion(f.ctx, f.brandID, toReject.ID); err != nil {
+		if _, err := f.svc.Conversions.RejectConversion(f.ctx, f.brandID, toReject.ID); err != nil {
 			t.Fatal(err)
 		}
 		_, cr := oneEvent[tally.ConversionEventData](f, tally.EventConversionRejected)
 		if cr.ConversionID != toReject.ID || cr.Status != "rejected" {
 			t.Errorf("conversion.rejected data = %+v", cr)
 		}
-		if _, err := f.svc.RejectConversion(f.ctx, f.brandID, toApprove.ID); tally.ErrorCode(err) != tally.ECodeInvalidTransition {
+		if _, err := f.svc.Conversions.RejectConversion(f.ctx, f.brandID, toApprove.ID); tally.ErrorCode(err) != tally.ECodeInvalidTransition {
 			t.Errorf("rejecting an approved conversion: %v, want invalid_transition", err)
 		}
 
-		if _, err := f.svc.BanPartner(f.ctx, f.brandID, applied.ID); err != nil {
+		if _, err := f.svc.Partners.BanPartner(f.ctx, f.brandID, applied.ID); err != nil {
 			t.Fatal(err)
 		}
 		_, pb := oneEvent[tally.PartnerEventData](f, tally.EventPartnerBanned)
 		if pb.PartnerID != applied.ID || pb.Status != "banned" || pb.PreviousStatus != "active" {
 			t.Errorf("partner.banned data = %+v", pb)
 		}
-		if _, err := f.svc.BanPartner(f.ctx, f.brandID, applied.ID); tally.ErrorCode(err) != tally.ECodeInvalidTransition {
+		if _, err := f.svc.Partners.BanPartner(f.ctx, f.brandID, applied.ID); tally.ErrorCode(err) != tally.ECodeInvalidTransition {
 			t.Errorf("banning twice: %v, want invalid_transition", err)
 		}
 
@@ -141,26 +141,26 @@ func TestHoldTimeApproval(t *testing.T) {
 		f := newFixture(t, st)
 		p := f.partner(true)
 		held := f.offer(tally.ApprovalManual, 24, tally.Caps{})
-		due := f.convert(held.ID, p.ID, tracking.ConversionInput{})
+		due := f.convert(held.ID, p.ID, conversions.ConversionInput{})
 		if due.Status != "pending" || due.ApproveAt == nil || !due.ApproveAt.Equal(start.Add(24*time.Hour)) {
 			t.Fatalf("held conversion: status %q approveAt %v, want pending at %v", due.Status, due.ApproveAt, start.Add(24*time.Hour))
 		}
-		rejected := f.convert(held.ID, p.ID, tracking.ConversionInput{})
-		if _, err := f.svc.RejectConversion(f.ctx, f.brandID, rejected.ID); err != nil {
+		rejected := f.convert(held.ID, p.ID, conversions.ConversionInput{})
+		if _, err := f.svc.Conversions.RejectConversion(f.ctx, f.brandID, rejected.ID); err != nil {
 			t.Fatal(err)
 		}
 		f.clock.Advance(time.Hour)
-		later := f.convert(held.ID, p.ID, tracking.ConversionInput{}) // due an hour after the first
+		later := f.convert(held.ID, p.ID, conversions.ConversionInput{}) // due an hour after the first
 
 		f.clock.Set(start.Add(24*time.Hour - time.Millisecond))
-		if n, err := f.svc.ApproveDue(f.ctx); err != nil || n != 0 {
+		if n, err := f.svc.Conversions.ApproveDue(f.ctx); err != nil || n != 0 {
 			t.Fatalf("just before the hold ends: approved %d (%v), want 0", n, err)
 		}
 		f.clock.Set(start.Add(24 * time.Hour))
-		if n, err := f.svc.ApproveDue(f.ctx); err != nil || n != 1 {
+		if n, err := f.svc.Conversions.ApproveDue(f.ctx); err != nil || n != 1 {
 			t.Fatalf("when the hold ends: approved %d (%v), want 1", n, err)
 		}
-		got, _ := f.svc.Conversion(f.ctx, f.brandID, due.ID)
+		got, _ := f.svc.Conversions.Conversion(f.ctx, f.brandID, due.ID)
 		if got.Status != "approved" || got.ApproveAt != nil {
 			t.Errorf("after the hold: %+v, want approved with no approveAt", got)
 		}
@@ -168,17 +168,17 @@ func TestHoldTimeApproval(t *testing.T) {
 		if data.ConversionID != due.ID || data.Reason != "hold_elapsed" {
 			t.Errorf("conversion.approved = %+v, want %s with reason hold_elapsed", data, due.ID)
 		}
-		if n, _ := f.svc.ApproveDue(f.ctx); n != 0 {
+		if n, _ := f.svc.Conversions.ApproveDue(f.ctx); n != 0 {
 			t.Errorf("second run approved %d, want 0", n)
 		}
-		if got, _ := f.svc.Conversion(f.ctx, f.brandID, rejected.ID); got.Status != "rejected" {
+		if got, _ := f.svc.Conversions.Conversion(f.ctx, f.brandID, rejected.ID); got.Status != "rejected" {
 			t.Errorf("rejected conversion became %q", got.Status)
 		}
-		if got, _ := f.svc.Conversion(f.ctx, f.brandID, later.ID); got.Status != "pending" {
+		if got, _ := f.svc.Conversions.Conversion(f.ctx, f.brandID, later.ID); got.Status != "pending" {
 			t.Errorf("conversion due later is %q, want pending", got.Status)
 		}
 		f.clock.Advance(time.Hour)
-		if n, _ := f.svc.ApproveDue(f.ctx); n != 1 {
+		if n, _ := f.svc.Conversions.ApproveDue(f.ctx); n != 1 {
 			t.Errorf("an hour later approved %d, want 1", n)
 		}
 	})
@@ -194,7 +194,7 @@ func TestHoldTimeApprovalRuns(t *testing.T) {
 		held := f.offer(tally.ApprovalManual, 1, tally.Caps{})
 		const n = 60
 		for range n {
-			f.convert(held.ID, p.ID, tracking.ConversionInput{})
+			f.convert(held.ID, p.ID, conversions.ConversionInput{})
 		}
 		f.clock.Advance(time.Hour)
 		var (
@@ -203,7 +203,7 @@ func TestHoldTimeApprovalRuns(t *testing.T) {
 		)
 		for range 3 {
 			wg.Go(func() {
-				got, err := f.svc.ApproveDue(f.ctx)
+				got, err := f.svc.Conversions.ApproveDue(f.ctx)
 				if err != nil {
 					t.Error(err)
 				}
@@ -230,7 +230,7 @@ func TestHoldTimeApprovalRuns(t *testing.T) {
 		if len(seen) != n {
 			t.Errorf("%d conversions approved, want %d", len(seen), n)
 		}
-		if got, _ := f.svc.ApproveDue(f.ctx); got != 0 {
+		if got, _ := f.svc.Conversions.ApproveDue(f.ctx); got != 0 {
 			t.Errorf("a further run approved %d, want 0", got)
 		}
 	})

@@ -1,4 +1,4 @@
-package tracking_test
+package service_test
 
 import (
 	"fmt"
@@ -10,14 +10,16 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/conversions"
+	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/reports"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
-	"github.com/tally-hq/tally/internal/tracking"
 )
 
 // expectedReport computes a report from raw conversions, the way a user
 // would check one by hand.
-func expectedReport(cs []tally.Conversion, q tracking.ReportQuery) []tally.ReportRow {
+func expectedReport(cs []tally.Conversion, q reports.ReportQuery) []tally.ReportRow {
 	loc := time.UTC
 	if q.Timezone != "" {
 		var err error
@@ -97,31 +99,31 @@ func TestReportsMatchConversions(t *testing.T) {
 		for i := range 300 {
 			f.clock.Set(start.Add(time.Duration(i) * 40 * 24 * time.Hour / 300))
 			o, p := offers[rng.IntN(2)], partners[rng.IntN(3)]
-			f.convert(o.ID, p.ID, tracking.ConversionInput{
+			f.convert(o.ID, p.ID, conversions.ConversionInput{
 				RevenueCents: ptr(rng.Int64N(10_000)), PayoutCents: ptr(rng.Int64N(3_000)),
 				Currency: ptr(currencies[rng.IntN(2)]),
 			})
 		}
-		for _, c := range f.allConversions(tracking.ConversionFilter{Status: "pending"}, 100) {
+		for _, c := range f.allConversions(conversions.ConversionFilter{Status: "pending"}, 100) {
 			var err error
 			switch rng.IntN(3) {
 			case 0:
-				_, err = f.svc.ApproveConversion(f.ctx, f.brandID, c.ID)
+				_, err = f.svc.Conversions.ApproveConversion(f.ctx, f.brandID, c.ID)
 			case 1:
-				_, err = f.svc.RejectConversion(f.ctx, f.brandID, c.ID)
+				_, err = f.svc.Conversions.RejectConversion(f.ctx, f.brandID, c.ID)
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
 		}
-		all := f.allConversions(tracking.ConversionFilter{}, 100)
+		all := f.allConversions(conversions.ConversionFilter{}, 100)
 		if len(all) != 300 {
 			t.Fatalf("listed %d conversions, want 300", len(all))
 		}
 
 		day := func(days int) string { return start.AddDate(0, 0, days).Format(time.DateOnly) }
 		end, oneDay := day(40), day(11)
-		for _, q := range []tracking.ReportQuery{
+		for _, q := range []reports.ReportQuery{
 			{From: day(-19), To: end},
 			{From: day(-19), To: end, GroupBy: []string{"day"}},
 			{From: day(5), To: day(20), GroupBy: []string{"week", "partner"}},
@@ -129,7 +131,7 @@ func TestReportsMatchConversions(t *testing.T) {
 			{From: day(-19), To: end, OfferID: offers[0].ID, GroupBy: []string{"day", "partner"}},
 			{From: oneDay, To: oneDay, PartnerID: partners[1].ID, GroupBy: []string{"offer"}},
 		} {
-			got, err := f.svc.Report(f.ctx, f.brandID, q)
+			got, err := f.svc.Reports.Report(f.ctx, f.brandID, q)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -150,7 +152,7 @@ func TestReportsMatchConversions(t *testing.T) {
 
 func TestReportValidation(t *testing.T) {
 	f := newFixture(t, testenv.Bolt(t))
-	for _, q := range []tracking.ReportQuery{
+	for _, q := range []reports.ReportQuery{
 		{From: "2026-13-01"},
 		{To: "yesterday"},
 		{From: "2026-11-10", To: "2026-11-01"},
@@ -159,11 +161,11 @@ func TestReportValidation(t *testing.T) {
 		{GroupBy: []string{"day", "day"}},
 		{OfferID: "nope"},
 	} {
-		if _, err := f.svc.Report(f.ctx, f.brandID, q); tally.ErrorCode(err) != tally.ECodeValidation {
+		if _, err := f.svc.Reports.Report(f.ctx, f.brandID, q); tally.ErrorCode(err) != tally.ECodeValidation {
 			t.Errorf("report %+v: %v, want validation_error", q, err)
 		}
 	}
-	r, err := f.svc.Report(f.ctx, f.brandID, tracking.ReportQuery{})
+	r, err := f.svc.Reports.Report(f.ctx, f.brandID, reports.ReportQuery{})
 	to, from := start.Format(time.DateOnly), start.AddDate(0, 0, -29).Format(time.DateOnly)
 	if err != nil || r.To != to || r.From != from || r.Data == nil || r.GroupBy == nil {
 		t.Errorf("default report = %+v, %v; want the 30 days up to today, empty lists not null", r, err)
@@ -185,7 +187,7 @@ func TestConversionListsFilterAndPage(t *testing.T) {
 			if i%2 == 0 {
 				p = p2
 			}
-			made = append(made, f.convert(o.ID, p.ID, tracking.ConversionInput{ExternalTxnID: ptr(fmt.Sprint("txn-", i))}))
+			made = append(made, f.convert(o.ID, p.ID, conversions.ConversionInput{ExternalTxnID: ptr(fmt.Sprint("txn-", i))}))
 		}
 		slices.Reverse(made) // newest first
 		ids := func(cs []tally.Conversion) []string {
@@ -206,20 +208,20 @@ func TestConversionListsFilterAndPage(t *testing.T) {
 		}
 		nextDay := start.AddDate(0, 0, 1).Format(time.DateOnly)
 		for name, tc := range map[string]struct {
-			filter tracking.ConversionFilter
+			filter conversions.ConversionFilter
 			keep   func(tally.Conversion) bool
 		}{
-			"all":               {tracking.ConversionFilter{}, func(tally.Conversion) bool { return true }},
-			"offer":             {tracking.ConversionFilter{OfferID: o2.ID}, func(c tally.Conversion) bool { return c.OfferID == o2.ID }},
-			"partner":           {tracking.ConversionFilter{PartnerID: p1.ID}, func(c tally.Conversion) bool { return c.PartnerID == p1.ID }},
-			"offer and partner": {tracking.ConversionFilter{OfferID: o1.ID, PartnerID: p2.ID}, func(c tally.Conversion) bool { return c.OfferID == o1.ID && c.PartnerID == p2.ID }},
-			"status":            {tracking.ConversionFilter{Status: "pending"}, func(c tally.Conversion) bool { return c.Status == "pending" }},
-			"txn":               {tracking.ConversionFilter{ExternalTxnID: "txn-7"}, func(c tally.Conversion) bool { return c.ExternalTxnID == "txn-7" }},
-			"time range": {tracking.ConversionFilter{From: start.Add(5 * time.Hour).Format(time.RFC3339), To: start.Add(9 * time.Hour).Format(time.RFC3339)},
+			"all":               {conversions.ConversionFilter{}, func(tally.Conversion) bool { return true }},
+			"offer":             {conversions.ConversionFilter{OfferID: o2.ID}, func(c tally.Conversion) bool { return c.OfferID == o2.ID }},
+			"partner":           {conversions.ConversionFilter{PartnerID: p1.ID}, func(c tally.Conversion) bool { return c.PartnerID == p1.ID }},
+			"offer and partner": {conversions.ConversionFilter{OfferID: o1.ID, PartnerID: p2.ID}, func(c tally.Conversion) bool { return c.OfferID == o1.ID && c.PartnerID == p2.ID }},
+			"status":            {conversions.ConversionFilter{Status: "pending"}, func(c tally.Conversion) bool { return c.Status == "pending" }},
+			"txn":               {conversions.ConversionFilter{ExternalTxnID: "txn-7"}, func(c tally.Conversion) bool { return c.ExternalTxnID == "txn-7" }},
+			"time range": {conversions.ConversionFilter{From: start.Add(5 * time.Hour).Format(time.RFC3339), To: start.Add(9 * time.Hour).Format(time.RFC3339)},
 				func(c tally.Conversion) bool {
 					return !c.CreatedAt.Before(start.Add(5*time.Hour)) && !c.CreatedAt.After(start.Add(9*time.Hour))
 				}},
-			"dates": {tracking.ConversionFilter{From: nextDay, To: nextDay}, func(c tally.Conversion) bool { return c.CreatedAt.Format(time.DateOnly) == nextDay }},
+			"dates": {conversions.ConversionFilter{From: nextDay, To: nextDay}, func(c tally.Conversion) bool { return c.CreatedAt.Format(time.DateOnly) == nextDay }},
 		} {
 			for _, limit := range []int{1, 4, 100} {
 				got := ids(f.allConversions(tc.filter, limit))
@@ -229,19 +231,19 @@ func TestConversionListsFilterAndPage(t *testing.T) {
 			}
 		}
 		// from after to is refused, as on reports, rather than an empty list.
-		if _, _, err := f.svc.Conversions(f.ctx, f.brandID, tracking.ConversionFilter{From: start.AddDate(0, 0, 2).Format(time.DateOnly), To: nextDay}, tracking.ListParams{}); tally.ErrorCode(err) != tally.ECodeValidation {
+		if _, _, err := f.svc.Conversions.Conversions(f.ctx, f.brandID, conversions.ConversionFilter{From: start.AddDate(0, 0, 2).Format(time.DateOnly), To: nextDay}, records.ListParams{}); tally.ErrorCode(err) != tally.ECodeValidation {
 			t.Errorf("from after to: %v, want a validation error", err)
 		}
 		// A cursor continues only the query it came from.
-		_, next, err := f.svc.Conversions(f.ctx, f.brandID, tracking.ConversionFilter{OfferID: o1.ID}, tracking.ListParams{Limit: 2})
+		_, next, err := f.svc.Conversions.Conversions(f.ctx, f.brandID, conversions.ConversionFilter{OfferID: o1.ID}, records.ListParams{Limit: 2})
 		if err != nil || next == "" {
 			t.Fatalf("first page: next %q, %v", next, err)
 		}
-		if _, _, err := f.svc.Conversions(f.ctx, f.brandID, tracking.ConversionFilter{OfferID: o2.ID}, tracking.ListParams{Cursor: next}); tally.ErrorCode(err) != tally.ECodeValidation {
+		if _, _, err := f.svc.Conversions.Conversions(f.ctx, f.brandID, conversions.ConversionFilter{OfferID: o2.ID}, records.ListParams{Cursor: next}); tally.ErrorCode(err) != tally.ECodeValidation {
 			t.Errorf("cursor reused with another filter: %v, want validation_error", err)
 		}
-		for _, bad := range []tracking.ListParams{{Cursor: "not-a-cursor"}, {Limit: 101}, {Limit: -1}} {
-			if _, _, err := f.svc.Conversions(f.ctx, f.brandID, tracking.ConversionFilter{}, bad); tally.ErrorCode(err) != tally.ECodeValidation {
+		for _, bad := range []records.ListParams{{Cursor: "not-a-cursor"}, {Limit: 101}, {Limit: -1}} {
+			if _, _, err := f.svc.Conversions.Conversions(f.ctx, f.brandID, conversions.ConversionFilter{}, bad); tally.ErrorCode(err) != tally.ECodeValidation {
 				t.Errorf("params %+v: %v, want validation_error", bad, err)
 			}
 		}

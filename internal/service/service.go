@@ -1,0 +1,216 @@
+// Package service wires Tally's capabilities over one store, as the local
+// server runs them and as the tests of the whole use them. Each capability
+// is a package of its own (docs/architecture.md); how a deployment runs
+// them — where report rollups are kept, how a conversion and a fan-out are
+// written, how identifiers are placed, where rate limits are counted,
+// whether a pipeline in this process delivers — is chosen here, by the
+// options, once. The AWS functions wire what each needs themselves
+// (internal/lambdafn), so that each links only that.
+package service
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/tally-hq/tally/internal/accounts"
+	"github.com/tally-hq/tally/internal/clicks"
+	"github.com/tally-hq/tally/internal/conversions"
+	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/identity"
+	"github.com/tally-hq/tally/internal/offers"
+	"github.com/tally-hq/tally/internal/outbox"
+	"github.com/tally-hq/tally/internal/partners"
+	"github.com/tally-hq/tally/internal/ratelimit"
+	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/reports"
+	"github.com/tally-hq/tally/internal/ssrf"
+	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/webhooks"
+)
+
+// Service is every capability of Tally over one store.
+type Service struct {
+	DB          *records.DB
+	Events      *outbox.Writer
+	Identity    *identity.Service
+	Accounts    *accounts.Service
+	Limits      Limits
+	Offers      *offers.Service
+	Partners    *partners.Service
+	Reports     *reports.Service
+	Clicks      *clicks.Service
+	Conversions *conversions.Service
+	Endpoints   *endpoints.Service
+	Deliveries  *endpoints.Log
+	Webhooks    *webhooks.Engine
+	// Pipeline delivers in this process (WithPipeline); nil otherwise.
+	Pipeline *webhooks.Pipeline
+}
+
+// Limits counts requests against rate limits (ratelimit.Shared or
+// ratelimit.Local).
+type Limits interface {
+	Allow(ctx context.Context, bucket string, limit int) (ratelimit.Decision, error)
+	AllowPer(ctx context.Context, bucket string, limit int, per time.Duration) (ratelimit.Decision, error)
+}
+
+// config is what the options choose.
+type config struct {
+	clock             func() time.Time
+	cacheTTL          time.Duration
+	deliveryRetention time.Duration
+	zones             func(name string) (*time.Location, error)
+	retryScale        float64
+	checkURL          func(string) error
+	requeue           endpoints.Requeue
+	health            endpoints.HealthConfig
+	localRates        bool
+	queue             outbox.Queue
+	rollups           reports.Rollups
+	writing           conversions.Writing
+	ids               records.IDs
+	writes            webhooks.FanOutWrites
+	pipeline          *pipelineConfig
+}
+
+type pipelineConfig struct {
+	sender  webhooks.Sender
+	workers int
+	log     *slog.Logger
+	opts    []webhooks.PipelineOption
+}
+
+// Option chooses how the Service runs.
+type Option func(*config)
+
+// WithClock replaces the wall clock, for tests.
+func WithClock(now func() time.Time) Option { return func(c *config) { c.clock = now } }
+
+// WithCacheTTL sets how long an instance trusts its cached API keys,
+// offers and fraud settings. A revoked key keeps working on another
+// instance for at most this long.
+func WithCacheTTL(d time.Duration) Option { return func(c *config) { c.cacheTTL = d } }
+
+// WithDeliveryRetention sets how long a delivery and its attempts stay in
+// the log after its last change (the table's TTL removes them then).
+func WithDeliveryRetention(d time.Duration) Option {
+	return func(c *config) { c.deliveryRetention = d }
+}
+
+// WithZones loads reports' time zones with load instead of
+// time.LoadLocation (where the system has no zone database).
+func WithZones(load func(name string) (*time.Location, error)) Option {
+	return func(c *config) { c.zones = load }
+}
+
+// WithRetryScale multiplies the webhook retry schedule's waits by f.
+func WithRetryScale(f float64) Option { return func(c *config) { c.retryScale = f } }
+
+// WithLoopbackReceivers lets endpoints be at loopback addresses, for the
+// local server where developers run their receivers.
+func WithLoopbackReceivers() Option {
+	return func(c *config) { c.checkURL = func(u string) error { return ssrf.CheckURL(u, true) } }
+}
+
+// WithRequeue hands deliveries that a manual retry or a recovery made
+// pending again to queue (on AWS, the delivery queue; the local pipeline
+// finds them in the due index).
+func WithRequeue(queue endpoints.Requeue) Option { return func(c *config) { c.requeue = queue } }
+
+// WithProcessRateLimits counts rate limits in this process's memory
+// (ratelimit.Local) rather than in the store: for a process that is the
+// only one serving from its store (the embedded one, whose file is locked
+// to one process).
+func WithProcessRateLimits() Option { return func(c *config) { c.localRates = true } }
+
+// WithEndpointHealth sets when an endpoint (a webhook subscription or a
+// partner's postback) is disabled: after failures consecutive failed
+// attempts, or after failing for the duration failing with no success.
+// Zero values keep the defaults.
+func WithEndpointHealth(failures int, failing time.Duration) Option {
+	return func(c *config) {
+		if failures > 0 {
+			c.health.Failures = int64(failures)
+		}
+		if failing > 0 {
+			c.health.Failing = failing
+		}
+	}
+}
+
+// WithOutboxOnlyForEndpoints writes the events of a brand that has never
+// had an endpoint without their outbox entry (outbox.OnlyForEndpoints): for
+// one process on its store.
+func WithOutboxOnlyForEndpoints() Option {
+	return func(c *config) { c.queue = &outbox.OnlyForEndpoints{} }
+}
+
+// WithStreamRollups leaves new conversions' and clicks' rollups to the
+// table's stream (reports.FromStream).
+func WithStreamRollups() Option { return func(c *config) { c.rollups = reports.FromStream{} } }
+
+// WithStreamConversions writes new conversions for the table's stream
+// (conversions.ForStream).
+func WithStreamConversions() Option { return func(c *config) { c.writing = conversions.ForStream{} } }
+
+// Partitioned lays items out for a store whose write throughput is per
+// partition key and which bills each item of a transaction twice
+// (DynamoDB): identifiers spread over every shard (records.SpreadIDs), and
+// each delivery of a fan-out written by itself (webhooks.Apart). Without
+// it, the layout is the embedded store's (records.ShardZeroIDs,
+// webhooks.Batched).
+func Partitioned() Option {
+	return func(c *config) { c.ids, c.writes = records.SpreadIDs{}, webhooks.Apart{} }
+}
+
+// WithPipeline delivers in this process: a webhooks.Pipeline sending with
+// sender, each brand with up to workers attempts under way, told of every
+// event the Service writes.
+func WithPipeline(sender webhooks.Sender, workers int, log *slog.Logger, opts ...webhooks.PipelineOption) Option {
+	return func(c *config) { c.pipeline = &pipelineConfig{sender, workers, log, opts} }
+}
+
+// New returns the Service over st.
+func New(st store.Store, opts ...Option) *Service {
+	c := config{
+		clock:             time.Now,
+		cacheTTL:          30 * time.Second,
+		deliveryRetention: endpoints.DefaultDeliveryRetention,
+		zones:             time.LoadLocation,
+		retryScale:        1,
+		checkURL:          func(u string) error { return ssrf.CheckURL(u, false) },
+		requeue:           endpoints.NoRequeue,
+		health:            endpoints.HealthConfig{Failures: endpoints.DefaultDisableAfterFailures, Failing: endpoints.DefaultDisableAfterFailing},
+		queue:             outbox.EveryEvent{},
+		rollups:           reports.InWrite{},
+		writing:           conversions.InTransaction{},
+		ids:               records.ShardZeroIDs{},
+		writes:            webhooks.Batched{},
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	s := &Service{DB: records.New(st, c.clock, c.ids)}
+	s.Webhooks = webhooks.New(s.DB, webhooks.Config{Health: c.health, RetryScale: c.retryScale, DeliveryRetention: c.deliveryRetention, Writes: c.writes})
+	var notify func([]string)
+	if p := c.pipeline; p != nil {
+		s.Pipeline = webhooks.NewPipeline(s.Webhooks, p.sender, p.workers, p.log, p.opts...)
+		notify = s.Pipeline.Queue
+	}
+	s.Events = outbox.NewWriter(s.DB, c.deliveryRetention, c.queue, notify)
+	s.Identity = identity.New(s.DB, c.cacheTTL)
+	s.Accounts = accounts.New(s.DB, s.Identity)
+	s.Limits = ratelimit.NewShared(s.DB)
+	if c.localRates {
+		s.Limits = ratelimit.NewLocal(c.clock)
+	}
+	s.Offers = offers.New(s.DB, c.cacheTTL)
+	s.Partners = partners.New(s.DB, s.Events, s.Identity)
+	s.Reports = reports.New(s.DB, c.zones)
+	s.Clicks = clicks.New(s.DB, s.Events, s.Offers, s.Partners, c.rollups, c.cacheTTL)
+	s.Conversions = conversions.New(s.DB, s.Events, s.Offers, s.Partners, c.rollups, c.writing)
+	s.Endpoints = endpoints.New(s.DB, s.Events, s.Partners, c.checkURL)
+	s.Deliveries = endpoints.NewLog(s.DB, s.Endpoints, c.deliveryRetention, c.requeue)
+	return s
+}
