@@ -3,6 +3,6 @@
 // has elapsed.
 package main
 
-import "github.com/tally-hq/tally/internal/lambdafn"
+import "github.com/tally-hq/tally/internal/lambdafn/approve"
 
-func main() { lambdafn.ServeApprover() }
+func main() { approve.Serve() }

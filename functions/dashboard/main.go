@@ -8,12 +8,17 @@ import (
 	"github.com/tally-hq/tally/internal/dashboard"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/lambdafn/api"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
+	"github.com/tally-hq/tally/internal/password"
 	"github.com/tally-hq/tally/internal/tzdb"
 )
 
 func main() {
-	lambdafn.Pages = dashboard.New
-	lambdafn.Zones = tzdb.LoadLocation // the reports page; see functions/reports
-	queue.ServeAPI(httpapi.GroupDashboard)
+	log := lambdafn.Logger()
+	api.Serve([]string{httpapi.GroupDashboard},
+		api.WithPages(dashboard.New),
+		api.WithZones(tzdb.LoadLocation), // the reports page; see functions/reports
+		api.WithPasswords(password.Argon2id{}),
+		api.WithRequeue(queue.FromEnv(log)))
 }

@@ -6,7 +6,11 @@ package main
 
 import (
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/lambdafn/api"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
 )
 
-func main() { queue.ServeAPI(httpapi.GroupDeliveries) }
+func main() {
+	api.Serve([]string{httpapi.GroupDeliveries}, api.WithRequeue(queue.FromEnv(lambdafn.Logger())))
+}

@@ -6,7 +6,7 @@ package main
 
 import (
 	"github.com/tally-hq/tally/internal/httpapi"
-	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/lambdafn/api"
 )
 
-func main() { lambdafn.ServeAPI(httpapi.GroupFraud) }
+func main() { api.Serve([]string{httpapi.GroupFraud}) }

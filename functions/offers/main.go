@@ -4,7 +4,7 @@ package main
 
 import (
 	"github.com/tally-hq/tally/internal/httpapi"
-	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/lambdafn/api"
 )
 
-func main() { lambdafn.ServeAPI(httpapi.GroupOffers) }
+func main() { api.Serve([]string{httpapi.GroupOffers}) }

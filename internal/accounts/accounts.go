@@ -17,7 +17,6 @@ import (
 	"github.com/tally-hq/tally/internal/identity"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
-	"github.com/tally-hq/tally/internal/password"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/validate"
@@ -28,8 +27,21 @@ import (
 // cannot be made expensive by the input.
 // Service keeps the users and their sessions.
 type Service struct {
-	db     *records.DB
-	brands brands
+	db        *records.DB
+	brands    brands
+	passwords Passwords
+	// dummyHash is checked against when no user has the address, so that
+	// an unknown address takes as long to refuse as a wrong password. It
+	// is made on first use: hashing takes tens of milliseconds and 19 MB,
+	// which every function would otherwise pay at start, signing in or not.
+	dummyHash func() string
+}
+
+// Passwords hashes passwords and checks them against their hashes
+// (package password: Argon2id).
+type Passwords interface {
+	Hash(pw string) (string, error)
+	Verify(hash, pw string) (bool, error)
 }
 
 // brands finds the brand a user belongs to.
@@ -37,8 +49,17 @@ type brands interface {
 	Brand(ctx context.Context, brandID string) (tally.Brand, error)
 }
 
-// New returns the Service over db, whose users belong to brands.
-func New(db *records.DB, b brands) *Service { return &Service{db: db, brands: b} }
+// New returns the Service over db, whose users belong to brands, their
+// passwords hashed by passwords.
+func New(db *records.DB, b brands, passwords Passwords) *Service {
+	return &Service{db: db, brands: b, passwords: passwords, dummyHash: sync.OnceValue(func() string {
+		h, err := passwords.Hash("no user has this password")
+		if err != nil {
+			panic(err) // crypto/rand does not fail on supported platforms
+		}
+		return h
+	})}
+}
 
 const (
 	MinPasswordLen = 12
@@ -72,7 +93,7 @@ func (s *Service) CreateUser(ctx context.Context, in UserInput) (tally.User, err
 	if _, err := s.brands.Brand(ctx, *in.BrandID); err != nil {
 		return tally.User{}, err
 	}
-	hash, err := password.Hash(*in.Password)
+	hash, err := s.passwords.Hash(*in.Password)
 	if err != nil {
 		return tally.User{}, err
 	}
@@ -115,23 +136,11 @@ func (s *Service) Users(ctx context.Context, brandID string, p records.ListParam
 // nothing about which addresses have users.
 var errSignIn = tally.Errorf(tally.ECodeUnauthorized, "The email or password is not right.")
 
-// dummyHash is checked against when no user has the address, so that an
-// unknown address takes as long to refuse as a wrong password. It is made
-// on first use: hashing takes tens of milliseconds and 19 MB, which every
-// Lambda function would otherwise pay at start, signing in or not.
-var dummyHash = sync.OnceValue(func() string {
-	h, err := password.Hash("no user has this password")
-	if err != nil {
-		panic(err) // crypto/rand does not fail on supported platforms
-	}
-	return h
-})
-
 // SignIn checks a user's e-mail address and password. Throttling attempts
 // is the caller's part (it knows the client's address).
 func (s *Service) SignIn(ctx context.Context, emailAddr, pw string) (tally.User, error) {
 	emailAddr = strings.ToLower(strings.TrimSpace(emailAddr))
-	hash := dummyHash()
+	hash := s.dummyHash()
 	u, err := tally.User{}, error(nil)
 	if emailAddr != "" && len(emailAddr) <= 254 && len(pw) <= 4*maxPasswordLen {
 		var rec userRecord
@@ -143,7 +152,7 @@ func (s *Service) SignIn(ctx context.Context, emailAddr, pw string) (tally.User,
 			return tally.User{}, err
 		}
 	}
-	ok, verr := password.Verify(hash, pw)
+	ok, verr := s.passwords.Verify(hash, pw)
 	if verr != nil {
 		return tally.User{}, verr
 	}

@@ -61,7 +61,7 @@ func TestClientIsGeneratedFromTheDocument(t *testing.T) {
 // server serves the API over real HTTP on st, with a rate limit of limit.
 func server(t *testing.T, st store.Store, limit int, opts ...service.Option) (*service.Service, string) {
 	svc := servicetest.New(st, append(opts, service.WithLoopbackReceivers())...)
-	srv := httptest.NewServer(httpapi.New(svc, httpapi.Config{RateLimit: limit, ApplicationRateLimit: limit, Logger: slog.New(slog.DiscardHandler)}).Handler())
+	srv := httptest.NewServer(httpapi.New(svc.API(), httpapi.Config{RateLimit: limit, ApplicationRateLimit: limit, Logger: slog.New(slog.DiscardHandler)}).Handler())
 	t.Cleanup(srv.Close)
 	return svc, srv.URL
 }

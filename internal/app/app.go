@@ -17,10 +17,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tally-hq/tally/internal/cidr"
 	"github.com/tally-hq/tally/internal/endpoints"
-	"github.com/tally-hq/tally/internal/fraud"
-	"github.com/tally-hq/tally/internal/httpapi"
-	"github.com/tally-hq/tally/internal/service"
 )
 
 // Environment variables.
@@ -60,32 +58,15 @@ func StorePath(dataDir string) string { return filepath.Join(dataDir, "tally.db"
 // UsesDynamoDB reports whether the environment configures a DynamoDB table.
 func UsesDynamoDB() bool { return os.Getenv(EnvTable) != "" }
 
-// APIConfig reads the HTTP API's settings from the environment, with the
-// defaults filled in: it is the configuration in effect.
-func APIConfig(logger *slog.Logger) (httpapi.Config, error) {
-	cfg := httpapi.Config{Logger: logger}
-	var err error
-	if cfg.RateLimit, err = positiveInt(EnvRateLimit); err != nil {
-		return cfg, err
-	}
-	if cfg.ApplicationRateLimit, err = positiveInt(EnvApplicationRateLimit); err != nil {
-		return cfg, err
-	}
-	cfg.RateLimit = cmp.Or(cfg.RateLimit, httpapi.DefaultRateLimit)
-	cfg.ApplicationRateLimit = cmp.Or(cfg.ApplicationRateLimit, httpapi.DefaultApplicationRateLimit)
-	cfg.TrustedProxies, err = prefixes(EnvTrustedProxies)
-	return cfg, err
-}
-
-// prefixes reads a comma-separated list of CIDRs (a bare address is one
+// Prefixes reads a comma-separated list of CIDRs (a bare address is one
 // address).
-func prefixes(name string) ([]netip.Prefix, error) {
+func Prefixes(name string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, s := range strings.Split(os.Getenv(name), ",") {
 		if s = strings.TrimSpace(s); s == "" {
 			continue
 		}
-		p, err := fraud.ParsePrefix(s)
+		p, err := cidr.Parse(s)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %q is not a CIDR such as 10.0.0.0/8: %w", name, s, err)
 		}
@@ -96,9 +77,10 @@ func prefixes(name string) ([]netip.Prefix, error) {
 
 // MaxConnections reads how many connections the local server keeps open
 // at most; 0 means the caller's default.
-func MaxConnections() (int, error) { return positiveInt(EnvMaxConnections) }
+func MaxConnections() (int, error) { return PositiveInt(EnvMaxConnections) }
 
-func positiveInt(name string) (int, error) {
+// PositiveInt reads the variable name as a positive integer; 0 when unset.
+func PositiveInt(name string) (int, error) {
 	s := os.Getenv(name)
 	if s == "" {
 		return 0, nil
@@ -110,41 +92,42 @@ func positiveInt(name string) (int, error) {
 	return n, nil
 }
 
-// ServiceSettings are the tracking service's settings in effect, defaults
-// filled in.
-type ServiceSettings struct {
+// Settings are the webhook settings in effect, defaults filled in.
+type Settings struct {
 	DisableAfterFailures int           // TALLY_ENDPOINT_DISABLE_FAILURES
 	DisableAfterFailing  time.Duration // TALLY_ENDPOINT_DISABLE_AFTER
 	DeliveryRetention    time.Duration // TALLY_DELIVERY_RETENTION_DAYS
 }
 
-// ServiceOptions reads the tracking service's settings from the
-// environment: when a failing webhook subscription or partner postback is
-// disabled (defaults: 100 consecutive failed attempts, 120h) and how long
-// deliveries stay (default endpoints.DefaultDeliveryRetention).
-func ServiceOptions() ([]service.Option, ServiceSettings, error) {
-	set := ServiceSettings{endpoints.DefaultDisableAfterFailures, endpoints.DefaultDisableAfterFailing, endpoints.DefaultDeliveryRetention}
-	failures, err := positiveInt(EnvDisableAfterFailures)
+// ReadSettings reads from the environment when a failing webhook
+// subscription or partner postback is disabled (defaults: 100 consecutive
+// failed deliveries, 120h) and how long deliveries stay (default
+// endpoints.DefaultDeliveryRetention).
+func ReadSettings() (Settings, error) {
+	set := Settings{endpoints.DefaultDisableAfterFailures, endpoints.DefaultDisableAfterFailing, endpoints.DefaultDeliveryRetention}
+	failures, err := PositiveInt(EnvDisableAfterFailures)
 	if err != nil {
-		return nil, set, err
+		return set, err
 	}
 	set.DisableAfterFailures = cmp.Or(failures, set.DisableAfterFailures)
 	if s := os.Getenv(EnvDisableAfterFailing); s != "" {
 		if set.DisableAfterFailing, err = time.ParseDuration(s); err != nil || set.DisableAfterFailing <= 0 {
-			return nil, set, fmt.Errorf("%s must be a positive duration such as 120h, not %q", EnvDisableAfterFailing, s)
+			return set, fmt.Errorf("%s must be a positive duration such as 120h, not %q", EnvDisableAfterFailing, s)
 		}
 	}
-	days, err := positiveInt(EnvDeliveryRetention)
+	days, err := PositiveInt(EnvDeliveryRetention)
 	if err != nil {
-		return nil, set, err
+		return set, err
 	}
 	if days > 0 {
 		set.DeliveryRetention = time.Duration(days) * 24 * time.Hour
 	}
-	return []service.Option{
-		service.WithEndpointHealth(set.DisableAfterFailures, set.DisableAfterFailing),
-		service.WithDeliveryRetention(set.DeliveryRetention),
-	}, set, nil
+	return set, nil
+}
+
+// Health is the endpoints' health configuration the settings give.
+func (s Settings) Health() endpoints.HealthConfig {
+	return endpoints.HealthConfig{Failures: int64(s.DisableAfterFailures), Failing: s.DisableAfterFailing}
 }
 
 // LocalPipeline reads the local webhook pipeline's settings: how many
@@ -152,7 +135,7 @@ func ServiceOptions() ([]service.Option, ServiceSettings, error) {
 // together four times as many; they mostly wait on receivers and commits)
 // and the retry schedule's scale (default 1).
 func LocalPipeline() (workers int, retryScale float64, err error) {
-	if workers, err = positiveInt(EnvWebhookWorkers); err != nil || workers == 0 {
+	if workers, err = PositiveInt(EnvWebhookWorkers); err != nil || workers == 0 {
 		workers = 256
 	}
 	if err != nil {
@@ -185,8 +168,14 @@ func LogLevel() slog.Level {
 // approval job (the AWS schedule runs it every minute).
 const ApproverInterval = 30 * time.Second
 
+// Approver approves pending conversions whose hold time has passed
+// (conversions.Service).
+type Approver interface {
+	ApproveDue(ctx context.Context) (int, error)
+}
+
 // RunApprover runs the hold-time approval job every interval until ctx ends.
-func RunApprover(ctx context.Context, svc *service.Service, interval time.Duration, log *slog.Logger) {
+func RunApprover(ctx context.Context, approver Approver, interval time.Duration, log *slog.Logger) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -194,7 +183,7 @@ func RunApprover(ctx context.Context, svc *service.Service, interval time.Durati
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			n, err := svc.Conversions.ApproveDue(ctx)
+			n, err := approver.ApproveDue(ctx)
 			if err != nil && ctx.Err() == nil {
 				log.Error("hold-time approval failed", "err", err.Error(), "approved", n)
 			} else if n > 0 {

@@ -297,7 +297,7 @@ func adminLocal(ctx context.Context, dataDir, method, path string, payload []byt
 	}
 	defer st.Close()
 	token := newToken()
-	api := httpapi.New(service.New(st), httpapi.Config{AdminToken: token, Logger: discardLogger()})
+	api := httpapi.New(service.New(st).API(), httpapi.Config{AdminToken: token, Logger: discardLogger()})
 	req := httptest.NewRequestWithContext(ctx, method, path, bytes.NewReader(payload))
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")

@@ -75,7 +75,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		debug.SetGCPercent(serveGCPercent)
 	}
 	log := app.Logger()
-	cfg, err := app.APIConfig(log)
+	cfg, err := httpapi.ConfigFromEnv(log)
 	if err != nil {
 		return err
 	}
@@ -103,11 +103,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	maxConns = cmp.Or(maxConns, defaultMaxConnections())
-	opts, settings, err := app.ServiceOptions()
+	settings, err := app.ReadSettings()
 	if err != nil {
 		return err
 	}
-	opts = append(opts, service.WithLoopbackReceivers(), service.WithRetryScale(retryScale))
+	opts := []service.Option{service.WithEndpointHealth(settings.DisableAfterFailures, settings.DisableAfterFailing),
+		service.WithDeliveryRetention(settings.DeliveryRetention), service.WithLoopbackReceivers(), service.WithRetryScale(retryScale)}
 	var pipelineOpts []webhooks.PipelineOption
 	if app.UsesDynamoDB() {
 		// Other processes may serve from the same table: each attempt is
@@ -139,8 +140,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		wroteInfo = true
 	}
-	cfg.Dashboard = dashboard.New(svc, cfg)
-	api := httpapi.New(svc, cfg)
+	cfg.Dashboard = dashboard.New(svc.API(), cfg)
+	api := httpapi.New(svc.API(), cfg)
 	conns := newConnLimit(ln, maxConns)
 	srv := &http.Server{
 		Handler:           api.Handler(httpapi.AllGroups...),
@@ -158,7 +159,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	jobs, stopJobs := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopJobs()
 	var jobsDone sync.WaitGroup
-	jobsDone.Go(func() { app.RunApprover(jobs, svc, app.ApproverInterval, log) })
+	jobsDone.Go(func() { app.RunApprover(jobs, svc.Conversions, app.ApproverInterval, log) })
 	jobsDone.Go(func() { pipeline.Run(jobs) })
 
 	if *pprofAddr != "" {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/cidr"
 	"github.com/tally-hq/tally/internal/fraud"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
@@ -97,7 +98,7 @@ func (s *Service) BlockIP(ctx context.Context, brandID string, in BlockedIPInput
 	if err := validate.Text("note", in.Note, false, maxBlockedIPNote); err != nil {
 		return tally.BlockedIP{}, err
 	}
-	prefix, err := fraud.ParsePrefix(strings.TrimSpace(*in.CIDR))
+	prefix, err := cidr.Parse(strings.TrimSpace(*in.CIDR))
 	if err != nil {
 		return tally.BlockedIP{}, validate.Invalid("cidr must be an IPv4 or IPv6 address or CIDR range, such as 203.0.113.0/24 or 2001:db8::/48.")
 	}
@@ -185,7 +186,7 @@ func (s *Service) fraudConfig(ctx context.Context, brandID string) (fraudConfig,
 			if err := records.Decode(it, &b); err != nil {
 				return fraudConfig{}, err
 			}
-			p, err := fraud.ParsePrefix(b.CIDR)
+			p, err := cidr.Parse(b.CIDR)
 			if err != nil {
 				return fraudConfig{}, fmt.Errorf("blocked IP %s: %w", b.ID, err)
 			}

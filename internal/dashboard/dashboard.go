@@ -20,12 +20,11 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/accounts"
 	"github.com/tally-hq/tally/internal/httpapi"
-	"github.com/tally-hq/tally/internal/service"
 )
 
 // Dashboard is the pages' handler.
 type Dashboard struct {
-	svc *service.Service
+	svc httpapi.Services
 	cfg httpapi.Config
 	mux *http.ServeMux
 }
@@ -33,7 +32,7 @@ type Dashboard struct {
 // New returns the dashboard over svc. It uses cfg's Logger and its
 // ApplicationRateLimit (the application page shares the API form's per-IP
 // budget).
-func New(svc *service.Service, cfg httpapi.Config) http.Handler {
+func New(svc httpapi.Services, cfg httpapi.Config) http.Handler {
 	if cfg.ApplicationRateLimit == 0 {
 		cfg.ApplicationRateLimit = httpapi.DefaultApplicationRateLimit
 	}

@@ -44,8 +44,8 @@ func newSite(t testing.TB, st store.Store, cfg httpapi.Config, opts ...service.O
 	t.Helper()
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	svc := servicetest.New(st, opts...)
-	cfg.Dashboard = dashboard.New(svc, cfg)
-	srv := httptest.NewServer(httpapi.New(svc, cfg).Handler())
+	cfg.Dashboard = dashboard.New(svc.API(), cfg)
+	srv := httptest.NewServer(httpapi.New(svc.API(), cfg).Handler())
 	t.Cleanup(srv.Close)
 	b, err := svc.Identity.CreateBrand(context.Background(), "Acme")
 	if err != nil {

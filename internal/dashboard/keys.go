@@ -27,7 +27,7 @@ func (d *Dashboard) keysData(r *request) (keysData, error) {
 	keys, next, err := d.svc.Identity.ActiveAPIKeys(r.Context(), r.brandID(), records.ListParams{Cursor: r.URL.Query().Get("cursor")})
 	data := keysData{Page: pageOf(r, next)}
 	for _, k := range keys {
-		data.Keys = append(data.Keys, keyRow{APIKey: k, LastUsed: ago(d.svc.DB.Now(), k.LastUsedAt)})
+		data.Keys = append(data.Keys, keyRow{APIKey: k, LastUsed: ago(d.svc.Now(), k.LastUsedAt)})
 	}
 	return data, err
 }

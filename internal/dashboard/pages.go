@@ -35,7 +35,7 @@ type overviewData struct {
 // overview shows today's numbers (UTC) and the last 30 days.
 func (d *Dashboard) overview(w http.ResponseWriter, r *request) error {
 	ctx := r.Context()
-	today := d.svc.DB.Now().Format(time.DateOnly)
+	today := d.svc.Now().Format(time.DateOnly)
 	now, err := d.svc.Reports.Report(ctx, r.brandID(), reports.ReportQuery{From: today, To: today})
 	if err != nil {
 		return err

@@ -39,7 +39,7 @@ func (d *Dashboard) partnerData(r *request) (partnerData, error) {
 	switch {
 	case err == nil:
 		data.Postback, data.Checked = &pb, pb.Events
-		data.Values["url"], data.Values["since"] = pb.URL, sinceDefault(d.svc.DB.Now(), pb.EndpointHealth)
+		data.Values["url"], data.Values["since"] = pb.URL, sinceDefault(d.svc.Now(), pb.EndpointHealth)
 	case !isCode(err, tally.ECodeNotFound):
 		return data, err
 	}
@@ -137,7 +137,7 @@ func (d *Dashboard) recoverPostback(w http.ResponseWriter, r *request) error {
 		if !isCode(err, tally.ECodeValidation, tally.ECodeInvalidTransition) {
 			return err
 		}
-		data.Values["since"], data.Errors["since"] = since, recoverMessage(err, d.svc.DB.Now())
+		data.Values["since"], data.Errors["since"] = since, recoverMessage(err, d.svc.Now())
 		renderStatus(w, http.StatusUnprocessableEntity, "partner", r.view(data.Name, "partners", data))
 		return nil
 	}

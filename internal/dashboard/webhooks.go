@@ -92,7 +92,7 @@ type webhookData struct {
 func (d *Dashboard) webhookData(r *request) (webhookData, error) {
 	sub, err := d.svc.Endpoints.Subscription(r.Context(), r.brandID(), r.PathValue("id"))
 	return webhookData{Subscription: sub, Events: catalog.Events(), Checked: sub.Events, Errors: map[string]string{},
-		Values: map[string]string{"url": sub.URL, "since": sinceDefault(d.svc.DB.Now(), sub.EndpointHealth)}}, err
+		Values: map[string]string{"url": sub.URL, "since": sinceDefault(d.svc.Now(), sub.EndpointHealth)}}, err
 }
 
 func (d *Dashboard) webhook(w http.ResponseWriter, r *request) error {
@@ -171,7 +171,7 @@ func (d *Dashboard) recoverWebhook(w http.ResponseWriter, r *request) error {
 		if !isCode(err, tally.ECodeValidation, tally.ECodeInvalidTransition) {
 			return err
 		}
-		data.Values["since"], data.Errors["since"] = since, recoverMessage(err, d.svc.DB.Now())
+		data.Values["since"], data.Errors["since"] = since, recoverMessage(err, d.svc.Now())
 		renderStatus(w, http.StatusUnprocessableEntity, "webhook", r.view("Webhook", "webhooks", data))
 		return nil
 	}

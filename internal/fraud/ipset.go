@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	"github.com/tally-hq/tally/internal/cidr"
 )
 
 // IPSet is a set of address ranges, IPv4 and IPv6, kept as sorted,
@@ -56,7 +58,7 @@ func ParseIPSet(r io.Reader) (*IPSet, error) {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		p, err := ParsePrefix(line)
+		p, err := cidr.Parse(line)
 		if err != nil {
 			return nil, fmt.Errorf("line %d: %w", n, err)
 		}
@@ -66,36 +68,6 @@ func ParseIPSet(r io.Reader) (*IPSet, error) {
 		return nil, err
 	}
 	return NewIPSet(prefixes), nil
-}
-
-// ParsePrefix reads a CIDR such as 203.0.113.0/24 or 2001:db8::/32, or a
-// single address (a /32 or /128). IPv4-mapped IPv6 addresses count as IPv4.
-// A zone (fe80::1%eth0) and a mapped range wider than the mapped space
-// (::ffff:198.51.100.0/80) are refused: neither could ever match a client
-// address, which is looked up without a zone and unmapped.
-func ParsePrefix(s string) (netip.Prefix, error) {
-	if !strings.Contains(s, "/") {
-		a, err := netip.ParseAddr(s)
-		if err != nil {
-			return netip.Prefix{}, err
-		}
-		if a.Zone() != "" {
-			return netip.Prefix{}, fmt.Errorf("fraud: %q: an address range has no zone", s)
-		}
-		a = a.Unmap()
-		return netip.PrefixFrom(a, a.BitLen()), nil
-	}
-	p, err := netip.ParsePrefix(s)
-	if err != nil {
-		return netip.Prefix{}, err
-	}
-	if a := p.Addr(); a.Is4In6() {
-		if p.Bits() < 96 {
-			return netip.Prefix{}, fmt.Errorf("fraud: %q: write an IPv4 range as IPv4", s)
-		}
-		p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
-	}
-	return p.Masked(), nil
 }
 
 // Contains reports whether a is in the set. IPv4-mapped IPv6 addresses are

@@ -5,6 +5,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"fmt"
@@ -20,9 +21,17 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/accounts"
+	"github.com/tally-hq/tally/internal/app"
+	"github.com/tally-hq/tally/internal/clicks"
+	"github.com/tally-hq/tally/internal/conversions"
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/identity"
 	"github.com/tally-hq/tally/internal/ids"
-	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/offers"
+	"github.com/tally-hq/tally/internal/partners"
+	"github.com/tally-hq/tally/internal/ratelimit"
+	"github.com/tally-hq/tally/internal/reports"
 )
 
 // Config configures the API.
@@ -54,14 +63,54 @@ const (
 	DefaultApplicationRateLimit = 10
 )
 
+// ConfigFromEnv reads the API's settings from the environment, with the
+// defaults filled in: it is the configuration in effect.
+func ConfigFromEnv(logger *slog.Logger) (Config, error) {
+	cfg := Config{Logger: logger}
+	var err error
+	if cfg.RateLimit, err = app.PositiveInt(app.EnvRateLimit); err != nil {
+		return cfg, err
+	}
+	if cfg.ApplicationRateLimit, err = app.PositiveInt(app.EnvApplicationRateLimit); err != nil {
+		return cfg, err
+	}
+	cfg.RateLimit = cmp.Or(cfg.RateLimit, DefaultRateLimit)
+	cfg.ApplicationRateLimit = cmp.Or(cfg.ApplicationRateLimit, DefaultApplicationRateLimit)
+	cfg.TrustedProxies, err = app.Prefixes(app.EnvTrustedProxies)
+	return cfg, err
+}
+
+// Services are what the API's routes call. A deployment that serves some
+// route groups sets what those groups use; the rest may stay nil.
+type Services struct {
+	Identity    *identity.Service // every route that takes a key
+	Limits      Limits            // every route
+	Accounts    *accounts.Service // the admin API's users
+	Offers      *offers.Service
+	Partners    *partners.Service
+	Conversions *conversions.Service
+	Reports     *reports.Service
+	Clicks      *clicks.Service
+	Endpoints   *endpoints.Service
+	Deliveries  *endpoints.Log
+	// Now is the time, in UTC to the millisecond (records.DB.Now).
+	Now func() time.Time
+}
+
+// Limits counts requests against rate limits (package ratelimit).
+type Limits interface {
+	Allow(ctx context.Context, bucket string, limit int) (ratelimit.Decision, error)
+	AllowPer(ctx context.Context, bucket string, limit int, per time.Duration) (ratelimit.Decision, error)
+}
+
 // API holds the handlers.
 type API struct {
-	svc *service.Service
+	svc Services
 	cfg Config
 }
 
 // New returns the API over svc.
-func New(svc *service.Service, cfg Config) *API {
+func New(svc Services, cfg Config) *API {
 	if cfg.RateLimit == 0 {
 		cfg.RateLimit = DefaultRateLimit
 	}
@@ -192,7 +241,7 @@ func (a *API) routes() []route {
 // Deployment templates are checked against it.
 func Routes(group string) []string {
 	var out []string
-	for _, rt := range (&API{svc: &service.Service{}}).routes() { // method values only: nothing is called
+	for _, rt := range (&API{}).routes() { // method values only: nothing is called
 		if rt.group == group {
 			out = append(out, rt.method+" "+rt.pattern)
 		}

@@ -207,7 +207,7 @@ func TestOfferChangeReachesOtherInstancesAtOnce(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		a := newEnv(t, st, httpapi.Config{RateLimit: 10_000})
 		b := &env{t: t, svc: servicetest.New(st)}
-		b.srv = httptest.NewServer(httpapi.New(b.svc, httpapi.Config{RateLimit: 10_000, Logger: slog.New(slog.DiscardHandler)}).Handler())
+		b.srv = httptest.NewServer(httpapi.New(b.svc.API(), httpapi.Config{RateLimit: 10_000, Logger: slog.New(slog.DiscardHandler)}).Handler())
 		t.Cleanup(b.srv.Close)
 		brandID, key := a.brand()
 		offerID := a.offer(key, clickDest)

@@ -5,12 +5,12 @@ import (
 	"testing"
 
 	"github.com/tally-hq/tally/internal/httpapi"
-	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
 )
 
-// The conversions function on AWS (lambdafn.StreamOptions) writes a
+// The conversions function on AWS (service.OnAWS) writes a
 // conversion without caps or clickId as conditional puts, the marker
 // first, and one with caps in a transaction; neither writes the
 // conversion.created event (the fan-out makes it from the stream), each
@@ -40,7 +40,7 @@ func TestSameTransactionPostedConcurrentlyOnAWSIsRecordedOnce(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := testenv.DynamoDB(t)
-			raceSameTransaction(t, st, tc.offer, lambdafn.StreamOptions()...)
+			raceSameTransaction(t, st, tc.offer, service.OnAWS())
 			if n := conversionOutbox(t, st); n != 1 {
 				t.Errorf("%d outbox entries, want 1", n)
 			}
@@ -50,7 +50,7 @@ func TestSameTransactionPostedConcurrentlyOnAWSIsRecordedOnce(t *testing.T) {
 
 func TestDailyCapUnderConcurrencyOnAWS(t *testing.T) {
 	st := testenv.DynamoDB(t)
-	raceDailyCap(t, st, lambdafn.StreamOptions()...)
+	raceDailyCap(t, st, service.OnAWS())
 	if n := conversionOutbox(t, st); n != 50 {
 		t.Errorf("%d outbox entries, want the 50 conversions'", n)
 	}
@@ -63,8 +63,8 @@ func TestDailyCapUnderConcurrencyOnAWS(t *testing.T) {
 // conversion writes nothing; a retry of an accepted one still replays.
 func TestConversionOnAWSFollowsPauseAndBanAtOnce(t *testing.T) {
 	st := testenv.DynamoDB(t)
-	a := newEnv(t, st, httpapi.Config{RateLimit: 10_000}, lambdafn.StreamOptions()...)
-	b := newEnv(t, st, httpapi.Config{RateLimit: 10_000}, lambdafn.StreamOptions()...)
+	a := newEnv(t, st, httpapi.Config{RateLimit: 10_000}, service.OnAWS())
+	b := newEnv(t, st, httpapi.Config{RateLimit: 10_000}, service.OnAWS())
 	brandID, key := a.brand()
 	offerID := a.offer(key, nil)
 	partnerID := a.activePartner(brandID, key)

@@ -7,7 +7,6 @@ import (
 
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/httpapi"
-	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store/dynamo"
 )
@@ -42,7 +41,7 @@ func TestConversionCostsOneTransaction(t *testing.T) {
 	}
 }
 
-// On AWS (lambdafn.StreamOptions) the table's stream adds conversions to
+// On AWS (service.OnAWS) the table's stream adds conversions to
 // the rollups and carries them to the fan-out, which makes their events:
 // the offer and the partner are read just before the write (strongly
 // consistent), and a conversion without caps is three conditional puts
@@ -63,7 +62,7 @@ func TestConversionOnAWS(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			client, table := dynamotest.NewTable(t)
 			api := dynamotest.NewMeter(client, table)
-			e := newEnv(t, dynamo.New(api, table), httpapi.Config{}, lambdafn.StreamOptions()...)
+			e := newEnv(t, dynamo.New(api, table), httpapi.Config{}, service.OnAWS())
 			brandID, key := e.brand()
 			offerID := e.offer(key, tc.offer)
 			partnerID := e.activePartner(brandID, key)
@@ -107,7 +106,7 @@ func TestAttributedConversionCost(t *testing.T) {
 		wru  float64
 	}{
 		{"local", nil, map[string]int{"GetItem": 1, "TransactWriteItems": 1, "items written": 8, "UpdateItem": 1}, 0},
-		{"AWS", lambdafn.StreamOptions(), map[string]int{"GetItem": 3, "TransactWriteItems": 1, "items written": 4, "UpdateItem": 1}, 13},
+		{"AWS", []service.Option{service.OnAWS()}, map[string]int{"GetItem": 3, "TransactWriteItems": 1, "items written": 4, "UpdateItem": 1}, 13},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client, table := dynamotest.NewTable(t)

@@ -31,7 +31,7 @@ func newEnv(t *testing.T, st store.Store, cfg httpapi.Config, opts ...service.Op
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	svc := servicetest.New(st, opts...)
-	srv := httptest.NewServer(httpapi.New(svc, cfg).Handler())
+	srv := httptest.NewServer(httpapi.New(svc.API(), cfg).Handler())
 	t.Cleanup(srv.Close)
 	return &env{t: t, svc: svc, srv: srv}
 }

@@ -382,7 +382,7 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 
 	// Receivers run on loopback, which only the local server's setting allows.
 	svc := servicetest.New(st, service.WithLoopbackReceivers())
-	srv := httptest.NewServer(httpapi.New(svc, httpapi.Config{RateLimit: 1_000_000, ApplicationRateLimit: 1_000_000, Logger: quiet}).Handler())
+	srv := httptest.NewServer(httpapi.New(svc.API(), httpapi.Config{RateLimit: 1_000_000, ApplicationRateLimit: 1_000_000, Logger: quiet}).Handler())
 	t.Cleanup(srv.Close)
 	// A second instance over the same store with limits of one request per
 	// minute, for the 429s. Its clock stands still, so that its window does
@@ -390,7 +390,7 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	// window with the first instance (the client IP bucket is the same).
 	frozen := time.Now().Add(time.Hour)
 	limitedSvc := servicetest.New(st, service.WithClock(func() time.Time { return frozen }))
-	limited := httptest.NewServer(httpapi.New(limitedSvc, httpapi.Config{RateLimit: 1, ApplicationRateLimit: 1, Logger: quiet}).Handler())
+	limited := httptest.NewServer(httpapi.New(limitedSvc.API(), httpapi.Config{RateLimit: 1, ApplicationRateLimit: 1, Logger: quiet}).Handler())
 	t.Cleanup(limited.Close)
 
 	brand, err := svc.Identity.CreateBrand(ctx, "Acme Shoes")

@@ -170,7 +170,7 @@ func TestUnknownRoutesAndMethodsAnswerInTheErrorShape(t *testing.T) {
 
 func TestFallbackAnswersWhatNoRouteMatches(t *testing.T) {
 	svc := servicetest.New(testenv.Bolt(t))
-	srv := httptest.NewServer(httpapi.New(svc, httpapi.Config{Logger: slog.New(slog.DiscardHandler)}).Handler(httpapi.GroupFallback))
+	srv := httptest.NewServer(httpapi.New(svc.API(), httpapi.Config{Logger: slog.New(slog.DiscardHandler)}).Handler(httpapi.GroupFallback))
 	defer srv.Close()
 	e := &env{t: t, svc: svc, srv: srv}
 	_, key := e.brand()

@@ -46,7 +46,6 @@ import (
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/lambdacheck"
-	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/lambdafn/deliver"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
 	"github.com/tally-hq/tally/internal/sfntest"
@@ -593,7 +592,7 @@ func bootstrapDeliver(t *testing.T, p *lambdaProcess, st *dynamo.Store, executio
 	}
 	for _, name := range started() {
 		e := executions.Describe(t, name)
-		var in lambdafn.RetryInput
+		var in deliver.RetryInput
 		restart := strings.HasSuffix(name, "-r1")
 		if err := json.Unmarshal([]byte(e.Input), &in); err != nil || in.BrandID != f.brand.ID ||
 			restart != (e.Status == sfntest.StatusRunning) || restart != (in.Attempt == 2 && in.ResumeAt != nil) {
@@ -628,7 +627,7 @@ func bootstrapReconciler(t *testing.T, p *lambdaProcess, st *dynamo.Store, deliv
 		t.Fatalf("queued %q, want the delivery of %s among them", deliveryQueue.messages(t)[before:], evt.ID)
 	}
 	// The deliver function's step: attempt 1 writes the delivery.
-	h := deliver.DeliverHandler(f.svc, f.sender, f.executions, stateMachineARN, f.cfg.Logger)
+	h := deliver.DeliverHandler(f.svc.Webhooks, f.sender, f.executions, stateMachineARN, f.cfg.Logger)
 	if out, err := h(lambdaContext(t, "deliver-invocation"), events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m1", Body: msg}}}); err != nil || len(out.BatchItemFailures) > 0 {
 		t.Fatalf("deliver: %+v, %v", out, err)
 	}

@@ -19,8 +19,8 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/deploy"
 	"github.com/tally-hq/tally/internal/dynamotest"
-	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
+	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/store/dynamo"
 	"github.com/tally-hq/tally/internal/testenv"
@@ -177,13 +177,13 @@ func allows(g deploy.Grant, a usedAction) bool {
 func TestConversionOutboxIsAllowed(t *testing.T) {
 	client, table := dynamotest.NewTable(t)
 	used := &usedActions{API: client, seen: map[usedAction]bool{}}
-	f := newFixture(t, dynamo.New(used, table), lambdafn.StreamOptions()...)
+	f := newFixture(t, dynamo.New(used, table), service.OnAWS())
 	tpl := template(t)
 	q := f.deliveryQueue(t)
 
 	// The fixture's conversion: its stream record was lost.
 	f.clock.Add(time.Hour)
-	res, err := queue.DefaultReconciler.Handler(f.svc, q.client, q.URL, f.cfg.Logger)(lambdaContext(t, "reconciler-invocation"), events.EventBridgeEvent{})
+	res, err := queue.DefaultReconciler.Handler(f.svc.Webhooks, q.client, q.URL, f.cfg.Logger)(lambdaContext(t, "reconciler-invocation"), events.EventBridgeEvent{})
 	if err != nil || res.Events == 0 {
 		t.Fatalf("reconciler: %+v, %v; want the conversion's event fanned out", res, err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/app"
 	"github.com/tally-hq/tally/internal/catalog"
 	"github.com/tally-hq/tally/internal/clicks"
 	"github.com/tally-hq/tally/internal/conversions"
@@ -34,7 +35,11 @@ import (
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/identity"
 	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/lambdafn/api"
+	"github.com/tally-hq/tally/internal/lambdafn/approve"
+	"github.com/tally-hq/tally/internal/lambdafn/deliver"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
+	"github.com/tally-hq/tally/internal/lambdafn/rollup"
 	"github.com/tally-hq/tally/internal/offers"
 	"github.com/tally-hq/tally/internal/partners"
 	"github.com/tally-hq/tally/internal/records"
@@ -219,7 +224,7 @@ func newFixture(t *testing.T, st store.Store, opts ...service.Option) *fixture {
 	f := &fixture{st: st, clock: &clock{now: time.Now().UTC()}, logs: &logBuffer{}, receivers: map[string]*receiver{}}
 	f.svc = servicetest.New(st, append([]service.Option{service.WithClock(f.clock.Now), service.WithLoopbackReceivers()}, opts...)...)
 	f.cfg = httpapi.Config{Logger: slog.New(slog.NewJSONHandler(f.logs, nil))}
-	f.cfg.Dashboard = dashboard.New(f.svc, f.cfg)
+	f.cfg.Dashboard = dashboard.New(f.svc.API(), f.cfg)
 	f.executions = &fakeExecutions{}
 	f.sender = delivery.NewSender(delivery.Options{AllowLoopback: true, Timeout: 5 * time.Second})
 	var err error
@@ -356,7 +361,7 @@ func lambdaContext(t *testing.T, id string) context.Context {
 
 // invokeAPI runs an event through h the way the Lambda runtime does: the
 // event decoded from JSON, the answer encoded to JSON and read back.
-func invokeAPI(t *testing.T, f *fixture, h lambdafn.APIFunc, ev events.APIGatewayV2HTTPRequest) response {
+func invokeAPI(t *testing.T, f *fixture, h api.APIFunc, ev events.APIGatewayV2HTTPRequest) response {
 	t.Helper()
 	f.logs.take(t)
 	out, err := h(lambdaContext(t, "5c1f0e52-7f1b-4d2f-9a55-0c1d2e3f4a5b"), ev)
@@ -411,9 +416,9 @@ func decodeEvent[T any](t *testing.T, raw []byte) T {
 	return ev
 }
 
-func apiHandler(t *testing.T, f *fixture, groups []string) lambdafn.APIFunc {
+func apiHandler(t *testing.T, f *fixture, groups []string) api.APIFunc {
 	t.Helper()
-	h, err := lambdafn.APIHandler(f.svc, f.cfg, groups...)
+	h, err := api.APIHandler(f.svc.API(), f.cfg, groups...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +433,7 @@ type sampleCase struct {
 	// api checks an API sample; call invokes it (again).
 	api func(t *testing.T, f *fixture, call func() response)
 	// approver checks the scheduled sample.
-	approver func(t *testing.T, f *fixture, call func() (lambdafn.ApproverResult, error))
+	approver func(t *testing.T, f *fixture, call func() (approve.Result, error))
 	// fanout checks the stream sample ev; call runs a batch through the
 	// fan-out handler, which sends to f.queue.
 	fanout func(t *testing.T, f *fixture, ev events.DynamoDBEvent, call func(events.DynamoDBEvent) events.DynamoDBEventResponse)
@@ -437,7 +442,7 @@ type sampleCase struct {
 	deliver func(t *testing.T, f *fixture, ev events.SQSEvent, call func(events.SQSEvent) events.SQSEventResponse)
 	// attempt checks the task sample in; call runs a task through the attempt
 	// handler and returns its answer as the state machine reads it (JSON).
-	attempt func(t *testing.T, f *fixture, in lambdafn.RetryInput, call func(lambdafn.RetryInput) (map[string]any, error))
+	attempt func(t *testing.T, f *fixture, in deliver.RetryInput, call func(deliver.RetryInput) (map[string]any, error))
 	// reconciler checks the scheduled sample; call runs the reconciler's
 	// handler, which queues on f.deliveryQueue.
 	reconciler func(t *testing.T, f *fixture, call func() (queue.ReconcilerResult, error))
@@ -819,7 +824,7 @@ var cases = map[string]sampleCase{
 				t.Fatal("setup: a conversion of a 2-hour hold offer has no approveAt")
 			}
 		},
-		approver: func(t *testing.T, f *fixture, call func() (lambdafn.ApproverResult, error)) {
+		approver: func(t *testing.T, f *fixture, call func() (approve.Result, error)) {
 			status := func() string {
 				c, err := f.svc.Conversions.Conversion(t.Context(), f.brand.ID, f.conversion.ID)
 				if err != nil {
@@ -869,7 +874,7 @@ func TestFunctionsAreCovered(t *testing.T) {
 			t.Errorf("functions/%s has no sample: add events/%s-<action>.json and a case in this test", fn.name, fn.name)
 		}
 		if fn.kind == kindAPI {
-			if _, err := lambdafn.APIHandler(servicetest.New(nil), httpapi.Config{Dashboard: dashboard.New(nil, httpapi.Config{})}, fn.groups...); err != nil {
+			if _, err := api.APIHandler(httpapi.Services{}, httpapi.Config{Dashboard: dashboard.New(httpapi.Services{}, httpapi.Config{})}, fn.groups...); err != nil {
 				t.Errorf("functions/%s: %v", fn.name, err)
 			}
 		}
@@ -948,10 +953,10 @@ func TestSamples(t *testing.T) {
 					}
 					switch fn.kind {
 					case kindApprover:
-						h := lambdafn.ApproverHandler(f.svc, f.cfg.Logger)
+						h := approve.Handler(f.svc.Conversions, f.cfg.Logger)
 						ev := decodeEvent[events.EventBridgeEvent](t, raw)
 						f.logs.take(t)
-						c.approver(t, f, func() (lambdafn.ApproverResult, error) {
+						c.approver(t, f, func() (approve.Result, error) {
 							return h(lambdaContext(t, "approver-invocation"), ev)
 						})
 					case kindAPI:
@@ -967,16 +972,16 @@ func TestSamples(t *testing.T) {
 					case kindDeliver:
 						c.deliver(t, f, decodeEvent[events.SQSEvent](t, raw), deliverCall(t, f))
 					case kindAttempt:
-						c.attempt(t, f, decodeEvent[lambdafn.RetryInput](t, raw), attemptCall(t, f))
+						c.attempt(t, f, decodeEvent[deliver.RetryInput](t, raw), attemptCall(t, f))
 					case kindReconciler:
 						q := f.deliveryQueue(t)
-						h := queue.DefaultReconciler.Handler(f.svc, q.client, q.URL, f.cfg.Logger)
+						h := queue.DefaultReconciler.Handler(f.svc.Webhooks, q.client, q.URL, f.cfg.Logger)
 						ev := decodeEvent[events.EventBridgeEvent](t, raw)
 						c.reconciler(t, f, func() (queue.ReconcilerResult, error) {
 							return h(lambdaContext(t, "reconciler-invocation"), ev)
 						})
 					case kindRollup:
-						h := lambdafn.RollupHandler(f.svc, f.cfg.Logger)
+						h := rollup.Handler(f.svc.Reports, f.cfg.Logger)
 						c.rollup(t, f, decodeEvent[events.DynamoDBTimeWindowEvent](t, raw), func(ev events.DynamoDBTimeWindowEvent) error {
 							resp, err := h(lambdaContext(t, "rollup-invocation"), ev)
 							if resp.State == nil {
@@ -1207,12 +1212,12 @@ func TestAPIHandlerGroups(t *testing.T) {
 	for _, groups := range [][]string{nil, {httpapi.GroupAdmin}, {"offer"}, {httpapi.GroupOffers, "reprots"},
 		// The fallback serves nothing, so it would hide the offers routes.
 		{httpapi.GroupOffers, httpapi.GroupFallback}, {httpapi.GroupFallback, httpapi.GroupFallback}} {
-		if _, err := lambdafn.APIHandler(svc, httpapi.Config{}, groups...); err == nil {
+		if _, err := api.APIHandler(svc.API(), httpapi.Config{}, groups...); err == nil {
 			t.Errorf("APIHandler(%q) accepted the groups", groups)
 		}
 	}
 	for _, groups := range [][]string{{httpapi.GroupFallback}, {httpapi.GroupOffers, httpapi.GroupReports}} {
-		if _, err := lambdafn.APIHandler(svc, httpapi.Config{}, groups...); err != nil {
+		if _, err := api.APIHandler(svc.API(), httpapi.Config{}, groups...); err != nil {
 			t.Errorf("APIHandler(%q): %v", groups, err)
 		}
 	}
@@ -1231,12 +1236,12 @@ func TestSetup(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 
 	t.Setenv("TALLY_TABLE", "")
-	if _, _, err := lambdafn.Setup(log); err == nil || !strings.Contains(err.Error(), "TALLY_TABLE") {
+	if _, err := lambdafn.OpenDB(); err == nil || !strings.Contains(err.Error(), "TALLY_TABLE") {
 		t.Errorf("without TALLY_TABLE: err %v, want one naming TALLY_TABLE", err)
 	}
 	t.Setenv("TALLY_TABLE", "tally")
 	t.Setenv("TALLY_RATE_LIMIT", "lots")
-	if _, _, err := lambdafn.Setup(log); err == nil || !strings.Contains(err.Error(), "TALLY_RATE_LIMIT") {
+	if _, err := httpapi.ConfigFromEnv(log); err == nil || !strings.Contains(err.Error(), "TALLY_RATE_LIMIT") {
 		t.Errorf("with TALLY_RATE_LIMIT=lots: err %v, want one naming TALLY_RATE_LIMIT", err)
 	}
 	t.Setenv("TALLY_RATE_LIMIT", "250")
@@ -1244,10 +1249,19 @@ func TestSetup(t *testing.T) {
 	_, table := dynamotest.NewTable(t)
 	t.Setenv("TALLY_TABLE", table)
 	t.Setenv("AWS_ENDPOINT_URL_DYNAMODB", dynamotest.Endpoint(t))
-	svc, cfg, err := lambdafn.Setup(log)
+	db, err := lambdafn.OpenDB()
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg, err := httpapi.ConfigFromEnv(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings, err := app.ReadSettings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := api.Services(db, settings)
 	if cfg.RateLimit != 250 {
 		t.Errorf("RateLimit = %d, want 250 from TALLY_RATE_LIMIT", cfg.RateLimit)
 	}

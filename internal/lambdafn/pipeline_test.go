@@ -37,7 +37,6 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/endpoints"
-	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/lambdafn/deliver"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
 	"github.com/tally-hq/tally/internal/records"
@@ -346,7 +345,7 @@ func roundTrip[Out any](t *testing.T, v any) Out {
 }
 
 func fanoutCall(t *testing.T, f *fixture) func(events.DynamoDBEvent) events.DynamoDBEventResponse {
-	h := queue.FanoutHandler(f.svc, f.deliveryQueue(t).client, f.deliveryQueue(t).URL, f.cfg.Logger)
+	h := queue.FanoutHandler(f.svc.Webhooks, f.deliveryQueue(t).client, f.deliveryQueue(t).URL, f.cfg.Logger)
 	return func(ev events.DynamoDBEvent) events.DynamoDBEventResponse {
 		t.Helper()
 		out, err := h(lambdaContext(t, "fanout-invocation"), ev)
@@ -358,7 +357,7 @@ func fanoutCall(t *testing.T, f *fixture) func(events.DynamoDBEvent) events.Dyna
 }
 
 func deliverCall(t *testing.T, f *fixture) func(events.SQSEvent) events.SQSEventResponse {
-	h := deliver.DeliverHandler(f.svc, f.sender, f.executions, stateMachineARN, f.cfg.Logger)
+	h := deliver.DeliverHandler(f.svc.Webhooks, f.sender, f.executions, stateMachineARN, f.cfg.Logger)
 	return func(ev events.SQSEvent) events.SQSEventResponse {
 		t.Helper()
 		out, err := h(lambdaContext(t, "deliver-invocation"), ev)
@@ -369,9 +368,9 @@ func deliverCall(t *testing.T, f *fixture) func(events.SQSEvent) events.SQSEvent
 	}
 }
 
-func attemptCall(t *testing.T, f *fixture) func(lambdafn.RetryInput) (map[string]any, error) {
-	h := lambdafn.AttemptHandler(f.svc, f.sender)
-	return func(in lambdafn.RetryInput) (map[string]any, error) {
+func attemptCall(t *testing.T, f *fixture) func(deliver.RetryInput) (map[string]any, error) {
+	h := deliver.AttemptHandler(f.svc.Webhooks, f.sender)
+	return func(in deliver.RetryInput) (map[string]any, error) {
 		t.Helper()
 		out, err := h(lambdaContext(t, "attempt-invocation"), in)
 		if err != nil {
@@ -574,7 +573,7 @@ func init() {
 				if want := fmt.Sprintf("%s-0-r%d", failingID, restart); len(names) != restart+1 || names[restart] != want {
 					t.Fatalf("restart %d: executions %v, want a new one named %s", restart, names, want)
 				}
-				var in lambdafn.RetryInput
+				var in deliver.RetryInput
 				if err := json.Unmarshal([]byte(aws.ToString(f.executions.started[restart].Input)), &in); err != nil ||
 					in.DeliveryID != failingID || in.Attempt != 2 || in.ResumeAt == nil || !in.ResumeAt.Equal(due.Time) {
 					t.Errorf("restart %d: input %s, want attempt 2 of %s resuming at %v", restart, aws.ToString(f.executions.started[restart].Input), failingID, due)
@@ -657,7 +656,7 @@ func init() {
 			}
 			f.vars["TALLY_DELIVERY_ID"] = d.ID
 		},
-		attempt: func(t *testing.T, f *fixture, in lambdafn.RetryInput, call func(lambdafn.RetryInput) (map[string]any, error)) {
+		attempt: func(t *testing.T, f *fixture, in deliver.RetryInput, call func(deliver.RetryInput) (map[string]any, error)) {
 			id := f.vars["TALLY_DELIVERY_ID"]
 			if in.Attempt != 2 || in.BrandID != f.brand.ID || in.DeliveryID != id {
 				t.Fatalf("the sample decodes to %+v", in)
@@ -1065,7 +1064,7 @@ func TestReconcilerDefersToABacklog(t *testing.T) {
 	}
 	r := queue.DefaultReconciler
 	r.Backlog = 2
-	h := r.Handler(f.svc, q.client, q.URL, f.cfg.Logger)
+	h := r.Handler(f.svc.Webhooks, q.client, q.URL, f.cfg.Logger)
 	f.clock.Add(time.Hour)
 	res, err := h(lambdaContext(t, "reconciler-invocation"), events.EventBridgeEvent{})
 	if err != nil || res.Events != 0 || res.Deliveries != 0 || !res.Deferred || res.Backlog != 2 {
@@ -1103,7 +1102,7 @@ func TestReconcilerRedrivesEventsWithoutTheBacklog(t *testing.T) {
 	f.subscribe(t, []string{tally.EventPartnerApplied}, "")
 	dropped := f.applied(t, "Trail Tales")
 	q := f.deliveryQueue(t)
-	h := queue.DefaultReconciler.Handler(f.svc, blindQueue{q.client}, q.URL, f.cfg.Logger)
+	h := queue.DefaultReconciler.Handler(f.svc.Webhooks, blindQueue{q.client}, q.URL, f.cfg.Logger)
 	f.clock.Add(time.Hour)
 	res, err := h(lambdaContext(t, "reconciler-invocation"), events.EventBridgeEvent{})
 	if err == nil || res.Events != 1 || res.Deferred {

@@ -17,10 +17,12 @@ import (
 	"github.com/tally-hq/tally/internal/clicks"
 	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/identity"
 	"github.com/tally-hq/tally/internal/offers"
 	"github.com/tally-hq/tally/internal/outbox"
 	"github.com/tally-hq/tally/internal/partners"
+	"github.com/tally-hq/tally/internal/password"
 	"github.com/tally-hq/tally/internal/ratelimit"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/reports"
@@ -200,7 +202,7 @@ func New(st store.Store, opts ...Option) *Service {
 	}
 	s.Events = outbox.NewWriter(s.DB, c.deliveryRetention, c.queue, notify)
 	s.Identity = identity.New(s.DB, c.cacheTTL)
-	s.Accounts = accounts.New(s.DB, s.Identity)
+	s.Accounts = accounts.New(s.DB, s.Identity, password.Argon2id{})
 	s.Limits = ratelimit.NewShared(s.DB)
 	if c.localRates {
 		s.Limits = ratelimit.NewLocal(c.clock)
@@ -213,4 +215,25 @@ func New(st store.Store, opts ...Option) *Service {
 	s.Endpoints = endpoints.New(s.DB, s.Events, s.Partners, c.checkURL)
 	s.Deliveries = endpoints.NewLog(s.DB, s.Endpoints, c.deliveryRetention, c.requeue)
 	return s
+}
+
+// API is what the HTTP API's routes and the dashboard's pages call.
+func (s *Service) API() httpapi.Services {
+	return httpapi.Services{
+		Identity: s.Identity, Limits: s.Limits, Accounts: s.Accounts, Offers: s.Offers, Partners: s.Partners,
+		Conversions: s.Conversions, Reports: s.Reports, Clicks: s.Clicks, Endpoints: s.Endpoints,
+		Deliveries: s.Deliveries, Now: s.DB.Now,
+	}
+}
+
+// OnAWS runs the Service as the AWS functions run their capabilities: laid
+// out for DynamoDB (Partitioned), with new conversions' and clicks'
+// rollups and new conversions' events left to the table's stream. For the
+// tests of the AWS path, which drive the functions' handlers with it.
+func OnAWS() Option {
+	return func(c *config) {
+		for _, o := range []Option{Partitioned(), WithStreamRollups(), WithStreamConversions()} {
+			o(c)
+		}
+	}
 }

@@ -23,7 +23,7 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/httpapi"
-	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/lambdafn/api"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
 	"github.com/tally-hq/tally/internal/offers"
 	"github.com/tally-hq/tally/internal/partners"
@@ -72,7 +72,7 @@ func TestAWSPath(t *testing.T) {
 	})
 	// The partners function, over the set-up service: the receiver is on
 	// loopback, which only the local server accepts.
-	partners, err := lambdafn.APIHandler(f.svc, httpapi.Config{Logger: f.log}, httpapi.GroupPartners)
+	partners, err := api.APIHandler(f.svc.API(), httpapi.Config{Logger: f.log}, httpapi.GroupPartners)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestAWSPath(t *testing.T) {
 	}
 
 	// The conversions function records a conversion.
-	api, err := lambdafn.APIHandler(f.function(), httpapi.Config{Logger: f.log}, httpapi.GroupConversions)
+	api, err := api.APIHandler(f.function().API(), httpapi.Config{Logger: f.log}, httpapi.GroupConversions)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestAWSPath(t *testing.T) {
 	// sending to the delivery queue (visibility and redrive as deployed).
 	sqsClient := sqstest.NewClient(sqstest.Endpoint(t))
 	deliveryQueue, _ := sqstest.NewQueueWithDLQ(t, sqsClient, 180*time.Second, 5)
-	fanout := queue.FanoutHandler(f.function(), sqstest.NewSender(sqstest.Endpoint(t)), deliveryQueue.URL, f.log)
+	fanout := queue.FanoutHandler(f.function().Webhooks, sqstest.NewSender(sqstest.Endpoint(t)), deliveryQueue.URL, f.log)
 	for chunk := range slices.Chunk(batch, 100) {
 		out, err := fanout(lambdaContext(ctx, "fanout"), roundTrip(t, events.DynamoDBEvent{Records: chunk}))
 		if err != nil || len(out.BatchItemFailures) > 0 {

@@ -17,9 +17,10 @@ import (
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/httpapi"
-	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/lambdafn/api"
 	"github.com/tally-hq/tally/internal/lambdafn/deliver"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
+	"github.com/tally-hq/tally/internal/lambdafn/rollup"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/servicetest"
@@ -161,7 +162,7 @@ func newCostPipeline(t *testing.T, status func(n int) int) (*costPipeline, strin
 // the stream adds conversions to the rollups and carries them to the
 // fan-out (lambdafn.Setup).
 func (p *costPipeline) service() *service.Service {
-	return servicetest.New(dynamo.New(p.meter, p.f.table), lambdafn.StreamOptions()...)
+	return servicetest.New(dynamo.New(p.meter, p.f.table), service.OnAWS())
 }
 
 // run records n conversions, adds them to the rollups from the stream and
@@ -170,7 +171,7 @@ func (p *costPipeline) service() *service.Service {
 func (p *costPipeline) run(t *testing.T, tag string, n int, key, offerID, partnerID string) []bill {
 	ctx := t.Context()
 	started := len(p.ex.names)
-	api, err := lambdafn.APIHandler(p.service(), httpapi.Config{Logger: p.f.log}, httpapi.GroupConversions)
+	api, err := api.APIHandler(p.service().API(), httpapi.Config{Logger: p.f.log}, httpapi.GroupConversions)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,20 +209,20 @@ func (p *costPipeline) run(t *testing.T, tag string, n int, key, offerID, partne
 	// takes up to 1000, gathered for up to 15 s).
 	ev := events.DynamoDBTimeWindowEvent{DynamoDBEvent: events.DynamoDBEvent{Records: rollups}}
 	ev.ShardID, ev.EventSourceARN = "shardId-00000001795300000000-4b2e9c1a", rollups[0].EventSourceArn
-	if _, err := lambdafn.RollupHandler(p.service(), p.f.log)(lambdaContext(ctx, "rollup"), roundTrip(t, ev)); err != nil {
+	if _, err := rollup.Handler(p.service().Reports, p.f.log)(lambdaContext(ctx, "rollup"), roundTrip(t, ev)); err != nil {
 		t.Fatalf("rollup: %v", err)
 	}
 	roll := bill{stage: "rollup (stream)", db: p.meter.Take(), invocations: 1, lambdaMs: rollupMsPerBatch}
 
 	client := sqstest.NewClient(sqstest.Endpoint(t))
 	deliveryQueue, _ := sqstest.NewQueueWithDLQ(t, client, 180*time.Second, 5)
-	fanout := queue.FanoutHandler(p.service(), p.q, deliveryQueue.URL, p.f.log)
+	fanout := queue.FanoutHandler(p.service().Webhooks, p.q, deliveryQueue.URL, p.f.log)
 	if out, err := fanout(lambdaContext(ctx, "fanout"), roundTrip(t, events.DynamoDBEvent{Records: batch})); err != nil || len(out.BatchItemFailures) > 0 {
 		t.Fatalf("fanout: %v, failures %+v", err, out.BatchItemFailures)
 	}
 	fan := bill{stage: "fan-out (stream)", db: p.meter.Take(), sqs: p.q.take(), invocations: float64(n) / fanoutBatch, lambdaMs: float64(n) * fanoutMsPerRecord}
 
-	h := deliver.DeliverHandler(p.service(), loopbackSender(), p.ex, stateMachineARN, p.f.log)
+	h := deliver.DeliverHandler(p.service().Webhooks, loopbackSender(), p.ex, stateMachineARN, p.f.log)
 	msgs := 0
 	for {
 		got := sqstest.Receive(t, client, deliveryQueue, deliverBatch, 0)
@@ -309,11 +310,11 @@ func TestCostDownReceiver(t *testing.T) {
 	client := sqstest.NewClient(sqstest.Endpoint(t))
 	deliveryQueue, _ := sqstest.NewQueueWithDLQ(t, client, 180*time.Second, 5)
 	sender := &countingReconcileQueue{countingQueue: countingQueue{Queue: sqstest.NewSender(sqstest.Endpoint(t))}}
-	res, err := queue.DefaultReconciler.Handler(p.service(), sender, deliveryQueue.URL, p.f.log)(lambdaContext(t.Context(), "reconciler"), events.EventBridgeEvent{})
+	res, err := queue.DefaultReconciler.Handler(p.service().Webhooks, sender, deliveryQueue.URL, p.f.log)(lambdaContext(t.Context(), "reconciler"), events.EventBridgeEvent{})
 	if err != nil || res.Released < n {
 		t.Fatalf("reconciler: %+v, %v; want the %d parked deliveries released", res, err, n)
 	}
-	h := deliver.DeliverHandler(p.service(), loopbackSender(), p.ex, stateMachineARN, p.f.log)
+	h := deliver.DeliverHandler(p.service().Webhooks, loopbackSender(), p.ex, stateMachineARN, p.f.log)
 	for {
 		got := sqstest.Receive(t, client, deliveryQueue, deliverBatch, 0)
 		if len(got) == 0 {

@@ -27,7 +27,6 @@ import (
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/endpoints"
-	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/lambdafn/deliver"
 	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/servicetest"
@@ -104,7 +103,7 @@ func (f *fixture) failOnPurpose(t *testing.T, runs ...string) {
 // function returns the service of another function over the same table:
 // each Lambda function has its own (and its own caches).
 func (f *fixture) function() *service.Service {
-	return servicetest.New(dynamo.New(f.client, f.table), lambdafn.StreamOptions()...)
+	return servicetest.New(dynamo.New(f.client, f.table), service.OnAWS())
 }
 
 func (f *fixture) subscribe(t *testing.T, url, secret string, events ...string) tally.Subscription {
@@ -128,7 +127,7 @@ func loopbackSender() *delivery.Sender {
 func (f *fixture) deliver(t *testing.T, msgs ...events.SQSMessage) []string {
 	t.Helper()
 	before := len(f.workflow.Names())
-	h := deliver.DeliverHandler(f.function(), loopbackSender(), f.sfn, stateMachineARN, f.log)
+	h := deliver.DeliverHandler(f.function().Webhooks, loopbackSender(), f.sfn, stateMachineARN, f.log)
 	resp, err := h(lambdaContext(t.Context(), "deliver"), roundTrip(t, events.SQSEvent{Records: msgs}))
 	if err != nil || len(resp.BatchItemFailures) > 0 {
 		t.Fatalf("deliver: %v, failures %+v", err, resp.BatchItemFailures)
@@ -149,7 +148,7 @@ func message(t *testing.T, id string, ref endpoints.DeliveryRef) events.SQSMessa
 
 // taskRun is one run of the attempt program, as it logs it.
 type taskRun struct {
-	Payload lambdafn.RetryInput    `json:"payload"`
+	Payload deliver.RetryInput     `json:"payload"`
 	Result  webhooks.AttemptResult `json:"result"`
 	Error   string                 `json:"error"`
 }

@@ -20,7 +20,7 @@ import (
 	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/httpapi"
-	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/lambdafn/api"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/service"
@@ -103,7 +103,7 @@ func (p *pipeline) streamBatch(t *testing.T) []events.DynamoDBEventRecord {
 // fanout runs the fan-out function on a batch, sending with client.
 func (p *pipeline) fanout(t *testing.T, client queue.Queue, batch []events.DynamoDBEventRecord) events.DynamoDBEventResponse {
 	t.Helper()
-	h := queue.FanoutHandler(p.function(), client, p.queue.URL, p.log)
+	h := queue.FanoutHandler(p.function().Webhooks, client, p.queue.URL, p.log)
 	out, err := h(lambdaContext(t.Context(), "fanout"), roundTrip(t, events.DynamoDBEvent{Records: batch}))
 	if err != nil {
 		t.Fatal(err)
@@ -138,8 +138,8 @@ func (p *pipeline) reconcile(t *testing.T) queue.ReconcilerResult {
 func (p *pipeline) reconcileAfter(t *testing.T, d time.Duration) queue.ReconcilerResult {
 	t.Helper()
 	later := func() time.Time { return time.Now().Add(d) }
-	svc := servicetest.New(dynamo.New(p.client, p.table), append(lambdafn.StreamOptions(), service.WithClock(later))...)
-	h := queue.DefaultReconciler.Handler(svc, p.send, p.queue.URL, p.log)
+	svc := servicetest.New(dynamo.New(p.client, p.table), service.OnAWS(), service.WithClock(later))
+	h := queue.DefaultReconciler.Handler(svc.Webhooks, p.send, p.queue.URL, p.log)
 	res, err := h(lambdaContext(t.Context(), "reconciler"), events.EventBridgeEvent{})
 	if err != nil {
 		t.Fatalf("reconciler: %+v, %v", res, err)
@@ -443,7 +443,7 @@ func newConversionPipeline(t *testing.T) *conversionPipeline {
 // returns the status and the answer.
 func (p *conversionPipeline) post(t *testing.T, st store.Store, txn string) (int, tally.Conversion) {
 	t.Helper()
-	api, err := lambdafn.APIHandler(servicetest.New(st, lambdafn.StreamOptions()...), httpapi.Config{Logger: p.log}, httpapi.GroupConversions)
+	api, err := api.APIHandler(servicetest.New(st, service.OnAWS()).API(), httpapi.Config{Logger: p.log}, httpapi.GroupConversions)
 	if err != nil {
 		t.Fatal(err)
 	}

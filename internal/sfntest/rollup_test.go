@@ -14,7 +14,8 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/clicks"
 	"github.com/tally-hq/tally/internal/httpapi"
-	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/lambdafn/api"
+	"github.com/tally-hq/tally/internal/lambdafn/rollup"
 	"github.com/tally-hq/tally/internal/reports"
 	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/servicetest"
@@ -33,7 +34,7 @@ func TestRollupsFromTheStreamAreExact(t *testing.T) {
 	f := newFixture(t)
 	key, offerID, partnerID := f.conversionSetup(t)
 	svc := servicetest.New(dynamo.New(f.client, f.table), service.WithStreamRollups())
-	api, err := lambdafn.APIHandler(svc, httpapi.Config{Logger: f.log}, httpapi.GroupConversions)
+	api, err := api.APIHandler(svc.API(), httpapi.Config{Logger: f.log}, httpapi.GroupConversions)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,7 @@ func TestRollupsFromTheStreamAreExact(t *testing.T) {
 			shardA = append(shardA, rec)
 		}
 	}
-	h := lambdafn.RollupHandler(svc, f.log)
+	h := rollup.Handler(svc.Reports, f.log)
 	invoke := func(shard string, recs []events.DynamoDBEventRecord) {
 		ev := events.DynamoDBTimeWindowEvent{DynamoDBEvent: events.DynamoDBEvent{Records: recs}}
 		ev.ShardID, ev.EventSourceARN = shard, recs[0].EventSourceArn

@@ -43,13 +43,13 @@ func TestOnlyWhatWaitedOutAFailedProbeFailsWithIt(t *testing.T) {
 	if abandoned, err := svc.abandonParked(ctx, ref, now.Add(-time.Minute)); err != nil || abandoned {
 		t.Errorf("behind a probe whose last attempt was before it parked: abandoned %v, %v; want it left", abandoned, err)
 	}
-	if d, err := svc.Delivery(ctx, b.ID, ref.DeliveryID); err != nil || d.Status != tally.DeliveryPending {
+	if d, err := svc.Log.Delivery(ctx, b.ID, ref.DeliveryID); err != nil || d.Status != tally.DeliveryPending {
 		t.Errorf("the delivery is %+v, %v; want pending", d.Status, err)
 	}
 	if abandoned, err := svc.abandonParked(ctx, ref, now.Add(time.Minute)); err != nil || !abandoned {
 		t.Errorf("behind a probe whose last attempt came after it parked: abandoned %v, %v; want it failed", abandoned, err)
 	}
-	if d, err := svc.Delivery(ctx, b.ID, ref.DeliveryID); err != nil || d.Status != tally.DeliveryFailed || len(d.Attempts) != 0 {
+	if d, err := svc.Log.Delivery(ctx, b.ID, ref.DeliveryID); err != nil || d.Status != tally.DeliveryFailed || len(d.Attempts) != 0 {
 		t.Errorf("the delivery is %s with %d attempts, %v; want failed without one", d.Status, len(d.Attempts), err)
 	}
 }

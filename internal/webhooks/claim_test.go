@@ -83,7 +83,7 @@ func TestClaimHoldsAnAttemptUntilItRunsOut(t *testing.T) {
 		if res := <-firstDone; res.Status != tally.DeliverySucceeded || res.Attempts != 1 {
 			t.Errorf("the first process's late answer: %+v; want the second's outcome, one attempt", res)
 		}
-		d, err := first.Delivery(ctx, b.ID, refs[0].DeliveryID)
+		d, err := first.Log.Delivery(ctx, b.ID, refs[0].DeliveryID)
 		if err != nil || d.Status != tally.DeliverySucceeded || len(d.Attempts) != 1 || d.Attempts[0].StatusCode != 200 {
 			t.Errorf("delivery %+v, %v; want succeeded with the one attempt recorded", d, err)
 		}

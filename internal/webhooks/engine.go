@@ -7,9 +7,12 @@
 package webhooks
 
 import (
+	"context"
 	"time"
 
+	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/records"
 )
 
@@ -44,4 +47,13 @@ func New(db *records.DB, c Config) *Engine {
 		c.RetryScale = 1
 	}
 	return &Engine{db: db, health: c.Health, retryScale: c.RetryScale, deliveryRetention: c.DeliveryRetention, writes: c.Writes}
+}
+
+// Now is the engine's time, in UTC to the millisecond.
+func (s *Engine) Now() time.Time { return s.db.Now() }
+
+// Delivery reads the delivery ref names.
+func (s *Engine) Delivery(ctx context.Context, ref endpoints.DeliveryRef) (tally.Delivery, error) {
+	rec, err := records.Get[endpoints.DeliveryRecord](ctx, s.db, keys.Delivery(ref.BrandID, ref.DeliveryID))
+	return rec.Delivery, err
 }

@@ -265,7 +265,7 @@ func TestFirstAttemptsOfABatchCountExactlyInHealth(t *testing.T) {
 		}
 		for _, plan := range plans {
 			f := plan.first[0]
-			d, err := svc.Delivery(ctx, b.ID, plan.recs[0].ID)
+			d, err := svc.Log.Delivery(ctx, b.ID, plan.recs[0].ID)
 			if err != nil || !f.recorded || f.result.Status != wantStatus || d.Status != wantStatus || len(d.Attempts) != 1 {
 				t.Errorf("delivery %+v, %v (recorded %v, %+v); want %s with its attempt", d, err, f.recorded, f.result, wantStatus)
 			}
@@ -344,7 +344,7 @@ func TestRepeatedFanOutLeavesADecidedDeliveryAlone(t *testing.T) {
 		}
 	}
 	stop() // every attempt under way recorded
-	d, err := svc.Delivery(ctx, b.ID, recs[0].DeliveryID)
+	d, err := svc.Log.Delivery(ctx, b.ID, recs[0].DeliveryID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tally-hq/tally/internal/cidr"
 	"github.com/tally-hq/tally/internal/fraud"
 )
 
@@ -145,7 +146,7 @@ func datacenters(dir string) ([]byte, error) {
 				if line == "" || strings.HasPrefix(line, "#") {
 					continue
 				}
-				c, err := fraud.ParsePrefix(line)
+				c, err := cidr.Parse(line)
 				if err != nil {
 					return nil, fmt.Errorf("%s/%s line %d: %w", p, f, n+1, err)
 				}

@@ -1,6 +1,14 @@
-// Package deliver is the Lambda function behind the delivery queue:
-// attempt 1 of each delivery, then the retry workflow (Step Functions) for
-// the ones that failed. Only this function links the Step Functions client.
+// Package deliver runs the functions that make webhook attempts: deliver,
+// behind the delivery queue, makes attempt 1 of each delivery and starts
+// the retry workflow (Step Functions) for the ones that failed; attempt is
+// that workflow's task and makes the retries. Only they send.
+//
+// The webhook pipeline on AWS: DynamoDB Streams → fanout → SQS → deliver
+// (attempt 1) → a Step Functions execution whose task, attempt, makes the
+// retries. Each stage may repeat, and each step it runs is idempotent. The
+// steps that queue (fan-out, reconciler, manual retry) are in package
+// lambdafn/queue, so that each function links only the AWS clients it
+// calls.
 package deliver
 
 import (
@@ -19,22 +27,66 @@ import (
 	sfntypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/app"
 	"github.com/tally-hq/tally/internal/awsenv"
+	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/lambdafn"
-	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/webhooks"
 )
 
 // ServeDeliver runs the function behind the delivery queue. It never returns.
 func ServeDeliver() {
-	log, svc := lambdafn.Start()
+	log := lambdafn.Logger()
+	engine := Engine(log)
 	cfg, err := awsenv.Config()
 	if err != nil {
 		lambdafn.Fatal(log, err)
 	}
 	client := sfn.NewFromConfig(cfg, func(o *sfn.Options) { o.BaseEndpoint = awsenv.Endpoint("SFN") })
-	lambda.Start(DeliverHandler(svc, lambdafn.CloudSender(), client, lambdafn.MustEnv(log, lambdafn.EnvRetryStateMachineARN), log))
+	lambda.Start(DeliverHandler(engine, CloudSender(), client, lambdafn.MustEnv(log, lambdafn.EnvRetryStateMachineARN), log))
+}
+
+// ServeAttempt runs the retry state machine's task. It never returns.
+func ServeAttempt() {
+	lambda.Start(AttemptHandler(Engine(lambdafn.Logger()), CloudSender()))
+}
+
+// Engine is the webhook engine over the function's table, its fan-outs
+// written apart (webhooks.Apart: DynamoDB bills each item of a transaction
+// twice). A configuration error ends the process.
+func Engine(log *slog.Logger) *webhooks.Engine { return NewEngine(lambdafn.Start(log)) }
+
+// NewEngine is the webhook engine over db with settings, as Engine makes it.
+func NewEngine(db *records.DB, settings app.Settings) *webhooks.Engine {
+	return webhooks.New(db, webhooks.Config{Health: settings.Health(), DeliveryRetention: settings.DeliveryRetention, Writes: webhooks.Apart{}})
+}
+
+// CloudSender sends to public https receivers only (the SSRF guard).
+func CloudSender() *delivery.Sender { return delivery.NewSender(delivery.Options{}) }
+
+// RetryInput is the input of a retry execution and of each attempt task.
+type RetryInput struct {
+	endpoints.DeliveryRef
+	// Attempt is set by the state machine for each attempt task, and in a
+	// restarted execution's input: the attempt it resumes at.
+	Attempt int `json:"attempt,omitempty"`
+	// ResumeAt is when a restarted execution makes that attempt.
+	ResumeAt *tally.Time `json:"resumeAt,omitempty"`
+	// Abandon is set by the state machine's Catch: mark the delivery failed.
+	Abandon bool `json:"abandon,omitempty"`
+}
+
+// AttemptHandler is the retry state machine's task: one attempt of a
+// delivery, or, when the execution gives up, marking it failed.
+func AttemptHandler(engine *webhooks.Engine, sender webhooks.Sender) func(context.Context, RetryInput) (webhooks.AttemptResult, error) {
+	return func(ctx context.Context, in RetryInput) (webhooks.AttemptResult, error) {
+		if in.Abandon {
+			return engine.AbandonDelivery(ctx, in.DeliveryRef)
+		}
+		return engine.Attempt(ctx, in.DeliveryRef, in.Attempt, sender)
+	}
 }
 
 // Executions is the part of the Step Functions client deliver uses.
@@ -59,7 +111,7 @@ const maxRestarts = 3
 // reported (partial batch response) and retried by SQS, then go to the
 // dead-letter queue. The order of the reported failures is not the order of
 // the batch.
-func DeliverHandler(svc *service.Service, sender webhooks.Sender, ex Executions, stateMachineARN string, log *slog.Logger) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
+func DeliverHandler(engine *webhooks.Engine, sender webhooks.Sender, ex Executions, stateMachineARN string, log *slog.Logger) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
 	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 		// The messages are attempted at once, so a batch takes as long as its
 		// slowest receiver (at most the 10 s limit), not the sum of them.
@@ -87,7 +139,7 @@ func DeliverHandler(svc *service.Service, sender webhooks.Sender, ex Executions,
 		}
 		for _, key := range order {
 			wg.Go(func() {
-				if err := deliver(ctx, svc, sender, ex, stateMachineARN, first[key]); err != nil {
+				if err := deliver(ctx, engine, sender, ex, stateMachineARN, first[key]); err != nil {
 					log.Error("delivery failed", "messageIds", ids[key], "err", err.Error())
 					mu.Lock()
 					for _, id := range ids[key] {
@@ -102,16 +154,16 @@ func DeliverHandler(svc *service.Service, sender webhooks.Sender, ex Executions,
 	}
 }
 
-func deliver(ctx context.Context, svc *service.Service, sender webhooks.Sender, ex Executions, stateMachineARN, body string) error {
+func deliver(ctx context.Context, engine *webhooks.Engine, sender webhooks.Sender, ex Executions, stateMachineARN, body string) error {
 	var msg webhooks.DeliveryMessage
 	if err := json.Unmarshal([]byte(body), &msg); err != nil || msg.BrandID == "" || msg.DeliveryID == "" {
 		return fmt.Errorf("not a delivery message: %q", body)
 	}
-	res, err := svc.Webhooks.FirstAttempt(ctx, msg, sender)
+	res, err := engine.FirstAttempt(ctx, msg, sender)
 	if err != nil || res.Status != tally.DeliveryPending || res.Parked {
 		return err
 	}
-	return startRetries(ctx, svc, ex, stateMachineARN, msg.DeliveryRef, res)
+	return startRetries(ctx, engine, ex, stateMachineARN, msg.DeliveryRef, res)
 }
 
 // startRetries makes sure an execution runs the delivery's schedule: it
@@ -120,12 +172,12 @@ func deliver(ctx context.Context, svc *service.Service, sender webhooks.Sender, 
 // <delivery>-<cycle>-r1 (then r2, …) at the next attempt. A name taken by a
 // running execution means the retries are under way. Names make the starts
 // idempotent: a repeated message finds its execution.
-func startRetries(ctx context.Context, svc *service.Service, ex Executions, stateMachineARN string, ref endpoints.DeliveryRef, res webhooks.AttemptResult) error {
+func startRetries(ctx context.Context, engine *webhooks.Engine, ex Executions, stateMachineARN string, ref endpoints.DeliveryRef, res webhooks.AttemptResult) error {
 	for restart := 0; restart <= maxRestarts; restart++ {
-		in := lambdafn.RetryInput{DeliveryRef: ref}
+		in := RetryInput{DeliveryRef: ref}
 		name := fmt.Sprintf("%s-%d", ref.DeliveryID, res.Cycle)
 		if restart > 0 {
-			d, err := svc.Deliveries.Delivery(ctx, ref.BrandID, ref.DeliveryID)
+			d, err := engine.Delivery(ctx, ref)
 			if err != nil {
 				return err
 			}
@@ -153,7 +205,7 @@ func startRetries(ctx context.Context, svc *service.Service, ex Executions, stat
 			return nil // a repeated message: the retries are under way
 		}
 	}
-	_, err := svc.Webhooks.AbandonDelivery(ctx, ref)
+	_, err := engine.AbandonDelivery(ctx, ref)
 	return err
 }
 

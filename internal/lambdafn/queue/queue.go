@@ -22,36 +22,34 @@ import (
 	"github.com/tally-hq/tally/internal/awsenv"
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/lambdafn"
-	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/sqsjson"
 	"github.com/tally-hq/tally/internal/webhooks"
 )
 
 // ServeFanout runs the function behind the table's stream. It never returns.
 func ServeFanout() {
-	log, svc, client, url := start()
-	lambda.Start(FanoutHandler(svc, client, url, log))
+	log, engine, client, url := start()
+	lambda.Start(FanoutHandler(engine, client, url, log))
 }
 
 // ServeReconciler runs the scheduled function that re-drives the webhook
 // work the pipeline dropped (Reconciler). It never returns.
 func ServeReconciler() {
-	log, svc, client, url := start()
-	lambda.Start(DefaultReconciler.Handler(svc, client, url, log))
+	log, engine, client, url := start()
+	lambda.Start(DefaultReconciler.Handler(engine, client, url, log))
 }
 
-// ServeAPI is lambdafn.ServeAPI for a function whose routes queue
-// deliveries (the deliveries group's manual retry): its service hands them
-// to the queue TALLY_DELIVERY_QUEUE_URL names.
-func ServeAPI(groups ...string) {
+// FromEnv is Requeue to the queue TALLY_DELIVERY_QUEUE_URL names, for a
+// function whose routes queue deliveries again (api.WithRequeue).
+func FromEnv(log *slog.Logger) endpoints.Requeue {
+	return Requeue(newClient(log), lambdafn.MustEnv(log, lambdafn.EnvDeliveryQueueURL))
+}
+
+func start() (*slog.Logger, *webhooks.Engine, *sqsjson.Client, string) {
 	log := lambdafn.Logger()
-	client, url := newClient(log), lambdafn.MustEnv(log, lambdafn.EnvDeliveryQueueURL)
-	lambdafn.ServeAPIWith([]service.Option{service.WithRequeue(Requeue(client, url))}, groups...)
-}
-
-func start() (*slog.Logger, *service.Service, *sqsjson.Client, string) {
-	log, svc := lambdafn.Start()
-	return log, svc, newClient(log), lambdafn.MustEnv(log, lambdafn.EnvDeliveryQueueURL)
+	db, settings := lambdafn.Start(log)
+	engine := webhooks.New(db, webhooks.Config{Health: settings.Health(), DeliveryRetention: settings.DeliveryRetention, Writes: webhooks.Apart{}})
+	return log, engine, newClient(log), lambdafn.MustEnv(log, lambdafn.EnvDeliveryQueueURL)
 }
 
 // newClient is the SQS client of the environment (internal/awsenv).
@@ -74,7 +72,7 @@ type Queue interface {
 const fanoutWorkers = 10
 
 // FanoutHandler handles a DynamoDB Streams batch: for each new event item,
-// or new conversion whose event it makes, it makes the event's deliveries (service.Service.Dispatch: those of an
+// or new conversion whose event it makes, it makes the event's deliveries (webhooks.Engine.Dispatch: those of an
 // event with a few go in their messages, unwritten), fanoutWorkers records
 // at a time, then queues one message per pending delivery, the batch's
 // messages together in batches of 10 (a message per event would cost an
@@ -84,14 +82,14 @@ const fanoutWorkers = 10
 // fan-out, or queueing one of its deliveries) is reported (partial batch
 // response), and the retry starts at it: repeating a fan-out creates
 // nothing twice and queues its pending deliveries again.
-func FanoutHandler(svc *service.Service, q Queue, queueURL string, log *slog.Logger) func(context.Context, events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+func FanoutHandler(engine *webhooks.Engine, q Queue, queueURL string, log *slog.Logger) func(context.Context, events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
 	return func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
 		msgs := make([][]webhooks.DeliveryMessage, len(ev.Records))
 		errs := make([]error, len(ev.Records))
 		var wg sync.WaitGroup
 		slots := make(chan struct{}, fanoutWorkers)
 		for i, rec := range ev.Records {
-			dispatch, ok := dispatcher(svc, rec)
+			dispatch, ok := dispatcher(engine, rec)
 			if !ok {
 				continue
 			}
@@ -129,10 +127,10 @@ func FanoutHandler(svc *service.Service, q Queue, queueURL string, log *slog.Log
 }
 
 // dispatcher returns the fan-out of a stream record that inserts an event
-// item (service.Service.Dispatch) but one the fan-out made, or a
+// item (webhooks.Engine.Dispatch) but one the fan-out made, or a
 // conversion whose event the fan-out makes
-// (service.Service.DispatchConversion, from the record's new image).
-func dispatcher(svc *service.Service, rec events.DynamoDBEventRecord) (func(context.Context) ([]webhooks.DeliveryMessage, error), bool) {
+// (webhooks.Engine.DispatchConversion, from the record's new image).
+func dispatcher(engine *webhooks.Engine, rec events.DynamoDBEventRecord) (func(context.Context) ([]webhooks.DeliveryMessage, error), bool) {
 	if rec.EventName != string(events.DynamoDBOperationTypeInsert) {
 		return nil, false
 	}
@@ -143,7 +141,7 @@ func dispatcher(svc *service.Service, rec events.DynamoDBEventRecord) (func(cont
 	_, made := rec.Change.NewImage["outbox"] // an event the fan-out made
 	if eventID, ok := strings.CutPrefix(pk.String(), "EVT#"); ok && !made {
 		return func(ctx context.Context) ([]webhooks.DeliveryMessage, error) {
-			return svc.Webhooks.Dispatch(ctx, eventID)
+			return engine.Dispatch(ctx, eventID)
 		}, true
 	}
 	if v, ok := rec.Change.NewImage["fanout"]; !ok || v.DataType() != events.DataTypeString || v.String() != "stream" {
@@ -154,12 +152,12 @@ func dispatcher(svc *service.Service, rec events.DynamoDBEventRecord) (func(cont
 		if err != nil {
 			return nil, fmt.Errorf("stream record %s: %w", rec.Change.SequenceNumber, err)
 		}
-		return svc.Webhooks.DispatchConversion(ctx, item)
+		return engine.DispatchConversion(ctx, item)
 	}, true
 }
 
-func fanOut(ctx context.Context, svc *service.Service, q Queue, queueURL, eventID string) error {
-	msgs, err := svc.Webhooks.Dispatch(ctx, eventID)
+func fanOut(ctx context.Context, engine *webhooks.Engine, q Queue, queueURL, eventID string) error {
+	msgs, err := engine.Dispatch(ctx, eventID)
 	if err != nil {
 		return err
 	}
@@ -206,7 +204,7 @@ func send(ctx context.Context, q Queue, queueURL string, all []webhooks.Delivery
 	return len(all), nil
 }
 
-// Requeue returns the service.WithRequeue hook that queues a manually
+// Requeue returns the endpoints.Requeue that queues a manually
 // retried delivery.
 func Requeue(q Queue, queueURL string) func(context.Context, endpoints.DeliveryRef) error {
 	return func(ctx context.Context, ref endpoints.DeliveryRef) error {
@@ -255,7 +253,7 @@ type Reconciler struct {
 	// Workers bounds the fan-outs a run makes at once.
 	Workers int
 	// Release bounds the parked deliveries a run releases (queues) when
-	// their endpoint's circuit closed (service.Service.Released).
+	// their endpoint's circuit closed (webhooks.Engine.Released).
 	Release int
 }
 
@@ -276,16 +274,16 @@ type ReconcilerResult struct {
 // Handler returns the scheduled handler. A run that could not re-drive
 // everything it found returns an error, after doing the rest, so that the
 // function's Errors metric (ReconcilerErrorsAlarm) reports it.
-func (r Reconciler) Handler(svc *service.Service, q ReconcileQueue, queueURL string, log *slog.Logger) func(context.Context, events.EventBridgeEvent) (ReconcilerResult, error) {
+func (r Reconciler) Handler(engine *webhooks.Engine, q ReconcileQueue, queueURL string, log *slog.Logger) func(context.Context, events.EventBridgeEvent) (ReconcilerResult, error) {
 	return func(ctx context.Context, ev events.EventBridgeEvent) (ReconcilerResult, error) {
 		var res ReconcilerResult
-		evts, refs, err := svc.Webhooks.Overdue(ctx, svc.DB.Now().Add(-r.Grace), r.Limit)
+		evts, refs, err := engine.Overdue(ctx, engine.Now().Add(-r.Grace), r.Limit)
 		if err != nil {
 			return res, err
 		}
 		var errs []error
 		redriveEvents := func() {
-			failed := r.fanOutAll(ctx, svc, q, queueURL, evts, log)
+			failed := r.fanOutAll(ctx, engine, q, queueURL, evts, log)
 			res.Events = len(evts) - failed
 			if failed > 0 {
 				errs = append(errs, fmt.Errorf("%d of %d events could not be fanned out", failed, len(evts)))
@@ -310,7 +308,7 @@ func (r Reconciler) Handler(svc *service.Service, q ReconcileQueue, queueURL str
 			} else {
 				res.Deliveries = len(refs)
 			}
-			rel, err := svc.Webhooks.Released(ctx, r.Release)
+			rel, err := engine.Released(ctx, r.Release)
 			res.Failed, res.Circuits = rel.Failed, rel.Watched
 			if err == nil {
 				_, err = sendRefs(ctx, q, queueURL, rel.Refs)
@@ -327,7 +325,7 @@ func (r Reconciler) Handler(svc *service.Service, q ReconcileQueue, queueURL str
 }
 
 // fanOutAll fans out events, Workers at a time, and returns how many failed.
-func (r Reconciler) fanOutAll(ctx context.Context, svc *service.Service, q Queue, queueURL string, evts []string, log *slog.Logger) int {
+func (r Reconciler) fanOutAll(ctx context.Context, engine *webhooks.Engine, q Queue, queueURL string, evts []string, log *slog.Logger) int {
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
@@ -337,7 +335,7 @@ func (r Reconciler) fanOutAll(ctx context.Context, svc *service.Service, q Queue
 	for range max(r.Workers, 1) {
 		wg.Go(func() {
 			for id := range next {
-				if err := fanOut(ctx, svc, q, queueURL, id); err != nil {
+				if err := fanOut(ctx, engine, q, queueURL, id); err != nil {
 					log.Error("re-driven fan-out failed", "eventId", id, "err", err.Error())
 					mu.Lock()
 					failed++

@@ -29,15 +29,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/tally-hq/tally/internal/app"
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/lambdafn/deliver"
 	"github.com/tally-hq/tally/internal/webhooks"
 )
 
@@ -79,7 +80,7 @@ func run(stdout io.Writer) (err error) {
 	}
 	var res webhooks.AttemptResult
 	defer func() { logTask(task.Payload, res, err) }()
-	var in lambdafn.RetryInput
+	var in deliver.RetryInput
 	if err := json.Unmarshal(task.Payload, &in); err != nil {
 		return fmt.Errorf("payload: %w", err)
 	}
@@ -88,13 +89,16 @@ func run(stdout io.Writer) (err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	svc, _, err := lambdafn.Setup(log)
+	db, err := lambdafn.OpenDB()
+	if err != nil {
+		return err
+	}
+	settings, err := app.ReadSettings()
 	if err != nil {
 		return err
 	}
 	sender := delivery.NewSender(delivery.Options{AllowLoopback: true})
-	if res, err = lambdafn.AttemptHandler(svc, sender)(ctx, in); err != nil {
+	if res, err = deliver.AttemptHandler(deliver.NewEngine(db, settings), sender)(ctx, in); err != nil {
 		return err
 	}
 	return json.NewEncoder(stdout).Encode(invokeOutput{ExecutedVersion: "$LATEST", Payload: res, StatusCode: 200})
@@ -122,7 +126,7 @@ func logTask(payload json.RawMessage, res webhooks.AttemptResult, err error) {
 	}
 }
 
-func failOnPurpose(in lambdafn.RetryInput) bool {
+func failOnPurpose(in deliver.RetryInput) bool {
 	run := strconv.Itoa(in.Attempt)
 	if in.Abandon {
 		run = "abandon"

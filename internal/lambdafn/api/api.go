@@ -1,20 +1,41 @@
-package lambdafn
+// Package api runs the Lambda functions behind API Gateway: each serves
+// some of the HTTP API's route groups over the capabilities those groups
+// use, wired as on AWS (new conversions and clicks for the table's
+// stream), and links nothing that delivers webhooks or hashes passwords
+// unless its main passes it in (WithPasswords, WithRequeue).
+package api
 
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/awslabs/aws-lambda-go-api-proxy/core"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/accounts"
+	"github.com/tally-hq/tally/internal/app"
+	"github.com/tally-hq/tally/internal/clicks"
+	"github.com/tally-hq/tally/internal/conversions"
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/httpapi"
-	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/identity"
+	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/offers"
+	"github.com/tally-hq/tally/internal/outbox"
+	"github.com/tally-hq/tally/internal/partners"
+	"github.com/tally-hq/tally/internal/ratelimit"
+	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/reports"
+	"github.com/tally-hq/tally/internal/ssrf"
 )
 
 // APIFunc is a Lambda handler for API Gateway HTTP API events (payload
@@ -37,12 +58,12 @@ type APIFunc func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGa
 // which API Gateway also returns to the client as the apigw-requestid
 // header) and awsRequestId (the Lambda invocation), next to the API's own
 // requestId (X-Request-Id).
-func APIHandler(svc *service.Service, cfg httpapi.Config, groups ...string) (APIFunc, error) {
+func APIHandler(svc httpapi.Services, cfg httpapi.Config, groups ...string) (APIFunc, error) {
 	if err := checkGroups(groups); err != nil {
 		return nil, err
 	}
 	if slices.Contains(groups, httpapi.GroupDashboard) && cfg.Dashboard == nil {
-		return nil, fmt.Errorf("%w: %q needs the dashboard's pages (lambdafn.Pages)", errUnknownGroup, httpapi.GroupDashboard)
+		return nil, fmt.Errorf("%w: %q needs the dashboard's pages (WithPages)", errUnknownGroup, httpapi.GroupDashboard)
 	}
 	cfg.RequestAttrs = requestAttrs
 	handler := httpapi.New(svc, cfg).Handler(groups...)
@@ -153,4 +174,104 @@ func errorResponse(err error) events.APIGatewayV2HTTPResponse {
 		Headers:    map[string]string{"Content-Type": "application/json"},
 		Body:       string(body),
 	}
+}
+
+// errUnknownGroup is returned by APIHandler for a group httpapi does not
+// have.
+var errUnknownGroup = errors.New("unknown route group")
+
+// Option adds to what a function serves with.
+type Option func(*options)
+
+type options struct {
+	zones     func(name string) (*time.Location, error)
+	pages     func(httpapi.Services, httpapi.Config) http.Handler
+	requeue   endpoints.Requeue
+	passwords accounts.Passwords
+}
+
+// WithZones loads the time zones reports bucket days in with load
+// (tzdb.LoadLocation: provided.al2023 has no zone database).
+func WithZones(load func(name string) (*time.Location, error)) Option {
+	return func(o *options) { o.zones = load }
+}
+
+// WithPages serves httpapi.GroupDashboard with the handler pages makes
+// (dashboard.New).
+func WithPages(pages func(httpapi.Services, httpapi.Config) http.Handler) Option {
+	return func(o *options) { o.pages = pages }
+}
+
+// WithRequeue hands deliveries that a manual retry or a recovery made
+// pending again to requeue (queue.Requeue: the delivery queue).
+func WithRequeue(requeue endpoints.Requeue) Option { return func(o *options) { o.requeue = requeue } }
+
+// WithPasswords keeps the dashboard's users, their passwords hashed with
+// passwords (password.Argon2id).
+func WithPasswords(passwords accounts.Passwords) Option {
+	return func(o *options) { o.passwords = passwords }
+}
+
+// cacheTTL is how long an instance trusts the keys, offers and fraud
+// settings it read.
+const cacheTTL = 30 * time.Second
+
+// Serve runs a function that serves the HTTP API's routes of groups
+// (httpapi.GroupOffers, …) behind API Gateway (HTTP API, payload format
+// 2.0). It never returns; a configuration error ends the process with a log
+// line saying what to fix, so the function fails at init, not per request.
+func Serve(groups []string, opts ...Option) {
+	log := lambdafn.Logger()
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	cfg, err := httpapi.ConfigFromEnv(log)
+	if err != nil {
+		lambdafn.Fatal(log, err)
+	}
+	db, settings := lambdafn.Start(log)
+	svc := Services(db, settings, opts...)
+	if o.pages != nil {
+		cfg.Dashboard = o.pages(svc, cfg)
+	}
+	handler, err := APIHandler(svc, cfg, groups...)
+	if err != nil {
+		lambdafn.Fatal(log, err)
+	}
+	lambda.Start(handler)
+}
+
+// Services wires the capabilities the API's routes call over db as on
+// AWS: new conversions and clicks leave their rollups (and conversions
+// their events) to the table's stream.
+func Services(db *records.DB, settings app.Settings, opts ...Option) httpapi.Services {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	w := outbox.NewWriter(db, settings.DeliveryRetention, outbox.EveryEvent{}, nil)
+	zones, requeue := o.zones, o.requeue
+	if zones == nil {
+		zones = time.LoadLocation
+	}
+	if requeue == nil {
+		requeue = endpoints.NoRequeue
+	}
+	s := httpapi.Services{
+		Identity: identity.New(db, cacheTTL),
+		Limits:   ratelimit.NewShared(db),
+		Offers:   offers.New(db, cacheTTL),
+		Reports:  reports.New(db, zones),
+		Now:      db.Now,
+	}
+	s.Partners = partners.New(db, w, s.Identity)
+	s.Clicks = clicks.New(db, w, s.Offers, s.Partners, reports.FromStream{}, cacheTTL)
+	s.Conversions = conversions.New(db, w, s.Offers, s.Partners, reports.FromStream{}, conversions.ForStream{})
+	s.Endpoints = endpoints.New(db, w, s.Partners, func(u string) error { return ssrf.CheckURL(u, false) })
+	s.Deliveries = endpoints.NewLog(db, s.Endpoints, settings.DeliveryRetention, requeue)
+	if o.passwords != nil {
+		s.Accounts = accounts.New(db, s.Identity, o.passwords)
+	}
+	return s
 }
