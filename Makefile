@@ -7,7 +7,8 @@ FUNCTIONS := $(notdir $(wildcard functions/*))
 # One Lambda bootstrap: linux/arm64, static, as provided.al2023 expects;
 # without net/rpc (aws-lambda-go) and HTTP/2 (net/http: Lambda, DynamoDB,
 # SQS, Step Functions and webhook receivers all speak HTTP/1.1), stripped.
-# internal/lambdacheck builds the same way (BuildFlags).
+# internal/lambdacheck builds and lists (go list -deps) the same way
+# (BuildFlags, BuildTags).
 LAMBDA_BUILD = CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags lambda.norpc,nethttpomithttp2 -trimpath -ldflags='-s -w'
 
 .PHONY: run test build clean dynamodb-local lambda-check

@@ -2,15 +2,20 @@
 // API function's bootstrap is at most MaxAPISize, each function links only
 // the AWS clients and libraries it uses, and each starts (init: from the
 // process's start to its first request for an invocation) within InitMargin
-// of an aws-lambda-go hello world measured in the same run. Its test checks
-// the sizes and the links; `make lambda-check` (scripts/lambdacheck) also
+// of an aws-lambda-go hello world measured in the same run. Its tests check
+// the sizes, the modules, and the packages each function links (Deps,
+// Chain, Importers); `make lambda-check` (scripts/lambdacheck) also
 // measures init times, which a test on a shared machine cannot bound.
 package lambdacheck
 
 import (
+	"bytes"
 	"context"
 	"debug/buildinfo"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -59,7 +64,7 @@ func Build(ctx context.Context, root, dir, goarch string, pkgs ...string) (map[s
 	args = append(args, "-o", dir+string(filepath.Separator))
 	cmd := exec.CommandContext(ctx, "go", append(args, pkgs...)...)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch)
+	cmd.Env = buildEnv(goarch)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build: %v\n%s", err, out)
 	}
@@ -68,6 +73,92 @@ func Build(ctx context.Context, root, dir, goarch string, pkgs ...string) (map[s
 		bins[filepath.Base(p)] = filepath.Join(dir, filepath.Base(p))
 	}
 	return bins, nil
+}
+
+// buildEnv is the environment `make build` builds in, for linux/goarch.
+func buildEnv(goarch string) []string {
+	return append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch)
+}
+
+// Package is one package of a build, as `go list -json` describes it.
+type Package struct {
+	ImportPath string
+	Name       string
+	Imports    []string // as resolved: the standard library's vendored ones are vendor/…
+}
+
+// Deps lists pkgs (import paths, or ./ paths relative to root) and every
+// package they import, as Build builds them for linux/goarch (one
+// `go list -deps` with BuildTags: the tags drop packages, the other flags
+// do not), by import path.
+func Deps(ctx context.Context, root, goarch string, pkgs ...string) (map[string]Package, error) {
+	args := []string{"list", "-tags", BuildTags, "-deps", "-json=ImportPath,Name,Imports"}
+	cmd := exec.CommandContext(ctx, "go", append(args, pkgs...)...)
+	cmd.Dir = root
+	cmd.Env = buildEnv(goarch)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go list: %v\n%s", err, stderr.Bytes())
+	}
+	deps := map[string]Package{}
+	for dec := json.NewDecoder(bytes.NewReader(out)); ; {
+		var p Package
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, fmt.Errorf("go list: %v", err)
+		}
+		deps[p.ImportPath] = p
+	}
+	return deps, nil
+}
+
+// Chain returns a shortest chain of imports by which the package from
+// links the package to, from first and to last, or nil when it does not
+// link it. deps is what Deps returned for from (among others).
+func Chain(deps map[string]Package, from, to string) []string {
+	prev := reach(deps, from)
+	if _, ok := prev[to]; !ok {
+		return nil
+	}
+	var chain []string
+	for p := to; p != ""; p = prev[p] {
+		chain = append(chain, p)
+	}
+	slices.Reverse(chain)
+	return chain
+}
+
+// Importers returns the packages that from links (itself included) which
+// import pkg themselves: every import to cut for from not to link pkg, when
+// they are not cut further up.
+func Importers(deps map[string]Package, from, pkg string) []string {
+	var imps []string
+	for p := range reach(deps, from) {
+		if slices.Contains(deps[p].Imports, pkg) {
+			imps = append(imps, p)
+		}
+	}
+	sort.Strings(imps)
+	return imps
+}
+
+// reach walks the imports from the package from, breadth first, and
+// returns every package it links, from included, by the package that
+// first imported it ("" for from).
+func reach(deps map[string]Package, from string) map[string]string {
+	prev := map[string]string{from: ""}
+	for queue := []string{from}; len(queue) > 0; queue = queue[1:] {
+		for _, imp := range deps[queue[0]].Imports {
+			if _, seen := prev[imp]; !seen {
+				prev[imp] = queue[0]
+				queue = append(queue, imp)
+			}
+		}
+	}
+	return prev
 }
 
 // Modules returns the modules linked into a binary (what `go version -m`
