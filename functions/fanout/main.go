@@ -1,6 +1,6 @@
 // Command fanout is the Lambda function behind the table's stream (event items): it makes each event's deliveries and queues them.
 package main
 
-import "github.com/tally-hq/tally/internal/lambdafn/queue"
+import "github.com/tally-hq/tally/internal/lambdafn/fanout"
 
-func main() { queue.ServeFanout() }
+func main() { fanout.ServeFanout() }

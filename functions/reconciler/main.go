@@ -4,6 +4,6 @@
 // overdue.
 package main
 
-import "github.com/tally-hq/tally/internal/lambdafn/queue"
+import "github.com/tally-hq/tally/internal/lambdafn/fanout"
 
-func main() { queue.ServeReconciler() }
+func main() { fanout.ServeReconciler() }

@@ -88,3 +88,6 @@ func (rec DeliveryRecord) EndpointKey() store.Key {
 func (rec DeliveryRecord) Ref() DeliveryRef {
 	return DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID}
 }
+
+// Brand is the brand the delivery belongs to (the queue's message group).
+func (r DeliveryRef) Brand() string { return r.BrandID }

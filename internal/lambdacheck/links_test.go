@@ -66,20 +66,24 @@ var linkRules = map[string]struct{ mustNot, must []link }{
 	"keys":         {mustNot: noSending, must: servesAPI},
 	"fraud":        {mustNot: noSending, must: servesAPI},
 
-	// The webhook pipeline.
-	"fanout":  {mustNot: noAPI},
-	"deliver": {mustNot: noAPI, must: sends},
-	"attempt": {mustNot: noAPI, must: sends},
+	// API functions that queue a delivery (a test event, a manual retry,
+	// a recovery) but leave its attempts to deliver and attempt, and the
+	// fallback, which calls nothing.
+	"webhooks":   {mustNot: noSending, must: servesAPI},
+	"deliveries": {mustNot: noSending, must: servesAPI},
+	"fallback":   {mustNot: noSending, must: servesAPI},
+	// The dashboard signs its users in (argon2), and sends nothing.
+	"dashboard": {mustNot: noSending[:2], must: servesAPI},
 
-	// Not ruled yet: API functions that send (a test delivery, a manual
-	// retry) or sign in, and the scheduled and stream jobs.
-	"webhooks":   {must: servesAPI},
-	"deliveries": {must: servesAPI},
-	"dashboard":  {must: servesAPI},
-	"fallback":   {must: servesAPI},
-	"approver":   {},
-	"reconciler": {},
-	"rollup":     {},
+	// The webhook pipeline.
+	"fanout":     {mustNot: noAPI},
+	"reconciler": {mustNot: noAPI},
+	"deliver":    {mustNot: noAPI, must: sends},
+	"attempt":    {mustNot: noAPI, must: sends},
+
+	// The jobs on conversions and reports serve no request and send nothing.
+	"approver": {mustNot: slices.Concat(noAPI, noSending)},
+	"rollup":   {mustNot: slices.Concat(noAPI, noSending)},
 }
 
 // TestFunctionLinks checks, with one `go list -deps` of every function as

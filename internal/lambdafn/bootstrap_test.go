@@ -47,7 +47,7 @@ import (
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/lambdacheck"
 	"github.com/tally-hq/tally/internal/lambdafn/deliver"
-	"github.com/tally-hq/tally/internal/lambdafn/queue"
+	"github.com/tally-hq/tally/internal/lambdafn/fanout"
 	"github.com/tally-hq/tally/internal/sfntest"
 	"github.com/tally-hq/tally/internal/store/dynamo"
 	"github.com/tally-hq/tally/internal/webhooks"
@@ -618,7 +618,7 @@ func bootstrapReconciler(t *testing.T, p *lambdaProcess, st *dynamo.Store, deliv
 	f.subscribe(t, []string{tally.EventPartnerApplied}, "")
 	evt := f.applied(t, "Runner Media")
 	before := len(deliveryQueue.messages(t))
-	res := invokeOK[queue.ReconcilerResult](t, p, sample)
+	res := invokeOK[fanout.ReconcilerResult](t, p, sample)
 	if res.Events < 1 {
 		t.Fatalf("result %+v; want the dropped event fanned out", res)
 	}
@@ -635,7 +635,7 @@ func bootstrapReconciler(t *testing.T, p *lambdaProcess, st *dynamo.Store, deliv
 		t.Fatalf("%d deliveries of the dropped event after attempt 1, want 1", len(ds))
 	}
 	before = len(deliveryQueue.messages(t))
-	invokeOK[queue.ReconcilerResult](t, p, sample)
+	invokeOK[fanout.ReconcilerResult](t, p, sample)
 	if _, again := plannedOf(t, deliveryQueue.messages(t)[before:], evt.ID); again {
 		t.Errorf("the next run queued the delivery again")
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/deploy"
 	"github.com/tally-hq/tally/internal/dynamotest"
-	"github.com/tally-hq/tally/internal/lambdafn/queue"
+	"github.com/tally-hq/tally/internal/lambdafn/fanout"
 	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/store/dynamo"
@@ -183,7 +183,7 @@ func TestConversionOutboxIsAllowed(t *testing.T) {
 
 	// The fixture's conversion: its stream record was lost.
 	f.clock.Add(time.Hour)
-	res, err := queue.DefaultReconciler.Handler(f.svc.Webhooks, q.client, q.URL, f.cfg.Logger)(lambdaContext(t, "reconciler-invocation"), events.EventBridgeEvent{})
+	res, err := fanout.DefaultReconciler.Handler(f.svc.Webhooks, q.client, q.URL, f.cfg.Logger)(lambdaContext(t, "reconciler-invocation"), events.EventBridgeEvent{})
 	if err != nil || res.Events == 0 {
 		t.Fatalf("reconciler: %+v, %v; want the conversion's event fanned out", res, err)
 	}

@@ -38,7 +38,7 @@ import (
 	"github.com/tally-hq/tally/internal/lambdafn/api"
 	"github.com/tally-hq/tally/internal/lambdafn/approve"
 	"github.com/tally-hq/tally/internal/lambdafn/deliver"
-	"github.com/tally-hq/tally/internal/lambdafn/queue"
+	"github.com/tally-hq/tally/internal/lambdafn/fanout"
 	"github.com/tally-hq/tally/internal/lambdafn/rollup"
 	"github.com/tally-hq/tally/internal/offers"
 	"github.com/tally-hq/tally/internal/partners"
@@ -445,7 +445,7 @@ type sampleCase struct {
 	attempt func(t *testing.T, f *fixture, in deliver.RetryInput, call func(deliver.RetryInput) (map[string]any, error))
 	// reconciler checks the scheduled sample; call runs the reconciler's
 	// handler, which queues on f.deliveryQueue.
-	reconciler func(t *testing.T, f *fixture, call func() (queue.ReconcilerResult, error))
+	reconciler func(t *testing.T, f *fixture, call func() (fanout.ReconcilerResult, error))
 	// rollup checks the stream sample ev; call runs a batch through the
 	// rollup handler.
 	rollup func(t *testing.T, f *fixture, ev events.DynamoDBTimeWindowEvent, call func(events.DynamoDBTimeWindowEvent) error)
@@ -975,9 +975,9 @@ func TestSamples(t *testing.T) {
 						c.attempt(t, f, decodeEvent[deliver.RetryInput](t, raw), attemptCall(t, f))
 					case kindReconciler:
 						q := f.deliveryQueue(t)
-						h := queue.DefaultReconciler.Handler(f.svc.Webhooks, q.client, q.URL, f.cfg.Logger)
+						h := fanout.DefaultReconciler.Handler(f.svc.Webhooks, q.client, q.URL, f.cfg.Logger)
 						ev := decodeEvent[events.EventBridgeEvent](t, raw)
-						c.reconciler(t, f, func() (queue.ReconcilerResult, error) {
+						c.reconciler(t, f, func() (fanout.ReconcilerResult, error) {
 							return h(lambdaContext(t, "reconciler-invocation"), ev)
 						})
 					case kindRollup:

@@ -38,6 +38,7 @@ import (
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/lambdafn/deliver"
+	"github.com/tally-hq/tally/internal/lambdafn/fanout"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/service"
@@ -345,7 +346,7 @@ func roundTrip[Out any](t *testing.T, v any) Out {
 }
 
 func fanoutCall(t *testing.T, f *fixture) func(events.DynamoDBEvent) events.DynamoDBEventResponse {
-	h := queue.FanoutHandler(f.svc.Webhooks, f.deliveryQueue(t).client, f.deliveryQueue(t).URL, f.cfg.Logger)
+	h := fanout.Handler(f.svc.Webhooks, f.deliveryQueue(t).client, f.deliveryQueue(t).URL, f.cfg.Logger)
 	return func(ev events.DynamoDBEvent) events.DynamoDBEventResponse {
 		t.Helper()
 		out, err := h(lambdaContext(t, "fanout-invocation"), ev)
@@ -604,10 +605,10 @@ func init() {
 				t.Fatal(err)
 			}
 		},
-		reconciler: func(t *testing.T, f *fixture, call func() (queue.ReconcilerResult, error)) {
+		reconciler: func(t *testing.T, f *fixture, call func() (fanout.ReconcilerResult, error)) {
 			q, rcv := f.deliveryQueue(t), f.receivers[f.subs[0].ID]
 			f.clock.Add(5 * time.Minute)
-			if res, err := call(); err != nil || res != (queue.ReconcilerResult{}) {
+			if res, err := call(); err != nil || res != (fanout.ReconcilerResult{}) {
 				t.Fatalf("within the grace time: %+v, %v; want nothing re-driven", res, err)
 			}
 			f.clock.Add(6 * time.Minute)
@@ -1062,7 +1063,7 @@ func TestReconcilerDefersToABacklog(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := queue.DefaultReconciler
+	r := fanout.DefaultReconciler
 	r.Backlog = 2
 	h := r.Handler(f.svc.Webhooks, q.client, q.URL, f.cfg.Logger)
 	f.clock.Add(time.Hour)
@@ -1086,7 +1087,7 @@ func TestReconcilerDefersToABacklog(t *testing.T) {
 }
 
 // blindQueue is a delivery queue whose backlog cannot be read.
-type blindQueue struct{ queue.ReconcileQueue }
+type blindQueue struct{ fanout.ReconcileQueue }
 
 func (blindQueue) ApproximateNumberOfMessages(context.Context, string) (int, error) {
 	return 0, errors.New("GetQueueAttributes: throttled")
@@ -1102,7 +1103,7 @@ func TestReconcilerRedrivesEventsWithoutTheBacklog(t *testing.T) {
 	f.subscribe(t, []string{tally.EventPartnerApplied}, "")
 	dropped := f.applied(t, "Trail Tales")
 	q := f.deliveryQueue(t)
-	h := queue.DefaultReconciler.Handler(f.svc.Webhooks, blindQueue{q.client}, q.URL, f.cfg.Logger)
+	h := fanout.DefaultReconciler.Handler(f.svc.Webhooks, blindQueue{q.client}, q.URL, f.cfg.Logger)
 	f.clock.Add(time.Hour)
 	res, err := h(lambdaContext(t, "reconciler-invocation"), events.EventBridgeEvent{})
 	if err == nil || res.Events != 1 || res.Deferred {

@@ -24,7 +24,7 @@ import (
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/lambdafn/api"
-	"github.com/tally-hq/tally/internal/lambdafn/queue"
+	"github.com/tally-hq/tally/internal/lambdafn/fanout"
 	"github.com/tally-hq/tally/internal/offers"
 	"github.com/tally-hq/tally/internal/partners"
 	"github.com/tally-hq/tally/internal/sfntest"
@@ -122,7 +122,7 @@ func TestAWSPath(t *testing.T) {
 	// sending to the delivery queue (visibility and redrive as deployed).
 	sqsClient := sqstest.NewClient(sqstest.Endpoint(t))
 	deliveryQueue, _ := sqstest.NewQueueWithDLQ(t, sqsClient, 180*time.Second, 5)
-	fanout := queue.FanoutHandler(f.function().Webhooks, sqstest.NewSender(sqstest.Endpoint(t)), deliveryQueue.URL, f.log)
+	fanout := fanout.Handler(f.function().Webhooks, sqstest.NewSender(sqstest.Endpoint(t)), deliveryQueue.URL, f.log)
 	for chunk := range slices.Chunk(batch, 100) {
 		out, err := fanout(lambdaContext(ctx, "fanout"), roundTrip(t, events.DynamoDBEvent{Records: chunk}))
 		if err != nil || len(out.BatchItemFailures) > 0 {

@@ -19,6 +19,7 @@ import (
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/lambdafn/api"
 	"github.com/tally-hq/tally/internal/lambdafn/deliver"
+	"github.com/tally-hq/tally/internal/lambdafn/fanout"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
 	"github.com/tally-hq/tally/internal/lambdafn/rollup"
 	"github.com/tally-hq/tally/internal/records"
@@ -216,7 +217,7 @@ func (p *costPipeline) run(t *testing.T, tag string, n int, key, offerID, partne
 
 	client := sqstest.NewClient(sqstest.Endpoint(t))
 	deliveryQueue, _ := sqstest.NewQueueWithDLQ(t, client, 180*time.Second, 5)
-	fanout := queue.FanoutHandler(p.service().Webhooks, p.q, deliveryQueue.URL, p.f.log)
+	fanout := fanout.Handler(p.service().Webhooks, p.q, deliveryQueue.URL, p.f.log)
 	if out, err := fanout(lambdaContext(ctx, "fanout"), roundTrip(t, events.DynamoDBEvent{Records: batch})); err != nil || len(out.BatchItemFailures) > 0 {
 		t.Fatalf("fanout: %v, failures %+v", err, out.BatchItemFailures)
 	}
@@ -310,7 +311,7 @@ func TestCostDownReceiver(t *testing.T) {
 	client := sqstest.NewClient(sqstest.Endpoint(t))
 	deliveryQueue, _ := sqstest.NewQueueWithDLQ(t, client, 180*time.Second, 5)
 	sender := &countingReconcileQueue{countingQueue: countingQueue{Queue: sqstest.NewSender(sqstest.Endpoint(t))}}
-	res, err := queue.DefaultReconciler.Handler(p.service().Webhooks, sender, deliveryQueue.URL, p.f.log)(lambdaContext(t.Context(), "reconciler"), events.EventBridgeEvent{})
+	res, err := fanout.DefaultReconciler.Handler(p.service().Webhooks, sender, deliveryQueue.URL, p.f.log)(lambdaContext(t.Context(), "reconciler"), events.EventBridgeEvent{})
 	if err != nil || res.Released < n {
 		t.Fatalf("reconciler: %+v, %v; want the %d parked deliveries released", res, err, n)
 	}
@@ -353,7 +354,7 @@ func (q *countingReconcileQueue) ApproximateNumberOfMessages(ctx context.Context
 	q.mu.Lock()
 	q.calls++
 	q.mu.Unlock()
-	return q.Queue.(queue.ReconcileQueue).ApproximateNumberOfMessages(ctx, url)
+	return q.Queue.(fanout.ReconcileQueue).ApproximateNumberOfMessages(ctx, url)
 }
 
 func (f *fixture) mustDeliveries(t *testing.T) []tally.Delivery {

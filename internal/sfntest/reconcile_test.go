@@ -21,6 +21,7 @@ import (
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/lambdafn/api"
+	"github.com/tally-hq/tally/internal/lambdafn/fanout"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/service"
@@ -103,7 +104,7 @@ func (p *pipeline) streamBatch(t *testing.T) []events.DynamoDBEventRecord {
 // fanout runs the fan-out function on a batch, sending with client.
 func (p *pipeline) fanout(t *testing.T, client queue.Queue, batch []events.DynamoDBEventRecord) events.DynamoDBEventResponse {
 	t.Helper()
-	h := queue.FanoutHandler(p.function().Webhooks, client, p.queue.URL, p.log)
+	h := fanout.Handler(p.function().Webhooks, client, p.queue.URL, p.log)
 	out, err := h(lambdaContext(t.Context(), "fanout"), roundTrip(t, events.DynamoDBEvent{Records: batch}))
 	if err != nil {
 		t.Fatal(err)
@@ -129,17 +130,17 @@ func (p *pipeline) deliverAll(t *testing.T) int {
 
 // reconcile runs the reconciler as it would run grace and a minute after
 // now.
-func (p *pipeline) reconcile(t *testing.T) queue.ReconcilerResult {
+func (p *pipeline) reconcile(t *testing.T) fanout.ReconcilerResult {
 	t.Helper()
-	return p.reconcileAfter(t, queue.DefaultReconciler.Grace+time.Minute)
+	return p.reconcileAfter(t, fanout.DefaultReconciler.Grace+time.Minute)
 }
 
 // reconcileAfter runs the reconciler as it would run d after now.
-func (p *pipeline) reconcileAfter(t *testing.T, d time.Duration) queue.ReconcilerResult {
+func (p *pipeline) reconcileAfter(t *testing.T, d time.Duration) fanout.ReconcilerResult {
 	t.Helper()
 	later := func() time.Time { return time.Now().Add(d) }
 	svc := servicetest.New(dynamo.New(p.client, p.table), service.OnAWS(), service.WithClock(later))
-	h := queue.DefaultReconciler.Handler(svc.Webhooks, p.send, p.queue.URL, p.log)
+	h := fanout.DefaultReconciler.Handler(svc.Webhooks, p.send, p.queue.URL, p.log)
 	res, err := h(lambdaContext(t.Context(), "reconciler"), events.EventBridgeEvent{})
 	if err != nil {
 		t.Fatalf("reconciler: %+v, %v", res, err)
@@ -342,7 +343,7 @@ func TestReconcileRunsRacing(t *testing.T) {
 	p := newPipeline(t, 180*time.Second, ok200)
 	evts := []string{p.event(t), p.event(t), p.event(t), p.event(t)}
 	var wg sync.WaitGroup
-	results := make([]queue.ReconcilerResult, 2)
+	results := make([]fanout.ReconcilerResult, 2)
 	for i := range results {
 		wg.Go(func() { results[i] = p.reconcile(t) })
 	}

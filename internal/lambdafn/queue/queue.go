@@ -1,7 +1,8 @@
-// Package queue is the part of Tally's Lambda functions that sends to the
-// delivery queue (SQS): the fan-out behind the table's stream, the
-// reconciler, and the deliveries function's manual retry. Only those
-// functions link the SQS client (internal/sqsjson).
+// Package queue sends to the delivery queue (SQS): the messages of
+// deliveries to attempt, in fair batches by brand. The fan-out and the
+// reconciler send through it, and so do the functions whose routes queue a
+// delivery again (a manual retry, a recovery). Only they link the SQS
+// client (internal/sqsjson).
 package queue
 
 import (
@@ -10,50 +11,22 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
-	"strings"
-	"sync"
-	"time"
-
-	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/tally-hq/tally/internal/awsenv"
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/sqsjson"
-	"github.com/tally-hq/tally/internal/webhooks"
 )
-
-// ServeFanout runs the function behind the table's stream. It never returns.
-func ServeFanout() {
-	log, engine, client, url := start()
-	lambda.Start(FanoutHandler(engine, client, url, log))
-}
-
-// ServeReconciler runs the scheduled function that re-drives the webhook
-// work the pipeline dropped (Reconciler). It never returns.
-func ServeReconciler() {
-	log, engine, client, url := start()
-	lambda.Start(DefaultReconciler.Handler(engine, client, url, log))
-}
 
 // FromEnv is Requeue to the queue TALLY_DELIVERY_QUEUE_URL names, for a
 // function whose routes queue deliveries again (api.WithRequeue).
 func FromEnv(log *slog.Logger) endpoints.Requeue {
-	return Requeue(newClient(log), lambdafn.MustEnv(log, lambdafn.EnvDeliveryQueueURL))
+	return Requeue(NewClient(log), lambdafn.MustEnv(log, lambdafn.EnvDeliveryQueueURL))
 }
 
-func start() (*slog.Logger, *webhooks.Engine, *sqsjson.Client, string) {
-	log := lambdafn.Logger()
-	db, settings := lambdafn.Start(log)
-	engine := webhooks.New(db, webhooks.Config{Health: settings.Health(), DeliveryRetention: settings.DeliveryRetention, Writes: webhooks.Apart{}})
-	return log, engine, newClient(log), lambdafn.MustEnv(log, lambdafn.EnvDeliveryQueueURL)
-}
-
-// newClient is the SQS client of the environment (internal/awsenv).
-func newClient(log *slog.Logger) *sqsjson.Client {
+// NewClient is the SQS client of the environment (internal/awsenv).
+func NewClient(log *slog.Logger) *sqsjson.Client {
 	cfg, err := awsenv.Config()
 	if err != nil {
 		lambdafn.Fatal(log, err)
@@ -68,115 +41,22 @@ type Queue interface {
 	SendBatch(ctx context.Context, queueURL string, msgs []sqsjson.Message) error
 }
 
-// fanoutWorkers bounds the records of a stream batch fanned out at once.
-const fanoutWorkers = 10
-
-// FanoutHandler handles a DynamoDB Streams batch: for each new event item,
-// or new conversion whose event it makes, it makes the event's deliveries (webhooks.Engine.Dispatch: those of an
-// event with a few go in their messages, unwritten), fanoutWorkers records
-// at a time, then queues one message per pending delivery, the batch's
-// messages together in batches of 10 (a message per event would cost an
-// SQS request each).
-// The event source mapping's filters let only those inserts through; other
-// records are skipped all the same. The first record that fails (its
-// fan-out, or queueing one of its deliveries) is reported (partial batch
-// response), and the retry starts at it: repeating a fan-out creates
-// nothing twice and queues its pending deliveries again.
-func FanoutHandler(engine *webhooks.Engine, q Queue, queueURL string, log *slog.Logger) func(context.Context, events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
-	return func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
-		msgs := make([][]webhooks.DeliveryMessage, len(ev.Records))
-		errs := make([]error, len(ev.Records))
-		var wg sync.WaitGroup
-		slots := make(chan struct{}, fanoutWorkers)
-		for i, rec := range ev.Records {
-			dispatch, ok := dispatcher(engine, rec)
-			if !ok {
-				continue
-			}
-			wg.Go(func() {
-				slots <- struct{}{}
-				defer func() { <-slots }()
-				if msgs[i], errs[i] = dispatch(ctx); errs[i] != nil {
-					log.Error("fan-out failed", "key", rec.Change.Keys["pk"].String(), "err", errs[i].Error())
-				}
-			})
-		}
-		wg.Wait()
-		failed := slices.IndexFunc(errs, func(err error) bool { return err != nil })
-		if failed < 0 {
-			failed = len(ev.Records)
-		}
-		var all []webhooks.DeliveryMessage
-		var owner []int // the record of each of all
-		for i := range failed {
-			all = append(all, msgs[i]...)
-			for range msgs[i] {
-				owner = append(owner, i)
-			}
-		}
-		if n, err := send(ctx, q, queueURL, all); err != nil {
-			log.Error("queueing deliveries failed", "deliveryId", all[n].DeliveryID, "err", err.Error())
-			failed = owner[n]
-		}
-		var resp events.DynamoDBEventResponse
-		if failed < len(ev.Records) {
-			resp.BatchItemFailures = []events.DynamoDBBatchItemFailure{{ItemIdentifier: ev.Records[failed].Change.SequenceNumber}}
-		}
-		return resp, nil
-	}
-}
-
-// dispatcher returns the fan-out of a stream record that inserts an event
-// item (webhooks.Engine.Dispatch) but one the fan-out made, or a
-// conversion whose event the fan-out makes
-// (webhooks.Engine.DispatchConversion, from the record's new image).
-func dispatcher(engine *webhooks.Engine, rec events.DynamoDBEventRecord) (func(context.Context) ([]webhooks.DeliveryMessage, error), bool) {
-	if rec.EventName != string(events.DynamoDBOperationTypeInsert) {
-		return nil, false
-	}
-	pk, ok := rec.Change.Keys["pk"]
-	if !ok || pk.DataType() != events.DataTypeString {
-		return nil, false
-	}
-	_, made := rec.Change.NewImage["outbox"] // an event the fan-out made
-	if eventID, ok := strings.CutPrefix(pk.String(), "EVT#"); ok && !made {
-		return func(ctx context.Context) ([]webhooks.DeliveryMessage, error) {
-			return engine.Dispatch(ctx, eventID)
-		}, true
-	}
-	if v, ok := rec.Change.NewImage["fanout"]; !ok || v.DataType() != events.DataTypeString || v.String() != "stream" {
-		return nil, false
-	}
-	return func(ctx context.Context) ([]webhooks.DeliveryMessage, error) {
-		item, err := lambdafn.StreamItem(rec.Change.NewImage)
-		if err != nil {
-			return nil, fmt.Errorf("stream record %s: %w", rec.Change.SequenceNumber, err)
-		}
-		return engine.DispatchConversion(ctx, item)
-	}, true
-}
-
-func fanOut(ctx context.Context, engine *webhooks.Engine, q Queue, queueURL, eventID string) error {
-	msgs, err := engine.Dispatch(ctx, eventID)
-	if err != nil {
-		return err
-	}
-	_, err = send(ctx, q, queueURL, msgs)
-	return err
-}
-
-// sendRefs queues a message per ref (send).
-func sendRefs(ctx context.Context, q Queue, queueURL string, refs []endpoints.DeliveryRef) (int, error) {
-	msgs := make([]webhooks.DeliveryMessage, len(refs))
+// SendRefs queues a message per ref (Send).
+func SendRefs(ctx context.Context, q Queue, queueURL string, refs []endpoints.DeliveryRef) (int, error) {
+	msgs := make([]Message, len(refs))
 	for i, ref := range refs {
-		msgs[i] = webhooks.DeliveryMessage{DeliveryRef: ref}
+		msgs[i] = ref
 	}
-	return send(ctx, q, queueURL, msgs)
+	return Send(ctx, q, queueURL, msgs)
 }
 
-// send queues the delivery messages, in batches. On an error it returns
+// Message is what a queued delivery's message carries
+// (webhooks.DeliveryMessage is one).
+type Message interface{ Brand() string }
+
+// Send queues the delivery messages, in batches. On an error it returns
 // the index of the first it cannot say was queued.
-func send(ctx context.Context, q Queue, queueURL string, all []webhooks.DeliveryMessage) (int, error) {
+func Send(ctx context.Context, q Queue, queueURL string, all []Message) (int, error) {
 	for start := 0; start < len(all); start += sqsjson.MaxBatch {
 		chunk := all[start:min(start+sqsjson.MaxBatch, len(all))]
 		msgs := make([]sqsjson.Message, len(chunk))
@@ -185,7 +65,7 @@ func send(ctx context.Context, q Queue, queueURL string, all []webhooks.Delivery
 			// The brand is the message group: with the queue a fair
 			// queue, one brand's backlog or slow receivers do not hold
 			// up the others' deliveries (docs/aws.md, "Fair delivery").
-			msgs[i] = sqsjson.Message{Body: string(body), Group: m.BrandID}
+			msgs[i] = sqsjson.Message{Body: string(body), Group: m.Brand()}
 		}
 		if err := q.SendBatch(ctx, queueURL, msgs); err != nil {
 			first := 0
@@ -208,155 +88,9 @@ func send(ctx context.Context, q Queue, queueURL string, all []webhooks.Delivery
 // retried delivery.
 func Requeue(q Queue, queueURL string) func(context.Context, endpoints.DeliveryRef) error {
 	return func(ctx context.Context, ref endpoints.DeliveryRef) error {
-		if _, err := sendRefs(ctx, q, queueURL, []endpoints.DeliveryRef{ref}); err != nil {
+		if _, err := SendRefs(ctx, q, queueURL, []endpoints.DeliveryRef{ref}); err != nil {
 			return fmt.Errorf("queue the retried delivery: %w", err)
 		}
 		return nil
 	}
-}
-
-// ReconcileQueue is the part of the SQS client the reconciler uses: it
-// queues, and it looks at the delivery queue's backlog.
-type ReconcileQueue interface {
-	Queue
-	// ApproximateNumberOfMessages is the queue's attribute of that name.
-	ApproximateNumberOfMessages(ctx context.Context, queueURL string) (int, error)
-}
-
-// Reconciler re-drives the webhook work the AWS transport dropped. Every
-// stage may lose work for good: a stream batch that exhausts its retries
-// leaves only metadata in FanoutDLQ, and the records expire with the
-// stream; events written while the event source mapping is recreated are
-// never read (it starts at LATEST); a delivery message received 5 times
-// goes to DeliveryDLQ, or expires with the queue's retention; an execution
-// can end without deciding its delivery. The table still knows all of it:
-// events whose deliveries are not all written keep their outbox key (those
-// their messages carry are written by attempt 1), pending deliveries their
-// due key (gsi3). A run fans out again the events that have been in the
-// outbox longer than Grace, and queues again the pending deliveries whose next
-// attempt is overdue by more than Grace; both steps are idempotent, so a
-// false alarm costs a repeated step, not a repeated request.
-type Reconciler struct {
-	// Grace is how long work may wait before it counts as dropped: well
-	// above what the stream, the queue and the state machine take when
-	// they work, retries included.
-	Grace time.Duration
-	// Limit bounds the events and the deliveries a run re-drives (each),
-	// oldest first; the next run takes the rest.
-	Limit int
-	// Backlog is how many visible messages the delivery queue may hold for
-	// the run to re-drive events and deliveries: a longer queue means
-	// deliver is behind, and overdue deliveries are most likely in it
-	// already, as are the messages of outboxed events whose deliveries
-	// attempt 1 writes.
-	Backlog int
-	// Workers bounds the fan-outs a run makes at once.
-	Workers int
-	// Release bounds the parked deliveries a run releases (queues) when
-	// their endpoint's circuit closed (webhooks.Engine.Released).
-	Release int
-}
-
-// DefaultReconciler is the deployed reconciler's configuration (docs/aws.md).
-var DefaultReconciler = Reconciler{Grace: 10 * time.Minute, Limit: 2000, Backlog: 1000, Workers: 8, Release: 10000}
-
-// ReconcilerResult is what a run did.
-type ReconcilerResult struct {
-	Events     int  `json:"events"`     // events fanned out again
-	Deliveries int  `json:"deliveries"` // deliveries queued again
-	Released   int  `json:"released"`   // parked deliveries queued: their endpoint's circuit closed, or the next probe
-	Failed     int  `json:"failed"`     // parked deliveries failed: they waited out a probe's failed schedule
-	Circuits   int  `json:"circuits"`   // endpoints whose wait lists were read: open circuits, or recently closed
-	Backlog    int  `json:"backlog"`    // visible messages in the delivery queue
-	Deferred   bool `json:"deferred"`   // events and deliveries were left for a later run: the queue has a backlog
-}
-
-// Handler returns the scheduled handler. A run that could not re-drive
-// everything it found returns an error, after doing the rest, so that the
-// function's Errors metric (ReconcilerErrorsAlarm) reports it.
-func (r Reconciler) Handler(engine *webhooks.Engine, q ReconcileQueue, queueURL string, log *slog.Logger) func(context.Context, events.EventBridgeEvent) (ReconcilerResult, error) {
-	return func(ctx context.Context, ev events.EventBridgeEvent) (ReconcilerResult, error) {
-		var res ReconcilerResult
-		evts, refs, err := engine.Overdue(ctx, engine.Now().Add(-r.Grace), r.Limit)
-		if err != nil {
-			return res, err
-		}
-		var errs []error
-		redriveEvents := func() {
-			failed := r.fanOutAll(ctx, engine, q, queueURL, evts, log)
-			res.Events = len(evts) - failed
-			if failed > 0 {
-				errs = append(errs, fmt.Errorf("%d of %d events could not be fanned out", failed, len(evts)))
-			}
-		}
-		res.Backlog, err = backlog(ctx, q, queueURL)
-		switch {
-		case err != nil:
-			// Events only wait for a backlog that is known to be there: the
-			// deliveries carried in a lost message have nothing else that
-			// finds them. Deliveries wait for a run that reads it.
-			errs = append(errs, err)
-			redriveEvents()
-		case res.Backlog >= r.Backlog:
-			res.Deferred = true
-			log.Warn("the delivery queue has a backlog: overdue events and deliveries and parked deliveries are left for a later run", "backlog", res.Backlog, "events", len(evts), "overdue", len(refs))
-		default:
-			redriveEvents()
-			refs = refs[:min(len(refs), r.Backlog-res.Backlog)]
-			if _, err := sendRefs(ctx, q, queueURL, refs); err != nil {
-				errs = append(errs, err)
-			} else {
-				res.Deliveries = len(refs)
-			}
-			rel, err := engine.Released(ctx, r.Release)
-			res.Failed, res.Circuits = rel.Failed, rel.Watched
-			if err == nil {
-				_, err = sendRefs(ctx, q, queueURL, rel.Refs)
-			}
-			if err != nil {
-				errs = append(errs, fmt.Errorf("release parked deliveries: %w", err))
-			} else {
-				res.Released = len(rel.Refs)
-			}
-		}
-		log.Info("reconciled", "events", res.Events, "deliveries", res.Deliveries, "released", res.Released, "failed", res.Failed, "circuits", res.Circuits, "backlog", res.Backlog, "deferred", res.Deferred)
-		return res, errors.Join(errs...)
-	}
-}
-
-// fanOutAll fans out events, Workers at a time, and returns how many failed.
-func (r Reconciler) fanOutAll(ctx context.Context, engine *webhooks.Engine, q Queue, queueURL string, evts []string, log *slog.Logger) int {
-	var (
-		wg     sync.WaitGroup
-		mu     sync.Mutex
-		failed int
-		next   = make(chan string)
-	)
-	for range max(r.Workers, 1) {
-		wg.Go(func() {
-			for id := range next {
-				if err := fanOut(ctx, engine, q, queueURL, id); err != nil {
-					log.Error("re-driven fan-out failed", "eventId", id, "err", err.Error())
-					mu.Lock()
-					failed++
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	for _, id := range evts {
-		next <- id
-	}
-	close(next)
-	wg.Wait()
-	return failed
-}
-
-// backlog is the number of visible messages in the queue.
-func backlog(ctx context.Context, q ReconcileQueue, queueURL string) (int, error) {
-	n, err := q.ApproximateNumberOfMessages(ctx, queueURL)
-	if err != nil {
-		return 0, fmt.Errorf("delivery queue backlog: %w", err)
-	}
-	return n, nil
 }
