@@ -1,6 +1,6 @@
 // Command attempt is the Lambda function behind the retry state machine's task: attempt n of a delivery.
 package main
 
-import "github.com/tally-hq/tally/internal/lambdafn/deliver"
+import "github.com/tally-hq/tally/internal/lambdafn/attempt"
 
-func main() { deliver.ServeAttempt() }
+func main() { attempt.Serve() }

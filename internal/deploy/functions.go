@@ -16,8 +16,8 @@ import (
 )
 
 // Main is what functions/<Dir>/main.go runs, read from its source: the
-// Serve* of package lambdafn (or of a package under it, such as
-// lambdafn/queue) it calls and, for ServeAPI, the route groups it mounts.
+// kind of its Serve call (serveKinds: ServeAPI for api.Serve, ServeFanout,
+// …) and, for ServeAPI, the route groups it mounts.
 type Main struct {
 	Dir    string
 	Serve  string
@@ -53,9 +53,9 @@ var groupConsts = map[string]string{
 }
 
 // ReadMains parses every functions/*/main.go under root. Each must make
-// exactly one call of a package under internal/lambdafn; ServeAPI's
-// arguments must be httpapi.Group* constants, and the other Serve
-// functions take none.
+// exactly one Serve call of a package under internal/lambdafn (serveKinds);
+// api.Serve's groups must be httpapi.Group* constants, and the other Serve
+// functions take nothing.
 func ReadMains(root string) ([]Main, error) {
 	dirs, err := os.ReadDir(filepath.Join(root, "functions"))
 	if err != nil {
@@ -108,31 +108,65 @@ func readMain(file string) (Main, error) {
 		if !ok {
 			return true
 		}
-		if id, isID := sel.X.(*ast.Ident); !isID || !lambdafns[id.Name] {
+		id, isID := sel.X.(*ast.Ident)
+		if !isID || !lambdafns[id.Name] || !strings.HasPrefix(sel.Sel.Name, "Serve") {
 			return true
 		}
 		calls++
-		fn.Serve = sel.Sel.Name
-		if fn.Serve != "ServeAPI" && len(call.Args) > 0 {
-			err = fmt.Errorf("%s takes no arguments", fn.Serve)
+		fn.Serve = serveKinds[id.Name+"."+sel.Sel.Name]
+		switch {
+		case fn.Serve == "":
+			err = fmt.Errorf("%s.%s is no function's Serve call", id.Name, sel.Sel.Name)
+		case fn.Serve != "ServeAPI" && len(call.Args) > 0:
+			err = fmt.Errorf("%s.%s takes no arguments", id.Name, sel.Sel.Name)
+		case fn.Serve == "ServeAPI":
+			fn.Groups, err = groupsOf(call.Args)
 		}
-		for _, arg := range call.Args {
-			group, ok := "", false
-			if s, isSel := arg.(*ast.SelectorExpr); isSel && isIdent(s.X, "httpapi") {
-				group, ok = groupConsts[s.Sel.Name]
-			}
-			if !ok {
-				err = fmt.Errorf("an argument of ServeAPI is not a known httpapi.Group* constant")
-				return false
-			}
-			fn.Groups = append(fn.Groups, group)
-		}
-		return true
+		return err == nil
 	})
 	if err == nil && calls != 1 {
-		err = fmt.Errorf("main.go must make one Serve* call of a lambdafn package; it makes %d", calls)
+		err = fmt.Errorf("main.go must make one Serve call of a lambdafn package; it makes %d", calls)
 	}
 	return fn, err
+}
+
+// serveKinds names each Serve function of the lambdafn packages, by the
+// name a main imports its package under.
+var serveKinds = map[string]string{
+	"api.Serve":              "ServeAPI",
+	"fanout.ServeFanout":     "ServeFanout",
+	"fanout.ServeReconciler": "ServeReconciler",
+	"deliver.ServeDeliver":   "ServeDeliver",
+	"deliver.ServeAttempt":   "ServeAttempt",
+	"approve.Serve":          "ServeApprover",
+	"rollup.Serve":           "ServeRollup",
+}
+
+// groupsOf reads api.Serve's first argument, a []string literal of
+// httpapi.Group* constants (the options after it are not read).
+func groupsOf(args []ast.Expr) ([]string, error) {
+	lit, ok := []ast.Expr(nil), false
+	if len(args) > 0 {
+		var cl *ast.CompositeLit
+		if cl, ok = args[0].(*ast.CompositeLit); ok {
+			lit = cl.Elts
+		}
+	}
+	if !ok || len(lit) == 0 {
+		return nil, fmt.Errorf("api.Serve's first argument must be a []string of httpapi.Group* constants")
+	}
+	var groups []string
+	for _, e := range lit {
+		group, known := "", false
+		if s, isSel := e.(*ast.SelectorExpr); isSel && isIdent(s.X, "httpapi") {
+			group, known = groupConsts[s.Sel.Name]
+		}
+		if !known {
+			return nil, fmt.Errorf("an argument of ServeAPI is not a known httpapi.Group* constant")
+		}
+		groups = append(groups, group)
+	}
+	return groups, nil
 }
 
 func isIdent(e ast.Expr, name string) bool {

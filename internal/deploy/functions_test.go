@@ -11,11 +11,13 @@ import (
 
 func TestReadMainsRefusesWhatItCannotResolve(t *testing.T) {
 	for name, body := range map[string]string{
-		"unknown group":     `lambdafn.ServeAPI(httpapi.GroupNope)`,
-		"group by string":   `lambdafn.ServeAPI("offers")`,
-		"two calls":         `lambdafn.ServeAPI(httpapi.GroupOffers); lambdafn.ServeApprover()`,
-		"no call":           `println()`,
-		"arguments of kind": `lambdafn.ServeFanout(httpapi.GroupOffers)`,
+		"unknown group":     `api.Serve([]string{httpapi.GroupNope})`,
+		"group by string":   `api.Serve([]string{"offers"})`,
+		"groups in a var":   `groups := []string{httpapi.GroupOffers}; api.Serve(groups)`,
+		"two calls":         `api.Serve([]string{httpapi.GroupOffers}); approve.Serve()`,
+		"no call":           `println(); _ = fanout.ServeFanout; _ = httpapi.GroupOffers`,
+		"arguments of kind": `fanout.ServeFanout(httpapi.GroupOffers); _ = api.Serve; _ = approve.Serve`,
+		"unknown Serve":     `fanout.ServeEverything(); _ = api.Serve; _ = approve.Serve; _ = httpapi.GroupOffers`,
 		"not imported":      ``,
 	} {
 		root := t.TempDir()
@@ -23,9 +25,9 @@ func TestReadMainsRefusesWhatItCannotResolve(t *testing.T) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		src := "package main\n\nimport (\n\t\"github.com/tally-hq/tally/internal/httpapi\"\n\t\"github.com/tally-hq/tally/internal/lambdafn\"\n)\n\nfunc main() { " + body + " }\n"
+		src := "package main\n\nimport (\n\t\"github.com/tally-hq/tally/internal/httpapi\"\n\t\"github.com/tally-hq/tally/internal/lambdafn/api\"\n\t\"github.com/tally-hq/tally/internal/lambdafn/approve\"\n\t\"github.com/tally-hq/tally/internal/lambdafn/fanout\"\n)\n\nfunc main() { " + body + " }\n"
 		if name == "not imported" {
-			src = "package main\n\nfunc main() { lambdafn.ServeAPI(httpapi.GroupOffers) }\n"
+			src = "package main\n\nfunc main() { api.Serve([]string{httpapi.GroupOffers}) }\n"
 		}
 		if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
 			t.Fatal(err)

@@ -46,6 +46,7 @@ import (
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/lambdacheck"
+	"github.com/tally-hq/tally/internal/lambdafn/attempt"
 	"github.com/tally-hq/tally/internal/lambdafn/deliver"
 	"github.com/tally-hq/tally/internal/lambdafn/fanout"
 	"github.com/tally-hq/tally/internal/sfntest"
@@ -592,7 +593,7 @@ func bootstrapDeliver(t *testing.T, p *lambdaProcess, st *dynamo.Store, executio
 	}
 	for _, name := range started() {
 		e := executions.Describe(t, name)
-		var in deliver.RetryInput
+		var in attempt.RetryInput
 		restart := strings.HasSuffix(name, "-r1")
 		if err := json.Unmarshal([]byte(e.Input), &in); err != nil || in.BrandID != f.brand.ID ||
 			restart != (e.Status == sfntest.StatusRunning) || restart != (in.Attempt == 2 && in.ResumeAt != nil) {

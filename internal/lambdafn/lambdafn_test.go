@@ -37,7 +37,7 @@ import (
 	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/lambdafn/api"
 	"github.com/tally-hq/tally/internal/lambdafn/approve"
-	"github.com/tally-hq/tally/internal/lambdafn/deliver"
+	"github.com/tally-hq/tally/internal/lambdafn/attempt"
 	"github.com/tally-hq/tally/internal/lambdafn/fanout"
 	"github.com/tally-hq/tally/internal/lambdafn/rollup"
 	"github.com/tally-hq/tally/internal/offers"
@@ -442,7 +442,7 @@ type sampleCase struct {
 	deliver func(t *testing.T, f *fixture, ev events.SQSEvent, call func(events.SQSEvent) events.SQSEventResponse)
 	// attempt checks the task sample in; call runs a task through the attempt
 	// handler and returns its answer as the state machine reads it (JSON).
-	attempt func(t *testing.T, f *fixture, in deliver.RetryInput, call func(deliver.RetryInput) (map[string]any, error))
+	attempt func(t *testing.T, f *fixture, in attempt.RetryInput, call func(attempt.RetryInput) (map[string]any, error))
 	// reconciler checks the scheduled sample; call runs the reconciler's
 	// handler, which queues on f.deliveryQueue.
 	reconciler func(t *testing.T, f *fixture, call func() (fanout.ReconcilerResult, error))
@@ -972,7 +972,7 @@ func TestSamples(t *testing.T) {
 					case kindDeliver:
 						c.deliver(t, f, decodeEvent[events.SQSEvent](t, raw), deliverCall(t, f))
 					case kindAttempt:
-						c.attempt(t, f, decodeEvent[deliver.RetryInput](t, raw), attemptCall(t, f))
+						c.attempt(t, f, decodeEvent[attempt.RetryInput](t, raw), attemptCall(t, f))
 					case kindReconciler:
 						q := f.deliveryQueue(t)
 						h := fanout.DefaultReconciler.Handler(f.svc.Webhooks, q.client, q.URL, f.cfg.Logger)

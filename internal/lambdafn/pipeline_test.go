@@ -37,6 +37,7 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/lambdafn/attempt"
 	"github.com/tally-hq/tally/internal/lambdafn/deliver"
 	"github.com/tally-hq/tally/internal/lambdafn/fanout"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
@@ -369,9 +370,9 @@ func deliverCall(t *testing.T, f *fixture) func(events.SQSEvent) events.SQSEvent
 	}
 }
 
-func attemptCall(t *testing.T, f *fixture) func(deliver.RetryInput) (map[string]any, error) {
-	h := deliver.AttemptHandler(f.svc.Webhooks, f.sender)
-	return func(in deliver.RetryInput) (map[string]any, error) {
+func attemptCall(t *testing.T, f *fixture) func(attempt.RetryInput) (map[string]any, error) {
+	h := attempt.Handler(f.svc.Webhooks, f.sender)
+	return func(in attempt.RetryInput) (map[string]any, error) {
 		t.Helper()
 		out, err := h(lambdaContext(t, "attempt-invocation"), in)
 		if err != nil {
@@ -574,7 +575,7 @@ func init() {
 				if want := fmt.Sprintf("%s-0-r%d", failingID, restart); len(names) != restart+1 || names[restart] != want {
 					t.Fatalf("restart %d: executions %v, want a new one named %s", restart, names, want)
 				}
-				var in deliver.RetryInput
+				var in attempt.RetryInput
 				if err := json.Unmarshal([]byte(aws.ToString(f.executions.started[restart].Input)), &in); err != nil ||
 					in.DeliveryID != failingID || in.Attempt != 2 || in.ResumeAt == nil || !in.ResumeAt.Equal(due.Time) {
 					t.Errorf("restart %d: input %s, want attempt 2 of %s resuming at %v", restart, aws.ToString(f.executions.started[restart].Input), failingID, due)
@@ -657,7 +658,7 @@ func init() {
 			}
 			f.vars["TALLY_DELIVERY_ID"] = d.ID
 		},
-		attempt: func(t *testing.T, f *fixture, in deliver.RetryInput, call func(deliver.RetryInput) (map[string]any, error)) {
+		attempt: func(t *testing.T, f *fixture, in attempt.RetryInput, call func(attempt.RetryInput) (map[string]any, error)) {
 			id := f.vars["TALLY_DELIVERY_ID"]
 			if in.Attempt != 2 || in.BrandID != f.brand.ID || in.DeliveryID != id {
 				t.Fatalf("the sample decodes to %+v", in)

@@ -27,6 +27,7 @@ import (
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/lambdafn/attempt"
 	"github.com/tally-hq/tally/internal/lambdafn/deliver"
 	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/servicetest"
@@ -148,7 +149,7 @@ func message(t *testing.T, id string, ref endpoints.DeliveryRef) events.SQSMessa
 
 // taskRun is one run of the attempt program, as it logs it.
 type taskRun struct {
-	Payload deliver.RetryInput     `json:"payload"`
+	Payload attempt.RetryInput     `json:"payload"`
 	Result  webhooks.AttemptResult `json:"result"`
 	Error   string                 `json:"error"`
 }

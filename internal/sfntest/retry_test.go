@@ -11,7 +11,7 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/endpoints"
-	"github.com/tally-hq/tally/internal/lambdafn/deliver"
+	"github.com/tally-hq/tally/internal/lambdafn/attempt"
 	"github.com/tally-hq/tally/internal/sfntest"
 	"github.com/tally-hq/tally/internal/statemachine"
 	"github.com/tally-hq/tally/internal/webhooks"
@@ -36,7 +36,7 @@ func retryScenario(t *testing.T, status func(n int) int) (f *fixture, ref endpoi
 	if res.Status != sfntest.StatusSucceeded {
 		t.Fatalf("the execution ended %v\ntask runs: %+v", res, runs)
 	}
-	var in deliver.RetryInput
+	var in attempt.RetryInput
 	if json.Unmarshal([]byte(res.Input), &in) != nil || in.DeliveryRef != ref || in.Attempt != 0 || in.ResumeAt != nil {
 		t.Errorf("execution input %s, want the delivery %+v", res.Input, ref)
 	}
@@ -234,7 +234,7 @@ func TestRetryRestartsAFailedExecution(t *testing.T) {
 		t.Fatalf("the re-driven message started %v, want %s", restarted, want)
 	}
 	res := f.workflow.Wait(t, restarted[0])
-	var in deliver.RetryInput
+	var in attempt.RetryInput
 	if json.Unmarshal([]byte(res.Input), &in) != nil || in.Attempt != 3 || in.ResumeAt == nil || !in.ResumeAt.Equal(d.NextAttemptAt.Time) {
 		t.Errorf("restart input %s, want attempt 3 at %v", res.Input, d.NextAttemptAt)
 	}

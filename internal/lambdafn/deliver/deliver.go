@@ -1,7 +1,7 @@
-// Package deliver runs the functions that make webhook attempts: deliver,
-// behind the delivery queue, makes attempt 1 of each delivery and starts
-// the retry workflow (Step Functions) for the ones that failed; attempt is
-// that workflow's task and makes the retries. Only they send.
+// Package deliver runs the function behind the delivery queue: it makes
+// attempt 1 of each delivery and starts the retry workflow (Step
+// Functions) for the ones that failed, whose task (package attempt) makes
+// the retries. Only it links the Step Functions client.
 //
 // The webhook pipeline on AWS: DynamoDB Streams → fanout → SQS → deliver
 // (attempt 1) → a Step Functions execution whose task, attempt, makes the
@@ -27,66 +27,23 @@ import (
 	sfntypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
 
 	"github.com/tally-hq/tally"
-	"github.com/tally-hq/tally/internal/app"
 	"github.com/tally-hq/tally/internal/awsenv"
-	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/lambdafn"
-	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/lambdafn/attempt"
 	"github.com/tally-hq/tally/internal/webhooks"
 )
 
 // ServeDeliver runs the function behind the delivery queue. It never returns.
 func ServeDeliver() {
 	log := lambdafn.Logger()
-	engine := Engine(log)
+	engine := attempt.Engine(log)
 	cfg, err := awsenv.Config()
 	if err != nil {
 		lambdafn.Fatal(log, err)
 	}
 	client := sfn.NewFromConfig(cfg, func(o *sfn.Options) { o.BaseEndpoint = awsenv.Endpoint("SFN") })
-	lambda.Start(DeliverHandler(engine, CloudSender(), client, lambdafn.MustEnv(log, lambdafn.EnvRetryStateMachineARN), log))
-}
-
-// ServeAttempt runs the retry state machine's task. It never returns.
-func ServeAttempt() {
-	lambda.Start(AttemptHandler(Engine(lambdafn.Logger()), CloudSender()))
-}
-
-// Engine is the webhook engine over the function's table, its fan-outs
-// written apart (webhooks.Apart: DynamoDB bills each item of a transaction
-// twice). A configuration error ends the process.
-func Engine(log *slog.Logger) *webhooks.Engine { return NewEngine(lambdafn.Start(log)) }
-
-// NewEngine is the webhook engine over db with settings, as Engine makes it.
-func NewEngine(db *records.DB, settings app.Settings) *webhooks.Engine {
-	return webhooks.New(db, webhooks.Config{Health: settings.Health(), DeliveryRetention: settings.DeliveryRetention, Writes: webhooks.Apart{}})
-}
-
-// CloudSender sends to public https receivers only (the SSRF guard).
-func CloudSender() *delivery.Sender { return delivery.NewSender(delivery.Options{}) }
-
-// RetryInput is the input of a retry execution and of each attempt task.
-type RetryInput struct {
-	endpoints.DeliveryRef
-	// Attempt is set by the state machine for each attempt task, and in a
-	// restarted execution's input: the attempt it resumes at.
-	Attempt int `json:"attempt,omitempty"`
-	// ResumeAt is when a restarted execution makes that attempt.
-	ResumeAt *tally.Time `json:"resumeAt,omitempty"`
-	// Abandon is set by the state machine's Catch: mark the delivery failed.
-	Abandon bool `json:"abandon,omitempty"`
-}
-
-// AttemptHandler is the retry state machine's task: one attempt of a
-// delivery, or, when the execution gives up, marking it failed.
-func AttemptHandler(engine *webhooks.Engine, sender webhooks.Sender) func(context.Context, RetryInput) (webhooks.AttemptResult, error) {
-	return func(ctx context.Context, in RetryInput) (webhooks.AttemptResult, error) {
-		if in.Abandon {
-			return engine.AbandonDelivery(ctx, in.DeliveryRef)
-		}
-		return engine.Attempt(ctx, in.DeliveryRef, in.Attempt, sender)
-	}
+	lambda.Start(DeliverHandler(engine, attempt.CloudSender(), client, lambdafn.MustEnv(log, lambdafn.EnvRetryStateMachineARN), log))
 }
 
 // Executions is the part of the Step Functions client deliver uses.
@@ -174,7 +131,7 @@ func deliver(ctx context.Context, engine *webhooks.Engine, sender webhooks.Sende
 // idempotent: a repeated message finds its execution.
 func startRetries(ctx context.Context, engine *webhooks.Engine, ex Executions, stateMachineARN string, ref endpoints.DeliveryRef, res webhooks.AttemptResult) error {
 	for restart := 0; restart <= maxRestarts; restart++ {
-		in := RetryInput{DeliveryRef: ref}
+		in := attempt.RetryInput{DeliveryRef: ref}
 		name := fmt.Sprintf("%s-%d", ref.DeliveryID, res.Cycle)
 		if restart > 0 {
 			d, err := engine.Delivery(ctx, ref)

@@ -38,7 +38,7 @@ import (
 	"github.com/tally-hq/tally/internal/app"
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/lambdafn"
-	"github.com/tally-hq/tally/internal/lambdafn/deliver"
+	"github.com/tally-hq/tally/internal/lambdafn/attempt"
 	"github.com/tally-hq/tally/internal/webhooks"
 )
 
@@ -80,7 +80,7 @@ func run(stdout io.Writer) (err error) {
 	}
 	var res webhooks.AttemptResult
 	defer func() { logTask(task.Payload, res, err) }()
-	var in deliver.RetryInput
+	var in attempt.RetryInput
 	if err := json.Unmarshal(task.Payload, &in); err != nil {
 		return fmt.Errorf("payload: %w", err)
 	}
@@ -98,7 +98,7 @@ func run(stdout io.Writer) (err error) {
 		return err
 	}
 	sender := delivery.NewSender(delivery.Options{AllowLoopback: true})
-	if res, err = deliver.AttemptHandler(deliver.NewEngine(db, settings), sender)(ctx, in); err != nil {
+	if res, err = attempt.Handler(attempt.NewEngine(db, settings), sender)(ctx, in); err != nil {
 		return err
 	}
 	return json.NewEncoder(stdout).Encode(invokeOutput{ExecutedVersion: "$LATEST", Payload: res, StatusCode: 200})
@@ -126,7 +126,7 @@ func logTask(payload json.RawMessage, res webhooks.AttemptResult, err error) {
 	}
 }
 
-func failOnPurpose(in deliver.RetryInput) bool {
+func failOnPurpose(in attempt.RetryInput) bool {
 	run := strconv.Itoa(in.Attempt)
 	if in.Abandon {
 		run = "abandon"

@@ -1,0 +1,59 @@
+// Package attempt runs the retry workflow's task, which makes attempts 2
+// to 7 of a delivery, and holds what both functions that send start with:
+// the engine over the table and the sender.
+package attempt
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/app"
+	"github.com/tally-hq/tally/internal/delivery"
+	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/webhooks"
+)
+
+// Serve runs the retry state machine's task. It never returns.
+func Serve() {
+	lambda.Start(Handler(Engine(lambdafn.Logger()), CloudSender()))
+}
+
+// Engine is the webhook engine over the function's table, its fan-outs
+// written apart (webhooks.Apart: DynamoDB bills each item of a transaction
+// twice). A configuration error ends the process.
+func Engine(log *slog.Logger) *webhooks.Engine { return NewEngine(lambdafn.Start(log)) }
+
+// NewEngine is the webhook engine over db with settings, as Engine makes it.
+func NewEngine(db *records.DB, settings app.Settings) *webhooks.Engine {
+	return webhooks.New(db, webhooks.Config{Health: settings.Health(), DeliveryRetention: settings.DeliveryRetention, Writes: webhooks.Apart{}})
+}
+
+// CloudSender sends to public https receivers only (the SSRF guard).
+func CloudSender() *delivery.Sender { return delivery.NewSender(delivery.Options{}) }
+
+// RetryInput is the input of a retry execution and of each attempt task.
+type RetryInput struct {
+	endpoints.DeliveryRef
+	// Attempt is set by the state machine for each attempt task, and in a
+	// restarted execution's input: the attempt it resumes at.
+	Attempt int `json:"attempt,omitempty"`
+	// ResumeAt is when a restarted execution makes that attempt.
+	ResumeAt *tally.Time `json:"resumeAt,omitempty"`
+	// Abandon is set by the state machine's Catch: mark the delivery failed.
+	Abandon bool `json:"abandon,omitempty"`
+}
+
+// Handler is the retry state machine's task: one attempt of a
+// delivery, or, when the execution gives up, marking it failed.
+func Handler(engine *webhooks.Engine, sender webhooks.Sender) func(context.Context, RetryInput) (webhooks.AttemptResult, error) {
+	return func(ctx context.Context, in RetryInput) (webhooks.AttemptResult, error) {
+		if in.Abandon {
+			return engine.AbandonDelivery(ctx, in.DeliveryRef)
+		}
+		return engine.Attempt(ctx, in.DeliveryRef, in.Attempt, sender)
+	}
+}
