@@ -17,7 +17,7 @@ import (
 
 // Main is what functions/<Dir>/main.go runs, read from its source: the
 // Serve* of package lambdafn (or of a package under it, such as
-// lambdafn/queue) it calls and, for ServeAPI, the route groups it mounts.
+// lambdafn/fanout) it calls and, for ServeAPI, the route groups it mounts.
 type Main struct {
 	Dir    string
 	Serve  string
