@@ -416,7 +416,7 @@ func servedRoutes(t *testing.T) map[string][]string {
 }
 
 // functionGroup reads the route group functions/<dir>/main.go serves
-// (lambdafn.ServeAPI(httpapi.GroupX)).
+// (api.Serve([]string{httpapi.GroupX}, ...)).
 func functionGroup(t *testing.T, dir string) string {
 	t.Helper()
 	src, err := os.ReadFile(filepath.Join(repoRoot, "functions", dir, "main.go"))

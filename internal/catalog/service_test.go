@@ -25,7 +25,7 @@ import (
 
 func TestMain(m *testing.M) { dynamotest.Main(m) }
 
-// notEmittedYet are the events no code path of the tracking service emits
+// notEmittedYet are the events no code path of Tally emits
 // today; their schemas are checked against the Go types instead (see
 // TestPayloadsFromGoTypes). Take an event out of this list as soon as the
 // service emits it, and drive it below.

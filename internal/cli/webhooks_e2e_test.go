@@ -24,7 +24,7 @@ import (
 
 // The retry schedule of the spec (section 6): attempt 1 at once, then these
 // waits before retries 1 to 6; a delivery whose seventh attempt fails is
-// failed. Written out here rather than taken from the tracking package, so
+// failed. Written out here rather than taken from webhooks.RetrySchedule, so
 // that the test checks the spec, not the code against itself.
 var specRetryWaits = []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour}
 

@@ -119,7 +119,7 @@ func (s *Service) RecordClick(ctx context.Context, in ClickInput) (tally.Click, 
 const maxClicksPerMinute = 10
 
 // insertClick scores and writes a click in one transaction with its rollup
-// (unless WithStreamRollups),
+// (unless reports.FromStream),
 // its counters, and the events it causes. Counters with conditions decide,
 // exactly under any concurrency, what the transaction first assumes: that
 // the address is not making its 11th click on the offer this minute, and

@@ -119,8 +119,8 @@ func (in ConversionInput) validate() error {
 // RecordConversion stores a conversion for the brand. It returns created =
 // false, and the first conversion, when the same (offer, externalTxnId) was
 // recorded before. The conversion, its idempotency marker, cap counters,
-// report rollup (unless WithStreamRollups) and events are one transaction;
-// with WithStreamConversions, its outbox entry instead of its event, and
+// report rollup (unless reports.FromStream) and events are one transaction;
+// with ForStream, its outbox entry instead of its event, and
 // without caps or click no transaction (putConversion).
 //
 // A conversion that names a click takes its offer, partner and subs from
@@ -171,7 +171,7 @@ func (s *Service) RecordConversion(ctx context.Context, brandID string, in Conve
 }
 
 // activeNow refuses a conversion for an offer or a partner that is not
-// active, as read just now (WithStreamConversions: instead of checks in
+// active, as read just now (ForStream: instead of checks in
 // the write).
 func (s *Service) activeNow(ctx context.Context, offer tally.Offer, partnerID string) error {
 	if offer.Status != tally.OfferActive {
@@ -377,7 +377,7 @@ func (s *Service) partnerNotActive(ctx context.Context, brandID, partnerID strin
 	return validate.Invalid("partnerId %q: the partner is %s; conversions are accepted only for active partners.", partnerID, p.Status)
 }
 
-// conversionItem places a conversion in its shard, the per-offer and
+// Item places a conversion in its shard, the per-offer and
 // per-partner indexes and, while it waits for automatic approval, the hold
 // queue.
 func Item(c tally.Conversion) store.Item {
@@ -567,7 +567,7 @@ func attributedOp(c tally.Conversion) store.Op {
 		Set: map[string]string{"conversionId": c.ID}, Conds: []store.Cond{store.Exists()}}
 }
 
-// fanOutAttr marks a conversion item whose event the fan-out makes from the
+// FanOutAttr marks a conversion item whose event the fan-out makes from the
 // stream (the fan-out's stream filter passes its insert).
 const (
 	FanOutAttr       = "fanout"
@@ -599,7 +599,7 @@ func (s *Service) outboxEntry(c tally.Conversion) store.Item {
 }
 
 // putConversion writes a conversion without caps or click apart
-// (WithStreamConversions): the marker first, which makes this request the
+// (ForStream): the marker first, which makes this request the
 // conversion's creator; false when another request's marker is there.
 func (s *Service) putConversion(ctx context.Context, c tally.Conversion) (bool, error) {
 	if c.ExternalTxnID != "" {
@@ -714,9 +714,9 @@ func (InTransaction) mark(*store.Item) {}
 //     counters and the click's update need;
 //   - its conversion.created event is not written by the request: the
 //     fan-out makes it from the conversion's insert in the stream
-//     (DispatchConversion), and the conversion's outbox entry, an item in
+//     (webhooks.Engine.DispatchConversion), and the conversion's outbox entry, an item in
 //     no index, keeps it recoverable until its deliveries are written
-//     (Overdue).
+//     (webhooks.Engine.Overdue).
 //
 // The local server (either store) keeps the one transaction with the
 // event: its pipeline drains the outbox index, not a stream.

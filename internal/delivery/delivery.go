@@ -203,7 +203,7 @@ func (s *Sender) Send(ctx context.Context, r Request) (a tally.Attempt) {
 	}
 	req, err := http.NewRequestWithContext(ctx, r.Method, r.URL, body)
 	if err != nil {
-		a.Error = tally.AttemptBlocked // checkURL passed, so this does not happen
+		a.Error = tally.AttemptBlocked // ssrf.Check passed, so this does not happen
 		return a
 	}
 	h := req.Header

@@ -41,7 +41,7 @@ import (
 // The checks below hold template.yaml to docs/aws.md (the contract) and to
 // the code: the folders in functions/, the route groups their mains serve,
 // the routes internal/httpapi registers, the table internal/store/dynamo
-// creates, the Makefile's build targets and the keys tracking writes.
+// creates, the Makefile's build targets and the keys the services write.
 
 // root is the repository's root.
 func root(t *testing.T) string {
@@ -786,7 +786,7 @@ func TestEventSources(t *testing.T) {
 	// The rollup function retries until it succeeds (a batch given up would
 	// be missing from the reports) and reads from the stream's start: its
 	// shard checkpoints skip what it added before. The tumbling window
-	// gives each batch its shard id (lambdafn.RollupHandler).
+	// gives each batch its shard id (rollup.Handler, in internal/lambdafn/rollup).
 	for _, e := range function(t, tpl, "RollupFunction").EventsOfType("DynamoDB") {
 		s, err := e.StreamSource()
 		if err != nil {
@@ -1101,7 +1101,7 @@ func TestOutputs(t *testing.T) {
 	}
 }
 
-// ---------------------------------------------------------------- the keys tracking writes
+// ---------------------------------------------------------------- the keys the services write
 
 // recorder records the writes that reach the store.
 type recorder struct {
@@ -1132,7 +1132,7 @@ func (r *recorder) Update(ctx context.Context, op store.Op) (store.Item, error) 
 
 func ptr[T any](v T) *T { return &v }
 
-// TestStreamFilterPassesEventInsertsOnly runs tracking (its conversions
+// TestStreamFilterPassesEventInsertsOnly runs the services (conversions
 // written for the stream, as on AWS) over the embedded store, records every
 // write that can insert an item (and so make an INSERT stream record), and
 // checks that the fan-out's filters let through exactly the event items and

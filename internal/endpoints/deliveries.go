@@ -10,21 +10,21 @@ import (
 	"github.com/tally-hq/tally/internal/store"
 )
 
-// deliveryRecord is the stored delivery: what the log shows, plus what an
+// DeliveryRecord is the stored delivery: what the log shows, plus what an
 // attempt needs without further reads.
 type DeliveryRecord struct {
 	tally.Delivery
 	// CycleStart is how many attempts came before the current schedule (a
 	// manual retry starts a new one).
 	CycleStart int `json:"cycleStart,omitempty"`
-	// Parked: waiting for its endpoint's circuit (breaker.go).
+	// Parked: waiting for its endpoint's circuit (internal/webhooks/breaker.go).
 	Parked bool `json:"parked,omitempty"`
-	// unsaved: planned by Dispatch and not written yet; its first write
+	// Unsaved: planned by webhooks.Engine.Dispatch and not written yet; its first write
 	// is conditioned on the delivery being absent.
 	Unsaved bool `json:"-"`
 }
 
-// asRead is the condition that the delivery is stored as rec was read: as
+// AsRead is the condition that the delivery is stored as rec was read: as
 // many attempts, or absent while it is unsaved.
 func (rec DeliveryRecord) AsRead() store.Cond {
 	if rec.Unsaved {
@@ -40,7 +40,7 @@ type DeliveryRef struct {
 	DeliveryID string `json:"deliveryId"`
 }
 
-// deliveryItem is the stored delivery; it expires keep after its last
+// DeliveryItem is the stored delivery; it expires keep after its last
 // change (the table's TTL takes it and its attempts).
 func DeliveryItem(rec DeliveryRecord, keep time.Duration) store.Item {
 	shard := keys.ShardOf(rec.ID)
@@ -62,7 +62,7 @@ func DeliveryItem(rec DeliveryRecord, keep time.Duration) store.Item {
 	return it
 }
 
-// endpointID is the subscription's id for a webhook, the partner's for a
+// EndpointID is the subscription's id for a webhook, the partner's for a
 // postback.
 func (rec DeliveryRecord) EndpointID() string {
 	if rec.Type == tally.DeliveryPostback {

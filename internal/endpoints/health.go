@@ -72,7 +72,7 @@ const (
 // rather than on every delivery.
 const lastSuccessRefresh = time.Minute
 
-// endpointHealth is the health kept in an endpoint item's attributes.
+// Health is the health kept in an endpoint item's attributes.
 type Health struct {
 	Status, Reason string
 	DisabledAt     int64 // unix ms
@@ -95,7 +95,7 @@ func HealthOf(it store.Item) Health {
 	return h
 }
 
-// public is the health as the API shows it.
+// Public is the health as the API shows it.
 func (h Health) Public() tally.EndpointHealth {
 	out := tally.EndpointHealth{Status: h.Status, DisabledReason: h.Reason, ConsecutiveFailures: h.Fails}
 	if h.Status == tally.EndpointDisabled {
@@ -135,13 +135,13 @@ func cloneNums(m map[string]int64) map[string]int64 {
 	return out
 }
 
-// healthConfig is when an endpoint is disabled.
+// HealthConfig is when an endpoint is disabled.
 type HealthConfig struct {
 	Failures int64         // consecutive failed attempts
 	Failing  time.Duration // failing with no success for this long
 }
 
-// outcomeOp is the update that records an attempt's outcome on the endpoint
+// OutcomeOp is the update that records an attempt's outcome on the endpoint
 // whose item was read as it, or false when nothing needs writing (a healthy
 // endpoint whose lastSuccessAt is fresh).
 func (c HealthConfig) OutcomeOp(it store.Item, ok bool, now time.Time) (store.Op, bool) {
@@ -199,7 +199,7 @@ func (c HealthConfig) OutcomeOp(it store.Item, ok bool, now time.Time) (store.Op
 	return up, true
 }
 
-// outcomesOp is outcomeOp for the outcomes of several attempts recorded
+// OutcomesOp is OutcomeOp for the outcomes of several attempts recorded
 // together, taken in turn: one update. When more than one outcome writes,
 // it holds only on the endpoint as read (rev), as the later ones were
 // decided on what the earlier ones did.
@@ -231,7 +231,7 @@ func (c HealthConfig) OutcomesOp(it store.Item, oks []bool, now time.Time) (stor
 	return merged, writes > 0
 }
 
-// applied is an endpoint's item after an update of its health.
+// Applied is an endpoint's item after an update of its health.
 func Applied(it store.Item, op store.Op) store.Item {
 	attrs := make(map[string]string, len(it.Attrs)+len(op.Set))
 	maps.Copy(attrs, it.Attrs)

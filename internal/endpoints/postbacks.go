@@ -41,7 +41,7 @@ var postbackMacros = []string{"click_id", "conversion_id", "offer_id", "partner_
 func PostbackMacros() []string { return slices.Clone(postbackMacros) }
 func PostbackEvents() []string { return slices.Clone(postbackEvents) }
 
-// postbackRecord is the stored postback; its health is in the item's
+// PostbackRecord is the stored postback; its health is in the item's
 // attributes.
 type PostbackRecord struct {
 	tally.Postback
@@ -49,7 +49,7 @@ type PostbackRecord struct {
 
 func (r *PostbackRecord) FromItem(it store.Item) { r.EndpointHealth = HealthOf(it).Public() }
 
-// postbackValues are what a postback's macros are filled with.
+// PostbackValues are what a postback's macros are filled with.
 type PostbackValues struct {
 	ClickID      string    `json:"clickId"`
 	ConversionID string    `json:"conversionId"`
@@ -88,7 +88,7 @@ func (v PostbackValues) macro(name, event string) string {
 	return ""
 }
 
-// fillPostback replaces each macro of tmpl with its value, query-escaped.
+// FillPostback replaces each macro of tmpl with its value, query-escaped.
 // The template was validated when it was stored.
 func FillPostback(tmpl, event string, v PostbackValues) string {
 	var b strings.Builder

@@ -29,7 +29,7 @@ type SubscriptionInput struct {
 	Secret *string  `json:"secret"`
 }
 
-// subscriptionRecord is the stored subscription, with its signing secret.
+// SubscriptionRecord is the stored subscription, with its signing secret.
 type SubscriptionRecord struct {
 	tally.Subscription
 	Secret string `json:"secret,omitempty"`
@@ -38,7 +38,7 @@ type SubscriptionRecord struct {
 	PreviousSecret string `json:"previousSecret,omitempty"`
 }
 
-// signingSecrets are the secrets that sign a delivery made at now.
+// SigningSecrets are the secrets that sign a delivery made at now.
 func (r SubscriptionRecord) SigningSecrets(now time.Time) []string {
 	var out []string
 	if r.Secret != "" {

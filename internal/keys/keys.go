@@ -17,7 +17,7 @@ import (
 // entries, rollups, events, the hold queue) over several partitions so that
 // a brand posting 1,000 conversions a second stays under DynamoDB's
 // per-partition write limit. Changing it orphans existing items. (The
-// queues across brands have queueShards.)
+// queues across brands have QueueShards.)
 const Shards = 4
 
 // ShardOf places an identifier in a shard, stably.
@@ -32,10 +32,10 @@ func ShardOf(id string) int { return int(Hash(id) % Shards) }
 // it would.
 const QueueShards = 32
 
-// queueShardOf places an identifier in a queue shard, stably.
+// QueueShardOf places an identifier in a queue shard, stably.
 func QueueShardOf(id string) int { return int(Hash(id) % QueueShards) }
 
-// hash is 32-bit FNV-1a, written out so that hashing a string or a buffer
+// Hash is 32-bit FNV-1a, written out so that hashing a string or a buffer
 // allocates nothing.
 func Hash[T string | []byte](id T) uint32 {
 	h := uint32(2166136261)
@@ -57,7 +57,7 @@ func Offer(brandID, offerID string) store.Key {
 
 const OfferSKPrefix = "OFF#"
 
-// offerRefKey finds an offer's brand from the offer id alone, for the
+// OfferRef finds an offer's brand from the offer id alone, for the
 // tracking link, which names only the offer. Its Data holds the brand id.
 func OfferRef(offerID string) store.Key { return store.Key{PK: "OFF#" + offerID, SK: "#OFF"} }
 
@@ -67,7 +67,7 @@ func Partner(brandID, partnerID string) store.Key {
 
 const PartnerSKPrefix = "PRT#"
 
-// partnerEmailKey makes one application per e-mail address and brand.
+// PartnerEmail makes one application per e-mail address and brand.
 func PartnerEmail(brandID, email string) store.Key {
 	return store.Key{PK: BrandPK(brandID), SK: "PEMAIL#" + email}
 }
@@ -114,22 +114,22 @@ func ConversionsByPartner(brandID, partnerID string, shard int) string {
 }
 func HoldQueuePK(shard int) string { return "HOLD#" + strconv.Itoa(shard) }
 
-// holdQueueSK sorts by due time; the conversion id keeps entries unique.
+// HoldQueueSK sorts by due time; the conversion id keeps entries unique.
 func HoldQueueSK(due time.Time, conversionID string) string {
 	return fmt.Sprintf("%013d#%s", due.UnixMilli(), conversionID)
 }
 
-// holdQueueUpTo is the inclusive upper bound of entries due at or before t.
+// HoldQueueUpTo is the inclusive upper bound of entries due at or before t.
 func HoldQueueUpTo(t time.Time) string { return fmt.Sprintf("%013d$", t.UnixMilli()) }
 
-// txnKey marks an (offer, externalTxnId) pair as recorded; its Data holds
+// Txn marks an (offer, externalTxnId) pair as recorded; its Data holds
 // the conversion id, or the whole conversion when it was written apart
-// (putConversion), so a replay finds the first conversion.
+// (conversions' putConversion), so a replay finds the first conversion.
 func Txn(brandID, offerID, externalTxnID string) store.Key {
 	return store.Key{PK: "TXN#" + brandID + "#" + offerID + "#" + externalTxnID, SK: "#TXN"}
 }
 
-// capKey counts an offer's conversions in one cap period.
+// Cap counts an offer's conversions in one cap period.
 func Cap(offerID, period string) store.Key {
 	return store.Key{PK: "CAP#" + offerID, SK: period}
 }
@@ -166,13 +166,13 @@ func BlockedIPCount(brandID string) store.Key {
 	return store.Key{PK: BrandPK(brandID), SK: "#BIPCOUNT"}
 }
 
-// velocityKey counts one address's clicks on one offer in one minute.
+// Velocity counts one address's clicks on one offer in one minute.
 func Velocity(offerID, ip string, minute int64) store.Key {
 	return store.Key{PK: "VEL#" + offerID + "#" + ip, SK: strconv.FormatInt(minute, 10)}
 }
 
-// highRiskKey counts a partner's high-risk clicks per UTC hour
-// (2026112210), for the auto-ban rule's window.
+// HighRiskPK and HighRisk count a partner's high-risk clicks per UTC hour
+// (HighRiskHour: 2026112210), for the auto-ban rule's window.
 func HighRiskPK(brandID, partnerID string) string { return "HRC#" + brandID + "#" + partnerID }
 func HighRisk(brandID, partnerID string, t time.Time) store.Key {
 	return store.Key{PK: HighRiskPK(brandID, partnerID), SK: HighRiskHour(t)}
@@ -188,7 +188,7 @@ func Rollup(brandID string, shard int, day, offerID, partnerID, currency string)
 	return store.Key{PK: RollupPK(brandID, shard), SK: day + "#" + offerID + "#" + partnerID + "#" + currency}
 }
 
-// rollupDayTo is the inclusive upper bound of a day's rollup sort keys.
+// RollupDayTo is the inclusive upper bound of a day's rollup sort keys.
 func RollupDayTo(day string) string { return day + "$" }
 
 // Quarter-hour rollups hold the same counters per UTC quarter hour
@@ -202,13 +202,13 @@ func RollupQuarter(brandID string, shard int, quarter, offerID, partnerID, curre
 	return store.Key{PK: RollupQuarterPK(brandID, shard), SK: quarter + "#" + offerID + "#" + partnerID + "#" + currency}
 }
 
-// rollupQuartersFrom and rollupQuartersTo bound the quarter-hour rollup
+// RollupQuartersFrom and RollupQuartersTo bound the quarter-hour rollup
 // sort keys of the days from and to, inclusive.
 func RollupQuartersFrom(day string) string { return day + "T" }
 func RollupQuartersTo(day string) string   { return day + "T~" }
 
-// rollupCheckpointKey holds the last stream record of a shard whose
-// conversions were added to the rollups (RollUp). The shard is named by
+// RollupCheckpoint holds the last stream record of a shard whose
+// conversions were added to the rollups (reports.Service.RollUp). The shard is named by
 // its stream's ARN and its id: a stream recreated has new shards.
 func RollupCheckpoint(shard string) store.Key {
 	return store.Key{PK: "RUCP#" + shard, SK: "#RUCP"}
@@ -223,7 +223,7 @@ func EventsByBrand(brandID string, shard int) string {
 }
 func OutboxPK(shard int) string { return "OUTBOX#" + strconv.Itoa(shard) }
 
-// With WithStreamConversions a new conversion's event is made from the
+// With conversions.ForStream a new conversion's event is made from the
 // stream, and the conversion's outbox entry is an item of its own, in no
 // index: written before the conversion, deleted once its event's
 // deliveries are written; sorted by conversion id, so by time.
@@ -239,7 +239,7 @@ func Subscription(brandID, subscriptionID string) store.Key {
 
 const SubscriptionSKPrefix = "SUB#"
 
-// subscriptionCountKey counts a brand's subscriptions, so the limit holds
+// SubscriptionCount counts a brand's subscriptions, so the limit holds
 // under concurrent creation.
 func SubscriptionCount(brandID string) store.Key {
 	return store.Key{PK: BrandPK(brandID), SK: "#SUBCOUNT"}
@@ -252,8 +252,8 @@ func Postback(brandID, partnerID string) store.Key {
 
 const PostbackSKPrefix = "PB#"
 
-// endpointsKey counts the endpoints (subscriptions and postbacks) ever
-// created for a brand, from when it was first written (endpointless.go).
+// Endpoints counts the endpoints (subscriptions and postbacks) ever
+// created for a brand, from when it was first written (outbox.OnlyForEndpoints).
 func Endpoints(brandID string) store.Key {
 	return store.Key{PK: BrandPK(brandID), SK: "#ENDPOINTS"}
 }
@@ -274,17 +274,17 @@ func DeliveriesByTypeStatus(brandID, typ, status string, shard int) string {
 	return fmt.Sprintf("BRD#%s#WHT#%s#%s#%d", brandID, typ, status, shard)
 }
 
-// deliveriesByEndpoint takes a subscription id or a partner id (the prefix
+// DeliveriesByEndpoint takes a subscription id or a partner id (the prefix
 // tells them apart).
 func DeliveriesByEndpoint(brandID, endpointID string, shard int) string {
 	return fmt.Sprintf("BRD#%s#EP#%s#WH#%d", brandID, endpointID, shard)
 }
 func DueQueuePK(shard int) string { return "DUE#" + strconv.Itoa(shard) }
 
-// dueQueueSK sorts by due time, like the hold queue.
+// DueQueueSK sorts by due time, like the hold queue.
 func DueQueueSK(due time.Time, deliveryID string) string { return HoldQueueSK(due, deliveryID) }
 
-// cursorKeyringKey holds the keyring that signs list cursors, one per
+// CursorKeyring holds the keyring that signs list cursors, one per
 // deployment (store).
 func CursorKeyring() store.Key { return store.Key{PK: "CONFIG", SK: "#CURSORKEYS"} }
 
@@ -298,7 +298,7 @@ func Breaker(brandID, endpointID string) store.Key {
 	return store.Key{PK: BrandPK(brandID), SK: "BRK#" + endpointID}
 }
 
-// parkedPK is an endpoint's wait list in gsi3, sharded by delivery so that
+// ParkedPK is an endpoint's wait list in gsi3, sharded by delivery so that
 // a flood of deliveries to one endpoint spreads its writes.
 func ParkedPK(brandID, endpointID string, shard int) string {
 	return "WAIT#" + brandID + "#" + endpointID + "#" + strconv.Itoa(shard)

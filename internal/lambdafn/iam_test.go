@@ -167,7 +167,7 @@ func allows(g deploy.Grant, a usedAction) bool {
 }
 
 // TestConversionOutboxIsAllowed runs the AWS path of new conversions
-// (lambdafn.StreamOptions, as Setup builds every function) through the
+// (service.OnAWS, as the functions wire it) through the
 // functions that take a conversion's outbox entry away, on DynamoDB Local,
 // and checks that each function's role allows what it did: the reconciler
 // makes the event of an entry older than its grace and deletes the entry

@@ -2,9 +2,10 @@
 // with: its logger, its table and its settings from the environment. Each
 // main in functions/ makes one Serve call of a package beside this one,
 // which wires what that function uses and nothing more: api (the HTTP
-// API's route groups), queue (the fan-out and the reconciler, which send to
-// SQS), deliver (attempt 1 and the retries' attempts), approve (the
-// hold-time approval) and rollup (the reports' rollups from the stream).
+// API's route groups), fanout (the fan-out and the reconciler, which send
+// to SQS through queue), deliver (attempt 1 and the retries' attempts),
+// approve (the hold-time approval) and rollup (the reports' rollups from
+// the stream).
 // All the logic lives in internal/.
 package lambdafn
 

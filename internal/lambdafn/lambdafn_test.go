@@ -63,7 +63,7 @@ const (
 type function struct {
 	name   string
 	kind   string   // the lambdafn.Serve* its main calls
-	groups []string // lambdafn.ServeAPI(groups...)
+	groups []string // api.Serve(groups, ...)
 }
 
 // The kinds of function, by the lambdafn call of their main. A Serve* added
@@ -83,7 +83,7 @@ const (
 // Gateway's $default route needs.
 var allGroups = append(slices.Clone(httpapi.AllGroups), httpapi.GroupFallback)
 
-// functions reads every functions/*/main.go for its call of lambdafn.
+// functions reads every functions/*/main.go for its call of a lambdafn package.
 func functions(t *testing.T) []function {
 	t.Helper()
 	mains, err := deploy.ReadMains("../..")

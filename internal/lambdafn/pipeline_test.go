@@ -299,7 +299,7 @@ func messageBody(brandID, deliveryID string) string {
 }
 
 // carried returns the deliveries the messages carry, planned and not
-// written (service.Service.Dispatch), by subscription.
+// written (webhooks.Engine.Dispatch), by subscription.
 func carried(t *testing.T, msgs []string) map[string]tally.Delivery {
 	t.Helper()
 	out := map[string]tally.Delivery{}
@@ -314,7 +314,7 @@ func carried(t *testing.T, msgs []string) map[string]tally.Delivery {
 }
 
 // plannedOf returns the message among msgs that carries the event's
-// delivery, planned (service.Service.Dispatch).
+// delivery, planned (webhooks.Engine.Dispatch).
 func plannedOf(t *testing.T, msgs []string, eventID string) (string, bool) {
 	t.Helper()
 	for _, body := range msgs {
@@ -986,7 +986,7 @@ func TestRequeue(t *testing.T) {
 
 // TestManualRetryRequeues checks POST /deliveries/{id}/retry through the
 // deliveries function, whose service queues the retried delivery
-// (service.WithRequeue, as Setup wires it with TALLY_DELIVERY_QUEUE_URL):
+// (queue.Requeue, as functions/deliveries wires it from TALLY_DELIVERY_QUEUE_URL):
 // exactly one message, which deliver turns into attempt 1 of the new
 // schedule and an execution named after that schedule.
 func TestManualRetryRequeues(t *testing.T) {

@@ -13,9 +13,9 @@ import (
 // infra/; a record passes when one matches): inserted event items, whose
 // partition key starts with "EVT#", but those the fan-out makes itself
 // (they name their conversion's outbox entry), and inserted conversions
-// whose event the fan-out makes (service.WithStreamConversions marks them). Only those
-// reach the fan-out (queue.FanoutHandler). internal/deploy's test checks the template against
-// them and against the keys tracking writes.
+// whose event the fan-out makes (conversions.ForStream marks them). Only those
+// reach the fan-out (fanout.Handler). internal/deploy's test checks the template against
+// them and against the keys the services write.
 var StreamFilterPatterns = []string{
 	`{"eventName":["INSERT"],"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"EVT#"}]}},"NewImage":{"outbox":{"S":[{"exists":false}]}}}}`,
 	`{"eventName":["INSERT"],"dynamodb":{"NewImage":{"fanout":{"S":["stream"]}}}}`,
@@ -23,11 +23,11 @@ var StreamFilterPatterns = []string{
 
 // RollupFilterPattern is the filter of the rollup function's event source
 // mapping: only inserted conversions and clicks whose rollups are left to
-// the stream (service.WithStreamRollups marks them) reach RollupHandler.
+// the stream (reports.FromStream marks them) reach rollup.Handler.
 // internal/deploy's test checks the template against it.
 const RollupFilterPattern = `{"eventName":["INSERT"],"dynamodb":{"NewImage":{"rollup":{"S":["stream"]}}}}`
 
-// StreamItem reads what tracking reads of a stream record's new image: the
+// StreamItem reads what the services read of a stream record's new image: the
 // keys, the string attributes and the data.
 func StreamItem(image map[string]events.DynamoDBAttributeValue) (it store.Item, err error) {
 	defer func() {

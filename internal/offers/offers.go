@@ -110,9 +110,9 @@ func (s *Service) CreateOffer(ctx context.Context, brandID string, in OfferInput
 	return o, nil
 }
 
-// offerEntry is an offer with its revision, which grows with every change.
+// Entry is an offer with its revision, which grows with every change.
 // Writes that rely on a cached offer check the revision in their
-// transaction (offerCheck), so a change is in force at once everywhere.
+// transaction (Check), so a change is in force at once everywhere.
 type Entry struct {
 	Offer tally.Offer
 	Rev   int64
@@ -123,7 +123,7 @@ func item(e Entry) store.Item {
 		Nums: map[string]int64{"rev": e.Rev}, Data: records.MustJSON(e.Offer)}
 }
 
-// offerCheck holds while the offer is active and still at the revision e
+// Check holds while the offer is active and still at the revision e
 // was read at.
 func Check(e Entry) store.Op {
 	return store.Check(keys.Offer(e.Offer.BrandID, e.Offer.ID), store.AttrEquals("status", tally.OfferActive), store.NumEquals("rev", e.Rev))
@@ -138,8 +138,8 @@ func (s *Service) Offer(ctx context.Context, brandID, offerID string) (tally.Off
 	return o, records.NotFound(err, "offer", offerID)
 }
 
-// cachedOffer reads an offer through the per-instance cache. A write that
-// relies on it includes offerCheck, and reloads the offer (loadOffer) when
+// Cached reads an offer through the per-instance cache. A write that
+// relies on it includes Check, and reloads the offer (Load) when
 // that fails.
 func (s *Service) Cached(ctx context.Context, brandID, offerID string) (Entry, error) {
 	if e, ok := s.entries.Get(brandID + "/" + offerID); ok {
@@ -148,7 +148,7 @@ func (s *Service) Cached(ctx context.Context, brandID, offerID string) (Entry, e
 	return s.Load(ctx, brandID, offerID)
 }
 
-// loadOffer reads an offer and its revision from the store into the cache.
+// Load reads an offer and its revision from the store into the cache.
 func (s *Service) Load(ctx context.Context, brandID, offerID string) (Entry, error) {
 	if !ids.Valid("off_", offerID) {
 		return Entry{}, records.NotFound(store.ErrNotFound, "offer", offerID)
@@ -165,7 +165,7 @@ func (s *Service) Load(ctx context.Context, brandID, offerID string) (Entry, err
 	return e, nil
 }
 
-// offerByID finds an offer from its id alone (the tracking link).
+// ByID finds an offer from its id alone (the tracking link).
 func (s *Service) ByID(ctx context.Context, offerID string) (Entry, error) {
 	if !ids.Valid("off_", offerID) {
 		return Entry{}, records.NotFound(store.ErrNotFound, "offer", offerID)
@@ -192,7 +192,7 @@ type Cap struct {
 	Limit int64
 }
 
-// capsOf lists the caps that are set.
+// CapsOf lists the caps that are set.
 func CapsOf(c tally.Caps) []Cap {
 	var out []Cap
 	for _, c := range []struct {

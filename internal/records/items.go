@@ -25,7 +25,7 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// getRecord reads the item at key and decodes its JSON body into a T.
+// Get reads the item at key and decodes its JSON body into a T.
 func Get[T any](ctx context.Context, st store.Store, key store.Key) (T, error) {
 	var v T
 	it, err := st.Get(ctx, key)
@@ -35,7 +35,7 @@ func Get[T any](ctx context.Context, st store.Store, key store.Key) (T, error) {
 	return v, Decode(it, &v)
 }
 
-// getByID reads one of a brand's records by its id: an id without the
+// GetByID reads one of a brand's records by its id: an id without the
 // record type's prefix, or of another brand, is not found.
 func GetByID[T any](ctx context.Context, st store.Store, what, prefix, id string, key func() store.Key) (T, error) {
 	if !ids.Valid(prefix, id) {
@@ -56,7 +56,7 @@ func Decode(it store.Item, v any) error {
 	return nil
 }
 
-// itemReader is a record that keeps fields outside its JSON body, in
+// ItemReader is a record that keeps fields outside its JSON body, in
 // attributes that updates change in place.
 type ItemReader interface{ FromItem(store.Item) }
 
@@ -68,7 +68,7 @@ func MustJSON(v any) []byte {
 	return b
 }
 
-// notFound maps a missing item to the API's 404.
+// NotFound maps a missing item to the API's 404.
 func NotFound(err error, what, id string) error {
 	if errors.Is(err, store.ErrNotFound) {
 		return tally.Errorf(tally.ECodeNotFound, "No %s with id %q.", what, id)
@@ -76,7 +76,7 @@ func NotFound(err error, what, id string) error {
 	return err
 }
 
-// cache is a small per-instance read cache with a time-to-live.
+// Cache is a small per-instance read cache with a time-to-live.
 type Cache[V any] struct {
 	mu      sync.Mutex
 	ttl     time.Duration
@@ -111,14 +111,14 @@ func (c *Cache[V]) Put(k string, v V) {
 	c.PutUnless(k, v, func(V) bool { return false })
 }
 
-// forget drops k, so the next get misses.
+// Forget drops k, so the next get misses.
 func (c *Cache[V]) Forget(k string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.entries, k)
 }
 
-// putUnless stores v unless the live entry for k is one keep wants kept.
+// PutUnless stores v unless the live entry for k is one keep wants kept.
 func (c *Cache[V]) PutUnless(k string, v V, keep func(cached V) bool) {
 	if c.ttl <= 0 {
 		return

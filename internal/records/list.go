@@ -15,7 +15,7 @@ const (
 	MaxLimit     = 100
 )
 
-// maxScan bounds the items one list call reads while filtering, so a rare
+// MaxScan bounds the items one list call reads while filtering, so a rare
 // filter value cannot make a request read a whole table. A page may then
 // hold fewer items than asked, with a cursor to go on.
 const MaxScan = 1000
@@ -26,13 +26,13 @@ type ListParams struct {
 	Cursor string
 }
 
-// partition is one place a list reads from.
+// Partition is one place a list reads from.
 type Partition struct {
 	Index store.Index
 	PK    string
 }
 
-// span is what a list reads: the same sort-key range of one or more
+// Span is what a list reads: the same sort-key range of one or more
 // partitions (the shards of one logical list), merged newest first.
 type Span struct {
 	Parts  []Partition
@@ -52,7 +52,7 @@ func validateLimit(limit int) (int, error) {
 	return limit, nil
 }
 
-// shardedParts are the partitions of a sharded, per-offer and per-partner
+// ShardedParts are the partitions of a sharded, per-offer and per-partner
 // indexed list (conversions, clicks): the table's shards, or the shards of
 // the per-offer (GSI1) or per-partner (GSI2) index when a filter names one,
 // the narrowest read the filters allow.
@@ -100,14 +100,14 @@ func (it *partIter) head(ctx context.Context) (*store.Item, error) {
 	return &it.buf[0], nil
 }
 
-// list returns one page of records of type T from the partitions, newest
+// List returns one page of records of type T from the partitions, newest
 // (greatest sort key) first, keeping only those keep accepts (nil keeps
 // all), with the cursor of the next page ("" after the last).
 func List[T any](ctx context.Context, db *DB, parts []Partition, p ListParams, keep func(*T) bool) ([]T, string, error) {
 	return ListSpan(ctx, db, Span{Parts: parts}, p, keep)
 }
 
-// listSpan is list over a span.
+// ListSpan is list over a span.
 func ListSpan[T any](ctx context.Context, db *DB, sp Span, p ListParams, keep func(*T) bool) ([]T, string, error) {
 	limit, err := validateLimit(p.Limit)
 	if err != nil {

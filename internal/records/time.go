@@ -7,7 +7,7 @@ import (
 	"github.com/tally-hq/tally/internal/validate"
 )
 
-// timeSpan turns the from and to parameters of a list into bounds on the
+// TimeSpan turns the from and to parameters of a list into bounds on the
 // time-sortable ids (with prefix) that the list's sort keys are.
 func TimeSpan(prefix, from, to string) (Span, error) {
 	var sp Span

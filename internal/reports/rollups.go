@@ -222,13 +222,13 @@ func seqAfter(a, b string) bool {
 	return a > b
 }
 
-// rollupOps add counter deltas to the report rollups of c's creation: its
+// ConversionIncrements add counter deltas to the report rollups of c's creation: its
 // UTC day and its UTC quarter hour.
 func ConversionIncrements(c tally.Conversion, add map[string]int64) []store.Op {
 	return Increments(c.BrandID, c.ID, c.CreatedAt.Time, c.OfferID, c.PartnerID, c.Currency, add)
 }
 
-// rollupIncrements add counter deltas to the report rollups of a record
+// Increments add counter deltas to the report rollups of a record
 // (a conversion, a click) made at a time: its UTC day and its UTC quarter
 // hour, in the shard of id (the record's, or for RollUp its stream
 // shard's).
@@ -243,13 +243,13 @@ func Increments(brandID, id string, at time.Time, offerID, partnerID, currency s
 // quarterLayout names a UTC quarter hour in rollup keys.
 const quarterLayout = "2006-01-02T15:04"
 
-// createdDelta counts a new conversion into its rollup. Money counts for
+// Created counts a new conversion into its rollup. Money counts for
 // conversions that are not rejected.
 func Created(c tally.Conversion) map[string]int64 {
 	return map[string]int64{"conversions": 1, c.Status: 1, "revenueCents": c.RevenueCents, "payoutCents": c.PayoutCents}
 }
 
-// decidedDelta moves a conversion out of pending into to.
+// Decided moves a conversion out of pending into to.
 func Decided(c tally.Conversion, to string) map[string]int64 {
 	add := map[string]int64{tally.ConversionPending: -1, to: 1}
 	if to == tally.ConversionRejected {
@@ -258,7 +258,7 @@ func Decided(c tally.Conversion, to string) map[string]int64 {
 	return add
 }
 
-// clickCounts is what a click adds to its rollups.
+// ClickCounts is what a click adds to its rollups.
 func ClickCounts(highRisk bool) map[string]int64 {
 	counts := map[string]int64{"clicks": 1}
 	if highRisk {

@@ -161,7 +161,7 @@ func newCostPipeline(t *testing.T, status func(n int) int) (*costPipeline, strin
 
 // service is a function's service over the metered table, as deployed:
 // the stream adds conversions to the rollups and carries them to the
-// fan-out (lambdafn.Setup).
+// fan-out (service.OnAWS, as the functions wire it).
 func (p *costPipeline) service() *service.Service {
 	return servicetest.New(dynamo.New(p.meter, p.f.table), service.OnAWS())
 }

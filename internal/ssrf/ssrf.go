@@ -18,8 +18,8 @@ import (
 // MaxURLLength is the longest receiver URL CheckURL accepts.
 const MaxURLLength = 2048
 
-// errBlocked is wrapped by every refusal of the SSRF guard; Send reports it
-// as tally.AttemptBlocked.
+// ErrBlocked is wrapped by every refusal of the SSRF guard; delivery's
+// Sender.Send reports it as tally.AttemptBlocked.
 var ErrBlocked = errors.New("ssrf: receiver address not allowed")
 
 // blockedPrefixes are the IPv4 and IPv6 ranges no receiver may be at, on top
@@ -92,7 +92,7 @@ func blockedIP(ip netip.Addr, allowLoopback bool) bool {
 	return false
 }
 
-// control returns a net.Dialer Control hook that checks the address actually
+// Control returns a net.Dialer Control hook that checks the address actually
 // being dialed (after name resolution, so DNS rebinding cannot slip past a
 // check of the name). loopbackOnly is for plain-http connections, which are
 // allowed to loopback receivers only.

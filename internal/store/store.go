@@ -244,14 +244,15 @@ type Store interface {
 // WritesApart is implemented by a backend on which items written one by one
 // cost less than the same items in one transaction (DynamoDB bills each
 // item of a transaction twice; the embedded store, by contrast, commits and
-// syncs once per transaction). Code whose writes need no atomicity across
-// items writes them apart there.
+// syncs once per transaction). Nothing asks a store for it now: the wiring
+// chooses how a fan-out writes (service.Partitioned: webhooks.Apart).
 type WritesApart interface{ WritesApart() }
 
 // Partitioned is implemented by a backend whose write throughput is per
 // partition key (DynamoDB): a brand's high-volume items are spread over
-// shards for it. On a backend without it (the embedded store), new items of
-// those families go to one shard, whose keys a commit then writes together.
+// shards for it. Nothing asks a store for it now: the wiring chooses where
+// new identifiers go (service.Partitioned: records.SpreadIDs; without it,
+// records.ShardZeroIDs, one shard, whose keys a commit writes together).
 type Partitioned interface{ Partitioned() }
 
 var (

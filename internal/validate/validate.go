@@ -18,14 +18,14 @@ func Invalid(format string, args ...any) error {
 	return tally.Errorf(tally.ECodeValidation, format, args...)
 }
 
-// invalidField is a validation error about one input field.
+// InvalidField is a validation error about one input field.
 func InvalidField(field, format string, args ...any) error {
 	e := tally.Errorf(tally.ECodeValidation, format, args...)
 	e.Field = field
 	return e
 }
 
-// fieldErrors maps each field with a problem to its first message, for
+// FieldErrors maps each field with a problem to its first message, for
 // forms that show every problem at once.
 func FieldErrors(errs ...error) map[string]string {
 	out := map[string]string{}
@@ -37,7 +37,7 @@ func FieldErrors(errs ...error) map[string]string {
 	return out
 }
 
-// text checks a one-line string field: not blank when required, at most
+// Text checks a one-line string field: not blank when required, at most
 // maxLen characters, and only characters that show as what they are (see
 // plainText). Every text field of every input goes through it (or
 // paragraph), so they all refuse the same things.
@@ -45,7 +45,7 @@ func Text(field string, v *string, required bool, maxLen int) error {
 	return checkText(field, v, required, maxLen, false)
 }
 
-// paragraph is text for a free-text field that may hold line breaks and tabs.
+// Paragraph is text for a free-text field that may hold line breaks and tabs.
 func Paragraph(field string, v *string, required bool, maxLen int) error {
 	return checkText(field, v, required, maxLen, true)
 }
@@ -90,7 +90,7 @@ func plainText(s string, multiline bool) (rune, bool) {
 	return 0, true
 }
 
-// hidden reports whether r is one of the characters plainText refuses.
+// Hidden reports whether r is one of the characters plainText refuses.
 func Hidden(r rune, multiline bool) bool {
 	if multiline && (r == '\n' || r == '\r' || r == '\t') {
 		return false
@@ -102,7 +102,7 @@ func Hidden(r rune, multiline bool) bool {
 		unicode.Is(unicode.Noncharacter_Code_Point, r)
 }
 
-// requireField checks that a field that is not text is present.
+// Required checks that a field that is not text is present.
 func Required(field string, present bool) error {
 	if !present {
 		return InvalidField(field, "%s is required.", field)
@@ -110,7 +110,7 @@ func Required(field string, present bool) error {
 	return nil
 }
 
-// ranges checks every integer field of a body that has a range tag (see
+// Ranges checks every integer field of a body that has a range tag (see
 // package fields), nested ones included, in the order they are declared.
 func Ranges(body any) []error {
 	var errs []error
@@ -169,7 +169,7 @@ func OneOf(field string, v *string, allowed ...string) error {
 	return InvalidField(field, "%s must be one of: %s.", field, strings.Join(named, ", "))
 }
 
-// idFilter checks an optional identifier filter, so a mistyped id is an
+// IDFilter checks an optional identifier filter, so a mistyped id is an
 // error rather than an empty result.
 func IDFilter(field, prefix, v string) error {
 	if v != "" && !ids.Valid(prefix, v) {
@@ -209,7 +209,7 @@ var currencies = func() map[string]bool {
 	return m
 }()
 
-// parseTimeParam reads an RFC 3339 timestamp or a date; a date as an upper
+// TimeParam reads an RFC 3339 timestamp or a date; a date as an upper
 // bound means the end of that day.
 func TimeParam(field, v string, endOfDay bool) (time.Time, error) {
 	t, err := time.Parse(time.RFC3339Nano, v)
@@ -227,7 +227,7 @@ func TimeParam(field, v string, endOfDay bool) (time.Time, error) {
 	return t, nil
 }
 
-// Dates and times in filters lie from minDate to maxDate (UTC): records
+// Dates and times in filters lie from MinDate to MaxDate (UTC): records
 // are stamped within it, and a bound outside it would not narrow a list but
 // silently widen it (identifiers carry a Unix time in milliseconds, which
 // has no place for 1969).
@@ -241,7 +241,7 @@ var (
 	maxTime = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
 )
 
-// dateParam reads a date (YYYY-MM-DD) from minDate to maxDate.
+// DateParam reads a date (YYYY-MM-DD) from MinDate to MaxDate.
 func DateParam(field, v string) (time.Time, error) {
 	d, err := time.Parse(time.DateOnly, v)
 	if err != nil || d.Before(minTime) || d.After(maxTime) {

@@ -6,9 +6,9 @@
 // The webhook pipeline on AWS: DynamoDB Streams → fanout → SQS → deliver
 // (attempt 1) → a Step Functions execution whose task, attempt, makes the
 // retries. Each stage may repeat, and each step it runs is idempotent. The
-// steps that queue (fan-out, reconciler, manual retry) are in package
-// lambdafn/queue, so that each function links only the AWS clients it
-// calls.
+// steps that queue (fan-out, reconciler) are in package lambdafn/fanout and
+// send through lambdafn/queue, as a manual retry does, so that each
+// function links only the AWS clients it calls.
 package deliver
 
 import (

@@ -30,7 +30,7 @@ func Serve() {
 type Func func(context.Context, events.DynamoDBTimeWindowEvent) (events.DynamoDBTimeWindowEventResponse, error)
 
 // Handler returns the rollup function's handler: it adds the batch's
-// conversions and clicks to the rollups (service.Service.RollUp), exactly
+// conversions and clicks to the rollups (reports.Service.RollUp), exactly
 // once however Lambda retries or bisects the batch. A failure returns an error,
 // and Lambda retries the batch; the window's state is not used (an empty
 // one is returned: Lambda takes a response without state as a failure).

@@ -5,8 +5,8 @@
 // Its one argument is the task's input, the parameters of the
 // arn:aws:states:::lambda:invoke task: {"FunctionName": ..., "Payload":
 // {"brandId", "deliveryId", "attempt"}}. It opens the store the way every
-// function does (lambdafn.Setup: the DynamoDB table TALLY_TABLE names, its
-// endpoint from AWS_ENDPOINT_URL_DYNAMODB), runs lambdafn.AttemptHandler on
+// function does (lambdafn.OpenDB: the DynamoDB table TALLY_TABLE names, its
+// endpoint from AWS_ENDPOINT_URL_DYNAMODB), runs deliver.AttemptHandler on
 // the payload, and prints what the invoke returns to the state machine:
 // {"ExecutedVersion": "$LATEST", "Payload": <result>, "StatusCode": 200}.
 // When the handler fails, it prints the error to stderr and exits 1, which
