@@ -114,7 +114,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		// Other processes may serve from the same table: each attempt is
 		// claimed in the table before it is sent.
 		pipelineOpts = append(pipelineOpts, webhooks.SharedStore())
-		opts = append(opts, service.Partitioned())
+		opts = append(opts, service.ForDynamoDB())
 	} else {
 		// The embedded store is locked to this process: its counts are
 		// exact, and what it remembers of brands without endpoints holds.

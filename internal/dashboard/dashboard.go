@@ -44,6 +44,14 @@ func New(svc httpapi.Services, cfg httpapi.Config) http.Handler {
 	return d
 }
 
+// settingsPages are the Settings section's pages: API keys, fraud
+// settings and blocked ranges, the postback token.
+type settingsPages struct{ *Dashboard }
+
+// endpointPages are the pages of the endpoints Tally delivers to (webhook
+// subscriptions, a partner's postback) and of the delivery log.
+type endpointPages struct{ *Dashboard }
+
 // request is what a signed-in page works with.
 type request struct {
 	*http.Request
@@ -58,6 +66,7 @@ func (r *request) brandID() string { return r.sess.BrandID }
 type pageFunc func(w http.ResponseWriter, r *request) error
 
 func (d *Dashboard) routes() {
+	settings, endpoints := settingsPages{d}, endpointPages{d}
 	d.mux.HandleFunc("GET /dashboard/assets/{file}", d.asset)
 	d.mux.HandleFunc("GET /dashboard/sign-in", d.signInPage)
 	d.mux.HandleFunc("POST /dashboard/sign-in", d.signIn)
@@ -73,11 +82,11 @@ func (d *Dashboard) routes() {
 		"GET /dashboard/offers/{id}/edit":                        d.editOffer,
 		"POST /dashboard/offers/{id}":                            d.updateOffer,
 		"GET /dashboard/partners":                                d.partners,
-		"GET /dashboard/partners/{id}":                           d.partner,
+		"GET /dashboard/partners/{id}":                           endpoints.partner,
 		"POST /dashboard/partners/{id}/{action}":                 d.partnerAction,
-		"POST /dashboard/partners/{id}/postback":                 d.savePostback,
-		"POST /dashboard/partners/{id}/postback/recover":         d.recoverPostback,
-		"POST /dashboard/partners/{id}/postback/{action}":        d.postbackAction,
+		"POST /dashboard/partners/{id}/postback":                 endpoints.savePostback,
+		"POST /dashboard/partners/{id}/postback/recover":         endpoints.recoverPostback,
+		"POST /dashboard/partners/{id}/postback/{action}":        endpoints.postbackAction,
 		"GET /dashboard/conversions":                             d.conversions,
 		"GET /dashboard/conversions/{id}":                        d.conversion,
 		"POST /dashboard/conversions/{id}/{action}":              d.conversionAction,
@@ -85,28 +94,28 @@ func (d *Dashboard) routes() {
 		"GET /dashboard/clicks/{id}":                             d.click,
 		"GET /dashboard/reports":                                 d.reports,
 		"GET /dashboard/reports.csv":                             d.reportCSV,
-		"GET /dashboard/webhooks":                                d.webhooks,
-		"POST /dashboard/webhooks":                               d.createWebhook,
-		"GET /dashboard/webhooks/{id}":                           d.webhook,
-		"POST /dashboard/webhooks/{id}":                          d.updateWebhook,
-		"POST /dashboard/webhooks/{id}/enable":                   d.enableWebhook,
-		"POST /dashboard/webhooks/{id}/recover":                  d.recoverWebhook,
-		"POST /dashboard/webhooks/{id}/test":                     d.testWebhook,
-		"POST /dashboard/webhooks/{id}/delete":                   d.deleteWebhook,
-		"GET /dashboard/activity/deliveries":                     d.deliveries,
-		"GET /dashboard/activity/deliveries/{id}":                d.delivery,
-		"POST /dashboard/activity/deliveries/{id}/retry":         d.retryDelivery,
+		"GET /dashboard/webhooks":                                endpoints.webhooks,
+		"POST /dashboard/webhooks":                               endpoints.createWebhook,
+		"GET /dashboard/webhooks/{id}":                           endpoints.webhook,
+		"POST /dashboard/webhooks/{id}":                          endpoints.updateWebhook,
+		"POST /dashboard/webhooks/{id}/enable":                   endpoints.enableWebhook,
+		"POST /dashboard/webhooks/{id}/recover":                  endpoints.recoverWebhook,
+		"POST /dashboard/webhooks/{id}/test":                     endpoints.testWebhook,
+		"POST /dashboard/webhooks/{id}/delete":                   endpoints.deleteWebhook,
+		"GET /dashboard/activity/deliveries":                     endpoints.deliveries,
+		"GET /dashboard/activity/deliveries/{id}":                endpoints.delivery,
+		"POST /dashboard/activity/deliveries/{id}/retry":         endpoints.retryDelivery,
 		"GET /dashboard/settings":                                func(w http.ResponseWriter, r *request) error { return redirect(w, r, "/dashboard/settings/keys", "") },
-		"GET /dashboard/settings/fraud":                          d.fraudSettings,
-		"POST /dashboard/settings/fraud":                         d.saveFraudSettings,
-		"POST /dashboard/settings/fraud/blocked-ips":             d.blockIP,
-		"POST /dashboard/settings/fraud/blocked-ips/{id}/delete": d.unblockIP,
-		"GET /dashboard/settings/postback-token":                 d.postbackToken,
-		"POST /dashboard/settings/postback-token":                d.createPostbackToken,
-		"POST /dashboard/settings/postback-token/delete":         d.deletePostbackToken,
-		"GET /dashboard/settings/keys":                           d.keys,
-		"POST /dashboard/settings/keys":                          d.createKey,
-		"POST /dashboard/settings/keys/{id}/revoke":              d.revokeKey,
+		"GET /dashboard/settings/fraud":                          settings.fraudSettings,
+		"POST /dashboard/settings/fraud":                         settings.saveFraudSettings,
+		"POST /dashboard/settings/fraud/blocked-ips":             settings.blockIP,
+		"POST /dashboard/settings/fraud/blocked-ips/{id}/delete": settings.unblockIP,
+		"GET /dashboard/settings/postback-token":                 settings.postbackToken,
+		"POST /dashboard/settings/postback-token":                settings.createPostbackToken,
+		"POST /dashboard/settings/postback-token/delete":         settings.deletePostbackToken,
+		"GET /dashboard/settings/keys":                           settings.keys,
+		"POST /dashboard/settings/keys":                          settings.createKey,
+		"POST /dashboard/settings/keys/{id}/revoke":              settings.revokeKey,
 	} {
 		d.mux.Handle(pattern, d.signedIn(fn))
 	}

@@ -25,7 +25,7 @@ type deliveriesData struct {
 	Page     page
 }
 
-func (d *Dashboard) deliveries(w http.ResponseWriter, r *request) error {
+func (d endpointPages) deliveries(w http.ResponseWriter, r *request) error {
 	q := r.URL.Query()
 	f := endpoints.DeliveryFilter{Type: q.Get("type"), Status: q.Get("status"), SubscriptionID: q.Get("subscriptionId"), PartnerID: q.Get("partnerId")}
 	ds, next, err := d.svc.Deliveries.Deliveries(r.Context(), r.brandID(), f, records.ListParams{Cursor: q.Get("cursor")})
@@ -58,7 +58,7 @@ type deliveryData struct {
 	PartnerName string
 }
 
-func (d *Dashboard) delivery(w http.ResponseWriter, r *request) error {
+func (d endpointPages) delivery(w http.ResponseWriter, r *request) error {
 	del, err := d.svc.Deliveries.Delivery(r.Context(), r.brandID(), r.PathValue("id"))
 	if err != nil {
 		return err
@@ -75,7 +75,7 @@ func (d *Dashboard) delivery(w http.ResponseWriter, r *request) error {
 	return nil
 }
 
-func (d *Dashboard) retryDelivery(w http.ResponseWriter, r *request) error {
+func (d endpointPages) retryDelivery(w http.ResponseWriter, r *request) error {
 	del, err := d.svc.Deliveries.RetryDelivery(r.Context(), r.brandID(), r.PathValue("id"))
 	if err != nil {
 		return err

@@ -30,7 +30,7 @@ var fraudLabels = map[string]string{
 }
 
 // fraudData reads the settings and a page of the blocklist.
-func (d *Dashboard) fraudData(r *request) (fraudData, error) {
+func (d settingsPages) fraudData(r *request) (fraudData, error) {
 	s, err := d.svc.Clicks.FraudSettings(r.Context(), r.brandID())
 	if err != nil {
 		return fraudData{}, err
@@ -51,7 +51,7 @@ func (d *Dashboard) fraudData(r *request) (fraudData, error) {
 	return data, err
 }
 
-func (d *Dashboard) fraudSettings(w http.ResponseWriter, r *request) error {
+func (d settingsPages) fraudSettings(w http.ResponseWriter, r *request) error {
 	data, err := d.fraudData(r)
 	if err != nil {
 		return err
@@ -62,7 +62,7 @@ func (d *Dashboard) fraudSettings(w http.ResponseWriter, r *request) error {
 
 // saveFraudSettings replaces the settings with the form's (the form always
 // holds all of them, as PUT /fraud/settings does).
-func (d *Dashboard) saveFraudSettings(w http.ResponseWriter, r *request) error {
+func (d settingsPages) saveFraudSettings(w http.ResponseWriter, r *request) error {
 	data, err := d.fraudData(r)
 	if err != nil {
 		return err
@@ -94,7 +94,7 @@ func (d *Dashboard) saveFraudSettings(w http.ResponseWriter, r *request) error {
 	return nil
 }
 
-func (d *Dashboard) blockIP(w http.ResponseWriter, r *request) error {
+func (d settingsPages) blockIP(w http.ResponseWriter, r *request) error {
 	cidr, note := strings.TrimSpace(r.PostFormValue("cidr")), strings.TrimSpace(r.PostFormValue("note"))
 	_, err := d.svc.Clicks.BlockIP(r.Context(), r.brandID(), clicks.BlockedIPInput{CIDR: &cidr, Note: &note})
 	if err == nil {
@@ -118,7 +118,7 @@ func (d *Dashboard) blockIP(w http.ResponseWriter, r *request) error {
 	return nil
 }
 
-func (d *Dashboard) unblockIP(w http.ResponseWriter, r *request) error {
+func (d settingsPages) unblockIP(w http.ResponseWriter, r *request) error {
 	if _, err := d.svc.Clicks.UnblockIP(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
 		return err
 	}

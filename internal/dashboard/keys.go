@@ -23,7 +23,7 @@ type keysData struct {
 	Page    page
 }
 
-func (d *Dashboard) keysData(r *request) (keysData, error) {
+func (d settingsPages) keysData(r *request) (keysData, error) {
 	keys, next, err := d.svc.Identity.ActiveAPIKeys(r.Context(), r.brandID(), records.ListParams{Cursor: r.URL.Query().Get("cursor")})
 	data := keysData{Page: pageOf(r, next)}
 	for _, k := range keys {
@@ -32,7 +32,7 @@ func (d *Dashboard) keysData(r *request) (keysData, error) {
 	return data, err
 }
 
-func (d *Dashboard) keys(w http.ResponseWriter, r *request) error {
+func (d settingsPages) keys(w http.ResponseWriter, r *request) error {
 	data, err := d.keysData(r)
 	if err != nil {
 		return err
@@ -41,7 +41,7 @@ func (d *Dashboard) keys(w http.ResponseWriter, r *request) error {
 	return nil
 }
 
-func (d *Dashboard) createKey(w http.ResponseWriter, r *request) error {
+func (d settingsPages) createKey(w http.ResponseWriter, r *request) error {
 	name := strings.TrimSpace(r.PostFormValue("name"))
 	k, err := d.svc.Identity.CreateKey(r.Context(), r.brandID(), identity.APIKeyInput{Name: &name})
 	data, lerr := d.keysData(r)
@@ -61,7 +61,7 @@ func (d *Dashboard) createKey(w http.ResponseWriter, r *request) error {
 	return nil
 }
 
-func (d *Dashboard) revokeKey(w http.ResponseWriter, r *request) error {
+func (d settingsPages) revokeKey(w http.ResponseWriter, r *request) error {
 	if _, err := d.svc.Identity.DeleteAPIKey(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
 		return err
 	}

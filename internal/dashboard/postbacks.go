@@ -28,7 +28,7 @@ type trackingLink struct {
 	URL   string
 }
 
-func (d *Dashboard) partnerData(r *request) (partnerData, error) {
+func (d endpointPages) partnerData(r *request) (partnerData, error) {
 	p, err := d.svc.Partners.Partner(r.Context(), r.brandID(), r.PathValue("id"))
 	if err != nil {
 		return partnerData{}, err
@@ -50,7 +50,7 @@ func (d *Dashboard) partnerData(r *request) (partnerData, error) {
 	return data, err
 }
 
-func (d *Dashboard) partner(w http.ResponseWriter, r *request) error {
+func (d endpointPages) partner(w http.ResponseWriter, r *request) error {
 	data, err := d.partnerData(r)
 	if err != nil {
 		return err
@@ -61,7 +61,7 @@ func (d *Dashboard) partner(w http.ResponseWriter, r *request) error {
 
 // savePostback sets the partner's postback from the form; problems show
 // beside the URL or the events.
-func (d *Dashboard) savePostback(w http.ResponseWriter, r *request) error {
+func (d endpointPages) savePostback(w http.ResponseWriter, r *request) error {
 	data, err := d.partnerData(r)
 	if err != nil {
 		return err
@@ -97,7 +97,7 @@ func postbackMessage(err error) string {
 
 // postbackAction runs one of the postback's buttons and returns to the
 // partner's page with its notice.
-func (d *Dashboard) postbackAction(w http.ResponseWriter, r *request) error {
+func (d endpointPages) postbackAction(w http.ResponseWriter, r *request) error {
 	id := r.PathValue("id")
 	ctx, brand := r.Context(), r.brandID()
 	var err error
@@ -123,7 +123,7 @@ func (d *Dashboard) postbackAction(w http.ResponseWriter, r *request) error {
 
 // recoverPostback queues again the postback's failed deliveries since the
 // form's date; a problem shows beside the date.
-func (d *Dashboard) recoverPostback(w http.ResponseWriter, r *request) error {
+func (d endpointPages) recoverPostback(w http.ResponseWriter, r *request) error {
 	data, err := d.partnerData(r)
 	if err != nil {
 		return err

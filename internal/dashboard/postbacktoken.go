@@ -17,7 +17,7 @@ type postbackTokenData struct {
 	Base     string // {public_base_url}
 }
 
-func (d *Dashboard) postbackTokenData(r *request) (postbackTokenData, error) {
+func (d settingsPages) postbackTokenData(r *request) (postbackTokenData, error) {
 	data := postbackTokenData{Base: publicBase(r.Request)}
 	t, err := d.svc.Identity.PostbackToken(r.Context(), r.brandID())
 	switch {
@@ -29,7 +29,7 @@ func (d *Dashboard) postbackTokenData(r *request) (postbackTokenData, error) {
 	return data, nil
 }
 
-func (d *Dashboard) postbackToken(w http.ResponseWriter, r *request) error {
+func (d settingsPages) postbackToken(w http.ResponseWriter, r *request) error {
 	data, err := d.postbackTokenData(r)
 	if err != nil {
 		return err
@@ -40,7 +40,7 @@ func (d *Dashboard) postbackToken(w http.ResponseWriter, r *request) error {
 
 // createPostbackToken makes the token, or a new one in place of the
 // current one, and shows its secret once.
-func (d *Dashboard) createPostbackToken(w http.ResponseWriter, r *request) error {
+func (d settingsPages) createPostbackToken(w http.ResponseWriter, r *request) error {
 	before, err := d.postbackTokenData(r)
 	if err != nil {
 		return err
@@ -54,7 +54,7 @@ func (d *Dashboard) createPostbackToken(w http.ResponseWriter, r *request) error
 	return nil
 }
 
-func (d *Dashboard) deletePostbackToken(w http.ResponseWriter, r *request) error {
+func (d settingsPages) deletePostbackToken(w http.ResponseWriter, r *request) error {
 	if _, err := d.svc.Identity.DeletePostbackToken(r.Context(), r.brandID()); err != nil {
 		return err
 	}

@@ -25,12 +25,12 @@ type webhooksData struct {
 	Page          page
 }
 
-func (d *Dashboard) webhooksData(r *request) (webhooksData, error) {
+func (d endpointPages) webhooksData(r *request) (webhooksData, error) {
 	subs, next, err := d.svc.Endpoints.Subscriptions(r.Context(), r.brandID(), records.ListParams{Cursor: r.URL.Query().Get("cursor")})
 	return webhooksData{Subscriptions: subs, Events: catalog.Events(), Page: pageOf(r, next), Values: map[string]string{}, Errors: map[string]string{}}, err
 }
 
-func (d *Dashboard) webhooks(w http.ResponseWriter, r *request) error {
+func (d endpointPages) webhooks(w http.ResponseWriter, r *request) error {
 	data, err := d.webhooksData(r)
 	if err != nil {
 		return err
@@ -51,7 +51,7 @@ func newSecret() (string, error) {
 }
 
 // createWebhook subscribes a URL with a signing secret made here.
-func (d *Dashboard) createWebhook(w http.ResponseWriter, r *request) error {
+func (d endpointPages) createWebhook(w http.ResponseWriter, r *request) error {
 	u := strings.TrimSpace(r.PostFormValue("url"))
 	events := r.PostForm["events"]
 	secret, err := newSecret()
@@ -89,13 +89,13 @@ type webhookData struct {
 	Rotated *tally.Time       // until when the previous secret signs too
 }
 
-func (d *Dashboard) webhookData(r *request) (webhookData, error) {
+func (d endpointPages) webhookData(r *request) (webhookData, error) {
 	sub, err := d.svc.Endpoints.Subscription(r.Context(), r.brandID(), r.PathValue("id"))
 	return webhookData{Subscription: sub, Events: catalog.Events(), Checked: sub.Events, Errors: map[string]string{},
 		Values: map[string]string{"url": sub.URL, "since": sinceDefault(d.svc.Now(), sub.EndpointHealth)}}, err
 }
 
-func (d *Dashboard) webhook(w http.ResponseWriter, r *request) error {
+func (d endpointPages) webhook(w http.ResponseWriter, r *request) error {
 	data, err := d.webhookData(r)
 	if err != nil {
 		return err
@@ -107,7 +107,7 @@ func (d *Dashboard) webhook(w http.ResponseWriter, r *request) error {
 // updateWebhook saves the edit form: the URL and events, and a new signing
 // secret when asked for (shown once; the old one signs too for
 // endpoints.SecretRotationWindow).
-func (d *Dashboard) updateWebhook(w http.ResponseWriter, r *request) error {
+func (d endpointPages) updateWebhook(w http.ResponseWriter, r *request) error {
 	data, err := d.webhookData(r)
 	if err != nil {
 		return err
@@ -144,14 +144,14 @@ func (d *Dashboard) updateWebhook(w http.ResponseWriter, r *request) error {
 	return nil
 }
 
-func (d *Dashboard) testWebhook(w http.ResponseWriter, r *request) error {
+func (d endpointPages) testWebhook(w http.ResponseWriter, r *request) error {
 	if _, err := d.svc.Endpoints.SendTestEvent(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
 		return err
 	}
 	return redirect(w, r, backTo(r, "/dashboard/webhooks"), "webhook-tested")
 }
 
-func (d *Dashboard) enableWebhook(w http.ResponseWriter, r *request) error {
+func (d endpointPages) enableWebhook(w http.ResponseWriter, r *request) error {
 	if _, err := d.svc.Endpoints.EnableSubscription(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
 		return err
 	}
@@ -160,7 +160,7 @@ func (d *Dashboard) enableWebhook(w http.ResponseWriter, r *request) error {
 
 // recoverWebhook queues again the webhook's failed deliveries since the
 // form's date; a problem shows beside the date.
-func (d *Dashboard) recoverWebhook(w http.ResponseWriter, r *request) error {
+func (d endpointPages) recoverWebhook(w http.ResponseWriter, r *request) error {
 	data, err := d.webhookData(r)
 	if err != nil {
 		return err
@@ -178,7 +178,7 @@ func (d *Dashboard) recoverWebhook(w http.ResponseWriter, r *request) error {
 	return redirect(w, r, "/dashboard/webhooks/"+data.ID, recovered("webhook", rec))
 }
 
-func (d *Dashboard) deleteWebhook(w http.ResponseWriter, r *request) error {
+func (d endpointPages) deleteWebhook(w http.ResponseWriter, r *request) error {
 	if _, err := d.svc.Endpoints.DeleteSubscription(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
 		return err
 	}

@@ -38,9 +38,9 @@ func (r *Local) AllowPer(_ context.Context, bucket string, limit int, per time.D
 	return d, nil
 }
 
-// processRatesMax bounds memory: past it, buckets whose window has ended are
+// localMax bounds memory: past it, buckets whose window has ended are
 // dropped.
-const processRatesMax = 10_000
+const localMax = 10_000
 
 // add counts one request of bucket in the window [window, end) unless that
 // would pass limit. It returns the count after the request (or the count
@@ -55,7 +55,7 @@ func (r *Local) add(bucket string, window, end time.Time, limit int64) (int64, b
 	// A request that read the clock just before the window moved on counts
 	// in the newer window, which is the stricter choice.
 	if window.After(c.window) {
-		if len(r.counts) >= processRatesMax {
+		if len(r.counts) >= localMax {
 			for b, old := range r.counts {
 				if !old.end.After(window) {
 					delete(r.counts, b)

@@ -156,13 +156,13 @@ func WithStreamRollups() Option { return func(c *config) { c.rollups = reports.F
 // (conversions.ForStream).
 func WithStreamConversions() Option { return func(c *config) { c.writing = conversions.ForStream{} } }
 
-// Partitioned lays items out for a store whose write throughput is per
+// ForDynamoDB lays items out for a store whose write throughput is per
 // partition key and which bills each item of a transaction twice
 // (DynamoDB): identifiers spread over every shard (records.SpreadIDs), and
 // each delivery of a fan-out written by itself (webhooks.Apart). Without
 // it, the layout is the embedded store's (records.ShardZeroIDs,
 // webhooks.Batched).
-func Partitioned() Option {
+func ForDynamoDB() Option {
 	return func(c *config) { c.ids, c.writes = records.SpreadIDs{}, webhooks.Apart{} }
 }
 
@@ -227,12 +227,12 @@ func (s *Service) API() httpapi.Services {
 }
 
 // OnAWS runs the Service as the AWS functions run their capabilities: laid
-// out for DynamoDB (Partitioned), with new conversions' and clicks'
+// out for DynamoDB (ForDynamoDB), with new conversions' and clicks'
 // rollups and new conversions' events left to the table's stream. For the
 // tests of the AWS path, which drive the functions' handlers with it.
 func OnAWS() Option {
 	return func(c *config) {
-		for _, o := range []Option{Partitioned(), WithStreamRollups(), WithStreamConversions()} {
+		for _, o := range []Option{ForDynamoDB(), WithStreamRollups(), WithStreamConversions()} {
 			o(c)
 		}
 	}

@@ -1,5 +1,5 @@
 // Package servicetest makes the services of tests: service.New with the
-// layout a deployment on that store has, service.Partitioned on DynamoDB
+// layout a deployment on that store has, service.ForDynamoDB on DynamoDB
 // (what lambdafn and `tally serve` with TALLY_TABLE choose).
 package servicetest
 
@@ -12,7 +12,7 @@ import (
 // New returns service.New(st, opts...), laid out for st's backend.
 func New(st store.Store, opts ...service.Option) *service.Service {
 	if _, ok := st.(*dynamo.Store); ok {
-		opts = append([]service.Option{service.Partitioned()}, opts...)
+		opts = append([]service.Option{service.ForDynamoDB()}, opts...)
 	}
 	return service.New(st, opts...)
 }

@@ -241,20 +241,6 @@ type Store interface {
 	Close() error
 }
 
-// WritesApart is implemented by a backend on which items written one by one
-// cost less than the same items in one transaction (DynamoDB bills each
-// item of a transaction twice; the embedded store, by contrast, commits and
-// syncs once per transaction). Nothing asks a store for it now: the wiring
-// chooses how a fan-out writes (service.Partitioned: webhooks.Apart).
-type WritesApart interface{ WritesApart() }
-
-// Partitioned is implemented by a backend whose write throughput is per
-// partition key (DynamoDB): a brand's high-volume items are spread over
-// shards for it. Nothing asks a store for it now: the wiring chooses where
-// new identifiers go (service.Partitioned: records.SpreadIDs; without it,
-// records.ShardZeroIDs, one shard, whose keys a commit writes together).
-type Partitioned interface{ Partitioned() }
-
 var (
 	// ErrNotFound means no item has the key.
 	ErrNotFound = errors.New("store: item not found")

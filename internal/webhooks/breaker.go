@@ -101,10 +101,10 @@ func (s *Engine) FirstAttempt(ctx context.Context, msg DeliveryMessage, sender S
 	}
 	// The sibling written last sees the others: each reads after its own
 	// write, strongly consistent.
-	if all, err := s.written(ctx, msg.BrandID, msg.Siblings); err != nil || !all {
+	if all, err := written(ctx, s.db, msg.BrandID, msg.Siblings); err != nil || !all {
 		return res, err
 	}
-	return res, s.leaveOutbox(ctx, event)
+	return res, leaveOutbox(ctx, s.db, event)
 }
 
 // firstAttempt is FirstAttempt on the delivery rec, stored or planned; a
@@ -129,7 +129,7 @@ func (s *Engine) firstAttempt(ctx context.Context, rec endpoints.DeliveryRecord,
 		}
 		if probe := ep.Attrs["probe"]; h.Fails >= breakerFailures && probe != rec.ID && !test {
 			if probe != "" {
-				live, err := s.pendingDelivery(ctx, rec.BrandID, probe)
+				live, err := pendingDelivery(ctx, s.db, rec.BrandID, probe)
 				if err != nil {
 					return AttemptResult{}, err
 				}
@@ -169,8 +169,9 @@ func (s *Engine) firstAttempt(ctx context.Context, rec endpoints.DeliveryRecord,
 	}
 }
 
-func (s *Engine) pendingDelivery(ctx context.Context, brandID, id string) (bool, error) {
-	it, err := s.db.Get(ctx, keys.Delivery(brandID, id))
+// pendingDelivery says whether the brand's delivery id is stored, pending.
+func pendingDelivery(ctx context.Context, db *records.DB, brandID, id string) (bool, error) {
+	it, err := db.Get(ctx, keys.Delivery(brandID, id))
 	if errors.Is(err, store.ErrNotFound) {
 		return false, nil
 	}
@@ -317,23 +318,23 @@ func (s *Engine) releasedFrom(ctx context.Context, it store.Item, brk breakerRec
 	if err != nil {
 		return nil, 0, err
 	}
-	return refs, 0, s.retire(ctx, it, len(refs) == 0)
+	return refs, 0, retire(ctx, s.db, it, len(refs) == 0)
 }
 
 // retire notes on an endpoint's breaker item, read as it, whether its
 // endpoint (past its outage) has nothing waiting, and since when. The write
 // holds only if no claim came meanwhile.
-func (s *Engine) retire(ctx context.Context, it store.Item, empty bool) error {
+func retire(ctx context.Context, db *records.DB, it store.Item, empty bool) error {
 	was := it.Attrs["emptyAt"]
 	switch {
 	case empty && was == "0":
-		it.Attrs = map[string]string{"claimedAt": it.Attrs["claimedAt"], "emptyAt": strconv.FormatInt(s.db.Now().UnixMilli(), 10)}
+		it.Attrs = map[string]string{"claimedAt": it.Attrs["claimedAt"], "emptyAt": strconv.FormatInt(db.Now().UnixMilli(), 10)}
 	case !empty && was != "0":
 		it.Attrs = map[string]string{"claimedAt": it.Attrs["claimedAt"], "emptyAt": "0"}
 	default:
 		return nil
 	}
-	err := s.db.Transact(ctx, store.Put(it, store.AttrEquals("claimedAt", it.Attrs["claimedAt"]), store.AttrEquals("emptyAt", was)))
+	err := db.Transact(ctx, store.Put(it, store.AttrEquals("claimedAt", it.Attrs["claimedAt"]), store.AttrEquals("emptyAt", was)))
 	if _, changed := store.FailedOp(err); changed {
 		return nil // claimed again meanwhile: the next run sees it
 	}

@@ -86,7 +86,7 @@ func (s *Engine) deliveryID(evt tally.Event, endpointID string) string {
 // that is still pending, new or not, for the transport to attempt, and takes
 // the event out of the outbox.
 func (s *Engine) FanOut(ctx context.Context, eventID string) ([]endpoints.DeliveryRef, error) {
-	recs, err := s.fanOut(ctx, eventID)
+	recs, err := s.fanOutMany(ctx, []string{eventID})
 	refs := make([]endpoints.DeliveryRef, len(recs))
 	for i, rec := range recs {
 		refs[i] = rec.Ref()
@@ -137,11 +137,6 @@ func (s *Engine) dispatch(ctx context.Context, item store.Item) ([]DeliveryMessa
 		msgs[i] = DeliveryMessage{DeliveryRef: rec.Ref()}
 	}
 	return msgs, err
-}
-
-// fanOut is FanOut, returning the pending deliveries themselves.
-func (s *Engine) fanOut(ctx context.Context, eventID string) ([]endpoints.DeliveryRecord, error) {
-	return s.fanOutMany(ctx, []string{eventID})
 }
 
 // fanOutPlan is what fanning out one event writes: its deliveries, and
@@ -529,7 +524,7 @@ func (s *Engine) fanOutEach(ctx context.Context, planned []endpoints.DeliveryRec
 		}
 	}
 	if outboxed {
-		if err := s.leaveOutbox(ctx, event); err != nil {
+		if err := leaveOutbox(ctx, s.db, event); err != nil {
 			return nil, err
 		}
 	}
@@ -538,9 +533,9 @@ func (s *Engine) fanOutEach(ctx context.Context, planned []endpoints.DeliveryRec
 
 // written says whether the brand's deliveries with these ids are all
 // written.
-func (s *Engine) written(ctx context.Context, brandID string, ids []string) (bool, error) {
+func written(ctx context.Context, db *records.DB, brandID string, ids []string) (bool, error) {
 	for _, id := range ids {
-		_, err := s.db.Get(ctx, keys.Delivery(brandID, id))
+		_, err := db.Get(ctx, keys.Delivery(brandID, id))
 		if errors.Is(err, store.ErrNotFound) {
 			return false, nil
 		}
@@ -554,12 +549,12 @@ func (s *Engine) written(ctx context.Context, brandID string, ids []string) (boo
 // leaveOutbox writes the event, read as event, without its outbox key, or
 // deletes its conversion's outbox entry (createdEvent): its deliveries are
 // written.
-func (s *Engine) leaveOutbox(ctx context.Context, event store.Item) error {
+func leaveOutbox(ctx context.Context, db *records.DB, event store.Item) error {
 	if id := event.Attrs[outboxAttr]; id != "" {
-		return s.db.Transact(ctx, store.Delete(keys.ConversionOutbox(id)))
+		return db.Transact(ctx, store.Delete(keys.ConversionOutbox(id)))
 	}
 	event.GSI3 = store.IndexKey{}
-	err := s.db.Transact(ctx, store.Put(event, store.Exists()))
+	err := db.Transact(ctx, store.Put(event, store.Exists()))
 	if _, gone := store.FailedOp(err); gone {
 		return nil // expired meanwhile
 	}

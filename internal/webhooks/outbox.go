@@ -25,7 +25,7 @@ const outboxAttr = "outbox"
 // derived from the conversion's), so a repeated or re-driven fan-out
 // writes the same item. It is in no index (the events list, read by tests
 // and inspection, does not show it).
-func (s *Engine) createdEvent(c tally.Conversion) store.Item {
+func createdEvent(c tally.Conversion, deliveryRetention time.Duration) store.Item {
 	evt := tally.Event{
 		ID:    ids.Derived("evt_", c.CreatedAt.Time, tally.EventConversionCreated+"/"+c.ID),
 		Event: tally.EventConversionCreated, CreatedAt: c.CreatedAt, BrandID: c.BrandID,
@@ -35,18 +35,18 @@ func (s *Engine) createdEvent(c tally.Conversion) store.Item {
 		Key:       keys.Event(evt.ID),
 		Attrs:     map[string]string{"type": evt.Event, "brandId": c.BrandID, outboxAttr: c.ID},
 		Data:      records.MustJSON(evt),
-		ExpiresAt: c.CreatedAt.Add(outbox.Keep(s.deliveryRetention)).Unix(), // deliveries read their envelope from it
+		ExpiresAt: c.CreatedAt.Add(outbox.Keep(deliveryRetention)).Unix(), // deliveries read their envelope from it
 	}
 }
 
 // writeCreatedEvent writes c's conversion.created event (createdEvent).
 func (s *Engine) writeCreatedEvent(ctx context.Context, c tally.Conversion) (store.Item, error) {
-	evt := s.createdEvent(c)
+	evt := createdEvent(c, s.deliveryRetention)
 	return evt, s.db.Transact(ctx, store.Put(evt))
 }
 
 // DispatchConversion is Dispatch for a conversion the stream shows
-// inserted (a new image marked by WithStreamConversions): it writes the
+// inserted (a new image marked by conversions.ForStream): it writes the
 // conversion's conversion.created event and dispatches it.
 func (s *Engine) DispatchConversion(ctx context.Context, conversion store.Item) ([]DeliveryMessage, error) {
 	var c tally.Conversion

@@ -56,7 +56,7 @@ func (s *Engine) abandonParked(ctx context.Context, ref endpoints.DeliveryRef, l
 // (on AWS: the stream, the queue and the state machine) should have moved on
 // before cutoff but has not: events still in the outbox (not fanned out)
 // and pending deliveries whose next attempt was due. Both come from gsi3,
-// and the conversions' outbox entries (WithStreamConversions) from their
+// and the conversions' outbox entries (conversions.ForStream) from their
 // partitions, oldest first, at most limit of each (a run takes a bounded
 // share; the next run the rest). Fanning out and attempting again are
 // idempotent, so the caller re-drives them through the usual steps. Only

@@ -45,16 +45,6 @@ func New(api API, table string) *Store {
 	return &Store{api: api, table: table}
 }
 
-var _ store.WritesApart = (*Store)(nil)
-
-// WritesApart says that a transaction costs more than its writes made apart.
-func (s *Store) WritesApart() {}
-
-var _ store.Partitioned = (*Store)(nil)
-
-// Partitioned says that writes to one partition key are limited.
-func (s *Store) Partitioned() {}
-
 // Close does nothing: the client owns no resources that need releasing.
 func (s *Store) Close() error { return nil }
 
