@@ -137,7 +137,7 @@ var serveKinds = map[string]string{
 	"fanout.ServeFanout":     "ServeFanout",
 	"fanout.ServeReconciler": "ServeReconciler",
 	"deliver.ServeDeliver":   "ServeDeliver",
-	"deliver.ServeAttempt":   "ServeAttempt",
+	"attempt.Serve":          "ServeAttempt",
 	"approve.Serve":          "ServeApprover",
 	"rollup.Serve":           "ServeRollup",
 }
