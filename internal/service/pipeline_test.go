@@ -100,10 +100,12 @@ func (p *pipelineFixture) subscribe(url string, events []string, secret string) 
 	return sub
 }
 
-// waitFor polls the brand's deliveries until cond holds (bounded).
+// waitFor polls the brand's deliveries until cond holds. The bound is
+// generous because a run shares one DynamoDB Local with every other
+// package's tests, which can stall it for seconds on a small machine.
 func (p *pipelineFixture) waitFor(what string, cond func([]tally.Delivery) bool) []tally.Delivery {
 	p.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		ds, _, err := p.svc.Deliveries.Deliveries(p.ctx, p.brandID, endpoints.DeliveryFilter{}, records.ListParams{Limit: 100})
 		if err != nil {
