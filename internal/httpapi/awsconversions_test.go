@@ -51,8 +51,8 @@ func TestSameTransactionPostedConcurrentlyOnAWSIsRecordedOnce(t *testing.T) {
 func TestDailyCapUnderConcurrencyOnAWS(t *testing.T) {
 	st := testenv.DynamoDB(t)
 	raceDailyCap(t, st, service.OnAWS())
-	if n := conversionOutbox(t, st); n != 50 {
-		t.Errorf("%d outbox entries, want the 50 conversions'", n)
+	if n := conversionOutbox(t, st); n != raceCap {
+		t.Errorf("%d outbox entries, want the %d conversions'", n, raceCap)
 	}
 }
 

@@ -65,13 +65,13 @@ func TestSameTransactionPostedConcurrentlyIsRecordedOnce(t *testing.T) {
 func TestDailyCapUnderConcurrency(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		e, brandID, key := raceDailyCap(t, st)
-		if n := eventCount(t, e.svc, brandID, tally.EventConversionCreated); n != 50 {
-			t.Errorf("%d conversion.created events, want 50", n)
+		if n := eventCount(t, e.svc, brandID, tally.EventConversionCreated); n != raceCap {
+			t.Errorf("%d conversion.created events, want %d", n, raceCap)
 		}
 		var report struct{ Data []tally.ReportRow }
 		e.must(200, e.call("GET", "/api/v1/reports", key, nil)).decode(t, &report)
-		if len(report.Data) != 1 || report.Data[0].Conversions != 50 || report.Data[0].RevenueCents != 50*1000 {
-			t.Errorf("report = %+v, want 50 conversions worth 50000", report.Data)
+		if len(report.Data) != 1 || report.Data[0].Conversions != raceCap || report.Data[0].RevenueCents != raceCap*1000 {
+			t.Errorf("report = %+v, want %d conversions worth %d", report.Data, raceCap, raceCap*1000)
 		}
 	})
 }
@@ -105,20 +105,23 @@ func raceSameTransaction(t *testing.T, st store.Store, offer map[string]any, opt
 	return e, brandID, key, partnerID
 }
 
-// raceDailyCap posts 200 conversions at once to an offer with a daily
-// cap of 50, on a service over st with opts, and checks that 50 are
-// recorded, the others refused, and cap.reached written once.
+// raceCap conversions of raceRacers posted at once fit an offer's daily cap.
+const raceCap, raceRacers = 25, 100
+
+// raceDailyCap posts raceRacers conversions at once to an offer with a
+// daily cap of raceCap, on a service over st with opts, and checks that
+// raceCap are recorded, the others refused, and cap.reached written once.
 func raceDailyCap(t *testing.T, st store.Store, opts ...service.Option) (e *env, brandID, key string) {
 	t.Helper()
 	e = newEnv(t, st, httpapi.Config{RateLimit: 10_000}, opts...)
 	brandID, key = e.brand()
-	offerID := e.offer(key, map[string]any{"caps": map[string]any{"daily": 50}})
+	offerID := e.offer(key, map[string]any{"caps": map[string]any{"daily": raceCap}})
 	partnerID := e.activePartner(brandID, key)
 
 	body := func(i int) any {
 		return map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": fmt.Sprint("order-", i)}
 	}
-	answers, _ := e.raceCalls(200, "POST", "/api/v1/conversions", key, body)
+	answers, _ := e.raceCalls(raceRacers, "POST", "/api/v1/conversions", key, body)
 	// A 409 conflict (writers on the cap counter outlasted the service's
 	// retries, as on a loaded machine) asks the client to retry: do so.
 	statuses, codes := map[int]int{}, map[string]int{}
@@ -129,11 +132,11 @@ func raceDailyCap(t *testing.T, st store.Store, opts ...service.Option) (e *env,
 		statuses[r.status]++
 		codes[r.errorCode()]++
 	}
-	if statuses[201] != 50 || statuses[422] != 150 || codes["cap_reached"] != 150 {
-		t.Errorf("statuses = %v, codes = %v; want 50 201s and 150 422 cap_reached", statuses, codes)
+	if refused := raceRacers - raceCap; statuses[201] != raceCap || statuses[422] != refused || codes["cap_reached"] != refused {
+		t.Errorf("statuses = %v, codes = %v; want %d 201s and %d 422 cap_reached", statuses, codes, raceCap, refused)
 	}
-	if got := e.listAll("/api/v1/conversions", key); len(got) != 50 {
-		t.Errorf("%d conversions stored, want 50", len(got))
+	if got := e.listAll("/api/v1/conversions", key); len(got) != raceCap {
+		t.Errorf("%d conversions stored, want %d", len(got), raceCap)
 	}
 	if n := eventCount(t, e.svc, brandID, tally.EventCapReached); n != 1 {
 		t.Errorf("%d cap.reached events, want exactly 1", n)

@@ -94,10 +94,11 @@ func TestReportsMatchConversions(t *testing.T) {
 		partners := []tally.Partner{f.partner(true), f.partner(true), f.partner(true)}
 		currencies := []string{"USD", "EUR"}
 
-		// 300 conversions over 40 days (across a month and several ISO
+		// n conversions over 40 days (across a month and several ISO
 		// weeks), then random decisions on the pending ones.
-		for i := range 300 {
-			f.clock.Set(start.Add(time.Duration(i) * 40 * 24 * time.Hour / 300))
+		const n = 150
+		for i := range n {
+			f.clock.Set(start.Add(time.Duration(i) * 40 * 24 * time.Hour / n))
 			o, p := offers[rng.IntN(2)], partners[rng.IntN(3)]
 			f.convert(o.ID, p.ID, conversions.ConversionInput{
 				RevenueCents: ptr(rng.Int64N(10_000)), PayoutCents: ptr(rng.Int64N(3_000)),
@@ -117,8 +118,8 @@ func TestReportsMatchConversions(t *testing.T) {
 			}
 		}
 		all := f.allConversions(conversions.ConversionFilter{}, 100)
-		if len(all) != 300 {
-			t.Fatalf("listed %d conversions, want 300", len(all))
+		if len(all) != n {
+			t.Fatalf("listed %d conversions, want %d", len(all), n)
 		}
 
 		day := func(days int) string { return start.AddDate(0, 0, days).Format(time.DateOnly) }
