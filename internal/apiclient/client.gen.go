@@ -7938,6 +7938,9 @@ type CapReachedWebhookParams struct {
 
 	// UserAgent Identifies Tally's webhook sender.
 	UserAgent CapReachedWebhookParamsUserAgent `json:"User-Agent"`
+
+	// Traceparent W3C Trace Context, sent when the event was caused by an API request: that request's trace id and flags, and a parent id that is this attempt's own (new at every attempt). Continue it to join your trace to the request that caused the event.
+	Traceparent *string `json:"traceparent,omitempty"`
 }
 
 // CapReachedWebhookParamsXTallyEvent defines parameters for CapReachedWebhook.
@@ -7959,6 +7962,9 @@ type ConversionApprovedWebhookParams struct {
 
 	// UserAgent Identifies Tally's webhook sender.
 	UserAgent ConversionApprovedWebhookParamsUserAgent `json:"User-Agent"`
+
+	// Traceparent W3C Trace Context, sent when the event was caused by an API request: that request's trace id and flags, and a parent id that is this attempt's own (new at every attempt). Continue it to join your trace to the request that caused the event.
+	Traceparent *string `json:"traceparent,omitempty"`
 }
 
 // ConversionApprovedWebhookParamsXTallyEvent defines parameters for ConversionApprovedWebhook.
@@ -7980,6 +7986,9 @@ type ConversionCreatedWebhookParams struct {
 
 	// UserAgent Identifies Tally's webhook sender.
 	UserAgent ConversionCreatedWebhookParamsUserAgent `json:"User-Agent"`
+
+	// Traceparent W3C Trace Context, sent when the event was caused by an API request: that request's trace id and flags, and a parent id that is this attempt's own (new at every attempt). Continue it to join your trace to the request that caused the event.
+	Traceparent *string `json:"traceparent,omitempty"`
 }
 
 // ConversionCreatedWebhookParamsXTallyEvent defines parameters for ConversionCreatedWebhook.
@@ -8001,6 +8010,9 @@ type ConversionRejectedWebhookParams struct {
 
 	// UserAgent Identifies Tally's webhook sender.
 	UserAgent ConversionRejectedWebhookParamsUserAgent `json:"User-Agent"`
+
+	// Traceparent W3C Trace Context, sent when the event was caused by an API request: that request's trace id and flags, and a parent id that is this attempt's own (new at every attempt). Continue it to join your trace to the request that caused the event.
+	Traceparent *string `json:"traceparent,omitempty"`
 }
 
 // ConversionRejectedWebhookParamsXTallyEvent defines parameters for ConversionRejectedWebhook.
@@ -8022,6 +8034,9 @@ type FraudHighRiskWebhookParams struct {
 
 	// UserAgent Identifies Tally's webhook sender.
 	UserAgent FraudHighRiskWebhookParamsUserAgent `json:"User-Agent"`
+
+	// Traceparent W3C Trace Context, sent when the event was caused by an API request: that request's trace id and flags, and a parent id that is this attempt's own (new at every attempt). Continue it to join your trace to the request that caused the event.
+	Traceparent *string `json:"traceparent,omitempty"`
 }
 
 // FraudHighRiskWebhookParamsXTallyEvent defines parameters for FraudHighRiskWebhook.
@@ -8043,6 +8058,9 @@ type PartnerAppliedWebhookParams struct {
 
 	// UserAgent Identifies Tally's webhook sender.
 	UserAgent PartnerAppliedWebhookParamsUserAgent `json:"User-Agent"`
+
+	// Traceparent W3C Trace Context, sent when the event was caused by an API request: that request's trace id and flags, and a parent id that is this attempt's own (new at every attempt). Continue it to join your trace to the request that caused the event.
+	Traceparent *string `json:"traceparent,omitempty"`
 }
 
 // PartnerAppliedWebhookParamsXTallyEvent defines parameters for PartnerAppliedWebhook.
@@ -8064,6 +8082,9 @@ type PartnerApprovedWebhookParams struct {
 
 	// UserAgent Identifies Tally's webhook sender.
 	UserAgent PartnerApprovedWebhookParamsUserAgent `json:"User-Agent"`
+
+	// Traceparent W3C Trace Context, sent when the event was caused by an API request: that request's trace id and flags, and a parent id that is this attempt's own (new at every attempt). Continue it to join your trace to the request that caused the event.
+	Traceparent *string `json:"traceparent,omitempty"`
 }
 
 // PartnerApprovedWebhookParamsXTallyEvent defines parameters for PartnerApprovedWebhook.
@@ -8085,6 +8106,9 @@ type PartnerBannedWebhookParams struct {
 
 	// UserAgent Identifies Tally's webhook sender.
 	UserAgent PartnerBannedWebhookParamsUserAgent `json:"User-Agent"`
+
+	// Traceparent W3C Trace Context, sent when the event was caused by an API request: that request's trace id and flags, and a parent id that is this attempt's own (new at every attempt). Continue it to join your trace to the request that caused the event.
+	Traceparent *string `json:"traceparent,omitempty"`
 }
 
 // PartnerBannedWebhookParamsXTallyEvent defines parameters for PartnerBannedWebhook.
@@ -8106,6 +8130,9 @@ type PartnerRejectedWebhookParams struct {
 
 	// UserAgent Identifies Tally's webhook sender.
 	UserAgent PartnerRejectedWebhookParamsUserAgent `json:"User-Agent"`
+
+	// Traceparent W3C Trace Context, sent when the event was caused by an API request: that request's trace id and flags, and a parent id that is this attempt's own (new at every attempt). Continue it to join your trace to the request that caused the event.
+	Traceparent *string `json:"traceparent,omitempty"`
 }
 
 // PartnerRejectedWebhookParamsXTallyEvent defines parameters for PartnerRejectedWebhook.
@@ -8127,6 +8154,9 @@ type WebhookTestWebhookParams struct {
 
 	// UserAgent Identifies Tally's webhook sender.
 	UserAgent WebhookTestWebhookParamsUserAgent `json:"User-Agent"`
+
+	// Traceparent W3C Trace Context, sent when the event was caused by an API request: that request's trace id and flags, and a parent id that is this attempt's own (new at every attempt). Continue it to join your trace to the request that caused the event.
+	Traceparent *string `json:"traceparent,omitempty"`
 }
 
 // WebhookTestWebhookParamsXTallyEvent defines parameters for WebhookTestWebhook.
@@ -9305,7 +9335,7 @@ type ClientInterface interface {
 
 	// PutPostbackWithBody Set a partner's postback
 	//
-	// Creates or replaces the partner's postback: on each conversion event it names, for a conversion of this partner, Tally sends `GET` to `url` with its macros filled in, each value query-escaped. Macros: `{click_id}`, `{conversion_id}`, `{offer_id}`, `{partner_id}`, `{payout}` (decimal major units, `3.00`), `{payout_cents}`, `{currency}`, `{status}`, `{event}`, `{sub1}` … `{sub5}`; any other `{…}` answers 422, and so does a macro in the scheme or host. Revenue is never sent to a partner. Delivery is that of webhooks: only a 2xx within 10 seconds succeeds, the same retry schedule, the same address checks, listed in `/api/v1/deliveries` with `type: postback`. A replacement keeps the postback's health; deliveries already made keep their URL.
+	// Creates or replaces the partner's postback: on each conversion event it names, for a conversion of this partner, Tally sends `GET` to `url` with its macros filled in, each value query-escaped. Macros: `{click_id}`, `{conversion_id}`, `{offer_id}`, `{partner_id}`, `{payout}` (decimal major units, `3.00`), `{payout_cents}`, `{currency}`, `{status}`, `{event}`, `{sub1}` … `{sub5}`; any other `{…}` answers 422, and so does a macro in the scheme or host. Revenue is never sent to a partner. Delivery is that of webhooks: only a 2xx within 10 seconds succeeds, the same retry schedule, the same address checks, the same `traceparent`, listed in `/api/v1/deliveries` with `type: postback`. A replacement keeps the postback's health; deliveries already made keep their URL.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -9314,7 +9344,7 @@ type ClientInterface interface {
 
 	// PutPostback Set a partner's postback
 	//
-	// Creates or replaces the partner's postback: on each conversion event it names, for a conversion of this partner, Tally sends `GET` to `url` with its macros filled in, each value query-escaped. Macros: `{click_id}`, `{conversion_id}`, `{offer_id}`, `{partner_id}`, `{payout}` (decimal major units, `3.00`), `{payout_cents}`, `{currency}`, `{status}`, `{event}`, `{sub1}` … `{sub5}`; any other `{…}` answers 422, and so does a macro in the scheme or host. Revenue is never sent to a partner. Delivery is that of webhooks: only a 2xx within 10 seconds succeeds, the same retry schedule, the same address checks, listed in `/api/v1/deliveries` with `type: postback`. A replacement keeps the postback's health; deliveries already made keep their URL.
+	// Creates or replaces the partner's postback: on each conversion event it names, for a conversion of this partner, Tally sends `GET` to `url` with its macros filled in, each value query-escaped. Macros: `{click_id}`, `{conversion_id}`, `{offer_id}`, `{partner_id}`, `{payout}` (decimal major units, `3.00`), `{payout_cents}`, `{currency}`, `{status}`, `{event}`, `{sub1}` … `{sub5}`; any other `{…}` answers 422, and so does a macro in the scheme or host. Revenue is never sent to a partner. Delivery is that of webhooks: only a 2xx within 10 seconds succeeds, the same retry schedule, the same address checks, the same `traceparent`, listed in `/api/v1/deliveries` with `type: postback`. A replacement keeps the postback's health; deliveries already made keep their URL.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -10247,7 +10277,7 @@ func (c *Client) GetPostback(ctx context.Context, id PartnerIdPath, reqEditors .
 
 // PutPostbackWithBody Set a partner's postback
 //
-// Creates or replaces the partner's postback: on each conversion event it names, for a conversion of this partner, Tally sends `GET` to `url` with its macros filled in, each value query-escaped. Macros: `{click_id}`, `{conversion_id}`, `{offer_id}`, `{partner_id}`, `{payout}` (decimal major units, `3.00`), `{payout_cents}`, `{currency}`, `{status}`, `{event}`, `{sub1}` … `{sub5}`; any other `{…}` answers 422, and so does a macro in the scheme or host. Revenue is never sent to a partner. Delivery is that of webhooks: only a 2xx within 10 seconds succeeds, the same retry schedule, the same address checks, listed in `/api/v1/deliveries` with `type: postback`. A replacement keeps the postback's health; deliveries already made keep their URL.
+// Creates or replaces the partner's postback: on each conversion event it names, for a conversion of this partner, Tally sends `GET` to `url` with its macros filled in, each value query-escaped. Macros: `{click_id}`, `{conversion_id}`, `{offer_id}`, `{partner_id}`, `{payout}` (decimal major units, `3.00`), `{payout_cents}`, `{currency}`, `{status}`, `{event}`, `{sub1}` … `{sub5}`; any other `{…}` answers 422, and so does a macro in the scheme or host. Revenue is never sent to a partner. Delivery is that of webhooks: only a 2xx within 10 seconds succeeds, the same retry schedule, the same address checks, the same `traceparent`, listed in `/api/v1/deliveries` with `type: postback`. A replacement keeps the postback's health; deliveries already made keep their URL.
 //
 // Takes any type of body and a specified content type.
 //
@@ -10266,7 +10296,7 @@ func (c *Client) PutPostbackWithBody(ctx context.Context, id PartnerIdPath, cont
 
 // PutPostback Set a partner's postback
 //
-// Creates or replaces the partner's postback: on each conversion event it names, for a conversion of this partner, Tally sends `GET` to `url` with its macros filled in, each value query-escaped. Macros: `{click_id}`, `{conversion_id}`, `{offer_id}`, `{partner_id}`, `{payout}` (decimal major units, `3.00`), `{payout_cents}`, `{currency}`, `{status}`, `{event}`, `{sub1}` … `{sub5}`; any other `{…}` answers 422, and so does a macro in the scheme or host. Revenue is never sent to a partner. Delivery is that of webhooks: only a 2xx within 10 seconds succeeds, the same retry schedule, the same address checks, listed in `/api/v1/deliveries` with `type: postback`. A replacement keeps the postback's health; deliveries already made keep their URL.
+// Creates or replaces the partner's postback: on each conversion event it names, for a conversion of this partner, Tally sends `GET` to `url` with its macros filled in, each value query-escaped. Macros: `{click_id}`, `{conversion_id}`, `{offer_id}`, `{partner_id}`, `{payout}` (decimal major units, `3.00`), `{payout_cents}`, `{currency}`, `{status}`, `{event}`, `{sub1}` … `{sub5}`; any other `{…}` answers 422, and so does a macro in the scheme or host. Revenue is never sent to a partner. Delivery is that of webhooks: only a 2xx within 10 seconds succeeds, the same retry schedule, the same address checks, the same `traceparent`, listed in `/api/v1/deliveries` with `type: postback`. A replacement keeps the postback's health; deliveries already made keep their URL.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -13418,7 +13448,7 @@ type ClientWithResponsesInterface interface {
 
 	// PutPostbackWithBodyWithResponse Set a partner's postback
 	//
-	// Creates or replaces the partner's postback: on each conversion event it names, for a conversion of this partner, Tally sends `GET` to `url` with its macros filled in, each value query-escaped. Macros: `{click_id}`, `{conversion_id}`, `{offer_id}`, `{partner_id}`, `{payout}` (decimal major units, `3.00`), `{payout_cents}`, `{currency}`, `{status}`, `{event}`, `{sub1}` … `{sub5}`; any other `{…}` answers 422, and so does a macro in the scheme or host. Revenue is never sent to a partner. Delivery is that of webhooks: only a 2xx within 10 seconds succeeds, the same retry schedule, the same address checks, listed in `/api/v1/deliveries` with `type: postback`. A replacement keeps the postback's health; deliveries already made keep their URL.
+	// Creates or replaces the partner's postback: on each conversion event it names, for a conversion of this partner, Tally sends `GET` to `url` with its macros filled in, each value query-escaped. Macros: `{click_id}`, `{conversion_id}`, `{offer_id}`, `{partner_id}`, `{payout}` (decimal major units, `3.00`), `{payout_cents}`, `{currency}`, `{status}`, `{event}`, `{sub1}` … `{sub5}`; any other `{…}` answers 422, and so does a macro in the scheme or host. Revenue is never sent to a partner. Delivery is that of webhooks: only a 2xx within 10 seconds succeeds, the same retry schedule, the same address checks, the same `traceparent`, listed in `/api/v1/deliveries` with `type: postback`. A replacement keeps the postback's health; deliveries already made keep their URL.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -13427,7 +13457,7 @@ type ClientWithResponsesInterface interface {
 
 	// PutPostbackWithResponse Set a partner's postback
 	//
-	// Creates or replaces the partner's postback: on each conversion event it names, for a conversion of this partner, Tally sends `GET` to `url` with its macros filled in, each value query-escaped. Macros: `{click_id}`, `{conversion_id}`, `{offer_id}`, `{partner_id}`, `{payout}` (decimal major units, `3.00`), `{payout_cents}`, `{currency}`, `{status}`, `{event}`, `{sub1}` … `{sub5}`; any other `{…}` answers 422, and so does a macro in the scheme or host. Revenue is never sent to a partner. Delivery is that of webhooks: only a 2xx within 10 seconds succeeds, the same retry schedule, the same address checks, listed in `/api/v1/deliveries` with `type: postback`. A replacement keeps the postback's health; deliveries already made keep their URL.
+	// Creates or replaces the partner's postback: on each conversion event it names, for a conversion of this partner, Tally sends `GET` to `url` with its macros filled in, each value query-escaped. Macros: `{click_id}`, `{conversion_id}`, `{offer_id}`, `{partner_id}`, `{payout}` (decimal major units, `3.00`), `{payout_cents}`, `{currency}`, `{status}`, `{event}`, `{sub1}` … `{sub5}`; any other `{…}` answers 422, and so does a macro in the scheme or host. Revenue is never sent to a partner. Delivery is that of webhooks: only a 2xx within 10 seconds succeeds, the same retry schedule, the same address checks, the same `traceparent`, listed in `/api/v1/deliveries` with `type: postback`. A replacement keeps the postback's health; deliveries already made keep their URL.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -21009,7 +21039,7 @@ func (c *ClientWithResponses) GetPostbackWithResponse(ctx context.Context, id Pa
 
 // PutPostbackWithBodyWithResponse Set a partner's postback
 //
-// Creates or replaces the partner's postback: on each conversion event it names, for a conversion of this partner, Tally sends `GET` to `url` with its macros filled in, each value query-escaped. Macros: `{click_id}`, `{conversion_id}`, `{offer_id}`, `{partner_id}`, `{payout}` (decimal major units, `3.00`), `{payout_cents}`, `{currency}`, `{status}`, `{event}`, `{sub1}` … `{sub5}`; any other `{…}` answers 422, and so does a macro in the scheme or host. Revenue is never sent to a partner. Delivery is that of webhooks: only a 2xx within 10 seconds succeeds, the same retry schedule, the same address checks, listed in `/api/v1/deliveries` with `type: postback`. A replacement keeps the postback's health; deliveries already made keep their URL.
+// Creates or replaces the partner's postback: on each conversion event it names, for a conversion of this partner, Tally sends `GET` to `url` with its macros filled in, each value query-escaped. Macros: `{click_id}`, `{conversion_id}`, `{offer_id}`, `{partner_id}`, `{payout}` (decimal major units, `3.00`), `{payout_cents}`, `{currency}`, `{status}`, `{event}`, `{sub1}` … `{sub5}`; any other `{…}` answers 422, and so does a macro in the scheme or host. Revenue is never sent to a partner. Delivery is that of webhooks: only a 2xx within 10 seconds succeeds, the same retry schedule, the same address checks, the same `traceparent`, listed in `/api/v1/deliveries` with `type: postback`. A replacement keeps the postback's health; deliveries already made keep their URL.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -21024,7 +21054,7 @@ func (c *ClientWithResponses) PutPostbackWithBodyWithResponse(ctx context.Contex
 
 // PutPostbackWithResponse Set a partner's postback
 //
-// Creates or replaces the partner's postback: on each conversion event it names, for a conversion of this partner, Tally sends `GET` to `url` with its macros filled in, each value query-escaped. Macros: `{click_id}`, `{conversion_id}`, `{offer_id}`, `{partner_id}`, `{payout}` (decimal major units, `3.00`), `{payout_cents}`, `{currency}`, `{status}`, `{event}`, `{sub1}` … `{sub5}`; any other `{…}` answers 422, and so does a macro in the scheme or host. Revenue is never sent to a partner. Delivery is that of webhooks: only a 2xx within 10 seconds succeeds, the same retry schedule, the same address checks, listed in `/api/v1/deliveries` with `type: postback`. A replacement keeps the postback's health; deliveries already made keep their URL.
+// Creates or replaces the partner's postback: on each conversion event it names, for a conversion of this partner, Tally sends `GET` to `url` with its macros filled in, each value query-escaped. Macros: `{click_id}`, `{conversion_id}`, `{offer_id}`, `{partner_id}`, `{payout}` (decimal major units, `3.00`), `{payout_cents}`, `{currency}`, `{status}`, `{event}`, `{sub1}` … `{sub5}`; any other `{…}` answers 422, and so does a macro in the scheme or host. Revenue is never sent to a partner. Delivery is that of webhooks: only a 2xx within 10 seconds succeeds, the same retry schedule, the same address checks, the same `traceparent`, listed in `/api/v1/deliveries` with `type: postback`. A replacement keeps the postback's health; deliveries already made keep their URL.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -33708,6 +33738,17 @@ func NewCapReachedWebhookWebhookRequestWithBody(targetURL string, params *CapRea
 
 		req.Header.Set("User-Agent", headerParam3)
 
+		if params.Traceparent != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "traceparent", *params.Traceparent, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("traceparent", headerParam4)
+		}
+
 	}
 	return req, nil
 }
@@ -33779,6 +33820,17 @@ func NewConversionApprovedWebhookWebhookRequestWithBody(targetURL string, params
 		}
 
 		req.Header.Set("User-Agent", headerParam3)
+
+		if params.Traceparent != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "traceparent", *params.Traceparent, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("traceparent", headerParam4)
+		}
 
 	}
 	return req, nil
@@ -33852,6 +33904,17 @@ func NewConversionCreatedWebhookWebhookRequestWithBody(targetURL string, params 
 
 		req.Header.Set("User-Agent", headerParam3)
 
+		if params.Traceparent != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "traceparent", *params.Traceparent, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("traceparent", headerParam4)
+		}
+
 	}
 	return req, nil
 }
@@ -33923,6 +33986,17 @@ func NewConversionRejectedWebhookWebhookRequestWithBody(targetURL string, params
 		}
 
 		req.Header.Set("User-Agent", headerParam3)
+
+		if params.Traceparent != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "traceparent", *params.Traceparent, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("traceparent", headerParam4)
+		}
 
 	}
 	return req, nil
@@ -33996,6 +34070,17 @@ func NewFraudHighRiskWebhookWebhookRequestWithBody(targetURL string, params *Fra
 
 		req.Header.Set("User-Agent", headerParam3)
 
+		if params.Traceparent != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "traceparent", *params.Traceparent, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("traceparent", headerParam4)
+		}
+
 	}
 	return req, nil
 }
@@ -34067,6 +34152,17 @@ func NewPartnerAppliedWebhookWebhookRequestWithBody(targetURL string, params *Pa
 		}
 
 		req.Header.Set("User-Agent", headerParam3)
+
+		if params.Traceparent != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "traceparent", *params.Traceparent, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("traceparent", headerParam4)
+		}
 
 	}
 	return req, nil
@@ -34140,6 +34236,17 @@ func NewPartnerApprovedWebhookWebhookRequestWithBody(targetURL string, params *P
 
 		req.Header.Set("User-Agent", headerParam3)
 
+		if params.Traceparent != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "traceparent", *params.Traceparent, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("traceparent", headerParam4)
+		}
+
 	}
 	return req, nil
 }
@@ -34211,6 +34318,17 @@ func NewPartnerBannedWebhookWebhookRequestWithBody(targetURL string, params *Par
 		}
 
 		req.Header.Set("User-Agent", headerParam3)
+
+		if params.Traceparent != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "traceparent", *params.Traceparent, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("traceparent", headerParam4)
+		}
 
 	}
 	return req, nil
@@ -34284,6 +34402,17 @@ func NewPartnerRejectedWebhookWebhookRequestWithBody(targetURL string, params *P
 
 		req.Header.Set("User-Agent", headerParam3)
 
+		if params.Traceparent != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "traceparent", *params.Traceparent, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("traceparent", headerParam4)
+		}
+
 	}
 	return req, nil
 }
@@ -34355,6 +34484,17 @@ func NewWebhookTestWebhookWebhookRequestWithBody(targetURL string, params *Webho
 		}
 
 		req.Header.Set("User-Agent", headerParam3)
+
+		if params.Traceparent != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "traceparent", *params.Traceparent, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("traceparent", headerParam4)
+		}
 
 	}
 	return req, nil

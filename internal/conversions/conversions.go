@@ -23,6 +23,7 @@ import (
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/reports"
 	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/trace"
 	"github.com/tally-hq/tally/internal/validate"
 )
 
@@ -295,7 +296,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 	if s.writing.apart(c, len(caps)) {
 		return s.putConversion(ctx, c)
 	}
-	created, err := s.writing.created(s, c, now)
+	created, err := s.writing.created(ctx, s, c, now)
 	if err != nil {
 		return false, err
 	}
@@ -306,7 +307,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 			markerAt = len(ops)
 			ops = append(ops, store.Put(store.Item{Key: keys.Txn(c.BrandID, c.OfferID, c.ExternalTxnID), Data: records.MustJSON(c.ID)}, store.NotExists()))
 		}
-		ops = append(ops, store.Put(s.newConversionItem(c), store.NotExists()))
+		ops = append(ops, store.Put(s.newConversionItem(ctx, c), store.NotExists()))
 		offerAt, partnerAt := -1, -1
 		if s.writing.checks() { // else read just before (admit)
 			offerAt, partnerAt = len(ops), len(ops)+1
@@ -576,10 +577,10 @@ const (
 
 // newConversionItem is the item of a new conversion, marked for what the
 // stream does with it.
-func (s *Service) newConversionItem(c tally.Conversion) store.Item {
+func (s *Service) newConversionItem(ctx context.Context, c tally.Conversion) store.Item {
 	item := Item(c)
 	s.rollups.MarkConversion(&item)
-	s.writing.mark(&item)
+	s.writing.mark(ctx, &item)
 	return item
 }
 
@@ -588,11 +589,13 @@ func (s *Service) newConversionItem(c tally.Conversion) store.Item {
 // lost), and when it was written ("at", the wall clock), so that the
 // reconciler leaves an entry a retry completing an older conversion wrote
 // within its grace, and deletes an entry left by a failed request only as
-// it read it.
-func (s *Service) outboxEntry(c tally.Conversion) store.Item {
+// it read it. It keeps the request's span for the event made from it.
+func (s *Service) outboxEntry(ctx context.Context, c tally.Conversion) store.Item {
+	attrs := map[string]string{"at": strconv.FormatInt(time.Now().UnixNano(), 10)}
+	trace.Keep(ctx, attrs)
 	return store.Item{
 		Key:       keys.ConversionOutbox(c.ID),
-		Attrs:     map[string]string{"at": strconv.FormatInt(time.Now().UnixNano(), 10)},
+		Attrs:     attrs,
 		Data:      records.MustJSON(c),
 		ExpiresAt: c.CreatedAt.Add(s.events.Keep()).Unix(),
 	}
@@ -618,10 +621,10 @@ func (s *Service) putConversion(ctx context.Context, c tally.Conversion) (bool, 
 // request completing the same one got there first. The entry comes first:
 // once the conversion is there, its event can always be made again.
 func (s *Service) completeConversion(ctx context.Context, c tally.Conversion) error {
-	if err := s.events.Transact(ctx, store.Put(s.outboxEntry(c))); err != nil {
+	if err := s.events.Transact(ctx, store.Put(s.outboxEntry(ctx, c))); err != nil {
 		return err
 	}
-	err := s.events.Transact(ctx, store.Put(s.newConversionItem(c), store.NotExists()))
+	err := s.events.Transact(ctx, store.Put(s.newConversionItem(ctx, c), store.NotExists()))
 	if _, exists := store.FailedOp(err); exists {
 		return nil
 	}
@@ -668,9 +671,9 @@ type Writing interface {
 	checks() bool
 	// created is the operation that stands for c's conversion.created in
 	// its transaction.
-	created(s *Service, c tally.Conversion, now time.Time) (store.Op, error)
+	created(ctx context.Context, s *Service, c tally.Conversion, now time.Time) (store.Op, error)
 	// mark marks a new conversion's item for what the stream does with it.
-	mark(item *store.Item)
+	mark(ctx context.Context, item *store.Item)
 }
 
 // InTransaction writes a new conversion in one transaction with its
@@ -691,11 +694,11 @@ func (InTransaction) admit(context.Context, *Service, tally.Offer, tally.Convers
 func (InTransaction) apart(tally.Conversion, int) bool { return false }
 func (InTransaction) checks() bool                     { return true }
 
-func (InTransaction) created(s *Service, c tally.Conversion, now time.Time) (store.Op, error) {
+func (InTransaction) created(_ context.Context, s *Service, c tally.Conversion, now time.Time) (store.Op, error) {
 	return s.events.Event(c.BrandID, tally.EventConversionCreated, EventData(c, ""), now)
 }
 
-func (InTransaction) mark(*store.Item) {}
+func (InTransaction) mark(context.Context, *store.Item) {}
 
 // ForStream writes new conversions as the AWS functions want them
 // (docs/aws.md, "Cost of the webhook pipeline"), where each
@@ -733,8 +736,13 @@ func (ForStream) admit(ctx context.Context, s *Service, offer tally.Offer, c tal
 func (ForStream) apart(c tally.Conversion, caps int) bool { return caps == 0 && c.ClickID == "" }
 func (ForStream) checks() bool                            { return false }
 
-func (ForStream) created(s *Service, c tally.Conversion, _ time.Time) (store.Op, error) {
-	return store.Put(s.outboxEntry(c)), nil // the fan-out makes the event from the stream
+func (ForStream) created(ctx context.Context, s *Service, c tally.Conversion, _ time.Time) (store.Op, error) {
+	return store.Put(s.outboxEntry(ctx, c)), nil // the fan-out makes the event from the stream
 }
 
-func (ForStream) mark(item *store.Item) { item.Attrs[FanOutAttr] = FanOutFromStream }
+// mark marks the item for the fan-out, which makes its event with the
+// request's span.
+func (ForStream) mark(ctx context.Context, item *store.Item) {
+	item.Attrs[FanOutAttr] = FanOutFromStream
+	trace.Keep(ctx, item.Attrs)
+}

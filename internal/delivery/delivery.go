@@ -8,7 +8,8 @@
 //
 //   - POST with Content-Type: application/json, User-Agent Tally-Webhooks/1,
 //     X-Tally-Event, X-Tally-Webhook-Id and, when the subscription has a
-//     secret, X-Tally-Signature signed afresh with the current time.
+//     secret, X-Tally-Signature signed afresh with the current time; a
+//     traceparent when the event kept the trace of its request.
 //   - Only a 2xx answer succeeds. Redirects are not followed.
 //   - The whole attempt (connect, TLS, headers, reading the body) is bounded
 //     by one timeout, 10 s by default.
@@ -35,6 +36,7 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/ssrf"
+	"github.com/tally-hq/tally/internal/trace"
 	"github.com/tally-hq/tally/webhook"
 )
 
@@ -71,6 +73,9 @@ type Request struct {
 	// Secrets are the subscription's signing secrets (two while a rotated
 	// secret still signs): one v1 each. None sends no X-Tally-Signature.
 	Secrets []string
+	// Traceparent, when set, is sent as the W3C traceparent header: the
+	// attempt's span in the trace of the request that caused the event.
+	Traceparent string
 }
 
 // Options configure a Sender. The zero value is the cloud's configuration.
@@ -215,6 +220,9 @@ func (s *Sender) Send(ctx context.Context, r Request) (a tally.Attempt) {
 	h.Set(webhook.WebhookIDHeader, r.WebhookID)
 	if len(r.Secrets) > 0 && body != nil {
 		h.Set(webhook.SignatureHeader, webhook.SignEach(r.Secrets, now, r.Body))
+	}
+	if r.Traceparent != "" {
+		h.Set(trace.Header, r.Traceparent)
 	}
 	// An empty Idempotency-Key marks the POST as safe to replay without
 	// sending the header: net/http may then resend it on a fresh connection

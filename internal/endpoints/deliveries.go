@@ -19,6 +19,9 @@ type DeliveryRecord struct {
 	CycleStart int `json:"cycleStart,omitempty"`
 	// Parked: waiting for its endpoint's circuit (internal/webhooks/breaker.go).
 	Parked bool `json:"parked,omitempty"`
+	// Trace is the span its event kept (trace.Attr): each attempt sends a
+	// new span of that trace. Empty: none is sent.
+	Trace string `json:"trace,omitempty"`
 	// Unsaved: planned by webhooks.Engine.Dispatch and not written yet; its first write
 	// is conditioned on the delivery being absent.
 	Unsaved bool `json:"-"`

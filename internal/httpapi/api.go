@@ -32,6 +32,7 @@ import (
 	"github.com/tally-hq/tally/internal/partners"
 	"github.com/tally-hq/tally/internal/ratelimit"
 	"github.com/tally-hq/tally/internal/reports"
+	"github.com/tally-hq/tally/internal/trace"
 )
 
 // Config configures the API.
@@ -552,21 +553,23 @@ func setBrand(ctx context.Context, brandID string) {
 	}
 }
 
-// observe gives every request an id (X-Request-Id), a logger that carries it,
+// observe gives every request an id (X-Request-Id) and a span of its
+// caller's trace (traceparent) or of a new one, a logger that carries both,
 // one JSON log line when it ends, and turns a panic into a 500.
 func (a *API) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		reqID := ids.New("req_", start)
 		w.Header().Set("X-Request-Id", reqID)
+		span := trace.Continue(r.Header.Values(trace.Header))
 		info := &requestInfo{base: a.cfg.Logger, attrs: func() []any {
-			attrs := []any{"requestId", reqID}
+			attrs := []any{"requestId", reqID, "traceId", span.TraceIDString(), "spanId", span.SpanIDString()}
 			if a.cfg.RequestAttrs != nil {
 				attrs = append(attrs, a.cfg.RequestAttrs(r)...)
 			}
 			return attrs
 		}}
-		ctx := context.WithValue(r.Context(), infoKey{}, info)
+		ctx := trace.NewContext(context.WithValue(r.Context(), infoKey{}, info), span)
 		r = r.WithContext(ctx)
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		defer func() {

@@ -66,9 +66,15 @@ type pipelineEnv struct {
 }
 
 func newPipelineEnv(t *testing.T, st store.Store, opts ...service.Option) *pipelineEnv {
+	return newPipelineEnvLogging(t, st, nil, opts...)
+}
+
+// newPipelineEnvLogging is newPipelineEnv whose API logs to log (nil:
+// nowhere).
+func newPipelineEnvLogging(t *testing.T, st store.Store, log *slog.Logger, opts ...service.Option) *pipelineEnv {
 	clock := testenv.NewClock(testenv.Start())
 	sender := delivery.NewSender(delivery.Options{AllowLoopback: true, Now: clock.Now, Timeout: 5 * time.Second})
-	e := newEnv(t, st, httpapi.Config{RateLimit: 1_000_000}, append(opts, service.WithClock(clock.Now), service.WithLoopbackReceivers(),
+	e := newEnv(t, st, httpapi.Config{RateLimit: 1_000_000, Logger: log}, append(opts, service.WithClock(clock.Now), service.WithLoopbackReceivers(),
 		service.WithPipeline(sender, 8, slog.New(slog.DiscardHandler)))...)
 	p := e.svc.Pipeline
 	ctx, cancel := context.WithCancel(context.Background())

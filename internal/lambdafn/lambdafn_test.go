@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -1026,8 +1027,12 @@ func checkCommon(t *testing.T, r response, ev events.APIGatewayV2HTTPRequest, fn
 		t.Errorf("log line %v lacks the invocation's awsRequestId or the X-Request-Id", line)
 	case line["status"] != float64(r.status):
 		t.Errorf("log line status %v, answer %d", line["status"], r.status)
+	case !traceID.MatchString(fmt.Sprint(line["traceId"])):
+		t.Errorf("log line traceId = %v, want the trace the request started", line["traceId"])
 	}
 }
+
+var traceID = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 // TestOtherFunctionsRoutes checks that a function answers only its own
 // routes: every API sample of another function answers 404 through it.

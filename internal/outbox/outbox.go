@@ -14,6 +14,7 @@ import (
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/trace"
 )
 
 // EventRetention is how long event items stay in the table at least; each
@@ -86,8 +87,14 @@ func (w *Writer) Events(ctx context.Context, brandID string, p records.ListParam
 
 // Transact runs ops in one transaction (records.DB.Transact), the events
 // among them entering the outbox as the Writer's Queue says, and announces
-// those that did.
+// those that did. The events keep the span of the request ctx serves, for
+// their deliveries to send on.
 func (w *Writer) Transact(ctx context.Context, ops ...store.Op) error {
+	for _, op := range ops {
+		if isEvent(op) {
+			trace.Keep(ctx, op.Item.Attrs)
+		}
+	}
 	for {
 		write, checked, err := w.queue.prepare(ctx, w.db, ops)
 		if err != nil {
@@ -118,10 +125,13 @@ func queued(ops []store.Op) []string {
 	return ids
 }
 
-// isQueued reports whether op puts an event into the outbox.
-func isQueued(op store.Op) bool {
-	return op.Kind == store.OpPut && strings.HasPrefix(op.Item.PK, "EVT#") && op.Item.GSI3.PK != ""
+// isEvent reports whether op puts an event (Event).
+func isEvent(op store.Op) bool {
+	return op.Kind == store.OpPut && strings.HasPrefix(op.Item.PK, "EVT#")
 }
+
+// isQueued reports whether op puts an event into the outbox.
+func isQueued(op store.Op) bool { return isEvent(op) && op.Item.GSI3.PK != "" }
 
 // Keep is how long the Writer's events stay.
 func (w *Writer) Keep() time.Duration { return w.keep }

@@ -43,7 +43,8 @@ import (
 // that execution, whose task, the attempt step, delivers on the first retry.
 // The partner's postback, set through the partners function, rides the
 // same path: the fan-out makes its delivery next to the webhook's, and its
-// GET fails once and succeeds on the retry too.
+// GET fails once and succeeds on the retry too. The conversion comes with
+// a traceparent, and every attempt of both carries its trace.
 //
 // What stands in for AWS: the event source mappings (this test reads the
 // stream and batches the records, and receives the queue's messages and
@@ -88,7 +89,10 @@ func TestAWSPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	body := fmt.Sprintf(`{"offerId":%q,"partnerId":%q,"externalTxnId":"order-100234","revenueCents":8990,"payoutCents":1500,"currency":"EUR","sub1":"newsletter-nov"}`, offerID, partnerID)
-	resp, err = api(lambdaContext(ctx, "conversions"), roundTrip(t, apiEvent("POST", "/api/v1/conversions", key, body)))
+	const callerTraceID, callerSpanID = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+	traced := apiEvent("POST", "/api/v1/conversions", key, body)
+	traced.Headers["traceparent"] = "00-" + callerTraceID + "-" + callerSpanID + "-01"
+	resp, err = api(lambdaContext(ctx, "conversions"), roundTrip(t, traced))
 	if err != nil || resp.StatusCode != http.StatusCreated {
 		t.Fatalf("POST /api/v1/conversions: %v, status %d: %s", err, resp.StatusCode, resp.Body)
 	}
@@ -190,6 +194,19 @@ func TestAWSPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	wantTrace := func(what string, reqs []request) {
+		t.Helper()
+		spans := map[string]bool{callerSpanID: true}
+		for i, r := range reqs {
+			parts := strings.Split(r.header.Get("traceparent"), "-")
+			if len(parts) != 4 || parts[0] != "00" || parts[1] != callerTraceID || len(parts[2]) != 16 || spans[parts[2]] || parts[3] != "01" {
+				t.Errorf("%s request %d: traceparent %q, want trace %s with a new parent id", what, i+1, r.header.Get("traceparent"), callerTraceID)
+			}
+			spans[parts[2]] = true
+		}
+	}
+	wantTrace("postback", pbReqs)
+	wantTrace("webhook", rcv.requests())
 	if len(pbReqs) != 2 || pb.Status != tally.DeliverySucceeded || len(pb.Attempts) != 2 || pb.PartnerID != partnerID || pb.URL != pbRcv.URL+wantURI {
 		t.Errorf("postback delivery %+v after %d requests, want succeeded on attempt 2", pb, len(pbReqs))
 	}

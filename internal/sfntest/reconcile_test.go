@@ -440,6 +440,10 @@ func newConversionPipeline(t *testing.T) *conversionPipeline {
 	return p
 }
 
+// conversionTraceID is the trace every conversion request continues: its
+// event, made from the stream or from the outbox entry, keeps it.
+const conversionTraceID = "5c1f0e527f1b4d2f9a550c1d2e3f4a5b"
+
 // post records a conversion through the conversions function over st and
 // returns the status and the answer.
 func (p *conversionPipeline) post(t *testing.T, st store.Store, txn string) (int, tally.Conversion) {
@@ -449,7 +453,9 @@ func (p *conversionPipeline) post(t *testing.T, st store.Store, txn string) (int
 		t.Fatal(err)
 	}
 	body := fmt.Sprintf(`{"offerId":%q,"partnerId":%q,"externalTxnId":%q,"revenueCents":8990,"currency":"EUR"}`, p.offerID, p.partnerID, txn)
-	resp, err := api(lambdaContext(t.Context(), "conversions"), roundTrip(t, apiEvent("POST", "/api/v1/conversions", p.key, body)))
+	ev := apiEvent("POST", "/api/v1/conversions", p.key, body)
+	ev.Headers["traceparent"] = "00-" + conversionTraceID + "-b7ad6b7169203331-01"
+	resp, err := api(lambdaContext(t.Context(), "conversions"), roundTrip(t, ev))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,8 +493,9 @@ func (p *conversionPipeline) outboxHas(t *testing.T, n int) []store.Item {
 }
 
 // recoveredConversions checks the end state: the receiver got each
-// conversion's conversion.created once, its delivery succeeded at attempt
-// 1, nothing is left in the outbox, and a further run finds nothing.
+// conversion's conversion.created once, in its request's trace, its
+// delivery succeeded at attempt 1, nothing is left in the outbox, and a
+// further run finds nothing.
 func (p *conversionPipeline) recoveredConversions(t *testing.T, conversionIDs ...string) {
 	t.Helper()
 	events := map[string]string{} // conversion → event
@@ -497,6 +504,9 @@ func (p *conversionPipeline) recoveredConversions(t *testing.T, conversionIDs ..
 		var data tally.ConversionEventData
 		if json.Unmarshal(r.body, &env) != nil || json.Unmarshal(env.Data, &data) != nil || env.Event != tally.EventConversionCreated {
 			t.Fatalf("the receiver got %s", r.body)
+		}
+		if tp := r.header.Get("traceparent"); !strings.HasPrefix(tp, "00-"+conversionTraceID+"-") {
+			t.Errorf("the event of %s came with traceparent %q, want its request's trace %s", data.ConversionID, tp, conversionTraceID)
 		}
 		events[data.ConversionID] = env.ID
 	}

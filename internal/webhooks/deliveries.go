@@ -16,6 +16,7 @@ import (
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/trace"
 )
 
 // RetrySchedule holds the waits before retries 1 to 6 (spec section 6);
@@ -237,6 +238,9 @@ func (s *Engine) planFanOutOf(ctx context.Context, item store.Item, subs map[str
 	}
 	if pb != nil {
 		plan.recs, plan.eps, plan.subs = append(plan.recs, *pb), append(plan.eps, pbItem), append(plan.subs, nil)
+	}
+	for i := range plan.recs {
+		plan.recs[i].Trace = item.Attrs[trace.Attr]
 	}
 	if len(plan.recs) == 0 && !plan.outboxed {
 		return nil, nil
@@ -662,7 +666,7 @@ func (s *Engine) request(rec endpoints.DeliveryRecord, ep store.Item, envelope [
 // requestTo is request with the endpoint decoded: the subscription, or nil
 // for a postback.
 func (s *Engine) requestTo(rec endpoints.DeliveryRecord, sub *endpoints.SubscriptionRecord, envelope []byte) delivery.Request {
-	req := delivery.Request{URL: rec.URL, WebhookID: rec.ID, Event: rec.Event}
+	req := delivery.Request{URL: rec.URL, WebhookID: rec.ID, Event: rec.Event, Traceparent: trace.Next(rec.Trace)}
 	if sub == nil {
 		req.Method = http.MethodGet
 		return req

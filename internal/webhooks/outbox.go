@@ -14,6 +14,7 @@ import (
 	"github.com/tally-hq/tally/internal/outbox"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/trace"
 )
 
 // outboxAttr, on an event made from the stream, names the conversion whose
@@ -24,24 +25,29 @@ const outboxAttr = "outbox"
 // makes it from the stream: the same for the same conversion (its id is
 // derived from the conversion's), so a repeated or re-driven fan-out
 // writes the same item. It is in no index (the events list, read by tests
-// and inspection, does not show it).
-func createdEvent(c tally.Conversion, deliveryRetention time.Duration) store.Item {
+// and inspection, does not show it). It keeps the span the conversion's
+// item (or outbox entry) kept, read as from.
+func createdEvent(c tally.Conversion, from store.Item, deliveryRetention time.Duration) store.Item {
 	evt := tally.Event{
 		ID:    ids.Derived("evt_", c.CreatedAt.Time, tally.EventConversionCreated+"/"+c.ID),
 		Event: tally.EventConversionCreated, CreatedAt: c.CreatedAt, BrandID: c.BrandID,
 		Data: records.MustJSON(conversions.EventData(c, "")),
 	}
+	attrs := map[string]string{"type": evt.Event, "brandId": c.BrandID, outboxAttr: c.ID}
+	if span := from.Attrs[trace.Attr]; span != "" {
+		attrs[trace.Attr] = span
+	}
 	return store.Item{
 		Key:       keys.Event(evt.ID),
-		Attrs:     map[string]string{"type": evt.Event, "brandId": c.BrandID, outboxAttr: c.ID},
+		Attrs:     attrs,
 		Data:      records.MustJSON(evt),
 		ExpiresAt: c.CreatedAt.Add(outbox.Keep(deliveryRetention)).Unix(), // deliveries read their envelope from it
 	}
 }
 
 // writeCreatedEvent writes c's conversion.created event (createdEvent).
-func (s *Engine) writeCreatedEvent(ctx context.Context, c tally.Conversion) (store.Item, error) {
-	evt := createdEvent(c, s.deliveryRetention)
+func (s *Engine) writeCreatedEvent(ctx context.Context, c tally.Conversion, from store.Item) (store.Item, error) {
+	evt := createdEvent(c, from, s.deliveryRetention)
 	return evt, s.db.Transact(ctx, store.Put(evt))
 }
 
@@ -53,7 +59,7 @@ func (s *Engine) DispatchConversion(ctx context.Context, conversion store.Item) 
 	if err := records.Decode(conversion, &c); err != nil {
 		return nil, err
 	}
-	evt, err := s.writeCreatedEvent(ctx, c)
+	evt, err := s.writeCreatedEvent(ctx, c, conversion)
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +112,7 @@ func (s *Engine) outboxedConversions(ctx context.Context, cutoff time.Time, limi
 		case err != nil:
 			return out, err
 		default:
-			evt, err := s.writeCreatedEvent(ctx, c)
+			evt, err := s.writeCreatedEvent(ctx, c, it)
 			if err != nil {
 				return out, err
 			}
