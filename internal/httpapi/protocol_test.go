@@ -43,7 +43,8 @@ func (e *env) withAuthorization(path string, values ...string) response {
 
 func TestEveryAnswerCarriesRateLimitHeaders(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
-		e := newEnv(t, st, httpapi.Config{RateLimit: 50})
+		// The counts below assume one window: stop the clock mid-minute.
+		e := newEnv(t, st, httpapi.Config{RateLimit: 50}, service.WithClock(testenv.MidMinute().Now))
 		_, key := e.brand()
 		remaining := 50
 		for _, c := range []struct {
