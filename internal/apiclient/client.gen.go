@@ -17162,6 +17162,7 @@ func (r ListKeysResponse) ContentType() string {
 
 // CreateKeyResponse201Headers the declared response headers of an HTTP 201 response for CreateKey
 type CreateKeyResponse201Headers struct {
+	CacheControl        string
 	XRateLimitLimit     int
 	XRateLimitRemaining int
 	XRateLimitReset     int
@@ -19812,6 +19813,7 @@ func (r GetPostbackTokenResponse) ContentType() string {
 
 // CreatePostbackTokenResponse201Headers the declared response headers of an HTTP 201 response for CreatePostbackToken
 type CreatePostbackTokenResponse201Headers struct {
+	CacheControl        string
 	XRateLimitLimit     int
 	XRateLimitRemaining int
 	XRateLimitReset     int
@@ -27758,6 +27760,13 @@ func ParseCreateKeyResponse(rsp *http.Response) (*CreateKeyResponse, error) {
 	switch {
 	case rsp.StatusCode == 201:
 		var headers CreateKeyResponse201Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
 		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -32544,6 +32553,13 @@ func ParseCreatePostbackTokenResponse(rsp *http.Response) (*CreatePostbackTokenR
 	switch {
 	case rsp.StatusCode == 201:
 		var headers CreatePostbackTokenResponse201Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
 		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {

@@ -189,7 +189,7 @@ func (a *API) routes() []route {
 		{GroupConversions, "POST", "/api/v1/conversions/{id}/approve", authKey, byID(a.svc.Conversions.ApproveConversion)},
 		{GroupConversions, "POST", "/api/v1/conversions/{id}/reject", authKey, byID(a.svc.Conversions.RejectConversion)},
 		{GroupConversions, "GET", "/api/v1/postback-token", authKey, a.postbackToken},
-		{GroupConversions, "POST", "/api/v1/postback-token", authKey, a.createPostbackToken},
+		{GroupConversions, "POST", "/api/v1/postback-token", authKey, noStore(a.createPostbackToken)},
 		{GroupConversions, "DELETE", "/api/v1/postback-token", authKey, a.deletePostbackToken},
 		{GroupConversions, "GET", "/postback", authPostback, getOnly(a.postback)},
 		{GroupReports, "GET", "/api/v1/reports", authKey, a.report},
@@ -210,7 +210,7 @@ func (a *API) routes() []route {
 		{GroupDeliveries, "POST", "/api/public/webhooks/{id}/recover", authKey, byIDWithBody(decodeBody, a.svc.Deliveries.RecoverSubscription)},
 		{GroupDeliveries, "POST", "/api/v1/partners/{id}/postback/recover", authKey, byIDWithBody(decodeBody, a.svc.Deliveries.RecoverPostback)},
 		{GroupKeys, "GET", "/api/v1/keys", authKey, listed(a.svc.Identity.ActiveAPIKeys)},
-		{GroupKeys, "POST", "/api/v1/keys", authKey, created(decodeOptionalBody, a.svc.Identity.CreateKey)},
+		{GroupKeys, "POST", "/api/v1/keys", authKey, noStore(created(decodeOptionalBody, a.svc.Identity.CreateKey))},
 		{GroupKeys, "DELETE", "/api/v1/keys/{id}", authKey, byID(a.svc.Identity.DeleteAPIKey)},
 		// The dashboard's pages, under two greedy routes (API Gateway's
 		// {name+}, net/http's {name...}), and the partner application page.
@@ -228,7 +228,7 @@ func (a *API) routes() []route {
 		{GroupFraud, "POST", "/api/v1/fraud/blocked-ips", authKey, created(decodeBody, a.svc.Clicks.BlockIP)},
 		{GroupFraud, "DELETE", "/api/v1/fraud/blocked-ips/{id}", authKey, byID(a.svc.Clicks.UnblockIP)},
 		{GroupAdmin, "POST", "/_admin/brands", authAdmin, a.adminCreateBrand},
-		{GroupAdmin, "POST", "/_admin/keys", authAdmin, a.adminCreateKey},
+		{GroupAdmin, "POST", "/_admin/keys", authAdmin, noStore(a.adminCreateKey)},
 		{GroupAdmin, "GET", "/_admin/keys", authAdmin, a.adminListKeys},
 		{GroupAdmin, "POST", "/_admin/keys/{id}/revoke", authAdmin, a.adminRevokeKey},
 		{GroupAdmin, "POST", "/_admin/users", authAdmin, a.adminCreateUser},
