@@ -251,9 +251,10 @@ func Routes(group string) []string {
 
 // Handler returns the routes of the given groups (all but admin when none
 // is given; admin only with an AdminToken), wrapped in logging and recovery.
-// Unknown paths answer 404 and known paths with another method 405, both in
-// the error shape and authenticated and counted like the routes of their
-// area, so that they carry the rate-limit headers too.
+// Unknown paths answer 404 and known paths with another method 405 (as does
+// CONNECT host:port: this is no proxy), all in the error shape and
+// authenticated and counted like the routes of their area, so that they
+// carry the rate-limit headers too.
 func (a *API) Handler(groups ...string) http.Handler {
 	mux := http.NewServeMux()
 	type knownPath struct {
@@ -261,8 +262,12 @@ func (a *API) Handler(groups ...string) http.Handler {
 		auth    auth
 	}
 	paths := map[string]*knownPath{}
+	var methods []string // every method a route serves, for CONNECT
 	fallback := slices.Contains(groups, GroupFallback)
 	for _, rt := range a.routes() {
+		if !slices.Contains(methods, rt.method) {
+			methods = append(methods, rt.method)
+		}
 		switch {
 		case rt.group == GroupAdmin && (a.cfg.AdminToken == "" || !slices.Contains(groups, GroupAdmin)):
 			continue
@@ -286,10 +291,14 @@ func (a *API) Handler(groups ...string) http.Handler {
 		}))
 	}
 	keyArea, publicArea := a.guard(authKey, unknownPath), a.guard(authPublic, unknownPath)
+	proxyRequest := a.guard(authPublic, notAProxy(methods))
 	notFound := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if inKeyArea(r.URL.Path) {
+		switch {
+		case isAuthorityForm(r):
+			proxyRequest.ServeHTTP(w, r)
+		case inKeyArea(r.URL.Path):
 			keyArea.ServeHTTP(w, r)
-		} else {
+		default:
 			publicArea.ServeHTTP(w, r)
 		}
 	})

@@ -1,18 +1,75 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
 )
+
+// rawExchange sends request as written over a connection of its own and
+// reads the answer: for requests http.Client will not send as written.
+func (e *env) rawExchange(request string) response {
+	e.t.Helper()
+	conn, err := net.Dial("tcp", e.srv.Listener.Addr().String())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(conn, request); err != nil {
+		e.t.Fatal(err)
+	}
+	req, _ := http.NewRequest(strings.Fields(request)[0], "/", nil)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: body}
+}
+
+// TestConnectIsRefusedInTheErrorShape: Tally is no proxy. CONNECT to an
+// authority (host:port) names nothing on this server and answers 405 with
+// Allow, in the error shape and counted like any request without a key;
+// CONNECT to one of the API's paths answers as any other method that path
+// does not serve.
+func TestConnectIsRefusedInTheErrorShape(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, httpapi.Config{})
+		host := e.srv.Listener.Addr().String()
+		for _, c := range []struct{ target, allow string }{
+			{"example.com:443", "GET, POST, PATCH, PUT, DELETE"},
+			{host, "GET, POST, PATCH, PUT, DELETE"},
+			{"/api/public/webhook-events", "GET"},
+		} {
+			r := e.rawExchange(fmt.Sprintf("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", c.target, host))
+			if r.status != 405 || r.errorCode() != "method_not_allowed" || r.header.Get("Content-Type") != "application/json" {
+				t.Errorf("CONNECT %s: %d %s %q, want 405 method_not_allowed in the error shape", c.target, r.status, r.header.Get("Content-Type"), r.body)
+			}
+			if got := r.header.Get("Allow"); got != c.allow {
+				t.Errorf("CONNECT %s: Allow %q, want %q", c.target, got, c.allow)
+			}
+			if !hasRateHeaders(r) {
+				t.Errorf("CONNECT %s: no X-RateLimit-* headers: %v", c.target, r.header)
+			}
+		}
+	})
+}
 
 // TestAnswersWithSecretsAreNotStored: every answer that carries a secret
 // shown once (an API key, a postback token) says Cache-Control: no-store,
