@@ -93,6 +93,7 @@ type Services struct {
 	Clicks      *clicks.Service
 	Endpoints   *endpoints.Service
 	Deliveries  *endpoints.Log
+	Store       StoreReader // GET /readyz
 	// Now is the time, in UTC to the millisecond (records.DB.Now).
 	Now func() time.Time
 }
@@ -137,6 +138,7 @@ const (
 	GroupClick        = "click" // the tracking link, the busiest route: a function of its own
 	GroupFraud        = "fraud" // clicks and the fraud settings
 	GroupAdmin        = "admin"
+	GroupHealth       = "health" // /healthz and /readyz, for load balancers and probes
 	// GroupFallback serves no route: it answers what no other function's
 	// routes match (API Gateway's $default route) in the error shape, 405
 	// with Allow for a known path, 404 otherwise.
@@ -144,7 +146,7 @@ const (
 )
 
 // AllGroups is every group, for the local server that runs everything.
-var AllGroups = []string{GroupOffers, GroupPartners, GroupConversions, GroupReports, GroupApplications, GroupWebhooks, GroupDeliveries, GroupKeys, GroupDashboard, GroupClick, GroupFraud, GroupAdmin}
+var AllGroups = []string{GroupOffers, GroupPartners, GroupConversions, GroupReports, GroupApplications, GroupWebhooks, GroupDeliveries, GroupKeys, GroupDashboard, GroupClick, GroupFraud, GroupAdmin, GroupHealth}
 
 type route struct {
 	group   string
@@ -232,6 +234,8 @@ func (a *API) routes() []route {
 		{GroupAdmin, "GET", "/_admin/keys", authAdmin, a.adminListKeys},
 		{GroupAdmin, "POST", "/_admin/keys/{id}/revoke", authAdmin, a.adminRevokeKey},
 		{GroupAdmin, "POST", "/_admin/users", authAdmin, a.adminCreateUser},
+		{GroupHealth, "GET", "/healthz", authNone, healthz},
+		{GroupHealth, "GET", "/readyz", authNone, a.readyz},
 	}
 }
 
