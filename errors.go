@@ -21,6 +21,7 @@ const (
 	ECodeInvalidTransition    = "invalid_transition"
 	ECodeCapReached           = "cap_reached"
 	ECodeInternal             = "internal_error"
+	ECodeUnavailable          = "unavailable"
 )
 
 // Error is an error meant for the API's user: Code is machine-readable,

@@ -147,6 +147,10 @@ var functions = []function{
 		"POST /api/v1/fraud/blocked-ips",
 		"DELETE /api/v1/fraud/blocked-ips/{id}",
 	}},
+	{ID: "HealthFunction", Dir: "health", Timeout: 10, Kind: apiFunction, ReadOnly: true, Routes: []string{
+		"GET /healthz",
+		"GET /readyz",
+	}},
 	{ID: "FallbackFunction", Dir: "fallback", Timeout: 10, Kind: fallbackFunction},
 	{ID: "ApproverFunction", Dir: "approver", Timeout: 60, Kind: approverFunction},
 	{ID: "FanoutFunction", Dir: "fanout", Timeout: 60, Kind: fanoutFunction},

@@ -31,13 +31,13 @@ func getAtt(id, attr string) map[string]any {
 
 var (
 	apiFunctions = []string{"OffersFunction", "PartnersFunction", "ConversionsFunction", "ReportsFunction",
-		"ApplicationsFunction", "WebhooksFunction", "DeliveriesFunction", "KeysFunction", "DashboardFunction", "ClickFunction", "FraudFunction"}
+		"ApplicationsFunction", "WebhooksFunction", "DeliveriesFunction", "KeysFunction", "DashboardFunction", "ClickFunction", "FraudFunction", "HealthFunction"}
 	// fallbackID is the $default route's function: no route of its own; it
 	// reads API keys and counts requests, like the reports function.
 	fallbackID = "FallbackFunction"
 	timeouts   = map[string]float64{
 		"OffersFunction": 10, "PartnersFunction": 10, "ConversionsFunction": 10, "ReportsFunction": 10,
-		"ApplicationsFunction": 10, "WebhooksFunction": 10, "DeliveriesFunction": 10, "KeysFunction": 10, "DashboardFunction": 10, "FallbackFunction": 10,
+		"ApplicationsFunction": 10, "WebhooksFunction": 10, "DeliveriesFunction": 10, "KeysFunction": 10, "DashboardFunction": 10, "HealthFunction": 10, "FallbackFunction": 10,
 		"ApproverFunction": 60, "FanoutFunction": 60, "DeliverFunction": 30, "AttemptFunction": 20, "ReconcilerFunction": 60,
 		"RollupFunction": 60, "ClickFunction": 10, "FraudFunction": 10,
 	}
@@ -98,6 +98,8 @@ var (
 		"GET /api/v1/fraud/blocked-ips":                  "FraudFunction",
 		"POST /api/v1/fraud/blocked-ips":                 "FraudFunction",
 		"DELETE /api/v1/fraud/blocked-ips/{id}":          "FraudFunction",
+		"GET /healthz":                                   "HealthFunction",
+		"GET /readyz":                                    "HealthFunction",
 		"$default":                                       "FallbackFunction",
 	}
 )
@@ -812,12 +814,12 @@ func TestLeastPrivilege(t *testing.T) {
 	want := map[string]string{}
 	for id := range timeouts {
 		want["grant "+id+" "+id+"LogGroup"] = "logs:CreateLogStream logs:PutLogEvents"
-		if slices.Contains(apiFunctions, id) && id != "ReportsFunction" {
+		if slices.Contains(apiFunctions, id) && id != "ReportsFunction" && id != "HealthFunction" {
 			want["grant "+id+" Table"] = readWrite
 			want["grant "+id+" Table/index"] = "dynamodb:Query"
 		}
 	}
-	for _, id := range []string{"ReportsFunction", fallbackID} { // they only read, and count requests
+	for _, id := range []string{"ReportsFunction", "HealthFunction", fallbackID} { // they only read, and count requests
 		want["grant "+id+" Table"] = `dynamodb:GetItem dynamodb:Query dynamodb:UpdateItem if {"ForAllValues:StringLike":{"dynamodb:LeadingKeys":["RATE#*","KEY#*"]}}`
 		want["grant "+id+" Table/index"] = "dynamodb:Query"
 	}

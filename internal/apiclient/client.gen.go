@@ -773,6 +773,7 @@ const (
 	ErrorCodeRateLimitExceeded    ErrorCode = "rate_limit_exceeded"
 	ErrorCodeRequestTimeout       ErrorCode = "request_timeout"
 	ErrorCodeUnauthorized         ErrorCode = "unauthorized"
+	ErrorCodeUnavailable          ErrorCode = "unavailable"
 	ErrorCodeUnsupportedMediaType ErrorCode = "unsupported_media_type"
 	ErrorCodeValidationError      ErrorCode = "validation_error"
 )
@@ -803,6 +804,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeRequestTimeout:
 		return true
 	case ErrorCodeUnauthorized:
+		return true
+	case ErrorCodeUnavailable:
 		return true
 	case ErrorCodeUnsupportedMediaType:
 		return true
@@ -903,6 +906,21 @@ func (e FraudSignal) Valid() bool {
 	case FraudSignalIpVelocity:
 		return true
 	case FraudSignalMissingUserAgent:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for HealthStatusStatus.
+const (
+	Ok HealthStatusStatus = "ok"
+)
+
+// Valid indicates whether the value is a known member of the HealthStatusStatus enum.
+func (e HealthStatusStatus) Valid() bool {
+	switch e {
+	case Ok:
 		return true
 	default:
 		return false
@@ -6167,6 +6185,14 @@ type FraudSettings struct {
 // FraudSignal What raised a click's fraud score: `datacenter_ip` (the IP is in a cloud or hosting provider's published range), `blocked_ip` (the IP is in one of the brand's blocked ranges), `bot_user_agent` (the User-Agent matches a known bot or crawler), `missing_user_agent`, `ip_velocity` (more than 10 clicks from the IP on the offer within one minute).
 type FraudSignal string
 
+// HealthStatus defines model for HealthStatus.
+type HealthStatus struct {
+	Status HealthStatusStatus `json:"status"`
+}
+
+// HealthStatusStatus defines model for HealthStatus.Status.
+type HealthStatusStatus string
+
 // HttpURL An absolute http or https URL. Not `format: uri`: a destination may hold macros such as `{click_id}`, whose braces RFC 3986 does not allow until they are replaced.
 type HttpURL = string
 
@@ -9425,12 +9451,26 @@ type ClientInterface interface {
 	// Corresponds with GET /c/{offerId} (the `FollowTrackingLink` operationId).
 	FollowTrackingLink(ctx context.Context, offerId string, params *FollowTrackingLinkParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetHealth Liveness
+	//
+	// Answers while the process runs; reads nothing. Takes no key and is not rate-limited, for load balancers and probes.
+	//
+	// Corresponds with GET /healthz (the `GetHealth` operationId).
+	GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// InboundPostback Record a conversion from an advertiser's GET postback
 	//
 	// The server-to-server postback advertisers fire from their systems, on `{public_base_url}`: `/postback?click_id={click_id}&txn_id=…&amount=…&token=…`. It records the conversion of that click with the rules, idempotency and events of `POST /api/v1/conversions` with `clickId` (offer, partner and subs from the click; a click older than the offer's attribution window answers 422). No Authorization header: the brand's postback token in `token` authorizes it, and it is rate-limited per token at the API key rate. Other query parameters answer 422.
 	//
 	// Corresponds with GET /postback (the `InboundPostback` operationId).
 	InboundPostback(ctx context.Context, params *InboundPostbackParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetReadiness Readiness
+	//
+	// Answers 200 when the store (the embedded store or the DynamoDB table) answers a read of one item within 2 seconds, else 503. Takes no key and is not rate-limited, for load balancers and probes.
+	//
+	// Corresponds with GET /readyz (the `GetReadiness` operationId).
+	GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // SubmitApplicationWithBody Apply to become a brand's partner
@@ -10487,6 +10527,23 @@ func (c *Client) FollowTrackingLink(ctx context.Context, offerId string, params 
 	return c.Client.Do(req)
 }
 
+// GetHealth Liveness
+//
+// Answers while the process runs; reads nothing. Takes no key and is not rate-limited, for load balancers and probes.
+//
+// Corresponds with GET /healthz (the `GetHealth` operationId).
+func (c *Client) GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetHealthRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // InboundPostback Record a conversion from an advertiser's GET postback
 //
 // The server-to-server postback advertisers fire from their systems, on `{public_base_url}`: `/postback?click_id={click_id}&txn_id=…&amount=…&token=…`. It records the conversion of that click with the rules, idempotency and events of `POST /api/v1/conversions` with `clickId` (offer, partner and subs from the click; a click older than the offer's attribution window answers 422). No Authorization header: the brand's postback token in `token` authorizes it, and it is rate-limited per token at the API key rate. Other query parameters answer 422.
@@ -10494,6 +10551,23 @@ func (c *Client) FollowTrackingLink(ctx context.Context, offerId string, params 
 // Corresponds with GET /postback (the `InboundPostback` operationId).
 func (c *Client) InboundPostback(ctx context.Context, params *InboundPostbackParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewInboundPostbackRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetReadiness Readiness
+//
+// Answers 200 when the store (the embedded store or the DynamoDB table) answers a read of one item within 2 seconds, else 503. Takes no key and is not rate-limited, for load balancers and probes.
+//
+// Corresponds with GET /readyz (the `GetReadiness` operationId).
+func (c *Client) GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetReadinessRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -12890,6 +12964,33 @@ func NewFollowTrackingLinkRequest(server string, offerId string, params *FollowT
 	return req, nil
 }
 
+// NewGetHealthRequest constructs an http.Request for the GetHealth method
+func NewGetHealthRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/healthz")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewInboundPostbackRequest constructs an http.Request for the InboundPostback method
 func NewInboundPostbackRequest(server string, params *InboundPostbackParams) (*http.Request, error) {
 	var err error
@@ -12974,6 +13075,33 @@ func NewInboundPostbackRequest(server string, params *InboundPostbackParams) (*h
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
 		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetReadinessRequest constructs an http.Request for the GetReadiness method
+func NewGetReadinessRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/readyz")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -13554,6 +13682,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /c/{offerId} (the `FollowTrackingLink` operationId).
 	FollowTrackingLinkWithResponse(ctx context.Context, offerId string, params *FollowTrackingLinkParams, reqEditors ...RequestEditorFn) (*FollowTrackingLinkResponse, error)
 
+	// GetHealthWithResponse Liveness
+	//
+	// Answers while the process runs; reads nothing. Takes no key and is not rate-limited, for load balancers and probes.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /healthz (the `GetHealth` operationId).
+	GetHealthWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetHealthResponse, error)
+
 	// InboundPostbackWithResponse Record a conversion from an advertiser's GET postback
 	//
 	// The server-to-server postback advertisers fire from their systems, on `{public_base_url}`: `/postback?click_id={click_id}&txn_id=…&amount=…&token=…`. It records the conversion of that click with the rules, idempotency and events of `POST /api/v1/conversions` with `clickId` (offer, partner and subs from the click; a click older than the offer's attribution window answers 422). No Authorization header: the brand's postback token in `token` authorizes it, and it is rate-limited per token at the API key rate. Other query parameters answer 422.
@@ -13562,6 +13699,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /postback (the `InboundPostback` operationId).
 	InboundPostbackWithResponse(ctx context.Context, params *InboundPostbackParams, reqEditors ...RequestEditorFn) (*InboundPostbackResponse, error)
+
+	// GetReadinessWithResponse Readiness
+	//
+	// Answers 200 when the store (the embedded store or the DynamoDB table) answers a read of one item within 2 seconds, else 503. Takes no key and is not rate-limited, for load balancers and probes.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /readyz (the `GetReadiness` operationId).
+	GetReadinessWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReadinessResponse, error)
 }
 
 // SubmitApplicationResponse201Headers the declared response headers of an HTTP 201 response for SubmitApplication
@@ -17192,6 +17338,7 @@ func (r ListKeysResponse) ContentType() string {
 
 // CreateKeyResponse201Headers the declared response headers of an HTTP 201 response for CreateKey
 type CreateKeyResponse201Headers struct {
+	CacheControl        string
 	XRateLimitLimit     int
 	XRateLimitRemaining int
 	XRateLimitReset     int
@@ -19842,6 +19989,7 @@ func (r GetPostbackTokenResponse) ContentType() string {
 
 // CreatePostbackTokenResponse201Headers the declared response headers of an HTTP 201 response for CreatePostbackToken
 type CreatePostbackTokenResponse201Headers struct {
+	CacheControl        string
 	XRateLimitLimit     int
 	XRateLimitRemaining int
 	XRateLimitReset     int
@@ -20180,6 +20328,55 @@ func (r FollowTrackingLinkResponse) ContentType() string {
 	return ""
 }
 
+// GetHealthResponse200Headers the declared response headers of an HTTP 200 response for GetHealth
+type GetHealthResponse200Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+type GetHealthResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *HealthStatus
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetHealthResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetHealthResponse) GetJSON200() *HealthStatus {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r GetHealthResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetHealthResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetHealthResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetHealthResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // InboundPostbackResponse200Headers the declared response headers of an HTTP 200 response for InboundPostback
 type InboundPostbackResponse200Headers struct {
 	XRateLimitLimit     int
@@ -20325,6 +20522,78 @@ func (r InboundPostbackResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r InboundPostbackResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetReadinessResponse200Headers the declared response headers of an HTTP 200 response for GetReadiness
+type GetReadinessResponse200Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// GetReadinessResponse503Headers the declared response headers of an HTTP 503 response for GetReadiness
+type GetReadinessResponse503Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+type GetReadinessResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *HealthStatus
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *struct {
+		Error struct {
+			Code interface{} `json:"code,omitempty"`
+		} `json:"error"`
+	}
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetReadinessResponse200Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetReadinessResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetReadinessResponse) GetJSON200() *HealthStatus {
+	return r.JSON200
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetReadinessResponse) GetJSON503() *struct {
+	Error struct {
+		Code interface{} `json:"code,omitempty"`
+	} `json:"error"`
+} {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetReadinessResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetReadinessResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetReadinessResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetReadinessResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -21217,6 +21486,21 @@ func (c *ClientWithResponses) FollowTrackingLinkWithResponse(ctx context.Context
 	return ParseFollowTrackingLinkResponse(rsp)
 }
 
+// GetHealthWithResponse Liveness
+//
+// Answers while the process runs; reads nothing. Takes no key and is not rate-limited, for load balancers and probes.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /healthz (the `GetHealth` operationId).
+func (c *ClientWithResponses) GetHealthWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetHealthResponse, error) {
+	rsp, err := c.GetHealth(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetHealthResponse(rsp)
+}
+
 // InboundPostbackWithResponse Record a conversion from an advertiser's GET postback
 //
 // The server-to-server postback advertisers fire from their systems, on `{public_base_url}`: `/postback?click_id={click_id}&txn_id=…&amount=…&token=…`. It records the conversion of that click with the rules, idempotency and events of `POST /api/v1/conversions` with `clickId` (offer, partner and subs from the click; a click older than the offer's attribution window answers 422). No Authorization header: the brand's postback token in `token` authorizes it, and it is rate-limited per token at the API key rate. Other query parameters answer 422.
@@ -21230,6 +21514,21 @@ func (c *ClientWithResponses) InboundPostbackWithResponse(ctx context.Context, p
 		return nil, err
 	}
 	return ParseInboundPostbackResponse(rsp)
+}
+
+// GetReadinessWithResponse Readiness
+//
+// Answers 200 when the store (the embedded store or the DynamoDB table) answers a read of one item within 2 seconds, else 503. Takes no key and is not rate-limited, for load balancers and probes.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /readyz (the `GetReadiness` operationId).
+func (c *ClientWithResponses) GetReadinessWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReadinessResponse, error) {
+	rsp, err := c.GetReadiness(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetReadinessResponse(rsp)
 }
 
 // ParseSubmitApplicationResponse parses an HTTP response from a SubmitApplicationWithResponse call
@@ -27788,6 +28087,13 @@ func ParseCreateKeyResponse(rsp *http.Response) (*CreateKeyResponse, error) {
 	switch {
 	case rsp.StatusCode == 201:
 		var headers CreateKeyResponse201Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
 		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -32574,6 +32880,13 @@ func ParseCreatePostbackTokenResponse(rsp *http.Response) (*CreatePostbackTokenR
 	switch {
 	case rsp.StatusCode == 201:
 		var headers CreatePostbackTokenResponse201Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
 		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -33062,6 +33375,52 @@ func ParseFollowTrackingLinkResponse(rsp *http.Response) (*FollowTrackingLinkRes
 	return response, nil
 }
 
+// ParseGetHealthResponse parses an HTTP response from a GetHealthWithResponse call
+func ParseGetHealthResponse(rsp *http.Response) (*GetHealthResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetHealthResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest HealthStatus
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetHealthResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseInboundPostbackResponse parses an HTTP response from a InboundPostbackWithResponse call
 func ParseInboundPostbackResponse(rsp *http.Response) (*InboundPostbackResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -33308,6 +33667,80 @@ func ParseInboundPostbackResponse(rsp *http.Response) (*InboundPostbackResponse,
 			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetReadinessResponse parses an HTTP response from a GetReadinessWithResponse call
+func ParseGetReadinessResponse(rsp *http.Response) (*GetReadinessResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetReadinessResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest HealthStatus
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest struct {
+			Error struct {
+				Code interface{} `json:"code,omitempty"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetReadinessResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetReadinessResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil

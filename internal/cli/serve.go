@@ -144,13 +144,14 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	api := httpapi.New(svc.API(), cfg)
 	conns := newConnLimit(ln, maxConns)
 	srv := &http.Server{
-		Handler:           api.Handler(httpapi.AllGroups...),
+		Handler:           conns.Track(api.Handler(httpapi.AllGroups...)),
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    serverMaxHeaderBytes,
 		ConnState:         conns.ConnState,
+		ConnContext:       conns.ConnContext,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 

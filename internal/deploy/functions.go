@@ -50,6 +50,7 @@ var groupConsts = map[string]string{
 	"GroupFraud":        httpapi.GroupFraud,
 	"GroupAdmin":        httpapi.GroupAdmin,
 	"GroupFallback":     httpapi.GroupFallback,
+	"GroupHealth":       httpapi.GroupHealth,
 }
 
 // ReadMains parses every functions/*/main.go under root. Each must make

@@ -889,7 +889,7 @@ func TestLeastPrivilege(t *testing.T) {
 			}
 		}
 		switch {
-		case m.IsFallback() || m.Serve == "ServeAPI" && slices.Equal(m.Groups, []string{httpapi.GroupReports}):
+		case m.IsFallback() || m.Serve == "ServeAPI" && (slices.Equal(m.Groups, []string{httpapi.GroupReports}) || slices.Equal(m.Groups, []string{httpapi.GroupHealth})):
 			// They only read (the fallback answers what no route matches),
 			// and count requests.
 			add("Table", "dynamodb:GetItem", "dynamodb:Query")

@@ -94,6 +94,7 @@ type Services struct {
 	Clicks      *clicks.Service
 	Endpoints   *endpoints.Service
 	Deliveries  *endpoints.Log
+	Store       StoreReader // GET /readyz
 	// Now is the time, in UTC to the millisecond (records.DB.Now).
 	Now func() time.Time
 }
@@ -138,6 +139,7 @@ const (
 	GroupClick        = "click" // the tracking link, the busiest route: a function of its own
 	GroupFraud        = "fraud" // clicks and the fraud settings
 	GroupAdmin        = "admin"
+	GroupHealth       = "health" // /healthz and /readyz, for load balancers and probes
 	// GroupFallback serves no route: it answers what no other function's
 	// routes match (API Gateway's $default route) in the error shape, 405
 	// with Allow for a known path, 404 otherwise.
@@ -145,7 +147,7 @@ const (
 )
 
 // AllGroups is every group, for the local server that runs everything.
-var AllGroups = []string{GroupOffers, GroupPartners, GroupConversions, GroupReports, GroupApplications, GroupWebhooks, GroupDeliveries, GroupKeys, GroupDashboard, GroupClick, GroupFraud, GroupAdmin}
+var AllGroups = []string{GroupOffers, GroupPartners, GroupConversions, GroupReports, GroupApplications, GroupWebhooks, GroupDeliveries, GroupKeys, GroupDashboard, GroupClick, GroupFraud, GroupAdmin, GroupHealth}
 
 type route struct {
 	group   string
@@ -190,7 +192,7 @@ func (a *API) routes() []route {
 		{GroupConversions, "POST", "/api/v1/conversions/{id}/approve", authKey, byID(a.svc.Conversions.ApproveConversion)},
 		{GroupConversions, "POST", "/api/v1/conversions/{id}/reject", authKey, byID(a.svc.Conversions.RejectConversion)},
 		{GroupConversions, "GET", "/api/v1/postback-token", authKey, a.postbackToken},
-		{GroupConversions, "POST", "/api/v1/postback-token", authKey, a.createPostbackToken},
+		{GroupConversions, "POST", "/api/v1/postback-token", authKey, noStore(a.createPostbackToken)},
 		{GroupConversions, "DELETE", "/api/v1/postback-token", authKey, a.deletePostbackToken},
 		{GroupConversions, "GET", "/postback", authPostback, getOnly(a.postback)},
 		{GroupReports, "GET", "/api/v1/reports", authKey, a.report},
@@ -211,7 +213,7 @@ func (a *API) routes() []route {
 		{GroupDeliveries, "POST", "/api/public/webhooks/{id}/recover", authKey, byIDWithBody(decodeBody, a.svc.Deliveries.RecoverSubscription)},
 		{GroupDeliveries, "POST", "/api/v1/partners/{id}/postback/recover", authKey, byIDWithBody(decodeBody, a.svc.Deliveries.RecoverPostback)},
 		{GroupKeys, "GET", "/api/v1/keys", authKey, listed(a.svc.Identity.ActiveAPIKeys)},
-		{GroupKeys, "POST", "/api/v1/keys", authKey, created(decodeOptionalBody, a.svc.Identity.CreateKey)},
+		{GroupKeys, "POST", "/api/v1/keys", authKey, noStore(created(decodeOptionalBody, a.svc.Identity.CreateKey))},
 		{GroupKeys, "DELETE", "/api/v1/keys/{id}", authKey, byID(a.svc.Identity.DeleteAPIKey)},
 		// The dashboard's pages, under two greedy routes (API Gateway's
 		// {name+}, net/http's {name...}), and the partner application page.
@@ -229,10 +231,12 @@ func (a *API) routes() []route {
 		{GroupFraud, "POST", "/api/v1/fraud/blocked-ips", authKey, created(decodeBody, a.svc.Clicks.BlockIP)},
 		{GroupFraud, "DELETE", "/api/v1/fraud/blocked-ips/{id}", authKey, byID(a.svc.Clicks.UnblockIP)},
 		{GroupAdmin, "POST", "/_admin/brands", authAdmin, a.adminCreateBrand},
-		{GroupAdmin, "POST", "/_admin/keys", authAdmin, a.adminCreateKey},
+		{GroupAdmin, "POST", "/_admin/keys", authAdmin, noStore(a.adminCreateKey)},
 		{GroupAdmin, "GET", "/_admin/keys", authAdmin, a.adminListKeys},
 		{GroupAdmin, "POST", "/_admin/keys/{id}/revoke", authAdmin, a.adminRevokeKey},
 		{GroupAdmin, "POST", "/_admin/users", authAdmin, a.adminCreateUser},
+		{GroupHealth, "GET", "/healthz", authNone, healthz},
+		{GroupHealth, "GET", "/readyz", authNone, a.readyz},
 	}
 }
 
@@ -252,9 +256,10 @@ func Routes(group string) []string {
 
 // Handler returns the routes of the given groups (all but admin when none
 // is given; admin only with an AdminToken), wrapped in logging and recovery.
-// Unknown paths answer 404 and known paths with another method 405, both in
-// the error shape and authenticated and counted like the routes of their
-// area, so that they carry the rate-limit headers too.
+// Unknown paths answer 404 and known paths with another method 405 (as does
+// CONNECT host:port: this is no proxy), all in the error shape and
+// authenticated and counted like the routes of their area, so that they
+// carry the rate-limit headers too.
 func (a *API) Handler(groups ...string) http.Handler {
 	mux := http.NewServeMux()
 	type knownPath struct {
@@ -262,8 +267,12 @@ func (a *API) Handler(groups ...string) http.Handler {
 		auth    auth
 	}
 	paths := map[string]*knownPath{}
+	var methods []string // every method a route serves, for CONNECT
 	fallback := slices.Contains(groups, GroupFallback)
 	for _, rt := range a.routes() {
+		if !slices.Contains(methods, rt.method) {
+			methods = append(methods, rt.method)
+		}
 		switch {
 		case rt.group == GroupAdmin && (a.cfg.AdminToken == "" || !slices.Contains(groups, GroupAdmin)):
 			continue
@@ -287,10 +296,14 @@ func (a *API) Handler(groups ...string) http.Handler {
 		}))
 	}
 	keyArea, publicArea := a.guard(authKey, unknownPath), a.guard(authPublic, unknownPath)
+	proxyRequest := a.guard(authPublic, notAProxy(methods))
 	notFound := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if inKeyArea(r.URL.Path) {
+		switch {
+		case isAuthorityForm(r):
+			proxyRequest.ServeHTTP(w, r)
+		case inKeyArea(r.URL.Path):
 			keyArea.ServeHTTP(w, r)
-		} else {
+		default:
 			publicArea.ServeHTTP(w, r)
 		}
 	})

@@ -1270,12 +1270,21 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	o.do(oasCall{srv: limited, method: "GET", path: "/api/public/webhook-events", status: 200})
 	o.do(oasCall{srv: limited, method: "GET", path: "/api/public/webhook-events", status: 429, code: "rate_limit_exceeded"})
 
+	// --- Health: no key, no rate limit; readiness fails with the store.
+	call(oasCall{method: "GET", path: "/healthz", status: 200})
+	call(oasCall{method: "GET", path: "/readyz", status: 200})
+	downAPI := svc.API()
+	downAPI.Store = failingStore{}
+	down := httptest.NewServer(httpapi.New(downAPI, httpapi.Config{Logger: quiet}).Handler())
+	t.Cleanup(down.Close)
+	call(oasCall{srv: down, method: "GET", path: "/readyz", status: 503, code: "unavailable"})
+
 	// --- The session covered the whole document.
 	if missing := o.unseen(); len(missing) > 0 {
 		t.Errorf("documented answers the session never produced (operationId status):\n  %s", strings.Join(missing, "\n  "))
 	}
-	if ops := o.operations(); len(ops) != 49 {
-		t.Errorf("the document has %d operations, want the 49 routes of the API besides /_admin: %v", len(ops), ops)
+	if ops := o.operations(); len(ops) != 51 {
+		t.Errorf("the document has %d operations, want the 51 routes of the API besides /_admin: %v", len(ops), ops)
 	} else {
 		t.Logf("checked %d exchanges against %d operations of %s", o.calls, len(ops), oasPath)
 	}

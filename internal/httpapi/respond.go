@@ -41,6 +41,7 @@ var statusOf = map[string]int{
 	tally.ECodeConflict:             http.StatusConflict,
 	tally.ECodeInvalidTransition:    http.StatusConflict,
 	tally.ECodeInternal:             http.StatusInternalServerError,
+	tally.ECodeUnavailable:          http.StatusServiceUnavailable,
 }
 
 type errorBody struct {

@@ -18,14 +18,15 @@ const MaxHeaderBytes = 16 << 10
 // not in canonical form ("//api/v1/offers", "/api/v1/./offers"), which
 // net/http's ServeMux would redirect with an HTML page. Such a path answers
 // like an unknown one: a client that sends it has a bug to see, and a
-// redirect would turn a POST into a different request.
+// redirect would turn a POST into a different request. So does CONNECT
+// host:port, which has no path for the routes to match.
 func screen(next, notFound http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if headerBytes(r) > MaxHeaderBytes {
 			writeError(w, r, tally.Errorf(tally.ECodeHeadersTooLarge, "The request line and headers must total at most %d bytes.", MaxHeaderBytes))
 			return
 		}
-		if p := r.URL.EscapedPath(); r.Method != http.MethodConnect && cleanPath(p) != p {
+		if p := r.URL.EscapedPath(); isAuthorityForm(r) || r.Method != http.MethodConnect && cleanPath(p) != p {
 			notFound.ServeHTTP(w, r)
 			return
 		}

@@ -288,6 +288,9 @@ func DueQueueSK(due time.Time, deliveryID string) string { return HoldQueueSK(du
 // deployment (store).
 func CursorKeyring() store.Key { return store.Key{PK: "CONFIG", SK: "#CURSORKEYS"} }
 
+// Readiness is never written: GET /readyz reads it to see the store answer.
+func Readiness() store.Key { return store.Key{PK: "CONFIG", SK: "#READY"} }
+
 // rateKey counts one bucket's requests in one window.
 func Rate(bucket string, window int64) store.Key {
 	return store.Key{PK: "RATE#" + bucket, SK: strconv.FormatInt(window, 10)}

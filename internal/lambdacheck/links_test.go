@@ -65,6 +65,7 @@ var linkRules = map[string]struct{ mustNot, must []link }{
 	"applications": {mustNot: noSending, must: servesAPI},
 	"keys":         {mustNot: noSending, must: servesAPI},
 	"fraud":        {mustNot: noSending, must: servesAPI},
+	"health":       {mustNot: noSending, must: servesAPI},
 
 	// API functions that queue a delivery (a test event, a manual retry,
 	// a recovery) but leave its attempts to deliver and attempt, and the

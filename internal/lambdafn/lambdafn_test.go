@@ -726,6 +726,11 @@ var cases = map[string]sampleCase{
 		wantField(t, rows[0], "revenueCents", 4500)
 		wantField(t, rows[0], "profitCents", 4500-1200)
 	}},
+	"health-ready": {api: func(t *testing.T, f *fixture, call func() response) {
+		r := call()
+		wantStatus(t, r, 200)
+		wantField(t, r.body, "status", "ok")
+	}},
 	"applications-create": {api: func(t *testing.T, f *fixture, call func() response) {
 		r := call()
 		wantStatus(t, r, 201)
@@ -1005,11 +1010,12 @@ func checkCommon(t *testing.T, r response, ev events.APIGatewayV2HTTPRequest, fn
 		t.Errorf("X-Request-Id = %q", r.header("X-Request-Id"))
 	}
 	pages := slices.Equal(fn.groups, []string{httpapi.GroupDashboard}) // pages count sign-ins and forms only
-	clicks := slices.Equal(fn.groups, []string{httpapi.GroupClick})    // the tracking link counts nothing
+	// The tracking link and the health probes count nothing.
+	uncounted := slices.Equal(fn.groups, []string{httpapi.GroupClick}) || slices.Equal(fn.groups, []string{httpapi.GroupHealth})
 	switch limit := r.header("X-RateLimit-Limit"); {
-	case clicks && limit != "":
+	case uncounted && limit != "":
 		t.Errorf("X-RateLimit-Limit = %q from functions/%s, which counts nothing", limit, fn.name)
-	case limit == "" && !pages && !clicks:
+	case limit == "" && !pages && !uncounted:
 		t.Errorf("no X-RateLimit-Limit header from functions/%s", fn.name)
 	}
 	var line map[string]any

@@ -222,7 +222,7 @@ func (s *Service) API() httpapi.Services {
 	return httpapi.Services{
 		Identity: s.Identity, Limits: s.Limits, Accounts: s.Accounts, Offers: s.Offers, Partners: s.Partners,
 		Conversions: s.Conversions, Reports: s.Reports, Clicks: s.Clicks, Endpoints: s.Endpoints,
-		Deliveries: s.Deliveries, Now: s.DB.Now,
+		Deliveries: s.Deliveries, Now: s.DB.Now, Store: s.DB,
 	}
 }
 

@@ -264,6 +264,7 @@ func Services(db *records.DB, settings app.Settings, opts ...Option) httpapi.Ser
 		Offers:   offers.New(db, cacheTTL),
 		Reports:  reports.New(db, zones),
 		Now:      db.Now,
+		Store:    db,
 	}
 	s.Partners = partners.New(db, w, s.Identity)
 	s.Clicks = clicks.New(db, w, s.Offers, s.Partners, reports.FromStream{}, cacheTTL)
