@@ -126,12 +126,15 @@ func checkPostbackTemplate(tmpl string) error {
 		}
 		rest = rest[i+1+j+1:]
 	}
-	if scheme, after, ok := strings.Cut(tmpl, "://"); ok {
-		host, _, _ := strings.Cut(after, "/")
-		host, _, _ = strings.Cut(host, "?")
-		if strings.ContainsAny(scheme+host, "{}") {
-			return validate.Invalid("url: macros may stand in the path and query only, not in the scheme or host.")
-		}
+	// What comes before the first macro must be a scheme and a whole host,
+	// ended by the path or the query; otherwise a macro would be (or stand
+	// in) the scheme or the host, as in "{sub1}" or "https://{sub1}.example".
+	before, _, hasMacro := strings.Cut(tmpl, "{")
+	if !hasMacro {
+		return nil
+	}
+	if _, after, ok := strings.Cut(before, "://"); !ok || !strings.ContainsAny(after, "/?#") {
+		return validate.Invalid("url: macros may stand in the path and query only, not in the scheme or host: the URL starts with both, such as https://partner.example/postback?click={click_id}.")
 	}
 	return nil
 }
