@@ -80,6 +80,12 @@ func APIKey(secretHash string) store.Key {
 func APIKeysByBrand(brandID string) string { return "BRD#" + brandID + "#KEY" }
 func APIKeyByID(keyID string) string       { return "KEYID#" + keyID }
 
+// APIKeyCount counts a brand's active keys, so the limit holds under
+// concurrent creation.
+func APIKeyCount(brandID string) store.Key {
+	return store.Key{PK: BrandPK(brandID), SK: "#KEYCOUNT"}
+}
+
 // Dashboard users are found by e-mail address (sign-in), which is unique
 // across brands, and listed per brand (GSI1). Sessions are found by the
 // hash of their token.
