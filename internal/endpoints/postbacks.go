@@ -47,7 +47,10 @@ type PostbackRecord struct {
 	tally.Postback
 }
 
-func (r *PostbackRecord) FromItem(it store.Item) { r.EndpointHealth = HealthOf(it).Public() }
+func (r *PostbackRecord) FromItem(it store.Item) {
+	h := HealthOf(it)
+	r.EndpointHealth, r.UpdatedAt = h.Public(), h.UpdatedAt(r.UpdatedAt)
+}
 
 // PostbackValues are what a postback's macros are filled with.
 type PostbackValues struct {
