@@ -65,8 +65,14 @@ func (s *Service) CreateBrand(ctx context.Context, name string) (tally.Brand, er
 	name = strings.TrimSpace(name)
 	now := s.db.Now()
 	b := tally.Brand{ID: ids.New("brd_", now), Name: name, CreatedAt: tally.NewTime(now)}
-	err := s.db.Transact(ctx, store.Put(store.Item{Key: keys.Brand(b.ID), Data: records.MustJSON(b)}, store.NotExists()))
+	it := store.Item{Key: keys.Brand(b.ID), GSI1: store.IndexKey{PK: keys.Brands, SK: b.ID}, Data: records.MustJSON(b)}
+	err := s.db.Transact(ctx, store.Put(it, store.NotExists()))
 	return b, err
+}
+
+// Brands lists the brands, newest first (the admin API).
+func (s *Service) Brands(ctx context.Context, p records.ListParams) ([]tally.Brand, string, error) {
+	return records.List[tally.Brand](ctx, s.db, []records.Partition{{Index: store.GSI1, PK: keys.Brands}}, p, nil)
 }
 
 // Brand returns a brand.

@@ -51,6 +51,10 @@ func Hash[T string | []byte](id T) uint32 {
 func BrandPK(brandID string) string  { return "BRD#" + brandID }
 func Brand(brandID string) store.Key { return store.Key{PK: BrandPK(brandID), SK: "#BRAND"} }
 
+// Brands lists every brand (GSI1, by id) for the admin commands; brands
+// are few and made rarely, so one partition holds them.
+const Brands = "BRANDS"
+
 func Offer(brandID, offerID string) store.Key {
 	return store.Key{PK: BrandPK(brandID), SK: "OFF#" + offerID}
 }
