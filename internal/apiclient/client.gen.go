@@ -3423,6 +3423,21 @@ func (e CreateKey401JSONResponseBodyErrorCode) Valid() bool {
 	}
 }
 
+// Defines values for CreateKey409JSONResponseBodyErrorCode.
+const (
+	CreateKey409JSONResponseBodyErrorCodeConflict CreateKey409JSONResponseBodyErrorCode = "conflict"
+)
+
+// Valid indicates whether the value is a known member of the CreateKey409JSONResponseBodyErrorCode enum.
+func (e CreateKey409JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case CreateKey409JSONResponseBodyErrorCodeConflict:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CreateKey413JSONResponseBodyErrorCode.
 const (
 	CreateKey413JSONResponseBodyErrorCodePayloadTooLarge CreateKey413JSONResponseBodyErrorCode = "payload_too_large"
@@ -6565,7 +6580,7 @@ type Postback struct {
 	// Examples: 2026-11-22T10:04:05.123Z
 	UpdatedAt Timestamp `json:"updatedAt"`
 
-	// Url A postback URL template: an absolute https URL (the local server also takes http to a loopback host), at most 2048 characters, with macros such as `{click_id}` in its path and query.
+	// Url A postback URL template: an absolute https URL (the local server also takes http to a loopback host), at most 2048 characters, with macros such as `{click_id}` in its path and query. Outside macros, spaces, control characters and `"`, `<`, `>`, `\`, `^`, `` ` ``, `{`, `|`, `}` must be percent-encoded, as in a webhook's URL.
 	//
 	// Examples: https://partner.example/pb?click={click_id}&amount={payout}
 	Url PostbackURL `json:"url"`
@@ -6597,7 +6612,7 @@ type PostbackInput struct {
 	// Events The conversion events it fires on; `[conversion.created]` when left out.
 	Events *[]PostbackEvent `json:"events,omitempty"`
 
-	// Url A postback URL template: an absolute https URL (the local server also takes http to a loopback host), at most 2048 characters, with macros such as `{click_id}` in its path and query.
+	// Url A postback URL template: an absolute https URL (the local server also takes http to a loopback host), at most 2048 characters, with macros such as `{click_id}` in its path and query. Outside macros, spaces, control characters and `"`, `<`, `>`, `\`, `^`, `` ` ``, `{`, `|`, `}` must be percent-encoded, as in a webhook's URL.
 	//
 	// Examples: https://partner.example/pb?click={click_id}&amount={payout}
 	Url PostbackURL `json:"url"`
@@ -6639,7 +6654,7 @@ type PostbackToken struct {
 // PostbackTokenId defines model for PostbackTokenId.
 type PostbackTokenId = string
 
-// PostbackURL A postback URL template: an absolute https URL (the local server also takes http to a loopback host), at most 2048 characters, with macros such as `{click_id}` in its path and query.
+// PostbackURL A postback URL template: an absolute https URL (the local server also takes http to a loopback host), at most 2048 characters, with macros such as `{click_id}` in its path and query. Outside macros, spaces, control characters and `"`, `<`, `>`, `\`, `^`, “ ` “, `{`, `|`, `}` must be percent-encoded, as in a webhook's URL.
 //
 // Examples: https://partner.example/pb?click={click_id}&amount={payout}
 type PostbackURL = string
@@ -6773,7 +6788,7 @@ type Subscription struct {
 	// Examples: 2026-11-22T10:04:05.123Z
 	UpdatedAt Timestamp `json:"updatedAt"`
 
-	// Url Where deliveries go: an absolute https URL, at most 2048 bytes, with a host and without a user name or password, not at a private, loopback, link-local, metadata or other reserved IP address. The local server also takes http URLs to loopback hosts (`localhost`, `127.0.0.1`, `[::1]`), where developers run their receivers.
+	// Url Where deliveries go: an absolute https URL, at most 2048 bytes, with a host and without a user name or password, not at a private, loopback, link-local, metadata or other reserved IP address. The local server also takes http URLs to loopback hosts (`localhost`, `127.0.0.1`, `[::1]`), where developers run their receivers. Spaces, control characters and `"`, `<`, `>`, `\`, `^`, `` ` ``, `{`, `|`, `}` must be percent-encoded (a space is `%20`); raw, they answer 422.
 	//
 	// Examples: https://hooks.example.com/tally
 	Url WebhookURL `json:"url"`
@@ -6798,7 +6813,7 @@ type SubscriptionInput struct {
 	// Secret Signs every delivery (`X-Tally-Signature`); recommended, since without it anyone who knows the URL can post forged events to it. 16 to 256 characters (counted as UTF-8 bytes) without leading or trailing white space. It is never returned; keep your copy.
 	Secret *string `json:"secret,omitempty"`
 
-	// Url Where deliveries go: an absolute https URL, at most 2048 bytes, with a host and without a user name or password, not at a private, loopback, link-local, metadata or other reserved IP address. The local server also takes http URLs to loopback hosts (`localhost`, `127.0.0.1`, `[::1]`), where developers run their receivers.
+	// Url Where deliveries go: an absolute https URL, at most 2048 bytes, with a host and without a user name or password, not at a private, loopback, link-local, metadata or other reserved IP address. The local server also takes http URLs to loopback hosts (`localhost`, `127.0.0.1`, `[::1]`), where developers run their receivers. Spaces, control characters and `"`, `<`, `>`, `\`, `^`, `` ` ``, `{`, `|`, `}` must be percent-encoded (a space is `%20`); raw, they answer 422.
 	//
 	// Examples: https://hooks.example.com/tally
 	Url WebhookURL `json:"url"`
@@ -6821,7 +6836,7 @@ type SubscriptionUpdate struct {
 	// Secret A new signing secret, 16 to 256 characters without leading or trailing white space. The one it replaces keeps signing, as a second `v1`, for 24 hours.
 	Secret *string `json:"secret,omitempty"`
 
-	// Url Where deliveries go: an absolute https URL, at most 2048 bytes, with a host and without a user name or password, not at a private, loopback, link-local, metadata or other reserved IP address. The local server also takes http URLs to loopback hosts (`localhost`, `127.0.0.1`, `[::1]`), where developers run their receivers.
+	// Url Where deliveries go: an absolute https URL, at most 2048 bytes, with a host and without a user name or password, not at a private, loopback, link-local, metadata or other reserved IP address. The local server also takes http URLs to loopback hosts (`localhost`, `127.0.0.1`, `[::1]`), where developers run their receivers. Spaces, control characters and `"`, `<`, `>`, `\`, `^`, `` ` ``, `{`, `|`, `}` must be percent-encoded (a space is `%20`); raw, they answer 422.
 	//
 	// Examples: https://hooks.example.com/tally
 	Url *WebhookURL `json:"url,omitempty"`
@@ -6883,7 +6898,7 @@ type WebhookTestEvent struct {
 	Id string `json:"id"`
 }
 
-// WebhookURL Where deliveries go: an absolute https URL, at most 2048 bytes, with a host and without a user name or password, not at a private, loopback, link-local, metadata or other reserved IP address. The local server also takes http URLs to loopback hosts (`localhost`, `127.0.0.1`, `[::1]`), where developers run their receivers.
+// WebhookURL Where deliveries go: an absolute https URL, at most 2048 bytes, with a host and without a user name or password, not at a private, loopback, link-local, metadata or other reserved IP address. The local server also takes http URLs to loopback hosts (`localhost`, `127.0.0.1`, `[::1]`), where developers run their receivers. Spaces, control characters and `"`, `<`, `>`, `\`, `^`, “ ` “, `{`, `|`, `}` must be percent-encoded (a space is `%20`); raw, they answer 422.
 //
 // Examples: https://hooks.example.com/tally
 type WebhookURL = string
@@ -7545,6 +7560,9 @@ type CreateKey400JSONResponseBodyErrorCode string
 // CreateKey401JSONResponseBodyErrorCode defines parameters for CreateKey.
 type CreateKey401JSONResponseBodyErrorCode string
 
+// CreateKey409JSONResponseBodyErrorCode defines parameters for CreateKey.
+type CreateKey409JSONResponseBodyErrorCode string
+
 // CreateKey413JSONResponseBodyErrorCode defines parameters for CreateKey.
 type CreateKey413JSONResponseBodyErrorCode string
 
@@ -7935,7 +7953,7 @@ type InboundPostbackParams struct {
 	// TxnId The advertiser's transaction id: the same one again for the same offer answers 200 with the first conversion and records nothing. Without it the click's id stands in (the conversion's externalTxnId), so a click converts once by postback and the same postback fired again is a replay. White space around it answers 422.
 	TxnId *string `form:"txn_id,omitempty" json:"txn_id,omitempty"`
 
-	// Amount The revenue, in major units with at most the currency's decimals (`49.90` USD, `1500` JPY); default the offer's revenueCents. The payout is the offer's.
+	// Amount The revenue, in major units with at most the currency's decimals (`49.90` USD, `1500` JPY); default the offer's revenueCents. The payout is the offer's. At most 10^12 minor units (`10000000000.00` USD); more answers 422 saying it is too large.
 	Amount *string `form:"amount,omitempty" json:"amount,omitempty"`
 
 	// Currency The offer's (the default); another answers 422, since the payout is the offer's.
@@ -9181,7 +9199,7 @@ type ClientInterface interface {
 
 	// RetryDelivery Retry a failed delivery
 	//
-	// Starts a `failed` delivery over: it becomes `pending`, attempt 1 of a new schedule is made at once and the retries follow as for a new delivery, up to 7 attempts. The earlier attempts stay in `attempts`; the envelope and `X-Tally-Webhook-Id` are the same as before. If the subscription has been deleted, the delivery fails again without a request. A delivery that is `pending` or `succeeded` answers 409 `invalid_transition`. The request has no body.
+	// Starts a `failed` delivery over: it becomes `pending`, attempt 1 of a new schedule is made at once and the retries follow as for a new delivery, up to 7 attempts. The earlier attempts stay in `attempts`; the envelope and `X-Tally-Webhook-Id` are the same as before. A delivery that is `pending` or `succeeded`, or whose endpoint (subscription or partner postback) was deleted or is `disabled`, answers 409 `invalid_transition`: as for `recover`, a disabled endpoint gets nothing until it is enabled. The request has no body.
 	//
 	// Corresponds with POST /api/v1/deliveries/{id}/retry (the `RetryDelivery` operationId).
 	RetryDelivery(ctx context.Context, id DeliveryIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -9252,7 +9270,7 @@ type ClientInterface interface {
 
 	// CreateKeyWithBody Create an API key
 	//
-	// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Without a body (or with `{}`) the key has no name.
+	// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Without a body (or with `{}`) the key has no name. A brand has at most 25 active keys (each key has its own rate limit); one more answers 409 `conflict`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -9261,7 +9279,7 @@ type ClientInterface interface {
 
 	// CreateKey Create an API key
 	//
-	// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Without a body (or with `{}`) the key has no name.
+	// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Without a body (or with `{}`) the key has no name. A brand has at most 25 active keys (each key has its own rate limit); one more answers 409 `conflict`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -9897,7 +9915,7 @@ func (c *Client) GetDelivery(ctx context.Context, id DeliveryIdPath, reqEditors 
 
 // RetryDelivery Retry a failed delivery
 //
-// Starts a `failed` delivery over: it becomes `pending`, attempt 1 of a new schedule is made at once and the retries follow as for a new delivery, up to 7 attempts. The earlier attempts stay in `attempts`; the envelope and `X-Tally-Webhook-Id` are the same as before. If the subscription has been deleted, the delivery fails again without a request. A delivery that is `pending` or `succeeded` answers 409 `invalid_transition`. The request has no body.
+// Starts a `failed` delivery over: it becomes `pending`, attempt 1 of a new schedule is made at once and the retries follow as for a new delivery, up to 7 attempts. The earlier attempts stay in `attempts`; the envelope and `X-Tally-Webhook-Id` are the same as before. A delivery that is `pending` or `succeeded`, or whose endpoint (subscription or partner postback) was deleted or is `disabled`, answers 409 `invalid_transition`: as for `recover`, a disabled endpoint gets nothing until it is enabled. The request has no body.
 //
 // Corresponds with POST /api/v1/deliveries/{id}/retry (the `RetryDelivery` operationId).
 func (c *Client) RetryDelivery(ctx context.Context, id DeliveryIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -10058,7 +10076,7 @@ func (c *Client) ListKeys(ctx context.Context, params *ListKeysParams, reqEditor
 
 // CreateKeyWithBody Create an API key
 //
-// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Without a body (or with `{}`) the key has no name.
+// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Without a body (or with `{}`) the key has no name. A brand has at most 25 active keys (each key has its own rate limit); one more answers 409 `conflict`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -10077,7 +10095,7 @@ func (c *Client) CreateKeyWithBody(ctx context.Context, contentType string, body
 
 // CreateKey Create an API key
 //
-// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Without a body (or with `{}`) the key has no name.
+// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Without a body (or with `{}`) the key has no name. A brand has at most 25 active keys (each key has its own rate limit); one more answers 409 `conflict`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -13368,7 +13386,7 @@ type ClientWithResponsesInterface interface {
 
 	// RetryDeliveryWithResponse Retry a failed delivery
 	//
-	// Starts a `failed` delivery over: it becomes `pending`, attempt 1 of a new schedule is made at once and the retries follow as for a new delivery, up to 7 attempts. The earlier attempts stay in `attempts`; the envelope and `X-Tally-Webhook-Id` are the same as before. If the subscription has been deleted, the delivery fails again without a request. A delivery that is `pending` or `succeeded` answers 409 `invalid_transition`. The request has no body.
+	// Starts a `failed` delivery over: it becomes `pending`, attempt 1 of a new schedule is made at once and the retries follow as for a new delivery, up to 7 attempts. The earlier attempts stay in `attempts`; the envelope and `X-Tally-Webhook-Id` are the same as before. A delivery that is `pending` or `succeeded`, or whose endpoint (subscription or partner postback) was deleted or is `disabled`, answers 409 `invalid_transition`: as for `recover`, a disabled endpoint gets nothing until it is enabled. The request has no body.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -13449,7 +13467,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateKeyWithBodyWithResponse Create an API key
 	//
-	// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Without a body (or with `{}`) the key has no name.
+	// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Without a body (or with `{}`) the key has no name. A brand has at most 25 active keys (each key has its own rate limit); one more answers 409 `conflict`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -13458,7 +13476,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateKeyWithResponse Create an API key
 	//
-	// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Without a body (or with `{}`) the key has no name.
+	// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Without a body (or with `{}`) the key has no name. A brand has at most 25 active keys (each key has its own rate limit); one more answers 409 `conflict`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -17362,6 +17380,14 @@ type CreateKeyResponse401Headers struct {
 	XRequestId          string
 }
 
+// CreateKeyResponse409Headers the declared response headers of an HTTP 409 response for CreateKey
+type CreateKeyResponse409Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
 // CreateKeyResponse413Headers the declared response headers of an HTTP 413 response for CreateKey
 type CreateKeyResponse413Headers struct {
 	XRateLimitLimit     int
@@ -17409,6 +17435,15 @@ type CreateKeyResponse struct {
 	JSON400 *InvalidJSON
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *struct {
+		Error struct {
+			Code CreateKey409JSONResponseBodyErrorCode `json:"code"`
+
+			// Message What is wrong, in words; for validation errors it names the field.
+			Message string `json:"message"`
+		} `json:"error"`
+	}
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *PayloadTooLarge
 	// JSON415 the response for an HTTP 415 `application/json` response
@@ -17425,6 +17460,8 @@ type CreateKeyResponse struct {
 	Headers400 *CreateKeyResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *CreateKeyResponse401Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *CreateKeyResponse409Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *CreateKeyResponse413Headers
 	// Headers415 the parsed response headers for an HTTP 415 response
@@ -17450,6 +17487,18 @@ func (r CreateKeyResponse) GetJSON400() *InvalidJSON {
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
 func (r CreateKeyResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r CreateKeyResponse) GetJSON409() *struct {
+	Error struct {
+		Code CreateKey409JSONResponseBodyErrorCode `json:"code"`
+
+		// Message What is wrong, in words; for validation errors it names the field.
+		Message string `json:"message"`
+	} `json:"error"`
+} {
+	return r.JSON409
 }
 
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
@@ -20956,7 +21005,7 @@ func (c *ClientWithResponses) GetDeliveryWithResponse(ctx context.Context, id De
 
 // RetryDeliveryWithResponse Retry a failed delivery
 //
-// Starts a `failed` delivery over: it becomes `pending`, attempt 1 of a new schedule is made at once and the retries follow as for a new delivery, up to 7 attempts. The earlier attempts stay in `attempts`; the envelope and `X-Tally-Webhook-Id` are the same as before. If the subscription has been deleted, the delivery fails again without a request. A delivery that is `pending` or `succeeded` answers 409 `invalid_transition`. The request has no body.
+// Starts a `failed` delivery over: it becomes `pending`, attempt 1 of a new schedule is made at once and the retries follow as for a new delivery, up to 7 attempts. The earlier attempts stay in `attempts`; the envelope and `X-Tally-Webhook-Id` are the same as before. A delivery that is `pending` or `succeeded`, or whose endpoint (subscription or partner postback) was deleted or is `disabled`, answers 409 `invalid_transition`: as for `recover`, a disabled endpoint gets nothing until it is enabled. The request has no body.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -21091,7 +21140,7 @@ func (c *ClientWithResponses) ListKeysWithResponse(ctx context.Context, params *
 
 // CreateKeyWithBodyWithResponse Create an API key
 //
-// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Without a body (or with `{}`) the key has no name.
+// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Without a body (or with `{}`) the key has no name. A brand has at most 25 active keys (each key has its own rate limit); one more answers 409 `conflict`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -21106,7 +21155,7 @@ func (c *ClientWithResponses) CreateKeyWithBodyWithResponse(ctx context.Context,
 
 // CreateKeyWithResponse Create an API key
 //
-// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Without a body (or with `{}`) the key has no name.
+// Makes a key for the brand. The answer's `key` is the secret, shown this once: only a hash of it is stored. Without a body (or with `{}`) the key has no name. A brand has at most 25 active keys (each key has its own rate limit); one more answers 409 `conflict`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -28047,6 +28096,20 @@ func ParseCreateKeyResponse(rsp *http.Response) (*CreateKeyResponse, error) {
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest struct {
+			Error struct {
+				Code CreateKey409JSONResponseBodyErrorCode `json:"code"`
+
+				// Message What is wrong, in words; for validation errors it names the field.
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest PayloadTooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -28192,6 +28255,37 @@ func ParseCreateKeyResponse(rsp *http.Response) (*CreateKeyResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 409:
+		var headers CreateKeyResponse409Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers409 = &headers
 	case rsp.StatusCode == 413:
 		var headers CreateKeyResponse413Headers
 		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {

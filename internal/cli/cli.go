@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -40,6 +41,7 @@ import (
 const usage = `Usage:
   tally serve [--addr 127.0.0.1:8080] [--data DIR]   run every function in one local server
   tally brands create --name NAME [--data DIR]       create a brand
+  tally brands list [--data DIR]                     list the brands, newest first
   tally keys create --brand BRAND_ID [--name NAME] [--data DIR]
                                                       create an API key (the secret is shown once)
   tally keys list --brand BRAND_ID [--data DIR]       list a brand's keys
@@ -157,7 +159,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if *name == "" {
 			return misuse("brands create needs --name")
 		}
-		return adminCall(ctx, *data, stdout, "POST", "/_admin/brands", map[string]string{"name": *name})
+		return adminCall(ctx, *data, stdout, stderr, "POST", "/_admin/brands", map[string]string{"name": *name})
+	case "brands list":
+		fs, data := flags("brands list")
+		if err := parseFlags(fs, args[2:]); err != nil {
+			return err
+		}
+		return adminCall(ctx, *data, stdout, stderr, "GET", "/_admin/brands?limit=100", nil)
 	case "keys create":
 		fs, data := flags("keys create")
 		brand := fs.String("brand", "", "brand id")
@@ -168,7 +176,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if *brand == "" {
 			return misuse("keys create needs --brand")
 		}
-		return adminCall(ctx, *data, stdout, "POST", "/_admin/keys", map[string]string{"brandId": *brand, "name": *name})
+		return adminCall(ctx, *data, stdout, stderr, "POST", "/_admin/keys", map[string]string{"brandId": *brand, "name": *name})
 	case "keys list":
 		fs, data := flags("keys list")
 		brand := fs.String("brand", "", "brand id")
@@ -178,7 +186,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if *brand == "" {
 			return misuse("keys list needs --brand")
 		}
-		return adminCall(ctx, *data, stdout, "GET", "/_admin/keys?limit=100&brandId="+url.QueryEscape(*brand), nil)
+		return adminCall(ctx, *data, stdout, stderr, "GET", "/_admin/keys?limit=100&brandId="+url.QueryEscape(*brand), nil)
 	case "keys revoke":
 		fs, data := flags("keys revoke")
 		positional, err := parseInterspersed(fs, args[2:])
@@ -188,7 +196,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if len(positional) != 1 {
 			return misuse("keys revoke needs the key id: tally keys revoke KEY_ID")
 		}
-		return adminCall(ctx, *data, stdout, "POST", "/_admin/keys/"+url.PathEscape(positional[0])+"/revoke", nil)
+		return adminCall(ctx, *data, stdout, stderr, "POST", "/_admin/keys/"+url.PathEscape(positional[0])+"/revoke", nil)
 	case "users create":
 		fs, data := flags("users create")
 		brand := fs.String("brand", "", "brand id")
@@ -203,7 +211,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if err != nil {
 			return err
 		}
-		return adminCall(ctx, *data, stdout, "POST", "/_admin/users", map[string]string{"brandId": *brand, "email": *email, "password": pw})
+		return adminCall(ctx, *data, stdout, stderr, "POST", "/_admin/users", map[string]string{"brandId": *brand, "email": *email, "password": pw})
 	case "table create":
 		if err := parseFlags(flag.NewFlagSet("table create", flag.ContinueOnError), args[2:]); err != nil {
 			return err
@@ -263,18 +271,28 @@ type serverInfo struct {
 func serverInfoPath(dataDir string) string { return filepath.Join(dataDir, "server.json") }
 
 // adminCall performs one admin API request and prints its JSON answer.
-func adminCall(ctx context.Context, dataFlag string, stdout io.Writer, method, path string, body any) error {
+func adminCall(ctx context.Context, dataFlag string, stdout, stderr io.Writer, method, path string, body any) error {
 	var payload []byte
 	if body != nil {
 		payload, _ = json.Marshal(body)
 	}
 	dataDir := app.DataDir(dataFlag)
+	// ./.tally is relative to where the command runs: run elsewhere than
+	// the server, it would quietly start a store of its own.
+	_, statErr := os.Stat(app.StorePath(dataDir))
+	newDefault := dataDir == app.DefaultDataDir && !app.UsesDynamoDB() && errors.Is(statErr, fs.ErrNotExist)
 	status, answer, err := adminLocal(ctx, dataDir, method, path, payload)
 	if errors.Is(err, bolt.ErrLocked) {
 		status, answer, err = adminRemote(ctx, dataDir, method, path, payload)
 	}
 	if err != nil {
 		return err
+	}
+	if newDefault {
+		abs, _ := filepath.Abs(dataDir)
+		fmt.Fprintf(stderr, "tally: made a new store in %s: there was none. The default folder ./%[2]s is relative to the current directory; "+
+			"to use the store of a server started elsewhere (make run: the repository's %[2]s), run from there or give --data or TALLY_DATA.\n",
+			abs, app.DefaultDataDir)
 	}
 	if status >= 300 {
 		var e struct {

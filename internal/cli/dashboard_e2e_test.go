@@ -549,6 +549,15 @@ func dashboardScenario(t *testing.T, environ []string, shots string) {
 	}
 	b.shot("delivery-failed")
 	rcv.healthy.Store(true)
+	// Its webhook is disabled: Retry is refused until it is enabled, as
+	// Recover is below.
+	b.submit(`form[action$="/retry"] button`, `/retry$`)
+	if msg := b.pageText(); !strings.Contains(msg, "enable it before retrying") {
+		t.Errorf("retrying a delivery of a disabled webhook: %q", msg)
+	}
+	b.openOK("/dashboard/webhooks/"+subA, `form[action$="/enable"]`)
+	b.submit(`form[action$="/enable"] button`, `^/dashboard/webhooks/sub_`)
+	b.openOK("/dashboard/activity/deliveries/"+deliveryID, `form[action$="/retry"]`)
 	b.submit(`form[action$="/retry"] button`, `^/dashboard/activity/deliveries/wh_`)
 	waitForStatus(t, b, deliveryID, "succeeded")
 	b.shot("delivery-succeeded")

@@ -95,7 +95,15 @@ func (s *Service) recordPostback(ctx context.Context, brandID string, in Inbound
 	return s.RecordConversion(ctx, brandID, ci)
 }
 
-var decimalAmount = regexp.MustCompile(`^[0-9]{1,13}(\.[0-9]{1,3})?$`)
+var decimalAmount = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
+
+// maxRevenueCents is revenueCents' bound (ConversionInput), which an
+// amount must keep to.
+const maxRevenueCents = 1_000_000_000_000
+
+// maxAmountDigits is the most digits an amount's whole part may have after
+// its leading zeros: maxRevenueCents in a currency without decimals.
+const maxAmountDigits = 13
 
 // minorUnits turns a decimal amount in major units into minor units of the
 // currency, the inverse of money.Major: "12.50" USD is 1250, "1500" JPY is
@@ -106,10 +114,11 @@ func minorUnits(amount, currency string) (int64, error) {
 	if !decimalAmount.MatchString(amount) || len(frac) > places {
 		return 0, validate.InvalidField("amount", "amount must be a decimal number with at most %d decimals for %s, such as %s.", places, currency, []string{"1500", "", "12.50", "1.250"}[places])
 	}
-	// At most 16 digits: the pattern's 13 and 3; an int64 holds them.
-	n, err := strconv.ParseInt(whole+frac+strings.Repeat("0", places-len(frac)), 10, 64)
-	if err != nil || n > 1e12 { // revenueCents' bound
-		return 0, validate.InvalidField("amount", "amount is too large.")
+	whole = strings.TrimLeft(whole, "0")
+	// At most 17 digits (a 0, 13 and 3 decimals): an int64 holds them.
+	n, err := strconv.ParseInt("0"+whole+frac+strings.Repeat("0", places-len(frac)), 10, 64)
+	if len(whole) > maxAmountDigits || err != nil || n > maxRevenueCents {
+		return 0, validate.InvalidField("amount", "amount is too large: at most %s %s.", money.Major(maxRevenueCents, currency), currency)
 	}
 	return n, nil
 }

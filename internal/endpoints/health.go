@@ -47,6 +47,7 @@ func New(db *records.DB, events *outbox.Writer, p partnerReader, checkURL func(s
 //	status          "enabled" | "disabled"  (attr)
 //	disabledReason  why it was disabled     (attr)
 //	disabledAt      unix ms it was disabled (attr)
+//	statusChangedAt unix ms health last disabled or enabled it (attr)
 //	lastSuccessAt   unix ms of the last success (attr)
 //	fails           consecutive failed attempts (num)
 //	failingSince    unix ms of the first failure after the last success, 0 if none (num)
@@ -76,6 +77,7 @@ const lastSuccessRefresh = time.Minute
 type Health struct {
 	Status, Reason string
 	DisabledAt     int64 // unix ms
+	StatusChanged  int64 // unix ms, 0 = never
 	LastOK         int64 // unix ms, 0 = never
 	Fails          int64
 	FailingSince   int64 // unix ms, 0 = not failing
@@ -89,6 +91,7 @@ func HealthOf(it store.Item) Health {
 	}
 	h.LastOK, _ = strconv.ParseInt(it.Attrs["lastSuccessAt"], 10, 64)
 	h.DisabledAt, _ = strconv.ParseInt(it.Attrs["disabledAt"], 10, 64)
+	h.StatusChanged, _ = strconv.ParseInt(it.Attrs["statusChangedAt"], 10, 64)
 	if h.Status == "" {
 		h.Status = tally.EndpointEnabled
 	}
@@ -110,6 +113,16 @@ func (h Health) Public() tally.EndpointHealth {
 		out.FailingSince = ptrTo(tally.NewTime(time.UnixMilli(h.FailingSince)))
 	}
 	return out
+}
+
+// UpdatedAt is when the endpoint last changed: its record's updatedAt, or
+// later when health disabled or enabled it since, which leaves the record
+// as configured.
+func (h Health) UpdatedAt(recordUpdatedAt tally.Time) tally.Time {
+	if h.StatusChanged > recordUpdatedAt.UnixMilli() {
+		return tally.NewTime(time.UnixMilli(h.StatusChanged))
+	}
+	return recordUpdatedAt
 }
 
 // newEndpointItem is a new endpoint's item: enabled, no history.
@@ -189,7 +202,7 @@ func (c HealthConfig) OutcomeOp(it store.Item, ok bool, now time.Time) (store.Op
 			up.Set["disabledReason"] = tally.DisabledFailingTooLong
 		}
 		if up.Set["disabledReason"] != "" {
-			up.Set["status"], up.Set["disabledAt"] = tally.EndpointDisabled, strconv.FormatInt(ms, 10)
+			up.Set["status"], up.Set["disabledAt"], up.Set["statusChangedAt"] = tally.EndpointDisabled, strconv.FormatInt(ms, 10), strconv.FormatInt(ms, 10)
 		}
 	}
 	if len(up.Set) == 0 {
@@ -257,6 +270,9 @@ func (s *Service) enableEndpoint(ctx context.Context, key store.Key) (store.Item
 			Set:   map[string]string{"status": tally.EndpointEnabled, "disabledReason": ""},
 			Add:   map[string]int64{"rev": 1, "fails": -h.Fails, "failingSince": -h.FailingSince},
 			Conds: []store.Cond{store.Exists(), store.NumEquals("rev", h.Rev)}}
+		if h.Status == tally.EndpointDisabled {
+			up.Set["statusChangedAt"] = strconv.FormatInt(s.db.Now().UnixMilli(), 10)
+		}
 		after, err := s.db.Update(ctx, up)
 		if _, changed := store.FailedOp(err); changed {
 			continue // an attempt was recorded meanwhile: read again

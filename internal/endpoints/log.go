@@ -218,7 +218,8 @@ func (s *Log) Deliveries(ctx context.Context, brandID string, f DeliveryFilter, 
 }
 
 // RetryDelivery starts a failed delivery's schedule again: attempt 1 now,
-// then the retries. Earlier attempts stay in its log.
+// then the retries. Earlier attempts stay in its log. As for recovery, the
+// endpoint must be enabled: a disabled one gets nothing until it is.
 func (s *Log) RetryDelivery(ctx context.Context, brandID, deliveryID string) (tally.Delivery, error) {
 	if !ids.Valid("wh_", deliveryID) {
 		return tally.Delivery{}, records.NotFound(store.ErrNotFound, "delivery", deliveryID)
@@ -230,10 +231,14 @@ func (s *Log) RetryDelivery(ctx context.Context, brandID, deliveryID string) (ta
 	if rec.Status != tally.DeliveryFailed {
 		return tally.Delivery{}, tally.Errorf(tally.ECodeInvalidTransition, "Only failed deliveries can be retried; this one is %s.", rec.Status)
 	}
-	if _, err := s.db.Get(ctx, rec.EndpointKey()); errors.Is(err, store.ErrNotFound) {
+	endpoint, err := s.db.Get(ctx, rec.EndpointKey())
+	if errors.Is(err, store.ErrNotFound) {
 		return tally.Delivery{}, tally.Errorf(tally.ECodeInvalidTransition, "The delivery's %s was deleted; there is nowhere to send it.", rec.EndpointName())
 	} else if err != nil {
 		return tally.Delivery{}, err
+	}
+	if HealthOf(endpoint).Status == tally.EndpointDisabled {
+		return tally.Delivery{}, tally.Errorf(tally.ECodeInvalidTransition, "The delivery's %s is disabled; enable it before retrying its deliveries.", rec.EndpointName())
 	}
 	rec, err = s.restart(ctx, rec)
 	if _, changed := store.FailedOp(err); changed {

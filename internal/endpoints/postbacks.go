@@ -47,7 +47,10 @@ type PostbackRecord struct {
 	tally.Postback
 }
 
-func (r *PostbackRecord) FromItem(it store.Item) { r.EndpointHealth = HealthOf(it).Public() }
+func (r *PostbackRecord) FromItem(it store.Item) {
+	h := HealthOf(it)
+	r.EndpointHealth, r.UpdatedAt = h.Public(), h.UpdatedAt(r.UpdatedAt)
+}
 
 // PostbackValues are what a postback's macros are filled with.
 type PostbackValues struct {
@@ -126,12 +129,15 @@ func checkPostbackTemplate(tmpl string) error {
 		}
 		rest = rest[i+1+j+1:]
 	}
-	if scheme, after, ok := strings.Cut(tmpl, "://"); ok {
-		host, _, _ := strings.Cut(after, "/")
-		host, _, _ = strings.Cut(host, "?")
-		if strings.ContainsAny(scheme+host, "{}") {
-			return validate.Invalid("url: macros may stand in the path and query only, not in the scheme or host.")
-		}
+	// What comes before the first macro must be a scheme and a whole host,
+	// ended by the path or the query; otherwise a macro would be (or stand
+	// in) the scheme or the host, as in "{sub1}" or "https://{sub1}.example".
+	before, _, hasMacro := strings.Cut(tmpl, "{")
+	if !hasMacro {
+		return nil
+	}
+	if _, after, ok := strings.Cut(before, "://"); !ok || !strings.ContainsAny(after, "/?#") {
+		return validate.Invalid("url: macros may stand in the path and query only, not in the scheme or host: the URL starts with both, such as https://partner.example/postback?click={click_id}.")
 	}
 	return nil
 }

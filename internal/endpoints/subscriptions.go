@@ -50,7 +50,10 @@ func (r SubscriptionRecord) SigningSecrets(now time.Time) []string {
 	return out
 }
 
-func (r *SubscriptionRecord) FromItem(it store.Item) { r.EndpointHealth = HealthOf(it).Public() }
+func (r *SubscriptionRecord) FromItem(it store.Item) {
+	h := HealthOf(it)
+	r.EndpointHealth, r.UpdatedAt = h.Public(), h.UpdatedAt(r.UpdatedAt)
+}
 
 func (in SubscriptionInput) validate(checkURL func(string) error) error {
 	if err := validate.First(validate.Text("url", in.URL, true, ssrf.MaxURLLength), validate.Text("secret", in.Secret, false, 256)); err != nil {

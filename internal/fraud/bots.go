@@ -10,7 +10,8 @@ import (
 )
 
 // BotMatcher tells bot and crawler User-Agents from a list of regular
-// expressions, each matched anywhere in the User-Agent, case as written.
+// expressions, each matched anywhere in the User-Agent, in any case: a
+// crawler that writes its name in lower case is the same crawler.
 //
 // Running hundreds of expressions on every click would cost more than the
 // rest of the click, so each expression is reduced to literals that every
@@ -39,7 +40,7 @@ func ParseBotMatcher(r io.Reader) (*BotMatcher, error) {
 		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		re, err := regexp.Compile(line)
+		re, err := regexp.Compile("(?i)" + line)
 		if err != nil {
 			return nil, fmt.Errorf("line %d: %w", n, err)
 		}

@@ -147,6 +147,8 @@ func TestBotUserAgents(t *testing.T) {
 		"Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko; compatible; GPTBot/1.2; +https://openai.com/gptbot)",
 		"Mozilla/5.0 (compatible; AhrefsBot/7.0; +http://ahrefs.com/robot/)",
 		"Wget/1.21.4",
+		"googlebot/2.1", // the lists write names in the case crawlers send them; a client may not
+		"MOZILLA/5.0 (COMPATIBLE; BINGBOT/2.0)",
 		"Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/120.0.0.0 Safari/537.36",
 	} {
 		if !bots.Match(ua) {
@@ -177,9 +179,9 @@ func TestBotMatcherRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	for ua, want := range map[string]bool{
-		"Googlebot/2.1": true, "googlebot/2.1": false, // case as written
+		"Googlebot/2.1": true, "googlebot/2.1": true, "GOOGLEBOT/2.1": true, // any case
 		"AhrefsBot/7": true, "SemrushBot": true, "MajesticBot": false,
-		"Wget/1.2": true, "wget": true, "WGET": false,
+		"Wget/1.2": true, "wget": true, "WGET": true,
 		"a SPIDER-X b": true, "spider": false, "": false, "ab": false,
 	} {
 		if got := m.Match(ua); got != want {
@@ -206,6 +208,7 @@ func TestSignalsAndScore(t *testing.T) {
 		{fraud.Visitor{IP: netip.MustParseAddr("198.51.100.3"), UserAgent: browser, Blocked: blocked}, []string{tally.SignalBlockedIP}, 100},
 		{fraud.Visitor{IP: netip.MustParseAddr("192.0.2.1")}, []string{tally.SignalMissingUserAgent}, 40},
 		{fraud.Visitor{IP: netip.MustParseAddr("192.0.2.1"), UserAgent: "curl/8.5.0"}, []string{tally.SignalBotUserAgent}, 80},
+		{fraud.Visitor{IP: netip.MustParseAddr("192.0.2.1"), UserAgent: "googlebot/2.1"}, []string{tally.SignalBotUserAgent}, 80},
 		{fraud.Visitor{IP: netip.MustParseAddr("192.0.2.1"), UserAgent: browser, Burst: true}, []string{tally.SignalIPVelocity}, 40},
 		{fraud.Visitor{IP: netip.MustParseAddr("3.5.140.1"), Burst: true}, []string{tally.SignalDatacenterIP, tally.SignalMissingUserAgent, tally.SignalIPVelocity}, 100},
 		{fraud.Visitor{IP: netip.MustParseAddr("3.5.140.1"), UserAgent: "Googlebot/2.1", Blocked: mustSet(t, "3.0.0.0/8"), Burst: true},

@@ -33,6 +33,19 @@ func (a *API) adminCreateBrand(w http.ResponseWriter, r *http.Request, _ identit
 	return nil
 }
 
+func (a *API) adminListBrands(w http.ResponseWriter, r *http.Request, _ identity.Principal) error {
+	_, lp, err := listQuery(r)
+	if err != nil {
+		return err
+	}
+	brands, next, err := a.svc.Identity.Brands(r.Context(), lp)
+	if err != nil {
+		return err
+	}
+	writeList(w, brands, next)
+	return nil
+}
+
 type keyInput struct {
 	BrandID *string `json:"brandId"`
 	Name    *string `json:"name"`

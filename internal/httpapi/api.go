@@ -231,6 +231,7 @@ func (a *API) routes() []route {
 		{GroupFraud, "POST", "/api/v1/fraud/blocked-ips", authKey, created(decodeBody, a.svc.Clicks.BlockIP)},
 		{GroupFraud, "DELETE", "/api/v1/fraud/blocked-ips/{id}", authKey, byID(a.svc.Clicks.UnblockIP)},
 		{GroupAdmin, "POST", "/_admin/brands", authAdmin, a.adminCreateBrand},
+		{GroupAdmin, "GET", "/_admin/brands", authAdmin, a.adminListBrands},
 		{GroupAdmin, "POST", "/_admin/keys", authAdmin, noStore(a.adminCreateKey)},
 		{GroupAdmin, "GET", "/_admin/keys", authAdmin, a.adminListKeys},
 		{GroupAdmin, "POST", "/_admin/keys/{id}/revoke", authAdmin, a.adminRevokeKey},

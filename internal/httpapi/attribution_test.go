@@ -322,10 +322,13 @@ func TestInboundPostback(t *testing.T) {
 		// Messages name the parameters the advertiser sent, not the API's
 		// body fields (clickId, externalTxnId).
 		for q, want := range map[string]string{
-			"click_id=clk_nope":                           `click_id \"clk_nope\" does not match a recorded click.`,
-			"click_id=clk_nope&amount=1":                  `click_id \"clk_nope\" does not match a recorded click.`,
-			"click_id=clk_%0D" + strings.Repeat("x", 300): `does not match a recorded click.`,
-			"click_id=" + clickID + "&txn_id=%0D%0A":      "txn_id must not contain",
+			"click_id=clk_nope":                                    `click_id \"clk_nope\" does not match a recorded click.`,
+			"click_id=clk_nope&amount=1":                           `click_id \"clk_nope\" does not match a recorded click.`,
+			"click_id=clk_%0D" + strings.Repeat("x", 300):          `does not match a recorded click.`,
+			"click_id=" + clickID + "&txn_id=%0D%0A":               "txn_id must not contain",
+			"click_id=" + clickID + "&amount=99999999999999999999": "amount is too large",
+			"click_id=" + clickID + "&amount=10000000000.01":       "amount is too large",
+			"click_id=" + clickID + "&amount=1e5":                  "amount must be a decimal number",
 		} {
 			r := e.call("GET", "/postback?"+q+"&token="+tok.Token, "", nil)
 			if body := string(r.body); r.status != 422 || !strings.Contains(body, want) || strings.Contains(body, "clickId") || strings.Contains(body, "externalTxnId") {

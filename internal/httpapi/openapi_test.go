@@ -1150,6 +1150,25 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	withKey(oasCall{method: "POST", path: keysPath, status: 400, code: "invalid_json", invalid: true, body: oasRaw(`{"name": `)})
 	withKey(oasCall{method: "POST", path: keysPath, status: 415, code: "unsupported_media_type", invalid: true, body: oasRaw(`{}`), contentType: "text/plain"})
 	withKey(oasCall{method: "POST", path: keysPath, status: 413, code: "payload_too_large", invalid: true, body: oasBig()})
+	// A brand has at most 25 active keys: fill up, the next answers 409.
+	active, _, err := svc.Identity.ActiveAPIKeys(ctx, brand.ID, records.ListParams{Limit: records.MaxLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fillers []string
+	for range identity.MaxActiveKeys - len(active) {
+		k, _, err := svc.Identity.CreateAPIKey(ctx, brand.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fillers = append(fillers, k.ID)
+	}
+	withKey(oasCall{method: "POST", path: keysPath, status: 409, code: "conflict", body: map[string]any{}})
+	for _, id := range fillers {
+		if _, err := svc.Identity.RevokeAPIKey(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
 	call(oasCall{method: "GET", path: keysPath, key: madeKey.Key, status: 200})
 	withKey(oasCall{method: "GET", path: keysPath + "?limit=1", status: 200})
 	withKey(oasCall{method: "GET", path: keysPath + "?limit=0", status: 422, code: "validation_error", invalid: true})

@@ -65,8 +65,14 @@ func (s *Service) CreateBrand(ctx context.Context, name string) (tally.Brand, er
 	name = strings.TrimSpace(name)
 	now := s.db.Now()
 	b := tally.Brand{ID: ids.New("brd_", now), Name: name, CreatedAt: tally.NewTime(now)}
-	err := s.db.Transact(ctx, store.Put(store.Item{Key: keys.Brand(b.ID), Data: records.MustJSON(b)}, store.NotExists()))
+	it := store.Item{Key: keys.Brand(b.ID), GSI1: store.IndexKey{PK: keys.Brands, SK: b.ID}, Data: records.MustJSON(b)}
+	err := s.db.Transact(ctx, store.Put(it, store.NotExists()))
 	return b, err
+}
+
+// Brands lists the brands, newest first (the admin API).
+func (s *Service) Brands(ctx context.Context, p records.ListParams) ([]tally.Brand, string, error) {
+	return records.List[tally.Brand](ctx, s.db, []records.Partition{{Index: store.GSI1, PK: keys.Brands}}, p, nil)
 }
 
 // Brand returns a brand.
@@ -84,10 +90,25 @@ func (s *Service) Brand(ctx context.Context, brandID string) (tally.Brand, error
 type apiKeyRecord struct {
 	tally.APIKey
 	Hash string `json:"hash"`
+	// Counted is whether the key is in its brand's count of active keys,
+	// which keys made before there was a count are not.
+	Counted bool `json:"counted,omitempty"`
 }
 
-// lastUsedAttr holds when a key was last used, in Unix milliseconds.
-const lastUsedAttr = "lastUsedMs"
+// lastUsedAttr holds when a key was last used, in Unix milliseconds;
+// revokedAttr when it was revoked (0 or absent while it works), so that a
+// revocation happens once however many ask for it at the same time.
+const (
+	lastUsedAttr = "lastUsedMs"
+	revokedAttr  = "revokedMs"
+)
+
+// MaxActiveKeys bounds a brand's working API keys: each key has a rate limit
+// of its own, so keys minted without bound would multiply the brand's.
+const MaxActiveKeys = 25
+
+// activeKeys is the attribute of keys.APIKeyCount that counts them.
+const activeKeys = "n"
 
 func (r *apiKeyRecord) FromItem(it store.Item) {
 	r.LastUsedAt = nil
@@ -139,9 +160,15 @@ func (s *Service) CreateKey(ctx context.Context, brandID string, in APIKeyInput)
 	rec := apiKeyRecord{
 		APIKey: tally.APIKey{ID: ids.New("key_", now), BrandID: brandID, Name: strings.TrimSpace(validate.Deref(in.Name, "")),
 			Prefix: secret[:len(secretPrefix)+4], CreatedAt: tally.NewTime(now)},
-		Hash: Hash(secret),
+		Hash:    Hash(secret),
+		Counted: true,
 	}
-	err := s.db.Transact(ctx, store.Put(apiKeyItem(rec), store.NotExists()))
+	err := s.db.Transact(ctx,
+		store.Increment(keys.APIKeyCount(brandID), map[string]int64{activeKeys: 1}, store.NumLess(activeKeys, MaxActiveKeys)),
+		store.Put(apiKeyItem(rec), store.NotExists()))
+	if i, failed := store.FailedOp(err); failed && i == 0 {
+		return CreatedAPIKey{}, tally.Errorf(tally.ECodeConflict, "A brand has at most %d active API keys; revoke one first.", MaxActiveKeys)
+	}
 	return CreatedAPIKey{APIKey: rec.APIKey, Key: secret}, err
 }
 
@@ -152,8 +179,12 @@ func apiKeyItem(rec apiKeyRecord) store.Item {
 		GSI2: store.IndexKey{PK: keys.APIKeyByID(rec.ID), SK: rec.ID},
 		Data: records.MustJSON(rec),
 	}
+	it.Nums = map[string]int64{}
 	if rec.LastUsedAt != nil {
-		it.Nums = map[string]int64{lastUsedAttr: rec.LastUsedAt.UnixMilli()}
+		it.Nums[lastUsedAttr] = rec.LastUsedAt.UnixMilli()
+	}
+	if rec.RevokedAt != nil {
+		it.Nums[revokedAttr] = rec.RevokedAt.UnixMilli()
 	}
 	return it
 }
@@ -220,7 +251,20 @@ func (s *Service) revokeAPIKey(ctx context.Context, brandID, keyID string) (tall
 	}
 	at := tally.NewTime(s.db.Now())
 	rec.RevokedAt = &at
-	if err := s.db.Transact(ctx, store.Put(apiKeyItem(rec), store.Exists())); err != nil {
+	ops := []store.Op{store.Put(apiKeyItem(rec), store.Exists(), store.NumEquals(revokedAttr, 0))}
+	if rec.Counted {
+		ops = append(ops, store.Increment(keys.APIKeyCount(rec.BrandID), map[string]int64{activeKeys: -1}))
+	}
+	err = s.db.Transact(ctx, ops...)
+	if _, failed := store.FailedOp(err); failed {
+		// Revoked by another request meanwhile, which counted it out.
+		if brandID != "" {
+			return tally.APIKey{}, missing
+		}
+		rec, err = records.Get[apiKeyRecord](ctx, s.db, keys.APIKey(rec.Hash))
+		return rec.APIKey, err
+	}
+	if err != nil {
 		return tally.APIKey{}, err
 	}
 	s.apiKeys.Put(rec.Hash, rec) // this instance stops accepting it at once

@@ -51,6 +51,10 @@ func Hash[T string | []byte](id T) uint32 {
 func BrandPK(brandID string) string  { return "BRD#" + brandID }
 func Brand(brandID string) store.Key { return store.Key{PK: BrandPK(brandID), SK: "#BRAND"} }
 
+// Brands lists every brand (GSI1, by id) for the admin commands; brands
+// are few and made rarely, so one partition holds them.
+const Brands = "BRANDS"
+
 func Offer(brandID, offerID string) store.Key {
 	return store.Key{PK: BrandPK(brandID), SK: "OFF#" + offerID}
 }
@@ -79,6 +83,12 @@ func APIKey(secretHash string) store.Key {
 }
 func APIKeysByBrand(brandID string) string { return "BRD#" + brandID + "#KEY" }
 func APIKeyByID(keyID string) string       { return "KEYID#" + keyID }
+
+// APIKeyCount counts a brand's active keys, so the limit holds under
+// concurrent creation.
+func APIKeyCount(brandID string) store.Key {
+	return store.Key{PK: BrandPK(brandID), SK: "#KEYCOUNT"}
+}
 
 // Dashboard users are found by e-mail address (sign-in), which is unique
 // across brands, and listed per brand (GSI1). Sessions are found by the

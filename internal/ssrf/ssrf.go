@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unicode"
 
 	"github.com/tally-hq/tally"
 )
@@ -156,6 +157,9 @@ func Check(raw string, allowLoopback bool) error {
 	if strings.TrimSpace(raw) != raw {
 		return urlError("url must not start or end with whitespace.")
 	}
+	if err := rawCharacters(raw); err != nil {
+		return err
+	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Opaque != "" || !u.IsAbs() {
 		return httpsOnly
@@ -194,6 +198,25 @@ func Check(raw string, allowLoopback bool) error {
 		return urlError("url must name its host, or give an IP address in standard form (IPv4 as four decimal numbers, such as 203.0.113.7).")
 	case isPrivateName(host):
 		return urlError("url must not point to a cloud metadata service or a name of a private network (.internal, .local).")
+	}
+	return nil
+}
+
+// rawCharacters refuses the characters a URL may not hold unencoded (RFC
+// 3986): net/url parses a URL with them, and the request line would carry
+// them as given, so a space would end the request target early and let the
+// rest pass for the protocol version. Letters beyond ASCII may stand raw
+// (the client encodes them).
+func rawCharacters(raw string) error {
+	for _, r := range raw {
+		switch {
+		case r == ' ':
+			return urlError("url must not contain spaces: percent-encode them as %20.")
+		case unicode.IsControl(r) || unicode.IsSpace(r):
+			return urlError(fmt.Sprintf("url must not contain control characters or spaces (%U): percent-encode them.", r))
+		case strings.ContainsRune(`"<>\^`+"`{|}", r):
+			return urlError(fmt.Sprintf("url must not contain a raw %c: percent-encode it as %%%02X.", r, r))
+		}
 	}
 	return nil
 }

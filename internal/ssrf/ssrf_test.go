@@ -181,6 +181,18 @@ func TestCheckURL(t *testing.T) {
 		{" https://example.com/", false, false, true},
 		{"https://exa mple.com/", false, false, true},
 		{"https://example.com/" + strings.Repeat("a", MaxURLLength), false, false, true},
+		// Characters a URL holds only percent-encoded: sent raw, they would
+		// break the request line.
+		{"https://example.com/p?x=a HTTP/1.0 X", false, false, true},
+		{"http://127.0.0.1:8080/p?x=a HTTP/1.0 X", false, false, true},
+		{"https://example.com/p?x=<script>", false, false, true},
+		{"https://example.com/p?x=\"y\"", false, false, true},
+		{"https://example.com/p?x=a\tb", false, false, true},
+		{"https://example.com/p?x=a\x7fb", false, false, true},
+		{"https://example.com/p?x=a\u00a0b", false, false, true},
+		{"https://example.com/p?x={y}|z", false, false, true},
+		{"https://example.com/p?x=a%20b%3Cc%3E&y=~-_.!$'()*+,;=:@", true, true, true},
+		{"https://bücher.example/straße?q=ü", true, true, true},
 		// Numeric hosts other than the standard forms: read as IPv4 by
 		// browsers and resolvers, they exist to slip past address checks.
 		{"https://2852039166/", false, false, true}, // 169.254.169.254 as one number
