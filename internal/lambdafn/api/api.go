@@ -266,8 +266,8 @@ func Services(db *records.DB, settings app.Settings, opts ...Option) httpapi.Ser
 		Now:      db.Now,
 	}
 	s.Partners = partners.New(db, w, s.Identity)
-	s.Clicks = clicks.New(db, w, s.Offers, s.Partners, reports.FromStream{}, cacheTTL)
-	s.Conversions = conversions.New(db, w, s.Offers, s.Partners, reports.FromStream{}, conversions.ForStream{})
+	s.Clicks = clicks.New(db, w, s.Offers, s.Partners, reports.FromStream{}, cacheTTL, nil)
+	s.Conversions = conversions.New(db, w, s.Offers, s.Partners, reports.FromStream{}, conversions.ForStream{}, nil)
 	s.Endpoints = endpoints.New(db, w, s.Partners, func(u string) error { return ssrf.CheckURL(u, false) })
 	s.Deliveries = endpoints.NewLog(db, s.Endpoints, settings.DeliveryRetention, requeue)
 	if o.passwords != nil {

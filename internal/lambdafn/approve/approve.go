@@ -34,7 +34,7 @@ func Serve() {
 	w := outbox.NewWriter(db, settings.DeliveryRetention, outbox.EveryEvent{}, nil)
 	o := offers.New(db, cacheTTL)
 	p := partners.New(db, w, identity.New(db, cacheTTL))
-	lambda.Start(Handler(conversions.New(db, w, o, p, reports.FromStream{}, conversions.ForStream{}), log))
+	lambda.Start(Handler(conversions.New(db, w, o, p, reports.FromStream{}, conversions.ForStream{}, nil), log))
 }
 
 // cacheTTL is how long the function trusts the offers it read.
