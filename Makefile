@@ -1,5 +1,6 @@
-# Tally: `make run` serves locally on 127.0.0.1:8080 with the embedded store in ./.tally
-# (ADDR=, DATA= and ARGS= change that);
+# Tally: `make run` serves locally on 127.0.0.1:8080 with the embedded store in ./.tally and
+# Prometheus metrics on 127.0.0.1:9464 (ADDR=, DATA=, METRICS= and ARGS= change that; METRICS=
+# turns them off);
 # `make test` runs every test (it fetches and starts DynamoDB Local itself).
 GO ?= go
 FUNCTIONS := $(notdir $(wildcard functions/*))
@@ -13,10 +14,11 @@ LAMBDA_BUILD = CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags lambda.no
 
 .PHONY: run test build clean dynamodb-local lambda-check
 
-# make run [ADDR=host:port] [DATA=folder] [ARGS="more tally serve flags"];
+# make run [ADDR=host:port] [DATA=folder] [METRICS=host:port] [ARGS="more tally serve flags"];
 # TALLY_* settings pass through the environment (TALLY_RATE_LIMIT=500 make run).
+METRICS ?= 127.0.0.1:9464
 run:
-	$(GO) run ./cmd/tally serve $(if $(ADDR),--addr $(ADDR)) $(if $(DATA),--data $(DATA)) $(ARGS)
+	$(GO) run ./cmd/tally serve $(if $(ADDR),--addr $(ADDR)) $(if $(DATA),--data $(DATA)) $(if $(METRICS),--metrics $(METRICS)) $(ARGS)
 
 test:
 	./scripts/test.sh

@@ -23,6 +23,7 @@ import (
 	"github.com/tally-hq/tally/internal/dashboard"
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/metrics"
 	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store/bolt"
 	"github.com/tally-hq/tally/internal/webhooks"
@@ -68,6 +69,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on")
 	dataFlag := fs.String("data", "", "embedded store folder (default $TALLY_DATA or ./.tally)")
 	pprofAddr := fs.String("pprof", "", "serve Go's profiler (net/http/pprof) on this address, e.g. 127.0.0.1:6060; off by default")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics (GET /metrics) on this address, e.g. 127.0.0.1:9464; off by default")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -121,6 +123,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		opts = append(opts, service.WithProcessRateLimits(), service.WithOutboxOnlyForEndpoints())
 	}
 	opts = append(opts, service.WithPipeline(delivery.NewSender(delivery.Options{AllowLoopback: true}), workers, log, pipelineOpts...))
+	var m *metrics.Metrics
+	if *metricsAddr != "" {
+		m = metrics.New()
+		opts = append(opts, service.WithObserver(m))
+		cfg.Requests = m
+	}
 	svc := service.New(st, opts...)
 	pipeline := svc.Pipeline
 
@@ -163,6 +171,14 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	jobsDone.Go(func() { app.RunApprover(jobs, svc.Conversions, app.ApproverInterval, log) })
 	jobsDone.Go(func() { pipeline.Run(jobs) })
 
+	if m != nil {
+		m.WatchBacklog(svc.Webhooks.Backlog, log)
+		stopMetrics, err := serveMetrics(*metricsAddr, m, log)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
 	if *pprofAddr != "" {
 		stopProfiler, err := serveProfiler(*pprofAddr, log)
 		if err != nil {

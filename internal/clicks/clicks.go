@@ -36,6 +36,13 @@ type Service struct {
 	// configs are the brands' fraud settings and blocklists; a change
 	// reaches other instances within the cache's TTL.
 	configs *records.Cache[fraudConfig]
+	// observer is told of each click recorded; nil: nobody is.
+	observer Observer
+}
+
+// Observer is told of each click recorded, for metrics.
+type Observer interface {
+	ClickRecorded()
 }
 
 // partnerReader reads the partner a click names.
@@ -45,10 +52,11 @@ type partnerReader interface {
 
 // New returns the Service over db, writing through events, with the
 // offers and partners of the links clicked, keeping rollups as rollups
-// says. An instance trusts the fraud settings it read for cacheTTL.
-func New(db *records.DB, events *outbox.Writer, o *offers.Service, p partnerReader, rollups reports.Rollups, cacheTTL time.Duration) *Service {
+// says, and telling observer (nil: nobody) of each click recorded. An
+// instance trusts the fraud settings it read for cacheTTL.
+func New(db *records.DB, events *outbox.Writer, o *offers.Service, p partnerReader, rollups reports.Rollups, cacheTTL time.Duration, observer Observer) *Service {
 	return &Service{db: db, events: events, offers: o, partners: p, rollups: rollups,
-		configs: records.NewCache[fraudConfig](cacheTTL, db.Clock)}
+		configs: records.NewCache[fraudConfig](cacheTTL, db.Clock), observer: observer}
 }
 
 // ClickInput is what a tracking link request carries: the offer from the
@@ -109,6 +117,9 @@ func (s *Service) RecordClick(ctx context.Context, in ClickInput) (tally.Click, 
 		}
 		if err != nil {
 			return tally.Click{}, "", err
+		}
+		if s.observer != nil {
+			s.observer.ClickRecorded()
 		}
 		return c, offers.FillMacros(offer.Offer.DestinationURL, c), nil
 	}

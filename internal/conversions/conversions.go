@@ -35,6 +35,15 @@ type Service struct {
 	partners partnerReader
 	rollups  reports.Rollups
 	writing  Writing
+	// observer is told of each status a conversion enters; nil: nobody is.
+	observer Observer
+}
+
+// Observer is told, for metrics, of each status a conversion enters: the
+// one it is recorded with (tally.ConversionPending or
+// tally.ConversionApproved), and the one a decision moves it to.
+type Observer interface {
+	ConversionEntered(status string)
 }
 
 // partnerReader reads the partner a conversion names.
@@ -44,9 +53,17 @@ type partnerReader interface {
 
 // New returns the Service over db, writing through events, with the
 // offers and partners conversions name, keeping rollups as rollups says
-// and writing new conversions as writing says.
-func New(db *records.DB, events *outbox.Writer, o *offers.Service, p partnerReader, rollups reports.Rollups, writing Writing) *Service {
-	return &Service{db: db, events: events, offers: o, partners: p, rollups: rollups, writing: writing}
+// and writing new conversions as writing says, telling observer (nil:
+// nobody) of each status a conversion enters.
+func New(db *records.DB, events *outbox.Writer, o *offers.Service, p partnerReader, rollups reports.Rollups, writing Writing, observer Observer) *Service {
+	return &Service{db: db, events: events, offers: o, partners: p, rollups: rollups, writing: writing, observer: observer}
+}
+
+// entered tells the observer that a conversion entered status.
+func (s *Service) entered(status string) {
+	if s.observer != nil {
+		s.observer.ConversionEntered(status)
+	}
 }
 
 // click reads the click a conversion names. The click's own fields are
@@ -163,6 +180,9 @@ func (s *Service) RecordConversion(ctx context.Context, brandID string, in Conve
 		created, err = s.insertConversion(ctx, c, offer, now)
 		if errors.Is(err, offers.ErrChanged) && attempt < offers.MaxReloads {
 			continue // the cache had an older revision, now replaced: build c again
+		}
+		if err == nil && created {
+			s.entered(c.Status)
 		}
 		if err != nil || created {
 			return c, created, err
@@ -503,6 +523,9 @@ func (s *Service) decideConversion(ctx context.Context, brandID, conversionID, t
 			return current, err
 		}
 		return current, tally.Errorf(tally.ECodeInvalidTransition, "Cannot %s a conversion whose status is %q; only pending conversions can be.", verb, current.Status)
+	}
+	if err == nil {
+		s.entered(to)
 	}
 	return c, err
 }

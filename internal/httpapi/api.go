@@ -56,6 +56,8 @@ type Config struct {
 	// RequestAttrs, when set, adds attributes to every log line of a
 	// request (a Lambda adds its invocation's ids).
 	RequestAttrs func(*http.Request) []any
+	// Requests, when set, is told of every request answered (metrics).
+	Requests RequestObserver
 }
 
 // Defaults of Config.
@@ -309,7 +311,7 @@ func (a *API) Handler(groups ...string) http.Handler {
 		}
 	})
 	mux.Handle("/", notFound)
-	return a.observe(screen(mux, notFound))
+	return a.observe(a.measure(screen(mux, notFound)))
 }
 
 // muxPattern turns a route's path into net/http's syntax: a greedy

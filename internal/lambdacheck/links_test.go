@@ -38,16 +38,20 @@ var (
 	}
 	// The other direction, so that a go list that lists too little (the
 	// wrong packages, tags or platform) cannot pass.
-	servesAPI = []link{{httpapi, "it serves its API group"}}
-	sends     = []link{{delivery, "it makes the delivery attempts"}}
+	servesAPI = []link{{httpapi, "it serves its API group"}, {emf, "it publishes its requests' metrics"}}
+	sends     = []link{{delivery, "it makes the delivery attempts"}, {emf, "it publishes its attempts' metrics"}}
+	emf       = module + "/internal/emf"
 )
 
-// everyFunction holds for all functions: `make build`'s tags drop these,
-// so that one showing up means go list does not see what make build links
-// (or a dependency found another way to them).
+// everyFunction holds for all functions: `make build`'s tags drop the
+// first two, so that one showing up means go list does not see what make
+// build links (or a dependency found another way to them); the Prometheus
+// client is the local server's.
 var everyFunction = []link{
 	{"net/rpc", "is aws-lambda-go's RPC mode, dropped by -tags lambda.norpc"},
 	{"vendor/golang.org/x/net/http2/hpack", "is net/http's HTTP/2, dropped by -tags nethttpomithttp2"},
+	{"github.com/prometheus/client_golang/prometheus", "is the local server's metrics: a function publishes EMF lines (internal/emf)"},
+	{module + "/internal/metrics", "serves the local server's Prometheus metrics: a function publishes EMF lines (internal/emf)"},
 }
 
 // linkRules maps each functions/<dir> to what it must not link and what it
@@ -83,7 +87,7 @@ var linkRules = map[string]struct{ mustNot, must []link }{
 	"attempt":    {mustNot: noAPI, must: sends},
 
 	// The jobs on conversions and reports serve no request and send nothing.
-	"approver": {mustNot: slices.Concat(noAPI, noSending)},
+	"approver": {mustNot: slices.Concat(noAPI, noSending), must: []link{{emf, "it publishes the approvals' metrics"}}},
 	"rollup":   {mustNot: slices.Concat(noAPI, noSending)},
 }
 

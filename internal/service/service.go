@@ -74,6 +74,7 @@ type config struct {
 	ids               records.IDs
 	writes            webhooks.FanOutWrites
 	pipeline          *pipelineConfig
+	observer          Observer
 }
 
 type pipelineConfig struct {
@@ -173,6 +174,18 @@ func WithPipeline(sender webhooks.Sender, workers int, log *slog.Logger, opts ..
 	return func(c *config) { c.pipeline = &pipelineConfig{sender, workers, log, opts} }
 }
 
+// Observer is told of what the capabilities record, for metrics (package
+// metrics: Prometheus).
+type Observer interface {
+	clicks.Observer
+	conversions.Observer
+	webhooks.Observer
+}
+
+// WithObserver tells o of each click, each status a conversion enters and
+// each delivery attempt recorded.
+func WithObserver(o Observer) Option { return func(c *config) { c.observer = o } }
+
 // New returns the Service over st.
 func New(st store.Store, opts ...Option) *Service {
 	c := config{
@@ -194,7 +207,7 @@ func New(st store.Store, opts ...Option) *Service {
 		o(&c)
 	}
 	s := &Service{DB: records.New(st, c.clock, c.ids)}
-	s.Webhooks = webhooks.New(s.DB, webhooks.Config{Health: c.health, RetryScale: c.retryScale, DeliveryRetention: c.deliveryRetention, Writes: c.writes})
+	s.Webhooks = webhooks.New(s.DB, webhooks.Config{Health: c.health, RetryScale: c.retryScale, DeliveryRetention: c.deliveryRetention, Writes: c.writes, Observer: c.observer})
 	var notify func([]string)
 	if p := c.pipeline; p != nil {
 		s.Pipeline = webhooks.NewPipeline(s.Webhooks, p.sender, p.workers, p.log, p.opts...)
@@ -210,8 +223,8 @@ func New(st store.Store, opts ...Option) *Service {
 	s.Offers = offers.New(s.DB, c.cacheTTL)
 	s.Partners = partners.New(s.DB, s.Events, s.Identity)
 	s.Reports = reports.New(s.DB, c.zones)
-	s.Clicks = clicks.New(s.DB, s.Events, s.Offers, s.Partners, c.rollups, c.cacheTTL)
-	s.Conversions = conversions.New(s.DB, s.Events, s.Offers, s.Partners, c.rollups, c.writing)
+	s.Clicks = clicks.New(s.DB, s.Events, s.Offers, s.Partners, c.rollups, c.cacheTTL, c.observer)
+	s.Conversions = conversions.New(s.DB, s.Events, s.Offers, s.Partners, c.rollups, c.writing, c.observer)
 	s.Endpoints = endpoints.New(s.DB, s.Events, s.Partners, c.checkURL)
 	s.Deliveries = endpoints.NewLog(s.DB, s.Endpoints, c.deliveryRetention, c.requeue)
 	return s

@@ -433,7 +433,9 @@ func (s *Engine) writeBatch(ctx context.Context, batch []*fanOutPlan, eps map[st
 				case f == nil:
 					out = append(out, rec)
 				case f.answered:
-					f.recorded, f.result = true, s.resultOf(s.withAttempt(rec, &f.at, now))
+					rec = s.withAttempt(rec, &f.at, now)
+					f.recorded, f.result = true, s.resultOf(rec)
+					s.recorded(rec, &f.at)
 				default:
 					f.written, f.stored = true, rec
 				}
@@ -727,6 +729,9 @@ func (s *Engine) recordAttempt(ctx context.Context, rec endpoints.DeliveryRecord
 			// Another step recorded this attempt first; report what it decided.
 			current, err := records.Get[endpoints.DeliveryRecord](ctx, s.db, keys.Delivery(rec.BrandID, rec.ID))
 			return s.resultOf(current), err
+		}
+		if err == nil {
+			s.recorded(rec, at)
 		}
 		return s.resultOf(rec), err
 	}

@@ -26,6 +26,7 @@ type Engine struct {
 	// deliveryRetention is how long a delivery stays after its last change.
 	deliveryRetention time.Duration
 	writes            FanOutWrites
+	observer          Observer
 }
 
 // Config is how an Engine runs.
@@ -39,6 +40,8 @@ type Config struct {
 	DeliveryRetention time.Duration
 	// Writes is how fan-outs are written (Batched or Apart).
 	Writes FanOutWrites
+	// Observer is told of each attempt recorded; nil: nobody is.
+	Observer Observer
 }
 
 // New returns an Engine over db.
@@ -46,7 +49,7 @@ func New(db *records.DB, c Config) *Engine {
 	if c.RetryScale == 0 {
 		c.RetryScale = 1
 	}
-	return &Engine{db: db, health: c.Health, retryScale: c.RetryScale, deliveryRetention: c.DeliveryRetention, writes: c.Writes}
+	return &Engine{db: db, health: c.Health, retryScale: c.RetryScale, deliveryRetention: c.DeliveryRetention, writes: c.Writes, observer: c.Observer}
 }
 
 // Now is the engine's time, in UTC to the millisecond.

@@ -47,10 +47,16 @@ type worldOption func(*worldConfig)
 type worldConfig struct {
 	clock    func() time.Time
 	loopback bool
+	observer Observer
 }
 
 func withClock(clock func() time.Time) worldOption {
 	return func(c *worldConfig) { c.clock = clock }
+}
+
+// withObserver tells observer of the attempts recorded.
+func withObserver(observer Observer) worldOption {
+	return func(c *worldConfig) { c.observer = observer }
 }
 
 // withLoopback lets endpoints be on loopback, as on the local server.
@@ -72,12 +78,13 @@ func newWorld(t *testing.T, st store.Store, opts ...worldOption) *world {
 	w.identityService = identity.New(db, time.Minute)
 	w.partnersService = partners.New(db, w.events, w.identityService)
 	w.offersService = offers.New(db, time.Minute)
-	w.conversionsService = conversions.New(db, w.events, w.offersService, w.partnersService, reports.InWrite{}, conversions.InTransaction{})
+	w.conversionsService = conversions.New(db, w.events, w.offersService, w.partnersService, reports.InWrite{}, conversions.InTransaction{}, nil)
 	w.endpointsService = endpoints.New(db, w.events, w.partnersService, func(u string) error { return ssrf.CheckURL(u, c.loopback) })
 	w.Engine = New(db, Config{
 		Health:            endpoints.HealthConfig{Failures: endpoints.DefaultDisableAfterFailures, Failing: endpoints.DefaultDisableAfterFailing},
 		DeliveryRetention: 30 * 24 * time.Hour,
 		Writes:            Batched{},
+		Observer:          c.observer,
 	})
 	w.Log = endpoints.NewLog(db, w.endpointsService, 30*24*time.Hour, endpoints.NoRequeue)
 	return w

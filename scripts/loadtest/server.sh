@@ -3,7 +3,8 @@
 # for it, and exports BRAND, KEY, OFFER and an active PARTNER to load with;
 # SERVER_PID is the server's process.
 # It trusts loopback as a proxy (clicks name their address in
-# X-Forwarded-For); TALLY_PPROF=ADDR serves Go's profiler there.
+# X-Forwarded-For); TALLY_PPROF=ADDR serves Go's profiler there,
+# TALLY_METRICS=ADDR its Prometheus metrics.
 # The caller sets tmp and a trap that kills its jobs.
 
 json() { python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }
@@ -18,7 +19,7 @@ start_server() {
   local port=$1 base=http://127.0.0.1:$1
   go build -o "$tmp/tally" ./cmd/tally
   TALLY_RATE_LIMIT=1000000000 TALLY_LOG_LEVEL=warn TALLY_TRUSTED_PROXIES=127.0.0.1 \
-    "$tmp/tally" serve --addr "127.0.0.1:$port" --data "$tmp/data" ${TALLY_PPROF:+--pprof "$TALLY_PPROF"} 2>"$tmp/serve.log" &
+    "$tmp/tally" serve --addr "127.0.0.1:$port" --data "$tmp/data" ${TALLY_PPROF:+--pprof "$TALLY_PPROF"} ${TALLY_METRICS:+--metrics "$TALLY_METRICS"} 2>"$tmp/serve.log" &
   SERVER_PID=$!
   wait_for "127.0.0.1:$port"
   export BRAND KEY OFFER PARTNER

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/tally-hq/tally/internal/app"
 	"github.com/tally-hq/tally/internal/clicks"
 	"github.com/tally-hq/tally/internal/conversions"
+	"github.com/tally-hq/tally/internal/emf"
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/identity"
@@ -188,7 +190,19 @@ type options struct {
 	pages     func(httpapi.Services, httpapi.Config) http.Handler
 	requeue   endpoints.Requeue
 	passwords accounts.Passwords
+	observer  Observer
 }
+
+// Observer is told of the clicks and conversions the function records
+// (emf.Metrics).
+type Observer interface {
+	clicks.Observer
+	conversions.Observer
+}
+
+// WithObserver tells observer of each click recorded and each status a
+// conversion enters.
+func WithObserver(observer Observer) Option { return func(o *options) { o.observer = observer } }
 
 // WithZones loads the time zones reports bucket days in with load
 // (tzdb.LoadLocation: provided.al2023 has no zone database).
@@ -231,7 +245,10 @@ func Serve(groups []string, opts ...Option) {
 		lambdafn.Fatal(log, err)
 	}
 	db, settings := lambdafn.Start(log)
-	svc := Services(db, settings, opts...)
+	// Metrics go to stdout as CloudWatch Embedded Metric Format lines.
+	metrics := emf.New(os.Stdout)
+	cfg.Requests = metrics
+	svc := Services(db, settings, append([]Option{WithObserver(metrics)}, opts...)...)
 	if o.pages != nil {
 		cfg.Dashboard = o.pages(svc, cfg)
 	}
@@ -267,8 +284,8 @@ func Services(db *records.DB, settings app.Settings, opts ...Option) httpapi.Ser
 		Store:    db,
 	}
 	s.Partners = partners.New(db, w, s.Identity)
-	s.Clicks = clicks.New(db, w, s.Offers, s.Partners, reports.FromStream{}, cacheTTL)
-	s.Conversions = conversions.New(db, w, s.Offers, s.Partners, reports.FromStream{}, conversions.ForStream{})
+	s.Clicks = clicks.New(db, w, s.Offers, s.Partners, reports.FromStream{}, cacheTTL, o.observer)
+	s.Conversions = conversions.New(db, w, s.Offers, s.Partners, reports.FromStream{}, conversions.ForStream{}, o.observer)
 	s.Endpoints = endpoints.New(db, w, s.Partners, func(u string) error { return ssrf.CheckURL(u, false) })
 	s.Deliveries = endpoints.NewLog(db, s.Endpoints, settings.DeliveryRetention, requeue)
 	if o.passwords != nil {

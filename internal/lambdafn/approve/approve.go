@@ -5,6 +5,7 @@ package approve
 import (
 	"context"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -12,6 +13,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/tally-hq/tally/internal/app"
 	"github.com/tally-hq/tally/internal/conversions"
+	"github.com/tally-hq/tally/internal/emf"
 	"github.com/tally-hq/tally/internal/identity"
 	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/offers"
@@ -34,7 +36,7 @@ func Serve() {
 	w := outbox.NewWriter(db, settings.DeliveryRetention, outbox.EveryEvent{}, nil)
 	o := offers.New(db, cacheTTL)
 	p := partners.New(db, w, identity.New(db, cacheTTL))
-	lambda.Start(Handler(conversions.New(db, w, o, p, reports.FromStream{}, conversions.ForStream{}), log))
+	lambda.Start(Handler(conversions.New(db, w, o, p, reports.FromStream{}, conversions.ForStream{}, emf.New(os.Stdout)), log))
 }
 
 // cacheTTL is how long the function trusts the offers it read.

@@ -6,11 +6,13 @@ package attempt
 import (
 	"context"
 	"log/slog"
+	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/app"
 	"github.com/tally-hq/tally/internal/delivery"
+	"github.com/tally-hq/tally/internal/emf"
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/records"
@@ -24,12 +26,17 @@ func Serve() {
 
 // Engine is the webhook engine over the function's table, its fan-outs
 // written apart (webhooks.Apart: DynamoDB bills each item of a transaction
-// twice). A configuration error ends the process.
-func Engine(log *slog.Logger) *webhooks.Engine { return NewEngine(lambdafn.Start(log)) }
+// twice), its attempts counted as CloudWatch Embedded Metric Format lines on
+// stdout. A configuration error ends the process.
+func Engine(log *slog.Logger) *webhooks.Engine {
+	db, settings := lambdafn.Start(log)
+	return NewEngine(db, settings, emf.New(os.Stdout))
+}
 
-// NewEngine is the webhook engine over db with settings, as Engine makes it.
-func NewEngine(db *records.DB, settings app.Settings) *webhooks.Engine {
-	return webhooks.New(db, webhooks.Config{Health: settings.Health(), DeliveryRetention: settings.DeliveryRetention, Writes: webhooks.Apart{}})
+// NewEngine is the webhook engine over db with settings, as Engine makes
+// it, telling observer (nil: nobody) of each attempt recorded.
+func NewEngine(db *records.DB, settings app.Settings, observer webhooks.Observer) *webhooks.Engine {
+	return webhooks.New(db, webhooks.Config{Health: settings.Health(), DeliveryRetention: settings.DeliveryRetention, Writes: webhooks.Apart{}, Observer: observer})
 }
 
 // CloudSender sends to public https receivers only (the SSRF guard).

@@ -98,7 +98,7 @@ func run(stdout io.Writer) (err error) {
 		return err
 	}
 	sender := delivery.NewSender(delivery.Options{AllowLoopback: true})
-	if res, err = attempt.Handler(attempt.NewEngine(db, settings), sender)(ctx, in); err != nil {
+	if res, err = attempt.Handler(attempt.NewEngine(db, settings, nil), sender)(ctx, in); err != nil {
 		return err
 	}
 	return json.NewEncoder(stdout).Encode(invokeOutput{ExecutedVersion: "$LATEST", Payload: res, StatusCode: 200})

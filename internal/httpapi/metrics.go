@@ -1,0 +1,58 @@
+package httpapi
+
+import (
+	"net/http"
+	"strings"
+	"time"
+)
+
+// RequestObserver is told of every request the API answers, for metrics:
+// the route that served it as its pattern ("/api/v1/offers/{id}"; "/" when
+// no route did), its method (one of net/http's, or "other"), the status
+// and how long the answer took. Both labels come from a fixed set, never
+// from what a client wrote, so that a series per value stays bounded.
+type RequestObserver interface {
+	RequestServed(route, method string, status int, took time.Duration)
+}
+
+// measure tells the Requests observer of each request. It runs inside
+// observe, whose recorder holds the status, and just outside the routes'
+// ServeMux, which sets the request's Pattern.
+func (a *API) measure(next http.Handler) http.Handler {
+	if a.cfg.Requests == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec, ok := w.(*statusRecorder)
+		if !ok {
+			rec = &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		}
+		status := http.StatusInternalServerError // unless the handler returns: observe answers a panic 500
+		defer func() { a.cfg.Requests.RequestServed(routeOf(r), methodOf(r), status, time.Since(start)) }()
+		next.ServeHTTP(rec, r)
+		status = rec.status
+	})
+}
+
+// routeOf is the path of the pattern that served r, "/" for none.
+func routeOf(r *http.Request) string {
+	_, path, found := strings.Cut(r.Pattern, " ")
+	switch {
+	case !found && r.Pattern == "":
+		return "/"
+	case !found:
+		return r.Pattern // a known path's 405 handler: the pattern is the path
+	}
+	return path
+}
+
+// methodOf is r's method if net/http names it, else "other".
+func methodOf(r *http.Request) string {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return r.Method
+	}
+	return "other"
+}
