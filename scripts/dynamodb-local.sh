@@ -63,8 +63,8 @@ start() {
 		-inMemory -sharedDb -disableTelemetry -port "$port") </dev/null >"$log" 2>&1 &
 	local pid=$!
 	echo "$pid" >"$pidfile"
-	# Wait for the port to answer, for 30 s at most.
-	local deadline=$((SECONDS + 30))
+	# Wait for the port to answer, for 90 s at most: a JVM starts slowly on a busy machine.
+	local deadline=$((SECONDS + 90))
 	while ((SECONDS < deadline)); do
 		if ! kill -0 "$pid" 2>/dev/null; then
 			cat "$log" >&2
@@ -78,7 +78,7 @@ start() {
 	done
 	cat "$log" >&2
 	stop "$port"
-	die "DynamoDB Local did not answer on port $port within 30 s"
+	die "DynamoDB Local did not answer on port $port within 90 s"
 }
 
 stop() {

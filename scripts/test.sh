@@ -61,7 +61,9 @@ for arg in "$@"; do
 done
 
 status=0
-go test -count=1 "${pkgs[@]}" "$@" || status=$?
+# The slowest package takes minutes on a 2-CPU machine: give it room past
+# go test's 10-minute default, so a slow run fails on its assertions.
+go test -count=1 -timeout 20m "${pkgs[@]}" "$@" || status=$?
 # The CDK app (infra/) is a module of its own, which ./... does not enter.
 if ((${#pkgs[@]})); then
 	(cd infra && JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 go test -count=1 ./... "$@") || status=$?
