@@ -111,22 +111,7 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 		"Host: %s\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{", s.addr); err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() { // a byte now and then, never the whole body
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				if _, err := conn.Write([]byte(" ")); err != nil {
-					return
-				}
-			}
-		}
-	}()
+	trickle(t, 200*time.Millisecond, conn)
 	s.call(t, "GET", "/api/public/webhook-events", "", nil).expect(t, "a request while a slow body trickles in", 200)
 
 	// 15 s plus a generous margin for a loaded machine.

@@ -54,23 +54,7 @@ func TestSlowBodiesCannotLockClientsOut(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	stop := make(chan struct{})
-	var trickling sync.WaitGroup
-	defer func() { close(stop); trickling.Wait() }()
-	trickling.Go(func() { // a byte now and then on each, never the whole body
-		tick := time.NewTicker(500 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				for _, c := range slow {
-					_, _ = c.Write([]byte(" "))
-				}
-			}
-		}
-	})
+	trickle(t, 500*time.Millisecond, slow...)
 
 	client := &http.Client{Timeout: time.Until(deadline), Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := client.Get("http://" + s.addr + "/api/public/webhook-events")
@@ -97,4 +81,26 @@ func TestSlowBodiesCannotLockClientsOut(t *testing.T) {
 	if n, err := last.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("the newest slow request: read %d bytes, %v; want it still open and unanswered", n, err)
 	}
+}
+
+// trickle writes a byte to each of conns every period until the test ends:
+// bodies that keep arriving and are never whole.
+func trickle(t *testing.T, every time.Duration, conns ...net.Conn) {
+	stop := make(chan struct{})
+	var trickling sync.WaitGroup
+	t.Cleanup(func() { close(stop); trickling.Wait() })
+	trickling.Go(func() {
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				for _, c := range conns {
+					_, _ = c.Write([]byte(" "))
+				}
+			}
+		}
+	})
 }
