@@ -19,10 +19,9 @@ import (
 // While an endpoint is down, its deliveries do not each start a retry
 // execution: after the first failures one delivery probes the endpoint and
 // the others are parked; when it is back, the reconciler releases them and
-// every delivery is made. DynamoDB Local, fauxqs and local-sfn, with 5 s
-// waits so that the executions outlive the outage: the first batch's
-// schedules (6 waits) must not run out before the endpoint is back, which
-// at 2 s waits a loaded machine's slower deliverAll outlasted.
+// every parked delivery is made. DynamoDB Local, fauxqs and local-sfn, with
+// 5 s waits so that the first batch's own schedules (6 waits) usually
+// outlive the outage and are made too.
 func TestBreakerParksDeliveriesOfADownEndpoint(t *testing.T) {
 	t.Parallel()
 	sfntest.Find(t)
@@ -49,14 +48,14 @@ func TestBreakerParksDeliveriesOfADownEndpoint(t *testing.T) {
 		t.Errorf("%d deliveries to a down endpoint started %d executions, want at most 11", n, len(started))
 	}
 	ds := p.allDeliveries(t)
-	parked := 0
+	parked := map[string]bool{}
 	for _, d := range ds {
 		if d.Status == tally.DeliveryPending && len(d.Attempts) == 0 {
-			parked++
+			parked[d.ID] = true
 		}
 	}
-	if parked < n-11 {
-		t.Errorf("%d deliveries wait without an attempt, want at least %d", parked, n-11)
+	if len(parked) < n-11 {
+		t.Errorf("%d deliveries wait without an attempt, want at least %d", len(parked), n-11)
 	}
 
 	up.Store(true)
@@ -66,9 +65,13 @@ func TestBreakerParksDeliveriesOfADownEndpoint(t *testing.T) {
 		p.reconcile(t)
 		p.deliverAll(t)
 		ds = p.allDeliveries(t)
+		// Every parked delivery is made. One with an execution of its own
+		// may instead have run its schedule out while the endpoint was
+		// down, on a machine slow enough to stretch six 5 s waits past
+		// the outage: then it failed, as it should.
 		done := 0
 		for _, d := range ds {
-			if d.Status == tally.DeliverySucceeded {
+			if d.Status == tally.DeliverySucceeded || d.Status == tally.DeliveryFailed && !parked[d.ID] {
 				done++
 			}
 		}
@@ -76,7 +79,7 @@ func TestBreakerParksDeliveriesOfADownEndpoint(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d deliveries succeeded after the endpoint came back (down for %v): %+v", done, n, outage.Round(time.Millisecond), ds)
+			t.Fatalf("%d of %d deliveries settled after the endpoint came back (down for %v): %+v", done, n, outage.Round(time.Millisecond), ds)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -88,8 +91,8 @@ func TestBreakerParksDeliveriesOfADownEndpoint(t *testing.T) {
 		}
 	}
 	for _, d := range ds {
-		if ok[d.ID] != 1 {
-			t.Errorf("delivery %s was accepted %d times, want once", d.ID, ok[d.ID])
+		if want := map[bool]int{true: 1}[d.Status == tally.DeliverySucceeded]; ok[d.ID] != want {
+			t.Errorf("delivery %s (%s) was accepted %d times, want %d", d.ID, d.Status, ok[d.ID], want)
 		}
 	}
 	if res := p.reconcile(t); res.Released != 0 || res.Deliveries != 0 || res.Circuits != 1 {
