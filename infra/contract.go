@@ -66,6 +66,10 @@ var fanoutFilters = []string{
 // conversions and clicks whose rollups are left to the stream.
 const rollupFilter = `{"eventName":["INSERT"],"dynamodb":{"NewImage":{"rollup":{"S":["stream"]}}}}`
 
+// maxRecordAge is the stream mappings' MaximumRecordAgeInSeconds: what
+// they give up at 6 hours the stream (24 hours) keeps for 18 more.
+const maxRecordAge = 6 * 3600
+
 // rateCounterKeys is the partition-key pattern of the rate-limit counters,
 // the only items read-only functions may update.
 var rateCounterKeys = []string{"RATE#*", "KEY#*"}

@@ -508,7 +508,7 @@ var samTypes = map[string]string{
 // resources (roles, routes, permissions, mappings…) are compared through
 // what they do.
 var namedTypes = []string{"AWS::Lambda::Function", "AWS::ApiGatewayV2::Api", "AWS::StepFunctions::StateMachine",
-	"AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::CloudWatch::Alarm", "AWS::Logs::LogGroup", "AWS::SNS::Topic", "AWS::SNS::Subscription"}
+	"AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::CloudWatch::Alarm", "AWS::Logs::LogGroup", "AWS::SNS::Topic", "AWS::SNS::Subscription", "AWS::KMS::Key"}
 
 // facts reads a template's facts; what it cannot read fails the test.
 func facts(tb testing.TB, t *cfnTemplate) map[string]string {
@@ -555,6 +555,10 @@ func (t *cfnTemplate) facts() map[string]string {
 		case "AWS::Logs::LogGroup":
 			f["loggroup "+id] = "retention=" + t.orDefault(p["RetentionInDays"], "never") + " name=" + t.orDefault(p["LogGroupName"], "generated") +
 				" deletion=" + t.orDefault(r["DeletionPolicy"], "Delete") + " replace=" + t.orDefault(r["UpdateReplacePolicy"], "Delete")
+		case "AWS::SNS::Topic":
+			f["topic "+id+" key"] = resourceID(t.orDefault(p["KmsMasterKeyId"], "none"))
+		case "AWS::KMS::Key":
+			t.keyFacts(f, id, p)
 		case "AWS::SNS::Subscription":
 			f["subscription "+id] = resourceID(t.render(p["TopicArn"])) + " " + t.render(p["Protocol"]) + " " + t.render(p["Endpoint"]) + " if " + t.orDefault(r["Condition"], "always")
 		case "AWS::ApiGatewayV2::Route":
@@ -991,6 +995,7 @@ func (t *cfnTemplate) tableFacts(f map[string]string, id string, r, p map[string
 	pitr, _ := p["PointInTimeRecoverySpecification"].(map[string]any)
 	f[tb+" pitr"] = t.orDefault(pitr["PointInTimeRecoveryEnabled"], "false")
 	f[tb+" deletion policy"] = t.orDefault(r["DeletionPolicy"], "Delete")
+	f[tb+" deletion protection"] = t.orDefault(p["DeletionProtectionEnabled"], "false")
 	if p["SSESpecification"] != nil {
 		f[tb+" sse"] = t.render(p["SSESpecification"])
 	}
@@ -1055,6 +1060,30 @@ func (t *cfnTemplate) stateMachineFacts(f map[string]string, grants map[string]m
 		t.samPolicies(grants, id, p["Policies"])
 		if p["Events"] != nil {
 			t.errorf("%s: state machine events are not read", id)
+		}
+	}
+}
+
+// keyFacts: a KMS key's rotation and the services its policy lets use it,
+// with what.
+func (t *cfnTemplate) keyFacts(f map[string]string, id string, p map[string]any) {
+	f["key "+id+" rotation"] = t.orDefault(p["EnableKeyRotation"], "false")
+	doc, _ := p["KeyPolicy"].(map[string]any)
+	stmts, _ := doc["Statement"].([]any)
+	for _, st := range stmts {
+		sm, _ := st.(map[string]any)
+		principal, _ := sm["Principal"].(map[string]any)
+		if service, ok := principal["Service"]; ok {
+			actions, ok := sm["Action"].([]any)
+			if !ok {
+				actions = []any{sm["Action"]}
+			}
+			var names []string
+			for _, a := range actions {
+				names = append(names, t.render(a))
+			}
+			sort.Strings(names)
+			addFact(f, "key "+id+" service "+t.render(service), t.render(sm["Effect"])+" "+strings.Join(names, " "))
 		}
 	}
 }

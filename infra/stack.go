@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
@@ -115,6 +116,10 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		Description: jsii.String("Batches of 10 deliveries DeliverFunction works on at once at most (its SQS event source's MaximumConcurrency, 2 to 1000); " +
 			"50 carries about 2,500 deliveries a second, 10k a second needs 200 (docs/aws.md)."),
 	})
+	deletionProtection := awscdk.NewCfnParameter(stack, jsii.String("TableDeletionProtection"), &awscdk.CfnParameterProps{
+		Type: jsii.String("String"), Default: "true", AllowedValues: jsii.Strings("true", "false"),
+		Description: jsii.String(`Whether DynamoDB refuses to delete the table (DeletionProtectionEnabled); "false" for dev stacks meant to be torn down with their data.`),
+	})
 	hasAlarmEmail := awscdk.NewCfnCondition(stack, jsii.String("HasAlarmEmail"), &awscdk.CfnConditionProps{
 		Expression: awscdk.Fn_ConditionNot(awscdk.Fn_ConditionEquals(alarmEmail.ValueAsString(), jsii.String(""))),
 	})
@@ -140,6 +145,8 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		})
 	}
 	overrideID(table, "Table")
+	// A parameter, which the construct's DeletionProtection (a bool) cannot take.
+	table.Node().DefaultChild().(awscdk.CfnResource).AddPropertyOverride(jsii.String("DeletionProtectionEnabled"), deletionProtection.ValueAsString())
 
 	// Queues.
 	fourteenDays := awscdk.Duration_Days(jsii.Number(14))
@@ -150,6 +157,8 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 	overrideID(deliveryDLQ, "DeliveryDLQ")
 	fanoutDLQ := awssqs.NewQueue(stack, jsii.String("FanoutDLQ"), &awssqs.QueueProps{RetentionPeriod: fourteenDays, Encryption: sse})
 	overrideID(fanoutDLQ, "FanoutDLQ")
+	rollupDLQ := awssqs.NewQueue(stack, jsii.String("RollupDLQ"), &awssqs.QueueProps{RetentionPeriod: fourteenDays, Encryption: sse})
+	overrideID(rollupDLQ, "RollupDLQ")
 	deliveryQueue := awssqs.NewQueue(stack, jsii.String("DeliveryQueue"), &awssqs.QueueProps{
 		VisibilityTimeout: awscdk.Duration_Seconds(jsii.Number(180)),
 		RetentionPeriod:   awscdk.Duration_Days(jsii.Number(4)),
@@ -283,6 +292,7 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		BatchSize:                  jsii.Number(100),
 		BisectBatchOnFunctionError: jsii.Bool(true),
 		MaximumRetryAttempts:       jsii.Number(10),
+		MaximumRecordAgeInSeconds:  jsii.Number(maxRecordAge),
 		FunctionResponseTypes:      jsii.Strings("ReportBatchItemFailures"),
 		DestinationConfig: &awslambda.CfnEventSourceMapping_DestinationConfigProperty{
 			OnFailure: &awslambda.CfnEventSourceMapping_OnFailureProperty{Destination: fanoutDLQ.QueueArn()},
@@ -295,8 +305,9 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		},
 	})
 	// The rollup function reads from the stream's start (its shard
-	// checkpoints skip what it added before) and retries until it succeeds;
-	// the tumbling window gives each batch its shard id.
+	// checkpoints skip what it added before); a record it cannot read fails
+	// alone, and what it gives up goes to RollupDLQ rather than hold the
+	// shard. The tumbling window gives each batch its shard id.
 	rollupMapping := awslambda.NewCfnEventSourceMapping(stack, jsii.String("RollupStreamMapping"), &awslambda.CfnEventSourceMappingProps{
 		FunctionName:                   rollup.FunctionName(),
 		EventSourceArn:                 table.TableStreamArn(),
@@ -304,8 +315,13 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		BatchSize:                      jsii.Number(1000),
 		MaximumBatchingWindowInSeconds: jsii.Number(15),
 		BisectBatchOnFunctionError:     jsii.Bool(true),
-		MaximumRetryAttempts:           jsii.Number(-1),
-		TumblingWindowInSeconds:        jsii.Number(60),
+		MaximumRetryAttempts:           jsii.Number(10),
+		MaximumRecordAgeInSeconds:      jsii.Number(maxRecordAge),
+		FunctionResponseTypes:          jsii.Strings("ReportBatchItemFailures"),
+		DestinationConfig: &awslambda.CfnEventSourceMapping_DestinationConfigProperty{
+			OnFailure: &awslambda.CfnEventSourceMapping_OnFailureProperty{Destination: rollupDLQ.QueueArn()},
+		},
+		TumblingWindowInSeconds: jsii.Number(60),
 		FilterCriteria: &awslambda.CfnEventSourceMapping_FilterCriteriaProperty{
 			Filters: &[]any{&awslambda.CfnEventSourceMapping_FilterProperty{Pattern: jsii.String(rollupFilter)}},
 		},
@@ -326,6 +342,7 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 	allow(roles["FanoutFunction"], fanoutDLQ.QueueArn(), nil, "sqs:SendMessage") // its on-failure destination
 	allow(roles["RollupFunction"], jsii.String(*table.TableArn()+"/stream/*"), nil,
 		"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams")
+	allow(roles["RollupFunction"], rollupDLQ.QueueArn(), nil, "sqs:SendMessage") // its on-failure destination
 	allow(roles["DeliverFunction"], deliveryQueue.QueueArn(), nil, "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes")
 	schedule := awsevents.NewRule(stack, jsii.String("ApproverSchedule"), &awsevents.RuleProps{
 		Description: jsii.String("Approves pending conversions whose hold time has elapsed."),
@@ -350,7 +367,22 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		*stack.Partition(), *stack.Region(), *stack.Account(), *retry.StateMachineName())), nil, "states:DescribeExecution")
 
 	// Alarms, each notifying AlarmTopic (and AlarmEmail, when given).
-	topic := awssns.NewTopic(stack, jsii.String("AlarmTopic"), &awssns.TopicProps{DisplayName: jsii.String("Tally alarms")})
+	// Encrypted with a key of the stack: CloudWatch may publish to an
+	// encrypted topic only if the key's policy lets it, which the AWS managed
+	// alias/aws/sns does not.
+	topicKey := awskms.NewKey(stack, jsii.String("AlarmTopicKey"), &awskms.KeyProps{
+		Description:       jsii.String("Tally alarm topic (AlarmTopic) at rest"),
+		EnableKeyRotation: jsii.Bool(true),
+		RemovalPolicy:     awscdk.RemovalPolicy_DESTROY,
+	})
+	overrideID(topicKey, "AlarmTopicKey")
+	topicKey.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String("CloudWatchAlarms"),
+		Principals: &[]awsiam.IPrincipal{awsiam.NewServicePrincipal(jsii.String("cloudwatch.amazonaws.com"), nil)},
+		Actions:    jsii.Strings("kms:Decrypt", "kms:GenerateDataKey*"),
+		Resources:  jsii.Strings("*"),
+	}), nil)
+	topic := awssns.NewTopic(stack, jsii.String("AlarmTopic"), &awssns.TopicProps{DisplayName: jsii.String("Tally alarms"), MasterKey: topicKey})
 	overrideID(topic, "AlarmTopic")
 	subscription := awssns.NewCfnSubscription(stack, jsii.String("AlarmEmailSubscription"), &awssns.CfnSubscriptionProps{
 		TopicArn: topic.TopicArn(), Protocol: jsii.String("email"), Endpoint: alarmEmail.ValueAsString(),
@@ -378,6 +410,10 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 	for _, a := range alarms {
 		alarm(stack, a.id, a.description, a.metric, a.threshold).AddAlarmAction(awscloudwatchactions.NewSnsAction(topic))
 	}
+	rollupDLQAlarm := alarm(stack, "RollupDLQAlarm", "Stream records the rollups gave up on are in RollupDLQ (they are missing from the reports).",
+		rollupDLQ.MetricApproximateNumberOfMessagesVisible(nil), 0)
+	rollupDLQAlarm.AddAlarmAction(awscloudwatchactions.NewSnsAction(topic))
+	rollupDLQAlarm.AddOkAction(awscloudwatchactions.NewSnsAction(topic)) // the queue drained
 
 	// A function (and the state machine) depends on its role through
 	// Fn::GetAtt already; CDK also lists the role in DependsOn, which

@@ -126,7 +126,8 @@ func TestResources(t *testing.T) {
 	s := synth(t)
 	want := map[string]string{
 		"Table": "AWS::DynamoDB::Table", "HttpApi": "AWS::ApiGatewayV2::Api",
-		"DeliveryQueue": "AWS::SQS::Queue", "DeliveryDLQ": "AWS::SQS::Queue", "FanoutDLQ": "AWS::SQS::Queue",
+		"DeliveryQueue": "AWS::SQS::Queue", "DeliveryDLQ": "AWS::SQS::Queue", "FanoutDLQ": "AWS::SQS::Queue", "RollupDLQ": "AWS::SQS::Queue",
+		"RollupDLQAlarm": "AWS::CloudWatch::Alarm", "AlarmTopicKey": "AWS::KMS::Key",
 		"RetryStateMachine": "AWS::StepFunctions::StateMachine",
 		"DeliveryDLQAlarm":  "AWS::CloudWatch::Alarm", "FanoutDLQAlarm": "AWS::CloudWatch::Alarm",
 		"RetryFailedExecutionsAlarm": "AWS::CloudWatch::Alarm", "RetryTimedOutExecutionsAlarm": "AWS::CloudWatch::Alarm",
@@ -153,7 +154,7 @@ func TestResources(t *testing.T) {
 	counts := map[string]float64{
 		"AWS::Lambda::Function":            float64(len(timeouts)),
 		"AWS::DynamoDB::Table":             1,
-		"AWS::SQS::Queue":                  3,
+		"AWS::SQS::Queue":                  4,
 		"AWS::StepFunctions::StateMachine": 1,
 		"AWS::ApiGatewayV2::Api":           1,
 		"AWS::ApiGatewayV2::Stage":         1,
@@ -161,7 +162,8 @@ func TestResources(t *testing.T) {
 		"AWS::ApiGatewayV2::Integration":   float64(len(apiFunctions) + 1), // and the fallback's
 		"AWS::Lambda::EventSourceMapping":  3,
 		"AWS::Events::Rule":                float64(len(schedules)),
-		"AWS::CloudWatch::Alarm":           9,
+		"AWS::CloudWatch::Alarm":           10,
+		"AWS::KMS::Key":                    1, // AlarmTopic's
 		"AWS::SNS::Topic":                  1,
 		"AWS::SNS::Subscription":           1, // with AlarmEmail set
 		"AWS::Logs::LogGroup":              float64(len(timeouts)),
@@ -512,6 +514,7 @@ func TestTable(t *testing.T) {
 		"TimeToLiveSpecification":          map[string]any{"AttributeName": "ttl", "Enabled": true},
 		"StreamSpecification":              map[string]any{"StreamViewType": "NEW_IMAGE"},
 		"PointInTimeRecoverySpecification": map[string]any{"PointInTimeRecoveryEnabled": true},
+		"DeletionProtectionEnabled":        ref("TableDeletionProtection"),
 	}
 	var attrs, gsis []any
 	for _, a := range []string{"pk", "sk", "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk", "gsi3pk", "gsi3sk"} {
@@ -558,7 +561,7 @@ func TestQueues(t *testing.T) {
 	if v := q["VisibilityTimeout"].(float64); v < 6*timeouts["DeliverFunction"] {
 		t.Errorf("visibility timeout %v s is below 6 × the deliver timeout", v)
 	}
-	for _, id := range []string{"DeliveryDLQ", "FanoutDLQ"} {
+	for _, id := range []string{"DeliveryDLQ", "FanoutDLQ", "RollupDLQ"} {
 		if p, want := s.props(t, "AWS::SQS::Queue", id), map[string]any{"MessageRetentionPeriod": 14 * 86400.0, "SqsManagedSseEnabled": true}; !reflect.DeepEqual(p, want) {
 			t.Errorf("%s = %s, want %s", id, jsonString(p), jsonString(want))
 		}
@@ -700,6 +703,11 @@ func TestAlarms(t *testing.T) {
 		"DeliveryQueueAgeAlarm":        alarm("AWS/SQS", "ApproximateAgeOfOldestMessage", "QueueName", getAtt("DeliveryQueue", "QueueName"), "Maximum", 600),
 		"ApproverErrorsAlarm":          alarm("AWS/Lambda", "Errors", "FunctionName", ref("ApproverFunction"), "Sum", 0),
 		"ReconcilerErrorsAlarm":        alarm("AWS/Lambda", "Errors", "FunctionName", ref("ReconcilerFunction"), "Sum", 0),
+		"RollupDLQAlarm": func() map[string]any { // it also says when the queue is drained
+			a := alarm("AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", getAtt("RollupDLQ", "QueueName"), "Maximum", 0)
+			a["OKActions"] = []any{ref("AlarmTopic")}
+			return a
+		}(),
 	} {
 		p := s.props(t, "AWS::CloudWatch::Alarm", id)
 		delete(p, "AlarmDescription")
@@ -765,7 +773,10 @@ func TestEventSourceMappings(t *testing.T) {
 		"MaximumBatchingWindowInSeconds": 15.0,
 		"StartingPosition":               "TRIM_HORIZON",
 		"BisectBatchOnFunctionError":     true,
-		"MaximumRetryAttempts":           -1.0,
+		"MaximumRetryAttempts":           10.0,
+		"MaximumRecordAgeInSeconds":      21600.0,
+		"FunctionResponseTypes":          []any{"ReportBatchItemFailures"},
+		"DestinationConfig":              map[string]any{"OnFailure": map[string]any{"Destination": getAtt("RollupDLQ", "Arn")}},
 		"TumblingWindowInSeconds":        60.0,
 	}
 	if !reflect.DeepEqual(rollup, wantRollup) {
@@ -778,6 +789,7 @@ func TestEventSourceMappings(t *testing.T) {
 		"StartingPosition":           "LATEST",
 		"BisectBatchOnFunctionError": true,
 		"MaximumRetryAttempts":       10.0,
+		"MaximumRecordAgeInSeconds":  21600.0,
 		"FunctionResponseTypes":      []any{"ReportBatchItemFailures"},
 		"DestinationConfig":          map[string]any{"OnFailure": map[string]any{"Destination": getAtt("FanoutDLQ", "Arn")}},
 	}
@@ -828,6 +840,7 @@ func TestLeastPrivilege(t *testing.T) {
 	want["grant FanoutFunction Table"] = "dynamodb:DeleteItem dynamodb:GetItem dynamodb:PutItem dynamodb:Query"
 	want["grant FanoutFunction Table/stream"] = "dynamodb:DescribeStream dynamodb:GetRecords dynamodb:GetShardIterator dynamodb:ListStreams"
 	want["grant FanoutFunction FanoutDLQ"] = "sqs:SendMessage" // the stream's on-failure destination
+	want["grant RollupFunction RollupDLQ"] = "sqs:SendMessage"
 	want["grant RollupFunction Table"] = "dynamodb:GetItem dynamodb:PutItem dynamodb:UpdateItem"
 	want["grant RollupFunction Table/stream"] = "dynamodb:DescribeStream dynamodb:GetRecords dynamodb:GetShardIterator dynamodb:ListStreams"
 	want["grant DeliverFunction Table"] = "dynamodb:DeleteItem dynamodb:GetItem dynamodb:PutItem dynamodb:UpdateItem"

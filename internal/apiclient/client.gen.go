@@ -9148,7 +9148,7 @@ type ClientInterface interface {
 
 	// CreateConversionWithBody Record a conversion (server-side postback)
 	//
-	// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's; a conversion in another currency than the offer's gives both amounts (422 otherwise). Sending the same `externalTxnId` for the same offer again answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
+	// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's; a conversion in another currency than the offer's gives both amounts (422 otherwise). Sending the same `externalTxnId` for the same offer again, within 400 days of the first, answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -9157,7 +9157,7 @@ type ClientInterface interface {
 
 	// CreateConversion Record a conversion (server-side postback)
 	//
-	// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's; a conversion in another currency than the offer's gives both amounts (422 otherwise). Sending the same `externalTxnId` for the same offer again answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
+	// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's; a conversion in another currency than the offer's gives both amounts (422 otherwise). Sending the same `externalTxnId` for the same offer again, within 400 days of the first, answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -9794,7 +9794,7 @@ func (c *Client) ListConversions(ctx context.Context, params *ListConversionsPar
 
 // CreateConversionWithBody Record a conversion (server-side postback)
 //
-// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's; a conversion in another currency than the offer's gives both amounts (422 otherwise). Sending the same `externalTxnId` for the same offer again answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
+// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's; a conversion in another currency than the offer's gives both amounts (422 otherwise). Sending the same `externalTxnId` for the same offer again, within 400 days of the first, answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
 //
 // Takes any type of body and a specified content type.
 //
@@ -9813,7 +9813,7 @@ func (c *Client) CreateConversionWithBody(ctx context.Context, contentType strin
 
 // CreateConversion Record a conversion (server-side postback)
 //
-// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's; a conversion in another currency than the offer's gives both amounts (422 otherwise). Sending the same `externalTxnId` for the same offer again answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
+// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's; a conversion in another currency than the offer's gives both amounts (422 otherwise). Sending the same `externalTxnId` for the same offer again, within 400 days of the first, answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -13325,7 +13325,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateConversionWithBodyWithResponse Record a conversion (server-side postback)
 	//
-	// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's; a conversion in another currency than the offer's gives both amounts (422 otherwise). Sending the same `externalTxnId` for the same offer again answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
+	// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's; a conversion in another currency than the offer's gives both amounts (422 otherwise). Sending the same `externalTxnId` for the same offer again, within 400 days of the first, answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -13334,7 +13334,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateConversionWithResponse Record a conversion (server-side postback)
 	//
-	// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's; a conversion in another currency than the offer's gives both amounts (422 otherwise). Sending the same `externalTxnId` for the same offer again answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
+	// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's; a conversion in another currency than the offer's gives both amounts (422 otherwise). Sending the same `externalTxnId` for the same offer again, within 400 days of the first, answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -20902,7 +20902,7 @@ func (c *ClientWithResponses) ListConversionsWithResponse(ctx context.Context, p
 
 // CreateConversionWithBodyWithResponse Record a conversion (server-side postback)
 //
-// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's; a conversion in another currency than the offer's gives both amounts (422 otherwise). Sending the same `externalTxnId` for the same offer again answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
+// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's; a conversion in another currency than the offer's gives both amounts (422 otherwise). Sending the same `externalTxnId` for the same offer again, within 400 days of the first, answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -20917,7 +20917,7 @@ func (c *ClientWithResponses) CreateConversionWithBodyWithResponse(ctx context.C
 
 // CreateConversionWithResponse Record a conversion (server-side postback)
 //
-// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's; a conversion in another currency than the offer's gives both amounts (422 otherwise). Sending the same `externalTxnId` for the same offer again answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
+// Records a conversion for an active offer and an active partner. The conversion starts `approved` when the offer's approval is `auto`, else `pending` (with `approveAt` when the offer has a hold time). Amounts and currency default to the offer's; a conversion in another currency than the offer's gives both amounts (422 otherwise). Sending the same `externalTxnId` for the same offer again, within 400 days of the first, answers 200 with the conversion first recorded, and records nothing. A conversion that would exceed one of the offer's caps answers 422 `cap_reached` and is not recorded.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

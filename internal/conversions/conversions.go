@@ -325,7 +325,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 		markerAt := -1
 		if c.ExternalTxnID != "" {
 			markerAt = len(ops)
-			ops = append(ops, store.Put(store.Item{Key: keys.Txn(c.BrandID, c.OfferID, c.ExternalTxnID), Data: records.MustJSON(c.ID)}, store.NotExists()))
+			ops = append(ops, store.Put(txnMarker(c, records.MustJSON(c.ID)), store.NotExists()))
 		}
 		ops = append(ops, store.Put(s.newConversionItem(ctx, c), store.NotExists()))
 		offerAt, partnerAt := -1, -1
@@ -624,12 +624,26 @@ func (s *Service) outboxEntry(ctx context.Context, c tally.Conversion) store.Ite
 	}
 }
 
+// markerTTL is how long after its conversion an (offer, externalTxnId)
+// idempotency marker is kept, and the same pair replays the first
+// conversion: longer than any window in which the pair can come again for
+// the same conversion. The longest is a GET postback without txn_id, whose
+// click id is the pair's id: it converts while the offer's attribution
+// window (at most 365 days) lasts. The 35 days more cover advertisers
+// resending late and the pipeline's own windows (DLQs keep 14 days).
+const markerTTL = 400 * 24 * time.Hour
+
+// txnMarker is c's idempotency marker holding data.
+func txnMarker(c tally.Conversion, data []byte) store.Item {
+	return store.Item{Key: keys.Txn(c.BrandID, c.OfferID, c.ExternalTxnID), Data: data, ExpiresAt: c.CreatedAt.Add(markerTTL).Unix()}
+}
+
 // putConversion writes a conversion without caps or click apart
 // (ForStream): the marker first, which makes this request the
 // conversion's creator; false when another request's marker is there.
 func (s *Service) putConversion(ctx context.Context, c tally.Conversion) (bool, error) {
 	if c.ExternalTxnID != "" {
-		err := s.events.Transact(ctx, store.Put(store.Item{Key: keys.Txn(c.BrandID, c.OfferID, c.ExternalTxnID), Data: records.MustJSON(c)}, store.NotExists()))
+		err := s.events.Transact(ctx, store.Put(txnMarker(c, records.MustJSON(c)), store.NotExists()))
 		if _, exists := store.FailedOp(err); exists {
 			return false, nil
 		}

@@ -707,6 +707,7 @@ type StreamSource struct {
 	BatchSize                  int
 	BisectBatchOnFunctionError bool
 	MaximumRetryAttempts       int
+	MaximumRecordAgeInSeconds  int // 0 when not set
 	FunctionResponseTypes      []string
 	OnFailure                  Destination
 	// MaximumBatchingWindowInSeconds and TumblingWindowInSeconds are 0
@@ -737,6 +738,9 @@ func (e Event) StreamSource() (StreamSource, error) {
 	}
 	if s.MaximumRetryAttempts, err = optInt(p["MaximumRetryAttempts"]); err != nil {
 		return s, fmt.Errorf("event %s: MaximumRetryAttempts: %w", e.Name, err)
+	}
+	if s.MaximumRecordAgeInSeconds, err = optInt(p["MaximumRecordAgeInSeconds"]); err != nil {
+		return s, fmt.Errorf("event %s: MaximumRecordAgeInSeconds: %w", e.Name, err)
 	}
 	if s.MaximumBatchingWindowInSeconds, err = optInt(p["MaximumBatchingWindowInSeconds"]); err != nil {
 		return s, fmt.Errorf("event %s: MaximumBatchingWindowInSeconds: %w", e.Name, err)

@@ -673,6 +673,13 @@ func TestTableIsWhatCreateTableMakes(t *testing.T) {
 	if tb.DeletionPolicy != "Retain" || tb.UpdateReplacePolicy != "Retain" {
 		t.Errorf("DeletionPolicy %q UpdateReplacePolicy %q: the table must outlive its stack", tb.DeletionPolicy, tb.UpdateReplacePolicy)
 	}
+	// DynamoDB refuses to delete it, unless a dev stack turns that off.
+	if v := tpl.Resources["Table"].Properties["DeletionProtectionEnabled"]; !reflect.DeepEqual(v, deploy.Ref("TableDeletionProtection")) {
+		t.Errorf("DeletionProtectionEnabled %v, want !Ref TableDeletionProtection", v)
+	}
+	if p := tpl.Parameters["TableDeletionProtection"]; p.Type != "String" || fmt.Sprint(p.Properties["AllowedValues"]) != "[true false]" {
+		t.Errorf("parameter TableDeletionProtection %+v, want a String, true or false", p)
+	}
 }
 
 func TestRetryStateMachine(t *testing.T) {
@@ -759,6 +766,7 @@ func TestEventSources(t *testing.T) {
 			BatchSize:                  100,
 			BisectBatchOnFunctionError: true,
 			MaximumRetryAttempts:       10,
+			MaximumRecordAgeInSeconds:  maxRecordAge,
 			FunctionResponseTypes:      []string{"ReportBatchItemFailures"},
 			OnFailure:                  deploy.Destination{Type: "SQS", Destination: deploy.GetAtt("FanoutDLQ", "Arn")},
 			FilterPatterns:             s.FilterPatterns,
@@ -783,10 +791,13 @@ func TestEventSources(t *testing.T) {
 		}
 	}
 
-	// The rollup function retries until it succeeds (a batch given up would
-	// be missing from the reports) and reads from the stream's start: its
+	// No record holds the rollup function's shard for long: one it cannot
+	// read fails alone (rollup.Handler, in internal/lambdafn/rollup, reports
+	// batch item failures), and after 10 retries or 6 hours records go to
+	// RollupDLQ, whose alarm tells (and clears once it is drained), while
+	// the stream still keeps them. It reads from the stream's start: its
 	// shard checkpoints skip what it added before. The tumbling window
-	// gives each batch its shard id (rollup.Handler, in internal/lambdafn/rollup).
+	// gives each batch its shard id.
 	for _, e := range function(t, tpl, "RollupFunction").EventsOfType("DynamoDB") {
 		s, err := e.StreamSource()
 		if err != nil {
@@ -798,7 +809,10 @@ func TestEventSources(t *testing.T) {
 			BatchSize:                      1000,
 			MaximumBatchingWindowInSeconds: 15,
 			BisectBatchOnFunctionError:     true,
-			MaximumRetryAttempts:           -1,
+			MaximumRetryAttempts:           10,
+			MaximumRecordAgeInSeconds:      maxRecordAge,
+			FunctionResponseTypes:          []string{"ReportBatchItemFailures"},
+			OnFailure:                      deploy.Destination{Type: "SQS", Destination: deploy.GetAtt("RollupDLQ", "Arn")},
 			TumblingWindowInSeconds:        60,
 			FilterPatterns:                 []string{lambdafn.RollupFilterPattern},
 		}
@@ -838,7 +852,10 @@ func TestEventSources(t *testing.T) {
 		!reflect.DeepEqual(queue.DeadLetterTarget, deploy.GetAtt("DeliveryDLQ", "Arn")) || queue.MaxReceiveCount != 5 {
 		t.Errorf("DeliveryQueue %+v: want visibility 180 s (≥ 6 × deliver's %d s), redrive to DeliveryDLQ after 5", queue, deliver.Timeout)
 	}
-	for _, id := range []string{"DeliveryDLQ", "FanoutDLQ"} {
+	if a := tpl.Resources["RollupDLQAlarm"].Properties; !reflect.DeepEqual(a["OKActions"], []any{deploy.Ref("AlarmTopic")}) {
+		t.Errorf("RollupDLQAlarm OKActions %v, want AlarmTopic: the alarm says when RollupDLQ is drained", a["OKActions"])
+	}
+	for _, id := range []string{"DeliveryDLQ", "FanoutDLQ", "RollupDLQ"} {
 		q, err := tpl.Queue(id)
 		if err != nil {
 			t.Fatal(err)
@@ -848,6 +865,11 @@ func TestEventSources(t *testing.T) {
 		}
 	}
 }
+
+// maxRecordAge is the stream mappings' MaximumRecordAgeInSeconds: 6
+// hours, so that what they give up the stream (24 hours) still holds for
+// 18 more.
+const maxRecordAge = 6 * 3600
 
 func jsonEqual(t *testing.T, a, b string) bool {
 	t.Helper()
@@ -1011,6 +1033,22 @@ func TestAlarms(t *testing.T) {
 	if topic.Type != "AWS::SNS::Topic" || sub.Type != "AWS::SNS::Subscription" || sub.Condition != "HasAlarmEmail" ||
 		sub.Properties["Endpoint"] != deploy.Ref("AlarmEmail") || sub.Properties["TopicArn"] != deploy.Ref("AlarmTopic") {
 		t.Errorf("AlarmTopic %+v, AlarmEmailSubscription %+v: want a topic and, with AlarmEmail set, that address subscribed", topic, sub)
+	}
+	// The topic is encrypted with a key of the stack whose policy lets
+	// CloudWatch publish (the AWS managed alias/aws/sns does not).
+	key := tpl.Resources["AlarmTopicKey"]
+	if topic.Properties["KmsMasterKeyId"] != deploy.Ref("AlarmTopicKey") || key.Type != "AWS::KMS::Key" || key.Properties["EnableKeyRotation"] != true {
+		t.Errorf("AlarmTopic %+v, AlarmTopicKey %+v: want the topic encrypted with a rotated key of the stack", topic.Properties, key)
+	}
+	policy, _ := key.Properties["KeyPolicy"].(map[string]any)
+	stmts, _ := policy["Statement"].([]any)
+	cloudwatch := slices.ContainsFunc(stmts, func(s any) bool {
+		st, _ := s.(map[string]any)
+		return st["Effect"] == "Allow" && reflect.DeepEqual(st["Principal"], map[string]any{"Service": "cloudwatch.amazonaws.com"}) &&
+			reflect.DeepEqual(st["Action"], []any{"kms:Decrypt", "kms:GenerateDataKey*"})
+	})
+	if !cloudwatch {
+		t.Errorf("AlarmTopicKey's policy %v does not let cloudwatch.amazonaws.com use it: alarms could not publish", stmts)
 	}
 	for _, params := range []map[string]string{nil, {"AlarmEmail": "ops@example.com"}} {
 		on, err := tpl.Condition("HasAlarmEmail", params)

@@ -100,19 +100,45 @@ const rollupCheckpointTTL = 48 * time.Hour
 // checkpoint on with the condition that it is still where it was read.
 // Changes at or before the checkpoint are skipped; a failed condition
 // means another invocation got there first, and the checkpoint is read
-// again.
+// again. A change whose item cannot be read is left out and the others
+// are added: the error is then an *UnreadableChangesError naming it.
 func (s *Service) RollUp(ctx context.Context, shard string, changes []StreamChange) error {
 	var recs []rolledRecord
+	var unreadable UnreadableChangesError
 	for _, ch := range changes {
 		if ch.Item.Attrs[rolledUpAttr] != rolledUpFromStream {
 			continue
 		}
 		ops, err := streamIncrements(ch.Item, shard)
 		if err != nil {
-			return err
+			unreadable.Seqs = append(unreadable.Seqs, ch.Seq)
+			unreadable.Errs = append(unreadable.Errs, err)
+			continue
 		}
 		recs = append(recs, rolledRecord{seq: ch.Seq, ops: ops})
 	}
+	if err := s.rollUp(ctx, shard, recs); err != nil {
+		return err
+	}
+	if len(unreadable.Seqs) > 0 {
+		return &unreadable
+	}
+	return nil
+}
+
+// UnreadableChangesError names the changes RollUp left out because their
+// items cannot be read (no retry makes them readable); it added the others.
+type UnreadableChangesError struct {
+	Seqs []string // their sequence numbers, in the batch's order
+	Errs []error  // why, one per sequence number
+}
+
+func (e *UnreadableChangesError) Error() string {
+	return fmt.Sprintf("%d stream records cannot be read (first %s: %v)", len(e.Seqs), e.Seqs[0], e.Errs[0])
+}
+
+// rollUp adds recs, in their shard's order, past the shard's checkpoint.
+func (s *Service) rollUp(ctx context.Context, shard string, recs []rolledRecord) error {
 	key := keys.RollupCheckpoint(shard)
 	done, err := s.rolledUpTo(ctx, key)
 	for err == nil {

@@ -31,9 +31,13 @@ type Func func(context.Context, events.DynamoDBTimeWindowEvent) (events.DynamoDB
 
 // Handler returns the rollup function's handler: it adds the batch's
 // conversions and clicks to the rollups (reports.Service.RollUp), exactly
-// once however Lambda retries or bisects the batch. A failure returns an error,
-// and Lambda retries the batch; the window's state is not used (an empty
-// one is returned: Lambda takes a response without state as a failure).
+// once however Lambda retries or bisects the batch. A record that cannot
+// be read is a batch item failure, alone: the others are added, Lambda
+// retries from it (what it already added is skipped) and, once the
+// mapping's retries are spent, sends it to its on-failure destination
+// instead of holding the shard. Any other failure returns an error, and
+// Lambda retries the batch. The window's state is not used (an empty one
+// is returned: Lambda takes a response without state as a failure).
 func Handler(rollups *reports.Service, log *slog.Logger) Func {
 	return func(ctx context.Context, ev events.DynamoDBTimeWindowEvent) (events.DynamoDBTimeWindowEventResponse, error) {
 		resp := events.DynamoDBTimeWindowEventResponse{TimeWindowEventResponseProperties: events.TimeWindowEventResponseProperties{State: map[string]string{}}}
@@ -43,19 +47,31 @@ func Handler(rollups *reports.Service, log *slog.Logger) Func {
 		if ev.ShardID == "" {
 			return resp, errors.New("the batch names no shard: the rollup function's event source mapping needs a tumbling window (TumblingWindowInSeconds)")
 		}
-		changes := make([]reports.StreamChange, len(ev.Records))
-		for i, rec := range ev.Records {
+		fail := func(seq string, err error) {
+			log.Error("rollup: stream record cannot be read", "shard", ev.ShardID, "seq", seq, "err", err.Error())
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.DynamoDBBatchItemFailure{ItemIdentifier: seq})
+		}
+		changes := make([]reports.StreamChange, 0, len(ev.Records))
+		for _, rec := range ev.Records {
 			it, err := lambdafn.StreamItem(rec.Change.NewImage)
 			if err != nil {
-				return resp, fmt.Errorf("stream record %s: %w", rec.Change.SequenceNumber, err)
+				fail(rec.Change.SequenceNumber, err)
+				continue
 			}
-			changes[i] = reports.StreamChange{Seq: rec.Change.SequenceNumber, Item: it}
+			changes = append(changes, reports.StreamChange{Seq: rec.Change.SequenceNumber, Item: it})
 		}
 		// The shard is named by its stream too: a stream created again has
 		// shards of its own.
-		if err := rollups.RollUp(ctx, ev.Records[0].EventSourceArn+"#"+ev.ShardID, changes); err != nil {
+		err := rollups.RollUp(ctx, ev.Records[0].EventSourceArn+"#"+ev.ShardID, changes)
+		var unreadable *reports.UnreadableChangesError
+		switch {
+		case errors.As(err, &unreadable):
+			for i, seq := range unreadable.Seqs {
+				fail(seq, unreadable.Errs[i])
+			}
+		case err != nil:
 			log.Error("rollup failed", "shard", ev.ShardID, "records", len(ev.Records), "err", err.Error())
-			return resp, err
+			return resp, fmt.Errorf("roll up: %w", err)
 		}
 		return resp, nil
 	}
