@@ -109,3 +109,15 @@ func (m *Metrics) AttemptRecorded(deliveryType, outcome string, latency time.Dur
 	}
 	m.write(fields, directives...)
 }
+
+// Reconciled writes a reconciler run's ReconcilerDeferrals (1 when the run
+// left its re-drives for a later one, else 0) and ReconcilerSkipped (the
+// items it skipped), every run, so that the alarm on deferrals sees each.
+func (m *Metrics) Reconciled(deferred bool, skipped int) {
+	d := 0
+	if deferred {
+		d = 1
+	}
+	m.write(map[string]any{"ReconcilerDeferrals": d, "ReconcilerSkipped": skipped},
+		on(nil, "ReconcilerDeferrals", count), on(nil, "ReconcilerSkipped", count))
+}
