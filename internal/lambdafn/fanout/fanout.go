@@ -16,6 +16,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-lambda-go/lambdacontext"
 
 	"github.com/tally-hq/tally/internal/emf"
 	"github.com/tally-hq/tally/internal/lambdafn"
@@ -223,7 +224,7 @@ func (r Reconciler) Handler(engine *webhooks.Engine, q ReconcileQueue, queueURL 
 			}
 			res.Skipped += len(all)
 		}
-		defer func() { r.Metrics.Reconciled(res.Deferred, res.Skipped) }()
+		defer func() { r.Metrics.Reconciled(lambdacontext.FunctionName, res.Deferred, res.Skipped) }()
 		dropped, err := engine.Overdue(ctx, engine.Now().Add(-r.Grace), r.Limit)
 		skipped(dropped.Skipped)
 		if err != nil {
