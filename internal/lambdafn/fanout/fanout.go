@@ -209,11 +209,11 @@ type ReconcilerResult struct {
 
 // Handler returns the scheduled handler. A run that could not re-drive
 // everything it found returns an error, after doing the rest, so that the
-// function's Errors metric (ReconcilerErrorsAlarm) reports it; an item it
-// cannot read or re-drive is logged and skipped with a backoff instead
-// (webhooks.Skipped), so that one poison item neither blocks the rest nor
-// fails every run. A deferral is logged at WARN and counted
-// (ReconcilerDeferralsAlarm).
+// function's Errors metric (ReconcilerErrorsAlarm) reports it. An item it
+// cannot read or re-drive is logged and skipped with a backoff
+// (webhooks.Skipped): one poison item neither blocks the rest nor fails
+// every run, only those that try it again. A deferral is logged at WARN
+// and counted (ReconcilerDeferralsAlarm).
 func (r Reconciler) Handler(engine *webhooks.Engine, q ReconcileQueue, queueURL string, log *slog.Logger) func(context.Context, events.EventBridgeEvent) (ReconcilerResult, error) {
 	return func(ctx context.Context, ev events.EventBridgeEvent) (ReconcilerResult, error) {
 		var res ReconcilerResult
@@ -258,6 +258,9 @@ func (r Reconciler) Handler(engine *webhooks.Engine, q ReconcileQueue, queueURL 
 			if err := r.release(ctx, engine, q, queueURL, &res, skipped); err != nil {
 				errs = append(errs, fmt.Errorf("release parked deliveries: %w", err))
 			}
+		}
+		if res.Skipped > 0 {
+			errs = append(errs, fmt.Errorf("%d items skipped until their backoff ends", res.Skipped))
 		}
 		log.Info("reconciled", "events", res.Events, "deliveries", res.Deliveries, "released", res.Released, "failed", res.Failed, "circuits", res.Circuits,
 			"backlog", res.Backlog, "deferred", res.Deferred, "skipped", res.Skipped, "unfinished", res.Unfinished)
