@@ -184,7 +184,8 @@ type Reconciler struct {
 	Release int
 	// Margin is the part of the run's time (its context's deadline) kept
 	// for queueing what the release found: the release starts no endpoint
-	// after the deadline less Margin.
+	// after the deadline less Margin, or less a quarter of the time left
+	// when the run starts with less than 4 Margins.
 	Margin time.Duration
 	// Metrics receives each run's deferral and skips (ReconcilerDeferralsAlarm).
 	Metrics *emf.Metrics
@@ -270,12 +271,12 @@ func (r Reconciler) Handler(engine *webhooks.Engine, q ReconcileQueue, queueURL 
 
 // release queues the parked deliveries whose endpoint's circuit closed
 // (webhooks.Engine.Released), the release bounded by the run's deadline
-// less Margin; what it left is released by the next run.
+// less its margin (Margin); what it left is released by the next run.
 func (r Reconciler) release(ctx context.Context, engine *webhooks.Engine, q queue.Queue, queueURL string, res *ReconcilerResult, skipped func([]webhooks.Skipped)) error {
 	relCtx := ctx
 	if deadline, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc
-		relCtx, cancel = context.WithDeadline(ctx, deadline.Add(-r.Margin))
+		relCtx, cancel = context.WithDeadline(ctx, deadline.Add(-min(r.Margin, time.Until(deadline)/4)))
 		defer cancel()
 	}
 	rel, err := engine.Released(relCtx, r.Release)
