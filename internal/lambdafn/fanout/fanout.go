@@ -233,7 +233,7 @@ func (r Reconciler) Handler(engine *webhooks.Engine, q ReconcileQueue, queueURL 
 		}
 		evts, refs := dropped.Events, dropped.Deliveries
 		redriveEvents := func() {
-			failed := r.fanOutAll(ctx, engine, q, queueURL, evts, log)
+			failed := r.fanOutAll(ctx, engine, q, queueURL, evts)
 			res.Events = len(evts) - len(failed)
 			skipped(failed)
 		}
@@ -294,7 +294,7 @@ func (r Reconciler) release(ctx context.Context, engine *webhooks.Engine, q queu
 
 // fanOutAll fans out events, Workers at a time, and returns those that
 // failed, skipped (webhooks.Engine.SkipEvent).
-func (r Reconciler) fanOutAll(ctx context.Context, engine *webhooks.Engine, q queue.Queue, queueURL string, evts []string, log *slog.Logger) []webhooks.Skipped {
+func (r Reconciler) fanOutAll(ctx context.Context, engine *webhooks.Engine, q queue.Queue, queueURL string, evts []string) []webhooks.Skipped {
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
