@@ -414,6 +414,16 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		rollupDLQ.MetricApproximateNumberOfMessagesVisible(nil), 0)
 	rollupDLQAlarm.AddAlarmAction(awscloudwatchactions.NewSnsAction(topic))
 	rollupDLQAlarm.AddOkAction(awscloudwatchactions.NewSnsAction(topic)) // the queue drained
+	// The reconciler's own metric (EMF, internal/emf): a deferral is work left
+	// behind while deliver is behind, and clears (OK) once a run re-drives.
+	deferrals := awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+		Namespace: jsii.String("Tally"), MetricName: jsii.String("ReconcilerDeferrals"),
+		DimensionsMap: &map[string]*string{"FunctionName": reconciler.FunctionName()},
+		Period:        awscdk.Duration_Minutes(jsii.Number(5)), Statistic: jsii.String("Sum"),
+	})
+	deferralsAlarm := alarm(stack, "ReconcilerDeferralsAlarm", "A reconciler run left overdue work for a later run, the delivery queue's backlog being over its threshold (deliver is behind).", deferrals, 0)
+	deferralsAlarm.AddAlarmAction(awscloudwatchactions.NewSnsAction(topic))
+	deferralsAlarm.AddOkAction(awscloudwatchactions.NewSnsAction(topic))
 
 	// A function (and the state machine) depends on its role through
 	// Fn::GetAtt already; CDK also lists the role in DependsOn, which

@@ -162,7 +162,7 @@ func TestResources(t *testing.T) {
 		"AWS::ApiGatewayV2::Integration":   float64(len(apiFunctions) + 1), // and the fallback's
 		"AWS::Lambda::EventSourceMapping":  3,
 		"AWS::Events::Rule":                float64(len(schedules)),
-		"AWS::CloudWatch::Alarm":           10,
+		"AWS::CloudWatch::Alarm":           11,
 		"AWS::KMS::Key":                    1, // AlarmTopic's
 		"AWS::SNS::Topic":                  1,
 		"AWS::SNS::Subscription":           1, // with AlarmEmail set
@@ -693,6 +693,10 @@ func TestAlarms(t *testing.T) {
 			"AlarmActions":       []any{ref("AlarmTopic")},
 		}
 	}
+	withOK := func(a map[string]any) map[string]any {
+		a["OKActions"] = a["AlarmActions"]
+		return a
+	}
 	for id, want := range map[string]map[string]any{
 		"DeliveryDLQAlarm":             alarm("AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", getAtt("DeliveryDLQ", "QueueName"), "Maximum", 0),
 		"FanoutDLQAlarm":               alarm("AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", getAtt("FanoutDLQ", "QueueName"), "Maximum", 0),
@@ -703,11 +707,8 @@ func TestAlarms(t *testing.T) {
 		"DeliveryQueueAgeAlarm":        alarm("AWS/SQS", "ApproximateAgeOfOldestMessage", "QueueName", getAtt("DeliveryQueue", "QueueName"), "Maximum", 600),
 		"ApproverErrorsAlarm":          alarm("AWS/Lambda", "Errors", "FunctionName", ref("ApproverFunction"), "Sum", 0),
 		"ReconcilerErrorsAlarm":        alarm("AWS/Lambda", "Errors", "FunctionName", ref("ReconcilerFunction"), "Sum", 0),
-		"RollupDLQAlarm": func() map[string]any { // it also says when the queue is drained
-			a := alarm("AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", getAtt("RollupDLQ", "QueueName"), "Maximum", 0)
-			a["OKActions"] = []any{ref("AlarmTopic")}
-			return a
-		}(),
+		"RollupDLQAlarm":               withOK(alarm("AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", getAtt("RollupDLQ", "QueueName"), "Maximum", 0)),
+		"ReconcilerDeferralsAlarm":     withOK(alarm("Tally", "ReconcilerDeferrals", "FunctionName", ref("ReconcilerFunction"), "Sum", 0)),
 	} {
 		p := s.props(t, "AWS::CloudWatch::Alarm", id)
 		delete(p, "AlarmDescription")

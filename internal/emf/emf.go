@@ -2,8 +2,8 @@
 // Embedded Metric Format log lines: one JSON line per event, which
 // CloudWatch Logs turns into metrics of the namespace Tally, without an
 // API call or an agent. The metrics are the local server's counters (package
-// metrics), under the same names and labels (dimensions); docs/aws.md lists
-// them.
+// metrics), under the same names and labels (dimensions), and the
+// reconciler's own; docs/aws.md lists them.
 package emf
 
 import (
@@ -108,4 +108,17 @@ func (m *Metrics) AttemptRecorded(deliveryType, outcome string, latency time.Dur
 		directives = append(directives, on([]string{"type"}, "tally_delivery_attempt_duration_seconds", seconds))
 	}
 	m.write(fields, directives...)
+}
+
+// Reconciled writes a reconciler run's ReconcilerDeferrals (1 when the run
+// left its re-drives for a later one, else 0) and ReconcilerSkipped (the
+// items it skipped), by FunctionName (the function's), every run, so that
+// the alarm on deferrals sees each.
+func (m *Metrics) Reconciled(function string, deferred bool, skipped int) {
+	d := 0
+	if deferred {
+		d = 1
+	}
+	m.write(map[string]any{"FunctionName": function, "ReconcilerDeferrals": d, "ReconcilerSkipped": skipped},
+		on([]string{"FunctionName"}, "ReconcilerDeferrals", count), on([]string{"FunctionName"}, "ReconcilerSkipped", count))
 }

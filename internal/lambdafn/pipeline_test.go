@@ -757,11 +757,11 @@ func TestDeliverWritesCarriedDeliveries(t *testing.T) {
 		}
 		outboxed := func() bool {
 			t.Helper()
-			evts, _, err := f.svc.Webhooks.Overdue(t.Context(), f.clock.Now().Add(time.Hour), 10)
+			d, err := f.svc.Webhooks.Overdue(t.Context(), f.clock.Now().Add(time.Hour), 10)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return slices.Contains(evts, f.event.ID)
+			return slices.Contains(d.Events, f.event.ID)
 		}
 		batch := func(bodies ...string) {
 			t.Helper()

@@ -129,11 +129,13 @@ func TestOverdueAndAbandon(t *testing.T) {
 		outboxed := f.events(tally.EventPartnerApplied)[0].ID
 		all := f.events("")
 
-		evts, refs, err := f.svc.Webhooks.Overdue(f.ctx, start.Add(-time.Second), 10)
+		due, err := f.svc.Webhooks.Overdue(f.ctx, start.Add(-time.Second), 10)
+		evts, refs := due.Events, due.Deliveries
 		if err != nil || len(evts) != 0 || len(refs) != 0 {
 			t.Errorf("before anything was due: %v, %v, %v", evts, refs, err)
 		}
-		evts, refs, err = f.svc.Webhooks.Overdue(f.ctx, f.clock.Now(), 10)
+		due, err = f.svc.Webhooks.Overdue(f.ctx, f.clock.Now(), 10)
+		evts, refs = due.Events, due.Deliveries
 		if err != nil || !slices.Equal(refs, fanned) || !slices.Contains(evts, outboxed) {
 			t.Errorf("overdue: events %v, deliveries %v (%v); want %s among the events and %v", evts, refs, err, outboxed, fanned)
 		}
@@ -142,8 +144,8 @@ func TestOverdueAndAbandon(t *testing.T) {
 		if len(evts) != len(all)-3 {
 			t.Errorf("%d events in the outbox, want %d", len(evts), len(all)-3)
 		}
-		if _, refs, _ = f.svc.Webhooks.Overdue(f.ctx, f.clock.Now(), 2); !slices.Equal(refs, fanned[:2]) {
-			t.Errorf("limit 2: %v, want the two oldest %v", refs, fanned[:2])
+		if due, _ = f.svc.Webhooks.Overdue(f.ctx, f.clock.Now(), 2); !slices.Equal(due.Deliveries, fanned[:2]) {
+			t.Errorf("limit 2: %v, want the two oldest %v", due.Deliveries, fanned[:2])
 		}
 
 		res, err := f.svc.Webhooks.AbandonDelivery(f.ctx, fanned[0])
@@ -154,8 +156,8 @@ func TestOverdueAndAbandon(t *testing.T) {
 		if d.Status != tally.DeliveryFailed || d.NextAttemptAt != nil || len(d.Attempts) != 0 {
 			t.Errorf("abandoned delivery %+v, want failed without attempts", d)
 		}
-		if _, refs, _ = f.svc.Webhooks.Overdue(f.ctx, f.clock.Now(), 10); !slices.Equal(refs, fanned[1:]) {
-			t.Errorf("after the abandon: %v, want %v", refs, fanned[1:])
+		if due, _ = f.svc.Webhooks.Overdue(f.ctx, f.clock.Now(), 10); !slices.Equal(due.Deliveries, fanned[1:]) {
+			t.Errorf("after the abandon: %v, want %v", due.Deliveries, fanned[1:])
 		}
 		if res, err := f.svc.Webhooks.AbandonDelivery(f.ctx, fanned[0]); err != nil || res.Status != tally.DeliveryFailed {
 			t.Errorf("abandon again: %+v, %v", res, err)
@@ -221,11 +223,11 @@ func TestReconcilerLeavesTheEntryOfARetryInProgress(t *testing.T) {
 	reconcile := func(now time.Time) []string {
 		t.Helper()
 		svc := servicetest.New(st, service.WithClock(func() time.Time { return now }), service.WithStreamConversions())
-		events, _, err := svc.Webhooks.Overdue(f.ctx, now.Add(-10*time.Minute), 10)
+		d, err := svc.Webhooks.Overdue(f.ctx, now.Add(-10*time.Minute), 10)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return events
+		return d.Events
 	}
 	var during []string
 	c, created, err := record(&writeHook{Store: st, on: outboxPut, after: func() { during = reconcile(time.Now()) }})

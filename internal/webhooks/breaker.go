@@ -3,7 +3,9 @@ package webhooks
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/tally-hq/tally"
@@ -220,10 +222,16 @@ func (s *Engine) park(ctx context.Context, rec endpoints.DeliveryRecord) (Attemp
 
 // Release is what Released found.
 type Release struct {
-	Refs    []endpoints.DeliveryRef // to queue as new deliveries
-	Failed  int                     // failed: they waited out a probe's failed schedule
-	Watched int                     // endpoints whose wait lists were read
+	Refs       []endpoints.DeliveryRef // to queue as new deliveries
+	Failed     int                     // failed: they waited out a probe's failed schedule
+	Watched    int                     // endpoints whose wait lists were read
+	Unfinished int                     // endpoints left for the next call: out of time or over limit
+	Skipped    []Skipped               // endpoints whose breaker item could not be read or acted on (skip)
 }
+
+// releaseWorkers bounds the endpoints Released reads at once: each takes
+// some 35 sequential reads.
+const releaseWorkers = 8
 
 // Released returns the parked deliveries that may go now (see above), at
 // most limit, for the transport to queue as new deliveries: FirstAttempt
@@ -231,44 +239,97 @@ type Release struct {
 // list until it is attempted, so one queued but not yet attempted is
 // released again by the next call; attempts are idempotent. It fails the
 // deliveries that waited out a probe's failed schedule itself (at most
-// limit too).
+// limit too). It reads releaseWorkers endpoints at a time, in random
+// order, and starts none
+// once ctx is done: what one in progress then found is dropped, and an
+// endpoint not finished is read again by the next call, as is one whose
+// breaker item it skipped once its backoff ends. Only an error reading the
+// breaker items themselves is returned.
 func (s *Engine) Released(ctx context.Context, limit int) (Release, error) {
 	var r Release
+	var todo []store.Item
 	var cursor string
-	for len(r.Refs) < limit && r.Failed < limit {
+	now := s.db.Now()
+	for {
 		page, err := s.db.Query(ctx, store.Query{Index: store.GSI3, PK: breakerPK, Cursor: cursor, Limit: records.MaxScan})
 		if err != nil {
 			return r, err
 		}
 		for _, it := range page.Items {
-			var brk breakerRecord
-			if err := records.Decode(it, &brk); err != nil {
-				return r, err
-			}
-			if since, _ := strconv.ParseInt(it.Attrs["emptyAt"], 10, 64); since != 0 && s.db.Now().Sub(time.UnixMilli(since)) >= breakerRetire {
+			if since, _ := strconv.ParseInt(it.Attrs["emptyAt"], 10, 64); since != 0 && now.Sub(time.UnixMilli(since)) >= breakerRetire {
 				continue // retired: nothing can be waiting
 			}
-			r.Watched++
-			next, n, err := s.releasedFrom(ctx, it, brk, min(limit-len(r.Refs), limit-r.Failed))
-			r.Refs, r.Failed = append(r.Refs, next...), r.Failed+n
-			if err != nil || len(r.Refs) >= limit || r.Failed >= limit {
-				return r, err
+			if !backingOff(it, now) {
+				todo = append(todo, it)
 			}
 		}
 		if cursor = page.Cursor; cursor == "" {
 			break
 		}
 	}
+	// In random order: runs that run out of time do not leave the same
+	// endpoints behind each time.
+	rand.Shuffle(len(todo), func(i, j int) { todo[i], todo[j] = todo[j], todo[i] })
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		next = make(chan store.Item)
+	)
+	for range releaseWorkers {
+		wg.Go(func() {
+			for it := range next {
+				mu.Lock()
+				room := min(limit-len(r.Refs), limit-r.Failed)
+				mu.Unlock()
+				if room <= 0 || ctx.Err() != nil {
+					mu.Lock()
+					r.Unfinished++
+					mu.Unlock()
+					continue
+				}
+				refs, failed, err := s.releasedItem(ctx, it, room)
+				mu.Lock()
+				switch {
+				case ctx.Err() != nil:
+					r.Unfinished++
+				case err != nil:
+					r.Skipped = append(r.Skipped, skip(ctx, s.db, it, err))
+				default:
+					r.Watched++
+					r.Refs, r.Failed = append(r.Refs, refs...), r.Failed+failed
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for _, it := range todo {
+		next <- it
+	}
+	close(next)
+	wg.Wait()
+	if len(r.Refs) > limit {
+		r.Refs = r.Refs[:limit] // the rest stay parked for the next call
+	}
 	return r, nil
+}
+
+// releasedItem is Released for the endpoint of the breaker item it.
+func (s *Engine) releasedItem(ctx context.Context, it store.Item, limit int) ([]endpoints.DeliveryRef, int, error) {
+	var brk breakerRecord
+	if err := records.Decode(it, &brk); err != nil {
+		return nil, 0, err
+	}
+	return s.releasedFrom(ctx, it, brk, limit)
 }
 
 // releasedFrom is Released for one endpoint, whose breaker item is it.
 func (s *Engine) releasedFrom(ctx context.Context, it store.Item, brk breakerRecord, limit int) ([]endpoints.DeliveryRef, int, error) {
 	parked := func(upTo string, limit int) ([]endpoints.DeliveryRef, error) {
-		return oldestFirst(ctx, s.db, store.GSI3, func(shard int) string { return keys.ParkedPK(brk.BrandID, brk.EndpointID, shard) }, upTo, limit,
+		refs, _, err := oldestFirst(ctx, s.db, store.GSI3, func(shard int) string { return keys.ParkedPK(brk.BrandID, brk.EndpointID, shard) }, upTo, limit,
 			func(it store.Item) (endpoints.DeliveryRef, error) {
 				return endpoints.DeliveryRef{BrandID: brk.BrandID, DeliveryID: it.Key.SK}, nil
 			})
+		return refs, err // reading a ref fails nothing: none skipped
 	}
 	key := keys.Subscription(brk.BrandID, brk.EndpointID)
 	if brk.Type == tally.DeliveryPostback {

@@ -82,42 +82,51 @@ func inOutbox(event store.Item) bool {
 // accepted): it is deleted. An entry written after cutoff is left to the
 // next run whatever its conversion's age: a retry completing a conversion
 // first recorded earlier writes it again, then the conversion, and may be
-// between the two.
-func (s *Engine) outboxedConversions(ctx context.Context, cutoff time.Time, limit int) ([]string, error) {
-	entries, err := oldestFirst(ctx, s.db, store.Table, keys.ConversionOutboxPK, ids.Ceil("cnv_", cutoff), limit, func(it store.Item) (store.Item, error) {
+// between the two. An entry it cannot read or act on is skipped (skip).
+func (s *Engine) outboxedConversions(ctx context.Context, cutoff time.Time, limit int) ([]string, []Skipped, error) {
+	entries, skipped, err := oldestFirst(ctx, s.db, store.Table, keys.ConversionOutboxPK, ids.Ceil("cnv_", cutoff), limit, func(it store.Item) (store.Item, error) {
 		return it, nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, skipped, err
 	}
 	var out []string
 	for _, it := range entries {
 		if at, err := strconv.ParseInt(it.Attrs["at"], 10, 64); err == nil && at > cutoff.UnixNano() {
 			continue
 		}
-		var c tally.Conversion
-		if err := records.Decode(it, &c); err != nil {
-			return out, err
-		}
-		_, err := s.db.Get(ctx, keys.Conversion(c.BrandID, c.ID))
+		id, err := s.outboxedConversion(ctx, it)
 		switch {
-		case errors.Is(err, store.ErrNotFound):
-			err = s.db.Transact(ctx, store.Delete(it.Key, store.AttrEquals("at", it.Attrs["at"])))
-			if _, rewritten := store.FailedOp(err); rewritten {
-				err = nil // a retry of the request is completing it
-			}
-			if err != nil {
-				return out, err
-			}
 		case err != nil:
-			return out, err
-		default:
-			evt, err := s.writeCreatedEvent(ctx, c, it)
-			if err != nil {
-				return out, err
-			}
-			out = append(out, strings.TrimPrefix(evt.PK, "EVT#"))
+			skipped = append(skipped, skip(ctx, s.db, it, err))
+		case id != "":
+			out = append(out, id)
 		}
 	}
-	return out, nil
+	return out, skipped, nil
+}
+
+// outboxedConversion is outboxedConversions for one entry: the id of its
+// event, or "" when the entry was deleted.
+func (s *Engine) outboxedConversion(ctx context.Context, it store.Item) (string, error) {
+	var c tally.Conversion
+	if err := records.Decode(it, &c); err != nil {
+		return "", err
+	}
+	_, err := s.db.Get(ctx, keys.Conversion(c.BrandID, c.ID))
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		err = s.db.Transact(ctx, store.Delete(it.Key, store.AttrEquals("at", it.Attrs["at"])))
+		if _, rewritten := store.FailedOp(err); rewritten {
+			err = nil // a retry of the request is completing it
+		}
+		return "", err
+	case err != nil:
+		return "", err
+	}
+	evt, err := s.writeCreatedEvent(ctx, c, it)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimPrefix(evt.PK, "EVT#"), nil
 }

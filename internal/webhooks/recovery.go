@@ -52,6 +52,13 @@ func (s *Engine) abandonParked(ctx context.Context, ref endpoints.DeliveryRef, l
 	return err == nil, err
 }
 
+// Dropped is what Overdue found.
+type Dropped struct {
+	Events     []string                // ids of events to fan out again
+	Deliveries []endpoints.DeliveryRef // pending deliveries to queue again
+	Skipped    []Skipped               // items it could not read (skip)
+}
+
 // Overdue lists what a transport that does not watch the indexes itself
 // (on AWS: the stream, the queue and the state machine) should have moved on
 // before cutoff but has not: events still in the outbox (not fanned out)
@@ -62,45 +69,56 @@ func (s *Engine) abandonParked(ctx context.Context, ref endpoints.DeliveryRef, l
 // idempotent, so the caller re-drives them through the usual steps. Only
 // the conversions' entries are written: each gets its event (as the fan-out
 // from the stream makes it) so that its id can be re-driven, or is deleted
-// when its conversion was never written (outboxedConversions).
-func (s *Engine) Overdue(ctx context.Context, cutoff time.Time, limit int) (events []string, deliveries []endpoints.DeliveryRef, err error) {
-	events, err = oldestFirst(ctx, s.db, store.GSI3, keys.OutboxPK, ids.Ceil("evt_", cutoff), limit, func(it store.Item) (string, error) {
+// when its conversion was never written (outboxedConversions). An entry it
+// cannot read is skipped, with a backoff (skip).
+func (s *Engine) Overdue(ctx context.Context, cutoff time.Time, limit int) (Dropped, error) {
+	var d Dropped
+	events, skipped, err := oldestFirst(ctx, s.db, store.GSI3, keys.OutboxPK, ids.Ceil("evt_", cutoff), limit, func(it store.Item) (string, error) {
 		return it.GSI3.SK, nil
 	})
+	d.Skipped = append(d.Skipped, skipped...)
 	if err != nil {
-		return nil, nil, err
+		return d, err
 	}
-	created, err := s.outboxedConversions(ctx, cutoff, limit)
+	created, skipped, err := s.outboxedConversions(ctx, cutoff, limit)
+	d.Events, d.Skipped = append(events, created...), append(d.Skipped, skipped...)
 	if err != nil {
-		return nil, nil, err
+		return d, err
 	}
-	events = append(events, created...)
-	deliveries, err = oldestFirst(ctx, s.db, store.GSI3, keys.DueQueuePK, keys.DueQueueSK(cutoff, "~"), limit, func(it store.Item) (endpoints.DeliveryRef, error) {
+	d.Deliveries, skipped, err = oldestFirst(ctx, s.db, store.GSI3, keys.DueQueuePK, keys.DueQueueSK(cutoff, "~"), limit, func(it store.Item) (endpoints.DeliveryRef, error) {
 		var rec endpoints.DeliveryRecord
 		err := records.Decode(it, &rec)
 		return endpoints.DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID}, err
 	})
-	return events, deliveries, err
+	d.Skipped = append(d.Skipped, skipped...)
+	return d, err
 }
 
 // oldestFirst reads the entries of every shard of a queue (the table's
 // partitions or an index's) up to skTo (inclusive), oldest first, at most
-// limit in all.
-func oldestFirst[T any](ctx context.Context, st store.Store, index store.Index, pk func(shard int) string, skTo string, limit int, read func(store.Item) (T, error)) ([]T, error) {
+// limit in all. An entry that waits out a skip's backoff is passed over; one
+// that read cannot read is skipped (skip).
+func oldestFirst[T any](ctx context.Context, db *records.DB, index store.Index, pk func(shard int) string, skTo string, limit int, read func(store.Item) (T, error)) ([]T, []Skipped, error) {
 	type entry struct {
 		sk string
 		v  T
 	}
 	var all []entry
+	var skipped []Skipped
+	now := db.Now()
 	for shard := range keys.QueueShards {
-		page, err := st.Query(ctx, store.Query{Index: index, PK: pk(shard), SKTo: skTo, Limit: min(limit, records.MaxScan)})
+		page, err := db.Query(ctx, store.Query{Index: index, PK: pk(shard), SKTo: skTo, Limit: min(limit, records.MaxScan)})
 		if err != nil {
-			return nil, err
+			return nil, skipped, err
 		}
 		for _, it := range page.Items {
+			if backingOff(it, now) {
+				continue
+			}
 			v, err := read(it)
 			if err != nil {
-				return nil, err
+				skipped = append(skipped, skip(ctx, db, it, err))
+				continue
 			}
 			all = append(all, entry{it.IndexKey(index).SK, v})
 		}
@@ -110,5 +128,5 @@ func oldestFirst[T any](ctx context.Context, st store.Store, index store.Index, 
 	for _, e := range all[:min(limit, len(all))] {
 		out = append(out, e.v)
 	}
-	return out, nil
+	return out, skipped, nil
 }

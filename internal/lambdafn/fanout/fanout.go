@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -15,7 +16,9 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-lambda-go/lambdacontext"
 
+	"github.com/tally-hq/tally/internal/emf"
 	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
 	"github.com/tally-hq/tally/internal/sqsjson"
@@ -179,10 +182,18 @@ type Reconciler struct {
 	// Release bounds the parked deliveries a run releases (queues) when
 	// their endpoint's circuit closed (webhooks.Engine.Released).
 	Release int
+	// Margin is the part of the run's time (its context's deadline) kept
+	// for queueing what the release found: the release starts no endpoint
+	// after the deadline less Margin, or less a quarter of the time left
+	// when the run starts with less than 4 Margins.
+	Margin time.Duration
+	// Metrics receives each run's deferral and skips (ReconcilerDeferralsAlarm).
+	Metrics *emf.Metrics
 }
 
 // DefaultReconciler is the deployed reconciler's configuration (docs/aws.md).
-var DefaultReconciler = Reconciler{Grace: 10 * time.Minute, Limit: 2000, Backlog: 1000, Workers: 8, Release: 10000}
+var DefaultReconciler = Reconciler{Grace: 10 * time.Minute, Limit: 2000, Backlog: 1000, Workers: 8, Release: 10000,
+	Margin: 15 * time.Second, Metrics: emf.New(os.Stdout)}
 
 // ReconcilerResult is what a run did.
 type ReconcilerResult struct {
@@ -193,25 +204,38 @@ type ReconcilerResult struct {
 	Circuits   int  `json:"circuits"`   // endpoints whose wait lists were read: open circuits, or recently closed
 	Backlog    int  `json:"backlog"`    // visible messages in the delivery queue
 	Deferred   bool `json:"deferred"`   // events and deliveries were left for a later run: the queue has a backlog
+	Skipped    int  `json:"skipped"`    // items skipped, each until its backoff ends (webhooks.Skipped)
+	Unfinished int  `json:"unfinished"` // endpoints whose release is left for the next run: out of time or over Release
 }
 
 // Handler returns the scheduled handler. A run that could not re-drive
 // everything it found returns an error, after doing the rest, so that the
-// function's Errors metric (ReconcilerErrorsAlarm) reports it.
+// function's Errors metric (ReconcilerErrorsAlarm) reports it. An item it
+// cannot read or re-drive is logged and skipped with a backoff
+// (webhooks.Skipped): one poison item neither blocks the rest nor fails
+// every run, only those that try it again. A deferral is logged at WARN
+// and counted (ReconcilerDeferralsAlarm).
 func (r Reconciler) Handler(engine *webhooks.Engine, q ReconcileQueue, queueURL string, log *slog.Logger) func(context.Context, events.EventBridgeEvent) (ReconcilerResult, error) {
 	return func(ctx context.Context, ev events.EventBridgeEvent) (ReconcilerResult, error) {
 		var res ReconcilerResult
-		evts, refs, err := engine.Overdue(ctx, engine.Now().Add(-r.Grace), r.Limit)
+		var errs []error
+		skipped := func(all []webhooks.Skipped) {
+			for _, s := range all {
+				log.Warn("reconciler skipped an item until its backoff ends", "pk", s.Key.PK, "sk", s.Key.SK, "err", s.Err.Error())
+			}
+			res.Skipped += len(all)
+		}
+		defer func() { r.Metrics.Reconciled(lambdacontext.FunctionName, res.Deferred, res.Skipped) }()
+		dropped, err := engine.Overdue(ctx, engine.Now().Add(-r.Grace), r.Limit)
+		skipped(dropped.Skipped)
 		if err != nil {
 			return res, err
 		}
-		var errs []error
+		evts, refs := dropped.Events, dropped.Deliveries
 		redriveEvents := func() {
-			failed := r.fanOutAll(ctx, engine, q, queueURL, evts, log)
-			res.Events = len(evts) - failed
-			if failed > 0 {
-				errs = append(errs, fmt.Errorf("%d of %d events could not be fanned out", failed, len(evts)))
-			}
+			failed := r.fanOutAll(ctx, engine, q, queueURL, evts)
+			res.Events = len(evts) - len(failed)
+			skipped(failed)
 		}
 		res.Backlog, err = backlog(ctx, q, queueURL)
 		switch {
@@ -232,37 +256,58 @@ func (r Reconciler) Handler(engine *webhooks.Engine, q ReconcileQueue, queueURL 
 			} else {
 				res.Deliveries = len(refs)
 			}
-			rel, err := engine.Released(ctx, r.Release)
-			res.Failed, res.Circuits = rel.Failed, rel.Watched
-			if err == nil {
-				_, err = queue.SendRefs(ctx, q, queueURL, rel.Refs)
-			}
-			if err != nil {
+			if err := r.release(ctx, engine, q, queueURL, &res, skipped); err != nil {
 				errs = append(errs, fmt.Errorf("release parked deliveries: %w", err))
-			} else {
-				res.Released = len(rel.Refs)
 			}
 		}
-		log.Info("reconciled", "events", res.Events, "deliveries", res.Deliveries, "released", res.Released, "failed", res.Failed, "circuits", res.Circuits, "backlog", res.Backlog, "deferred", res.Deferred)
+		if res.Skipped > 0 {
+			errs = append(errs, fmt.Errorf("%d items skipped until their backoff ends", res.Skipped))
+		}
+		log.Info("reconciled", "events", res.Events, "deliveries", res.Deliveries, "released", res.Released, "failed", res.Failed, "circuits", res.Circuits,
+			"backlog", res.Backlog, "deferred", res.Deferred, "skipped", res.Skipped, "unfinished", res.Unfinished)
 		return res, errors.Join(errs...)
 	}
 }
 
-// fanOutAll fans out events, Workers at a time, and returns how many failed.
-func (r Reconciler) fanOutAll(ctx context.Context, engine *webhooks.Engine, q queue.Queue, queueURL string, evts []string, log *slog.Logger) int {
+// release queues the parked deliveries whose endpoint's circuit closed
+// (webhooks.Engine.Released), the release bounded by the run's deadline
+// less its margin (Margin); what it left is released by the next run.
+func (r Reconciler) release(ctx context.Context, engine *webhooks.Engine, q queue.Queue, queueURL string, res *ReconcilerResult, skipped func([]webhooks.Skipped)) error {
+	relCtx := ctx
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		relCtx, cancel = context.WithDeadline(ctx, deadline.Add(-min(r.Margin, time.Until(deadline)/4)))
+		defer cancel()
+	}
+	rel, err := engine.Released(relCtx, r.Release)
+	res.Failed, res.Circuits, res.Unfinished = rel.Failed, rel.Watched, rel.Unfinished
+	skipped(rel.Skipped)
+	if err != nil {
+		return err
+	}
+	if _, err := queue.SendRefs(ctx, q, queueURL, rel.Refs); err != nil {
+		return err
+	}
+	res.Released = len(rel.Refs)
+	return nil
+}
+
+// fanOutAll fans out events, Workers at a time, and returns those that
+// failed, skipped (webhooks.Engine.SkipEvent).
+func (r Reconciler) fanOutAll(ctx context.Context, engine *webhooks.Engine, q queue.Queue, queueURL string, evts []string) []webhooks.Skipped {
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
-		failed int
+		failed []webhooks.Skipped
 		next   = make(chan string)
 	)
 	for range max(r.Workers, 1) {
 		wg.Go(func() {
 			for id := range next {
 				if err := fanOut(ctx, engine, q, queueURL, id); err != nil {
-					log.Error("re-driven fan-out failed", "eventId", id, "err", err.Error())
+					s := engine.SkipEvent(ctx, id, err)
 					mu.Lock()
-					failed++
+					failed = append(failed, s)
 					mu.Unlock()
 				}
 			}
