@@ -2,7 +2,6 @@ package sfntest_test
 
 import (
 	"fmt"
-	"net/http"
 	"reflect"
 	"slices"
 	"strings"
@@ -14,14 +13,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/keys"
-	"github.com/tally-hq/tally/internal/lambdafn/api"
 	"github.com/tally-hq/tally/internal/lambdafn/rollup"
 	"github.com/tally-hq/tally/internal/reports"
-	"github.com/tally-hq/tally/internal/service"
-	"github.com/tally-hq/tally/internal/servicetest"
-	"github.com/tally-hq/tally/internal/store/dynamo"
 )
 
 // TestRollupPoisonRecordFailsAlone puts two records no retry can read
@@ -35,17 +29,9 @@ func TestRollupPoisonRecordFailsAlone(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	key, offerID, partnerID := f.conversionSetup(t)
-	svc := servicetest.New(dynamo.New(f.client, f.table), service.WithStreamRollups())
-	convs, err := api.APIHandler(svc.API(), httpapi.Config{Logger: f.log}, httpapi.GroupConversions)
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc, post := f.conversionsFunction(t, key)
 	convert := func(i int) {
-		body := fmt.Sprintf(`{"offerId":%q,"partnerId":%q,"externalTxnId":"order-%d","revenueCents":1000,"payoutCents":200,"currency":"EUR"}`, offerID, partnerID, i)
-		resp, err := convs(lambdaContext(t.Context(), "conversions"), roundTrip(t, apiEvent("POST", "/api/v1/conversions", key, body)))
-		if err != nil || resp.StatusCode != http.StatusCreated {
-			t.Fatalf("POST /api/v1/conversions: %v, status %d: %s", err, resp.StatusCode, resp.Body)
-		}
+		post(fmt.Sprintf(`{"offerId":%q,"partnerId":%q,"externalTxnId":"order-%d","revenueCents":1000,"payoutCents":200,"currency":"EUR"}`, offerID, partnerID, i))
 	}
 	poison := func(id string, data []byte) {
 		k := keys.Conversion(f.brand.ID, id)

@@ -33,26 +33,13 @@ func TestRollupsFromTheStreamAreExact(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	key, offerID, partnerID := f.conversionSetup(t)
-	svc := servicetest.New(dynamo.New(f.client, f.table), service.WithStreamRollups())
-	api, err := api.APIHandler(svc.API(), httpapi.Config{Logger: f.log}, httpapi.GroupConversions)
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc, post := f.conversionsFunction(t, key)
 	const n = 30
 	var convs []tally.Conversion
 	for i := range n {
 		currency := []string{"EUR", "USD"}[i%2]
-		body := fmt.Sprintf(`{"offerId":%q,"partnerId":%q,"externalTxnId":"order-%d","revenueCents":%d,"payoutCents":%d,"currency":%q}`,
-			offerID, partnerID, i, 1000+i*37, 200+i*11, currency)
-		resp, err := api(lambdaContext(t.Context(), "conversions"), roundTrip(t, apiEvent("POST", "/api/v1/conversions", key, body)))
-		if err != nil || resp.StatusCode != http.StatusCreated {
-			t.Fatalf("POST /api/v1/conversions: %v, status %d: %s", err, resp.StatusCode, resp.Body)
-		}
-		var c tally.Conversion
-		if err := json.Unmarshal([]byte(resp.Body), &c); err != nil {
-			t.Fatal(err)
-		}
-		convs = append(convs, c)
+		convs = append(convs, post(fmt.Sprintf(`{"offerId":%q,"partnerId":%q,"externalTxnId":"order-%d","revenueCents":%d,"payoutCents":%d,"currency":%q}`,
+			offerID, partnerID, i, 1000+i*37, 200+i*11, currency)))
 	}
 	settings, err := svc.Clicks.FraudSettings(t.Context(), f.brand.ID)
 	if err != nil {
@@ -145,5 +132,29 @@ func TestRollupsFromTheStreamAreExact(t *testing.T) {
 	want["EUR"].Clicks, want["EUR"].HighRiskClicks = clickCount, highRisk // the offer's currency
 	if got := report(); len(got) != 2 || !reflect.DeepEqual(got[0], *want[got[0].Currency]) || !reflect.DeepEqual(got[1], *want[got[1].Currency]) {
 		t.Errorf("report %+v, want %+v and %+v", got, *want["EUR"], *want["USD"])
+	}
+}
+
+// conversionsFunction returns the service of the conversions function as
+// deployed (it leaves rollups to the stream) and a way to post a conversion
+// through that function with key.
+func (f *fixture) conversionsFunction(t *testing.T, key string) (*service.Service, func(body string) tally.Conversion) {
+	t.Helper()
+	svc := servicetest.New(dynamo.New(f.client, f.table), service.WithStreamRollups())
+	handler, err := api.APIHandler(svc.API(), httpapi.Config{Logger: f.log}, httpapi.GroupConversions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc, func(body string) tally.Conversion {
+		t.Helper()
+		resp, err := handler(lambdaContext(t.Context(), "conversions"), roundTrip(t, apiEvent("POST", "/api/v1/conversions", key, body)))
+		if err != nil || resp.StatusCode != http.StatusCreated {
+			t.Fatalf("POST /api/v1/conversions: %v, status %d: %s", err, resp.StatusCode, resp.Body)
+		}
+		var c tally.Conversion
+		if err := json.Unmarshal([]byte(resp.Body), &c); err != nil {
+			t.Fatal(err)
+		}
+		return c
 	}
 }
