@@ -22,8 +22,9 @@ const (
 // functions/ (and bin/, where `make build` puts its bootstrap), its timeout
 // in seconds and, for API functions, its routes ("METHOD /path"). The
 // fallback has none of its own: it is the API's $default route, which
-// answers what no other route matches in the API's error shape, and it has
-// no access to the table.
+// answers what no other route matches in the API's error shape; it reads
+// the table (to know the key) and writes only the rate-limit counters and
+// the key's last use.
 type function struct {
 	ID      string
 	Dir     string
