@@ -396,8 +396,6 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		metric          awscloudwatch.Metric
 		threshold       float64
 	}{
-		{"DeliveryDLQAlarm", "Deliveries the delivery function failed 5 times are in DeliveryDLQ.", deliveryDLQ.MetricApproximateNumberOfMessagesVisible(nil), 0},
-		{"FanoutDLQAlarm", "Stream batches the fan-out failed are in FanoutDLQ.", fanoutDLQ.MetricApproximateNumberOfMessagesVisible(nil), 0},
 		{"RetryFailedExecutionsAlarm", "A retry workflow execution failed.", retry.MetricFailed(nil), 0},
 		{"RetryTimedOutExecutionsAlarm", "A retry workflow execution timed out.", retry.MetricTimedOut(nil), 0},
 		{"FanoutIteratorAgeAlarm", "The fan-out is more than 5 minutes behind the table's stream.", fanout.Metric(jsii.String("IteratorAge"), maximum), 300000},
@@ -410,10 +408,19 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 	for _, a := range alarms {
 		alarm(stack, a.id, a.description, a.metric, a.threshold).AddAlarmAction(awscloudwatchactions.NewSnsAction(topic))
 	}
-	rollupDLQAlarm := alarm(stack, "RollupDLQAlarm", "Stream records the rollups gave up on are in RollupDLQ (they are missing from the reports).",
-		rollupDLQ.MetricApproximateNumberOfMessagesVisible(nil), 0)
-	rollupDLQAlarm.AddAlarmAction(awscloudwatchactions.NewSnsAction(topic))
-	rollupDLQAlarm.AddOkAction(awscloudwatchactions.NewSnsAction(topic)) // the queue drained
+	// A dead-letter queue's alarm also says when the queue is drained.
+	for _, d := range []struct {
+		id, description string
+		queue           awssqs.Queue
+	}{
+		{"DeliveryDLQAlarm", "Deliveries the delivery function failed 5 times are in DeliveryDLQ.", deliveryDLQ},
+		{"FanoutDLQAlarm", "Stream batches the fan-out failed are in FanoutDLQ.", fanoutDLQ},
+		{"RollupDLQAlarm", "Stream records the rollups gave up on are in RollupDLQ (they are missing from the reports).", rollupDLQ},
+	} {
+		a := alarm(stack, d.id, d.description, d.queue.MetricApproximateNumberOfMessagesVisible(nil), 0)
+		a.AddAlarmAction(awscloudwatchactions.NewSnsAction(topic))
+		a.AddOkAction(awscloudwatchactions.NewSnsAction(topic))
+	}
 	// The reconciler's own metric (EMF, internal/emf): a deferral is work left
 	// behind while deliver is behind, and clears (OK) once a run re-drives.
 	deferrals := awscloudwatch.NewMetric(&awscloudwatch.MetricProps{

@@ -698,8 +698,8 @@ func TestAlarms(t *testing.T) {
 		return a
 	}
 	for id, want := range map[string]map[string]any{
-		"DeliveryDLQAlarm":             alarm("AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", getAtt("DeliveryDLQ", "QueueName"), "Maximum", 0),
-		"FanoutDLQAlarm":               alarm("AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", getAtt("FanoutDLQ", "QueueName"), "Maximum", 0),
+		"DeliveryDLQAlarm":             withOK(alarm("AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", getAtt("DeliveryDLQ", "QueueName"), "Maximum", 0)),
+		"FanoutDLQAlarm":               withOK(alarm("AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", getAtt("FanoutDLQ", "QueueName"), "Maximum", 0)),
 		"RetryFailedExecutionsAlarm":   alarm("AWS/States", "ExecutionsFailed", "StateMachineArn", ref("RetryStateMachine"), "Sum", 0),
 		"RetryTimedOutExecutionsAlarm": alarm("AWS/States", "ExecutionsTimedOut", "StateMachineArn", ref("RetryStateMachine"), "Sum", 0),
 		"FanoutIteratorAgeAlarm":       alarm("AWS/Lambda", "IteratorAge", "FunctionName", ref("FanoutFunction"), "Maximum", 300000),

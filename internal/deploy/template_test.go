@@ -852,8 +852,10 @@ func TestEventSources(t *testing.T) {
 		!reflect.DeepEqual(queue.DeadLetterTarget, deploy.GetAtt("DeliveryDLQ", "Arn")) || queue.MaxReceiveCount != 5 {
 		t.Errorf("DeliveryQueue %+v: want visibility 180 s (≥ 6 × deliver's %d s), redrive to DeliveryDLQ after 5", queue, deliver.Timeout)
 	}
-	if a := tpl.Resources["RollupDLQAlarm"].Properties; !reflect.DeepEqual(a["OKActions"], []any{deploy.Ref("AlarmTopic")}) {
-		t.Errorf("RollupDLQAlarm OKActions %v, want AlarmTopic: the alarm says when RollupDLQ is drained", a["OKActions"])
+	for _, id := range []string{"DeliveryDLQ", "FanoutDLQ", "RollupDLQ"} {
+		if a := tpl.Resources[id+"Alarm"].Properties; !reflect.DeepEqual(a["OKActions"], []any{deploy.Ref("AlarmTopic")}) {
+			t.Errorf("%sAlarm OKActions %v, want AlarmTopic: the alarm says when %s is drained", id, a["OKActions"], id)
+		}
 	}
 	for _, id := range []string{"DeliveryDLQ", "FanoutDLQ", "RollupDLQ"} {
 		q, err := tpl.Queue(id)
