@@ -24,10 +24,7 @@ func (a *API) measure(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rec, ok := w.(*statusRecorder)
-		if !ok {
-			rec = &statusRecorder{ResponseWriter: w, status: http.StatusOK}
-		}
+		rec := w.(*statusRecorder)               // Handler puts measure inside observe
 		status := http.StatusInternalServerError // unless the handler returns: observe answers a panic 500
 		defer func() { a.cfg.Requests.RequestServed(routeOf(r), methodOf(r), status, time.Since(start)) }()
 		next.ServeHTTP(rec, r)
