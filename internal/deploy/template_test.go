@@ -1214,6 +1214,44 @@ func TestEveryFailureHasAnAlarm(t *testing.T) {
 	}
 }
 
+// TestRunbookHasEveryAlarm checks that docs/aws.md's Runbook has an entry
+// (a heading) for every alarm of the template, per function as the
+// Alarms table has them: whoever gets paged finds what to do.
+func TestRunbookHasEveryAlarm(t *testing.T) {
+	tpl, c := load(t), readContract(t)
+	start := strings.Index(c.text, "\n## Runbook\n")
+	if start < 0 {
+		t.Fatal("docs/aws.md has no Runbook section")
+	}
+	runbook := c.text[start+1:]
+	if end := strings.Index(runbook[3:], "\n## "); end >= 0 {
+		runbook = runbook[:end+3]
+	}
+	entries := map[string]bool{}
+	for _, line := range strings.Split(runbook, "\n") {
+		if strings.HasPrefix(line, "### ") {
+			for _, id := range spans(line) {
+				entries[id] = true
+			}
+		}
+	}
+	functions := map[string]bool{}
+	for _, dir := range folders(t) {
+		functions[logicalID(dir)] = true
+	}
+	for _, id := range tpl.IDs("AWS::CloudWatch::Alarm") {
+		entry := id
+		for fn := range functions {
+			if rest, ok := strings.CutPrefix(id, fn); ok && (rest == "ErrorsAlarm" || rest == "ThrottlesAlarm") {
+				entry = functionPattern + rest
+			}
+		}
+		if !entries[entry] {
+			t.Errorf("docs/aws.md's Runbook has no \"### `%s`\" entry (for %s)", entry, id)
+		}
+	}
+}
+
 // TestParametersAreTheContracts checks the template's parameters and their
 // defaults against the contract's Parameters table.
 func TestParametersAreTheContracts(t *testing.T) {
