@@ -75,6 +75,30 @@ const maxRecordAge = 6 * 3600
 // the only items read-only functions may update.
 var rateCounterKeys = []string{"RATE#*", "KEY#*"}
 
+// errorsAlarm and throttlesAlarm describe each kind of function's
+// <Function>ErrorsAlarm and <Function>ThrottlesAlarm (%s: its logical id).
+var errorsAlarm = map[kind]string{
+	apiFunction:        "%s failed an invocation (a crash or its 10 s timeout): API Gateway answered 500 for it.",
+	fallbackFunction:   "%s failed an invocation (a crash or its 10 s timeout): API Gateway answered 500 for it.",
+	approverFunction:   "A hold-time approval run failed (%s).",
+	reconcilerFunction: "A reconciler run failed or could not re-drive everything it found (%s).",
+	fanoutFunction:     "A fan-out invocation failed (%s): Lambda retries its stream batch (then FanoutDLQ).",
+	rollupFunction:     "A rollup invocation failed (%s): Lambda retries its stream batch (then RollupDLQ).",
+	deliverFunction:    "A deliver invocation failed as a whole (%s): its messages go back to DeliveryQueue (after 5 receives, DeliveryDLQ).",
+	attemptFunction:    "A retry attempt task failed (%s, not the receiver); the state machine retries it, then abandons the delivery.",
+}
+
+var throttlesAlarm = map[kind]string{
+	apiFunction:        "Lambda refused to run %s (no concurrency left): its callers got a 5xx.",
+	fallbackFunction:   "Lambda refused to run %s (no concurrency left): its callers got a 5xx.",
+	approverFunction:   "An approver run (%s) was refused: the previous one still ran (reserved concurrency 1), approvals fall behind.",
+	reconcilerFunction: "A reconciler run (%s) was refused: the previous one still ran (reserved concurrency 1).",
+	fanoutFunction:     "Lambda refused the fan-out (%s, no concurrency left): the stream waits and IteratorAge grows.",
+	rollupFunction:     "Lambda refused the rollups (%s, no concurrency left): the stream waits and IteratorAge grows.",
+	deliverFunction:    "Lambda refused deliver (%s, no concurrency left in the account): deliveries wait in DeliveryQueue.",
+	attemptFunction:    "Lambda refused an attempt task (%s, no concurrency left): the state machine retries it.",
+}
+
 var functions = []function{
 	{ID: "OffersFunction", Dir: "offers", Timeout: 10, Kind: apiFunction, Routes: []string{
 		"GET /api/v1/offers",

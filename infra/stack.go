@@ -391,46 +391,84 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 	subscription.OverrideLogicalId(jsii.String("AlarmEmailSubscription"))
 	fiveMinutes := &awscloudwatch.MetricOptions{Period: awscdk.Duration_Minutes(jsii.Number(5))}
 	maximum := &awscloudwatch.MetricOptions{Period: awscdk.Duration_Minutes(jsii.Number(5)), Statistic: jsii.String("Maximum")}
-	alarms := []struct {
-		id, description string
-		metric          awscloudwatch.Metric
-		threshold       float64
-	}{
-		{"RetryFailedExecutionsAlarm", "A retry workflow execution failed.", retry.MetricFailed(nil), 0},
-		{"RetryTimedOutExecutionsAlarm", "A retry workflow execution timed out.", retry.MetricTimedOut(nil), 0},
-		{"FanoutIteratorAgeAlarm", "The fan-out is more than 5 minutes behind the table's stream.", fanout.Metric(jsii.String("IteratorAge"), maximum), 300000},
-		{"RollupIteratorAgeAlarm", "The reports' rollups are more than 5 minutes behind the table's stream.", rollup.Metric(jsii.String("IteratorAge"), maximum), 300000},
-		{"DeliveryQueueAgeAlarm", "A delivery has waited in DeliveryQueue for more than 10 minutes (deliver is behind or failing).",
-			deliveryQueue.MetricApproximateAgeOfOldestMessage(maximum), 600},
-		{"ApproverErrorsAlarm", "A hold-time approval run failed.", approver.MetricErrors(fiveMinutes), 0},
-		{"ReconcilerErrorsAlarm", "A reconciler run failed or could not re-drive everything it found.", reconciler.MetricErrors(fiveMinutes), 0},
-	}
-	for _, a := range alarms {
-		alarm(stack, a.id, a.description, a.metric, a.threshold).AddAlarmAction(awscloudwatchactions.NewSnsAction(topic))
-	}
-	// A dead-letter queue's alarm also says when the queue is drained.
-	for _, d := range []struct {
-		id, description string
-		queue           awssqs.Queue
-	}{
-		{"DeliveryDLQAlarm", "Deliveries the delivery function failed 5 times are in DeliveryDLQ.", deliveryDLQ},
-		{"FanoutDLQAlarm", "Stream batches the fan-out failed are in FanoutDLQ.", fanoutDLQ},
-		{"RollupDLQAlarm", "Stream records the rollups gave up on are in RollupDLQ (they are missing from the reports).", rollupDLQ},
-	} {
-		a := alarm(stack, d.id, d.description, d.queue.MetricApproximateNumberOfMessagesVisible(nil), 0)
-		a.AddAlarmAction(awscloudwatchactions.NewSnsAction(topic))
-		a.AddOkAction(awscloudwatchactions.NewSnsAction(topic))
-	}
 	// The reconciler's own metric (EMF, internal/emf): a deferral is work left
-	// behind while deliver is behind, and clears (OK) once a run re-drives.
+	// behind while deliver is behind.
 	deferrals := awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
 		Namespace: jsii.String("Tally"), MetricName: jsii.String("ReconcilerDeferrals"),
 		DimensionsMap: &map[string]*string{"FunctionName": reconciler.FunctionName()},
 		Period:        awscdk.Duration_Minutes(jsii.Number(5)), Statistic: jsii.String("Sum"),
 	})
-	deferralsAlarm := alarm(stack, "ReconcilerDeferralsAlarm", "A reconciler run left overdue work for a later run, the delivery queue's backlog being over its threshold (deliver is behind).", deferrals, 0)
-	deferralsAlarm.AddAlarmAction(awscloudwatchactions.NewSnsAction(topic))
-	deferralsAlarm.AddOkAction(awscloudwatchactions.NewSnsAction(topic))
+	alarms := []struct {
+		id, description string
+		metric          awscloudwatch.Metric
+		threshold       float64
+	}{
+		{"ApiServerErrorsAlarm", "The HTTP API answered 5xx (a function failed, timed out or was throttled, or answered 500 itself).", api.MetricServerError(fiveMinutes), 0},
+		{"DeliveryDLQAlarm", "Deliveries the delivery function failed 5 times are in DeliveryDLQ.", deliveryDLQ.MetricApproximateNumberOfMessagesVisible(nil), 0},
+		{"FanoutDLQAlarm", "Stream batches the fan-out failed are in FanoutDLQ.", fanoutDLQ.MetricApproximateNumberOfMessagesVisible(nil), 0},
+		{"RollupDLQAlarm", "Stream records the rollups gave up on are in RollupDLQ (they are missing from the reports).", rollupDLQ.MetricApproximateNumberOfMessagesVisible(nil), 0},
+		{"RetryFailedExecutionsAlarm", "A retry workflow execution failed.", retry.MetricFailed(nil), 0},
+		{"RetryTimedOutExecutionsAlarm", "A retry workflow execution timed out.", retry.MetricTimedOut(nil), 0},
+		{"RetryThrottledExecutionsAlarm", "Step Functions throttled state transitions or retries of retry workflow executions (their attempts run late).", retry.MetricThrottled(nil), 0},
+		{"RetryAbortedExecutionsAlarm", "A retry workflow execution was stopped (StopExecution); the reconciler restarts its delivery once it is overdue.", retry.MetricAborted(nil), 0},
+		{"FanoutIteratorAgeAlarm", "The fan-out is more than 5 minutes behind the table's stream.", fanout.Metric(jsii.String("IteratorAge"), maximum), 300000},
+		{"RollupIteratorAgeAlarm", "The reports' rollups are more than 5 minutes behind the table's stream.", rollup.Metric(jsii.String("IteratorAge"), maximum), 300000},
+		{"DeliveryQueueAgeAlarm", "A delivery has waited in DeliveryQueue for more than 10 minutes (deliver is behind or failing).",
+			deliveryQueue.MetricApproximateAgeOfOldestMessage(maximum), 600},
+		{"ReconcilerDeferralsAlarm", "A reconciler run left overdue work for a later run, the delivery queue's backlog being over its threshold (deliver is behind).", deferrals, 0},
+	}
+	// Every function's errors and throttles, one alarm each, named after it.
+	for _, f := range functions {
+		fn := byID[f.ID]
+		alarms = append(alarms,
+			struct {
+				id, description string
+				metric          awscloudwatch.Metric
+				threshold       float64
+			}{f.ID + "ErrorsAlarm", fmt.Sprintf(errorsAlarm[f.Kind], f.ID), fn.MetricErrors(fiveMinutes), 0},
+			struct {
+				id, description string
+				metric          awscloudwatch.Metric
+				threshold       float64
+			}{f.ID + "ThrottlesAlarm", fmt.Sprintf(throttlesAlarm[f.Kind], f.ID), fn.MetricThrottles(fiveMinutes), 0})
+	}
+	// Each alarm also says when it clears.
+	for _, a := range alarms {
+		notify(alarm(stack, a.id, a.description, a.metric, a.threshold), topic)
+	}
+	// The table's and every index's read and write throttle events, added
+	// (a write an index cannot take is refused on the table too, and is
+	// counted on the index). Written as the template has it: CDK's math
+	// expression would name and order its metrics its own way.
+	throttles := []any{&awscloudwatch.CfnAlarm_MetricDataQueryProperty{
+		Id: jsii.String("throttles"), Label: jsii.String("Read and write throttle events of Table and its indexes"), ReturnData: jsii.Bool(true),
+		Expression: jsii.String("SUM([tableReads, tableWrites, gsi1Reads, gsi1Writes, gsi2Reads, gsi2Writes, gsi3Reads, gsi3Writes])"),
+	}}
+	for _, ix := range []string{"table", "gsi1", "gsi2", "gsi3"} {
+		dims := []any{&awscloudwatch.CfnAlarm_DimensionProperty{Name: jsii.String("TableName"), Value: table.TableName()}}
+		if ix != "table" {
+			dims = append(dims, &awscloudwatch.CfnAlarm_DimensionProperty{Name: jsii.String("GlobalSecondaryIndexName"), Value: jsii.String(ix)})
+		}
+		for _, m := range []struct{ suffix, name string }{{"Reads", "ReadThrottleEvents"}, {"Writes", "WriteThrottleEvents"}} {
+			throttles = append(throttles, &awscloudwatch.CfnAlarm_MetricDataQueryProperty{
+				Id: jsii.String(ix + m.suffix), ReturnData: jsii.Bool(false),
+				MetricStat: &awscloudwatch.CfnAlarm_MetricStatProperty{
+					Metric: &awscloudwatch.CfnAlarm_MetricProperty{Namespace: jsii.String("AWS/DynamoDB"), MetricName: jsii.String(m.name), Dimensions: &dims},
+					Period: jsii.Number(300), Stat: jsii.String("Sum"),
+				},
+			})
+		}
+	}
+	awscloudwatch.NewCfnAlarm(stack, jsii.String("TableThrottlesAlarm"), &awscloudwatch.CfnAlarmProps{
+		AlarmDescription:   jsii.String("DynamoDB throttled reads or writes of Table or one of its indexes (gsi1, gsi2, gsi3)."),
+		Metrics:            &throttles,
+		EvaluationPeriods:  jsii.Number(1),
+		Threshold:          jsii.Number(0),
+		ComparisonOperator: jsii.String("GreaterThanThreshold"),
+		TreatMissingData:   jsii.String("notBreaching"),
+		AlarmActions:       jsii.Strings(*topic.TopicArn()),
+		OkActions:          jsii.Strings(*topic.TopicArn()),
+	}).OverrideLogicalId(jsii.String("TableThrottlesAlarm"))
 
 	// A function (and the state machine) depends on its role through
 	// Fn::GetAtt already; CDK also lists the role in DependsOn, which
@@ -511,6 +549,12 @@ func alarm(stack awscdk.Stack, id, description string, metric awscloudwatch.Metr
 	})
 	overrideID(a, id)
 	return a
+}
+
+// notify makes an alarm notify topic when it fires and when it clears.
+func notify(a awscloudwatch.Alarm, topic awssns.Topic) {
+	a.AddAlarmAction(awscloudwatchactions.NewSnsAction(topic))
+	a.AddOkAction(awscloudwatchactions.NewSnsAction(topic))
 }
 
 func output(stack awscdk.Stack, id, description string, value *string) {

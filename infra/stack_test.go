@@ -162,11 +162,12 @@ func TestResources(t *testing.T) {
 		"AWS::ApiGatewayV2::Integration":   float64(len(apiFunctions) + 1), // and the fallback's
 		"AWS::Lambda::EventSourceMapping":  3,
 		"AWS::Events::Rule":                float64(len(schedules)),
-		"AWS::CloudWatch::Alarm":           11,
-		"AWS::KMS::Key":                    1, // AlarmTopic's
-		"AWS::SNS::Topic":                  1,
-		"AWS::SNS::Subscription":           1, // with AlarmEmail set
-		"AWS::Logs::LogGroup":              float64(len(timeouts)),
+		// An errors and a throttles alarm per function, and 13 others.
+		"AWS::CloudWatch::Alarm": float64(2*len(timeouts) + 13),
+		"AWS::KMS::Key":          1, // AlarmTopic's
+		"AWS::SNS::Topic":        1,
+		"AWS::SNS::Subscription": 1, // with AlarmEmail set
+		"AWS::Logs::LogGroup":    float64(len(timeouts)),
 		// One per route (API Gateway), one per schedule.
 		"AWS::Lambda::Permission": float64(len(wantRoutes) + len(schedules)),
 		// One role per function, and the state machine's, each with its
@@ -693,23 +694,30 @@ func TestAlarms(t *testing.T) {
 			"AlarmActions":       []any{ref("AlarmTopic")},
 		}
 	}
-	withOK := func(a map[string]any) map[string]any {
-		a["OKActions"] = a["AlarmActions"]
-		return a
+	// Every alarm also says when it clears.
+	want := map[string]map[string]any{
+		"ApiServerErrorsAlarm":          alarm("AWS/ApiGateway", "5xx", "ApiId", ref("HttpApi"), "Sum", 0),
+		"DeliveryDLQAlarm":              alarm("AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", getAtt("DeliveryDLQ", "QueueName"), "Maximum", 0),
+		"FanoutDLQAlarm":                alarm("AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", getAtt("FanoutDLQ", "QueueName"), "Maximum", 0),
+		"RetryFailedExecutionsAlarm":    alarm("AWS/States", "ExecutionsFailed", "StateMachineArn", ref("RetryStateMachine"), "Sum", 0),
+		"RetryTimedOutExecutionsAlarm":  alarm("AWS/States", "ExecutionsTimedOut", "StateMachineArn", ref("RetryStateMachine"), "Sum", 0),
+		"RetryThrottledExecutionsAlarm": alarm("AWS/States", "ExecutionThrottled", "StateMachineArn", ref("RetryStateMachine"), "Sum", 0),
+		"RetryAbortedExecutionsAlarm":   alarm("AWS/States", "ExecutionsAborted", "StateMachineArn", ref("RetryStateMachine"), "Sum", 0),
+		"FanoutIteratorAgeAlarm":        alarm("AWS/Lambda", "IteratorAge", "FunctionName", ref("FanoutFunction"), "Maximum", 300000),
+		"RollupIteratorAgeAlarm":        alarm("AWS/Lambda", "IteratorAge", "FunctionName", ref("RollupFunction"), "Maximum", 300000),
+		"DeliveryQueueAgeAlarm":         alarm("AWS/SQS", "ApproximateAgeOfOldestMessage", "QueueName", getAtt("DeliveryQueue", "QueueName"), "Maximum", 600),
+		"RollupDLQAlarm":                alarm("AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", getAtt("RollupDLQ", "QueueName"), "Maximum", 0),
+		"ReconcilerDeferralsAlarm":      alarm("Tally", "ReconcilerDeferrals", "FunctionName", ref("ReconcilerFunction"), "Sum", 0),
 	}
-	for id, want := range map[string]map[string]any{
-		"DeliveryDLQAlarm":             withOK(alarm("AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", getAtt("DeliveryDLQ", "QueueName"), "Maximum", 0)),
-		"FanoutDLQAlarm":               withOK(alarm("AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", getAtt("FanoutDLQ", "QueueName"), "Maximum", 0)),
-		"RetryFailedExecutionsAlarm":   alarm("AWS/States", "ExecutionsFailed", "StateMachineArn", ref("RetryStateMachine"), "Sum", 0),
-		"RetryTimedOutExecutionsAlarm": alarm("AWS/States", "ExecutionsTimedOut", "StateMachineArn", ref("RetryStateMachine"), "Sum", 0),
-		"FanoutIteratorAgeAlarm":       alarm("AWS/Lambda", "IteratorAge", "FunctionName", ref("FanoutFunction"), "Maximum", 300000),
-		"RollupIteratorAgeAlarm":       alarm("AWS/Lambda", "IteratorAge", "FunctionName", ref("RollupFunction"), "Maximum", 300000),
-		"DeliveryQueueAgeAlarm":        alarm("AWS/SQS", "ApproximateAgeOfOldestMessage", "QueueName", getAtt("DeliveryQueue", "QueueName"), "Maximum", 600),
-		"ApproverErrorsAlarm":          alarm("AWS/Lambda", "Errors", "FunctionName", ref("ApproverFunction"), "Sum", 0),
-		"ReconcilerErrorsAlarm":        alarm("AWS/Lambda", "Errors", "FunctionName", ref("ReconcilerFunction"), "Sum", 0),
-		"RollupDLQAlarm":               withOK(alarm("AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", getAtt("RollupDLQ", "QueueName"), "Maximum", 0)),
-		"ReconcilerDeferralsAlarm":     withOK(alarm("Tally", "ReconcilerDeferrals", "FunctionName", ref("ReconcilerFunction"), "Sum", 0)),
-	} {
+	for id := range timeouts {
+		want[id+"ErrorsAlarm"] = alarm("AWS/Lambda", "Errors", "FunctionName", ref(id), "Sum", 0)
+		want[id+"ThrottlesAlarm"] = alarm("AWS/Lambda", "Throttles", "FunctionName", ref(id), "Sum", 0)
+	}
+	if got := len(s.resources("AWS::CloudWatch::Alarm")); got != len(want)+1 { // and TableThrottlesAlarm
+		t.Errorf("%d alarms, want %d", got, len(want)+1)
+	}
+	for id, want := range want {
+		want["OKActions"] = want["AlarmActions"]
 		p := s.props(t, "AWS::CloudWatch::Alarm", id)
 		delete(p, "AlarmDescription")
 		if !reflect.DeepEqual(p, want) {

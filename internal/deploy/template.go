@@ -1179,7 +1179,8 @@ func (t *Template) StateMachine(id string) (StateMachine, error) {
 	return sm, nil
 }
 
-// Alarm is an AWS::CloudWatch::Alarm on one metric.
+// Alarm is an AWS::CloudWatch::Alarm on one metric, or on an expression
+// over several (Metrics).
 type Alarm struct {
 	LogicalID          string
 	Namespace          string
@@ -1192,6 +1193,12 @@ type Alarm struct {
 	ComparisonOperator string
 	TreatMissingData   string
 	AlarmActions       []any
+	OKActions          []any
+	// Expression is the metric math the alarm watches, when it has
+	// Metrics; Inputs are the metrics it reads, each with the period and
+	// statistic of its MetricStat.
+	Expression string
+	Inputs     []Alarm
 }
 
 // Alarms returns the template's AWS::CloudWatch::Alarm resources, ordered
@@ -1207,11 +1214,26 @@ func (t *Template) Alarms() ([]Alarm, error) {
 		a.ComparisonOperator, _ = p["ComparisonOperator"].(string)
 		a.TreatMissingData, _ = p["TreatMissingData"].(string)
 		a.AlarmActions, _ = p["AlarmActions"].([]any)
-		dims, _ := p["Dimensions"].([]any)
-		for _, d := range dims {
-			dm, _ := d.(map[string]any)
-			name, _ := dm["Name"].(string)
-			a.Dimensions[name] = dm["Value"]
+		a.OKActions, _ = p["OKActions"].([]any)
+		a.Dimensions = dimensions(p["Dimensions"])
+		metrics, _ := p["Metrics"].([]any)
+		for _, m := range metrics {
+			mm, _ := m.(map[string]any)
+			if e, ok := mm["Expression"].(string); ok {
+				a.Expression = e
+				continue
+			}
+			stat := mapAt(mm, "MetricStat")
+			metric := mapAt(stat, "Metric")
+			in := Alarm{LogicalID: fmt.Sprint(mm["Id"]), Dimensions: dimensions(metric["Dimensions"])}
+			in.Namespace, _ = metric["Namespace"].(string)
+			in.MetricName, _ = metric["MetricName"].(string)
+			in.Statistic, _ = stat["Stat"].(string)
+			var err error
+			if in.Period, err = optInt(stat["Period"]); err != nil {
+				return nil, fmt.Errorf("%s: metric %s: Period: %w", id, in.LogicalID, err)
+			}
+			a.Inputs = append(a.Inputs, in)
 		}
 		var err error
 		if a.Period, err = optInt(p["Period"]); err != nil {
@@ -1226,6 +1248,18 @@ func (t *Template) Alarms() ([]Alarm, error) {
 		out = append(out, a)
 	}
 	return out, nil
+}
+
+// dimensions reads a metric's Dimensions: name → value.
+func dimensions(v any) map[string]any {
+	out := map[string]any{}
+	list, _ := v.([]any)
+	for _, d := range list {
+		dm, _ := d.(map[string]any)
+		name, _ := dm["Name"].(string)
+		out[name] = dm["Value"]
+	}
+	return out
 }
 
 // ---------------------------------------------------------------- scalars

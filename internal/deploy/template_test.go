@@ -273,7 +273,9 @@ func TestResourcesAreTheContracts(t *testing.T) {
 		switch {
 		case row[0] == "alarms":
 			for _, alarm := range c.rows(t, "Alarms") {
-				want = append(want, spans(alarm[0])...)
+				for _, fn := range perFunction(t, spans(alarm[0])[0]) {
+					want = append(want, strings.ReplaceAll(spans(alarm[0])[0], functionPattern, fn))
+				}
 			}
 		case strings.HasPrefix(row[0], "`<Function>"):
 			for _, dir := range folders(t) {
@@ -998,7 +1000,8 @@ const apiKeyItems = "KEY#*"
 
 // TestAlarms holds the alarms to the contract's Alarms table: metric, what
 // it watches, statistic and threshold, and that every one notifies
-// AlarmTopic.
+// AlarmTopic when it fires and when it clears. A row of `<Function>…`
+// stands for one alarm per function.
 func TestAlarms(t *testing.T) {
 	tpl, c := load(t), readContract(t)
 	alarms, err := tpl.Alarms()
@@ -1007,21 +1010,38 @@ func TestAlarms(t *testing.T) {
 	}
 	want := map[string]string{}
 	for _, row := range c.rows(t, "Alarms") {
-		want[spans(row[0])[0]] = spans(row[1])[0] + " of " + spans(row[2])[0] + ": " + spans(row[3])[0]
+		for _, fn := range perFunction(t, spans(row[0])[0]) {
+			at := func(s string) string { return strings.ReplaceAll(s, functionPattern, fn) }
+			want[at(spans(row[0])[0])] = spans(row[1])[0] + " of " + at(spans(row[2])[0]) + ": " + spans(row[3])[0]
+		}
 	}
 	got := map[string]string{}
 	for _, a := range alarms {
-		if len(a.Dimensions) != 1 {
+		metric, stat, period := a.Namespace+" "+a.MetricName, a.Statistic, a.Period
+		dims := []map[string]any{a.Dimensions}
+		if a.Expression != "" {
+			// The inputs of an expression: one namespace, statistic and
+			// period, their metric names in order.
+			var names []string
+			dims = nil
+			for _, in := range a.Inputs {
+				if !slices.Contains(names, in.MetricName) {
+					names = append(names, in.MetricName)
+				}
+				if in.Namespace != a.Inputs[0].Namespace || in.Statistic != a.Inputs[0].Statistic || in.Period != a.Inputs[0].Period {
+					t.Errorf("%s: input %s is %+v, unlike the others", a.LogicalID, in.LogicalID, in)
+				}
+				dims = append(dims, in.Dimensions)
+			}
+			if len(a.Inputs) == 0 {
+				t.Fatalf("%s has an expression and no metric", a.LogicalID)
+			}
+			metric, stat, period = a.Inputs[0].Namespace+" "+strings.Join(names, "+"), a.Inputs[0].Statistic, a.Inputs[0].Period
+		} else if len(a.Dimensions) != 1 {
 			t.Errorf("%s has dimensions %v, want one", a.LogicalID, a.Dimensions)
 		}
-		var of string
-		for _, v := range a.Dimensions {
-			if i, ok := v.(deploy.Intrinsic); ok {
-				of = strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(i.String(), "!Ref "), "!GetAtt "), ".QueueName")
-			}
-		}
-		got[a.LogicalID] = fmt.Sprintf("%s %s of %s: %s > %v", a.Namespace, a.MetricName, of, a.Statistic, a.Threshold)
-		if a.ComparisonOperator != "GreaterThanThreshold" || a.EvaluationPeriods != 1 || a.Period != 300 || a.TreatMissingData != "notBreaching" {
+		got[a.LogicalID] = fmt.Sprintf("%s of %s: %s > %v", metric, watched(dims[0]), stat, a.Threshold)
+		if a.ComparisonOperator != "GreaterThanThreshold" || a.EvaluationPeriods != 1 || period != 300 || a.TreatMissingData != "notBreaching" {
 			t.Errorf("%s: %+v, want one 5-minute period, missing data not breaching", a.LogicalID, a)
 		}
 		if !reflect.DeepEqual(a.AlarmActions, []any{deploy.Ref("AlarmTopic")}) {
@@ -1029,7 +1049,16 @@ func TestAlarms(t *testing.T) {
 		}
 	}
 	if !maps.Equal(got, want) {
-		t.Errorf("alarms\n%v\nwant (docs/aws.md)\n%v", got, want)
+		for id := range maps.Keys(want) {
+			if got[id] != want[id] {
+				t.Errorf("%s: template %q, docs/aws.md %q", id, got[id], want[id])
+			}
+		}
+		for id := range maps.Keys(got) {
+			if _, ok := want[id]; !ok {
+				t.Errorf("%s (%s) is not in docs/aws.md's Alarms", id, got[id])
+			}
+		}
 	}
 	topic, sub := tpl.Resources["AlarmTopic"], tpl.Resources["AlarmEmailSubscription"]
 	if topic.Type != "AWS::SNS::Topic" || sub.Type != "AWS::SNS::Subscription" || sub.Condition != "HasAlarmEmail" ||
@@ -1056,6 +1085,169 @@ func TestAlarms(t *testing.T) {
 		on, err := tpl.Condition("HasAlarmEmail", params)
 		if err != nil || on != (params != nil) {
 			t.Errorf("HasAlarmEmail with %v = %v, %v", params, on, err)
+		}
+	}
+}
+
+// functionPattern stands for each function's logical id in the contract's
+// per-function rows.
+const functionPattern = "<Function>"
+
+// perFunction returns the logical ids a contract row's pattern stands for:
+// every function's when it has functionPattern, else itself.
+func perFunction(t *testing.T, pattern string) []string {
+	if !strings.Contains(pattern, functionPattern) {
+		return []string{""}
+	}
+	var ids []string
+	for _, dir := range folders(t) {
+		ids = append(ids, logicalID(dir))
+	}
+	return ids
+}
+
+// watched names the resource a metric's dimensions point at: the logical
+// id a dimension's value refers to (a queue by its name), or the value.
+func watched(dims map[string]any) string {
+	for _, name := range []string{"FunctionName", "QueueName", "StateMachineArn", "ApiId", "TableName"} {
+		switch v := dims[name].(type) {
+		case deploy.Intrinsic:
+			return strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(v.String(), "!Ref "), "!GetAtt "), ".QueueName")
+		case string:
+			return v
+		}
+	}
+	return fmt.Sprint(dims)
+}
+
+// TestEveryFailureHasAnAlarm derives from the template what can fail and
+// checks an alarm watches each: every function's errors and throttles, the
+// HTTP API's 5xx answers, throttled reads and writes of every table and
+// each of its indexes, every state machine's failed, timed-out, throttled
+// and aborted executions, every dead-letter queue and every stream's
+// iterator age. A new function, queue, index or state machine without its
+// alarms fails here. Every alarm notifies AlarmTopic when it fires and when
+// it clears, so that no page is left open without a word.
+func TestEveryFailureHasAnAlarm(t *testing.T) {
+	tpl := load(t)
+	alarms, err := tpl.Alarms()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the alarms watch: "namespace metric dimension=value,…".
+	watches := map[string]string{}
+	key := func(ns, metric string, dims map[string]any) string {
+		var parts []string
+		for _, name := range slices.Sorted(maps.Keys(dims)) {
+			parts = append(parts, name+"="+toString(dims[name]))
+		}
+		return ns + " " + metric + " " + strings.Join(parts, ",")
+	}
+	for _, a := range alarms {
+		if a.Expression == "" {
+			watches[key(a.Namespace, a.MetricName, a.Dimensions)] = a.LogicalID
+		}
+		for _, in := range a.Inputs {
+			watches[key(in.Namespace, in.MetricName, in.Dimensions)] = a.LogicalID
+		}
+		if !reflect.DeepEqual(a.OKActions, []any{deploy.Ref("AlarmTopic")}) || !reflect.DeepEqual(a.AlarmActions, a.OKActions) {
+			t.Errorf("%s: AlarmActions %v, OKActions %v; want AlarmTopic for both: an alarm says when it clears", a.LogicalID, a.AlarmActions, a.OKActions)
+		}
+	}
+	need := func(what, ns, metric string, dims map[string]any) {
+		t.Helper()
+		if _, ok := watches[key(ns, metric, dims)]; !ok {
+			t.Errorf("%s: no alarm watches %s %s %v", what, ns, metric, dims)
+		}
+	}
+	fns, err := tpl.Functions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fns {
+		by := map[string]any{"FunctionName": deploy.Ref(f.LogicalID)}
+		need(f.LogicalID+" fails", "AWS/Lambda", "Errors", by)
+		need(f.LogicalID+" is throttled", "AWS/Lambda", "Throttles", by)
+		if len(f.EventsOfType("DynamoDB")) > 0 {
+			need(f.LogicalID+" falls behind its stream", "AWS/Lambda", "IteratorAge", by)
+		}
+	}
+	need("the HTTP API answers 5xx", "AWS/ApiGateway", "5xx", map[string]any{"ApiId": deploy.Ref("HttpApi")})
+	for _, id := range tpl.IDs("AWS::DynamoDB::Table") {
+		table, err := tpl.Table(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, metric := range []string{"ReadThrottleEvents", "WriteThrottleEvents"} {
+			need(id+" throttles", "AWS/DynamoDB", metric, map[string]any{"TableName": deploy.Ref(id)})
+			for _, ix := range table.GlobalSecondaryIndexes {
+				need(id+"'s "+ix.Name+" throttles", "AWS/DynamoDB", metric, map[string]any{"TableName": deploy.Ref(id), "GlobalSecondaryIndexName": ix.Name})
+			}
+		}
+	}
+	for _, id := range tpl.IDs("AWS::Serverless::StateMachine") {
+		for _, metric := range []string{"ExecutionsFailed", "ExecutionsTimedOut", "ExecutionThrottled", "ExecutionsAborted"} {
+			need(id, "AWS/States", metric, map[string]any{"StateMachineArn": deploy.Ref(id)})
+		}
+	}
+	// Dead-letter queues: a queue's redrive target, or a stream's
+	// on-failure destination.
+	for _, id := range tpl.IDs("AWS::SQS::Queue") {
+		q, err := tpl.Queue(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q.DeadLetterTarget != nil {
+			dlq := strings.TrimSuffix(strings.TrimPrefix(toString(q.DeadLetterTarget), "!GetAtt "), ".Arn")
+			need(dlq+" holds what "+id+" gave up", "AWS/SQS", "ApproximateNumberOfMessagesVisible", map[string]any{"QueueName": deploy.GetAtt(dlq, "QueueName")})
+			need(id+" is late", "AWS/SQS", "ApproximateAgeOfOldestMessage", map[string]any{"QueueName": deploy.GetAtt(id, "QueueName")})
+		}
+	}
+	for _, f := range fns {
+		for _, e := range f.EventsOfType("DynamoDB") {
+			s, _ := e.StreamSource()
+			if s.OnFailure.Destination != nil {
+				dlq := deploy.ARNResource(s.OnFailure.Destination)
+				need(dlq+" holds what "+f.LogicalID+" gave up", "AWS/SQS", "ApproximateNumberOfMessagesVisible", map[string]any{"QueueName": deploy.GetAtt(dlq, "QueueName")})
+			}
+		}
+	}
+}
+
+// TestRunbookHasEveryAlarm checks that docs/aws.md's Runbook has an entry
+// (a heading) for every alarm of the template, per function as the
+// Alarms table has them: whoever gets paged finds what to do.
+func TestRunbookHasEveryAlarm(t *testing.T) {
+	tpl, c := load(t), readContract(t)
+	start := strings.Index(c.text, "\n## Runbook\n")
+	if start < 0 {
+		t.Fatal("docs/aws.md has no Runbook section")
+	}
+	runbook := c.text[start+1:]
+	if end := strings.Index(runbook[3:], "\n## "); end >= 0 {
+		runbook = runbook[:end+3]
+	}
+	entries := map[string]bool{}
+	for _, line := range strings.Split(runbook, "\n") {
+		if strings.HasPrefix(line, "### ") {
+			for _, id := range spans(line) {
+				entries[id] = true
+			}
+		}
+	}
+	functions := map[string]bool{}
+	for _, dir := range folders(t) {
+		functions[logicalID(dir)] = true
+	}
+	for _, id := range tpl.IDs("AWS::CloudWatch::Alarm") {
+		entry := id
+		for fn := range functions {
+			if rest, ok := strings.CutPrefix(id, fn); ok && (rest == "ErrorsAlarm" || rest == "ThrottlesAlarm") {
+				entry = functionPattern + rest
+			}
+		}
+		if !entries[entry] {
+			t.Errorf("docs/aws.md's Runbook has no \"### `%s`\" entry (for %s)", entry, id)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package lambdafn_test
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -69,7 +70,14 @@ func (u *usedActions) Query(ctx context.Context, in *dynamodb.QueryInput, o ...f
 	if aws.ToString(in.IndexName) != "" {
 		resource = "Table/index"
 	}
-	u.note(ctx, "dynamodb:Query", resource, nil)
+	// The partition key a query reads (the index's, for an index) is the
+	// value its key condition sets first: "<name> = <value> …".
+	var key map[string]ddbtypes.AttributeValue
+	if _, rest, ok := strings.Cut(aws.ToString(in.KeyConditionExpression), " = "); ok {
+		placeholder, _, _ := strings.Cut(rest, " ")
+		key = map[string]ddbtypes.AttributeValue{"pk": in.ExpressionAttributeValues[placeholder]}
+	}
+	u.note(ctx, "dynamodb:Query", resource, key)
 	return u.API.Query(ctx, in, o...)
 }
 
@@ -153,8 +161,11 @@ func (u *usedActions) allowedFor(t *testing.T, tpl *deploy.Template, dir string)
 	}
 }
 
-// allows reports whether g covers a; the only condition the template uses
-// is dynamodb:LeadingKeys with a prefix pattern.
+// allows reports whether g covers a. The only condition it evaluates is
+// dynamodb:LeadingKeys under ForAllValues:StringLike, as IAM does for a
+// single-item action or a query: the partition key the request names (the
+// index's, for a query of an index) must match one of the patterns (* for
+// any characters, ? for one). Any other condition allows nothing here.
 func allows(g deploy.Grant, a usedAction) bool {
 	if g.Action != a.action || g.Resource != a.resource {
 		return false
@@ -162,8 +173,41 @@ func allows(g deploy.Grant, a usedAction) bool {
 	if g.Condition == "" {
 		return true
 	}
-	const counters = `{"ForAllValues:StringLike":{"dynamodb:LeadingKeys":["RATE#*","KEY#*"]}}`
-	return g.Condition == counters && (strings.HasPrefix(a.leadingKey, "RATE#") || strings.HasPrefix(a.leadingKey, "KEY#"))
+	var cond map[string]map[string][]string
+	if err := json.Unmarshal([]byte(g.Condition), &cond); err != nil || len(cond) != 1 {
+		return false
+	}
+	like, ok := cond["ForAllValues:StringLike"]
+	if !ok || len(like) != 1 || a.leadingKey == "" {
+		return false
+	}
+	return slices.ContainsFunc(like["dynamodb:LeadingKeys"], func(pattern string) bool { return stringLike(pattern, a.leadingKey) })
+}
+
+// stringLike matches s against an IAM StringLike pattern: * is any run of
+// characters, ? any one, everything else itself.
+func stringLike(pattern, s string) bool {
+	for pattern != "" {
+		switch pattern[0] {
+		case '*':
+			for i := len(s); i >= 0; i-- {
+				if stringLike(pattern[1:], s[i:]) {
+					return true
+				}
+			}
+			return false
+		case '?':
+			if s == "" {
+				return false
+			}
+		default:
+			if s == "" || s[0] != pattern[0] {
+				return false
+			}
+		}
+		pattern, s = pattern[1:], s[1:]
+	}
+	return s == ""
 }
 
 // TestConversionOutboxIsAllowed runs the AWS path of new conversions
@@ -250,4 +294,24 @@ func conversionInsert(t *testing.T, client *dynamodb.Client, table, conversionID
 		NewImage:       image,
 		SequenceNumber: "1" + conversionID,
 	}}
+}
+
+// TestLeadingKeysCondition checks the role check reads a LeadingKeys
+// condition as IAM does: the request's partition key against each pattern,
+// for queries too; a key no pattern matches, or a request that names none,
+// is refused.
+func TestLeadingKeysCondition(t *testing.T) {
+	g := deploy.Grant{Action: "dynamodb:Query", Resource: "Table", Condition: `{"ForAllValues:StringLike":{"dynamodb:LeadingKeys":["OFF#*","CONFIG","BRD#?#CNV#*"]}}`}
+	for key, want := range map[string]bool{
+		"OFF#o1": true, "CONFIG": true, "CONFIGX": false, "BRD#b#CNV#3": true, "BRD#bb#CNV#3": false,
+		"BRD#b": false, "KEY#h": false, "": false,
+	} {
+		if got := allows(g, usedAction{action: "dynamodb:Query", resource: "Table", leadingKey: key}); got != want {
+			t.Errorf("a query of %q allowed %v, want %v", key, got, want)
+		}
+	}
+	g.Condition = `{"StringEquals":{"aws:SourceVpc":"vpc-1"}}`
+	if allows(g, usedAction{action: "dynamodb:Query", resource: "Table", leadingKey: "OFF#o1"}) {
+		t.Error("a condition the check cannot read allowed a request")
+	}
 }

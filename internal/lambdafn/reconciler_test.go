@@ -94,7 +94,7 @@ func TestReconcilerSkipsAPoisonItem(t *testing.T) {
 		r := fanout.DefaultReconciler
 		r.Metrics = emf.New(out)
 		h := r.Handler(f.svc.Webhooks, q.client, q.URL, f.cfg.Logger)
-		// A run that skips reports it (ReconcilerErrorsAlarm); one that
+		// A run that skips reports it (ReconcilerFunctionErrorsAlarm); one that
 		// passes over the item in its backoff does not.
 		run := func(after time.Duration) fanout.ReconcilerResult {
 			t.Helper()

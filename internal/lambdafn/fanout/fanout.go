@@ -210,7 +210,7 @@ type ReconcilerResult struct {
 
 // Handler returns the scheduled handler. A run that could not re-drive
 // everything it found returns an error, after doing the rest, so that the
-// function's Errors metric (ReconcilerErrorsAlarm) reports it. An item it
+// function's Errors metric (ReconcilerFunctionErrorsAlarm) reports it. An item it
 // cannot read or re-drive is logged and skipped with a backoff
 // (webhooks.Skipped): one poison item neither blocks the rest nor fails
 // every run, only those that try it again. A deferral is logged at WARN
