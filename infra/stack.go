@@ -137,12 +137,19 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		RemovalPolicy: awscdk.RemovalPolicy_RETAIN,
 	})
 	for _, n := range []string{"1", "2", "3"} {
-		table.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
+		gsi := &awsdynamodb.GlobalSecondaryIndexProps{
 			IndexName:      jsii.String("gsi" + n),
 			PartitionKey:   &awsdynamodb.Attribute{Name: jsii.String("gsi" + n + "pk"), Type: awsdynamodb.AttributeType_STRING},
 			SortKey:        &awsdynamodb.Attribute{Name: jsii.String("gsi" + n + "sk"), Type: awsdynamodb.AttributeType_STRING},
 			ProjectionType: awsdynamodb.ProjectionType_ALL,
-		})
+		}
+		if n != "3" {
+			// Data and what the lists take from the index (store.IndexAttrs),
+			// not a delivery's response bodies.
+			gsi.ProjectionType = awsdynamodb.ProjectionType_INCLUDE
+			gsi.NonKeyAttributes = jsii.Strings("data", "conversionId", "lastUsedMs")
+		}
+		table.AddGlobalSecondaryIndex(gsi)
 	}
 	overrideID(table, "Table")
 	// A parameter, which the construct's DeletionProtection (a bool) cannot take.

@@ -522,10 +522,14 @@ func TestTable(t *testing.T) {
 		attrs = append(attrs, map[string]any{"AttributeName": a, "AttributeType": "S"})
 	}
 	for _, n := range []string{"1", "2", "3"} {
+		proj := map[string]any{"ProjectionType": "ALL"}
+		if n != "3" {
+			proj = map[string]any{"ProjectionType": "INCLUDE", "NonKeyAttributes": []any{"data", "conversionId", "lastUsedMs"}}
+		}
 		gsis = append(gsis, map[string]any{
 			"IndexName":  "gsi" + n,
 			"KeySchema":  keySchema("gsi"+n+"pk", "gsi"+n+"sk"),
-			"Projection": map[string]any{"ProjectionType": "ALL"},
+			"Projection": proj,
 		})
 	}
 	want["AttributeDefinitions"] = attrs

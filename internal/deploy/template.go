@@ -1037,9 +1037,10 @@ type KeyElement struct {
 
 // Index is a global secondary index.
 type Index struct {
-	Name           string
-	KeySchema      []KeyElement
-	ProjectionType string
+	Name             string
+	KeySchema        []KeyElement
+	ProjectionType   string
+	NonKeyAttributes []string // of an INCLUDE projection
 }
 
 // Table is an AWS::DynamoDB::Table.
@@ -1086,6 +1087,14 @@ func (t *Template) Table(id string) (Table, error) {
 		ix := Index{}
 		ix.Name, _ = gm["IndexName"].(string)
 		ix.ProjectionType, _ = mapAt(gm, "Projection")["ProjectionType"].(string)
+		nonKey, _ := mapAt(gm, "Projection")["NonKeyAttributes"].([]any)
+		for _, a := range nonKey {
+			name, ok := a.(string)
+			if !ok {
+				return tb, fmt.Errorf("%s: index %s: NonKeyAttributes holds %v", id, ix.Name, a)
+			}
+			ix.NonKeyAttributes = append(ix.NonKeyAttributes, name)
+		}
 		if ix.KeySchema, err = keySchema(gm["KeySchema"]); err != nil {
 			return tb, fmt.Errorf("%s: index %s: %w", id, ix.Name, err)
 		}

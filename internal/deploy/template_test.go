@@ -650,7 +650,7 @@ func TestTableIsWhatCreateTableMakes(t *testing.T) {
 	}
 	got := map[string]string{}
 	for _, ix := range tb.GlobalSecondaryIndexes {
-		got[ix.Name] = strings.Join(keys(ix.KeySchema), ", ") + " / " + ix.ProjectionType
+		got[ix.Name] = strings.Join(keys(ix.KeySchema), ", ") + " / " + ix.ProjectionType + " " + strings.Join(ix.NonKeyAttributes, ", ")
 	}
 	want := map[string]string{}
 	for _, ix := range def.GlobalSecondaryIndexes {
@@ -658,7 +658,7 @@ func TestTableIsWhatCreateTableMakes(t *testing.T) {
 		for _, k := range ix.KeySchema {
 			ks = append(ks, *k.AttributeName+" "+string(k.KeyType))
 		}
-		want[*ix.IndexName] = strings.Join(ks, ", ") + " / " + string(ix.Projection.ProjectionType)
+		want[*ix.IndexName] = strings.Join(ks, ", ") + " / " + string(ix.Projection.ProjectionType) + " " + strings.Join(ix.Projection.NonKeyAttributes, ", ")
 	}
 	if !maps.Equal(got, want) {
 		t.Errorf("indexes %v, CreateTable's %v", got, want)

@@ -26,8 +26,8 @@ type Usage struct {
 // each costs under DynamoDB's billing rules: a write costs one unit per KB
 // of the larger of the item's old and new image, twice in a transaction; each
 // global secondary index the item is (or was) in costs a write of its entry
-// when a projected attribute changed (projection ALL: any attribute), two
-// when the index key moved; a strongly consistent read costs one unit per
+// (its keys and projected attributes, as dynamo.TableDefinition projects
+// them) when a projected attribute changed, two when the index key moved; a strongly consistent read costs one unit per
 // 4 KB read, an eventually consistent one (indexes) half. It reads the
 // images it needs with the client it wraps, outside the count. A failed
 // condition is billed as the write would have been.
@@ -54,11 +54,47 @@ func (m *Meter) Take() Usage {
 	return out
 }
 
-// Indexes the table keeps (CreateTable's), by their key attributes.
-var meteredIndexes = [][2]string{{"gsi1pk", "gsi1sk"}, {"gsi2pk", "gsi2sk"}, {"gsi3pk", "gsi3sk"}}
+// Index is a secondary index of the table (CreateTable's): its key
+// attributes and what it projects.
+type Index struct {
+	PK, SK string
+	Type   types.ProjectionType
+	Attrs  []string // the non-key attributes of an INCLUDE projection
+}
 
-// indexEntryOverhead is what DynamoDB adds to the size of each index entry.
-const indexEntryOverhead = 100
+// Indexes are the table's secondary indexes, as dynamo.TableDefinition
+// makes them.
+var Indexes = func() []Index {
+	var out []Index
+	for _, g := range dynamo.TableDefinition("t").GlobalSecondaryIndexes {
+		out = append(out, Index{PK: *g.KeySchema[0].AttributeName, SK: *g.KeySchema[1].AttributeName,
+			Type: g.Projection.ProjectionType, Attrs: g.Projection.NonKeyAttributes})
+	}
+	return out
+}()
+
+// Has reports whether the item is in the index.
+func (ix Index) Has(it map[string]types.AttributeValue) bool {
+	return it != nil && it[ix.PK] != nil && it[ix.SK] != nil
+}
+
+// Entry is the item's entry in the index: the table's and the index's
+// keys, and the attributes the index projects.
+func (ix Index) Entry(it map[string]types.AttributeValue) map[string]types.AttributeValue {
+	if ix.Type == types.ProjectionTypeAll {
+		return it
+	}
+	out := map[string]types.AttributeValue{}
+	for _, name := range append([]string{"pk", "sk", ix.PK, ix.SK}, ix.Attrs...) {
+		if v, ok := it[name]; ok {
+			out[name] = v
+		}
+	}
+	return out
+}
+
+// IndexEntryOverhead is what DynamoDB adds to the size of each index entry.
+const IndexEntryOverhead = 100
 
 func (m *Meter) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
 	out, err := m.API.GetItem(ctx, in, o...)
@@ -166,21 +202,18 @@ func (m *Meter) charge(old, new map[string]types.AttributeValue, factor float64,
 	kb := func(size int) float64 { return math.Max(1, math.Ceil(float64(size)/1024)) }
 	wru := factor * kb(max(ItemSize(old), ItemSize(new)))
 	if applied {
-		for _, ix := range meteredIndexes {
-			in := func(it map[string]types.AttributeValue) bool {
-				return it != nil && it[ix[0]] != nil && it[ix[1]] != nil
-			}
+		for _, ix := range Indexes {
 			switch {
-			case in(old) && in(new) && reflect.DeepEqual(old[ix[0]], new[ix[0]]) && reflect.DeepEqual(old[ix[1]], new[ix[1]]):
-				if !reflect.DeepEqual(old, new) {
-					wru += kb(ItemSize(new) + indexEntryOverhead)
+			case ix.Has(old) && ix.Has(new) && reflect.DeepEqual(old[ix.PK], new[ix.PK]) && reflect.DeepEqual(old[ix.SK], new[ix.SK]):
+				if !reflect.DeepEqual(ix.Entry(old), ix.Entry(new)) {
+					wru += kb(ItemSize(ix.Entry(new)) + IndexEntryOverhead)
 				}
 			default:
-				if in(old) {
-					wru += kb(ItemSize(old) + indexEntryOverhead)
+				if ix.Has(old) {
+					wru += kb(ItemSize(ix.Entry(old)) + IndexEntryOverhead)
 				}
-				if in(new) {
-					wru += kb(ItemSize(new) + indexEntryOverhead)
+				if ix.Has(new) {
+					wru += kb(ItemSize(ix.Entry(new)) + IndexEntryOverhead)
 				}
 			}
 		}

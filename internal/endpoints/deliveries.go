@@ -1,6 +1,7 @@
 package endpoints
 
 import (
+	"encoding/json"
 	"strconv"
 	"time"
 
@@ -52,9 +53,24 @@ func DeliveryItem(rec DeliveryRecord, keep time.Duration) store.Item {
 		GSI1:      store.IndexKey{PK: keys.DeliveriesByTypeStatus(rec.BrandID, rec.Type, rec.Status, shard), SK: rec.ID},
 		GSI2:      store.IndexKey{PK: keys.DeliveriesByEndpoint(rec.BrandID, rec.EndpointID(), shard), SK: rec.ID},
 		Attrs:     map[string]string{"status": rec.Status, "attempts": strconv.Itoa(len(rec.Attempts))},
-		Data:      records.MustJSON(rec),
 		ExpiresAt: rec.UpdatedAt.Add(keep).Unix(),
 	}
+	// The receivers' answers (up to 4 KiB an attempt) go in an attribute of
+	// their own, which gsi1 and gsi2 leave out (store.IndexAttrs): written
+	// once, not once per index entry.
+	responses := make([]string, len(rec.Attempts))
+	if len(rec.Attempts) > 0 {
+		rec.Attempts = append([]tally.Attempt(nil), rec.Attempts...) // the caller's stay as they are
+	}
+	some := false
+	for i := range rec.Attempts {
+		responses[i], rec.Attempts[i].Response = rec.Attempts[i].Response, ""
+		some = some || responses[i] != ""
+	}
+	if some {
+		it.Attrs[responsesAttr] = string(records.MustJSON(responses))
+	}
+	it.Data = records.MustJSON(rec)
 	switch {
 	case rec.Status != tally.DeliveryPending:
 	case rec.Parked:
@@ -64,6 +80,25 @@ func DeliveryItem(rec DeliveryRecord, keep time.Duration) store.Item {
 	}
 	return it
 }
+
+// responsesAttr holds a delivery's receiver answers, one per attempt.
+const responsesAttr = "responses"
+
+// FromItem puts the receivers' answers back in the attempts (items written
+// before they had an attribute of their own keep them in Data).
+func (rec *DeliveryRecord) FromItem(it store.Item) {
+	var responses []string
+	if json.Unmarshal([]byte(it.Attrs[responsesAttr]), &responses) != nil {
+		return
+	}
+	for i := range min(len(responses), len(rec.Attempts)) {
+		rec.Attempts[i].Response = responses[i]
+	}
+}
+
+// ReadWhole says that gsi1 and gsi2 hold a delivery without its answers:
+// a list read from them reads each delivery it keeps from the table.
+func (*DeliveryRecord) ReadWhole() {}
 
 // EndpointID is the subscription's id for a webhook, the partner's for a
 // postback.

@@ -60,6 +60,11 @@ func Decode(it store.Item, v any) error {
 // attributes that updates change in place.
 type ItemReader interface{ FromItem(store.Item) }
 
+// WholeReader is a record that gsi1 and gsi2 hold only in part (an
+// attribute outside store.IndexAttrs): a list that reads it from them
+// reads each record it keeps from the table too.
+type WholeReader interface{ ReadWhole() }
+
 func MustJSON(v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {

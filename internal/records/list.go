@@ -176,9 +176,27 @@ func ListSpan[T any](ctx context.Context, db *DB, sp Span, p ListParams, keep fu
 		if err := Decode(item, &v); err != nil {
 			return nil, "", err
 		}
-		if keep == nil || keep(&v) {
-			out = append(out, v)
+		if keep != nil && !keep(&v) {
+			continue
 		}
+		if _, part := any(&v).(WholeReader); part && it.q.Index != store.Table && it.q.Index != store.GSI3 {
+			// Only what the page keeps: one read each.
+			whole, err := st.Get(ctx, item.Key)
+			if errors.Is(err, store.ErrNotFound) {
+				continue // deleted since the index was read
+			}
+			if err != nil {
+				return nil, "", err
+			}
+			v = *new(T)
+			if err := Decode(whole, &v); err != nil {
+				return nil, "", err
+			}
+			if keep != nil && !keep(&v) {
+				continue // changed since the index was read
+			}
+		}
+		out = append(out, v)
 	}
 	if i, err := peek(); err != nil || i < 0 {
 		return out, "", err

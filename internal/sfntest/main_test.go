@@ -194,8 +194,9 @@ type receiver struct {
 	*httptest.Server
 	status func(n int) int
 
-	mu   sync.Mutex
-	reqs []request
+	mu     sync.Mutex
+	reqs   []request
+	answer []byte // the body of every answer; nil: "request N"
 }
 
 type request struct {
@@ -217,8 +218,13 @@ func newReceiver(t *testing.T, status func(n int) int) *receiver {
 		n := len(r.reqs) + 1
 		status := r.status(n)
 		r.reqs = append(r.reqs, request{method: req.Method, uri: req.URL.RequestURI(), header: req.Header.Clone(), body: body, status: status})
+		answer := r.answer
 		r.mu.Unlock()
 		w.WriteHeader(status)
+		if answer != nil {
+			w.Write(answer)
+			return
+		}
 		fmt.Fprintf(w, "request %d", n)
 	}))
 	t.Cleanup(r.Close)

@@ -36,6 +36,43 @@ const (
 // Indexes lists the secondary indexes every backend maintains.
 var Indexes = []Index{GSI1, GSI2, GSI3}
 
+// IndexAttrs are the attributes, besides the item's key, the index's own
+// key and Data, that GSI1 and GSI2 hold: what their readers take from an index query (a click's
+// conversionId, an API key's lastUsedMs). A query on GSI1 or GSI2 returns
+// each item with its keys, its Data and these attributes only; GSI3's
+// readers take the whole item, and it holds every attribute. So an
+// attribute these indexes leave out (a delivery's response bodies) is
+// written once per item, not once per index entry.
+var IndexAttrs = []string{"conversionId", "lastUsedMs"}
+
+// Projection is the item as a query on ix returns it.
+func (it Item) Projection(ix Index) Item {
+	if ix == Table || ix == GSI3 {
+		return it
+	}
+	out := Item{Key: it.Key, Data: it.Data}
+	if ix == GSI1 {
+		out.GSI1 = it.GSI1
+	} else {
+		out.GSI2 = it.GSI2
+	}
+	for _, name := range IndexAttrs {
+		if v, ok := it.Attrs[name]; ok {
+			if out.Attrs == nil {
+				out.Attrs = map[string]string{}
+			}
+			out.Attrs[name] = v
+		}
+		if v, ok := it.Nums[name]; ok {
+			if out.Nums == nil {
+				out.Nums = map[string]int64{}
+			}
+			out.Nums[name] = v
+		}
+	}
+	return out
+}
+
 // Key is an item's primary key. Both parts are non-empty valid UTF-8 without
 // NUL bytes, the partition key at most 2048 bytes and the sort key at most
 // 1024 (DynamoDB's limits). DynamoDB itself would take NUL, but the embedded
@@ -106,7 +143,8 @@ var Reserved = []string{"pk", "sk", "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk", "gsi
 // SKTo, or a prefix together with bounds, is an error.
 //
 // Queries on a secondary index are eventually consistent on DynamoDB: an item
-// written a moment ago may not be there yet.
+// written a moment ago may not be there yet. They return what the index
+// holds of each item (Item.Projection).
 type Query struct {
 	Index    Index
 	PK       string

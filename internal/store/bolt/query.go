@@ -115,7 +115,7 @@ func (s *Store) Query(ctx context.Context, q store.Query) (store.Page, error) {
 			if err != nil {
 				return err
 			}
-			page.Items = append(page.Items, it)
+			page.Items = append(page.Items, it.Projection(q.Index))
 			last = k
 		}
 		return nil

@@ -348,8 +348,13 @@ func TestCreateTable(t *testing.T) {
 		if len(g.KeySchema) != 2 || aws.ToString(g.KeySchema[0].AttributeName) != want[0] || aws.ToString(g.KeySchema[1].AttributeName) != want[1] {
 			t.Errorf("index %s keys = %+v, want %q", name, g.KeySchema, want)
 		}
-		if g.Projection == nil || g.Projection.ProjectionType != types.ProjectionTypeAll {
-			t.Errorf("index %s projection = %+v, want ALL", name, g.Projection)
+		// gsi1 and gsi2 hold data and store.IndexAttrs, gsi3 everything.
+		wantType, wantAttrs := types.ProjectionTypeInclude, append([]string{"data"}, store.IndexAttrs...)
+		if name == "gsi3" {
+			wantType, wantAttrs = types.ProjectionTypeAll, nil
+		}
+		if g.Projection == nil || g.Projection.ProjectionType != wantType || !slices.Equal(g.Projection.NonKeyAttributes, wantAttrs) {
+			t.Errorf("index %s projection = %+v, want %s %v", name, g.Projection, wantType, wantAttrs)
 		}
 	}
 	slices.Sort(gsis)

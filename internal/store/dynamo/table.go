@@ -82,7 +82,7 @@ func TableDefinition(table string) *dynamodb.CreateTableInput {
 				{AttributeName: aws.String(pk), KeyType: types.KeyTypeHash},
 				{AttributeName: aws.String(sk), KeyType: types.KeyTypeRange},
 			},
-			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
+			Projection: projection(ix),
 		})
 	}
 	return &dynamodb.CreateTableInput{
@@ -100,6 +100,15 @@ func TableDefinition(table string) *dynamodb.CreateTableInput {
 			StreamViewType: types.StreamViewTypeNewImage,
 		},
 	}
+}
+
+// projection is what ix holds besides the keys (store.IndexAttrs): gsi1
+// and gsi2 the data and the attributes their readers take, gsi3 all.
+func projection(ix store.Index) *types.Projection {
+	if ix == store.GSI3 {
+		return &types.Projection{ProjectionType: types.ProjectionTypeAll}
+	}
+	return &types.Projection{ProjectionType: types.ProjectionTypeInclude, NonKeyAttributes: append([]string{attrData}, store.IndexAttrs...)}
 }
 
 // enableTTL turns on TTL on the ttl attribute unless it is on already:
