@@ -74,3 +74,24 @@ func (f *fullShards) evict(now time.Time) {
 		delete(f.m, k)
 	}
 }
+
+// Reached remembers, for counters kept elsewhere (a click's velocity
+// counter, written in the click's transaction), that a counter has
+// reached a threshold in its window: a counter only grows in its window,
+// so a later request in it need not write to find out. Safe for concurrent
+// use; bounded like Shared's memory of full shards.
+type Reached struct{ f *fullShards }
+
+// NewReached returns an empty Reached.
+func NewReached() *Reached { return &Reached{f: newFullShards(fullMax)} }
+
+// Has reports whether counter is known to have reached n in the window
+// [window, window+per).
+func (r *Reached) Has(counter string, window time.Time, per time.Duration, n int) bool {
+	return r.f.get(fullKey{bucket: counter, window: window.UnixNano(), per: per, limit: n}) != 0
+}
+
+// Mark records that counter reached n in the window [window, window+per).
+func (r *Reached) Mark(counter string, window time.Time, per time.Duration, n int) {
+	r.f.mark(fullKey{bucket: counter, window: window.UnixNano(), per: per, limit: n}, window.Add(per), 0)
+}
