@@ -1,10 +1,8 @@
 package httpapi_test
 
 import (
-	"context"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,22 +11,6 @@ import (
 	"github.com/tally-hq/tally/internal/store/dynamo"
 	"github.com/tally-hq/tally/internal/testenv"
 )
-
-// writeCounter counts the writes made through a store.
-type writeCounter struct {
-	store.Store
-	writes atomic.Int64
-}
-
-func (s *writeCounter) Update(ctx context.Context, op store.Op) (store.Item, error) {
-	s.writes.Add(1)
-	return s.Store.Update(ctx, op)
-}
-
-func (s *writeCounter) Transact(ctx context.Context, ops ...store.Op) error {
-	s.writes.Add(1)
-	return s.Store.Transact(ctx, ops...)
-}
 
 // untracked is where a click past the limit lands: the destination with
 // an empty {click_id}.
@@ -112,7 +94,7 @@ func TestClickRateLimitPerOfferAndAddress(t *testing.T) {
 // once the instance has seen the burst.
 func TestClicksPastTheLimitWriteNothing(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
-		counted := &writeCounter{Store: st}
+		counted := testenv.CountWrites(st)
 		clock := testenv.MidMinute()
 		cfg := behindProxy()
 		cfg.ClickRateLimit = 12
@@ -124,14 +106,14 @@ func TestClicksPastTheLimitWriteNothing(t *testing.T) {
 		brandID, key := e.brand()
 		link := "/c/" + e.offer(key, clickDest) + "?pid=" + e.activePartner(brandID, key)
 		e.must(302, e.clickFrom(link, "192.0.2.9", browserUA)) // the instance reads what it caches
-		counted.writes.Store(0)
+		counted.Take()
 
 		// Clicks 1–10: one transaction each; the 11th finds the burst (a
 		// failed transaction, then one with ip_velocity), the 12th does not
 		// need to; the 13th finds the limit; the rest write nothing.
 		for i, want := range []int64{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 1, 1, 0, 0, 0, 0, 0} {
 			r := e.must(302, e.clickFrom(link, "192.0.2.1", browserUA))
-			if got := counted.writes.Swap(0); got != want {
+			if got := counted.Take(); got != want {
 				t.Errorf("click %d from one address at a limit of 12: %d writes, want %d", i+1, got, want)
 			}
 			if past := r.header.Get("Location") == untracked; past != (i >= 12) {

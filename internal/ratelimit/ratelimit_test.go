@@ -16,22 +16,6 @@ import (
 	"github.com/tally-hq/tally/internal/testenv"
 )
 
-// countedStore counts the writes made through it.
-type countedStore struct {
-	store.Store
-	writes atomic.Int64
-}
-
-func (s *countedStore) Update(ctx context.Context, op store.Op) (store.Item, error) {
-	s.writes.Add(1)
-	return s.Store.Update(ctx, op)
-}
-
-func (s *countedStore) Transact(ctx context.Context, ops ...store.Op) error {
-	s.writes.Add(1)
-	return s.Store.Transact(ctx, ops...)
-}
-
 // eachStore runs fn on both stores.
 func eachStore(t *testing.T, fn func(t *testing.T, st store.Store)) {
 	testenv.ForEachStore(t, fn)
@@ -42,8 +26,8 @@ func eachStore(t *testing.T, fn func(t *testing.T, st store.Store)) {
 // write is billed like one that applies), on bolt the writes.
 func eachMeteredStore(t *testing.T, fn func(t *testing.T, st store.Store, writes func() float64)) {
 	t.Run("bolt", func(t *testing.T) {
-		st := &countedStore{Store: testenv.Bolt(t)}
-		fn(t, st, func() float64 { return float64(st.writes.Swap(0)) })
+		st := testenv.CountWrites(testenv.Bolt(t))
+		fn(t, st, func() float64 { return float64(st.Take()) })
 	})
 	t.Run("dynamodb", func(t *testing.T) {
 		client, table := dynamotest.NewTable(t)
