@@ -46,6 +46,7 @@ const (
 	envRetryStateMachineARN = "TALLY_RETRY_STATE_MACHINE_ARN"
 	envRateLimit            = "TALLY_RATE_LIMIT"
 	envApplicationRateLimit = "TALLY_APPLICATION_RATE_LIMIT"
+	envClickRateLimit       = "TALLY_CLICK_RATE_LIMIT"
 	envDeliveryRetention    = "TALLY_DELIVERY_RETENTION_DAYS"
 )
 

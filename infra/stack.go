@@ -53,6 +53,7 @@ type TallyStackProps struct {
 const (
 	defaultRateLimit            = 100
 	defaultApplicationRateLimit = 10
+	defaultClickRateLimit       = 60
 	defaultRetentionDays        = 30   // deliveries and logs
 	defaultThrottlingRate       = 1000 // the HTTP API, requests a second
 	defaultThrottlingBurst      = 2000
@@ -91,6 +92,12 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		Default:     orDefault(props.ApplicationRateLimit, defaultApplicationRateLimit),
 		MinValue:    jsii.Number(1),
 		Description: jsii.String("Partner applications per minute per client IP (" + envApplicationRateLimit + ")."),
+	})
+	clickRateLimit := awscdk.NewCfnParameter(stack, jsii.String("ClickRateLimit"), &awscdk.CfnParameterProps{
+		Type:        jsii.String("Number"),
+		Default:     defaultClickRateLimit,
+		MinValue:    jsii.Number(1),
+		Description: jsii.String("Clicks of one offer's tracking link recorded per minute per client IP; past it the visitor is redirected untracked (" + envClickRateLimit + ")."),
 	})
 
 	number := func(id, description string, def float64) awscdk.CfnParameter {
@@ -183,6 +190,9 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		if f.Kind == apiFunction || f.Kind == fallbackFunction {
 			env[envRateLimit] = rateLimit.ValueAsString()
 			env[envApplicationRateLimit] = applicationRateLimit.ValueAsString()
+		}
+		if f.ID == "ClickFunction" || f.Kind == fallbackFunction { // the functions that serve /c/{offerId}
+			env[envClickRateLimit] = clickRateLimit.ValueAsString()
 		}
 		// Each function logs to a log group of its own that keeps logs
 		// LogRetentionDays (an L2 log group takes no parameter for it).

@@ -111,6 +111,9 @@ func wantEnv(id string) map[string]any {
 		env["TALLY_RATE_LIMIT"] = ref("RateLimit")
 		env["TALLY_APPLICATION_RATE_LIMIT"] = ref("ApplicationRateLimit")
 	}
+	if id == "ClickFunction" || id == fallbackID {
+		env["TALLY_CLICK_RATE_LIMIT"] = ref("ClickRateLimit")
+	}
 	switch id {
 	case "FanoutFunction", "DeliveriesFunction", "DashboardFunction", "ReconcilerFunction":
 		env["TALLY_DELIVERY_QUEUE_URL"] = ref("DeliveryQueue")
@@ -476,7 +479,7 @@ func TestHttpAPI(t *testing.T) {
 func TestParameters(t *testing.T) {
 	s := synth(t)
 	params := s.json["Parameters"].(map[string]any)
-	for name, def := range map[string]float64{"RateLimit": 100, "ApplicationRateLimit": 10, "DeliverMaxConcurrency": 50} {
+	for name, def := range map[string]float64{"RateLimit": 100, "ApplicationRateLimit": 10, "ClickRateLimit": 60, "DeliverMaxConcurrency": 50} {
 		p, ok := params[name].(map[string]any)
 		if !ok || p["Type"] != "Number" || p["Default"] != def {
 			t.Errorf("parameter %s = %v, want a Number defaulting to %v", name, p, def)

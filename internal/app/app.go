@@ -27,6 +27,7 @@ const (
 	EnvData                 = "TALLY_DATA"                      // the embedded store's folder
 	EnvRateLimit            = "TALLY_RATE_LIMIT"                // requests per minute per API key
 	EnvApplicationRateLimit = "TALLY_APPLICATION_RATE_LIMIT"    // applications per minute per client IP
+	EnvClickRateLimit       = "TALLY_CLICK_RATE_LIMIT"          // clicks recorded per minute per offer and client IP
 	EnvLogLevel             = "TALLY_LOG_LEVEL"                 // debug, info, warn, error
 	EnvWebhookWorkers       = "TALLY_WEBHOOK_WORKERS"           // webhook attempts a brand may have under way on the local server
 	EnvWebhookRetryScale    = "TALLY_WEBHOOK_RETRY_SCALE"       // multiplies the retry schedule (tests: 0.001)

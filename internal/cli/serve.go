@@ -191,7 +191,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	// The configuration in effect, defaults included.
 	log.Info("listening", "addr", "http://"+ln.Addr().String(), "dashboard", "http://"+ln.Addr().String()+"/dashboard",
 		"store", storeName(dataDir),
-		"rateLimit", cfg.RateLimit, "applicationRateLimit", cfg.ApplicationRateLimit,
+		"rateLimit", cfg.RateLimit, "applicationRateLimit", cfg.ApplicationRateLimit, "clickRateLimit", cfg.ClickRateLimit,
 		"maxConnections", maxConns, "readHeaderTimeout", readHeaderTimeout.String(), "readTimeout", readTimeout.String(),
 		"writeTimeout", writeTimeout.String(), "idleTimeout", idleTimeout.String(),
 		"webhookWorkers", workers, "webhookRetryScale", retryScale, "logLevel", app.LogLevel().String(),

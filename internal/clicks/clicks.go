@@ -6,6 +6,7 @@ package clicks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -20,6 +21,7 @@ import (
 	"github.com/tally-hq/tally/internal/offers"
 	"github.com/tally-hq/tally/internal/outbox"
 	"github.com/tally-hq/tally/internal/partners"
+	"github.com/tally-hq/tally/internal/ratelimit"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/reports"
 	"github.com/tally-hq/tally/internal/store"
@@ -38,6 +40,9 @@ type Service struct {
 	configs *records.Cache[fraudConfig]
 	// observer is told of each click recorded; nil: nobody is.
 	observer Observer
+	// reached remembers the velocity counters this instance saw reach
+	// maxClicksPerMinute or a ClickInput's Limit in their minute.
+	reached *ratelimit.Reached
 }
 
 // Observer is told of each click recorded, for metrics.
@@ -56,7 +61,7 @@ type partnerReader interface {
 // instance trusts the fraud settings it read for cacheTTL.
 func New(db *records.DB, events *outbox.Writer, o *offers.Service, p partnerReader, rollups reports.Rollups, cacheTTL time.Duration, observer Observer) *Service {
 	return &Service{db: db, events: events, offers: o, partners: p, rollups: rollups,
-		configs: records.NewCache[fraudConfig](cacheTTL, db.Clock), observer: observer}
+		configs: records.NewCache[fraudConfig](cacheTTL, db.Clock), observer: observer, reached: ratelimit.NewReached()}
 }
 
 // ClickInput is what a tracking link request carries: the offer from the
@@ -69,7 +74,14 @@ type ClickInput struct {
 	IP        netip.Addr
 	UserAgent string
 	Referer   string
+	// Limit is how many clicks a minute from IP on the offer are recorded
+	// at most; 0: no limit.
+	Limit int
 }
+
+// ErrOverLimit answers a click past its Limit: it is not recorded, and the
+// visitor is sent to the offer's destination untracked.
+var ErrOverLimit = errors.New("clicks: over the limit of clicks a minute from this address on this offer")
 
 // Limits of what a click stores of the visitor's headers. Longer values are
 // cut, not refused: the visitor's browser wrote them, not the partner.
@@ -96,6 +108,10 @@ func (in ClickInput) validate() error {
 // RecordClick records a visit through a partner's tracking link and returns
 // the click and the URL to redirect the visitor to. The offer must be active
 // and the partner active; otherwise it answers not_found and stores nothing.
+// A click past in.Limit answers ErrOverLimit with the URL to redirect to,
+// the macros filled but {click_id} empty: the partner is not checked, and
+// nothing is written once this instance has seen the limit reached in the
+// minute (the first such click costs the failed transaction that finds it).
 func (s *Service) RecordClick(ctx context.Context, in ClickInput) (tally.Click, string, error) {
 	for attempt := 0; ; attempt++ {
 		offer, err := s.offers.ByID(ctx, in.OfferID)
@@ -115,6 +131,11 @@ func (s *Service) RecordClick(ctx context.Context, in ClickInput) (tally.Click, 
 		if err == offers.ErrChanged && attempt < offers.MaxReloads {
 			continue
 		}
+		if err == ErrOverLimit {
+			untracked := tally.Click{OfferID: in.OfferID, PartnerID: in.PartnerID,
+				Sub1: in.Subs[0], Sub2: in.Subs[1], Sub3: in.Subs[2], Sub4: in.Subs[3], Sub5: in.Subs[4]}
+			return tally.Click{}, offers.FillMacros(offer.Offer.DestinationURL, untracked), err
+		}
 		if err != nil {
 			return tally.Click{}, "", err
 		}
@@ -128,6 +149,12 @@ func (s *Service) RecordClick(ctx context.Context, in ClickInput) (tally.Click, 
 // maxClicksPerMinute is how many clicks one address may make on one offer
 // in a minute before the next ones raise ip_velocity.
 const maxClicksPerMinute = 10
+
+// velocity is a click's velocity counter: its key and its minute.
+type velocity struct {
+	key    store.Key
+	minute time.Time
+}
 
 // insertClick scores and writes a click in one transaction with its rollup
 // (unless reports.FromStream),
@@ -166,6 +193,17 @@ func (s *Service) insertClick(ctx context.Context, offer offers.Entry, in ClickI
 	rule := fc.settings.AutoBan
 	banLimit := int64(-1)  // high-risk clicks this hour below which this one bans nobody; -1: not read yet
 	var ban *tally.Partner // the partner, when this click bans it
+	var vel velocity
+	if in.IP.IsValid() {
+		// The counter decides, exactly, whether this click is a burst and
+		// whether it is past the limit; what this instance saw it reach
+		// in this minute spares it the failed transaction that says so.
+		vel = velocity{keys.Velocity(c.OfferID, c.IP, now.Truncate(time.Minute).Unix()), now.Truncate(time.Minute)}
+		if in.Limit > 0 && s.reached.Has(vel.key.PK, vel.minute, time.Minute, in.Limit) {
+			return c, ErrOverLimit
+		}
+		visitor.Burst = s.reached.Has(vel.key.PK, vel.minute, time.Minute, maxClicksPerMinute)
+	}
 
 	for attempt := 0; ; attempt++ {
 		c.FraudSignals = fraud.Signals(visitor)
@@ -201,11 +239,10 @@ func (s *Service) insertClick(ctx context.Context, offer offers.Entry, in ClickI
 		velocityAt := -1
 		if in.IP.IsValid() {
 			velocityAt = len(ops)
-			minute := now.Truncate(time.Minute)
-			op := store.Increment(keys.Velocity(c.OfferID, c.IP, minute.Unix()), map[string]int64{"n": 1})
-			op.ExpiresAt = minute.Add(time.Hour).Unix()
-			if !visitor.Burst {
-				op.Conds = []store.Cond{store.NumLess("n", maxClicksPerMinute)}
+			op := store.Increment(vel.key, map[string]int64{"n": 1})
+			op.ExpiresAt = vel.minute.Add(time.Hour).Unix()
+			if below := velocityBound(visitor.Burst, in.Limit); below > 0 {
+				op.Conds = []store.Cond{store.NumLess("n", below)}
 			}
 			ops = append(ops, op)
 		}
@@ -250,7 +287,11 @@ func (s *Service) insertClick(ctx context.Context, offer offers.Entry, in ClickI
 			return c, offers.ErrChanged
 		case i == partnerAt:
 			return c, noActivePartner()
+		case i == velocityAt && (visitor.Burst || in.Limit > 0 && in.Limit <= maxClicksPerMinute):
+			s.reached.Mark(vel.key.PK, vel.minute, time.Minute, in.Limit)
+			return c, ErrOverLimit
 		case i == velocityAt:
+			s.reached.Mark(vel.key.PK, vel.minute, time.Minute, maxClicksPerMinute)
 			visitor.Burst = true
 		case i == highRiskAt:
 			banLimit = 0 // this click reaches the rule's limit
@@ -258,6 +299,20 @@ func (s *Service) insertClick(ctx context.Context, offer offers.Entry, in ClickI
 			return c, fmt.Errorf("record click: unexpected condition failure at op %d: %w", i, err)
 		}
 	}
+}
+
+// velocityBound is the count the velocity counter must be below for the
+// click to be written as it is scored: below maxClicksPerMinute for a
+// click not yet known to be a burst, below limit for one that is; 0: no
+// condition.
+func velocityBound(burst bool, limit int) int64 {
+	switch {
+	case !burst && limit > 0:
+		return int64(min(limit, maxClicksPerMinute))
+	case !burst:
+		return maxClicksPerMinute
+	}
+	return int64(limit)
 }
 
 // earlierHighRiskClicks counts the partner's high-risk clicks in the

@@ -523,6 +523,7 @@ func TestEnvironment(t *testing.T) {
 		lambdafn.EnvRetryStateMachineARN: deploy.Ref("RetryStateMachine"),
 		app.EnvRateLimit:                 deploy.Ref("RateLimit"),
 		app.EnvApplicationRateLimit:      deploy.Ref("ApplicationRateLimit"),
+		app.EnvClickRateLimit:            deploy.Ref("ClickRateLimit"),
 	}
 	api := apiFunctions(t)
 	fns, err := tpl.Functions()
@@ -570,7 +571,7 @@ func TestEnvironment(t *testing.T) {
 	}
 
 	// Parameters and their defaults: the contract's and httpapi's.
-	for name, def := range map[string]int{"RateLimit": httpapi.DefaultRateLimit, "ApplicationRateLimit": httpapi.DefaultApplicationRateLimit} {
+	for name, def := range map[string]int{"RateLimit": httpapi.DefaultRateLimit, "ApplicationRateLimit": httpapi.DefaultApplicationRateLimit, "ClickRateLimit": httpapi.DefaultClickRateLimit} {
 		p, ok := tpl.Parameters[name]
 		if !ok || p.Type != "Number" || p.Default != def {
 			t.Errorf("parameter %s = %+v, want Number with default %d", name, p, def)

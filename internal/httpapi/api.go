@@ -42,6 +42,10 @@ type Config struct {
 	// ApplicationRateLimit is how many partner applications one client IP
 	// may submit per minute.
 	ApplicationRateLimit int
+	// ClickRateLimit is how many clicks of one tracking link's offer from
+	// one client IP are recorded per minute; the visitor past it is sent
+	// on untracked.
+	ClickRateLimit int
 	// AdminToken enables the admin API (used by the CLI against a running
 	// local server) for requests bearing it. Empty disables it.
 	AdminToken string
@@ -64,6 +68,7 @@ type Config struct {
 const (
 	DefaultRateLimit            = 100
 	DefaultApplicationRateLimit = 10
+	DefaultClickRateLimit       = 60
 )
 
 // ConfigFromEnv reads the API's settings from the environment, with the
@@ -77,8 +82,12 @@ func ConfigFromEnv(logger *slog.Logger) (Config, error) {
 	if cfg.ApplicationRateLimit, err = app.PositiveInt(app.EnvApplicationRateLimit); err != nil {
 		return cfg, err
 	}
+	if cfg.ClickRateLimit, err = app.PositiveInt(app.EnvClickRateLimit); err != nil {
+		return cfg, err
+	}
 	cfg.RateLimit = cmp.Or(cfg.RateLimit, DefaultRateLimit)
 	cfg.ApplicationRateLimit = cmp.Or(cfg.ApplicationRateLimit, DefaultApplicationRateLimit)
+	cfg.ClickRateLimit = cmp.Or(cfg.ClickRateLimit, DefaultClickRateLimit)
 	cfg.TrustedProxies, err = app.Prefixes(app.EnvTrustedProxies)
 	return cfg, err
 }
@@ -120,6 +129,9 @@ func New(svc Services, cfg Config) *API {
 	}
 	if cfg.ApplicationRateLimit == 0 {
 		cfg.ApplicationRateLimit = DefaultApplicationRateLimit
+	}
+	if cfg.ClickRateLimit == 0 {
+		cfg.ClickRateLimit = DefaultClickRateLimit
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -168,7 +180,7 @@ const (
 	authPublic               // none; public reading, rate-limited per client IP at RateLimit
 	authAdmin                // the local server's admin token
 	authPages                // none here: the dashboard signs its users in and counts its forms itself
-	authNone                 // none, and no rate limit: the tracking link, scored for fraud instead
+	authNone                 // none: the tracking link, scored for fraud and limited per offer and IP (ClickRateLimit) instead
 	authPostback             // a brand's postback token in ?token=, rate-limited per token
 )
 

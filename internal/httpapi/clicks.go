@@ -46,7 +46,11 @@ func clickQuery(raw string) (url.Values, error) {
 }
 
 // click serves the tracking link: it records the click and redirects the
-// visitor to the offer's destination, or answers in the error shape.
+// visitor to the offer's destination, or answers in the error shape. A
+// click past ClickRateLimit is redirected all the same, untracked: the
+// visitor is a person (or one behind an address many share) who followed
+// a link, and an error page would lose the brand the visit; an abuser
+// gains nothing from it, and costs no write.
 func (a *API) click(w http.ResponseWriter, r *http.Request, _ identity.Principal) error {
 	w.Header().Set("Cache-Control", "no-store")
 	q, err := clickQuery(r.URL.RawQuery)
@@ -60,9 +64,10 @@ func (a *API) click(w http.ResponseWriter, r *http.Request, _ identity.Principal
 		IP:        a.clientAddr(r),
 		UserAgent: r.Header.Get("User-Agent"),
 		Referer:   r.Header.Get("Referer"),
+		Limit:     a.cfg.ClickRateLimit,
 	}
 	_, location, err := a.svc.Clicks.RecordClick(r.Context(), in)
-	if err != nil {
+	if err != nil && err != clicks.ErrOverLimit {
 		return err
 	}
 	w.Header().Set("Location", location)

@@ -301,9 +301,19 @@ func CursorKeyring() store.Key { return store.Key{PK: "CONFIG", SK: "#CURSORKEYS
 // Readiness is never written: GET /readyz reads it to see the store answer.
 func Readiness() store.Key { return store.Key{PK: "CONFIG", SK: "#READY"} }
 
-// rateKey counts one bucket's requests in one window.
+// Rate counts one bucket's requests in one window.
 func Rate(bucket string, window int64) store.Key {
 	return store.Key{PK: "RATE#" + bucket, SK: strconv.FormatInt(window, 10)}
+}
+
+// RateShard is shard n (n > 0) of a bucket's counter in one window; shard 0
+// is Rate's item. Each shard has a partition key of its own, so that one
+// bucket's counter spreads over as many partitions.
+func RateShard(bucket string, window int64, n int) store.Key {
+	if n == 0 {
+		return Rate(bucket, window)
+	}
+	return store.Key{PK: "RATE#" + bucket + "#" + strconv.Itoa(n), SK: strconv.FormatInt(window, 10)}
 }
 
 // Breaker is an endpoint's circuit breaker item.

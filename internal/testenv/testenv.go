@@ -31,6 +31,7 @@ package testenv
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"sync"
@@ -171,4 +172,27 @@ func (b *SyncBuffer) Take() []byte {
 	out := bytes.Clone(b.buf.Bytes())
 	b.buf.Reset()
 	return out
+}
+
+// Writes is a store that counts the writes (Update, Transact) made
+// through it, for tests of what a request costs.
+type Writes struct {
+	store.Store
+	n atomic.Int64
+}
+
+// CountWrites wraps st.
+func CountWrites(st store.Store) *Writes { return &Writes{Store: st} }
+
+// Take returns the writes counted so far and starts again from zero.
+func (w *Writes) Take() int64 { return w.n.Swap(0) }
+
+func (w *Writes) Update(ctx context.Context, op store.Op) (store.Item, error) {
+	w.n.Add(1)
+	return w.Store.Update(ctx, op)
+}
+
+func (w *Writes) Transact(ctx context.Context, ops ...store.Op) error {
+	w.n.Add(1)
+	return w.Store.Transact(ctx, ops...)
 }

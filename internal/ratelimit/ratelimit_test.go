@@ -1,0 +1,220 @@
+package ratelimit_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tally-hq/tally/internal/dynamotest"
+	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/ratelimit"
+	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/store/dynamo"
+	"github.com/tally-hq/tally/internal/testenv"
+)
+
+// eachStore runs fn on both stores.
+func eachStore(t *testing.T, fn func(t *testing.T, st store.Store)) {
+	testenv.ForEachStore(t, fn)
+}
+
+// eachMeteredStore runs fn on both stores, each counting its writes: on
+// DynamoDB Local the write request units billed (a failed conditional
+// write is billed like one that applies), on bolt the writes.
+func eachMeteredStore(t *testing.T, fn func(t *testing.T, st store.Store, writes func() float64)) {
+	t.Run("bolt", func(t *testing.T) {
+		st := testenv.CountWrites(testenv.Bolt(t))
+		fn(t, st, func() float64 { return float64(st.Take()) })
+	})
+	t.Run("dynamodb", func(t *testing.T) {
+		client, table := dynamotest.NewTable(t)
+		meter := dynamotest.NewMeter(client, table)
+		fn(t, dynamo.New(meter, table), func() float64 { return meter.Take().WRU })
+	})
+}
+
+// instances are Shared limits over one store, as on as many Lambda
+// instances, on one clock.
+func instances(st store.Store, clock func() time.Time, n int) []*ratelimit.Shared {
+	out := make([]*ratelimit.Shared, n)
+	for i := range out {
+		out[i] = ratelimit.NewShared(records.New(st, clock, records.ShardZeroIDs{}))
+	}
+	return out
+}
+
+// race makes offered requests of bucket at once, one at a time on each
+// instance as on a Lambda instance, and returns how many were admitted.
+func race(t *testing.T, limits []*ratelimit.Shared, bucket string, limit int, per time.Duration, offered int) int {
+	t.Helper()
+	var admitted, next atomic.Int64
+	var wg sync.WaitGroup
+	for _, lim := range limits {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(offered) {
+				d, err := lim.AllowPer(context.Background(), bucket, limit, per)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return int(admitted.Load())
+}
+
+// One key's counter is spread over shards so that it can be allowed more
+// than one item takes; however many instances race, they admit no more
+// than the limit in a window, and no fewer than the package doc states:
+// exactly the limit when more is offered, and at most ⌊(shards−1)/3⌋ per
+// request in flight short of it when about the limit is offered.
+func TestSharedAdmitsTheLimitAndNoMore(t *testing.T) {
+	const inFlight = 16 // instances, one request at a time each
+	for _, tc := range []struct {
+		name   string
+		limit  int
+		per    time.Duration
+		shards int
+	}{
+		{"one shard", 100, time.Minute, 1},
+		// Windows of 100 ms: the shards of a high limit with few requests.
+		{"four shards", 160, 100 * time.Millisecond, 4},  // 1,600 a second: 40 a shard
+		{"eight shards", 400, 100 * time.Millisecond, 8}, // 4,000 a second: 50 a shard
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eachStore(t, func(t *testing.T, st store.Store) {
+				clock := testenv.MidMinute() // fixed: the race cannot straddle two windows
+				limits := instances(st, clock.Now, inFlight)
+				short := inFlight * ((tc.shards - 1) / ratelimit.MaxTries)
+
+				if got := race(t, limits, "key:about", tc.limit, tc.per, tc.limit); got > tc.limit || got < tc.limit-short {
+					t.Errorf("%d offered at a limit of %d: %d admitted, want %d to %d", tc.limit, tc.limit, got, tc.limit-short, tc.limit)
+				} else {
+					t.Logf("%d offered at a limit of %d: %d admitted (bound %d)", tc.limit, tc.limit, got, tc.limit-short)
+				}
+				if got := race(t, limits, "key:over", tc.limit, tc.per, 2*tc.limit); got != tc.limit {
+					t.Errorf("%d offered at a limit of %d: %d admitted, want exactly the limit", 2*tc.limit, tc.limit, got)
+				}
+			})
+		})
+	}
+}
+
+// A request that finds its shard full counts in another: a shard filled
+// (here by hand, as uneven load would) refuses nobody while the others
+// have room.
+func TestAFullShardSendsRequestsToTheOthers(t *testing.T) {
+	eachStore(t, func(t *testing.T, st store.Store) {
+		clock := testenv.MidMinute()
+		const limit, per, share = 160, 100 * time.Millisecond, 40 // 1,600 a second: 4 shards of 40
+		window := clock.Now().Truncate(per).Unix()
+		if _, err := st.Update(context.Background(), store.Op{Kind: store.OpUpdate, Key: keys.RateShard("key:uneven", window, 0),
+			Add: map[string]int64{"n": share}, ExpiresAt: time.Now().Add(time.Hour).Unix()}); err != nil {
+			t.Fatal(err)
+		}
+		limits := instances(st, clock.Now, 1)
+		for i := range limit - share {
+			if d, err := limits[0].AllowPer(context.Background(), "key:uneven", limit, per); err != nil || !d.Allowed {
+				t.Fatalf("request %d with shard 0 full and %d places left: %+v, %v", i+1, limit-share-i, d, err)
+			}
+		}
+		if d, _ := limits[0].AllowPer(context.Background(), "key:uneven", limit, per); d.Allowed || d.Remaining != 0 {
+			t.Errorf("request past the limit: %+v, want refused with nothing remaining", d)
+		}
+	})
+}
+
+// A failed conditional write costs a write unit like one that applies: an
+// instance that has seen a bucket full refuses its later requests in the
+// window from memory, writing nothing, with the headers' values still
+// right; another instance pays one write to learn it, then none.
+func TestRefusedRequestsWriteNothing(t *testing.T) {
+	eachMeteredStore(t, func(t *testing.T, st store.Store, writes func() float64) {
+		clock := testenv.MidMinute()
+		limits := instances(st, clock.Now, 2)
+		a, b := limits[0], limits[1]
+		reset := clock.Now().Truncate(time.Minute).Add(time.Minute)
+		ctx := context.Background()
+		for i := range 3 {
+			d, err := a.Allow(ctx, "ip:1", 3)
+			if err != nil || !d.Allowed || d.Remaining != 2-i || !d.Reset.Equal(reset) {
+				t.Fatalf("request %d: %+v, %v; want allowed, %d remaining, reset %v", i+1, d, err, 2-i, reset)
+			}
+		}
+		if got := writes(); got != 3 {
+			t.Errorf("3 admitted requests billed %v write units, want 3", got)
+		}
+		for _, lim := range []struct {
+			name   string
+			shared *ratelimit.Shared
+			first  float64
+		}{{"the instance that filled it", a, 0}, {"another instance", b, 1}} {
+			for i := range 5 {
+				d, err := lim.shared.Allow(ctx, "ip:1", 3)
+				if err != nil || d.Allowed || d.Remaining != 0 || d.Limit != 3 || !d.Reset.Equal(reset) || d.Wait != 40*time.Second {
+					t.Fatalf("%s, refused request %d: %+v, %v; want refused, 0 remaining, reset %v in 40s", lim.name, i+1, d, err, reset)
+				}
+				want := 0.0
+				if i == 0 {
+					want = lim.first
+				}
+				if got := writes(); got != want {
+					t.Errorf("%s, refused request %d billed %v write units, want %v", lim.name, i+1, got, want)
+				}
+			}
+		}
+		clock.Advance(40 * time.Second) // the next window
+		if d, err := b.Allow(ctx, "ip:1", 3); err != nil || !d.Allowed || d.Remaining != 2 {
+			t.Errorf("next window: %+v, %v; want allowed, 2 remaining", d, err)
+		}
+
+		// Sharded: an instance that did not fill the window learns each
+		// shard full at most once.
+		const limit, per = 160, 100 * time.Millisecond // 4 shards
+		race(t, []*ratelimit.Shared{a}, "key:big", limit, per, 2*limit)
+		writes()
+		var learning float64
+		for i := range 20 {
+			if d, _ := b.AllowPer(ctx, "key:big", limit, per); d.Allowed || d.Remaining != 0 {
+				t.Fatalf("refused request %d on another instance: %+v", i+1, d)
+			}
+			got := writes()
+			if learning += got; i >= 2 && got != 0 {
+				t.Errorf("refused request %d on another instance billed %v write units, want none", i+1, got)
+			}
+		}
+		if learning > 4 {
+			t.Errorf("another instance learned 4 full shards with %v write units, want at most 4", learning)
+		}
+	})
+}
+
+// Remaining counts down with the requests admitted: for a bucket of one
+// shard exactly (TestRefusedRequestsWriteNothing), for one of many within
+// a tenth of the limit (the spread of random picks, scaled).
+func TestRemainingFollowsTheCount(t *testing.T) {
+	eachStore(t, func(t *testing.T, st store.Store) {
+		clock := testenv.MidMinute()
+		limits := instances(st, clock.Now, 1)
+		const limit, per = 2_000, time.Second // 4 shards of 500
+		for i := range 1_000 {
+			d, err := limits[0].AllowPer(context.Background(), "key:remaining", limit, per)
+			if err != nil || !d.Allowed {
+				t.Fatalf("request %d: %+v, %v", i+1, d, err)
+			}
+			if left := limit - (i + 1); i >= 200 && (d.Remaining < left-limit/10 || d.Remaining > left+limit/10) {
+				t.Errorf("after %d of %d: Remaining %d, want %d ± %d", i+1, limit, d.Remaining, left, limit/10)
+				break
+			}
+		}
+	})
+}
