@@ -544,6 +544,7 @@ func (t *cfnTemplate) facts() map[string]string {
 			f["api "+id] = "HTTP"
 			f["api "+id+" stage"] = t.orDefault(p["StageName"], "$default") + " autodeploy=true"
 			f["api "+id+" throttle"] = t.orDefault(p["DefaultRouteSettings"], "none")
+			t.routeThrottleFacts(f, id, p["RouteSettings"])
 			for _, k := range []string{"DefinitionBody", "DefinitionUri"} {
 				if p[k] != nil {
 					t.errorf("%s: routes in %s are not read; use function events", id, k)
@@ -552,6 +553,7 @@ func (t *cfnTemplate) facts() map[string]string {
 		case "AWS::ApiGatewayV2::Stage":
 			f["api "+resourceID(t.render(p["ApiId"]))+" stage"] = t.render(p["StageName"]) + " autodeploy=" + t.orDefault(p["AutoDeploy"], "false")
 			f["api "+resourceID(t.render(p["ApiId"]))+" throttle"] = t.orDefault(p["DefaultRouteSettings"], "none")
+			t.routeThrottleFacts(f, resourceID(t.render(p["ApiId"])), p["RouteSettings"])
 		case "AWS::Logs::LogGroup":
 			f["loggroup "+id] = "retention=" + t.orDefault(p["RetentionInDays"], "never") + " name=" + t.orDefault(p["LogGroupName"], "generated") +
 				" deletion=" + t.orDefault(r["DeletionPolicy"], "Delete") + " replace=" + t.orDefault(r["UpdateReplacePolicy"], "Delete")
@@ -935,6 +937,15 @@ func (t *cfnTemplate) grantResource(arn string) string {
 		return id // "${StateMachine.Arn}" written as Ref
 	}
 	return arn
+}
+
+// routeThrottleFacts adds the throttling of each route that has settings
+// of its own (a stage's RouteSettings, keyed by route key).
+func (t *cfnTemplate) routeThrottleFacts(f map[string]string, api string, settings any) {
+	m, _ := settings.(map[string]any)
+	for key, v := range m {
+		f["api "+api+" throttle "+key] = t.render(v)
+	}
 }
 
 func (t *cfnTemplate) routeFacts(f map[string]string, p map[string]any) {

@@ -135,6 +135,10 @@ func TestParityCatchesDifferences(t *testing.T) {
 		{"api HttpApi throttle", func(doc map[string]any) {
 			find(doc, "AWS::ApiGatewayV2::Stage", nil)["DefaultRouteSettings"] = map[string]any{"ThrottlingRateLimit": 5.0}
 		}},
+		{"api HttpApi throttle POST /api/v1/conversions", func(doc map[string]any) {
+			rs := find(doc, "AWS::ApiGatewayV2::Stage", nil)["RouteSettings"].(map[string]any)
+			rs["POST /api/v1/conversions"] = rs["GET /c/{offerId}"]
+		}},
 		{"parameter DeliverMaxConcurrency", func(doc map[string]any) {
 			doc["Parameters"].(map[string]any)["DeliverMaxConcurrency"].(map[string]any)["MaxValue"] = 500.0
 		}},

@@ -54,8 +54,12 @@ const (
 	defaultRateLimit            = 100
 	defaultApplicationRateLimit = 10
 	defaultRetentionDays        = 30   // deliveries and logs
-	defaultThrottlingRate       = 1000 // the HTTP API, requests a second
+	defaultThrottlingRate       = 1000 // each HTTP API route, requests a second
 	defaultThrottlingBurst      = 2000
+	defaultConversionsRate      = 500 // the conversion routes: what a new table carries
+	defaultConversionsBurst     = 1000
+	defaultClickRate            = 500 // the click route
+	defaultClickBurst           = 1000
 	defaultDeliverConcurrency   = 50 // batches of 10 at once
 )
 
@@ -108,8 +112,15 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		Type: jsii.String("String"), Default: "",
 		Description: jsii.String("An e-mail address the alarms notify (through the AlarmTopic SNS topic; the address must confirm the subscription). Empty: subscribe to AlarmTopic some other way."),
 	})
-	throttlingRate := number("ApiThrottlingRateLimit", "Requests per second the HTTP API accepts in all (its default route settings), before answering 429.", defaultThrottlingRate)
-	throttlingBurst := number("ApiThrottlingBurstLimit", "Requests the HTTP API accepts in a burst above the rate.", defaultThrottlingBurst)
+	throttlingRate := number("ApiThrottlingRateLimit", "Requests per second each route without settings of its own accepts before answering 429 "+
+		"(the stage's DefaultRouteSettings, a limit per route, not for the API in all).", defaultThrottlingRate)
+	throttlingBurst := number("ApiThrottlingBurstLimit", "Requests each route without settings of its own accepts in a burst above its rate.", defaultThrottlingBurst)
+	conversionsRate := number("ConversionsThrottlingRateLimit", "Requests per second each conversion route (POST /api/v1/conversions, GET /postback) accepts before answering 429. "+
+		`500 is what a new table carries (docs/aws.md, "Capacity"); 10k conversions a second need 12000 with the rest of that section's parameter set.`, defaultConversionsRate)
+	conversionsBurst := number("ConversionsThrottlingBurstLimit", "Requests each conversion route accepts in a burst above its rate (the account's burst, 5000 by default, caps it).", defaultConversionsBurst)
+	clickRate := number("ClickThrottlingRateLimit", "Requests per second the click route (GET /c/{offerId}, no key) accepts before answering 429. "+
+		`A click writes about 10 WRU; 500 keeps an abused link within what a new table carries (docs/aws.md, "Capacity").`, defaultClickRate)
+	clickBurst := number("ClickThrottlingBurstLimit", "Requests the click route accepts in a burst above its rate.", defaultClickBurst)
 	deliverConcurrency := awscdk.NewCfnParameter(stack, jsii.String("DeliverMaxConcurrency"), &awscdk.CfnParameterProps{
 		Type: jsii.String("Number"), Default: orDefault(props.DeliverMaxConcurrency, defaultDeliverConcurrency),
 		MinValue: jsii.Number(2), MaxValue: jsii.Number(1000), // what an SQS event source allows
@@ -261,9 +272,19 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		DefaultIntegration: lambdaIntegration(fallback, *fallback.Node().Id()),
 	})
 	overrideID(api, "HttpApi")
-	api.DefaultStage().Node().DefaultChild().(awscdk.CfnResource).AddPropertyOverride(jsii.String("DefaultRouteSettings"), map[string]any{
+	stage := api.DefaultStage().Node().DefaultChild().(awscdk.CfnResource)
+	stage.AddPropertyOverride(jsii.String("DefaultRouteSettings"), map[string]any{
 		"ThrottlingRateLimit": throttlingRate.ValueAsNumber(), "ThrottlingBurstLimit": throttlingBurst.ValueAsNumber(),
 	})
+	// The routes that carry the load have throttles of their own (the
+	// default is per route too). A stage's route settings name routes that
+	// must exist first, hence the dependencies below.
+	routeThrottles := map[string]map[string]any{
+		"POST /api/v1/conversions": {"ThrottlingRateLimit": conversionsRate.ValueAsNumber(), "ThrottlingBurstLimit": conversionsBurst.ValueAsNumber()},
+		"GET /postback":            {"ThrottlingRateLimit": conversionsRate.ValueAsNumber(), "ThrottlingBurstLimit": conversionsBurst.ValueAsNumber()},
+		"GET /c/{offerId}":         {"ThrottlingRateLimit": clickRate.ValueAsNumber(), "ThrottlingBurstLimit": clickBurst.ValueAsNumber()},
+	}
+	stage.AddPropertyOverride(jsii.String("RouteSettings"), routeThrottles)
 	for _, f := range functions {
 		if f.Kind != apiFunction {
 			continue
@@ -274,11 +295,16 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 			if err != nil {
 				return nil, err
 			}
-			api.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
+			routes := api.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
 				Path:        jsii.String(path),
 				Methods:     &[]awsapigatewayv2.HttpMethod{method},
 				Integration: integration,
 			})
+			if _, ok := routeThrottles[r]; ok {
+				for _, route := range *routes {
+					stage.Node().AddDependency(route)
+				}
+			}
 		}
 	}
 

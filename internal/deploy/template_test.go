@@ -1086,8 +1086,8 @@ func TestParametersAreTheContracts(t *testing.T) {
 	}
 }
 
-// TestConcurrency: the scheduled jobs never overlap, the API has a
-// ceiling for every client together.
+// TestConcurrency: the scheduled jobs never overlap, every route has a
+// throttle for every client together.
 func TestConcurrency(t *testing.T) {
 	tpl := load(t)
 	fns, err := tpl.Functions()
@@ -1103,6 +1103,48 @@ func TestConcurrency(t *testing.T) {
 	settings := mapOf(tpl.Resources["HttpApi"].Properties["DefaultRouteSettings"])
 	if settings["ThrottlingRateLimit"] != deploy.Ref("ApiThrottlingRateLimit") || settings["ThrottlingBurstLimit"] != deploy.Ref("ApiThrottlingBurstLimit") {
 		t.Errorf("HttpApi DefaultRouteSettings %v, want the throttling parameters", settings)
+	}
+}
+
+// TestRouteThrottles: the stage's default settings are per route, so the
+// routes that carry the load (conversions, the GET postback, clicks) have
+// throttles of their own, from their own parameters, and each names a
+// route the API has.
+func TestRouteThrottles(t *testing.T) {
+	tpl := load(t)
+	fns, err := tpl.Functions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := map[string]bool{}
+	for _, f := range fns {
+		for _, e := range f.EventsOfType("HttpApi") {
+			r, err := e.HTTPRoute()
+			if err != nil {
+				t.Fatal(err)
+			}
+			routes[r.Key()] = true
+		}
+	}
+	want := map[string]string{
+		"POST /api/v1/conversions": "Conversions",
+		"GET /postback":            "Conversions",
+		"GET /c/{offerId}":         "Click",
+	}
+	settings := mapOf(tpl.Resources["HttpApi"].Properties["RouteSettings"])
+	for key, prefix := range want {
+		s := mapOf(settings[key])
+		if s["ThrottlingRateLimit"] != deploy.Ref(prefix+"ThrottlingRateLimit") || s["ThrottlingBurstLimit"] != deploy.Ref(prefix+"ThrottlingBurstLimit") {
+			t.Errorf("HttpApi RouteSettings[%q] = %v, want the %sThrottling… parameters", key, s, prefix)
+		}
+	}
+	for key := range settings {
+		if !routes[key] {
+			t.Errorf("HttpApi RouteSettings names %q, which is no route of the API", key)
+		}
+		if want[key] == "" {
+			t.Errorf("HttpApi RouteSettings[%q]: a route the test does not know", key)
+		}
 	}
 }
 
