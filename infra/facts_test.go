@@ -40,13 +40,15 @@ type cfnTemplate struct {
 	errs   []string          // what could not be read
 }
 
-// newCDKTemplate reads a synthesis.
-func newCDKTemplate(s *synthesis) *cfnTemplate {
+// newCDKTemplate reads a synthesis, its conditions evaluated with the
+// parameters' defaults or the values given.
+func newCDKTemplate(s *synthesis, params ...map[string]any) *cfnTemplate {
 	// A copy: reading prunes the document, and the synthesis is shared.
 	var doc map[string]any
 	if err := json.Unmarshal([]byte(canonJSON(s.json)), &doc); err != nil {
 		panic(err) // it was JSON a moment ago
 	}
+	setDefaults(doc, params)
 	t := &cfnTemplate{name: "cdk", doc: doc, dir: s.assembly, assets: map[string]string{}}
 	raw, err := os.ReadFile(filepath.Join(s.assembly, "TallyStack.assets.json"))
 	if err != nil {
@@ -71,10 +73,23 @@ func newCDKTemplate(s *synthesis) *cfnTemplate {
 	return t
 }
 
+// setDefaults makes the values given the parameters' defaults, so that
+// conditions are evaluated with them.
+func setDefaults(doc map[string]any, params []map[string]any) {
+	for _, ps := range params {
+		for name, v := range ps {
+			if p, ok := doc["Parameters"].(map[string]any)[name].(map[string]any); ok {
+				p["Default"] = v
+			}
+		}
+	}
+}
+
 // loadSAMTemplate reads a SAM (or plain CloudFormation) YAML template,
 // turning short-form intrinsics (!Ref, !GetAtt, !Sub, !If, …) into their
-// long form.
-func loadSAMTemplate(file string) (*cfnTemplate, error) {
+// long form; its conditions are evaluated with the parameters' defaults or
+// the values given.
+func loadSAMTemplate(file string, params ...map[string]any) (*cfnTemplate, error) {
 	raw, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
@@ -91,6 +106,7 @@ func loadSAMTemplate(file string) (*cfnTemplate, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s: not a mapping", file)
 	}
+	setDefaults(doc, params)
 	t := &cfnTemplate{name: "sam", doc: doc, dir: filepath.Dir(file)}
 	t.prune()
 	return t, nil
@@ -985,6 +1001,7 @@ func (t *cfnTemplate) tableFacts(f map[string]string, id string, r, p map[string
 	}
 	f[tb+" keys"] = keys(p["KeySchema"])
 	f[tb+" billing"] = t.orDefault(p["BillingMode"], "PROVISIONED")
+	f[tb+" warm"] = t.orDefault(p["WarmThroughput"], "none")
 	for _, k := range []string{"GlobalSecondaryIndexes", "LocalSecondaryIndexes"} {
 		list, _ := p[k].([]any)
 		for _, i := range list {
@@ -993,6 +1010,9 @@ func (t *cfnTemplate) tableFacts(f map[string]string, id string, r, p map[string
 			value := keys(im["KeySchema"]) + "; projection " + t.render(proj["ProjectionType"])
 			if proj["NonKeyAttributes"] != nil {
 				value += " " + t.render(proj["NonKeyAttributes"])
+			}
+			if im["WarmThroughput"] != nil {
+				value += "; warm " + t.render(im["WarmThroughput"])
 			}
 			f[tb+" index "+t.render(im["IndexName"])] = value
 		}

@@ -131,6 +131,30 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		Type: jsii.String("String"), Default: "true", AllowedValues: jsii.Strings("true", "false"),
 		Description: jsii.String(`Whether DynamoDB refuses to delete the table (DeletionProtectionEnabled); "false" for dev stacks meant to be torn down with their data.`),
 	})
+	// Warm throughput (docs/aws.md, "Capacity"): 0 leaves it to DynamoDB;
+	// it is set when its writes are, its reads only with them.
+	warm := func(id, condition, description string) (awscdk.CfnParameter, awscdk.CfnCondition) {
+		p := awscdk.NewCfnParameter(stack, jsii.String(id), &awscdk.CfnParameterProps{
+			Type: jsii.String("Number"), Default: 0, MinValue: jsii.Number(0), Description: jsii.String(description),
+		})
+		return p, awscdk.NewCfnCondition(stack, jsii.String(condition), &awscdk.CfnConditionProps{
+			Expression: awscdk.Fn_ConditionNot(awscdk.Fn_ConditionEquals(p.ValueAsNumber(), jsii.Number(0))),
+		})
+	}
+	tableWarmWrites, hasTableWarm := warm("TableWarmWriteUnitsPerSecond", "HasTableWarmThroughput", "Write units a second the table serves at once (its WarmThroughput; a new on-demand table serves 4000). "+
+		`0 leaves it to DynamoDB. Else at least 4000; 80000 for 10k conversions a second (docs/aws.md, "Capacity"), which also needs the table quota raised.`)
+	tableWarmReads, hasTableWarmReads := warm("TableWarmReadUnitsPerSecond", "HasTableWarmReads", "Read units a second the table serves at once (a new on-demand table serves 12000), "+
+		"set only with TableWarmWriteUnitsPerSecond. 0 leaves it to DynamoDB; else at least 12000; 80000 for 10k conversions a second.")
+	indexWarmWrites, hasIndexWarm := warm("IndexWarmWriteUnitsPerSecond", "HasIndexWarmThroughput", "Write units a second each global secondary index serves at once (its WarmThroughput; 4000 when new). "+
+		`0 leaves it to DynamoDB; else at least 4000; 25000 for 10k conversions a second (docs/aws.md, "Capacity").`)
+	indexWarmReads, hasIndexWarmReads := warm("IndexWarmReadUnitsPerSecond", "HasIndexWarmReads", "Read units a second each global secondary index serves at once (12000 when new), "+
+		"set only with IndexWarmWriteUnitsPerSecond. 0 leaves it to DynamoDB; else at least 12000.")
+	warmThroughput := func(has, hasReads awscdk.CfnCondition, writes, reads awscdk.CfnParameter) awscdk.IResolvable {
+		return awscdk.Fn_ConditionIf(has.LogicalId(), map[string]any{
+			"WriteUnitsPerSecond": writes.ValueAsNumber(),
+			"ReadUnitsPerSecond":  awscdk.Fn_ConditionIf(hasReads.LogicalId(), reads.ValueAsNumber(), awscdk.Aws_NO_VALUE()),
+		}, awscdk.Aws_NO_VALUE())
+	}
 	hasAlarmEmail := awscdk.NewCfnCondition(stack, jsii.String("HasAlarmEmail"), &awscdk.CfnConditionProps{
 		Expression: awscdk.Fn_ConditionNot(awscdk.Fn_ConditionEquals(alarmEmail.ValueAsString(), jsii.String(""))),
 	})
@@ -156,8 +180,15 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		})
 	}
 	overrideID(table, "Table")
-	// A parameter, which the construct's DeletionProtection (a bool) cannot take.
-	table.Node().DefaultChild().(awscdk.CfnResource).AddPropertyOverride(jsii.String("DeletionProtectionEnabled"), deletionProtection.ValueAsString())
+	// Parameters, which the construct's DeletionProtection (a bool) and
+	// WarmThroughput (numbers) cannot take.
+	cfnTable := table.Node().DefaultChild().(awscdk.CfnResource)
+	cfnTable.AddPropertyOverride(jsii.String("DeletionProtectionEnabled"), deletionProtection.ValueAsString())
+	cfnTable.AddPropertyOverride(jsii.String("WarmThroughput"), warmThroughput(hasTableWarm, hasTableWarmReads, tableWarmWrites, tableWarmReads))
+	for i := range 3 {
+		cfnTable.AddPropertyOverride(jsii.String(fmt.Sprintf("GlobalSecondaryIndexes.%d.WarmThroughput", i)),
+			warmThroughput(hasIndexWarm, hasIndexWarmReads, indexWarmWrites, indexWarmReads))
+	}
 
 	// Queues.
 	fourteenDays := awscdk.Duration_Days(jsii.Number(14))

@@ -516,15 +516,24 @@ func TestTable(t *testing.T) {
 		"PointInTimeRecoverySpecification": map[string]any{"PointInTimeRecoveryEnabled": true},
 		"DeletionProtectionEnabled":        ref("TableDeletionProtection"),
 	}
+	// Pre-warmed when the parameters ask (writes set it, reads only with them).
+	warm := func(prefix string) map[string]any {
+		return map[string]any{"Fn::If": []any{"Has" + prefix + "WarmThroughput", map[string]any{
+			"WriteUnitsPerSecond": ref(prefix + "WarmWriteUnitsPerSecond"),
+			"ReadUnitsPerSecond":  map[string]any{"Fn::If": []any{"Has" + prefix + "WarmReads", ref(prefix + "WarmReadUnitsPerSecond"), ref("AWS::NoValue")}},
+		}, ref("AWS::NoValue")}}
+	}
+	want["WarmThroughput"] = warm("Table")
 	var attrs, gsis []any
 	for _, a := range []string{"pk", "sk", "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk", "gsi3pk", "gsi3sk"} {
 		attrs = append(attrs, map[string]any{"AttributeName": a, "AttributeType": "S"})
 	}
 	for _, n := range []string{"1", "2", "3"} {
 		gsis = append(gsis, map[string]any{
-			"IndexName":  "gsi" + n,
-			"KeySchema":  keySchema("gsi"+n+"pk", "gsi"+n+"sk"),
-			"Projection": map[string]any{"ProjectionType": "ALL"},
+			"IndexName":      "gsi" + n,
+			"KeySchema":      keySchema("gsi"+n+"pk", "gsi"+n+"sk"),
+			"Projection":     map[string]any{"ProjectionType": "ALL"},
+			"WarmThroughput": warm("Index"),
 		})
 	}
 	want["AttributeDefinitions"] = attrs

@@ -682,6 +682,47 @@ func TestTableIsWhatCreateTableMakes(t *testing.T) {
 	}
 }
 
+// TestWarmThroughput: the table and each index are pre-warmed only when
+// their parameters ask (0, the default, leaves it to DynamoDB), to what
+// the parameters say.
+func TestWarmThroughput(t *testing.T) {
+	tpl := load(t)
+	tb := tpl.Resources["Table"].Properties
+	warm := map[string]any{"Table": tb["WarmThroughput"]}
+	for _, ix := range tb["GlobalSecondaryIndexes"].([]any) {
+		warm["index "+toString(mapOf(ix)["IndexName"])] = mapOf(ix)["WarmThroughput"]
+	}
+	if len(warm) != 4 {
+		t.Fatalf("warm throughput of %d of the table and its indexes, want 4", len(warm))
+	}
+	for what, v := range warm {
+		prefix := "Index"
+		if what == "Table" {
+			prefix = "Table"
+		}
+		want := deploy.Intrinsic{Fn: "Fn::If", Arg: []any{"Has" + prefix + "WarmThroughput", map[string]any{
+			"WriteUnitsPerSecond": deploy.Ref(prefix + "WarmWriteUnitsPerSecond"),
+			"ReadUnitsPerSecond":  deploy.Intrinsic{Fn: "Fn::If", Arg: []any{"Has" + prefix + "WarmReads", deploy.Ref(prefix + "WarmReadUnitsPerSecond"), deploy.Ref("AWS::NoValue")}},
+		}, deploy.Ref("AWS::NoValue")}}
+		if !reflect.DeepEqual(v, want) {
+			t.Errorf("%s WarmThroughput %s, want %s", what, toString(v), toString(want))
+		}
+		for _, c := range []struct {
+			cond, param string
+		}{{"Has" + prefix + "WarmThroughput", prefix + "WarmWriteUnitsPerSecond"}, {"Has" + prefix + "WarmReads", prefix + "WarmReadUnitsPerSecond"}} {
+			for value, on := range map[string]bool{"": false, "0": false, "80000": true} {
+				params := map[string]string{}
+				if value != "" {
+					params[c.param] = value
+				}
+				if got, err := tpl.Condition(c.cond, params); err != nil || got != on {
+					t.Errorf("%s with %s=%q: %v (%v), want %v", c.cond, c.param, value, got, err, on)
+				}
+			}
+		}
+	}
+}
+
 func TestRetryStateMachine(t *testing.T) {
 	tpl := load(t)
 	sm, err := tpl.StateMachine("RetryStateMachine")
