@@ -225,7 +225,10 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		logs.Node().DefaultChild().(awscdk.CfnResource).AddPropertyOverride(jsii.String("RetentionInDays"), logRetention.ValueAsNumber())
 		overrideID(logs, f.ID+"LogGroup")
 		var reserved *float64
-		if f.Kind == approverFunction || f.Kind == reconcilerFunction {
+		switch f.Kind {
+		case approverFunction:
+			reserved = jsii.Number(approverRuns) // runs overlap while a backlog lasts
+		case reconcilerFunction:
 			reserved = jsii.Number(1) // runs must not overlap
 		}
 		// A role of its own with the permissions of its kind (docs/aws.md,
