@@ -1195,6 +1195,72 @@ func TestRouteThrottles(t *testing.T) {
 	}
 }
 
+// TestCapacityParameters: the parameters docs/aws.md's "Capacity" names
+// are the template's, and its parameter set for 10k/s is one a deployment
+// accepts (each value within its parameter's bounds).
+func TestCapacityParameters(t *testing.T) {
+	tpl, c := load(t), readContract(t)
+	parameterName := regexp.MustCompile(`^[A-Z][a-z]+[A-Za-z]*$`)
+	named, col := 0, -1
+	table := c.tables["Capacity"]
+	if len(table) > 0 {
+		col = slices.Index(table[0], "raised by")
+	}
+	if col < 0 {
+		t.Fatal(`docs/aws.md's "Capacity" table has no column "raised by"`)
+	}
+	for _, row := range table[1:] {
+		if col >= len(row) {
+			continue // the next table of the section
+		}
+		for _, cell := range row[col : col+1] {
+			for _, name := range spans(cell) {
+				if !parameterName.MatchString(name) {
+					continue
+				}
+				named++
+				if _, ok := tpl.Parameters[name]; !ok {
+					t.Errorf("docs/aws.md's capacity table raises a limit by %s, which is no parameter of template.yaml", name)
+				}
+			}
+		}
+	}
+	if named < 5 {
+		t.Errorf("docs/aws.md's capacity table names %d parameters; the test reads it wrong", named)
+	}
+	line := regexp.MustCompile("(?m)^sam deploy --parameter-overrides (.+)$").FindStringSubmatch(c.text)
+	if line == nil {
+		t.Fatal("docs/aws.md has no `sam deploy --parameter-overrides …` line")
+	}
+	for _, kv := range strings.Fields(line[1]) {
+		name, value, ok := strings.Cut(kv, "=")
+		p, known := tpl.Parameters[name]
+		if !ok || !known {
+			t.Errorf("parameter set: %q is not Name=Value of a template parameter", kv)
+			continue
+		}
+		if p.Type != "Number" {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			t.Errorf("parameter set: %s=%s is not a number", name, value)
+			continue
+		}
+		if lo, ok := p.Properties["MinValue"]; ok && v < toFloat(lo) {
+			t.Errorf("parameter set: %s=%s is below its MinValue %v", name, value, lo)
+		}
+		if hi, ok := p.Properties["MaxValue"]; ok && v > toFloat(hi) {
+			t.Errorf("parameter set: %s=%s is above its MaxValue %v", name, value, hi)
+		}
+	}
+}
+
+func toFloat(v any) float64 {
+	f, _ := strconv.ParseFloat(fmt.Sprint(v), 64)
+	return f
+}
+
 func mapOf(v any) map[string]any {
 	m, _ := v.(map[string]any)
 	return m
