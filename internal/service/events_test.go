@@ -246,7 +246,7 @@ func TestHoldTimeApprovalBacklog(t *testing.T) {
 	f := newFixture(t, testenv.DynamoDB(t))
 	p := f.partner(true)
 	held := f.offer(tally.ApprovalManual, 1, tally.Caps{})
-	const n = 600
+	const n = 240
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
