@@ -215,22 +215,7 @@ func TestHoldTimeApprovalRuns(t *testing.T) {
 		if approved.Load() != n {
 			t.Errorf("the runs approved %d in all, want %d", approved.Load(), n)
 		}
-		seen := map[string]int{}
-		for _, e := range f.events(tally.EventConversionApproved) {
-			var d tally.ConversionEventData
-			if err := json.Unmarshal(e.Data, &d); err != nil {
-				t.Fatal(err)
-			}
-			seen[d.ConversionID]++
-		}
-		for id, k := range seen {
-			if k != 1 {
-				t.Errorf("conversion %s approved %d times", id, k)
-			}
-		}
-		if len(seen) != n {
-			t.Errorf("%d conversions approved, want %d", len(seen), n)
-		}
+		approvedOnce(f, n)
 		if got, _ := f.svc.Conversions.ApproveDue(f.ctx); got != 0 {
 			t.Errorf("a further run approved %d, want 0", got)
 		}
@@ -302,25 +287,32 @@ func TestHoldTimeApprovalBacklog(t *testing.T) {
 	if approved != n {
 		t.Errorf("the runs approved %d in all, want %d", approved, n)
 	}
+	approvedOnce(f, n)
+	// Every lease was given back: a further run finds no shard busy.
+	if r := race(time.Now().Add(time.Minute))[0]; r.Approved != 0 || r.Busy != 0 || r.Unfinished != 0 {
+		t.Errorf("a further run: %+v, want nothing approved, busy or unfinished", r)
+	}
+}
+
+// approvedOnce checks that n conversions were approved, each with one
+// conversion.approved.
+func approvedOnce(f *fixture, n int) {
+	f.t.Helper()
 	seen := map[string]int{}
 	for _, e := range f.events(tally.EventConversionApproved) {
 		var d tally.ConversionEventData
 		if err := json.Unmarshal(e.Data, &d); err != nil {
-			t.Fatal(err)
+			f.t.Fatal(err)
 		}
 		seen[d.ConversionID]++
 	}
 	for id, k := range seen {
 		if k != 1 {
-			t.Errorf("conversion %s approved %d times", id, k)
+			f.t.Errorf("conversion %s approved %d times", id, k)
 		}
 	}
 	if len(seen) != n {
-		t.Errorf("%d conversions approved, want %d", len(seen), n)
-	}
-	// Every lease was given back: a further run finds no shard busy.
-	if r := race(time.Now().Add(time.Minute))[0]; r.Approved != 0 || r.Busy != 0 || r.Unfinished != 0 {
-		t.Errorf("a further run: %+v, want nothing approved, busy or unfinished", r)
+		f.t.Errorf("%d conversions approved, want %d", len(seen), n)
 	}
 }
 
