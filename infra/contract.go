@@ -50,6 +50,12 @@ const (
 	envDeliveryRetention    = "TALLY_DELIVERY_RETENTION_DAYS"
 )
 
+// approverRuns is the approver's reserved concurrency: the runs that
+// overlap while a backlog lasts, each draining approveShardsAtOnce (8) of
+// the hold queue's 32 shards (internal/conversions); a run every minute
+// working up to its 240 s timeout makes 4.
+const approverRuns = 4
+
 // Schedule expressions of the approver and the reconciler.
 const (
 	approverSchedule   = "rate(1 minute)"
@@ -182,7 +188,7 @@ var functions = []function{
 		"GET /readyz",
 	}},
 	{ID: "FallbackFunction", Dir: "fallback", Timeout: 10, Kind: fallbackFunction},
-	{ID: "ApproverFunction", Dir: "approver", Timeout: 60, Kind: approverFunction},
+	{ID: "ApproverFunction", Dir: "approver", Timeout: 240, Kind: approverFunction},
 	{ID: "FanoutFunction", Dir: "fanout", Timeout: 60, Kind: fanoutFunction},
 	{ID: "DeliverFunction", Dir: "deliver", Timeout: 30, Kind: deliverFunction},
 	{ID: "AttemptFunction", Dir: "attempt", Timeout: 20, Kind: attemptFunction},

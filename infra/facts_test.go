@@ -40,13 +40,15 @@ type cfnTemplate struct {
 	errs   []string          // what could not be read
 }
 
-// newCDKTemplate reads a synthesis.
-func newCDKTemplate(s *synthesis) *cfnTemplate {
+// newCDKTemplate reads a synthesis, its conditions evaluated with the
+// parameters' defaults or the values given.
+func newCDKTemplate(s *synthesis, params ...map[string]any) *cfnTemplate {
 	// A copy: reading prunes the document, and the synthesis is shared.
 	var doc map[string]any
 	if err := json.Unmarshal([]byte(canonJSON(s.json)), &doc); err != nil {
 		panic(err) // it was JSON a moment ago
 	}
+	setDefaults(doc, params)
 	t := &cfnTemplate{name: "cdk", doc: doc, dir: s.assembly, assets: map[string]string{}}
 	raw, err := os.ReadFile(filepath.Join(s.assembly, "TallyStack.assets.json"))
 	if err != nil {
@@ -71,10 +73,23 @@ func newCDKTemplate(s *synthesis) *cfnTemplate {
 	return t
 }
 
+// setDefaults makes the values given the parameters' defaults, so that
+// conditions are evaluated with them.
+func setDefaults(doc map[string]any, params []map[string]any) {
+	for _, ps := range params {
+		for name, v := range ps {
+			if p, ok := doc["Parameters"].(map[string]any)[name].(map[string]any); ok {
+				p["Default"] = v
+			}
+		}
+	}
+}
+
 // loadSAMTemplate reads a SAM (or plain CloudFormation) YAML template,
 // turning short-form intrinsics (!Ref, !GetAtt, !Sub, !If, …) into their
-// long form.
-func loadSAMTemplate(file string) (*cfnTemplate, error) {
+// long form; its conditions are evaluated with the parameters' defaults or
+// the values given.
+func loadSAMTemplate(file string, params ...map[string]any) (*cfnTemplate, error) {
 	raw, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
@@ -91,6 +106,7 @@ func loadSAMTemplate(file string) (*cfnTemplate, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s: not a mapping", file)
 	}
+	setDefaults(doc, params)
 	t := &cfnTemplate{name: "sam", doc: doc, dir: filepath.Dir(file)}
 	t.prune()
 	return t, nil
@@ -544,6 +560,7 @@ func (t *cfnTemplate) facts() map[string]string {
 			f["api "+id] = "HTTP"
 			f["api "+id+" stage"] = t.orDefault(p["StageName"], "$default") + " autodeploy=true"
 			f["api "+id+" throttle"] = t.orDefault(p["DefaultRouteSettings"], "none")
+			t.routeThrottleFacts(f, id, p["RouteSettings"])
 			for _, k := range []string{"DefinitionBody", "DefinitionUri"} {
 				if p[k] != nil {
 					t.errorf("%s: routes in %s are not read; use function events", id, k)
@@ -552,6 +569,7 @@ func (t *cfnTemplate) facts() map[string]string {
 		case "AWS::ApiGatewayV2::Stage":
 			f["api "+resourceID(t.render(p["ApiId"]))+" stage"] = t.render(p["StageName"]) + " autodeploy=" + t.orDefault(p["AutoDeploy"], "false")
 			f["api "+resourceID(t.render(p["ApiId"]))+" throttle"] = t.orDefault(p["DefaultRouteSettings"], "none")
+			t.routeThrottleFacts(f, resourceID(t.render(p["ApiId"])), p["RouteSettings"])
 		case "AWS::Logs::LogGroup":
 			f["loggroup "+id] = "retention=" + t.orDefault(p["RetentionInDays"], "never") + " name=" + t.orDefault(p["LogGroupName"], "generated") +
 				" deletion=" + t.orDefault(r["DeletionPolicy"], "Delete") + " replace=" + t.orDefault(r["UpdateReplacePolicy"], "Delete")
@@ -937,6 +955,15 @@ func (t *cfnTemplate) grantResource(arn string) string {
 	return arn
 }
 
+// routeThrottleFacts adds the throttling of each route that has settings
+// of its own (a stage's RouteSettings, keyed by route key).
+func (t *cfnTemplate) routeThrottleFacts(f map[string]string, api string, settings any) {
+	m, _ := settings.(map[string]any)
+	for key, v := range m {
+		f["api "+api+" throttle "+key] = t.render(v)
+	}
+}
+
 func (t *cfnTemplate) routeFacts(f map[string]string, p map[string]any) {
 	key := t.render(p["RouteKey"])
 	api := resourceID(t.render(p["ApiId"]))
@@ -974,6 +1001,7 @@ func (t *cfnTemplate) tableFacts(f map[string]string, id string, r, p map[string
 	}
 	f[tb+" keys"] = keys(p["KeySchema"])
 	f[tb+" billing"] = t.orDefault(p["BillingMode"], "PROVISIONED")
+	f[tb+" warm"] = t.orDefault(p["WarmThroughput"], "none")
 	for _, k := range []string{"GlobalSecondaryIndexes", "LocalSecondaryIndexes"} {
 		list, _ := p[k].([]any)
 		for _, i := range list {
@@ -982,6 +1010,9 @@ func (t *cfnTemplate) tableFacts(f map[string]string, id string, r, p map[string
 			value := keys(im["KeySchema"]) + "; projection " + t.render(proj["ProjectionType"])
 			if proj["NonKeyAttributes"] != nil {
 				value += " " + t.render(proj["NonKeyAttributes"])
+			}
+			if im["WarmThroughput"] != nil {
+				value += "; warm " + t.render(im["WarmThroughput"])
 			}
 			f[tb+" index "+t.render(im["IndexName"])] = value
 		}

@@ -42,6 +42,32 @@ func TestParity(t *testing.T) {
 	}
 }
 
+// TestParityWarmThroughput compares the two with the table and its
+// indexes pre-warmed (TestParity sees the defaults, which set none).
+func TestParityWarmThroughput(t *testing.T) {
+	for _, params := range []map[string]any{
+		{"TableWarmWriteUnitsPerSecond": 80000, "IndexWarmWriteUnitsPerSecond": 25000},
+		{"TableWarmWriteUnitsPerSecond": 80000, "TableWarmReadUnitsPerSecond": 80000, "IndexWarmWriteUnitsPerSecond": 25000, "IndexWarmReadUnitsPerSecond": 12000},
+	} {
+		sam, err := loadSAMTemplate(samTemplate, params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cdk, want := facts(t, newCDKTemplate(synth(t), params)), facts(t, sam)
+		if diffs := diffFacts(cdk, want, "cdk", "sam"); len(diffs) > 0 {
+			t.Errorf("with %v, the CDK stack and template.yaml differ in %d facts:\n%s", params, len(diffs), strings.Join(diffs, "\n"))
+		}
+		for fact, param := range map[string]string{"table Table warm": "TableWarm", "table Table index gsi3": "IndexWarm"} {
+			for _, units := range []string{"Write", "Read"} {
+				name := param + units + "UnitsPerSecond"
+				if got := want[fact]; strings.Contains(got, "${"+name+"}") != (params[name] != nil) {
+					t.Errorf("with %v: %s = %q; want ${%s} only when it is set", params, fact, got, name)
+				}
+			}
+		}
+	}
+}
+
 // TestParityCatchesDifferences checks the comparison sees a difference in
 // each kind of fact, on edited copies of the synthesized template.
 func TestParityCatchesDifferences(t *testing.T) {
@@ -134,6 +160,10 @@ func TestParityCatchesDifferences(t *testing.T) {
 		{"function ApproverFunction reserved", func(doc map[string]any) { delete(named(doc, "ApproverFunction"), "ReservedConcurrentExecutions") }},
 		{"api HttpApi throttle", func(doc map[string]any) {
 			find(doc, "AWS::ApiGatewayV2::Stage", nil)["DefaultRouteSettings"] = map[string]any{"ThrottlingRateLimit": 5.0}
+		}},
+		{"api HttpApi throttle POST /api/v1/conversions", func(doc map[string]any) {
+			rs := find(doc, "AWS::ApiGatewayV2::Stage", nil)["RouteSettings"].(map[string]any)
+			rs["POST /api/v1/conversions"] = rs["GET /c/{offerId}"]
 		}},
 		{"parameter DeliverMaxConcurrency", func(doc map[string]any) {
 			doc["Parameters"].(map[string]any)["DeliverMaxConcurrency"].(map[string]any)["MaxValue"] = 500.0
@@ -264,6 +294,7 @@ Outputs:
 		"table Table deletion protection": "false",
 		"table Table keys":                "pk:S HASH",
 		"table Table pitr":                "false",
+		"table Table warm":                "none",
 	}
 	delete(want, "queue Queue redrive")
 	for _, d := range diffFacts(want, got, "want", "got") {

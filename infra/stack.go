@@ -55,8 +55,12 @@ const (
 	defaultApplicationRateLimit = 10
 	defaultClickRateLimit       = 60
 	defaultRetentionDays        = 30   // deliveries and logs
-	defaultThrottlingRate       = 1000 // the HTTP API, requests a second
+	defaultThrottlingRate       = 1000 // each HTTP API route, requests a second
 	defaultThrottlingBurst      = 2000
+	defaultConversionsRate      = 500 // the conversion routes: what a new table carries
+	defaultConversionsBurst     = 1000
+	defaultClickRate            = 500 // the click route
+	defaultClickBurst           = 1000
 	defaultDeliverConcurrency   = 50 // batches of 10 at once
 )
 
@@ -115,8 +119,15 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		Type: jsii.String("String"), Default: "",
 		Description: jsii.String("An e-mail address the alarms notify (through the AlarmTopic SNS topic; the address must confirm the subscription). Empty: subscribe to AlarmTopic some other way."),
 	})
-	throttlingRate := number("ApiThrottlingRateLimit", "Requests per second the HTTP API accepts in all (its default route settings), before answering 429.", defaultThrottlingRate)
-	throttlingBurst := number("ApiThrottlingBurstLimit", "Requests the HTTP API accepts in a burst above the rate.", defaultThrottlingBurst)
+	throttlingRate := number("ApiThrottlingRateLimit", "Requests per second each route without settings of its own accepts before answering 429 "+
+		"(the stage's DefaultRouteSettings, a limit per route, not for the API in all).", defaultThrottlingRate)
+	throttlingBurst := number("ApiThrottlingBurstLimit", "Requests each route without settings of its own accepts in a burst above its rate.", defaultThrottlingBurst)
+	conversionsRate := number("ConversionsThrottlingRateLimit", "Requests per second each conversion route (POST /api/v1/conversions, GET /postback) accepts before answering 429. "+
+		`500 is what a new table carries (docs/aws.md, "Capacity"); 10k conversions a second need 12000 with the rest of that section's parameter set.`, defaultConversionsRate)
+	conversionsBurst := number("ConversionsThrottlingBurstLimit", "Requests each conversion route accepts in a burst above its rate (the account's burst, 5000 by default, caps it).", defaultConversionsBurst)
+	clickRate := number("ClickThrottlingRateLimit", "Requests per second the click route (GET /c/{offerId}, no key) accepts before answering 429. "+
+		`A click writes about 10 WRU; 500 keeps an abused link within what a new table carries (docs/aws.md, "Capacity").`, defaultClickRate)
+	clickBurst := number("ClickThrottlingBurstLimit", "Requests the click route accepts in a burst above its rate.", defaultClickBurst)
 	deliverConcurrency := awscdk.NewCfnParameter(stack, jsii.String("DeliverMaxConcurrency"), &awscdk.CfnParameterProps{
 		Type: jsii.String("Number"), Default: orDefault(props.DeliverMaxConcurrency, defaultDeliverConcurrency),
 		MinValue: jsii.Number(2), MaxValue: jsii.Number(1000), // what an SQS event source allows
@@ -127,6 +138,30 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		Type: jsii.String("String"), Default: "true", AllowedValues: jsii.Strings("true", "false"),
 		Description: jsii.String(`Whether DynamoDB refuses to delete the table (DeletionProtectionEnabled); "false" for dev stacks meant to be torn down with their data.`),
 	})
+	// Warm throughput (docs/aws.md, "Capacity"): 0 leaves it to DynamoDB;
+	// it is set when its writes are, its reads only with them.
+	warm := func(id, condition, description string) (awscdk.CfnParameter, awscdk.CfnCondition) {
+		p := awscdk.NewCfnParameter(stack, jsii.String(id), &awscdk.CfnParameterProps{
+			Type: jsii.String("Number"), Default: 0, MinValue: jsii.Number(0), Description: jsii.String(description),
+		})
+		return p, awscdk.NewCfnCondition(stack, jsii.String(condition), &awscdk.CfnConditionProps{
+			Expression: awscdk.Fn_ConditionNot(awscdk.Fn_ConditionEquals(p.ValueAsNumber(), jsii.Number(0))),
+		})
+	}
+	tableWarmWrites, hasTableWarm := warm("TableWarmWriteUnitsPerSecond", "HasTableWarmThroughput", "Write units a second the table serves at once (its WarmThroughput; a new on-demand table serves 4000). "+
+		`0 leaves it to DynamoDB. Else at least 4000; 80000 for 10k conversions a second (docs/aws.md, "Capacity"), which also needs the table quota raised.`)
+	tableWarmReads, hasTableWarmReads := warm("TableWarmReadUnitsPerSecond", "HasTableWarmReads", "Read units a second the table serves at once (a new on-demand table serves 12000), "+
+		"set only with TableWarmWriteUnitsPerSecond. 0 leaves it to DynamoDB; else at least 12000; 80000 for 10k conversions a second.")
+	indexWarmWrites, hasIndexWarm := warm("IndexWarmWriteUnitsPerSecond", "HasIndexWarmThroughput", "Write units a second each global secondary index serves at once (its WarmThroughput; 4000 when new). "+
+		`0 leaves it to DynamoDB; else at least 4000; 25000 for 10k conversions a second (docs/aws.md, "Capacity").`)
+	indexWarmReads, hasIndexWarmReads := warm("IndexWarmReadUnitsPerSecond", "HasIndexWarmReads", "Read units a second each global secondary index serves at once (12000 when new), "+
+		"set only with IndexWarmWriteUnitsPerSecond. 0 leaves it to DynamoDB; else at least 12000.")
+	warmThroughput := func(has, hasReads awscdk.CfnCondition, writes, reads awscdk.CfnParameter) awscdk.IResolvable {
+		return awscdk.Fn_ConditionIf(has.LogicalId(), map[string]any{
+			"WriteUnitsPerSecond": writes.ValueAsNumber(),
+			"ReadUnitsPerSecond":  awscdk.Fn_ConditionIf(hasReads.LogicalId(), reads.ValueAsNumber(), awscdk.Aws_NO_VALUE()),
+		}, awscdk.Aws_NO_VALUE())
+	}
 	hasAlarmEmail := awscdk.NewCfnCondition(stack, jsii.String("HasAlarmEmail"), &awscdk.CfnConditionProps{
 		Expression: awscdk.Fn_ConditionNot(awscdk.Fn_ConditionEquals(alarmEmail.ValueAsString(), jsii.String(""))),
 	})
@@ -159,8 +194,15 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		table.AddGlobalSecondaryIndex(gsi)
 	}
 	overrideID(table, "Table")
-	// A parameter, which the construct's DeletionProtection (a bool) cannot take.
-	table.Node().DefaultChild().(awscdk.CfnResource).AddPropertyOverride(jsii.String("DeletionProtectionEnabled"), deletionProtection.ValueAsString())
+	// Parameters, which the construct's DeletionProtection (a bool) and
+	// WarmThroughput (numbers) cannot take.
+	cfnTable := table.Node().DefaultChild().(awscdk.CfnResource)
+	cfnTable.AddPropertyOverride(jsii.String("DeletionProtectionEnabled"), deletionProtection.ValueAsString())
+	cfnTable.AddPropertyOverride(jsii.String("WarmThroughput"), warmThroughput(hasTableWarm, hasTableWarmReads, tableWarmWrites, tableWarmReads))
+	for i := range 3 {
+		cfnTable.AddPropertyOverride(jsii.String(fmt.Sprintf("GlobalSecondaryIndexes.%d.WarmThroughput", i)),
+			warmThroughput(hasIndexWarm, hasIndexWarmReads, indexWarmWrites, indexWarmReads))
+	}
 
 	// Queues.
 	fourteenDays := awscdk.Duration_Days(jsii.Number(14))
@@ -200,7 +242,10 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		logs.Node().DefaultChild().(awscdk.CfnResource).AddPropertyOverride(jsii.String("RetentionInDays"), logRetention.ValueAsNumber())
 		overrideID(logs, f.ID+"LogGroup")
 		var reserved *float64
-		if f.Kind == approverFunction || f.Kind == reconcilerFunction {
+		switch f.Kind {
+		case approverFunction:
+			reserved = jsii.Number(approverRuns) // runs overlap while a backlog lasts
+		case reconcilerFunction:
 			reserved = jsii.Number(1) // runs must not overlap
 		}
 		// A role of its own with the permissions of its kind (docs/aws.md,
@@ -278,9 +323,19 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		DefaultIntegration: lambdaIntegration(fallback, *fallback.Node().Id()),
 	})
 	overrideID(api, "HttpApi")
-	api.DefaultStage().Node().DefaultChild().(awscdk.CfnResource).AddPropertyOverride(jsii.String("DefaultRouteSettings"), map[string]any{
+	stage := api.DefaultStage().Node().DefaultChild().(awscdk.CfnResource)
+	stage.AddPropertyOverride(jsii.String("DefaultRouteSettings"), map[string]any{
 		"ThrottlingRateLimit": throttlingRate.ValueAsNumber(), "ThrottlingBurstLimit": throttlingBurst.ValueAsNumber(),
 	})
+	// The routes that carry the load have throttles of their own (the
+	// default is per route too). A stage's route settings name routes that
+	// must exist first, hence the dependencies below.
+	routeThrottles := map[string]map[string]any{
+		"POST /api/v1/conversions": {"ThrottlingRateLimit": conversionsRate.ValueAsNumber(), "ThrottlingBurstLimit": conversionsBurst.ValueAsNumber()},
+		"GET /postback":            {"ThrottlingRateLimit": conversionsRate.ValueAsNumber(), "ThrottlingBurstLimit": conversionsBurst.ValueAsNumber()},
+		"GET /c/{offerId}":         {"ThrottlingRateLimit": clickRate.ValueAsNumber(), "ThrottlingBurstLimit": clickBurst.ValueAsNumber()},
+	}
+	stage.AddPropertyOverride(jsii.String("RouteSettings"), routeThrottles)
 	for _, f := range functions {
 		if f.Kind != apiFunction {
 			continue
@@ -291,11 +346,16 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 			if err != nil {
 				return nil, err
 			}
-			api.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
+			routes := api.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
 				Path:        jsii.String(path),
 				Methods:     &[]awsapigatewayv2.HttpMethod{method},
 				Integration: integration,
 			})
+			if _, ok := routeThrottles[r]; ok {
+				for _, route := range *routes {
+					stage.Node().AddDependency(route)
+				}
+			}
 		}
 	}
 

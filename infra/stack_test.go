@@ -38,7 +38,7 @@ var (
 	timeouts   = map[string]float64{
 		"OffersFunction": 10, "PartnersFunction": 10, "ConversionsFunction": 10, "ReportsFunction": 10,
 		"ApplicationsFunction": 10, "WebhooksFunction": 10, "DeliveriesFunction": 10, "KeysFunction": 10, "DashboardFunction": 10, "HealthFunction": 10, "FallbackFunction": 10,
-		"ApproverFunction": 60, "FanoutFunction": 60, "DeliverFunction": 30, "AttemptFunction": 20, "ReconcilerFunction": 60,
+		"ApproverFunction": 240, "FanoutFunction": 60, "DeliverFunction": 30, "AttemptFunction": 20, "ReconcilerFunction": 60,
 		"RollupFunction": 60, "ClickFunction": 10, "FraudFunction": 10,
 	}
 	// schedules are the EventBridge rules, by the function they run.
@@ -520,6 +520,14 @@ func TestTable(t *testing.T) {
 		"PointInTimeRecoverySpecification": map[string]any{"PointInTimeRecoveryEnabled": true},
 		"DeletionProtectionEnabled":        ref("TableDeletionProtection"),
 	}
+	// Pre-warmed when the parameters ask (writes set it, reads only with them).
+	warm := func(prefix string) map[string]any {
+		return map[string]any{"Fn::If": []any{"Has" + prefix + "WarmThroughput", map[string]any{
+			"WriteUnitsPerSecond": ref(prefix + "WarmWriteUnitsPerSecond"),
+			"ReadUnitsPerSecond":  map[string]any{"Fn::If": []any{"Has" + prefix + "WarmReads", ref(prefix + "WarmReadUnitsPerSecond"), ref("AWS::NoValue")}},
+		}, ref("AWS::NoValue")}}
+	}
+	want["WarmThroughput"] = warm("Table")
 	var attrs, gsis []any
 	for _, a := range []string{"pk", "sk", "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk", "gsi3pk", "gsi3sk"} {
 		attrs = append(attrs, map[string]any{"AttributeName": a, "AttributeType": "S"})
@@ -530,9 +538,10 @@ func TestTable(t *testing.T) {
 			proj = map[string]any{"ProjectionType": "INCLUDE", "NonKeyAttributes": []any{"data", "conversionId", "lastUsedMs"}}
 		}
 		gsis = append(gsis, map[string]any{
-			"IndexName":  "gsi" + n,
-			"KeySchema":  keySchema("gsi"+n+"pk", "gsi"+n+"sk"),
-			"Projection": proj,
+			"IndexName":      "gsi" + n,
+			"KeySchema":      keySchema("gsi"+n+"pk", "gsi"+n+"sk"),
+			"Projection":     proj,
+			"WarmThroughput": warm("Index"),
 		})
 	}
 	want["AttributeDefinitions"] = attrs

@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/tally-hq/tally"
@@ -528,60 +526,6 @@ func (s *Service) decideConversion(ctx context.Context, brandID, conversionID, t
 		s.entered(to)
 	}
 	return c, err
-}
-
-// approveWorkers bounds the approvals ApproveDue makes at once.
-const approveWorkers = 16
-
-// ApproveDue approves every pending conversion whose hold time has elapsed,
-// across all brands, and returns how many it approved: a page of the hold
-// queue at a time, approveWorkers approvals at once (each is a transaction
-// of its own, so a busy hour's backlog takes minutes, not hours). It runs
-// on a ticker in the local server and on a schedule in AWS; running it
-// twice at once is safe, since each approval is conditional: a conversion
-// approved by the other run counts for that one only.
-func (s *Service) ApproveDue(ctx context.Context) (int, error) {
-	upTo := keys.HoldQueueUpTo(s.db.Now())
-	var approved atomic.Int64
-	for shard := range keys.QueueShards {
-		q := store.Query{Index: store.GSI3, PK: keys.HoldQueuePK(shard), SKTo: upTo, Limit: 100}
-		for {
-			page, err := s.db.Query(ctx, q)
-			if err != nil {
-				return int(approved.Load()), err
-			}
-			var (
-				wg    sync.WaitGroup
-				slots = make(chan struct{}, approveWorkers)
-				errs  = make([]error, len(page.Items))
-			)
-			for i, it := range page.Items {
-				slots <- struct{}{} // a goroutine per free slot, not per item
-				wg.Go(func() {
-					defer func() { <-slots }()
-					var c tally.Conversion
-					if errs[i] = records.Decode(it, &c); errs[i] != nil {
-						return
-					}
-					_, err := s.decideConversion(ctx, c.BrandID, c.ID, tally.ConversionApproved, "hold_elapsed")
-					switch {
-					case err == nil:
-						approved.Add(1)
-					case tally.ErrorCode(err) != tally.ECodeInvalidTransition:
-						errs[i] = err
-					}
-				})
-			}
-			wg.Wait()
-			if err := errors.Join(errs...); err != nil {
-				return int(approved.Load()), err
-			}
-			if q.Cursor = page.Cursor; q.Cursor == "" {
-				break
-			}
-		}
-	}
-	return int(approved.Load()), nil
 }
 
 // attributedOp marks the click a conversion names with the conversion; it

@@ -685,6 +685,47 @@ func TestTableIsWhatCreateTableMakes(t *testing.T) {
 	}
 }
 
+// TestWarmThroughput: the table and each index are pre-warmed only when
+// their parameters ask (0, the default, leaves it to DynamoDB), to what
+// the parameters say.
+func TestWarmThroughput(t *testing.T) {
+	tpl := load(t)
+	tb := tpl.Resources["Table"].Properties
+	warm := map[string]any{"Table": tb["WarmThroughput"]}
+	for _, ix := range tb["GlobalSecondaryIndexes"].([]any) {
+		warm["index "+toString(mapOf(ix)["IndexName"])] = mapOf(ix)["WarmThroughput"]
+	}
+	if len(warm) != 4 {
+		t.Fatalf("warm throughput of %d of the table and its indexes, want 4", len(warm))
+	}
+	for what, v := range warm {
+		prefix := "Index"
+		if what == "Table" {
+			prefix = "Table"
+		}
+		want := deploy.Intrinsic{Fn: "Fn::If", Arg: []any{"Has" + prefix + "WarmThroughput", map[string]any{
+			"WriteUnitsPerSecond": deploy.Ref(prefix + "WarmWriteUnitsPerSecond"),
+			"ReadUnitsPerSecond":  deploy.Intrinsic{Fn: "Fn::If", Arg: []any{"Has" + prefix + "WarmReads", deploy.Ref(prefix + "WarmReadUnitsPerSecond"), deploy.Ref("AWS::NoValue")}},
+		}, deploy.Ref("AWS::NoValue")}}
+		if !reflect.DeepEqual(v, want) {
+			t.Errorf("%s WarmThroughput %s, want %s", what, toString(v), toString(want))
+		}
+		for _, c := range []struct {
+			cond, param string
+		}{{"Has" + prefix + "WarmThroughput", prefix + "WarmWriteUnitsPerSecond"}, {"Has" + prefix + "WarmReads", prefix + "WarmReadUnitsPerSecond"}} {
+			for value, on := range map[string]bool{"": false, "0": false, "80000": true} {
+				params := map[string]string{}
+				if value != "" {
+					params[c.param] = value
+				}
+				if got, err := tpl.Condition(c.cond, params); err != nil || got != on {
+					t.Errorf("%s with %s=%q: %v (%v), want %v", c.cond, c.param, value, got, err, on)
+				}
+			}
+		}
+	}
+}
+
 func TestRetryStateMachine(t *testing.T) {
 	tpl := load(t)
 	sm, err := tpl.StateMachine("RetryStateMachine")
@@ -1279,8 +1320,10 @@ func TestParametersAreTheContracts(t *testing.T) {
 	}
 }
 
-// TestConcurrency: the scheduled jobs never overlap, the API has a
-// ceiling for every client together.
+// TestConcurrency: the reconciler's runs never overlap; the approver's
+// overlap while a backlog lasts, up to as many as start within its timeout
+// (a run every minute), each taking shards of its own; every route has a
+// throttle for every client together.
 func TestConcurrency(t *testing.T) {
 	tpl := load(t)
 	fns, err := tpl.Functions()
@@ -1289,7 +1332,11 @@ func TestConcurrency(t *testing.T) {
 	}
 	for _, f := range fns {
 		scheduled := len(f.EventsOfType("Schedule"))+len(f.EventsOfType("ScheduleV2")) > 0
-		if want := map[bool]int{true: 1}[scheduled]; f.ReservedConcurrency != want {
+		want := map[bool]int{true: 1}[scheduled]
+		if f.LogicalID == "ApproverFunction" {
+			want = f.Timeout / 60 // runs of a minute apart that are still working
+		}
+		if f.ReservedConcurrency != want || want == 0 && scheduled {
 			t.Errorf("%s: reserved concurrency %d, want %d", f.LogicalID, f.ReservedConcurrency, want)
 		}
 	}
@@ -1297,6 +1344,114 @@ func TestConcurrency(t *testing.T) {
 	if settings["ThrottlingRateLimit"] != deploy.Ref("ApiThrottlingRateLimit") || settings["ThrottlingBurstLimit"] != deploy.Ref("ApiThrottlingBurstLimit") {
 		t.Errorf("HttpApi DefaultRouteSettings %v, want the throttling parameters", settings)
 	}
+}
+
+// TestRouteThrottles: the stage's default settings are per route, so the
+// routes that carry the load (conversions, the GET postback, clicks) have
+// throttles of their own, from their own parameters, and each names a
+// route the API has.
+func TestRouteThrottles(t *testing.T) {
+	tpl := load(t)
+	fns, err := tpl.Functions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := map[string]bool{}
+	for _, f := range fns {
+		for _, e := range f.EventsOfType("HttpApi") {
+			r, err := e.HTTPRoute()
+			if err != nil {
+				t.Fatal(err)
+			}
+			routes[r.Key()] = true
+		}
+	}
+	want := map[string]string{
+		"POST /api/v1/conversions": "Conversions",
+		"GET /postback":            "Conversions",
+		"GET /c/{offerId}":         "Click",
+	}
+	settings := mapOf(tpl.Resources["HttpApi"].Properties["RouteSettings"])
+	for key, prefix := range want {
+		s := mapOf(settings[key])
+		if s["ThrottlingRateLimit"] != deploy.Ref(prefix+"ThrottlingRateLimit") || s["ThrottlingBurstLimit"] != deploy.Ref(prefix+"ThrottlingBurstLimit") {
+			t.Errorf("HttpApi RouteSettings[%q] = %v, want the %sThrottling… parameters", key, s, prefix)
+		}
+	}
+	for key := range settings {
+		if !routes[key] {
+			t.Errorf("HttpApi RouteSettings names %q, which is no route of the API", key)
+		}
+		if want[key] == "" {
+			t.Errorf("HttpApi RouteSettings[%q]: a route the test does not know", key)
+		}
+	}
+}
+
+// TestCapacityParameters: the parameters docs/aws.md's "Capacity" names
+// are the template's, and its parameter set for 10k/s is one a deployment
+// accepts (each value within its parameter's bounds).
+func TestCapacityParameters(t *testing.T) {
+	tpl, c := load(t), readContract(t)
+	parameterName := regexp.MustCompile(`^[A-Z][a-z]+[A-Za-z]*$`)
+	named, col := 0, -1
+	table := c.tables["Capacity"]
+	if len(table) > 0 {
+		col = slices.Index(table[0], "raised by")
+	}
+	if col < 0 {
+		t.Fatal(`docs/aws.md's "Capacity" table has no column "raised by"`)
+	}
+	for _, row := range table[1:] {
+		if col >= len(row) {
+			continue // the next table of the section
+		}
+		for _, cell := range row[col : col+1] {
+			for _, name := range spans(cell) {
+				if !parameterName.MatchString(name) {
+					continue
+				}
+				named++
+				if _, ok := tpl.Parameters[name]; !ok {
+					t.Errorf("docs/aws.md's capacity table raises a limit by %s, which is no parameter of template.yaml", name)
+				}
+			}
+		}
+	}
+	if named < 5 {
+		t.Errorf("docs/aws.md's capacity table names %d parameters; the test reads it wrong", named)
+	}
+	line := regexp.MustCompile("(?m)^sam deploy --parameter-overrides (.+)$").FindStringSubmatch(c.text)
+	if line == nil {
+		t.Fatal("docs/aws.md has no `sam deploy --parameter-overrides …` line")
+	}
+	for _, kv := range strings.Fields(line[1]) {
+		name, value, ok := strings.Cut(kv, "=")
+		p, known := tpl.Parameters[name]
+		if !ok || !known {
+			t.Errorf("parameter set: %q is not Name=Value of a template parameter", kv)
+			continue
+		}
+		if p.Type != "Number" {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			t.Errorf("parameter set: %s=%s is not a number", name, value)
+			continue
+		}
+		if lo, ok := p.Properties["MinValue"]; ok && v < toFloat(lo) {
+			t.Errorf("parameter set: %s=%s is below its MinValue %v", name, value, lo)
+		}
+		if hi, ok := p.Properties["MaxValue"]; ok && v > toFloat(hi) {
+			t.Errorf("parameter set: %s=%s is above its MaxValue %v", name, value, hi)
+		}
+	}
+}
+
+func toFloat(v any) float64 {
+	f, _ := strconv.ParseFloat(fmt.Sprint(v), 64)
+	return f
 }
 
 func mapOf(v any) map[string]any {

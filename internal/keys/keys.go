@@ -132,6 +132,12 @@ func HoldQueueSK(due time.Time, conversionID string) string {
 // HoldQueueUpTo is the inclusive upper bound of entries due at or before t.
 func HoldQueueUpTo(t time.Time) string { return fmt.Sprintf("%013d$", t.UnixMilli()) }
 
+// HoldLease is the lease of a hold-queue shard: the approval run that holds
+// it drains that shard, and overlapping runs take other shards.
+func HoldLease(shard int) store.Key {
+	return store.Key{PK: "HOLDLEASE#" + strconv.Itoa(shard), SK: "#LEASE"}
+}
+
 // Txn marks an (offer, externalTxnId) pair as recorded; its Data holds
 // the conversion id, or the whole conversion when it was written apart
 // (conversions' putConversion), so a replay finds the first conversion.

@@ -11,7 +11,6 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-lambda-go/lambdacontext"
-	"github.com/tally-hq/tally/internal/app"
 	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/emf"
 	"github.com/tally-hq/tally/internal/identity"
@@ -23,10 +22,22 @@ import (
 )
 
 // Result is what the approver function returns (and `sam local
-// invoke` prints).
+// invoke` prints): conversions.ApprovalRun.
 type Result struct {
-	Approved int `json:"approved"`
+	Approved   int `json:"approved"`
+	Unfinished int `json:"unfinished"`
+	Busy       int `json:"busy"`
 }
+
+// Approver approves pending conversions whose hold time has passed, until
+// a deadline (conversions.Service).
+type Approver interface {
+	ApproveDueBy(ctx context.Context, deadline time.Time) (conversions.ApprovalRun, error)
+}
+
+// stopBefore is how long before the invocation's deadline a run starts no
+// further page: a page's approvals take well under a second.
+const stopBefore = 10 * time.Second
 
 // Serve runs the scheduled function that approves pending conversions
 // whose hold time has elapsed. It never returns.
@@ -46,15 +57,19 @@ const cacheTTL = 30 * time.Second
 type Func func(context.Context, events.EventBridgeEvent) (Result, error)
 
 // Handler returns the handler of the hold-time approval job: each
-// scheduled event approves every pending conversion whose hold time has
-// elapsed and logs how many. The event's content is not used beyond the
-// log line, so an EventBridge rule's "Scheduled Event" and an EventBridge
-// Scheduler target with any JSON object input both work.
+// scheduled event approves pending conversions whose hold time has
+// elapsed, until stopBefore the invocation's deadline, and logs how many.
+// A run that leaves shards unfinished says so (WARN); the runs that start
+// every minute while it works take the other shards, so a backlog is
+// worked by several runs at once (docs/aws.md, "Capacity"). The event's
+// content is not used beyond the log line, so an EventBridge rule's
+// "Scheduled Event" and an EventBridge Scheduler target with any JSON
+// object input both work.
 //
 // A failure returns an error, so that Lambda retries the asynchronous
 // invocation; approving twice is safe, since each approval is conditional.
 // Conversions approved before the failure are counted in the result.
-func Handler(approver app.Approver, log *slog.Logger) Func {
+func Handler(approver Approver, log *slog.Logger) Func {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -67,13 +82,22 @@ func Handler(approver app.Approver, log *slog.Logger) Func {
 			l = l.With("eventId", ev.ID)
 		}
 		start := time.Now()
-		n, err := approver.ApproveDue(ctx)
-		ms := time.Since(start).Milliseconds()
-		if err != nil {
-			l.Error("hold-time approval failed", "err", err.Error(), "approved", n, "durationMs", ms)
-			return Result{Approved: n}, err
+		var stop time.Time
+		if d, ok := ctx.Deadline(); ok {
+			stop = d.Add(-stopBefore)
 		}
-		l.Info("hold-time approval", "approved", n, "durationMs", ms)
-		return Result{Approved: n}, nil
+		run, err := approver.ApproveDueBy(ctx, stop)
+		res := Result(run)
+		attrs := []any{"approved", run.Approved, "unfinished", run.Unfinished, "busy", run.Busy, "durationMs", time.Since(start).Milliseconds()}
+		switch {
+		case err != nil:
+			l.Error("hold-time approval failed", append(attrs, "err", err.Error())...)
+			return res, err
+		case run.Unfinished > 0:
+			l.Warn("hold-time approval left due conversions for the next runs", attrs...)
+		default:
+			l.Info("hold-time approval", attrs...)
+		}
+		return res, nil
 	}
 }
