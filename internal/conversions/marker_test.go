@@ -72,6 +72,12 @@ func TestIdempotencyMarkersExpire(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				// Either way, once the conversion is written its marker holds
+				// only the conversion's id (for the stream, the whole
+				// conversion until then).
+				if want := `"` + first.ID + `"`; string(marker.Data) != want {
+					t.Errorf("marker holds %s, want %s", marker.Data, want)
+				}
 				if want := first.CreatedAt.Add(ttl).Unix(); marker.ExpiresAt != want {
 					t.Errorf("marker expires at %s, want %s (400 days after the conversion)",
 						time.Unix(marker.ExpiresAt, 0).UTC(), time.Unix(want, 0).UTC())
