@@ -444,7 +444,7 @@ type Attempt struct {
 	StatusCode int    `json:"statusCode,omitempty"` // the receiver's status; 0 when no response came
 	Error      string `json:"error,omitempty"`      // one of the Attempt* kinds when the attempt broke off, even after the status line
 	LatencyMs  int64  `json:"latencyMs"`
-	Response   string `json:"response"` // the first 4 KiB of the receiver's body, 1 KiB of a 2xx one
+	Response   string `json:"response"` // the first 4 KiB of the receiver's body
 }
 
 // Succeeded reports whether the receiver accepted the delivery: a 2xx whose

@@ -5465,7 +5465,7 @@ type Attempt struct {
 	// LatencyMs How long the attempt took, until the answer was read or it failed.
 	LatencyMs int `json:"latencyMs"`
 
-	// Response The first 4 KiB (4096 bytes) of the receiver's answer body as text, or the first 1 KiB (1024 bytes) when it answered 2xx, invalid UTF-8 replaced by U+FFFD; empty when there was none.
+	// Response The first 4 KiB (4096 bytes) of the receiver's answer body as text, invalid UTF-8 replaced by U+FFFD; empty when there was none.
 	Response string `json:"response"`
 
 	// StatusCode The HTTP status the receiver answered, its three digits as sent (100 to 599 from a well-behaved receiver); left out when none came.

@@ -43,15 +43,8 @@ import (
 // DefaultTimeout is the longest the service waits for a receiver (spec §6).
 const DefaultTimeout = 10 * time.Second
 
-// MaxResponseBytes is how much of the receiver's body an Attempt keeps
-// when the receiver refused the delivery, and how much is read.
+// MaxResponseBytes is how much of the receiver's body an Attempt keeps.
 const MaxResponseBytes = 4 << 10
-
-// MaxAcceptedResponseBytes is how much of a 2xx answer's body an Attempt
-// keeps: an acknowledgement says what it has to say in its first bytes,
-// and every delivery keeps its answers for 30 days (docs/decisions.md,
-// "Receivers' answers").
-const MaxAcceptedResponseBytes = 1 << 10
 
 // UserAgent is sent with every delivery.
 const UserAgent = "Tally-Webhooks/1"
@@ -248,14 +241,10 @@ func (s *Sender) Send(ctx context.Context, r Request) (a tally.Attempt) {
 	// large or endless body. Closing an unfinished body drops the
 	// connection, which is fine for such receivers.
 	answer, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes))
+	a.Response = cleanText(answer, MaxResponseBytes)
 	if err != nil {
 		a.Error = classify(ctx, err)
 	}
-	limit := MaxResponseBytes
-	if a.Succeeded() {
-		limit = MaxAcceptedResponseBytes
-	}
-	a.Response = cleanText(answer[:min(len(answer), limit)], limit)
 	return a
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -484,30 +483,23 @@ func TestSendCallerCancelled(t *testing.T) {
 	}
 }
 
-// An attempt keeps the first 4 KiB of a refusal's body and the first 1 KiB
-// of a 2xx answer's.
 func TestSendKeepsFirst4KiB(t *testing.T) {
-	for _, tc := range []struct {
-		status, want int
-	}{{502, 4096}, {404, 4096}, {200, 1024}, {202, 1024}} {
-		t.Run(fmt.Sprintf("1 MiB body, %d", tc.status), func(t *testing.T) {
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				w.WriteHeader(tc.status)
-				w.Write(bytes.Repeat([]byte("x"), 1<<20))
-			}))
-			defer srv.Close()
-			s := newSender(t, Options{AllowLoopback: true})
-			a := s.Send(context.Background(), testRequest(srv.URL))
-			if a.StatusCode != tc.status || a.Error != "" || len(a.Response) != tc.want || strings.Trim(a.Response, "x") != "" {
-				t.Fatalf("status %d, error %q, %d bytes; want %d bytes", a.StatusCode, a.Error, len(a.Response), tc.want)
-			}
-		})
-	}
+	t.Run("1 MiB body", func(t *testing.T) {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(502)
+			w.Write(bytes.Repeat([]byte("x"), 1<<20))
+		}))
+		defer srv.Close()
+		s := newSender(t, Options{AllowLoopback: true})
+		a := s.Send(context.Background(), testRequest(srv.URL))
+		if a.StatusCode != 502 || a.Error != "" || len(a.Response) != 4096 || strings.Trim(a.Response, "x") != "" {
+			t.Fatalf("status %d, error %q, %d bytes", a.StatusCode, a.Error, len(a.Response))
+		}
+	})
 
 	t.Run("endless body", func(t *testing.T) {
 		// 8 KiB arrive, then nothing more until the test ends: Send must
-		// stop after 4 KiB, not wait for the rest or the timeout (and keep
-		// 1 KiB of this 2xx answer).
+		// stop after 4 KiB, not wait for the rest or the timeout.
 		release := make(chan struct{})
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Write(bytes.Repeat([]byte("y"), 8<<10))
@@ -521,7 +513,7 @@ func TestSendKeepsFirst4KiB(t *testing.T) {
 		defer close(release)
 		s := newSender(t, Options{Timeout: 5 * time.Second, AllowLoopback: true})
 		a := s.Send(context.Background(), testRequest(srv.URL))
-		if a.StatusCode != 200 || a.Error != "" || len(a.Response) != 1024 || a.LatencyMs > 1000 {
+		if a.StatusCode != 200 || a.Error != "" || len(a.Response) != 4096 || a.LatencyMs > 1000 {
 			t.Fatalf("status %d, error %q, %d bytes, %d ms", a.StatusCode, a.Error, len(a.Response), a.LatencyMs)
 		}
 	})
@@ -533,14 +525,9 @@ func TestSendKeepsFirst4KiB(t *testing.T) {
 			{"invalid bytes", "ok \xff\xfe done", "ok \uFFFD done"},
 			{"rune cut at 4 KiB", strings.Repeat("a", 4095) + "é and more", strings.Repeat("a", 4095)},
 			{"multibyte text", "Zahlung erhalten – danke ✓", "Zahlung erhalten – danke ✓"},
-			{"rune cut at 1 KiB of a 2xx answer", strings.Repeat("a", 1023) + "é and more", strings.Repeat("a", 1023)},
 		} {
-			status := 400
-			if strings.Contains(tc.name, "2xx") {
-				status = 200
-			}
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				w.WriteHeader(status)
+				w.WriteHeader(400)
 				io.WriteString(w, tc.body)
 			}))
 			s := newSender(t, Options{AllowLoopback: true})
