@@ -211,3 +211,53 @@ func TestReconcilerReleaseStopsInTime(t *testing.T) {
 		}
 	})
 }
+
+// TestReconcilerTakesAllItFinds checks that a run re-drives all the work
+// it finds, a page at a time, not one page: with pages of 2, the 5 dropped
+// events and the 5 overdue deliveries are all queued, and the run says it
+// left nothing (ReconcilerDeferrals 0).
+func TestReconcilerTakesAllItFinds(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st store.Store) {
+		f := newFixture(t, st)
+		f.fanOutAll(t)
+		f.subscribe(t, []string{tally.EventPartnerApplied}, "")
+		var overdue, dropped []string
+		for i := range 10 {
+			evt := f.applied(t, fmt.Sprintf("Partner %d", i))
+			if i%2 == 1 {
+				dropped = append(dropped, evt.ID)
+				continue
+			}
+			if _, err := f.svc.Webhooks.FanOut(t.Context(), evt.ID); err != nil {
+				t.Fatal(err)
+			}
+			overdue = append(overdue, messageBody(f.brand.ID, f.deliveriesOf(t, evt.ID)[f.subs[0].ID].ID))
+		}
+		q := f.deliveryQueue(t)
+		out := &testenv.SyncBuffer{}
+		r := fanout.DefaultReconciler
+		r.Page, r.Metrics = 2, emf.New(out)
+		f.clock.Add(time.Hour)
+		res, err := r.Handler(f.svc.Webhooks, q.client, q.URL, f.cfg.Logger)(lambdaContext(t, "reconciler-invocation"), events.EventBridgeEvent{})
+		if err != nil || res.Events != 5 || res.Deliveries != 5 {
+			t.Fatalf("a run with pages of 2: %+v, %v; want the 5 events and the 5 deliveries re-driven", res, err)
+		}
+		got := q.messages(t)
+		for _, body := range overdue {
+			if !slices.Contains(got, body) {
+				t.Errorf("queued %q, want the overdue delivery %s", got, body)
+			}
+		}
+		for _, id := range dropped {
+			if _, ok := plannedOf(t, got, id); !ok {
+				t.Errorf("queued %q, want the delivery of the dropped event %s", got, id)
+			}
+		}
+		if len(got) != 10 {
+			t.Errorf("queued %d messages, want 10: each once", len(got))
+		}
+		if got := emfSamples(t, out.String())["ReconcilerDeferrals{FunctionName=}"]; !slices.Equal(got, []float64{0}) {
+			t.Errorf("ReconcilerDeferrals %v, want [0]: nothing left", got)
+		}
+	})
+}
