@@ -161,7 +161,7 @@ var functions = []function{
 	{ID: "FanoutFunction", Dir: "fanout", Timeout: 60, Kind: fanoutFunction},
 	{ID: "DeliverFunction", Dir: "deliver", Timeout: 30, Kind: deliverFunction},
 	{ID: "AttemptFunction", Dir: "attempt", Timeout: 20, Kind: attemptFunction},
-	{ID: "ReconcilerFunction", Dir: "reconciler", Timeout: 60, Kind: reconcilerFunction},
+	{ID: "ReconcilerFunction", Dir: "reconciler", Timeout: 240, Kind: reconcilerFunction},
 	{ID: "RollupFunction", Dir: "rollup", Timeout: 60, Kind: rollupFunction},
 }
 

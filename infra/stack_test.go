@@ -38,7 +38,7 @@ var (
 	timeouts   = map[string]float64{
 		"OffersFunction": 10, "PartnersFunction": 10, "ConversionsFunction": 10, "ReportsFunction": 10,
 		"ApplicationsFunction": 10, "WebhooksFunction": 10, "DeliveriesFunction": 10, "KeysFunction": 10, "DashboardFunction": 10, "HealthFunction": 10, "FallbackFunction": 10,
-		"ApproverFunction": 60, "FanoutFunction": 60, "DeliverFunction": 30, "AttemptFunction": 20, "ReconcilerFunction": 60,
+		"ApproverFunction": 60, "FanoutFunction": 60, "DeliverFunction": 30, "AttemptFunction": 20, "ReconcilerFunction": 240,
 		"RollupFunction": 60, "ClickFunction": 10, "FraudFunction": 10,
 	}
 	// schedules are the EventBridge rules, by the function they run.
