@@ -148,9 +148,9 @@ func (s *stallingStore) Query(ctx context.Context, q store.Query) (store.Page, e
 }
 
 // TestReconcilerReleaseStopsInTime checks that the release of parked
-// deliveries keeps to the run's deadline (less the margin for queueing):
-// the endpoints it finished are released, the one it did not is counted
-// and released by the next run.
+// deliveries keeps to its share of the run's time: the endpoints it
+// finished are released, the one it did not is counted, as a deferral
+// too (ReconcilerDeferralsAlarm), and released by the next run.
 func TestReconcilerReleaseStopsInTime(t *testing.T) {
 	forEachStore(t, func(t *testing.T, st store.Store) {
 		f := newFixture(t, st)
@@ -175,10 +175,11 @@ func TestReconcilerReleaseStopsInTime(t *testing.T) {
 		stalling := &stallingStore{Store: st, pk: keys.ParkedPK(f.brand.ID, "sub_b", keys.QueueShardOf("wh_sub_b_0"))}
 		svc := servicetest.New(stalling, service.OnAWS(), service.WithClock(f.clock.Now))
 		r := fanout.DefaultReconciler
-		r.Metrics = emf.New(&testenv.SyncBuffer{})
+		out := &testenv.SyncBuffer{}
+		r.Metrics = emf.New(out)
 		h := r.Handler(svc.Webhooks, q.client, q.URL, f.cfg.Logger)
-		// The release has 8 s: ample for two endpoints' 64 reads, the
-		// third's stall outlasts it.
+		// The release has half of 8 s: ample for two endpoints' 70 calls,
+		// the third's stall outlasts it.
 		r.Margin = 2 * time.Second
 		ctx, cancel := context.WithTimeout(lambdaContext(t, "reconciler-invocation"), r.Margin+8*time.Second)
 		defer cancel()
@@ -208,6 +209,9 @@ func TestReconcilerReleaseStopsInTime(t *testing.T) {
 		}
 		if got := q.messages(t)[before:]; !slices.Contains(got, want("sub_b")[0]) || !slices.Contains(got, want("sub_b")[1]) {
 			t.Errorf("the next run queued %q, want the deliveries of sub_b among them", got)
+		}
+		if got := emfSamples(t, out.String())["ReconcilerDeferrals{FunctionName=}"]; !slices.Equal(got, []float64{1, 0}) {
+			t.Errorf("ReconcilerDeferrals %v, want [1 0]: the run that left an endpoint says so", got)
 		}
 	})
 }
@@ -258,6 +262,61 @@ func TestReconcilerTakesAllItFinds(t *testing.T) {
 		}
 		if got := emfSamples(t, out.String())["ReconcilerDeferrals{FunctionName=}"]; !slices.Equal(got, []float64{0}) {
 			t.Errorf("ReconcilerDeferrals %v, want [0]: nothing left", got)
+		}
+	})
+}
+
+// TestReconcilerSkipsAnEventItCannotRedrive checks that a dropped event
+// whose fan-out fails (its item cannot be decoded) does not stop the run:
+// the other dropped event is re-driven, the failing one is counted
+// (ReconcilerSkipped), the run reports an error, runs in its backoff pass
+// it over, and once the item is written anew a run re-drives it.
+func TestReconcilerSkipsAnEventItCannotRedrive(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st store.Store) {
+		f := newFixture(t, st)
+		f.fanOutAll(t)
+		f.subscribe(t, []string{tally.EventPartnerApplied}, "")
+		bad, good := f.applied(t, "Runner Media"), f.applied(t, "Trail Tales")
+		item, err := st.Get(t.Context(), keys.Event(bad.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		corrupt := item
+		corrupt.Data = []byte("{not json")
+		if err := st.Transact(t.Context(), store.Put(corrupt)); err != nil {
+			t.Fatal(err)
+		}
+		q := f.deliveryQueue(t)
+		out := &testenv.SyncBuffer{}
+		r := fanout.DefaultReconciler
+		r.Metrics = emf.New(out)
+		h := r.Handler(f.svc.Webhooks, q.client, q.URL, f.cfg.Logger)
+		run := func(after time.Duration) (fanout.ReconcilerResult, []string, error) {
+			t.Helper()
+			f.clock.Add(after)
+			before := len(q.messages(t))
+			res, err := h(lambdaContext(t, "reconciler-invocation"), events.EventBridgeEvent{})
+			return res, q.messages(t)[before:], err
+		}
+		res, got, err := run(time.Hour)
+		if err == nil || res.Events != 1 || res.Skipped != 1 {
+			t.Fatalf("with one event's fan-out failing: %+v, %v; want the other re-driven, one skipped, an error", res, err)
+		}
+		if _, ok := plannedOf(t, got, good.ID); !ok || len(got) != 1 {
+			t.Errorf("queued %q, want the delivery of %s alone", got, good.ID)
+		}
+		if res, _, _ := run(time.Minute); res.Skipped != 0 || res.Events != 1 {
+			t.Errorf("a run in the backoff: %+v; want the failing event passed over", res)
+		}
+		if err := st.Transact(t.Context(), store.Put(item)); err != nil { // mended
+			t.Fatal(err)
+		}
+		res, got, err = run(time.Minute)
+		if _, ok := plannedOf(t, got, bad.ID); err != nil || res.Skipped != 0 || !ok {
+			t.Errorf("once the event is written anew: %+v, %v, queued %q; want its delivery", res, err, got)
+		}
+		if got := emfSamples(t, out.String())["ReconcilerSkipped{FunctionName=}"]; !slices.Equal(got, []float64{1, 0, 0}) {
+			t.Errorf("ReconcilerSkipped %v, want [1 0 0]", got)
 		}
 	})
 }
