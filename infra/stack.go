@@ -208,7 +208,7 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 			Architecture:                 awslambda.Architecture_ARM_64(),
 			Handler:                      jsii.String("bootstrap"),
 			Code:                         code(f.Dir),
-			MemorySize:                   jsii.Number(memorySize),
+			MemorySize:                   jsii.Number(f.memory()),
 			Timeout:                      awscdk.Duration_Seconds(jsii.Number(f.Timeout)),
 			Environment:                  &env,
 			Description:                  jsii.String("Tally " + f.Dir + " (functions/" + f.Dir + ")"),

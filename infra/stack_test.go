@@ -195,11 +195,15 @@ func TestFunctions(t *testing.T) {
 	}
 	for id, timeout := range timeouts {
 		p := s.props(t, "AWS::Lambda::Function", id)
+		memory := 256.0
+		if id == "ReconcilerFunction" {
+			memory = 1024 // CPU for its re-drives
+		}
 		for k, want := range map[string]any{
 			"Runtime":       "provided.al2023",
 			"Architectures": []any{"arm64"},
 			"Handler":       "bootstrap",
-			"MemorySize":    256.0,
+			"MemorySize":    memory,
 			"Timeout":       timeout,
 		} {
 			if !reflect.DeepEqual(p[k], want) {
