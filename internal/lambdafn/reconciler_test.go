@@ -21,6 +21,7 @@ import (
 	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
+	"github.com/tally-hq/tally/internal/webhooks"
 )
 
 // forEachStore runs fn on the embedded store and on DynamoDB Local.
@@ -29,14 +30,36 @@ func forEachStore(t *testing.T, fn func(t *testing.T, st store.Store)) {
 	t.Run("dynamodb", func(t *testing.T) { fn(t, testenv.DynamoDB(t)) })
 }
 
+// subscribedFixture is a fixture on st whose events so far are fanned
+// out, with a subscription to partner.applied.
+func subscribedFixture(t *testing.T, st store.Store) *fixture {
+	t.Helper()
+	f := newFixture(t, st)
+	f.fanOutAll(t)
+	f.subscribe(t, []string{tally.EventPartnerApplied}, "")
+	return f
+}
+
+// reconciler is the handler of the deployed reconciler, changed by change
+// (when not nil), over webhooks and the fixture's delivery queue, and the
+// buffer its metrics go to.
+func (f *fixture) reconciler(t *testing.T, webhooks *webhooks.Engine, change func(*fanout.Reconciler)) (func(context.Context, events.EventBridgeEvent) (fanout.ReconcilerResult, error), *testenv.SyncBuffer) {
+	out := &testenv.SyncBuffer{}
+	r := fanout.DefaultReconciler
+	r.Metrics = emf.New(out)
+	if change != nil {
+		change(&r)
+	}
+	q := f.deliveryQueue(t)
+	return r.Handler(webhooks, q.client, q.URL, f.cfg.Logger), out
+}
+
 // TestReconcilerSaysItDefers checks that a run that defers to the delivery
 // queue's backlog is not quiet: it logs at WARN and writes
 // ReconcilerDeferrals 1 (ReconcilerDeferralsAlarm), and 0 once it re-drives
 // again.
 func TestReconcilerSaysItDefers(t *testing.T) {
-	f := newFixture(t, testenv.DynamoDB(t))
-	f.fanOutAll(t)
-	f.subscribe(t, []string{tally.EventPartnerApplied}, "")
+	f := subscribedFixture(t, testenv.DynamoDB(t))
 	f.applied(t, "Trail Tales")
 	q := f.deliveryQueue(t)
 	for _, id := range []string{"wh_01kaqj3f8v5m2w7x9c4d6e8g0h", "wh_01kaqj3f8v5m2w7x9c4d6e8g0j"} {
@@ -44,10 +67,7 @@ func TestReconcilerSaysItDefers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	out := &testenv.SyncBuffer{}
-	r := fanout.DefaultReconciler
-	r.Backlog, r.Metrics = 2, emf.New(out)
-	h := r.Handler(f.svc.Webhooks, q.client, q.URL, f.cfg.Logger)
+	h, out := f.reconciler(t, f.svc.Webhooks, func(r *fanout.Reconciler) { r.Backlog = 2 })
 	f.clock.Add(time.Hour)
 	f.logs.take(t)
 	if res, _ := h(lambdaContext(t, "reconciler-invocation"), events.EventBridgeEvent{}); !res.Deferred {
@@ -75,9 +95,7 @@ func TestReconcilerSaysItDefers(t *testing.T) {
 // again only after its backoff, which doubles.
 func TestReconcilerSkipsAPoisonItem(t *testing.T) {
 	forEachStore(t, func(t *testing.T, st store.Store) {
-		f := newFixture(t, st)
-		f.fanOutAll(t)
-		f.subscribe(t, []string{tally.EventPartnerApplied}, "")
+		f := subscribedFixture(t, st)
 		evt := f.applied(t, "Runner Media")
 		if _, err := f.svc.Webhooks.FanOut(t.Context(), evt.ID); err != nil {
 			t.Fatal(err)
@@ -90,10 +108,7 @@ func TestReconcilerSkipsAPoisonItem(t *testing.T) {
 			t.Fatal(err)
 		}
 		q := f.deliveryQueue(t)
-		out := &testenv.SyncBuffer{}
-		r := fanout.DefaultReconciler
-		r.Metrics = emf.New(out)
-		h := r.Handler(f.svc.Webhooks, q.client, q.URL, f.cfg.Logger)
+		h, out := f.reconciler(t, f.svc.Webhooks, nil)
 		// A run that skips reports it (ReconcilerErrorsAlarm); one that
 		// passes over the item in its backoff does not.
 		run := func(after time.Duration) fanout.ReconcilerResult {
@@ -174,14 +189,11 @@ func TestReconcilerReleaseStopsInTime(t *testing.T) {
 		}
 		stalling := &stallingStore{Store: st, pk: keys.ParkedPK(f.brand.ID, "sub_b", keys.QueueShardOf("wh_sub_b_0"))}
 		svc := servicetest.New(stalling, service.OnAWS(), service.WithClock(f.clock.Now))
-		r := fanout.DefaultReconciler
-		out := &testenv.SyncBuffer{}
-		r.Metrics = emf.New(out)
-		h := r.Handler(svc.Webhooks, q.client, q.URL, f.cfg.Logger)
 		// The release has half of 8 s: ample for two endpoints' 70 calls,
 		// the third's stall outlasts it.
-		r.Margin = 2 * time.Second
-		ctx, cancel := context.WithTimeout(lambdaContext(t, "reconciler-invocation"), r.Margin+8*time.Second)
+		const margin = 2 * time.Second
+		h, out := f.reconciler(t, svc.Webhooks, func(r *fanout.Reconciler) { r.Margin = margin })
+		ctx, cancel := context.WithTimeout(lambdaContext(t, "reconciler-invocation"), margin+8*time.Second)
 		defer cancel()
 		res, err := h(ctx, events.EventBridgeEvent{})
 		if err != nil || res.Released != 4 || res.Unfinished != 1 {
@@ -222,9 +234,7 @@ func TestReconcilerReleaseStopsInTime(t *testing.T) {
 // left nothing (ReconcilerDeferrals 0).
 func TestReconcilerTakesAllItFinds(t *testing.T) {
 	forEachStore(t, func(t *testing.T, st store.Store) {
-		f := newFixture(t, st)
-		f.fanOutAll(t)
-		f.subscribe(t, []string{tally.EventPartnerApplied}, "")
+		f := subscribedFixture(t, st)
 		var overdue, dropped []string
 		for i := range 10 {
 			evt := f.applied(t, fmt.Sprintf("Partner %d", i))
@@ -238,11 +248,9 @@ func TestReconcilerTakesAllItFinds(t *testing.T) {
 			overdue = append(overdue, messageBody(f.brand.ID, f.deliveriesOf(t, evt.ID)[f.subs[0].ID].ID))
 		}
 		q := f.deliveryQueue(t)
-		out := &testenv.SyncBuffer{}
-		r := fanout.DefaultReconciler
-		r.Page, r.Metrics = 2, emf.New(out)
+		h, out := f.reconciler(t, f.svc.Webhooks, func(r *fanout.Reconciler) { r.Page = 2 })
 		f.clock.Add(time.Hour)
-		res, err := r.Handler(f.svc.Webhooks, q.client, q.URL, f.cfg.Logger)(lambdaContext(t, "reconciler-invocation"), events.EventBridgeEvent{})
+		res, err := h(lambdaContext(t, "reconciler-invocation"), events.EventBridgeEvent{})
 		if err != nil || res.Events != 5 || res.Deliveries != 5 {
 			t.Fatalf("a run with pages of 2: %+v, %v; want the 5 events and the 5 deliveries re-driven", res, err)
 		}
@@ -273,9 +281,7 @@ func TestReconcilerTakesAllItFinds(t *testing.T) {
 // it over, and once the item is written anew a run re-drives it.
 func TestReconcilerSkipsAnEventItCannotRedrive(t *testing.T) {
 	forEachStore(t, func(t *testing.T, st store.Store) {
-		f := newFixture(t, st)
-		f.fanOutAll(t)
-		f.subscribe(t, []string{tally.EventPartnerApplied}, "")
+		f := subscribedFixture(t, st)
 		bad, good := f.applied(t, "Runner Media"), f.applied(t, "Trail Tales")
 		item, err := st.Get(t.Context(), keys.Event(bad.ID))
 		if err != nil {
@@ -287,10 +293,7 @@ func TestReconcilerSkipsAnEventItCannotRedrive(t *testing.T) {
 			t.Fatal(err)
 		}
 		q := f.deliveryQueue(t)
-		out := &testenv.SyncBuffer{}
-		r := fanout.DefaultReconciler
-		r.Metrics = emf.New(out)
-		h := r.Handler(f.svc.Webhooks, q.client, q.URL, f.cfg.Logger)
+		h, out := f.reconciler(t, f.svc.Webhooks, nil)
 		run := func(after time.Duration) (fanout.ReconcilerResult, []string, error) {
 			t.Helper()
 			f.clock.Add(after)
