@@ -34,10 +34,20 @@ type function struct {
 	// ReadOnly: an API function whose routes only read (it still counts
 	// requests in the rate-limit counters).
 	ReadOnly bool
+	// Memory is the function's memory in MB when not memorySize.
+	Memory float64
 }
 
-// memorySize is every function's memory, in MB.
+// memorySize is every function's memory, in MB, but those that say.
 const memorySize = 256
+
+// memory is the function's memory, in MB.
+func (f function) memory() float64 {
+	if f.Memory != 0 {
+		return f.Memory
+	}
+	return memorySize
+}
 
 // Environment variable names the functions read (internal/lambdafn).
 const (
@@ -48,6 +58,7 @@ const (
 	envApplicationRateLimit = "TALLY_APPLICATION_RATE_LIMIT"
 	envClickRateLimit       = "TALLY_CLICK_RATE_LIMIT"
 	envDeliveryRetention    = "TALLY_DELIVERY_RETENTION_DAYS"
+	envDeliverConcurrency   = "TALLY_DELIVER_MAX_CONCURRENCY"
 )
 
 // approverRuns is the approver's reserved concurrency: the runs that
@@ -192,7 +203,7 @@ var functions = []function{
 	{ID: "FanoutFunction", Dir: "fanout", Timeout: 60, Kind: fanoutFunction},
 	{ID: "DeliverFunction", Dir: "deliver", Timeout: 30, Kind: deliverFunction},
 	{ID: "AttemptFunction", Dir: "attempt", Timeout: 20, Kind: attemptFunction},
-	{ID: "ReconcilerFunction", Dir: "reconciler", Timeout: 60, Kind: reconcilerFunction},
+	{ID: "ReconcilerFunction", Dir: "reconciler", Timeout: 240, Memory: 1024, Kind: reconcilerFunction}, // CPU for its re-drives (docs/aws.md, "The reconciler")
 	{ID: "RollupFunction", Dir: "rollup", Timeout: 60, Kind: rollupFunction},
 }
 

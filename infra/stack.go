@@ -270,7 +270,7 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 			Architecture:                 awslambda.Architecture_ARM_64(),
 			Handler:                      jsii.String("bootstrap"),
 			Code:                         code(f.Dir),
-			MemorySize:                   jsii.Number(memorySize),
+			MemorySize:                   jsii.Number(f.memory()),
 			Timeout:                      awscdk.Duration_Seconds(jsii.Number(f.Timeout)),
 			Environment:                  &env,
 			Description:                  jsii.String("Tally " + f.Dir + " (functions/" + f.Dir + ")"),
@@ -308,6 +308,7 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		byID[id].AddEnvironment(jsii.String(envDeliveryQueueURL), deliveryQueue.QueueUrl(), nil)
 	}
 	deliver.AddEnvironment(jsii.String(envRetryStateMachineARN), retry.StateMachineArn(), nil)
+	byID["ReconcilerFunction"].AddEnvironment(jsii.String(envDeliverConcurrency), deliverConcurrency.ValueAsString(), nil)
 
 	// HTTP API (payload format 2.0), one integration per function. The
 	// fallback's is the default integration: the $default route, which gets
@@ -492,7 +493,7 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		{"RollupIteratorAgeAlarm", "The reports' rollups are more than 5 minutes behind the table's stream.", rollup.Metric(jsii.String("IteratorAge"), maximum), 300000},
 		{"DeliveryQueueAgeAlarm", "A delivery has waited in DeliveryQueue for more than 10 minutes (deliver is behind or failing).",
 			deliveryQueue.MetricApproximateAgeOfOldestMessage(maximum), 600},
-		{"ReconcilerDeferralsAlarm", "A reconciler run left overdue work for a later run, the delivery queue's backlog being over its threshold (deliver is behind).", deferrals, 0},
+		{"ReconcilerDeferralsAlarm", "A reconciler run left overdue work for a later run: the delivery queue's backlog was over a minute of deliver's capacity (deliver is behind), or the run's time was up.", deferrals, 0},
 	}
 	// Every function's errors and throttles, one alarm each, named after it.
 	for _, f := range functions {

@@ -38,7 +38,7 @@ var (
 	timeouts   = map[string]float64{
 		"OffersFunction": 10, "PartnersFunction": 10, "ConversionsFunction": 10, "ReportsFunction": 10,
 		"ApplicationsFunction": 10, "WebhooksFunction": 10, "DeliveriesFunction": 10, "KeysFunction": 10, "DashboardFunction": 10, "HealthFunction": 10, "FallbackFunction": 10,
-		"ApproverFunction": 240, "FanoutFunction": 60, "DeliverFunction": 30, "AttemptFunction": 20, "ReconcilerFunction": 60,
+		"ApproverFunction": 240, "FanoutFunction": 60, "DeliverFunction": 30, "AttemptFunction": 20, "ReconcilerFunction": 240,
 		"RollupFunction": 60, "ClickFunction": 10, "FraudFunction": 10,
 	}
 	// schedules are the EventBridge rules, by the function they run.
@@ -120,6 +120,9 @@ func wantEnv(id string) map[string]any {
 	case "DeliverFunction":
 		env["TALLY_RETRY_STATE_MACHINE_ARN"] = ref("RetryStateMachine")
 	}
+	if id == "ReconcilerFunction" {
+		env["TALLY_DELIVER_MAX_CONCURRENCY"] = ref("DeliverMaxConcurrency")
+	}
 	return env
 }
 
@@ -199,11 +202,15 @@ func TestFunctions(t *testing.T) {
 	}
 	for id, timeout := range timeouts {
 		p := s.props(t, "AWS::Lambda::Function", id)
+		memory := 256.0
+		if id == "ReconcilerFunction" {
+			memory = 1024 // CPU for its re-drives
+		}
 		for k, want := range map[string]any{
 			"Runtime":       "provided.al2023",
 			"Architectures": []any{"arm64"},
 			"Handler":       "bootstrap",
-			"MemorySize":    256.0,
+			"MemorySize":    memory,
 			"Timeout":       timeout,
 		} {
 			if !reflect.DeepEqual(p[k], want) {

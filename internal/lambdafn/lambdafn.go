@@ -27,6 +27,7 @@ import (
 const (
 	EnvDeliveryQueueURL     = "TALLY_DELIVERY_QUEUE_URL"      // fanout and reconciler send to it; deliveries requeues manual retries
 	EnvRetryStateMachineARN = "TALLY_RETRY_STATE_MACHINE_ARN" // deliver starts it
+	EnvDeliverConcurrency   = "TALLY_DELIVER_MAX_CONCURRENCY" // deliver's batches at once: the reconciler's backlog threshold follows it
 )
 
 // Logger is every function's logger (JSON lines at TALLY_LOG_LEVEL), also

@@ -21,6 +21,7 @@ import (
 	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
+	"github.com/tally-hq/tally/internal/webhooks"
 )
 
 // forEachStore runs fn on the embedded store and on DynamoDB Local.
@@ -29,14 +30,36 @@ func forEachStore(t *testing.T, fn func(t *testing.T, st store.Store)) {
 	t.Run("dynamodb", func(t *testing.T) { fn(t, testenv.DynamoDB(t)) })
 }
 
+// subscribedFixture is a fixture on st whose events so far are fanned
+// out, with a subscription to partner.applied.
+func subscribedFixture(t *testing.T, st store.Store) *fixture {
+	t.Helper()
+	f := newFixture(t, st)
+	f.fanOutAll(t)
+	f.subscribe(t, []string{tally.EventPartnerApplied}, "")
+	return f
+}
+
+// reconciler is the handler of the deployed reconciler, changed by change
+// (when not nil), over webhooks and the fixture's delivery queue, and the
+// buffer its metrics go to.
+func (f *fixture) reconciler(t *testing.T, webhooks *webhooks.Engine, change func(*fanout.Reconciler)) (func(context.Context, events.EventBridgeEvent) (fanout.ReconcilerResult, error), *testenv.SyncBuffer) {
+	out := &testenv.SyncBuffer{}
+	r := fanout.DefaultReconciler
+	r.Metrics = emf.New(out)
+	if change != nil {
+		change(&r)
+	}
+	q := f.deliveryQueue(t)
+	return r.Handler(webhooks, q.client, q.URL, f.cfg.Logger), out
+}
+
 // TestReconcilerSaysItDefers checks that a run that defers to the delivery
 // queue's backlog is not quiet: it logs at WARN and writes
 // ReconcilerDeferrals 1 (ReconcilerDeferralsAlarm), and 0 once it re-drives
 // again.
 func TestReconcilerSaysItDefers(t *testing.T) {
-	f := newFixture(t, testenv.DynamoDB(t))
-	f.fanOutAll(t)
-	f.subscribe(t, []string{tally.EventPartnerApplied}, "")
+	f := subscribedFixture(t, testenv.DynamoDB(t))
 	f.applied(t, "Trail Tales")
 	q := f.deliveryQueue(t)
 	for _, id := range []string{"wh_01kaqj3f8v5m2w7x9c4d6e8g0h", "wh_01kaqj3f8v5m2w7x9c4d6e8g0j"} {
@@ -44,10 +67,7 @@ func TestReconcilerSaysItDefers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	out := &testenv.SyncBuffer{}
-	r := fanout.DefaultReconciler
-	r.Backlog, r.Metrics = 2, emf.New(out)
-	h := r.Handler(f.svc.Webhooks, q.client, q.URL, f.cfg.Logger)
+	h, out := f.reconciler(t, f.svc.Webhooks, func(r *fanout.Reconciler) { r.Backlog = 2 })
 	f.clock.Add(time.Hour)
 	f.logs.take(t)
 	if res, _ := h(lambdaContext(t, "reconciler-invocation"), events.EventBridgeEvent{}); !res.Deferred {
@@ -75,9 +95,7 @@ func TestReconcilerSaysItDefers(t *testing.T) {
 // again only after its backoff, which doubles.
 func TestReconcilerSkipsAPoisonItem(t *testing.T) {
 	forEachStore(t, func(t *testing.T, st store.Store) {
-		f := newFixture(t, st)
-		f.fanOutAll(t)
-		f.subscribe(t, []string{tally.EventPartnerApplied}, "")
+		f := subscribedFixture(t, st)
 		evt := f.applied(t, "Runner Media")
 		if _, err := f.svc.Webhooks.FanOut(t.Context(), evt.ID); err != nil {
 			t.Fatal(err)
@@ -90,10 +108,7 @@ func TestReconcilerSkipsAPoisonItem(t *testing.T) {
 			t.Fatal(err)
 		}
 		q := f.deliveryQueue(t)
-		out := &testenv.SyncBuffer{}
-		r := fanout.DefaultReconciler
-		r.Metrics = emf.New(out)
-		h := r.Handler(f.svc.Webhooks, q.client, q.URL, f.cfg.Logger)
+		h, out := f.reconciler(t, f.svc.Webhooks, nil)
 		// A run that skips reports it (ReconcilerFunctionErrorsAlarm); one that
 		// passes over the item in its backoff does not.
 		run := func(after time.Duration) fanout.ReconcilerResult {
@@ -148,9 +163,9 @@ func (s *stallingStore) Query(ctx context.Context, q store.Query) (store.Page, e
 }
 
 // TestReconcilerReleaseStopsInTime checks that the release of parked
-// deliveries keeps to the run's deadline (less the margin for queueing):
-// the endpoints it finished are released, the one it did not is counted
-// and released by the next run.
+// deliveries keeps to its share of the run's time: the endpoints it
+// finished are released, the one it did not is counted, as a deferral
+// too (ReconcilerDeferralsAlarm), and released by the next run.
 func TestReconcilerReleaseStopsInTime(t *testing.T) {
 	forEachStore(t, func(t *testing.T, st store.Store) {
 		f := newFixture(t, st)
@@ -174,13 +189,11 @@ func TestReconcilerReleaseStopsInTime(t *testing.T) {
 		}
 		stalling := &stallingStore{Store: st, pk: keys.ParkedPK(f.brand.ID, "sub_b", keys.QueueShardOf("wh_sub_b_0"))}
 		svc := servicetest.New(stalling, service.OnAWS(), service.WithClock(f.clock.Now))
-		r := fanout.DefaultReconciler
-		r.Metrics = emf.New(&testenv.SyncBuffer{})
-		h := r.Handler(svc.Webhooks, q.client, q.URL, f.cfg.Logger)
-		// The release has 8 s: ample for two endpoints' 64 reads, the
-		// third's stall outlasts it.
-		r.Margin = 2 * time.Second
-		ctx, cancel := context.WithTimeout(lambdaContext(t, "reconciler-invocation"), r.Margin+8*time.Second)
+		// The release has half of 8 s: ample for two endpoints' 70 calls,
+		// the third's stall outlasts it.
+		const margin = 2 * time.Second
+		h, out := f.reconciler(t, svc.Webhooks, func(r *fanout.Reconciler) { r.Margin = margin })
+		ctx, cancel := context.WithTimeout(lambdaContext(t, "reconciler-invocation"), margin+8*time.Second)
 		defer cancel()
 		res, err := h(ctx, events.EventBridgeEvent{})
 		if err != nil || res.Released != 4 || res.Unfinished != 1 {
@@ -208,6 +221,105 @@ func TestReconcilerReleaseStopsInTime(t *testing.T) {
 		}
 		if got := q.messages(t)[before:]; !slices.Contains(got, want("sub_b")[0]) || !slices.Contains(got, want("sub_b")[1]) {
 			t.Errorf("the next run queued %q, want the deliveries of sub_b among them", got)
+		}
+		if got := emfSamples(t, out.String())["ReconcilerDeferrals{FunctionName=}"]; !slices.Equal(got, []float64{1, 0}) {
+			t.Errorf("ReconcilerDeferrals %v, want [1 0]: the run that left an endpoint says so", got)
+		}
+	})
+}
+
+// TestReconcilerTakesAllItFinds checks that a run re-drives all the work
+// it finds, a page at a time, not one page: with pages of 2, the 5 dropped
+// events and the 5 overdue deliveries are all queued, and the run says it
+// left nothing (ReconcilerDeferrals 0).
+func TestReconcilerTakesAllItFinds(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st store.Store) {
+		f := subscribedFixture(t, st)
+		var overdue, dropped []string
+		for i := range 10 {
+			evt := f.applied(t, fmt.Sprintf("Partner %d", i))
+			if i%2 == 1 {
+				dropped = append(dropped, evt.ID)
+				continue
+			}
+			if _, err := f.svc.Webhooks.FanOut(t.Context(), evt.ID); err != nil {
+				t.Fatal(err)
+			}
+			overdue = append(overdue, messageBody(f.brand.ID, f.deliveriesOf(t, evt.ID)[f.subs[0].ID].ID))
+		}
+		q := f.deliveryQueue(t)
+		h, out := f.reconciler(t, f.svc.Webhooks, func(r *fanout.Reconciler) { r.Page = 2 })
+		f.clock.Add(time.Hour)
+		res, err := h(lambdaContext(t, "reconciler-invocation"), events.EventBridgeEvent{})
+		if err != nil || res.Events != 5 || res.Deliveries != 5 {
+			t.Fatalf("a run with pages of 2: %+v, %v; want the 5 events and the 5 deliveries re-driven", res, err)
+		}
+		got := q.messages(t)
+		for _, body := range overdue {
+			if !slices.Contains(got, body) {
+				t.Errorf("queued %q, want the overdue delivery %s", got, body)
+			}
+		}
+		for _, id := range dropped {
+			if _, ok := plannedOf(t, got, id); !ok {
+				t.Errorf("queued %q, want the delivery of the dropped event %s", got, id)
+			}
+		}
+		if len(got) != 10 {
+			t.Errorf("queued %d messages, want 10: each once", len(got))
+		}
+		if got := emfSamples(t, out.String())["ReconcilerDeferrals{FunctionName=}"]; !slices.Equal(got, []float64{0}) {
+			t.Errorf("ReconcilerDeferrals %v, want [0]: nothing left", got)
+		}
+	})
+}
+
+// TestReconcilerSkipsAnEventItCannotRedrive checks that a dropped event
+// whose fan-out fails (its item cannot be decoded) does not stop the run:
+// the other dropped event is re-driven, the failing one is counted
+// (ReconcilerSkipped), the run reports an error, runs in its backoff pass
+// it over, and once the item is written anew a run re-drives it.
+func TestReconcilerSkipsAnEventItCannotRedrive(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st store.Store) {
+		f := subscribedFixture(t, st)
+		bad, good := f.applied(t, "Runner Media"), f.applied(t, "Trail Tales")
+		item, err := st.Get(t.Context(), keys.Event(bad.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		corrupt := item
+		corrupt.Data = []byte("{not json")
+		if err := st.Transact(t.Context(), store.Put(corrupt)); err != nil {
+			t.Fatal(err)
+		}
+		q := f.deliveryQueue(t)
+		h, out := f.reconciler(t, f.svc.Webhooks, nil)
+		run := func(after time.Duration) (fanout.ReconcilerResult, []string, error) {
+			t.Helper()
+			f.clock.Add(after)
+			before := len(q.messages(t))
+			res, err := h(lambdaContext(t, "reconciler-invocation"), events.EventBridgeEvent{})
+			return res, q.messages(t)[before:], err
+		}
+		res, got, err := run(time.Hour)
+		if err == nil || res.Events != 1 || res.Skipped != 1 {
+			t.Fatalf("with one event's fan-out failing: %+v, %v; want the other re-driven, one skipped, an error", res, err)
+		}
+		if _, ok := plannedOf(t, got, good.ID); !ok || len(got) != 1 {
+			t.Errorf("queued %q, want the delivery of %s alone", got, good.ID)
+		}
+		if res, _, _ := run(time.Minute); res.Skipped != 0 || res.Events != 1 {
+			t.Errorf("a run in the backoff: %+v; want the failing event passed over", res)
+		}
+		if err := st.Transact(t.Context(), store.Put(item)); err != nil { // mended
+			t.Fatal(err)
+		}
+		res, got, err = run(time.Minute)
+		if _, ok := plannedOf(t, got, bad.ID); err != nil || res.Skipped != 0 || !ok {
+			t.Errorf("once the event is written anew: %+v, %v, queued %q; want its delivery", res, err, got)
+		}
+		if got := emfSamples(t, out.String())["ReconcilerSkipped{FunctionName=}"]; !slices.Equal(got, []float64{1, 0, 0}) {
+			t.Errorf("ReconcilerSkipped %v, want [1 0 0]", got)
 		}
 	})
 }

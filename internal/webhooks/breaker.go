@@ -287,16 +287,23 @@ func (s *Engine) Released(ctx context.Context, limit int) (Release, error) {
 					mu.Unlock()
 					continue
 				}
-				refs, failed, err := s.releasedItem(ctx, it, room)
+				refs, failed, more, err := s.releasedItem(ctx, it, room)
+				var sk Skipped
+				if err != nil && ctx.Err() == nil {
+					sk = skip(ctx, s.db, it, err)
+				}
 				mu.Lock()
 				switch {
 				case ctx.Err() != nil:
 					r.Unfinished++
 				case err != nil:
-					r.Skipped = append(r.Skipped, skip(ctx, s.db, it, err))
+					r.Skipped = append(r.Skipped, sk)
 				default:
 					r.Watched++
 					r.Refs, r.Failed = append(r.Refs, refs...), r.Failed+failed
+					if more {
+						r.Unfinished++
+					}
 				}
 				mu.Unlock()
 			}
@@ -314,22 +321,29 @@ func (s *Engine) Released(ctx context.Context, limit int) (Release, error) {
 }
 
 // releasedItem is Released for the endpoint of the breaker item it.
-func (s *Engine) releasedItem(ctx context.Context, it store.Item, limit int) ([]endpoints.DeliveryRef, int, error) {
+func (s *Engine) releasedItem(ctx context.Context, it store.Item, limit int) ([]endpoints.DeliveryRef, int, bool, error) {
 	var brk breakerRecord
 	if err := records.Decode(it, &brk); err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
 	return s.releasedFrom(ctx, it, brk, limit)
 }
 
-// releasedFrom is Released for one endpoint, whose breaker item is it.
-func (s *Engine) releasedFrom(ctx context.Context, it store.Item, brk breakerRecord, limit int) ([]endpoints.DeliveryRef, int, error) {
-	parked := func(upTo string, limit int) ([]endpoints.DeliveryRef, error) {
-		refs, _, err := oldestFirst(ctx, s.db, store.GSI3, func(shard int) string { return keys.ParkedPK(brk.BrandID, brk.EndpointID, shard) }, upTo, limit,
-			func(it store.Item) (endpoints.DeliveryRef, error) {
-				return endpoints.DeliveryRef{BrandID: brk.BrandID, DeliveryID: it.Key.SK}, nil
-			})
-		return refs, err // reading a ref fails nothing: none skipped
+// releasedFrom is Released for one endpoint, whose breaker item is it:
+// the deliveries to queue, how many it failed, and whether limit left
+// some of either.
+func (s *Engine) releasedFrom(ctx context.Context, it store.Item, brk breakerRecord, limit int) ([]endpoints.DeliveryRef, int, bool, error) {
+	// more notes that a wait list read in full had deliveries beyond
+	// limit: the endpoint is left unfinished, for the next call.
+	more := false
+	parked := func(upTo string, limit int) ([]endpoints.DeliveryRef, bool, error) {
+		q := newShardedQueue(s.db, store.GSI3, func(shard int) string { return keys.ParkedPK(brk.BrandID, brk.EndpointID, shard) }, upTo, limit)
+		items, err := q.next(ctx, limit)
+		refs := make([]endpoints.DeliveryRef, len(items))
+		for i, it := range items {
+			refs[i] = endpoints.DeliveryRef{BrandID: brk.BrandID, DeliveryID: it.Key.SK}
+		}
+		return refs, !q.drained(), err
 	}
 	key := keys.Subscription(brk.BrandID, brk.EndpointID)
 	if brk.Type == tally.DeliveryPostback {
@@ -340,30 +354,31 @@ func (s *Engine) releasedFrom(ctx context.Context, it store.Item, brk breakerRec
 	case errors.Is(err, store.ErrNotFound):
 		// Deleted: each attempt fails its delivery.
 	case err != nil:
-		return nil, 0, err
+		return nil, 0, false, err
 	default:
 		h := endpoints.HealthOf(ep)
 		if h.Status == tally.EndpointDisabled || h.Fails < breakerFailures {
 			break // all go
 		}
-		failed := 0
+		failed, more := 0, false
 		if probe := ep.Attrs["probe"]; probe != "" {
 			rec, err := records.Get[endpoints.DeliveryRecord](ctx, s.db, keys.Delivery(brk.BrandID, probe))
 			switch {
 			case errors.Is(err, store.ErrNotFound):
 			case err != nil:
-				return nil, 0, err
+				return nil, 0, false, err
 			case rec.Status == tally.DeliveryPending:
-				return nil, 0, nil // the probe is under way
+				return nil, 0, false, nil // the probe is under way
 			case rec.Status == tally.DeliveryFailed && len(rec.Attempts)-rec.CycleStart >= MaxAttempts:
-				waited, err := parked(ids.Ceil("wh_", rec.Attempts[rec.CycleStart].At.Time), limit)
+				var waited []endpoints.DeliveryRef
+				waited, more, err = parked(ids.Ceil("wh_", rec.Attempts[rec.CycleStart].At.Time), limit)
 				if err != nil {
-					return nil, 0, err
+					return nil, 0, false, err
 				}
 				for _, ref := range waited {
 					abandoned, err := s.abandonParked(ctx, ref, rec.Attempts[len(rec.Attempts)-1].At.Time)
 					if err != nil {
-						return nil, failed, err
+						return nil, failed, false, err
 					}
 					if abandoned {
 						failed++
@@ -372,14 +387,14 @@ func (s *Engine) releasedFrom(ctx context.Context, it store.Item, brk breakerRec
 			}
 		}
 		// Failing, nobody probes: the oldest is the next probe.
-		next, err := parked("", 1)
-		return next, failed, err
+		next, _, err := parked("", 1)
+		return next, failed, more, err
 	}
-	refs, err := parked("", limit)
+	refs, more, err := parked("", limit)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
-	return refs, 0, retire(ctx, s.db, it, len(refs) == 0)
+	return refs, 0, more, retire(ctx, s.db, it, len(refs) == 0)
 }
 
 // retire notes on an endpoint's breaker item, read as it, whether its

@@ -3,7 +3,6 @@ package webhooks
 import (
 	"context"
 	"errors"
-	"strconv"
 	"strings"
 	"time"
 
@@ -72,38 +71,6 @@ func (s *Engine) DispatchConversion(ctx context.Context, conversion store.Item) 
 // again costs a delete).
 func inOutbox(event store.Item) bool {
 	return event.GSI3 != (store.IndexKey{}) || event.Attrs[outboxAttr] != ""
-}
-
-// outboxedConversions makes the events of the conversions in the outbox
-// since before cutoff (the stream's record of them was lost, or their
-// deliveries' messages), at most limit, oldest first, and returns their
-// ids to be fanned out again. An entry whose conversion is not there was
-// left by a request that failed before writing it (and so was not
-// accepted): it is deleted. An entry written after cutoff is left to the
-// next run whatever its conversion's age: a retry completing a conversion
-// first recorded earlier writes it again, then the conversion, and may be
-// between the two. An entry it cannot read or act on is skipped (skip).
-func (s *Engine) outboxedConversions(ctx context.Context, cutoff time.Time, limit int) ([]string, []Skipped, error) {
-	entries, skipped, err := oldestFirst(ctx, s.db, store.Table, keys.ConversionOutboxPK, ids.Ceil("cnv_", cutoff), limit, func(it store.Item) (store.Item, error) {
-		return it, nil
-	})
-	if err != nil {
-		return nil, skipped, err
-	}
-	var out []string
-	for _, it := range entries {
-		if at, err := strconv.ParseInt(it.Attrs["at"], 10, 64); err == nil && at > cutoff.UnixNano() {
-			continue
-		}
-		id, err := s.outboxedConversion(ctx, it)
-		switch {
-		case err != nil:
-			skipped = append(skipped, skip(ctx, s.db, it, err))
-		case id != "":
-			out = append(out, id)
-		}
-	}
-	return out, skipped, nil
 }
 
 // outboxedConversion is outboxedConversions for one entry: the id of its

@@ -3,13 +3,10 @@ package webhooks
 import (
 	"context"
 	"errors"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/endpoints"
-	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
@@ -64,69 +61,13 @@ type Dropped struct {
 // before cutoff but has not: events still in the outbox (not fanned out)
 // and pending deliveries whose next attempt was due. Both come from gsi3,
 // and the conversions' outbox entries (conversions.ForStream) from their
-// partitions, oldest first, at most limit of each (a run takes a bounded
-// share; the next run the rest). Fanning out and attempting again are
+// partitions, oldest first, at most limit of each: the first page of a
+// Sweep, which reads them all. Fanning out and attempting again are
 // idempotent, so the caller re-drives them through the usual steps. Only
 // the conversions' entries are written: each gets its event (as the fan-out
 // from the stream makes it) so that its id can be re-driven, or is deleted
 // when its conversion was never written (outboxedConversions). An entry it
 // cannot read is skipped, with a backoff (skip).
 func (s *Engine) Overdue(ctx context.Context, cutoff time.Time, limit int) (Dropped, error) {
-	var d Dropped
-	events, skipped, err := oldestFirst(ctx, s.db, store.GSI3, keys.OutboxPK, ids.Ceil("evt_", cutoff), limit, func(it store.Item) (string, error) {
-		return it.GSI3.SK, nil
-	})
-	d.Skipped = append(d.Skipped, skipped...)
-	if err != nil {
-		return d, err
-	}
-	created, skipped, err := s.outboxedConversions(ctx, cutoff, limit)
-	d.Events, d.Skipped = append(events, created...), append(d.Skipped, skipped...)
-	if err != nil {
-		return d, err
-	}
-	d.Deliveries, skipped, err = oldestFirst(ctx, s.db, store.GSI3, keys.DueQueuePK, keys.DueQueueSK(cutoff, "~"), limit, func(it store.Item) (endpoints.DeliveryRef, error) {
-		var rec endpoints.DeliveryRecord
-		err := records.Decode(it, &rec)
-		return endpoints.DeliveryRef{BrandID: rec.BrandID, DeliveryID: rec.ID}, err
-	})
-	d.Skipped = append(d.Skipped, skipped...)
-	return d, err
-}
-
-// oldestFirst reads the entries of every shard of a queue (the table's
-// partitions or an index's) up to skTo (inclusive), oldest first, at most
-// limit in all. An entry that waits out a skip's backoff is passed over; one
-// that read cannot read is skipped (skip).
-func oldestFirst[T any](ctx context.Context, db *records.DB, index store.Index, pk func(shard int) string, skTo string, limit int, read func(store.Item) (T, error)) ([]T, []Skipped, error) {
-	type entry struct {
-		sk string
-		v  T
-	}
-	var all []entry
-	var skipped []Skipped
-	now := db.Now()
-	for shard := range keys.QueueShards {
-		page, err := db.Query(ctx, store.Query{Index: index, PK: pk(shard), SKTo: skTo, Limit: min(limit, records.MaxScan)})
-		if err != nil {
-			return nil, skipped, err
-		}
-		for _, it := range page.Items {
-			if backingOff(it, now) {
-				continue
-			}
-			v, err := read(it)
-			if err != nil {
-				skipped = append(skipped, skip(ctx, db, it, err))
-				continue
-			}
-			all = append(all, entry{it.IndexKey(index).SK, v})
-		}
-	}
-	slices.SortFunc(all, func(a, b entry) int { return strings.Compare(a.sk, b.sk) })
-	out := make([]T, 0, min(limit, len(all)))
-	for _, e := range all[:min(limit, len(all))] {
-		out = append(out, e.v)
-	}
-	return out, skipped, nil
+	return s.Sweep(cutoff, limit, 1).Next(ctx, limit)
 }

@@ -10,8 +10,10 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -19,6 +21,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
 	"github.com/tally-hq/tally/internal/emf"
+	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
 	"github.com/tally-hq/tally/internal/sqsjson"
@@ -35,8 +38,20 @@ func ServeFanout() {
 // work the pipeline dropped (Reconciler). It never returns.
 func ServeReconciler() {
 	log, engine, client, url := start()
-	lambda.Start(DefaultReconciler.Handler(engine, client, url, log))
+	r := DefaultReconciler
+	if n, err := strconv.Atoi(os.Getenv(lambdafn.EnvDeliverConcurrency)); err == nil && n > 0 {
+		r.Backlog = BacklogFor(n)
+	}
+	lambda.Start(r.Handler(engine, client, url, log))
 }
+
+// BacklogFor is the delivery queue's backlog at which the reconciler
+// defers, for deliver working on concurrency batches at once: a minute of
+// what they carry at about 50 deliveries a second each (docs/aws.md,
+// "Capacity"). A backlog below it drains in a minute or so, three with
+// slow receivers, well inside Grace: a delivery overdue by more than Grace
+// is not waiting in the queue, so re-driving it repeats nothing.
+func BacklogFor(concurrency int) int { return concurrency * 50 * 60 }
 
 func start() (*slog.Logger, *webhooks.Engine, *sqsjson.Client, string) {
 	log := lambdafn.Logger()
@@ -133,15 +148,6 @@ func dispatcher(engine *webhooks.Engine, rec events.DynamoDBEventRecord) (func(c
 	}, true
 }
 
-func fanOut(ctx context.Context, engine *webhooks.Engine, q queue.Queue, queueURL, eventID string) error {
-	msgs, err := engine.Dispatch(ctx, eventID)
-	if err != nil {
-		return err
-	}
-	_, err = queue.Send(ctx, q, queueURL, messages(msgs))
-	return err
-}
-
 // ReconcileQueue is the part of the SQS client the reconciler uses: it
 // queues, and it looks at the delivery queue's backlog.
 type ReconcileQueue interface {
@@ -168,31 +174,36 @@ type Reconciler struct {
 	// above what the stream, the queue and the state machine take when
 	// they work, retries included.
 	Grace time.Duration
-	// Limit bounds the events and the deliveries a run re-drives (each),
-	// oldest first; the next run takes the rest.
-	Limit int
+	// Page is how many events and deliveries (of each) a run reads at a
+	// time, oldest first; it reads pages until it has read them all or
+	// its time is up (Margin), and the next run takes the rest.
+	Page int
 	// Backlog is how many visible messages the delivery queue may hold for
 	// the run to re-drive events and deliveries: a longer queue means
 	// deliver is behind, and overdue deliveries are most likely in it
 	// already, as are the messages of outboxed events whose deliveries
 	// attempt 1 writes.
 	Backlog int
-	// Workers bounds the fan-outs a run makes at once.
+	// Workers bounds the fan-outs, and the SQS requests, a run makes at
+	// once.
 	Workers int
 	// Release bounds the parked deliveries a run releases (queues) when
-	// their endpoint's circuit closed (webhooks.Engine.Released).
+	// their endpoint's circuit closed (webhooks.Engine.Released): the refs
+	// it holds at once.
 	Release int
 	// Margin is the part of the run's time (its context's deadline) kept
-	// for queueing what the release found: the release starts no endpoint
-	// after the deadline less Margin, or less a quarter of the time left
-	// when the run starts with less than 4 Margins.
+	// for finishing what is under way: the run starts no page, no fan-out
+	// and no endpoint's release after the deadline less Margin, or less a
+	// quarter of the time left when the run starts with less than 4
+	// Margins. The release takes at most half of the rest.
 	Margin time.Duration
 	// Metrics receives each run's deferral and skips (ReconcilerDeferralsAlarm).
 	Metrics *emf.Metrics
 }
 
-// DefaultReconciler is the deployed reconciler's configuration (docs/aws.md).
-var DefaultReconciler = Reconciler{Grace: 10 * time.Minute, Limit: 2000, Backlog: 1000, Workers: 8, Release: 10000,
+// DefaultReconciler is the deployed reconciler's configuration (docs/aws.md,
+// "The reconciler", for the figures).
+var DefaultReconciler = Reconciler{Grace: 10 * time.Minute, Page: 500, Backlog: BacklogFor(50), Workers: 32, Release: 100000,
 	Margin: 15 * time.Second, Metrics: emf.New(os.Stdout)}
 
 // ReconcilerResult is what a run did.
@@ -206,6 +217,7 @@ type ReconcilerResult struct {
 	Deferred   bool `json:"deferred"`   // events and deliveries were left for a later run: the queue has a backlog
 	Skipped    int  `json:"skipped"`    // items skipped, each until its backoff ends (webhooks.Skipped)
 	Unfinished int  `json:"unfinished"` // endpoints whose release is left for the next run: out of time or over Release
+	OutOfTime  bool `json:"outOfTime"`  // events or deliveries found were left for the next run: the run's time was up
 }
 
 // Handler returns the scheduled handler. A run that could not re-drive
@@ -213,8 +225,9 @@ type ReconcilerResult struct {
 // function's Errors metric (ReconcilerFunctionErrorsAlarm) reports it. An item it
 // cannot read or re-drive is logged and skipped with a backoff
 // (webhooks.Skipped): one poison item neither blocks the rest nor fails
-// every run, only those that try it again. A deferral is logged at WARN
-// and counted (ReconcilerDeferralsAlarm).
+// every run, only those that try it again. A run that leaves work for a
+// later one (a deferral to the queue's backlog, its time up, Release
+// reached) logs it at WARN and counts it (ReconcilerDeferralsAlarm).
 func (r Reconciler) Handler(engine *webhooks.Engine, q ReconcileQueue, queueURL string, log *slog.Logger) func(context.Context, events.EventBridgeEvent) (ReconcilerResult, error) {
 	return func(ctx context.Context, ev events.EventBridgeEvent) (ReconcilerResult, error) {
 		var res ReconcilerResult
@@ -225,18 +238,11 @@ func (r Reconciler) Handler(engine *webhooks.Engine, q ReconcileQueue, queueURL 
 			}
 			res.Skipped += len(all)
 		}
-		defer func() { r.Metrics.Reconciled(lambdacontext.FunctionName, res.Deferred, res.Skipped) }()
-		dropped, err := engine.Overdue(ctx, engine.Now().Add(-r.Grace), r.Limit)
-		skipped(dropped.Skipped)
-		if err != nil {
-			return res, err
-		}
-		evts, refs := dropped.Events, dropped.Deliveries
-		redriveEvents := func() {
-			failed := r.fanOutAll(ctx, engine, q, queueURL, evts)
-			res.Events = len(evts) - len(failed)
-			skipped(failed)
-		}
+		defer func() {
+			r.Metrics.Reconciled(lambdacontext.FunctionName, res.Deferred || res.OutOfTime || res.Unfinished > 0, res.Skipped)
+		}()
+		stop := r.stopAt(ctx)
+		var err error
 		res.Backlog, err = backlog(ctx, q, queueURL)
 		switch {
 		case err != nil:
@@ -244,81 +250,184 @@ func (r Reconciler) Handler(engine *webhooks.Engine, q ReconcileQueue, queueURL 
 			// deliveries carried in a lost message have nothing else that
 			// finds them. Deliveries wait for a run that reads it.
 			errs = append(errs, err)
-			redriveEvents()
+			errs = append(errs, r.sweep(ctx, engine, q, queueURL, stop, false, &res, skipped)...)
 		case res.Backlog >= r.Backlog:
 			res.Deferred = true
-			log.Warn("the delivery queue has a backlog: overdue events and deliveries and parked deliveries are left for a later run", "backlog", res.Backlog, "events", len(evts), "overdue", len(refs))
+			log.Warn("the delivery queue has a backlog: overdue events and deliveries and parked deliveries are left for a later run", "backlog", res.Backlog)
 		default:
-			redriveEvents()
-			refs = refs[:min(len(refs), r.Backlog-res.Backlog)]
-			if _, err := queue.SendRefs(ctx, q, queueURL, refs); err != nil {
-				errs = append(errs, err)
-			} else {
-				res.Deliveries = len(refs)
-			}
-			if err := r.release(ctx, engine, q, queueURL, &res, skipped); err != nil {
+			// The release first, with at most half the time: a sweep with
+			// more than a run can take does not starve it.
+			if err := r.release(ctx, engine, q, queueURL, time.Now().Add(time.Until(stop)/2), &res, skipped); err != nil {
 				errs = append(errs, fmt.Errorf("release parked deliveries: %w", err))
 			}
+			errs = append(errs, r.sweep(ctx, engine, q, queueURL, stop, true, &res, skipped)...)
+		}
+		if res.OutOfTime || res.Unfinished > 0 {
+			log.Warn("the run's time was up: what it found and did not re-drive is left for the next run", "outOfTime", res.OutOfTime, "unfinished", res.Unfinished)
 		}
 		if res.Skipped > 0 {
 			errs = append(errs, fmt.Errorf("%d items skipped until their backoff ends", res.Skipped))
 		}
 		log.Info("reconciled", "events", res.Events, "deliveries", res.Deliveries, "released", res.Released, "failed", res.Failed, "circuits", res.Circuits,
-			"backlog", res.Backlog, "deferred", res.Deferred, "skipped", res.Skipped, "unfinished", res.Unfinished)
+			"backlog", res.Backlog, "deferred", res.Deferred, "skipped", res.Skipped, "unfinished", res.Unfinished, "outOfTime", res.OutOfTime)
 		return res, errors.Join(errs...)
 	}
 }
 
-// release queues the parked deliveries whose endpoint's circuit closed
-// (webhooks.Engine.Released), the release bounded by the run's deadline
-// less its margin (Margin); what it left is released by the next run.
-func (r Reconciler) release(ctx context.Context, engine *webhooks.Engine, q queue.Queue, queueURL string, res *ReconcilerResult, skipped func([]webhooks.Skipped)) error {
-	relCtx := ctx
-	if deadline, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		relCtx, cancel = context.WithDeadline(ctx, deadline.Add(-min(r.Margin, time.Until(deadline)/4)))
-		defer cancel()
+// stopAt is when a run starts nothing more (Margin).
+func (r Reconciler) stopAt(ctx context.Context) time.Time {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return time.Now().Add(100 * 365 * 24 * time.Hour)
 	}
+	return deadline.Add(-min(r.Margin, time.Until(deadline)/4))
+}
+
+// sweep re-drives what Engine.Sweep finds, a page at a time, until it has
+// read all or stop: the events fanned out again, and, when deliveries, the
+// overdue deliveries queued again. It returns the errors that stopped it.
+func (r Reconciler) sweep(ctx context.Context, engine *webhooks.Engine, q queue.Queue, queueURL string, stop time.Time, deliveries bool, res *ReconcilerResult, skipped func([]webhooks.Skipped)) []error {
+	sw := engine.Sweep(engine.Now().Add(-r.Grace), r.Page, r.Workers)
+	for !sw.Done() {
+		if time.Now().After(stop) {
+			res.OutOfTime = true
+			return nil
+		}
+		page, err := sw.Next(ctx, r.Page)
+		skipped(page.Skipped)
+		if err != nil {
+			return []error{err}
+		}
+		done, failed, left := r.fanOutAll(ctx, engine, q, queueURL, page.Events, stop)
+		res.Events += done
+		res.OutOfTime = res.OutOfTime || left
+		skipped(failed)
+		if !deliveries {
+			continue
+		}
+		n, err := r.send(ctx, q, queueURL, refMessages(page.Deliveries))
+		res.Deliveries += n
+		if err != nil {
+			return []error{err}
+		}
+	}
+	return nil
+}
+
+// release queues the parked deliveries whose endpoint's circuit closed
+// (webhooks.Engine.Released), the release bounded by until; what it left
+// is released by the next run.
+func (r Reconciler) release(ctx context.Context, engine *webhooks.Engine, q queue.Queue, queueURL string, until time.Time, res *ReconcilerResult, skipped func([]webhooks.Skipped)) error {
+	relCtx, cancel := context.WithDeadline(ctx, until)
+	defer cancel()
 	rel, err := engine.Released(relCtx, r.Release)
 	res.Failed, res.Circuits, res.Unfinished = rel.Failed, rel.Watched, rel.Unfinished
 	skipped(rel.Skipped)
 	if err != nil {
 		return err
 	}
-	if _, err := queue.SendRefs(ctx, q, queueURL, rel.Refs); err != nil {
-		return err
-	}
-	res.Released = len(rel.Refs)
-	return nil
+	res.Released, err = r.send(ctx, q, queueURL, refMessages(rel.Refs))
+	return err
 }
 
-// fanOutAll fans out events, Workers at a time, and returns those that
-// failed, skipped (webhooks.Engine.SkipEvent).
-func (r Reconciler) fanOutAll(ctx context.Context, engine *webhooks.Engine, q queue.Queue, queueURL string, evts []string) []webhooks.Skipped {
-	var (
-		wg     sync.WaitGroup
-		mu     sync.Mutex
-		failed []webhooks.Skipped
-		next   = make(chan string)
-	)
-	for range max(r.Workers, 1) {
+// fanOutAll fans out events, Workers at a time, then queues their messages
+// together (send); it starts no fan-out after stop. It returns how many it
+// fanned out, those that failed (their fan-out or the queueing of one of
+// their messages), skipped (webhooks.Engine.SkipEvent), and whether it
+// left some for stop.
+func (r Reconciler) fanOutAll(ctx context.Context, engine *webhooks.Engine, q queue.Queue, queueURL string, evts []string, stop time.Time) (int, []webhooks.Skipped, bool) {
+	msgs := make([][]webhooks.DeliveryMessage, len(evts))
+	errs := make([]error, len(evts))
+	var left atomic.Bool
+	each(len(evts), r.Workers, func(i int) {
+		if time.Now().After(stop) {
+			left.Store(true)
+			errs[i] = errLeft
+			return
+		}
+		msgs[i], errs[i] = engine.Dispatch(ctx, evts[i])
+	})
+	var all []queue.Message
+	var owner []int // the event of each of all
+	for i := range evts {
+		for _, m := range msgs[i] {
+			all, owner = append(all, m), append(owner, i)
+		}
+	}
+	chunkErrs := r.sendChunks(ctx, q, queueURL, all)
+	for c, err := range chunkErrs {
+		for k := c * sqsjson.MaxBatch; err != nil && k < min((c+1)*sqsjson.MaxBatch, len(all)); k++ {
+			if errs[owner[k]] == nil {
+				errs[owner[k]] = err
+			}
+		}
+	}
+	var failed []webhooks.Skipped
+	var mu sync.Mutex
+	done := 0
+	each(len(evts), r.Workers, func(i int) {
+		switch {
+		case errs[i] == nil:
+			mu.Lock()
+			done++
+			mu.Unlock()
+		case errs[i] != errLeft:
+			s := engine.SkipEvent(ctx, evts[i], errs[i])
+			mu.Lock()
+			failed = append(failed, s)
+			mu.Unlock()
+		}
+	})
+	return done, failed, left.Load()
+}
+
+// errLeft marks an event a run had no time to fan out.
+var errLeft = errors.New("left for the next run")
+
+// send queues msgs (sendChunks) and returns how many it queued, and the
+// first error.
+func (r Reconciler) send(ctx context.Context, q queue.Queue, queueURL string, msgs []queue.Message) (int, error) {
+	n := len(msgs)
+	var errs []error
+	for c, err := range r.sendChunks(ctx, q, queueURL, msgs) {
+		if err != nil {
+			n -= min((c+1)*sqsjson.MaxBatch, len(msgs)) - c*sqsjson.MaxBatch
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return n, errs[0]
+	}
+	return n, nil
+}
+
+// sendChunks queues msgs in SendMessageBatch calls of sqsjson.MaxBatch,
+// Workers at a time, and returns each call's error.
+func (r Reconciler) sendChunks(ctx context.Context, q queue.Queue, queueURL string, msgs []queue.Message) []error {
+	chunks := (len(msgs) + sqsjson.MaxBatch - 1) / sqsjson.MaxBatch
+	errs := make([]error, chunks)
+	each(chunks, r.Workers, func(c int) {
+		_, errs[c] = queue.Send(ctx, q, queueURL, msgs[c*sqsjson.MaxBatch:min((c+1)*sqsjson.MaxBatch, len(msgs))])
+	})
+	return errs
+}
+
+// each calls fn for 0 to n-1, workers at a time.
+func each(n, workers int, fn func(i int)) {
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range min(max(workers, 1), n) {
 		wg.Go(func() {
-			for id := range next {
-				if err := fanOut(ctx, engine, q, queueURL, id); err != nil {
-					s := engine.SkipEvent(ctx, id, err)
-					mu.Lock()
-					failed = append(failed, s)
-					mu.Unlock()
-				}
+			for i := range next {
+				fn(i)
 			}
 		})
 	}
-	for _, id := range evts {
-		next <- id
+	for i := range n {
+		next <- i
 	}
 	close(next)
 	wg.Wait()
-	return failed
 }
 
 // backlog is the number of visible messages in the queue.
@@ -335,6 +444,15 @@ func messages(msgs []webhooks.DeliveryMessage) []queue.Message {
 	out := make([]queue.Message, len(msgs))
 	for i, m := range msgs {
 		out[i] = m
+	}
+	return out
+}
+
+// refMessages are the queue's messages of refs.
+func refMessages(refs []endpoints.DeliveryRef) []queue.Message {
+	out := make([]queue.Message, len(refs))
+	for i, ref := range refs {
+		out[i] = ref
 	}
 	return out
 }
