@@ -493,7 +493,7 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		{"RollupIteratorAgeAlarm", "The reports' rollups are more than 5 minutes behind the table's stream.", rollup.Metric(jsii.String("IteratorAge"), maximum), 300000},
 		{"DeliveryQueueAgeAlarm", "A delivery has waited in DeliveryQueue for more than 10 minutes (deliver is behind or failing).",
 			deliveryQueue.MetricApproximateAgeOfOldestMessage(maximum), 600},
-		{"ReconcilerDeferralsAlarm", "A reconciler run left overdue work for a later run: the delivery queue's backlog was over a minute of deliver's capacity (deliver is behind), or the run's time was up.", deferrals, 0},
+		{"ReconcilerDeferralsAlarm", "A reconciler run left overdue work for a later run, because the delivery queue's backlog was over a minute of deliver's capacity (deliver is behind), or the run's time was up.", deferrals, 0},
 	}
 	// Every function's errors and throttles, one alarm each, named after it.
 	for _, f := range functions {
