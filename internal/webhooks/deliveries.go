@@ -674,7 +674,7 @@ func (s *Engine) requestTo(rec endpoints.DeliveryRecord, sub *endpoints.Subscrip
 		return req
 	}
 	req.Body = envelope
-	req.Secrets = sub.SigningSecrets(s.db.Now())
+	req.Secrets, req.Scheme = sub.SigningSecrets(s.db.Now()), sub.SignatureScheme
 	return req
 }
 
