@@ -404,6 +404,7 @@ const (
 
 	DisabledConsecutiveFailures = "consecutive_failures" // too many failed attempts in a row
 	DisabledFailingTooLong      = "failing_too_long"     // failing for too long with no success
+	DisabledGone                = "gone"                 // the receiver answered 410 Gone
 )
 
 // EndpointHealth is how deliveries to an endpoint (a webhook subscription or
@@ -463,7 +464,15 @@ type Attempt struct {
 	Error      string `json:"error,omitempty"`      // one of the Attempt* kinds when the attempt broke off, even after the status line
 	LatencyMs  int64  `json:"latencyMs"`
 	Response   string `json:"response"` // the first 4 KiB of the receiver's body
+	// RetryAfter is the wait a 429 or 503 asked for with Retry-After (0:
+	// none, or one that was not a usable wait). Only the attempt's own
+	// decision uses it; it is not kept.
+	RetryAfter time.Duration `json:"-"`
 }
+
+// Gone reports whether the receiver answered 410 Gone: it wants no more
+// deliveries.
+func (a Attempt) Gone() bool { return a.Error == "" && a.StatusCode == 410 }
 
 // Succeeded reports whether the receiver accepted the delivery: a 2xx whose
 // whole response came within the time limit.

@@ -1117,6 +1117,7 @@ func (e PartnerStatus) Valid() bool {
 const (
 	PostbackDisabledReasonConsecutiveFailures PostbackDisabledReason = "consecutive_failures"
 	PostbackDisabledReasonFailingTooLong      PostbackDisabledReason = "failing_too_long"
+	PostbackDisabledReasonGone                PostbackDisabledReason = "gone"
 )
 
 // Valid indicates whether the value is a known member of the PostbackDisabledReason enum.
@@ -1125,6 +1126,8 @@ func (e PostbackDisabledReason) Valid() bool {
 	case PostbackDisabledReasonConsecutiveFailures:
 		return true
 	case PostbackDisabledReasonFailingTooLong:
+		return true
+	case PostbackDisabledReasonGone:
 		return true
 	default:
 		return false
@@ -1276,6 +1279,7 @@ func (e SubscribableEventName) Valid() bool {
 const (
 	SubscriptionDisabledReasonConsecutiveFailures SubscriptionDisabledReason = "consecutive_failures"
 	SubscriptionDisabledReasonFailingTooLong      SubscriptionDisabledReason = "failing_too_long"
+	SubscriptionDisabledReasonGone                SubscriptionDisabledReason = "gone"
 )
 
 // Valid indicates whether the value is a known member of the SubscriptionDisabledReason enum.
@@ -1284,6 +1288,8 @@ func (e SubscriptionDisabledReason) Valid() bool {
 	case SubscriptionDisabledReasonConsecutiveFailures:
 		return true
 	case SubscriptionDisabledReasonFailingTooLong:
+		return true
+	case SubscriptionDisabledReasonGone:
 		return true
 	default:
 		return false

@@ -255,6 +255,9 @@ func (s *Sender) Send(ctx context.Context, r Request) (a tally.Attempt) {
 	}
 	defer resp.Body.Close()
 	a.StatusCode = resp.StatusCode
+	if a.StatusCode == http.StatusTooManyRequests || a.StatusCode == http.StatusServiceUnavailable {
+		a.RetryAfter = retryAfter(resp.Header.Get("Retry-After"), now)
+	}
 	// At most MaxResponseBytes, then stop: never wait for the rest of a
 	// large or endless body. Closing an unfinished body drops the
 	// connection, which is fine for such receivers.
@@ -264,6 +267,32 @@ func (s *Sender) Send(ctx context.Context, r Request) (a tally.Attempt) {
 		a.Error = classify(ctx, err)
 	}
 	return a
+}
+
+// MaxRetryAfter is the longest Retry-After honoured; a longer one is
+// ignored (the schedule applies), as a negative or unreadable one is.
+const MaxRetryAfter = 24 * time.Hour
+
+// retryAfter reads a Retry-After value, seconds or an HTTP date, as the
+// wait from now it asks for; 0 when there is none to honour.
+func retryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs < 0 || secs > int64(MaxRetryAfter/time.Second) {
+			return 0
+		}
+		d = time.Duration(secs) * time.Second
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = t.Sub(now)
+	}
+	if d <= 0 || d > MaxRetryAfter {
+		return 0
+	}
+	return d
 }
 
 // cleanText makes b valid UTF-8 of at most limit bytes: a rune cut at the end
