@@ -207,12 +207,8 @@ func (s *Service) RotateSubscriptionKey(ctx context.Context, brandID, subscripti
 		return tally.Subscription{}, records.NotFound(store.ErrNotFound, "webhook subscription", subscriptionID)
 	}
 	for {
-		it, err := s.db.Get(ctx, keys.Subscription(brandID, subscriptionID))
+		it, rec, err := s.subscriptionItem(ctx, brandID, subscriptionID)
 		if err != nil {
-			return tally.Subscription{}, records.NotFound(err, "webhook subscription", subscriptionID)
-		}
-		var rec SubscriptionRecord
-		if err := records.Decode(it, &rec); err != nil {
 			return tally.Subscription{}, err
 		}
 		if rec.SignatureScheme != tally.SchemeStandardWebhooks {
@@ -235,6 +231,17 @@ func (s *Service) RotateSubscriptionKey(ctx context.Context, brandID, subscripti
 		}
 		return rec.Subscription, nil
 	}
+}
+
+// subscriptionItem reads a subscription's item and record, for a change
+// conditioned on the item as read.
+func (s *Service) subscriptionItem(ctx context.Context, brandID, subscriptionID string) (store.Item, SubscriptionRecord, error) {
+	var rec SubscriptionRecord
+	it, err := s.db.Get(ctx, keys.Subscription(brandID, subscriptionID))
+	if err != nil {
+		return it, rec, records.NotFound(err, "webhook subscription", subscriptionID)
+	}
+	return it, rec, records.Decode(it, &rec)
 }
 
 // Subscription returns one of the brand's subscriptions.
@@ -352,12 +359,8 @@ func (s *Service) UpdateSubscription(ctx context.Context, brandID, subscriptionI
 		return tally.Subscription{}, records.NotFound(store.ErrNotFound, "webhook subscription", subscriptionID)
 	}
 	for {
-		it, err := s.db.Get(ctx, keys.Subscription(brandID, subscriptionID))
+		it, rec, err := s.subscriptionItem(ctx, brandID, subscriptionID)
 		if err != nil {
-			return tally.Subscription{}, records.NotFound(err, "webhook subscription", subscriptionID)
-		}
-		var rec SubscriptionRecord
-		if err := records.Decode(it, &rec); err != nil {
 			return tally.Subscription{}, err
 		}
 		now := s.db.Now()
