@@ -359,13 +359,31 @@ type Subscription struct {
 	URL       string   `json:"url"`
 	Events    []string `json:"events"`
 	HasSecret bool     `json:"hasSecret"`
-	// PreviousSecretExpiresAt is set while a rotated-out secret still signs
-	// deliveries next to the new one.
+	// SignatureScheme is SchemeTally (X-Tally-Signature, the default) or
+	// SchemeStandardWebhooks; SignatureAlgorithm, with the latter,
+	// AlgorithmHMAC or AlgorithmEd25519.
+	SignatureScheme    string `json:"signatureScheme"`
+	SignatureAlgorithm string `json:"signatureAlgorithm,omitempty"`
+	// PublicKey (whpk_…) verifies an ed25519 subscription's deliveries.
+	PublicKey string `json:"publicKey,omitempty"`
+	// Secret is a secret Tally generated (a standard-webhooks whsec_
+	// secret), in the one answer that made it; it is never shown again.
+	Secret string `json:"secret,omitempty"`
+	// PreviousSecretExpiresAt is set while a rotated-out secret (or
+	// signing key) still signs deliveries next to the new one.
 	PreviousSecretExpiresAt *Time `json:"previousSecretExpiresAt,omitempty"`
 	EndpointHealth
 	CreatedAt Time `json:"createdAt"`
 	UpdatedAt Time `json:"updatedAt"`
 }
+
+// Signature schemes and algorithms of a subscription.
+const (
+	SchemeTally            = "tally"             // X-Tally-Signature: t=…,v1=<hex HMAC-SHA256>
+	SchemeStandardWebhooks = "standard-webhooks" // webhook-id, webhook-timestamp, webhook-signature
+	AlgorithmHMAC          = "hmac-sha256"       // v1,<base64 HMAC-SHA256>, whsec_ secret
+	AlgorithmEd25519       = "ed25519"           // v1a,<base64 Ed25519>, whpk_ public key
+)
 
 // Postback is a partner's postback: a URL template that Tally fills in and
 // GETs when one of the partner's conversions has one of the events.
@@ -386,6 +404,7 @@ const (
 
 	DisabledConsecutiveFailures = "consecutive_failures" // too many failed attempts in a row
 	DisabledFailingTooLong      = "failing_too_long"     // failing for too long with no success
+	DisabledGone                = "gone"                 // the receiver answered 410 Gone
 )
 
 // EndpointHealth is how deliveries to an endpoint (a webhook subscription or
@@ -445,7 +464,15 @@ type Attempt struct {
 	Error      string `json:"error,omitempty"`      // one of the Attempt* kinds when the attempt broke off, even after the status line
 	LatencyMs  int64  `json:"latencyMs"`
 	Response   string `json:"response"` // the first 4 KiB of the receiver's body
+	// RetryAfter is the wait a 429 or 503 asked for with Retry-After (0:
+	// none, or one that was not a usable wait). Only the attempt's own
+	// decision uses it; it is not kept.
+	RetryAfter time.Duration `json:"-"`
 }
+
+// Gone reports whether the receiver answered 410 Gone: it wants no more
+// deliveries.
+func (a Attempt) Gone() bool { return a.Error == "" && a.StatusCode == 410 }
 
 // Succeeded reports whether the receiver accepted the delivery: a 2xx whose
 // whole response came within the time limit.

@@ -161,6 +161,7 @@ var functions = []function{
 		"DELETE /api/public/webhooks/{id}",
 		"POST /api/public/webhooks/{id}/test",
 		"POST /api/public/webhooks/{id}/enable",
+		"POST /api/public/webhooks/{id}/rotate",
 		"GET /api/public/webhook-events",
 	}},
 	{ID: "DeliveriesFunction", Dir: "deliveries", Timeout: 10, Kind: apiFunction, Routes: []string{

@@ -76,6 +76,7 @@ var (
 		"DELETE /api/public/webhooks/{id}":               "WebhooksFunction",
 		"POST /api/public/webhooks/{id}/test":            "WebhooksFunction",
 		"POST /api/public/webhooks/{id}/enable":          "WebhooksFunction",
+		"POST /api/public/webhooks/{id}/rotate":          "WebhooksFunction",
 		"GET /api/public/webhook-events":                 "WebhooksFunction",
 		"GET /api/v1/deliveries":                         "DeliveriesFunction",
 		"GET /api/v1/deliveries/{id}":                    "DeliveriesFunction",

@@ -17,6 +17,7 @@ cd "$(dirname "$0")/.."
 ./scripts/dynamodb-local.sh fetch
 ./scripts/local-sfn.sh fetch
 ./scripts/fauxqs.sh fetch
+./scripts/verifiers.sh fetch
 
 # The dashboard's tests drive a real browser: Debian's chromium. CI runs as
 # root on a fresh machine, so install it there; elsewhere say how.

@@ -10,6 +10,11 @@
 // The header is "t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">".
 // More than one v1 may be present (while a secret is being rotated); a
 // delivery is genuine when any of them matches.
+//
+// A subscription with "signatureScheme": "standard-webhooks" is signed as
+// the Standard Webhooks specification says instead; VerifyStandard checks
+// those (HMAC with the whsec_ secret, or Ed25519 with the whpk_ public
+// key), and VerifyRequest checks either scheme.
 package webhook
 
 import (
@@ -17,8 +22,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -91,18 +94,19 @@ func Verify(secret, header string, body []byte, tolerance time.Duration) error {
 	return verifyAt(secret, header, body, tolerance, time.Now())
 }
 
-// VerifyRequest reads r's body (at most MaxBodyBytes), verifies it against
-// r's X-Tally-Signature header with Verify and returns it. The body is
-// consumed; decode the returned bytes. A body over the limit yields an
-// error wrapping *http.MaxBytesError.
+// VerifyRequest reads r's body (at most MaxBodyBytes), verifies it and
+// returns it. A request with X-Tally-Signature is checked with Verify; one
+// with only the Standard Webhooks headers with VerifyStandard, secret then
+// being the whsec_ secret or the whpk_ public key. The body is consumed;
+// decode the returned bytes. A body over the limit yields an error
+// wrapping *http.MaxBytesError.
 func VerifyRequest(secret string, r *http.Request, tolerance time.Duration) ([]byte, error) {
-	var body []byte
-	if r.Body != nil {
-		var err error
-		body, err = io.ReadAll(http.MaxBytesReader(nil, r.Body, MaxBodyBytes))
-		if err != nil {
-			return nil, fmt.Errorf("webhook: reading body: %w", err)
-		}
+	if r.Header.Get(SignatureHeader) == "" && r.Header.Get(StandardSignatureHeader) != "" {
+		return VerifyStandardRequest(secret, r, tolerance)
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return nil, err
 	}
 	if err := Verify(secret, r.Header.Get(SignatureHeader), body, tolerance); err != nil {
 		return nil, err

@@ -143,7 +143,7 @@ func TestClientDecodesRealAnswers(t *testing.T) {
 		// Webhooks and the catalog, whose examples decode as the event
 		// bodies of the webhooks section.
 		sub, err := c.CreateSubscriptionWithResponse(ctx, apiclient.CreateSubscriptionJSONRequestBody{
-			Url: "https://hooks.example.com/tally", Events: []apiclient.EventName{apiclient.EventNameConversionCreated}, Secret: ptr("whsec_0123456789abcdef"),
+			Url: "https://hooks.example.com/tally", Events: []apiclient.SubscribableEventName{apiclient.SubscribableEventNameConversionCreated}, Secret: ptr("whsec_0123456789abcdef"),
 		})
 		if err != nil || sub.JSON201 == nil || !sub.JSON201.HasSecret {
 			t.Fatalf("subscribe: %v %s", err, sub.Body)

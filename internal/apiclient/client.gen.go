@@ -1117,6 +1117,7 @@ func (e PartnerStatus) Valid() bool {
 const (
 	PostbackDisabledReasonConsecutiveFailures PostbackDisabledReason = "consecutive_failures"
 	PostbackDisabledReasonFailingTooLong      PostbackDisabledReason = "failing_too_long"
+	PostbackDisabledReasonGone                PostbackDisabledReason = "gone"
 )
 
 // Valid indicates whether the value is a known member of the PostbackDisabledReason enum.
@@ -1125,6 +1126,8 @@ func (e PostbackDisabledReason) Valid() bool {
 	case PostbackDisabledReasonConsecutiveFailures:
 		return true
 	case PostbackDisabledReasonFailingTooLong:
+		return true
+	case PostbackDisabledReasonGone:
 		return true
 	default:
 		return false
@@ -1197,10 +1200,86 @@ func (e ReportGroup) Valid() bool {
 	}
 }
 
+// Defines values for SignatureAlgorithm.
+const (
+	Ed25519    SignatureAlgorithm = "ed25519"
+	HmacSha256 SignatureAlgorithm = "hmac-sha256"
+)
+
+// Valid indicates whether the value is a known member of the SignatureAlgorithm enum.
+func (e SignatureAlgorithm) Valid() bool {
+	switch e {
+	case Ed25519:
+		return true
+	case HmacSha256:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SignatureScheme.
+const (
+	StandardWebhooks SignatureScheme = "standard-webhooks"
+	Tally            SignatureScheme = "tally"
+)
+
+// Valid indicates whether the value is a known member of the SignatureScheme enum.
+func (e SignatureScheme) Valid() bool {
+	switch e {
+	case StandardWebhooks:
+		return true
+	case Tally:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SubscribableEventName.
+const (
+	SubscribableEventNameCapReached         SubscribableEventName = "cap.reached"
+	SubscribableEventNameConversionApproved SubscribableEventName = "conversion.approved"
+	SubscribableEventNameConversionCreated  SubscribableEventName = "conversion.created"
+	SubscribableEventNameConversionRejected SubscribableEventName = "conversion.rejected"
+	SubscribableEventNameFraudHighRisk      SubscribableEventName = "fraud.high_risk"
+	SubscribableEventNamePartnerApplied     SubscribableEventName = "partner.applied"
+	SubscribableEventNamePartnerApproved    SubscribableEventName = "partner.approved"
+	SubscribableEventNamePartnerBanned      SubscribableEventName = "partner.banned"
+	SubscribableEventNamePartnerRejected    SubscribableEventName = "partner.rejected"
+)
+
+// Valid indicates whether the value is a known member of the SubscribableEventName enum.
+func (e SubscribableEventName) Valid() bool {
+	switch e {
+	case SubscribableEventNameCapReached:
+		return true
+	case SubscribableEventNameConversionApproved:
+		return true
+	case SubscribableEventNameConversionCreated:
+		return true
+	case SubscribableEventNameConversionRejected:
+		return true
+	case SubscribableEventNameFraudHighRisk:
+		return true
+	case SubscribableEventNamePartnerApplied:
+		return true
+	case SubscribableEventNamePartnerApproved:
+		return true
+	case SubscribableEventNamePartnerBanned:
+		return true
+	case SubscribableEventNamePartnerRejected:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SubscriptionDisabledReason.
 const (
 	SubscriptionDisabledReasonConsecutiveFailures SubscriptionDisabledReason = "consecutive_failures"
 	SubscriptionDisabledReasonFailingTooLong      SubscriptionDisabledReason = "failing_too_long"
+	SubscriptionDisabledReasonGone                SubscriptionDisabledReason = "gone"
 )
 
 // Valid indicates whether the value is a known member of the SubscriptionDisabledReason enum.
@@ -1209,6 +1288,8 @@ func (e SubscriptionDisabledReason) Valid() bool {
 	case SubscriptionDisabledReasonConsecutiveFailures:
 		return true
 	case SubscriptionDisabledReasonFailingTooLong:
+		return true
+	case SubscriptionDisabledReasonGone:
 		return true
 	default:
 		return false
@@ -2184,6 +2265,81 @@ const (
 func (e RecoverSubscription500JSONResponseBodyErrorCode) Valid() bool {
 	switch e {
 	case RecoverSubscription500JSONResponseBodyErrorCodeInternalError:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RotateSubscriptionKey401JSONResponseBodyErrorCode.
+const (
+	RotateSubscriptionKey401JSONResponseBodyErrorCodeUnauthorized RotateSubscriptionKey401JSONResponseBodyErrorCode = "unauthorized"
+)
+
+// Valid indicates whether the value is a known member of the RotateSubscriptionKey401JSONResponseBodyErrorCode enum.
+func (e RotateSubscriptionKey401JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case RotateSubscriptionKey401JSONResponseBodyErrorCodeUnauthorized:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RotateSubscriptionKey404JSONResponseBodyErrorCode.
+const (
+	RotateSubscriptionKey404JSONResponseBodyErrorCodeNotFound RotateSubscriptionKey404JSONResponseBodyErrorCode = "not_found"
+)
+
+// Valid indicates whether the value is a known member of the RotateSubscriptionKey404JSONResponseBodyErrorCode enum.
+func (e RotateSubscriptionKey404JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case RotateSubscriptionKey404JSONResponseBodyErrorCodeNotFound:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RotateSubscriptionKey409JSONResponseBodyErrorCode.
+const (
+	RotateSubscriptionKey409JSONResponseBodyErrorCodeInvalidTransition RotateSubscriptionKey409JSONResponseBodyErrorCode = "invalid_transition"
+)
+
+// Valid indicates whether the value is a known member of the RotateSubscriptionKey409JSONResponseBodyErrorCode enum.
+func (e RotateSubscriptionKey409JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case RotateSubscriptionKey409JSONResponseBodyErrorCodeInvalidTransition:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RotateSubscriptionKey429JSONResponseBodyErrorCode.
+const (
+	RotateSubscriptionKey429JSONResponseBodyErrorCodeRateLimitExceeded RotateSubscriptionKey429JSONResponseBodyErrorCode = "rate_limit_exceeded"
+)
+
+// Valid indicates whether the value is a known member of the RotateSubscriptionKey429JSONResponseBodyErrorCode enum.
+func (e RotateSubscriptionKey429JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case RotateSubscriptionKey429JSONResponseBodyErrorCodeRateLimitExceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RotateSubscriptionKey500JSONResponseBodyErrorCode.
+const (
+	RotateSubscriptionKey500JSONResponseBodyErrorCodeInternalError RotateSubscriptionKey500JSONResponseBodyErrorCode = "internal_error"
+)
+
+// Valid indicates whether the value is a known member of the RotateSubscriptionKey500JSONResponseBodyErrorCode enum.
+func (e RotateSubscriptionKey500JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case RotateSubscriptionKey500JSONResponseBodyErrorCodeInternalError:
 		return true
 	default:
 		return false
@@ -6738,8 +6894,17 @@ type ReportRow struct {
 	Week *string `json:"week,omitempty"`
 }
 
+// SignatureAlgorithm With `standard-webhooks` only: `hmac-sha256` (the default; a `whsec_` secret, `v1` signatures) or `ed25519` (Tally keeps the private key and shows `publicKey`; `v1a` signatures). It cannot change.
+type SignatureAlgorithm string
+
+// SignatureScheme How deliveries are signed: `tally` (the default), `X-Tally-Signature`; or `standard-webhooks`, the Standard Webhooks specification's `webhook-id`, `webhook-timestamp` and `webhook-signature` headers, which its libraries (and Svix's) verify. It cannot change; make another subscription to switch.
+type SignatureScheme string
+
 // SubId A sub-identifier passed along with the conversion.
 type SubId = string
+
+// SubscribableEventName An event a subscription may list: any but `webhook.test`, which only its button (`POST /api/public/webhooks/{id}/test`) sends.
+type SubscribableEventName string
 
 // Subscription Which events go to which URL. The secret is never shown.
 type Subscription struct {
@@ -6766,7 +6931,7 @@ type Subscription struct {
 	// FailingSince The first failed attempt since the last success; null when not failing.
 	FailingSince *time.Time `json:"failingSince"`
 
-	// HasSecret Whether deliveries are signed (the subscription has a secret).
+	// HasSecret Whether deliveries are signed (the subscription has a secret or key).
 	HasSecret bool `json:"hasSecret"`
 
 	// Id Examples: sub_01kb7k3m5n6p7q8r9s0t1v2w3x
@@ -6775,10 +6940,22 @@ type Subscription struct {
 	// LastSuccessAt The last successful attempt, to the minute while attempts keep succeeding; null before the first.
 	LastSuccessAt *time.Time `json:"lastSuccessAt"`
 
-	// PreviousSecretExpiresAt While a replaced secret still signs next to the new one: until when. Absent otherwise.
+	// PreviousSecretExpiresAt While a replaced secret (or key) still signs next to the new one: until when. Absent otherwise.
 	//
 	// Examples: 2026-11-22T10:04:05.123Z
 	PreviousSecretExpiresAt *Timestamp `json:"previousSecretExpiresAt,omitempty"`
+
+	// PublicKey With `ed25519`: the public key that verifies the deliveries, `whpk_` and the base64 of its 32 bytes.
+	PublicKey *string `json:"publicKey,omitempty"`
+
+	// Secret A `whsec_` secret Tally made (a `standard-webhooks` subscription created without one, or rotated), in that one answer only; keep it.
+	Secret *string `json:"secret,omitempty"`
+
+	// SignatureAlgorithm With `standard-webhooks` only: `hmac-sha256` (the default; a `whsec_` secret, `v1` signatures) or `ed25519` (Tally keeps the private key and shows `publicKey`; `v1a` signatures). It cannot change.
+	SignatureAlgorithm *SignatureAlgorithm `json:"signatureAlgorithm,omitempty"`
+
+	// SignatureScheme How deliveries are signed: `tally` (the default), `X-Tally-Signature`; or `standard-webhooks`, the Standard Webhooks specification's `webhook-id`, `webhook-timestamp` and `webhook-signature` headers, which its libraries (and Svix's) verify. It cannot change; make another subscription to switch.
+	SignatureScheme SignatureScheme `json:"signatureScheme"`
 
 	// Status `disabled` after 100 consecutive failed attempts, or after failing for 5 days with no success (the thresholds are the server's configuration); a disabled endpoint gets no new deliveries, while those already scheduled finish their schedule. `enable` makes it `enabled` again.
 	Status SubscriptionStatus `json:"status"`
@@ -6807,11 +6984,17 @@ type SubscriptionId = string
 //
 // Examples: {"events":["conversion.created","conversion.approved","conversion.rejected"],"secret":"whsec_3f9c2a7b1e5d48c6","url":"https://hooks.example.com/tally"}
 type SubscriptionInput struct {
-	// Events The events to send here, by name, each once. A test event (`POST /api/public/webhooks/{id}/test`) comes whether `webhook.test` is listed or not.
-	Events []EventName `json:"events"`
+	// Events The events to send here, by name, each once. A test event (`POST /api/public/webhooks/{id}/test`) comes without being listed; `webhook.test` cannot be listed (422).
+	Events []SubscribableEventName `json:"events"`
 
-	// Secret Signs every delivery (`X-Tally-Signature`); recommended, since without it anyone who knows the URL can post forged events to it. 16 to 256 characters (counted as UTF-8 bytes) without leading or trailing white space. It is never returned; keep your copy.
+	// Secret Signs every delivery; recommended, since without it anyone who knows the URL can post forged events to it. With `signatureScheme: tally`, 16 to 256 characters (counted as UTF-8 bytes) without leading or trailing white space. With `standard-webhooks` and `hmac-sha256`, `whsec_` and the standard base64 of 24 to 64 bytes; left out, Tally makes one and shows it in the answer, once. Not taken with `ed25519`. A secret given is never returned; keep your copy.
 	Secret *string `json:"secret,omitempty"`
+
+	// SignatureAlgorithm With `standard-webhooks` only: `hmac-sha256` (the default; a `whsec_` secret, `v1` signatures) or `ed25519` (Tally keeps the private key and shows `publicKey`; `v1a` signatures). It cannot change.
+	SignatureAlgorithm *SignatureAlgorithm `json:"signatureAlgorithm,omitempty"`
+
+	// SignatureScheme How deliveries are signed: `tally` (the default), `X-Tally-Signature`; or `standard-webhooks`, the Standard Webhooks specification's `webhook-id`, `webhook-timestamp` and `webhook-signature` headers, which its libraries (and Svix's) verify. It cannot change; make another subscription to switch.
+	SignatureScheme *SignatureScheme `json:"signatureScheme,omitempty"`
 
 	// Url Where deliveries go: an absolute https URL, at most 2048 bytes, with a host and without a user name or password, not at a private, loopback, link-local, metadata or other reserved IP address. The local server also takes http URLs to loopback hosts (`localhost`, `127.0.0.1`, `[::1]`), where developers run their receivers. Spaces, control characters and `"`, `<`, `>`, `\`, `^`, `` ` ``, `{`, `|`, `}` must be percent-encoded (a space is `%20`); raw, they answer 422.
 	//
@@ -6831,10 +7014,16 @@ type SubscriptionList struct {
 //
 // Examples: {"secret":"whsec_9d1e77c04a2b4f13"}
 type SubscriptionUpdate struct {
-	Events *[]EventName `json:"events,omitempty"`
+	Events *[]SubscribableEventName `json:"events,omitempty"`
 
-	// Secret A new signing secret, 16 to 256 characters without leading or trailing white space. The one it replaces keeps signing, as a second `v1`, for 24 hours.
+	// Secret A new signing secret, 16 to 256 characters without leading or trailing white space (`whsec_` and base64 of 24 to 64 bytes for `standard-webhooks`; not taken with `ed25519`, which rotates with `POST /api/public/webhooks/{id}/rotate`). The one it replaces keeps signing, as a second signature, for 24 hours.
 	Secret *string `json:"secret,omitempty"`
+
+	// SignatureAlgorithm Accepted when it is the subscription's; another answers 422.
+	SignatureAlgorithm *SignatureAlgorithm `json:"signatureAlgorithm,omitempty"`
+
+	// SignatureScheme Accepted when it is the subscription's; another answers 422.
+	SignatureScheme *SignatureScheme `json:"signatureScheme,omitempty"`
 
 	// Url Where deliveries go: an absolute https URL, at most 2048 bytes, with a host and without a user name or password, not at a private, loopback, link-local, metadata or other reserved IP address. The local server also takes http URLs to loopback hosts (`localhost`, `127.0.0.1`, `[::1]`), where developers run their receivers. Spaces, control characters and `"`, `<`, `>`, `\`, `^`, `` ` ``, `{`, `|`, `}` must be percent-encoded (a space is `%20`); raw, they answer 422.
 	//
@@ -7211,6 +7400,21 @@ type RecoverSubscription429JSONResponseBodyErrorCode string
 
 // RecoverSubscription500JSONResponseBodyErrorCode defines parameters for RecoverSubscription.
 type RecoverSubscription500JSONResponseBodyErrorCode string
+
+// RotateSubscriptionKey401JSONResponseBodyErrorCode defines parameters for RotateSubscriptionKey.
+type RotateSubscriptionKey401JSONResponseBodyErrorCode string
+
+// RotateSubscriptionKey404JSONResponseBodyErrorCode defines parameters for RotateSubscriptionKey.
+type RotateSubscriptionKey404JSONResponseBodyErrorCode string
+
+// RotateSubscriptionKey409JSONResponseBodyErrorCode defines parameters for RotateSubscriptionKey.
+type RotateSubscriptionKey409JSONResponseBodyErrorCode string
+
+// RotateSubscriptionKey429JSONResponseBodyErrorCode defines parameters for RotateSubscriptionKey.
+type RotateSubscriptionKey429JSONResponseBodyErrorCode string
+
+// RotateSubscriptionKey500JSONResponseBodyErrorCode defines parameters for RotateSubscriptionKey.
+type RotateSubscriptionKey500JSONResponseBodyErrorCode string
 
 // TestSubscription401JSONResponseBodyErrorCode defines parameters for TestSubscription.
 type TestSubscription401JSONResponseBodyErrorCode string
@@ -7977,7 +8181,7 @@ type CapReachedWebhookParams struct {
 	// XTallyWebhookId The delivery (one event to one subscription): the same on every attempt, and the id of the delivery in `GET /api/v1/deliveries/{id}`. Two subscriptions at one URL get the same event under two ids; de-duplicate on the envelope `id` to handle an event once.
 	XTallyWebhookId DeliveryId `json:"X-Tally-Webhook-Id"`
 
-	// XTallySignature Sent only when the subscription has a secret. `t` is the Unix time of the attempt, in seconds; `v1` is the lowercase hex HMAC-SHA256, keyed with the secret's UTF-8 bytes, of `t` as written, a period, and the raw request body. Verify it on the raw bytes before decoding them, compare in constant time, and refuse a `t` more than 5 minutes from now. Each attempt is signed afresh. Accept any of several `v1` values: more than one may come while a secret is rotated.
+	// XTallySignature Sent only when the subscription has a secret and `signatureScheme: tally` (the default; `standard-webhooks` sends `webhook-signature` instead). `t` is the Unix time of the attempt, in seconds; `v1` is the lowercase hex HMAC-SHA256, keyed with the secret's UTF-8 bytes, of `t` as written, a period, and the raw request body. Verify it on the raw bytes before decoding them, compare in constant time, and refuse a `t` more than 5 minutes from now. Each attempt is signed afresh. Accept any of several `v1` values: more than one may come while a secret is rotated.
 	XTallySignature *string `json:"X-Tally-Signature,omitempty"`
 
 	// UserAgent Identifies Tally's webhook sender.
@@ -7985,6 +8189,15 @@ type CapReachedWebhookParams struct {
 
 	// Traceparent W3C Trace Context, sent when the event was caused by an API request: that request's trace id and flags, and a parent id that is this attempt's own (new at every attempt). Continue it to join your trace to the request that caused the event.
 	Traceparent *string `json:"traceparent,omitempty"`
+
+	// WebhookId Standard Webhooks (subscriptions with `signatureScheme: standard-webhooks` only): the delivery id, as `X-Tally-Webhook-Id`.
+	WebhookId *DeliveryId `json:"webhook-id,omitempty"`
+
+	// WebhookTimestamp Standard Webhooks only: the Unix time of the attempt, in seconds. Refuse one more than 5 minutes from now.
+	WebhookTimestamp *string `json:"webhook-timestamp,omitempty"`
+
+	// WebhookSignature Standard Webhooks only, instead of `X-Tally-Signature`: space-separated signatures of `<webhook-id>.<webhook-timestamp>.<raw body>`, each `v1,<base64 HMAC-SHA256>` keyed with the base64-decoded `whsec_` secret (`signatureAlgorithm: hmac-sha256`) or `v1a,<base64 Ed25519 signature>` checked with the subscription's `whpk_` public key (`ed25519`). Two come while a key is rotated; accept either. Any Standard Webhooks library verifies them.
+	WebhookSignature *string `json:"webhook-signature,omitempty"`
 }
 
 // CapReachedWebhookParamsXTallyEvent defines parameters for CapReachedWebhook.
@@ -8001,7 +8214,7 @@ type ConversionApprovedWebhookParams struct {
 	// XTallyWebhookId The delivery (one event to one subscription): the same on every attempt, and the id of the delivery in `GET /api/v1/deliveries/{id}`. Two subscriptions at one URL get the same event under two ids; de-duplicate on the envelope `id` to handle an event once.
 	XTallyWebhookId DeliveryId `json:"X-Tally-Webhook-Id"`
 
-	// XTallySignature Sent only when the subscription has a secret. `t` is the Unix time of the attempt, in seconds; `v1` is the lowercase hex HMAC-SHA256, keyed with the secret's UTF-8 bytes, of `t` as written, a period, and the raw request body. Verify it on the raw bytes before decoding them, compare in constant time, and refuse a `t` more than 5 minutes from now. Each attempt is signed afresh. Accept any of several `v1` values: more than one may come while a secret is rotated.
+	// XTallySignature Sent only when the subscription has a secret and `signatureScheme: tally` (the default; `standard-webhooks` sends `webhook-signature` instead). `t` is the Unix time of the attempt, in seconds; `v1` is the lowercase hex HMAC-SHA256, keyed with the secret's UTF-8 bytes, of `t` as written, a period, and the raw request body. Verify it on the raw bytes before decoding them, compare in constant time, and refuse a `t` more than 5 minutes from now. Each attempt is signed afresh. Accept any of several `v1` values: more than one may come while a secret is rotated.
 	XTallySignature *string `json:"X-Tally-Signature,omitempty"`
 
 	// UserAgent Identifies Tally's webhook sender.
@@ -8009,6 +8222,15 @@ type ConversionApprovedWebhookParams struct {
 
 	// Traceparent W3C Trace Context, sent when the event was caused by an API request: that request's trace id and flags, and a parent id that is this attempt's own (new at every attempt). Continue it to join your trace to the request that caused the event.
 	Traceparent *string `json:"traceparent,omitempty"`
+
+	// WebhookId Standard Webhooks (subscriptions with `signatureScheme: standard-webhooks` only): the delivery id, as `X-Tally-Webhook-Id`.
+	WebhookId *DeliveryId `json:"webhook-id,omitempty"`
+
+	// WebhookTimestamp Standard Webhooks only: the Unix time of the attempt, in seconds. Refuse one more than 5 minutes from now.
+	WebhookTimestamp *string `json:"webhook-timestamp,omitempty"`
+
+	// WebhookSignature Standard Webhooks only, instead of `X-Tally-Signature`: space-separated signatures of `<webhook-id>.<webhook-timestamp>.<raw body>`, each `v1,<base64 HMAC-SHA256>` keyed with the base64-decoded `whsec_` secret (`signatureAlgorithm: hmac-sha256`) or `v1a,<base64 Ed25519 signature>` checked with the subscription's `whpk_` public key (`ed25519`). Two come while a key is rotated; accept either. Any Standard Webhooks library verifies them.
+	WebhookSignature *string `json:"webhook-signature,omitempty"`
 }
 
 // ConversionApprovedWebhookParamsXTallyEvent defines parameters for ConversionApprovedWebhook.
@@ -8025,7 +8247,7 @@ type ConversionCreatedWebhookParams struct {
 	// XTallyWebhookId The delivery (one event to one subscription): the same on every attempt, and the id of the delivery in `GET /api/v1/deliveries/{id}`. Two subscriptions at one URL get the same event under two ids; de-duplicate on the envelope `id` to handle an event once.
 	XTallyWebhookId DeliveryId `json:"X-Tally-Webhook-Id"`
 
-	// XTallySignature Sent only when the subscription has a secret. `t` is the Unix time of the attempt, in seconds; `v1` is the lowercase hex HMAC-SHA256, keyed with the secret's UTF-8 bytes, of `t` as written, a period, and the raw request body. Verify it on the raw bytes before decoding them, compare in constant time, and refuse a `t` more than 5 minutes from now. Each attempt is signed afresh. Accept any of several `v1` values: more than one may come while a secret is rotated.
+	// XTallySignature Sent only when the subscription has a secret and `signatureScheme: tally` (the default; `standard-webhooks` sends `webhook-signature` instead). `t` is the Unix time of the attempt, in seconds; `v1` is the lowercase hex HMAC-SHA256, keyed with the secret's UTF-8 bytes, of `t` as written, a period, and the raw request body. Verify it on the raw bytes before decoding them, compare in constant time, and refuse a `t` more than 5 minutes from now. Each attempt is signed afresh. Accept any of several `v1` values: more than one may come while a secret is rotated.
 	XTallySignature *string `json:"X-Tally-Signature,omitempty"`
 
 	// UserAgent Identifies Tally's webhook sender.
@@ -8033,6 +8255,15 @@ type ConversionCreatedWebhookParams struct {
 
 	// Traceparent W3C Trace Context, sent when the event was caused by an API request: that request's trace id and flags, and a parent id that is this attempt's own (new at every attempt). Continue it to join your trace to the request that caused the event.
 	Traceparent *string `json:"traceparent,omitempty"`
+
+	// WebhookId Standard Webhooks (subscriptions with `signatureScheme: standard-webhooks` only): the delivery id, as `X-Tally-Webhook-Id`.
+	WebhookId *DeliveryId `json:"webhook-id,omitempty"`
+
+	// WebhookTimestamp Standard Webhooks only: the Unix time of the attempt, in seconds. Refuse one more than 5 minutes from now.
+	WebhookTimestamp *string `json:"webhook-timestamp,omitempty"`
+
+	// WebhookSignature Standard Webhooks only, instead of `X-Tally-Signature`: space-separated signatures of `<webhook-id>.<webhook-timestamp>.<raw body>`, each `v1,<base64 HMAC-SHA256>` keyed with the base64-decoded `whsec_` secret (`signatureAlgorithm: hmac-sha256`) or `v1a,<base64 Ed25519 signature>` checked with the subscription's `whpk_` public key (`ed25519`). Two come while a key is rotated; accept either. Any Standard Webhooks library verifies them.
+	WebhookSignature *string `json:"webhook-signature,omitempty"`
 }
 
 // ConversionCreatedWebhookParamsXTallyEvent defines parameters for ConversionCreatedWebhook.
@@ -8049,7 +8280,7 @@ type ConversionRejectedWebhookParams struct {
 	// XTallyWebhookId The delivery (one event to one subscription): the same on every attempt, and the id of the delivery in `GET /api/v1/deliveries/{id}`. Two subscriptions at one URL get the same event under two ids; de-duplicate on the envelope `id` to handle an event once.
 	XTallyWebhookId DeliveryId `json:"X-Tally-Webhook-Id"`
 
-	// XTallySignature Sent only when the subscription has a secret. `t` is the Unix time of the attempt, in seconds; `v1` is the lowercase hex HMAC-SHA256, keyed with the secret's UTF-8 bytes, of `t` as written, a period, and the raw request body. Verify it on the raw bytes before decoding them, compare in constant time, and refuse a `t` more than 5 minutes from now. Each attempt is signed afresh. Accept any of several `v1` values: more than one may come while a secret is rotated.
+	// XTallySignature Sent only when the subscription has a secret and `signatureScheme: tally` (the default; `standard-webhooks` sends `webhook-signature` instead). `t` is the Unix time of the attempt, in seconds; `v1` is the lowercase hex HMAC-SHA256, keyed with the secret's UTF-8 bytes, of `t` as written, a period, and the raw request body. Verify it on the raw bytes before decoding them, compare in constant time, and refuse a `t` more than 5 minutes from now. Each attempt is signed afresh. Accept any of several `v1` values: more than one may come while a secret is rotated.
 	XTallySignature *string `json:"X-Tally-Signature,omitempty"`
 
 	// UserAgent Identifies Tally's webhook sender.
@@ -8057,6 +8288,15 @@ type ConversionRejectedWebhookParams struct {
 
 	// Traceparent W3C Trace Context, sent when the event was caused by an API request: that request's trace id and flags, and a parent id that is this attempt's own (new at every attempt). Continue it to join your trace to the request that caused the event.
 	Traceparent *string `json:"traceparent,omitempty"`
+
+	// WebhookId Standard Webhooks (subscriptions with `signatureScheme: standard-webhooks` only): the delivery id, as `X-Tally-Webhook-Id`.
+	WebhookId *DeliveryId `json:"webhook-id,omitempty"`
+
+	// WebhookTimestamp Standard Webhooks only: the Unix time of the attempt, in seconds. Refuse one more than 5 minutes from now.
+	WebhookTimestamp *string `json:"webhook-timestamp,omitempty"`
+
+	// WebhookSignature Standard Webhooks only, instead of `X-Tally-Signature`: space-separated signatures of `<webhook-id>.<webhook-timestamp>.<raw body>`, each `v1,<base64 HMAC-SHA256>` keyed with the base64-decoded `whsec_` secret (`signatureAlgorithm: hmac-sha256`) or `v1a,<base64 Ed25519 signature>` checked with the subscription's `whpk_` public key (`ed25519`). Two come while a key is rotated; accept either. Any Standard Webhooks library verifies them.
+	WebhookSignature *string `json:"webhook-signature,omitempty"`
 }
 
 // ConversionRejectedWebhookParamsXTallyEvent defines parameters for ConversionRejectedWebhook.
@@ -8073,7 +8313,7 @@ type FraudHighRiskWebhookParams struct {
 	// XTallyWebhookId The delivery (one event to one subscription): the same on every attempt, and the id of the delivery in `GET /api/v1/deliveries/{id}`. Two subscriptions at one URL get the same event under two ids; de-duplicate on the envelope `id` to handle an event once.
 	XTallyWebhookId DeliveryId `json:"X-Tally-Webhook-Id"`
 
-	// XTallySignature Sent only when the subscription has a secret. `t` is the Unix time of the attempt, in seconds; `v1` is the lowercase hex HMAC-SHA256, keyed with the secret's UTF-8 bytes, of `t` as written, a period, and the raw request body. Verify it on the raw bytes before decoding them, compare in constant time, and refuse a `t` more than 5 minutes from now. Each attempt is signed afresh. Accept any of several `v1` values: more than one may come while a secret is rotated.
+	// XTallySignature Sent only when the subscription has a secret and `signatureScheme: tally` (the default; `standard-webhooks` sends `webhook-signature` instead). `t` is the Unix time of the attempt, in seconds; `v1` is the lowercase hex HMAC-SHA256, keyed with the secret's UTF-8 bytes, of `t` as written, a period, and the raw request body. Verify it on the raw bytes before decoding them, compare in constant time, and refuse a `t` more than 5 minutes from now. Each attempt is signed afresh. Accept any of several `v1` values: more than one may come while a secret is rotated.
 	XTallySignature *string `json:"X-Tally-Signature,omitempty"`
 
 	// UserAgent Identifies Tally's webhook sender.
@@ -8081,6 +8321,15 @@ type FraudHighRiskWebhookParams struct {
 
 	// Traceparent W3C Trace Context, sent when the event was caused by an API request: that request's trace id and flags, and a parent id that is this attempt's own (new at every attempt). Continue it to join your trace to the request that caused the event.
 	Traceparent *string `json:"traceparent,omitempty"`
+
+	// WebhookId Standard Webhooks (subscriptions with `signatureScheme: standard-webhooks` only): the delivery id, as `X-Tally-Webhook-Id`.
+	WebhookId *DeliveryId `json:"webhook-id,omitempty"`
+
+	// WebhookTimestamp Standard Webhooks only: the Unix time of the attempt, in seconds. Refuse one more than 5 minutes from now.
+	WebhookTimestamp *string `json:"webhook-timestamp,omitempty"`
+
+	// WebhookSignature Standard Webhooks only, instead of `X-Tally-Signature`: space-separated signatures of `<webhook-id>.<webhook-timestamp>.<raw body>`, each `v1,<base64 HMAC-SHA256>` keyed with the base64-decoded `whsec_` secret (`signatureAlgorithm: hmac-sha256`) or `v1a,<base64 Ed25519 signature>` checked with the subscription's `whpk_` public key (`ed25519`). Two come while a key is rotated; accept either. Any Standard Webhooks library verifies them.
+	WebhookSignature *string `json:"webhook-signature,omitempty"`
 }
 
 // FraudHighRiskWebhookParamsXTallyEvent defines parameters for FraudHighRiskWebhook.
@@ -8097,7 +8346,7 @@ type PartnerAppliedWebhookParams struct {
 	// XTallyWebhookId The delivery (one event to one subscription): the same on every attempt, and the id of the delivery in `GET /api/v1/deliveries/{id}`. Two subscriptions at one URL get the same event under two ids; de-duplicate on the envelope `id` to handle an event once.
 	XTallyWebhookId DeliveryId `json:"X-Tally-Webhook-Id"`
 
-	// XTallySignature Sent only when the subscription has a secret. `t` is the Unix time of the attempt, in seconds; `v1` is the lowercase hex HMAC-SHA256, keyed with the secret's UTF-8 bytes, of `t` as written, a period, and the raw request body. Verify it on the raw bytes before decoding them, compare in constant time, and refuse a `t` more than 5 minutes from now. Each attempt is signed afresh. Accept any of several `v1` values: more than one may come while a secret is rotated.
+	// XTallySignature Sent only when the subscription has a secret and `signatureScheme: tally` (the default; `standard-webhooks` sends `webhook-signature` instead). `t` is the Unix time of the attempt, in seconds; `v1` is the lowercase hex HMAC-SHA256, keyed with the secret's UTF-8 bytes, of `t` as written, a period, and the raw request body. Verify it on the raw bytes before decoding them, compare in constant time, and refuse a `t` more than 5 minutes from now. Each attempt is signed afresh. Accept any of several `v1` values: more than one may come while a secret is rotated.
 	XTallySignature *string `json:"X-Tally-Signature,omitempty"`
 
 	// UserAgent Identifies Tally's webhook sender.
@@ -8105,6 +8354,15 @@ type PartnerAppliedWebhookParams struct {
 
 	// Traceparent W3C Trace Context, sent when the event was caused by an API request: that request's trace id and flags, and a parent id that is this attempt's own (new at every attempt). Continue it to join your trace to the request that caused the event.
 	Traceparent *string `json:"traceparent,omitempty"`
+
+	// WebhookId Standard Webhooks (subscriptions with `signatureScheme: standard-webhooks` only): the delivery id, as `X-Tally-Webhook-Id`.
+	WebhookId *DeliveryId `json:"webhook-id,omitempty"`
+
+	// WebhookTimestamp Standard Webhooks only: the Unix time of the attempt, in seconds. Refuse one more than 5 minutes from now.
+	WebhookTimestamp *string `json:"webhook-timestamp,omitempty"`
+
+	// WebhookSignature Standard Webhooks only, instead of `X-Tally-Signature`: space-separated signatures of `<webhook-id>.<webhook-timestamp>.<raw body>`, each `v1,<base64 HMAC-SHA256>` keyed with the base64-decoded `whsec_` secret (`signatureAlgorithm: hmac-sha256`) or `v1a,<base64 Ed25519 signature>` checked with the subscription's `whpk_` public key (`ed25519`). Two come while a key is rotated; accept either. Any Standard Webhooks library verifies them.
+	WebhookSignature *string `json:"webhook-signature,omitempty"`
 }
 
 // PartnerAppliedWebhookParamsXTallyEvent defines parameters for PartnerAppliedWebhook.
@@ -8121,7 +8379,7 @@ type PartnerApprovedWebhookParams struct {
 	// XTallyWebhookId The delivery (one event to one subscription): the same on every attempt, and the id of the delivery in `GET /api/v1/deliveries/{id}`. Two subscriptions at one URL get the same event under two ids; de-duplicate on the envelope `id` to handle an event once.
 	XTallyWebhookId DeliveryId `json:"X-Tally-Webhook-Id"`
 
-	// XTallySignature Sent only when the subscription has a secret. `t` is the Unix time of the attempt, in seconds; `v1` is the lowercase hex HMAC-SHA256, keyed with the secret's UTF-8 bytes, of `t` as written, a period, and the raw request body. Verify it on the raw bytes before decoding them, compare in constant time, and refuse a `t` more than 5 minutes from now. Each attempt is signed afresh. Accept any of several `v1` values: more than one may come while a secret is rotated.
+	// XTallySignature Sent only when the subscription has a secret and `signatureScheme: tally` (the default; `standard-webhooks` sends `webhook-signature` instead). `t` is the Unix time of the attempt, in seconds; `v1` is the lowercase hex HMAC-SHA256, keyed with the secret's UTF-8 bytes, of `t` as written, a period, and the raw request body. Verify it on the raw bytes before decoding them, compare in constant time, and refuse a `t` more than 5 minutes from now. Each attempt is signed afresh. Accept any of several `v1` values: more than one may come while a secret is rotated.
 	XTallySignature *string `json:"X-Tally-Signature,omitempty"`
 
 	// UserAgent Identifies Tally's webhook sender.
@@ -8129,6 +8387,15 @@ type PartnerApprovedWebhookParams struct {
 
 	// Traceparent W3C Trace Context, sent when the event was caused by an API request: that request's trace id and flags, and a parent id that is this attempt's own (new at every attempt). Continue it to join your trace to the request that caused the event.
 	Traceparent *string `json:"traceparent,omitempty"`
+
+	// WebhookId Standard Webhooks (subscriptions with `signatureScheme: standard-webhooks` only): the delivery id, as `X-Tally-Webhook-Id`.
+	WebhookId *DeliveryId `json:"webhook-id,omitempty"`
+
+	// WebhookTimestamp Standard Webhooks only: the Unix time of the attempt, in seconds. Refuse one more than 5 minutes from now.
+	WebhookTimestamp *string `json:"webhook-timestamp,omitempty"`
+
+	// WebhookSignature Standard Webhooks only, instead of `X-Tally-Signature`: space-separated signatures of `<webhook-id>.<webhook-timestamp>.<raw body>`, each `v1,<base64 HMAC-SHA256>` keyed with the base64-decoded `whsec_` secret (`signatureAlgorithm: hmac-sha256`) or `v1a,<base64 Ed25519 signature>` checked with the subscription's `whpk_` public key (`ed25519`). Two come while a key is rotated; accept either. Any Standard Webhooks library verifies them.
+	WebhookSignature *string `json:"webhook-signature,omitempty"`
 }
 
 // PartnerApprovedWebhookParamsXTallyEvent defines parameters for PartnerApprovedWebhook.
@@ -8145,7 +8412,7 @@ type PartnerBannedWebhookParams struct {
 	// XTallyWebhookId The delivery (one event to one subscription): the same on every attempt, and the id of the delivery in `GET /api/v1/deliveries/{id}`. Two subscriptions at one URL get the same event under two ids; de-duplicate on the envelope `id` to handle an event once.
 	XTallyWebhookId DeliveryId `json:"X-Tally-Webhook-Id"`
 
-	// XTallySignature Sent only when the subscription has a secret. `t` is the Unix time of the attempt, in seconds; `v1` is the lowercase hex HMAC-SHA256, keyed with the secret's UTF-8 bytes, of `t` as written, a period, and the raw request body. Verify it on the raw bytes before decoding them, compare in constant time, and refuse a `t` more than 5 minutes from now. Each attempt is signed afresh. Accept any of several `v1` values: more than one may come while a secret is rotated.
+	// XTallySignature Sent only when the subscription has a secret and `signatureScheme: tally` (the default; `standard-webhooks` sends `webhook-signature` instead). `t` is the Unix time of the attempt, in seconds; `v1` is the lowercase hex HMAC-SHA256, keyed with the secret's UTF-8 bytes, of `t` as written, a period, and the raw request body. Verify it on the raw bytes before decoding them, compare in constant time, and refuse a `t` more than 5 minutes from now. Each attempt is signed afresh. Accept any of several `v1` values: more than one may come while a secret is rotated.
 	XTallySignature *string `json:"X-Tally-Signature,omitempty"`
 
 	// UserAgent Identifies Tally's webhook sender.
@@ -8153,6 +8420,15 @@ type PartnerBannedWebhookParams struct {
 
 	// Traceparent W3C Trace Context, sent when the event was caused by an API request: that request's trace id and flags, and a parent id that is this attempt's own (new at every attempt). Continue it to join your trace to the request that caused the event.
 	Traceparent *string `json:"traceparent,omitempty"`
+
+	// WebhookId Standard Webhooks (subscriptions with `signatureScheme: standard-webhooks` only): the delivery id, as `X-Tally-Webhook-Id`.
+	WebhookId *DeliveryId `json:"webhook-id,omitempty"`
+
+	// WebhookTimestamp Standard Webhooks only: the Unix time of the attempt, in seconds. Refuse one more than 5 minutes from now.
+	WebhookTimestamp *string `json:"webhook-timestamp,omitempty"`
+
+	// WebhookSignature Standard Webhooks only, instead of `X-Tally-Signature`: space-separated signatures of `<webhook-id>.<webhook-timestamp>.<raw body>`, each `v1,<base64 HMAC-SHA256>` keyed with the base64-decoded `whsec_` secret (`signatureAlgorithm: hmac-sha256`) or `v1a,<base64 Ed25519 signature>` checked with the subscription's `whpk_` public key (`ed25519`). Two come while a key is rotated; accept either. Any Standard Webhooks library verifies them.
+	WebhookSignature *string `json:"webhook-signature,omitempty"`
 }
 
 // PartnerBannedWebhookParamsXTallyEvent defines parameters for PartnerBannedWebhook.
@@ -8169,7 +8445,7 @@ type PartnerRejectedWebhookParams struct {
 	// XTallyWebhookId The delivery (one event to one subscription): the same on every attempt, and the id of the delivery in `GET /api/v1/deliveries/{id}`. Two subscriptions at one URL get the same event under two ids; de-duplicate on the envelope `id` to handle an event once.
 	XTallyWebhookId DeliveryId `json:"X-Tally-Webhook-Id"`
 
-	// XTallySignature Sent only when the subscription has a secret. `t` is the Unix time of the attempt, in seconds; `v1` is the lowercase hex HMAC-SHA256, keyed with the secret's UTF-8 bytes, of `t` as written, a period, and the raw request body. Verify it on the raw bytes before decoding them, compare in constant time, and refuse a `t` more than 5 minutes from now. Each attempt is signed afresh. Accept any of several `v1` values: more than one may come while a secret is rotated.
+	// XTallySignature Sent only when the subscription has a secret and `signatureScheme: tally` (the default; `standard-webhooks` sends `webhook-signature` instead). `t` is the Unix time of the attempt, in seconds; `v1` is the lowercase hex HMAC-SHA256, keyed with the secret's UTF-8 bytes, of `t` as written, a period, and the raw request body. Verify it on the raw bytes before decoding them, compare in constant time, and refuse a `t` more than 5 minutes from now. Each attempt is signed afresh. Accept any of several `v1` values: more than one may come while a secret is rotated.
 	XTallySignature *string `json:"X-Tally-Signature,omitempty"`
 
 	// UserAgent Identifies Tally's webhook sender.
@@ -8177,6 +8453,15 @@ type PartnerRejectedWebhookParams struct {
 
 	// Traceparent W3C Trace Context, sent when the event was caused by an API request: that request's trace id and flags, and a parent id that is this attempt's own (new at every attempt). Continue it to join your trace to the request that caused the event.
 	Traceparent *string `json:"traceparent,omitempty"`
+
+	// WebhookId Standard Webhooks (subscriptions with `signatureScheme: standard-webhooks` only): the delivery id, as `X-Tally-Webhook-Id`.
+	WebhookId *DeliveryId `json:"webhook-id,omitempty"`
+
+	// WebhookTimestamp Standard Webhooks only: the Unix time of the attempt, in seconds. Refuse one more than 5 minutes from now.
+	WebhookTimestamp *string `json:"webhook-timestamp,omitempty"`
+
+	// WebhookSignature Standard Webhooks only, instead of `X-Tally-Signature`: space-separated signatures of `<webhook-id>.<webhook-timestamp>.<raw body>`, each `v1,<base64 HMAC-SHA256>` keyed with the base64-decoded `whsec_` secret (`signatureAlgorithm: hmac-sha256`) or `v1a,<base64 Ed25519 signature>` checked with the subscription's `whpk_` public key (`ed25519`). Two come while a key is rotated; accept either. Any Standard Webhooks library verifies them.
+	WebhookSignature *string `json:"webhook-signature,omitempty"`
 }
 
 // PartnerRejectedWebhookParamsXTallyEvent defines parameters for PartnerRejectedWebhook.
@@ -8193,7 +8478,7 @@ type WebhookTestWebhookParams struct {
 	// XTallyWebhookId The delivery (one event to one subscription): the same on every attempt, and the id of the delivery in `GET /api/v1/deliveries/{id}`. Two subscriptions at one URL get the same event under two ids; de-duplicate on the envelope `id` to handle an event once.
 	XTallyWebhookId DeliveryId `json:"X-Tally-Webhook-Id"`
 
-	// XTallySignature Sent only when the subscription has a secret. `t` is the Unix time of the attempt, in seconds; `v1` is the lowercase hex HMAC-SHA256, keyed with the secret's UTF-8 bytes, of `t` as written, a period, and the raw request body. Verify it on the raw bytes before decoding them, compare in constant time, and refuse a `t` more than 5 minutes from now. Each attempt is signed afresh. Accept any of several `v1` values: more than one may come while a secret is rotated.
+	// XTallySignature Sent only when the subscription has a secret and `signatureScheme: tally` (the default; `standard-webhooks` sends `webhook-signature` instead). `t` is the Unix time of the attempt, in seconds; `v1` is the lowercase hex HMAC-SHA256, keyed with the secret's UTF-8 bytes, of `t` as written, a period, and the raw request body. Verify it on the raw bytes before decoding them, compare in constant time, and refuse a `t` more than 5 minutes from now. Each attempt is signed afresh. Accept any of several `v1` values: more than one may come while a secret is rotated.
 	XTallySignature *string `json:"X-Tally-Signature,omitempty"`
 
 	// UserAgent Identifies Tally's webhook sender.
@@ -8201,6 +8486,15 @@ type WebhookTestWebhookParams struct {
 
 	// Traceparent W3C Trace Context, sent when the event was caused by an API request: that request's trace id and flags, and a parent id that is this attempt's own (new at every attempt). Continue it to join your trace to the request that caused the event.
 	Traceparent *string `json:"traceparent,omitempty"`
+
+	// WebhookId Standard Webhooks (subscriptions with `signatureScheme: standard-webhooks` only): the delivery id, as `X-Tally-Webhook-Id`.
+	WebhookId *DeliveryId `json:"webhook-id,omitempty"`
+
+	// WebhookTimestamp Standard Webhooks only: the Unix time of the attempt, in seconds. Refuse one more than 5 minutes from now.
+	WebhookTimestamp *string `json:"webhook-timestamp,omitempty"`
+
+	// WebhookSignature Standard Webhooks only, instead of `X-Tally-Signature`: space-separated signatures of `<webhook-id>.<webhook-timestamp>.<raw body>`, each `v1,<base64 HMAC-SHA256>` keyed with the base64-decoded `whsec_` secret (`signatureAlgorithm: hmac-sha256`) or `v1a,<base64 Ed25519 signature>` checked with the subscription's `whpk_` public key (`ed25519`). Two come while a key is rotated; accept either. Any Standard Webhooks library verifies them.
+	WebhookSignature *string `json:"webhook-signature,omitempty"`
 }
 
 // WebhookTestWebhookParamsXTallyEvent defines parameters for WebhookTestWebhook.
@@ -9120,6 +9414,13 @@ type ClientInterface interface {
 	// Corresponds with POST /api/public/webhooks/{id}/recover (the `RecoverSubscription` operationId).
 	RecoverSubscription(ctx context.Context, id SubscriptionIdPath, body RecoverSubscriptionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// RotateSubscriptionKey Give a standard-webhooks subscription a new signing key
+	//
+	// Makes a new key for a `standard-webhooks` subscription: a new Ed25519 key pair (the answer shows its `publicKey`) or a new `whsec_` secret (shown in this answer only). For 24 hours the key it replaces signs too (`previousSecretExpiresAt`), so receivers switch without refusing a delivery. A `tally` subscription answers 409 `invalid_transition`: PATCH it with a new secret. The request has no body.
+	//
+	// Corresponds with POST /api/public/webhooks/{id}/rotate (the `RotateSubscriptionKey` operationId).
+	RotateSubscriptionKey(ctx context.Context, id SubscriptionIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// TestSubscription Send a test event to a subscription
 	//
 	// Emits a `webhook.test` event whose one delivery goes to this subscription, whatever events it lists, signed and retried like any other. Answers at once with the event (the body the receiver will get); the delivery follows, and `GET /api/v1/deliveries?eventId=<id>` shows how it went. The request has no body.
@@ -9716,6 +10017,23 @@ func (c *Client) RecoverSubscriptionWithBody(ctx context.Context, id Subscriptio
 // Corresponds with POST /api/public/webhooks/{id}/recover (the `RecoverSubscription` operationId).
 func (c *Client) RecoverSubscription(ctx context.Context, id SubscriptionIdPath, body RecoverSubscriptionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRecoverSubscriptionRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RotateSubscriptionKey Give a standard-webhooks subscription a new signing key
+//
+// Makes a new key for a `standard-webhooks` subscription: a new Ed25519 key pair (the answer shows its `publicKey`) or a new `whsec_` secret (shown in this answer only). For 24 hours the key it replaces signs too (`previousSecretExpiresAt`), so receivers switch without refusing a delivery. A `tally` subscription answers 409 `invalid_transition`: PATCH it with a new secret. The request has no body.
+//
+// Corresponds with POST /api/public/webhooks/{id}/rotate (the `RotateSubscriptionKey` operationId).
+func (c *Client) RotateSubscriptionKey(ctx context.Context, id SubscriptionIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRotateSubscriptionKeyRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -10968,6 +11286,40 @@ func NewRecoverSubscriptionRequestWithBody(server string, id SubscriptionIdPath,
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRotateSubscriptionKeyRequest constructs an http.Request for the RotateSubscriptionKey method
+func NewRotateSubscriptionKeyRequest(server string, id SubscriptionIdPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/public/webhooks/%s/rotate", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -13289,6 +13641,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/public/webhooks/{id}/recover (the `RecoverSubscription` operationId).
 	RecoverSubscriptionWithResponse(ctx context.Context, id SubscriptionIdPath, body RecoverSubscriptionJSONRequestBody, reqEditors ...RequestEditorFn) (*RecoverSubscriptionResponse, error)
 
+	// RotateSubscriptionKeyWithResponse Give a standard-webhooks subscription a new signing key
+	//
+	// Makes a new key for a `standard-webhooks` subscription: a new Ed25519 key pair (the answer shows its `publicKey`) or a new `whsec_` secret (shown in this answer only). For 24 hours the key it replaces signs too (`previousSecretExpiresAt`), so receivers switch without refusing a delivery. A `tally` subscription answers 409 `invalid_transition`: PATCH it with a new secret. The request has no body.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/public/webhooks/{id}/rotate (the `RotateSubscriptionKey` operationId).
+	RotateSubscriptionKeyWithResponse(ctx context.Context, id SubscriptionIdPath, reqEditors ...RequestEditorFn) (*RotateSubscriptionKeyResponse, error)
+
 	// TestSubscriptionWithResponse Send a test event to a subscription
 	//
 	// Emits a `webhook.test` event whose one delivery goes to this subscription, whatever events it lists, signed and retried like any other. Answers at once with the event (the body the receiver will get); the delivery follows, and `GET /api/v1/deliveries?eventId=<id>` shows how it went. The request has no body.
@@ -15082,6 +15443,141 @@ func (r RecoverSubscriptionResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r RecoverSubscriptionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RotateSubscriptionKeyResponse200Headers the declared response headers of an HTTP 200 response for RotateSubscriptionKey
+type RotateSubscriptionKeyResponse200Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// RotateSubscriptionKeyResponse401Headers the declared response headers of an HTTP 401 response for RotateSubscriptionKey
+type RotateSubscriptionKeyResponse401Headers struct {
+	WWWAuthenticate     string
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// RotateSubscriptionKeyResponse404Headers the declared response headers of an HTTP 404 response for RotateSubscriptionKey
+type RotateSubscriptionKeyResponse404Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// RotateSubscriptionKeyResponse409Headers the declared response headers of an HTTP 409 response for RotateSubscriptionKey
+type RotateSubscriptionKeyResponse409Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// RotateSubscriptionKeyResponse429Headers the declared response headers of an HTTP 429 response for RotateSubscriptionKey
+type RotateSubscriptionKeyResponse429Headers struct {
+	RetryAfter          int
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// RotateSubscriptionKeyResponse500Headers the declared response headers of an HTTP 500 response for RotateSubscriptionKey
+type RotateSubscriptionKeyResponse500Headers struct {
+	XRequestId string
+}
+
+type RotateSubscriptionKeyResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Subscription
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *InvalidTransition
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimited
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *RotateSubscriptionKeyResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RotateSubscriptionKeyResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *RotateSubscriptionKeyResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *RotateSubscriptionKeyResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RotateSubscriptionKeyResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *RotateSubscriptionKeyResponse500Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RotateSubscriptionKeyResponse) GetJSON200() *Subscription {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r RotateSubscriptionKeyResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r RotateSubscriptionKeyResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r RotateSubscriptionKeyResponse) GetJSON409() *InvalidTransition {
+	return r.JSON409
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r RotateSubscriptionKeyResponse) GetJSON429() *RateLimited {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r RotateSubscriptionKeyResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r RotateSubscriptionKeyResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RotateSubscriptionKeyResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RotateSubscriptionKeyResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RotateSubscriptionKeyResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -20842,6 +21338,21 @@ func (c *ClientWithResponses) RecoverSubscriptionWithResponse(ctx context.Contex
 	return ParseRecoverSubscriptionResponse(rsp)
 }
 
+// RotateSubscriptionKeyWithResponse Give a standard-webhooks subscription a new signing key
+//
+// Makes a new key for a `standard-webhooks` subscription: a new Ed25519 key pair (the answer shows its `publicKey`) or a new `whsec_` secret (shown in this answer only). For 24 hours the key it replaces signs too (`previousSecretExpiresAt`), so receivers switch without refusing a delivery. A `tally` subscription answers 409 `invalid_transition`: PATCH it with a new secret. The request has no body.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/public/webhooks/{id}/rotate (the `RotateSubscriptionKey` operationId).
+func (c *ClientWithResponses) RotateSubscriptionKeyWithResponse(ctx context.Context, id SubscriptionIdPath, reqEditors ...RequestEditorFn) (*RotateSubscriptionKeyResponse, error) {
+	rsp, err := c.RotateSubscriptionKey(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRotateSubscriptionKeyResponse(rsp)
+}
+
 // TestSubscriptionWithResponse Send a test event to a subscription
 //
 // Emits a `webhook.test` event whose one delivery goes to this subscription, whatever events it lists, signed and retried like any other. Answers at once with the event (the body the receiver will get); the delivery follows, and `GET /api/v1/deliveries?eventId=<id>` shows how it went. The request has no body.
@@ -24020,6 +24531,249 @@ func ParseRecoverSubscriptionResponse(rsp *http.Response) (*RecoverSubscriptionR
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers RecoverSubscriptionResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRotateSubscriptionKeyResponse parses an HTTP response from a RotateSubscriptionKeyWithResponse call
+func ParseRotateSubscriptionKeyResponse(rsp *http.Response) (*RotateSubscriptionKeyResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RotateSubscriptionKeyResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Subscription
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest InvalidTransition
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers RotateSubscriptionKeyResponse200Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers RotateSubscriptionKeyResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers RotateSubscriptionKeyResponse404Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers RotateSubscriptionKeyResponse409Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers RotateSubscriptionKeyResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers RotateSubscriptionKeyResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -34276,6 +35030,39 @@ func NewCapReachedWebhookWebhookRequestWithBody(targetURL string, params *CapRea
 			req.Header.Set("traceparent", headerParam4)
 		}
 
+		if params.WebhookId != nil {
+			var headerParam5 string
+
+			headerParam5, err = runtime.StyleParamWithOptions("simple", false, "webhook-id", *params.WebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-id", headerParam5)
+		}
+
+		if params.WebhookTimestamp != nil {
+			var headerParam6 string
+
+			headerParam6, err = runtime.StyleParamWithOptions("simple", false, "webhook-timestamp", *params.WebhookTimestamp, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-timestamp", headerParam6)
+		}
+
+		if params.WebhookSignature != nil {
+			var headerParam7 string
+
+			headerParam7, err = runtime.StyleParamWithOptions("simple", false, "webhook-signature", *params.WebhookSignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-signature", headerParam7)
+		}
+
 	}
 	return req, nil
 }
@@ -34357,6 +35144,39 @@ func NewConversionApprovedWebhookWebhookRequestWithBody(targetURL string, params
 			}
 
 			req.Header.Set("traceparent", headerParam4)
+		}
+
+		if params.WebhookId != nil {
+			var headerParam5 string
+
+			headerParam5, err = runtime.StyleParamWithOptions("simple", false, "webhook-id", *params.WebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-id", headerParam5)
+		}
+
+		if params.WebhookTimestamp != nil {
+			var headerParam6 string
+
+			headerParam6, err = runtime.StyleParamWithOptions("simple", false, "webhook-timestamp", *params.WebhookTimestamp, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-timestamp", headerParam6)
+		}
+
+		if params.WebhookSignature != nil {
+			var headerParam7 string
+
+			headerParam7, err = runtime.StyleParamWithOptions("simple", false, "webhook-signature", *params.WebhookSignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-signature", headerParam7)
 		}
 
 	}
@@ -34442,6 +35262,39 @@ func NewConversionCreatedWebhookWebhookRequestWithBody(targetURL string, params 
 			req.Header.Set("traceparent", headerParam4)
 		}
 
+		if params.WebhookId != nil {
+			var headerParam5 string
+
+			headerParam5, err = runtime.StyleParamWithOptions("simple", false, "webhook-id", *params.WebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-id", headerParam5)
+		}
+
+		if params.WebhookTimestamp != nil {
+			var headerParam6 string
+
+			headerParam6, err = runtime.StyleParamWithOptions("simple", false, "webhook-timestamp", *params.WebhookTimestamp, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-timestamp", headerParam6)
+		}
+
+		if params.WebhookSignature != nil {
+			var headerParam7 string
+
+			headerParam7, err = runtime.StyleParamWithOptions("simple", false, "webhook-signature", *params.WebhookSignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-signature", headerParam7)
+		}
+
 	}
 	return req, nil
 }
@@ -34523,6 +35376,39 @@ func NewConversionRejectedWebhookWebhookRequestWithBody(targetURL string, params
 			}
 
 			req.Header.Set("traceparent", headerParam4)
+		}
+
+		if params.WebhookId != nil {
+			var headerParam5 string
+
+			headerParam5, err = runtime.StyleParamWithOptions("simple", false, "webhook-id", *params.WebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-id", headerParam5)
+		}
+
+		if params.WebhookTimestamp != nil {
+			var headerParam6 string
+
+			headerParam6, err = runtime.StyleParamWithOptions("simple", false, "webhook-timestamp", *params.WebhookTimestamp, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-timestamp", headerParam6)
+		}
+
+		if params.WebhookSignature != nil {
+			var headerParam7 string
+
+			headerParam7, err = runtime.StyleParamWithOptions("simple", false, "webhook-signature", *params.WebhookSignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-signature", headerParam7)
 		}
 
 	}
@@ -34608,6 +35494,39 @@ func NewFraudHighRiskWebhookWebhookRequestWithBody(targetURL string, params *Fra
 			req.Header.Set("traceparent", headerParam4)
 		}
 
+		if params.WebhookId != nil {
+			var headerParam5 string
+
+			headerParam5, err = runtime.StyleParamWithOptions("simple", false, "webhook-id", *params.WebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-id", headerParam5)
+		}
+
+		if params.WebhookTimestamp != nil {
+			var headerParam6 string
+
+			headerParam6, err = runtime.StyleParamWithOptions("simple", false, "webhook-timestamp", *params.WebhookTimestamp, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-timestamp", headerParam6)
+		}
+
+		if params.WebhookSignature != nil {
+			var headerParam7 string
+
+			headerParam7, err = runtime.StyleParamWithOptions("simple", false, "webhook-signature", *params.WebhookSignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-signature", headerParam7)
+		}
+
 	}
 	return req, nil
 }
@@ -34689,6 +35608,39 @@ func NewPartnerAppliedWebhookWebhookRequestWithBody(targetURL string, params *Pa
 			}
 
 			req.Header.Set("traceparent", headerParam4)
+		}
+
+		if params.WebhookId != nil {
+			var headerParam5 string
+
+			headerParam5, err = runtime.StyleParamWithOptions("simple", false, "webhook-id", *params.WebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-id", headerParam5)
+		}
+
+		if params.WebhookTimestamp != nil {
+			var headerParam6 string
+
+			headerParam6, err = runtime.StyleParamWithOptions("simple", false, "webhook-timestamp", *params.WebhookTimestamp, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-timestamp", headerParam6)
+		}
+
+		if params.WebhookSignature != nil {
+			var headerParam7 string
+
+			headerParam7, err = runtime.StyleParamWithOptions("simple", false, "webhook-signature", *params.WebhookSignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-signature", headerParam7)
 		}
 
 	}
@@ -34774,6 +35726,39 @@ func NewPartnerApprovedWebhookWebhookRequestWithBody(targetURL string, params *P
 			req.Header.Set("traceparent", headerParam4)
 		}
 
+		if params.WebhookId != nil {
+			var headerParam5 string
+
+			headerParam5, err = runtime.StyleParamWithOptions("simple", false, "webhook-id", *params.WebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-id", headerParam5)
+		}
+
+		if params.WebhookTimestamp != nil {
+			var headerParam6 string
+
+			headerParam6, err = runtime.StyleParamWithOptions("simple", false, "webhook-timestamp", *params.WebhookTimestamp, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-timestamp", headerParam6)
+		}
+
+		if params.WebhookSignature != nil {
+			var headerParam7 string
+
+			headerParam7, err = runtime.StyleParamWithOptions("simple", false, "webhook-signature", *params.WebhookSignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-signature", headerParam7)
+		}
+
 	}
 	return req, nil
 }
@@ -34855,6 +35840,39 @@ func NewPartnerBannedWebhookWebhookRequestWithBody(targetURL string, params *Par
 			}
 
 			req.Header.Set("traceparent", headerParam4)
+		}
+
+		if params.WebhookId != nil {
+			var headerParam5 string
+
+			headerParam5, err = runtime.StyleParamWithOptions("simple", false, "webhook-id", *params.WebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-id", headerParam5)
+		}
+
+		if params.WebhookTimestamp != nil {
+			var headerParam6 string
+
+			headerParam6, err = runtime.StyleParamWithOptions("simple", false, "webhook-timestamp", *params.WebhookTimestamp, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-timestamp", headerParam6)
+		}
+
+		if params.WebhookSignature != nil {
+			var headerParam7 string
+
+			headerParam7, err = runtime.StyleParamWithOptions("simple", false, "webhook-signature", *params.WebhookSignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-signature", headerParam7)
 		}
 
 	}
@@ -34940,6 +35958,39 @@ func NewPartnerRejectedWebhookWebhookRequestWithBody(targetURL string, params *P
 			req.Header.Set("traceparent", headerParam4)
 		}
 
+		if params.WebhookId != nil {
+			var headerParam5 string
+
+			headerParam5, err = runtime.StyleParamWithOptions("simple", false, "webhook-id", *params.WebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-id", headerParam5)
+		}
+
+		if params.WebhookTimestamp != nil {
+			var headerParam6 string
+
+			headerParam6, err = runtime.StyleParamWithOptions("simple", false, "webhook-timestamp", *params.WebhookTimestamp, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-timestamp", headerParam6)
+		}
+
+		if params.WebhookSignature != nil {
+			var headerParam7 string
+
+			headerParam7, err = runtime.StyleParamWithOptions("simple", false, "webhook-signature", *params.WebhookSignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-signature", headerParam7)
+		}
+
 	}
 	return req, nil
 }
@@ -35021,6 +36072,39 @@ func NewWebhookTestWebhookWebhookRequestWithBody(targetURL string, params *Webho
 			}
 
 			req.Header.Set("traceparent", headerParam4)
+		}
+
+		if params.WebhookId != nil {
+			var headerParam5 string
+
+			headerParam5, err = runtime.StyleParamWithOptions("simple", false, "webhook-id", *params.WebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-id", headerParam5)
+		}
+
+		if params.WebhookTimestamp != nil {
+			var headerParam6 string
+
+			headerParam6, err = runtime.StyleParamWithOptions("simple", false, "webhook-timestamp", *params.WebhookTimestamp, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-timestamp", headerParam6)
+		}
+
+		if params.WebhookSignature != nil {
+			var headerParam7 string
+
+			headerParam7, err = runtime.StyleParamWithOptions("simple", false, "webhook-signature", *params.WebhookSignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("webhook-signature", headerParam7)
 		}
 
 	}

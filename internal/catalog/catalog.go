@@ -125,6 +125,12 @@ func Names() []string {
 	return names
 }
 
+// Subscribable are the events a subscription may list: all but
+// webhook.test, which only the test button sends.
+func Subscribable() []EventType {
+	return slices.DeleteFunc(Events(), func(t EventType) bool { return t.Name == "webhook.test" })
+}
+
 // Known reports whether name is a webhook event.
 func Known(name string) bool {
 	return slices.ContainsFunc(events, func(e eventEntry) bool { return e.name == name })

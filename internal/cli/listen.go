@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/webhook"
 )
 
@@ -33,18 +34,28 @@ type received struct {
 
 // listen is a webhook receiver for development, like Stripe CLI's listen:
 // it takes deliveries at any path on 127.0.0.1:port, checks each signature
-// with the subscription's secret (webhook.VerifyRequest: HMAC, timestamp
-// within 5 minutes), prints each delivery it accepts as a line of JSON on
+// with the subscription's secret or public key (--scheme tally:
+// webhook.VerifyRequest, standard-webhooks: webhook.VerifyStandardRequest;
+// timestamp within 5 minutes), prints each delivery it accepts as a line of JSON on
 // stdout and answers --status (204). A delivery that does not verify
 // answers 400 and is reported on stderr only.
 func listen(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("listen", flag.ContinueOnError)
 	host := fs.String("host", "127.0.0.1", "address to listen on")
 	port := fs.Int("port", 9000, "port to listen on")
-	secret := fs.String("secret", os.Getenv(EnvWebhookSecret), "the subscription's signing secret (default $"+EnvWebhookSecret+"); without it signatures are not checked")
+	secret := fs.String("secret", os.Getenv(EnvWebhookSecret), "the subscription's signing secret, or its whpk_ public key with ed25519 (default $"+EnvWebhookSecret+"); without it signatures are not checked")
+	scheme := fs.String("scheme", tally.SchemeTally, "the subscription's signatureScheme: tally (X-Tally-Signature) or standard-webhooks (webhook-signature)")
 	status := fs.Int("status", http.StatusNoContent, "status to answer deliveries with (a 5xx makes Tally retry)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	verify := webhook.VerifyRequest
+	switch *scheme {
+	case tally.SchemeTally:
+	case tally.SchemeStandardWebhooks:
+		verify = webhook.VerifyStandardRequest
+	default:
+		return misuse("--scheme %q is not a signature scheme: tally or standard-webhooks", *scheme)
 	}
 	if *status < 200 || *status > 599 {
 		return misuse("--status %d is not an HTTP status", *status)
@@ -74,7 +85,7 @@ func listen(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			var err error
 			if *secret != "" {
 				rec.Signature = "verified"
-				body, err = webhook.VerifyRequest(*secret, r, webhook.DefaultTolerance)
+				body, err = verify(*secret, r, webhook.DefaultTolerance)
 			} else {
 				body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, webhook.MaxBodyBytes))
 			}

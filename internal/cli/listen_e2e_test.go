@@ -2,6 +2,8 @@ package cli_test
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -123,5 +125,55 @@ func TestListenReceivesDeliveries(t *testing.T) {
 	}
 	if resp.StatusCode != 400 || len(l.lines(t)) != 1 || !strings.Contains(l.stderr.String(), "refused") {
 		t.Errorf("forged delivery: %d, %d lines printed, stderr %q; want 400, still 1 line, and a refusal", resp.StatusCode, len(l.lines(t)), l.stderr)
+	}
+}
+
+// TestListenVerifiesStandardWebhooks: `tally listen --scheme
+// standard-webhooks` verifies an Ed25519 subscription's deliveries with its
+// public key, and refuses one signed by another key.
+func TestListenVerifiesStandardWebhooks(t *testing.T) {
+	t.Parallel()
+	environ := env("TALLY_RATE_LIMIT=1000000")
+	data := t.TempDir()
+	s := serve(t, environ, "--data", data)
+	brandID, _, key := setupBrand(t, environ, data, "Acme")
+	sub := s.call(t, "POST", "/api/public/webhooks", key, map[string]any{"url": "http://127.0.0.1:9/later", "events": []string{"partner.applied"},
+		"signatureScheme": "standard-webhooks", "signatureAlgorithm": "ed25519"}).expect(t, "subscribe", 201).object(t)
+	publicKey := fmt.Sprint(sub["publicKey"])
+	l := startListen(t, "--scheme", "standard-webhooks", "--secret", publicKey)
+	s.call(t, "PATCH", "/api/public/webhooks/"+fmt.Sprint(sub["id"]), key, map[string]any{"url": "http://" + l.addr + "/hooks"}).expect(t, "point it at listen", 200)
+	s.call(t, "POST", "/api/public/brands/"+brandID+"/applications", "", map[string]any{"name": "Pat", "email": "pat@example.com"}).expect(t, "apply", 201)
+
+	deadline := time.Now().Add(30 * time.Second)
+	for len(l.lines(t)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("listen printed nothing; its stderr:\n%s\nserver:\n%s", l.stderr, s.stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := l.lines(t)[0]; got["event"] != "partner.applied" || got["signature"] != "verified" {
+		t.Errorf("listen printed %v", got)
+	}
+
+	other, err := webhook.PublicKey("whsk_" + base64.StdEncoding.EncodeToString(make([]byte, 32)))
+	if err != nil || other == publicKey {
+		t.Fatal(err)
+	}
+	body := []byte(`{"id":"evt_01jd0000000000000000000000","event":"partner.applied"}`)
+	sig, err := webhook.SignStandard([]string{"whsk_" + base64.StdEncoding.EncodeToString(make([]byte, 32))}, "wh_forged", time.Now(), body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", "http://"+l.addr+"/hooks", bytes.NewReader(body))
+	req.Header.Set("webhook-id", "wh_forged")
+	req.Header.Set("webhook-timestamp", fmt.Sprint(time.Now().Unix()))
+	req.Header.Set("webhook-signature", sig)
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 || len(l.lines(t)) != 1 {
+		t.Errorf("delivery signed by another key: %d, %d lines printed; want 400 and still 1", resp.StatusCode, len(l.lines(t)))
 	}
 }

@@ -27,7 +27,7 @@ type webhooksData struct {
 
 func (d endpointPages) webhooksData(r *request) (webhooksData, error) {
 	subs, next, err := d.svc.Endpoints.Subscriptions(r.Context(), r.brandID(), records.ListParams{Cursor: r.URL.Query().Get("cursor")})
-	return webhooksData{Subscriptions: subs, Events: catalog.Events(), Page: pageOf(r, next), Values: map[string]string{}, Errors: map[string]string{}}, err
+	return webhooksData{Subscriptions: subs, Events: catalog.Subscribable(), Page: pageOf(r, next), Values: map[string]string{}, Errors: map[string]string{}}, err
 }
 
 func (d endpointPages) webhooks(w http.ResponseWriter, r *request) error {
@@ -91,7 +91,7 @@ type webhookData struct {
 
 func (d endpointPages) webhookData(r *request) (webhookData, error) {
 	sub, err := d.svc.Endpoints.Subscription(r.Context(), r.brandID(), r.PathValue("id"))
-	return webhookData{Subscription: sub, Events: catalog.Events(), Checked: sub.Events, Errors: map[string]string{},
+	return webhookData{Subscription: sub, Events: catalog.Subscribable(), Checked: sub.Events, Errors: map[string]string{},
 		Values: map[string]string{"url": sub.URL, "since": sinceDefault(d.svc.Now(), sub.EndpointHealth)}}, err
 }
 
@@ -118,6 +118,11 @@ func (d endpointPages) updateWebhook(w http.ResponseWriter, r *request) error {
 		in.Events = []string{} // none ticked: refused, not left unchanged
 	}
 	rotate := r.PostFormValue("rotate") == "on"
+	if rotate && data.SignatureScheme == tally.SchemeStandardWebhooks {
+		// Tally makes the new key of these (an Ed25519 key has no secret
+		// to show): the edit is saved, then the key rotated.
+		return d.rotateStandardKey(w, r, data, in)
+	}
 	if rotate {
 		secret, err := newSecret()
 		if err != nil {
@@ -140,6 +145,30 @@ func (d endpointPages) updateWebhook(w http.ResponseWriter, r *request) error {
 	}
 	data.Subscription, data.Checked, data.Values["url"] = sub, sub.Events, sub.URL
 	data.Secret, data.Rotated = *in.Secret, sub.PreviousSecretExpiresAt
+	render(w, "webhook", r.view("Webhook", "webhooks", data))
+	return nil
+}
+
+// rotateStandardKey saves the edit form of a standard-webhooks
+// subscription and gives it a new key: a whsec_ secret, shown once, or an
+// Ed25519 key, whose public key the page shows.
+func (d endpointPages) rotateStandardKey(w http.ResponseWriter, r *request, data webhookData, in endpoints.SubscriptionInput) error {
+	_, err := d.svc.Endpoints.UpdateSubscription(r.Context(), r.brandID(), data.ID, in)
+	if err != nil {
+		if !isCode(err, tally.ECodeValidation) {
+			return err
+		}
+		data.Errors[fieldOr(err, "url", "url", "events")] = tally.ErrorMessage(err)
+		data.Values["url"], data.Checked = *in.URL, in.Events
+		renderStatus(w, http.StatusUnprocessableEntity, "webhook", r.view("Webhook", "webhooks", data))
+		return nil
+	}
+	sub, err := d.svc.Endpoints.RotateSubscriptionKey(r.Context(), r.brandID(), data.ID)
+	if err != nil {
+		return err
+	}
+	data.Subscription, data.Checked, data.Values["url"] = sub, sub.Events, sub.URL
+	data.Secret, data.Rotated = sub.Secret, sub.PreviousSecretExpiresAt
 	render(w, "webhook", r.view("Webhook", "webhooks", data))
 	return nil
 }

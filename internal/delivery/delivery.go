@@ -8,8 +8,10 @@
 //
 //   - POST with Content-Type: application/json, User-Agent Tally-Webhooks/1,
 //     X-Tally-Event, X-Tally-Webhook-Id and, when the subscription has a
-//     secret, X-Tally-Signature signed afresh with the current time; a
-//     traceparent when the event kept the trace of its request.
+//     secret, X-Tally-Signature (or, for the standard-webhooks scheme,
+//     webhook-id, webhook-timestamp and webhook-signature) signed afresh
+//     with the current time; a traceparent when the event kept the trace
+//     of its request.
 //   - Only a 2xx answer succeeds. Redirects are not followed.
 //   - The whole attempt (connect, TLS, headers, reading the body) is bounded
 //     by one timeout, 10 s by default.
@@ -29,6 +31,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -73,6 +76,10 @@ type Request struct {
 	// Secrets are the subscription's signing secrets (two while a rotated
 	// secret still signs): one v1 each. None sends no X-Tally-Signature.
 	Secrets []string
+	// Scheme is how the secrets sign: tally.SchemeTally (or empty), or
+	// tally.SchemeStandardWebhooks, whose Secrets are whsec_ secrets or
+	// whsk_ Ed25519 keys (webhook.SignStandard).
+	Scheme string
 	// Traceparent, when set, is sent as the W3C traceparent header: the
 	// attempt's span in the trace of the request that caused the event.
 	Traceparent string
@@ -218,7 +225,18 @@ func (s *Sender) Send(ctx context.Context, r Request) (a tally.Attempt) {
 	h.Set("User-Agent", UserAgent)
 	h.Set(webhook.EventHeader, r.Event)
 	h.Set(webhook.WebhookIDHeader, r.WebhookID)
-	if len(r.Secrets) > 0 && body != nil {
+	switch {
+	case len(r.Secrets) == 0 || body == nil:
+	case r.Scheme == tally.SchemeStandardWebhooks:
+		sig, err := webhook.SignStandard(r.Secrets, r.WebhookID, now, r.Body)
+		if err != nil {
+			a.Error = tally.AttemptNetwork // keys are checked when stored, so this does not happen
+			return a
+		}
+		h.Set(webhook.StandardIDHeader, r.WebhookID)
+		h.Set(webhook.StandardTimestampHeader, strconv.FormatInt(now.Unix(), 10))
+		h.Set(webhook.StandardSignatureHeader, sig)
+	default:
 		h.Set(webhook.SignatureHeader, webhook.SignEach(r.Secrets, now, r.Body))
 	}
 	if r.Traceparent != "" {
@@ -237,6 +255,9 @@ func (s *Sender) Send(ctx context.Context, r Request) (a tally.Attempt) {
 	}
 	defer resp.Body.Close()
 	a.StatusCode = resp.StatusCode
+	if a.StatusCode == http.StatusTooManyRequests || a.StatusCode == http.StatusServiceUnavailable {
+		a.RetryAfter = retryAfter(resp.Header.Get("Retry-After"), now)
+	}
 	// At most MaxResponseBytes, then stop: never wait for the rest of a
 	// large or endless body. Closing an unfinished body drops the
 	// connection, which is fine for such receivers.
@@ -246,6 +267,32 @@ func (s *Sender) Send(ctx context.Context, r Request) (a tally.Attempt) {
 		a.Error = classify(ctx, err)
 	}
 	return a
+}
+
+// MaxRetryAfter is the longest Retry-After honoured; a longer one is
+// ignored (the schedule applies), as a negative or unreadable one is.
+const MaxRetryAfter = 24 * time.Hour
+
+// retryAfter reads a Retry-After value, seconds or an HTTP date, as the
+// wait from now it asks for; 0 when there is none to honour.
+func retryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs < 0 || secs > int64(MaxRetryAfter/time.Second) {
+			return 0
+		}
+		d = time.Duration(secs) * time.Second
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = t.Sub(now)
+	}
+	if d <= 0 || d > MaxRetryAfter {
+		return 0
+	}
+	return d
 }
 
 // cleanText makes b valid UTF-8 of at most limit bytes: a rune cut at the end

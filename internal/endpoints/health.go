@@ -212,6 +212,23 @@ func (c HealthConfig) OutcomeOp(it store.Item, ok bool, now time.Time) (store.Op
 	return up, true
 }
 
+// GoneOp is the update that records a 410 Gone on the endpoint whose item
+// was read as it: a failed attempt that disables it at once
+// (disabledReason "gone"), unless it is disabled already.
+func (c HealthConfig) GoneOp(it store.Item, now time.Time) store.Op {
+	up, _ := c.OutcomeOp(it, false, now)
+	if HealthOf(it).Status == tally.EndpointDisabled {
+		return up
+	}
+	ms := strconv.FormatInt(now.UnixMilli(), 10)
+	if up.Set == nil {
+		up.Set = map[string]string{}
+	}
+	up.Set["status"], up.Set["disabledReason"], up.Set["disabledAt"], up.Set["statusChangedAt"] = tally.EndpointDisabled, tally.DisabledGone, ms, ms
+	up.Conds = []store.Cond{store.Exists(), store.NumEquals("rev", HealthOf(it).Rev)}
+	return up
+}
+
 // OutcomesOp is OutcomeOp for the outcomes of several attempts recorded
 // together, taken in turn: one update. When more than one outcome writes,
 // it holds only on the endpoint as read (rev), as the later ones were

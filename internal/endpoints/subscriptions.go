@@ -2,6 +2,8 @@ package endpoints
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"slices"
 	"strings"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/tally-hq/tally/internal/ssrf"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/validate"
+	"github.com/tally-hq/tally/webhook"
 )
 
 // maxSubscriptions bounds a brand's webhook subscriptions; every event reads
@@ -24,14 +27,18 @@ const maxSubscriptions = 50
 
 // SubscriptionInput is the body of POST /api/public/webhooks.
 type SubscriptionInput struct {
-	URL    *string  `json:"url"`
-	Events []string `json:"events"`
-	Secret *string  `json:"secret"`
+	URL                *string  `json:"url"`
+	Events             []string `json:"events"`
+	Secret             *string  `json:"secret"`
+	SignatureScheme    *string  `json:"signatureScheme"`
+	SignatureAlgorithm *string  `json:"signatureAlgorithm"`
 }
 
 // SubscriptionRecord is the stored subscription, with its signing secret.
 type SubscriptionRecord struct {
 	tally.Subscription
+	// Secret signs: any string for the tally scheme, a whsec_ secret for
+	// standard-webhooks with hmac-sha256, a whsk_ signing key for ed25519.
 	Secret string `json:"secret,omitempty"`
 	// PreviousSecret is a rotated-out secret that signs next to Secret
 	// until PreviousSecretExpiresAt.
@@ -51,6 +58,9 @@ func (r SubscriptionRecord) SigningSecrets(now time.Time) []string {
 }
 
 func (r *SubscriptionRecord) FromItem(it store.Item) {
+	if r.SignatureScheme == "" {
+		r.SignatureScheme = tally.SchemeTally // stored before there were schemes
+	}
 	h := HealthOf(it)
 	r.EndpointHealth, r.UpdatedAt = h.Public(), h.UpdatedAt(r.UpdatedAt)
 }
@@ -65,11 +75,44 @@ func (in SubscriptionInput) validate(checkURL func(string) error) error {
 	if len(in.Events) == 0 {
 		return validate.Invalid("events is required: a non-empty list of event names from /api/public/webhook-events.")
 	}
-	return validate.First(checkEvents(in.Events), checkSecret(in.Secret))
+	if err := validate.First(checkEvents(in.Events), checkScheme(in.SignatureScheme, in.SignatureAlgorithm)); err != nil {
+		return err
+	}
+	sch, alg := scheme(in.SignatureScheme, in.SignatureAlgorithm)
+	return checkSecret(sch, alg, in.Secret)
+}
+
+// scheme is the signature scheme and algorithm a subscription input asks
+// for: tally unless said, and hmac-sha256 for standard-webhooks unless said.
+func scheme(schemeIn, algorithmIn *string) (scheme, algorithm string) {
+	scheme = validate.Deref(schemeIn, tally.SchemeTally)
+	if scheme == tally.SchemeStandardWebhooks {
+		algorithm = validate.Deref(algorithmIn, tally.AlgorithmHMAC)
+	}
+	return scheme, algorithm
+}
+
+func checkScheme(scheme, algorithm *string) error {
+	if scheme != nil && *scheme != tally.SchemeTally && *scheme != tally.SchemeStandardWebhooks {
+		return validate.InvalidField("signatureScheme", "signatureScheme must be %q or %q.", tally.SchemeTally, tally.SchemeStandardWebhooks)
+	}
+	if algorithm == nil {
+		return nil
+	}
+	if scheme == nil || *scheme != tally.SchemeStandardWebhooks {
+		return validate.InvalidField("signatureAlgorithm", "signatureAlgorithm is for signatureScheme %q only.", tally.SchemeStandardWebhooks)
+	}
+	if *algorithm != tally.AlgorithmHMAC && *algorithm != tally.AlgorithmEd25519 {
+		return validate.InvalidField("signatureAlgorithm", "signatureAlgorithm must be %q or %q.", tally.AlgorithmHMAC, tally.AlgorithmEd25519)
+	}
+	return nil
 }
 
 func checkEvents(events []string) error {
 	for i, name := range events {
+		if name == tally.EventWebhookTest {
+			return validate.Invalid("events[%d]: %q is sent by the test button (POST /api/public/webhooks/{id}/test) only; it cannot be subscribed to.", i, name)
+		}
 		if !catalog.Known(name) {
 			return validate.Invalid("events[%d]: %q is not an event; see /api/public/webhook-events.", i, name)
 		}
@@ -80,8 +123,19 @@ func checkEvents(events []string) error {
 	return nil
 }
 
-func checkSecret(secret *string) error {
-	if secret != nil {
+// checkSecret checks a secret given for a subscription of the scheme and
+// algorithm.
+func checkSecret(scheme, algorithm string, secret *string) error {
+	switch {
+	case secret == nil:
+	case algorithm == tally.AlgorithmEd25519:
+		return validate.InvalidField("secret", "secret is not taken with signatureAlgorithm %q: Tally keeps the private key and shows publicKey (rotate it with POST /api/public/webhooks/{id}/rotate).", tally.AlgorithmEd25519)
+	case scheme == tally.SchemeStandardWebhooks:
+		if webhook.CheckSecret(*secret) != nil {
+			return validate.InvalidField("secret", "secret must be %s followed by the standard base64 of %d to %d random bytes (or leave it out and Tally makes one).",
+				webhook.SecretPrefix, webhook.MinSecretBytes, webhook.MaxSecretBytes)
+		}
+	default:
 		if n := utf8.RuneCountInString(*secret); n < 16 || n > 256 || strings.TrimSpace(*secret) != *secret {
 			return validate.Invalid("secret must be 16 to 256 characters without leading or trailing spaces.")
 		}
@@ -89,17 +143,43 @@ func checkSecret(secret *string) error {
 	return nil
 }
 
-// CreateSubscription subscribes a URL of the brand to events. The secret, if
-// any, is stored for signing and never returned.
+// newKey makes the signing key of a standard-webhooks subscription: a
+// whsec_ secret of 32 random bytes, or an Ed25519 whsk_ key and its whpk_
+// public key.
+func newKey(algorithm string) (key, publicKey string) {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	if algorithm == tally.AlgorithmEd25519 {
+		key = webhook.SigningKeyPrefix + base64.StdEncoding.EncodeToString(b)
+		publicKey, _ = webhook.PublicKey(key) // well formed: made just now
+		return key, publicKey
+	}
+	return webhook.SecretPrefix + base64.StdEncoding.EncodeToString(b), ""
+}
+
+// CreateSubscription subscribes a URL of the brand to events. A secret
+// given is stored for signing and never returned; a standard-webhooks
+// subscription without one gets a whsec_ secret, shown in this answer only,
+// or, with ed25519, a signing key whose publicKey it shows.
 func (s *Service) CreateSubscription(ctx context.Context, brandID string, in SubscriptionInput) (tally.Subscription, error) {
 	if err := in.validate(s.checkURL); err != nil {
 		return tally.Subscription{}, err
 	}
 	now := s.db.Now()
+	scheme, algorithm := scheme(in.SignatureScheme, in.SignatureAlgorithm)
 	rec := SubscriptionRecord{
 		Subscription: tally.Subscription{ID: ids.New("sub_", now), BrandID: brandID, URL: *in.URL,
-			Events: in.Events, HasSecret: in.Secret != nil, CreatedAt: tally.NewTime(now), UpdatedAt: tally.NewTime(now)},
+			Events: in.Events, HasSecret: in.Secret != nil, SignatureScheme: scheme, SignatureAlgorithm: algorithm,
+			CreatedAt: tally.NewTime(now), UpdatedAt: tally.NewTime(now)},
 		Secret: validate.Deref(in.Secret, ""),
+	}
+	generated := ""
+	if scheme == tally.SchemeStandardWebhooks && in.Secret == nil {
+		rec.Secret, rec.PublicKey = newKey(algorithm)
+		rec.HasSecret = true
+		if algorithm == tally.AlgorithmHMAC {
+			generated = rec.Secret
+		}
 	}
 	item := newEndpointItem(keys.Subscription(brandID, rec.ID), rec)
 	err := s.events.Transact(ctx,
@@ -113,7 +193,55 @@ func (s *Service) CreateSubscription(ctx context.Context, brandID string, in Sub
 		return tally.Subscription{}, err
 	}
 	rec.FromItem(item)
+	rec.Subscription.Secret = generated
 	return rec.Subscription, nil
+}
+
+// RotateSubscriptionKey gives a standard-webhooks subscription a new
+// signing key: a new whsec_ secret (shown in this answer only) or Ed25519
+// key (its publicKey shown). The key it replaces signs too for
+// SecretRotationWindow. A tally-scheme subscription rotates by PATCH with
+// a new secret.
+func (s *Service) RotateSubscriptionKey(ctx context.Context, brandID, subscriptionID string) (tally.Subscription, error) {
+	if !ids.Valid("sub_", subscriptionID) {
+		return tally.Subscription{}, records.NotFound(store.ErrNotFound, "webhook subscription", subscriptionID)
+	}
+	for {
+		it, rec, err := s.subscriptionItem(ctx, brandID, subscriptionID)
+		if err != nil {
+			return tally.Subscription{}, err
+		}
+		if rec.SignatureScheme != tally.SchemeStandardWebhooks {
+			return tally.Subscription{}, tally.Errorf(tally.ECodeInvalidTransition,
+				"Subscription %s signs with the %q scheme, whose secret is yours: PATCH it with a new secret instead.", subscriptionID, rec.SignatureScheme)
+		}
+		now := s.db.Now()
+		key, publicKey := newKey(rec.SignatureAlgorithm)
+		rec.PreviousSecret, rec.PreviousSecretExpiresAt = rec.Secret, ptrTo(tally.NewTime(now.Add(SecretRotationWindow)))
+		rec.Secret, rec.PublicKey, rec.UpdatedAt = key, publicKey, tally.NewTime(now)
+		err = s.events.Transact(ctx, replaceEndpointRecord(it, rec))
+		if _, raced := store.FailedOp(err); raced {
+			continue
+		}
+		if err != nil {
+			return tally.Subscription{}, err
+		}
+		if publicKey == "" {
+			rec.Subscription.Secret = key
+		}
+		return rec.Subscription, nil
+	}
+}
+
+// subscriptionItem reads a subscription's item and record, for a change
+// conditioned on the item as read.
+func (s *Service) subscriptionItem(ctx context.Context, brandID, subscriptionID string) (store.Item, SubscriptionRecord, error) {
+	var rec SubscriptionRecord
+	it, err := s.db.Get(ctx, keys.Subscription(brandID, subscriptionID))
+	if err != nil {
+		return it, rec, records.NotFound(err, "webhook subscription", subscriptionID)
+	}
+	return it, rec, records.Decode(it, &rec)
 }
 
 // Subscription returns one of the brand's subscriptions.
@@ -224,22 +352,24 @@ func (s *Service) UpdateSubscription(ctx context.Context, brandID, subscriptionI
 	if in.Events != nil && len(in.Events) == 0 {
 		return tally.Subscription{}, validate.Invalid("events must name at least one event from /api/public/webhook-events.")
 	}
-	if err := validate.First(checkEvents(in.Events), checkSecret(in.Secret)); err != nil {
+	if err := validate.First(checkEvents(in.Events), checkScheme(in.SignatureScheme, in.SignatureAlgorithm)); err != nil {
 		return tally.Subscription{}, err
 	}
 	if !ids.Valid("sub_", subscriptionID) {
 		return tally.Subscription{}, records.NotFound(store.ErrNotFound, "webhook subscription", subscriptionID)
 	}
 	for {
-		it, err := s.db.Get(ctx, keys.Subscription(brandID, subscriptionID))
+		it, rec, err := s.subscriptionItem(ctx, brandID, subscriptionID)
 		if err != nil {
-			return tally.Subscription{}, records.NotFound(err, "webhook subscription", subscriptionID)
-		}
-		var rec SubscriptionRecord
-		if err := records.Decode(it, &rec); err != nil {
 			return tally.Subscription{}, err
 		}
 		now := s.db.Now()
+		if err := checkSchemeUnchanged(rec, in); err != nil {
+			return tally.Subscription{}, err
+		}
+		if err := checkSecret(rec.SignatureScheme, rec.SignatureAlgorithm, in.Secret); err != nil {
+			return tally.Subscription{}, err
+		}
 		if rec.PreviousSecretExpiresAt != nil && !now.Before(rec.PreviousSecretExpiresAt.Time) {
 			rec.PreviousSecret, rec.PreviousSecretExpiresAt = "", nil
 		}
@@ -271,6 +401,19 @@ func (s *Service) UpdateSubscription(ctx context.Context, brandID, subscriptionI
 		}
 		return rec.Subscription, nil
 	}
+}
+
+// checkSchemeUnchanged refuses a change of signature scheme or algorithm:
+// receivers verify with one, so a new one is a new subscription, made
+// beside the old until the receiver has switched.
+func checkSchemeUnchanged(rec SubscriptionRecord, in SubscriptionInput) error {
+	if in.SignatureScheme != nil && *in.SignatureScheme != rec.SignatureScheme {
+		return validate.InvalidField("signatureScheme", "signatureScheme cannot change (it is %q): create another subscription with the new scheme and delete this one once the receiver has switched.", rec.SignatureScheme)
+	}
+	if in.SignatureAlgorithm != nil && *in.SignatureAlgorithm != rec.SignatureAlgorithm {
+		return validate.InvalidField("signatureAlgorithm", "signatureAlgorithm cannot change: create another subscription with the new algorithm and delete this one once the receiver has switched.")
+	}
+	return nil
 }
 
 // StoredSubscription is a stored subscription: its record and its item (the

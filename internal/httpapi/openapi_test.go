@@ -441,17 +441,20 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	refusing := newOASReceiver(t, http.StatusInternalServerError, "receiver down")
 	hooks := "/api/public/webhooks"
 	secret := "whsec_" + strings.Repeat("7f3a", 6)
+	// Every event a subscription may list: all but webhook.test, which
+	// its button sends.
+	subscribable := slices.DeleteFunc(catalog.Names(), func(n string) bool { return n == tally.EventWebhookTest })
 	subAll := oasAs[tally.Subscription](t, withKey(oasCall{method: "POST", path: hooks, status: 201, body: map[string]any{
-		"url": accepting.srv.URL + "/tally?source=oas", "events": catalog.Names(), "secret": secret,
+		"url": accepting.srv.URL + "/tally?source=oas", "events": subscribable, "secret": secret,
 	}}))
 	subFail := oasAs[tally.Subscription](t, withKey(oasCall{method: "POST", path: hooks, status: 201, body: map[string]any{
 		"url": refusing.srv.URL, "events": []string{"partner.banned"},
 	}}))
 	gone := withKey(oasCall{method: "POST", path: hooks, status: 201, body: map[string]any{
-		"url": strings.Replace(accepting.srv.URL, "127.0.0.1", "localhost", 1) + "/gone", "events": []string{"webhook.test"}, "secret": "a secret, with spaces inside",
+		"url": strings.Replace(accepting.srv.URL, "127.0.0.1", "localhost", 1) + "/gone", "events": []string{"cap.reached"}, "secret": "a secret, with spaces inside",
 	}})
 	subGone := oasAs[tally.Subscription](t, gone)
-	if !subAll.HasSecret || subFail.HasSecret || !slices.Equal(subAll.Events, catalog.Names()) || subAll.BrandID != brand.ID {
+	if !subAll.HasSecret || subFail.HasSecret || !slices.Equal(subAll.Events, subscribable) || subAll.BrandID != brand.ID {
 		t.Errorf("subscriptions: %+v, %+v", subAll, subFail)
 	}
 	if strings.Contains(string(gone.body), "secret,") || strings.Contains(string(gone.body), `"secret"`) {
@@ -1125,6 +1128,20 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 		t.Errorf("enabled: %+v", enabled.EndpointHealth)
 	}
 	withKey(oasCall{method: "POST", path: hooks + "/" + noSub + "/enable", status: 404, code: "not_found"})
+	// Standard Webhooks subscriptions: one shows the secret Tally made,
+	// once; the other its Ed25519 public key, new after a rotation.
+	stdHMAC := oasAs[tally.Subscription](t, withKey(oasCall{method: "POST", path: hooks, status: 201, body: map[string]any{
+		"url": accepting.srv.URL + "/std", "events": []string{"cap.reached"}, "signatureScheme": "standard-webhooks"}}))
+	stdEd := oasAs[tally.Subscription](t, withKey(oasCall{method: "POST", path: hooks, status: 201, body: map[string]any{
+		"url": accepting.srv.URL + "/ed", "events": []string{"cap.reached"}, "signatureScheme": "standard-webhooks", "signatureAlgorithm": "ed25519"}}))
+	if rotated := oasAs[tally.Subscription](t, withKey(oasCall{method: "POST", path: hooks + "/" + stdEd.ID + "/rotate", status: 200})); stdHMAC.Secret == "" || rotated.PublicKey == stdEd.PublicKey {
+		t.Errorf("standard-webhooks: secret %q shown at creation; public key %s rotated to %s", stdHMAC.Secret, stdEd.PublicKey, rotated.PublicKey)
+	}
+	withKey(oasCall{method: "POST", path: hooks + "/" + noSub + "/rotate", status: 404, code: "not_found"})
+	withKey(oasCall{method: "POST", path: hooks + "/" + subFail.ID + "/rotate", status: 409, code: "invalid_transition"})
+	for _, id := range []string{stdHMAC.ID, stdEd.ID} {
+		withKey(oasCall{method: "DELETE", path: hooks + "/" + id, status: 200})
+	}
 	withKey(oasCall{method: "POST", path: hooks + "/" + noSub + "/recover", status: 404, code: "not_found", body: since})
 	for _, body := range []any{map[string]any{}, map[string]any{"since": now.Add(time.Hour).Format(time.RFC3339)}} {
 		withKey(oasCall{method: "POST", path: hooks + "/" + subFail.ID + "/recover", status: 422, code: "validation_error", invalid: len(body.(map[string]any)) == 0, body: body})
@@ -1200,6 +1217,7 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 		{method: "POST", path: hooks + "/" + subAll.ID + "/test"},
 		{method: "PATCH", path: hooks + "/" + subAll.ID, body: map[string]any{"events": []string{"cap.reached"}}},
 		{method: "POST", path: hooks + "/" + subAll.ID + "/enable"},
+		{method: "POST", path: hooks + "/" + subAll.ID + "/rotate"},
 		{method: "POST", path: hooks + "/" + subAll.ID + "/recover", body: since},
 		{method: "PUT", path: postback, body: pbBody},
 		{method: "GET", path: postback},
@@ -1302,8 +1320,8 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	if missing := o.unseen(); len(missing) > 0 {
 		t.Errorf("documented answers the session never produced (operationId status):\n  %s", strings.Join(missing, "\n  "))
 	}
-	if ops := o.operations(); len(ops) != 51 {
-		t.Errorf("the document has %d operations, want the 51 routes of the API besides /_admin: %v", len(ops), ops)
+	if ops := o.operations(); len(ops) != 52 {
+		t.Errorf("the document has %d operations, want the 52 routes of the API besides /_admin: %v", len(ops), ops)
 	} else {
 		t.Logf("checked %d exchanges against %d operations of %s", o.calls, len(ops), oasPath)
 	}

@@ -72,7 +72,12 @@ func newPipelineEnv(t *testing.T, st store.Store, opts ...service.Option) *pipel
 // newPipelineEnvLogging is newPipelineEnv whose API logs to log (nil:
 // nowhere).
 func newPipelineEnvLogging(t *testing.T, st store.Store, log *slog.Logger, opts ...service.Option) *pipelineEnv {
-	clock := testenv.NewClock(testenv.Start())
+	return newPipelineEnvAt(t, st, testenv.Start(), log, opts...)
+}
+
+// newPipelineEnvAt is newPipelineEnvLogging with the clock starting at start.
+func newPipelineEnvAt(t *testing.T, st store.Store, start time.Time, log *slog.Logger, opts ...service.Option) *pipelineEnv {
+	clock := testenv.NewClock(start)
 	sender := delivery.NewSender(delivery.Options{AllowLoopback: true, Now: clock.Now, Timeout: 5 * time.Second})
 	e := newEnv(t, st, httpapi.Config{RateLimit: 1_000_000, Logger: log}, append(opts, service.WithClock(clock.Now), service.WithLoopbackReceivers(),
 		service.WithPipeline(sender, 8, slog.New(slog.DiscardHandler)))...)
@@ -465,7 +470,7 @@ func TestSecretRotationSignsWithBothSecretsForADay(t *testing.T) {
 		}
 		const newSecret = "whsec_the_new_one_0123"
 		var got tally.Subscription
-		e.must(200, e.call("PATCH", path, key, map[string]any{"secret": newSecret, "events": []string{"cap.reached", "webhook.test"}})).decode(t, &got)
+		e.must(200, e.call("PATCH", path, key, map[string]any{"secret": newSecret, "events": []string{"cap.reached", "partner.banned"}})).decode(t, &got)
 		if got.PreviousSecretExpiresAt == nil || !got.PreviousSecretExpiresAt.Equal(e.clock.Now().Add(24*time.Hour)) || len(got.Events) != 2 || got.URL != rcv.srv.URL {
 			t.Fatalf("PATCH answered %+v", got)
 		}

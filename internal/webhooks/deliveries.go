@@ -674,7 +674,7 @@ func (s *Engine) requestTo(rec endpoints.DeliveryRecord, sub *endpoints.Subscrip
 		return req
 	}
 	req.Body = envelope
-	req.Secrets = sub.SigningSecrets(s.db.Now())
+	req.Secrets, req.Scheme = sub.SigningSecrets(s.db.Now()), sub.SignatureScheme
 	return req
 }
 
@@ -708,7 +708,9 @@ func (s *Engine) recordAttempt(ctx context.Context, rec endpoints.DeliveryRecord
 	for {
 		ops := []store.Op{record}
 		if ep != nil && at != nil {
-			if health, ok := s.health.OutcomeOp(*ep, at.Succeeded(), now); ok {
+			if at.Gone() {
+				ops = append(ops, s.health.GoneOp(*ep, now))
+			} else if health, ok := s.health.OutcomeOp(*ep, at.Succeeded(), now); ok {
 				ops = append(ops, health)
 			}
 		}
@@ -751,6 +753,11 @@ func (s *Engine) withAttempt(rec endpoints.DeliveryRecord, at *tally.Attempt, no
 	case at.Succeeded():
 		rec.Attempts = append(rec.Attempts, *at)
 		rec.Status = tally.DeliverySucceeded
+	case at.Gone():
+		// The receiver says the endpoint is gone for good (its health
+		// disables it): asking again would be asking a closed door.
+		rec.Attempts = append(rec.Attempts, *at)
+		rec.Status = tally.DeliveryFailed
 	case at.Error == tally.AttemptBlocked:
 		// The SSRF guard refused the receiver's address: asking again
 		// would be refused again (or, after a DNS change, reach an
@@ -763,7 +770,9 @@ func (s *Engine) withAttempt(rec endpoints.DeliveryRecord, at *tally.Attempt, no
 		if made := len(rec.Attempts) - rec.CycleStart; made >= MaxAttempts {
 			rec.Status = tally.DeliveryFailed
 		} else {
-			rec.NextAttemptAt = ptrTo(tally.NewTime(now.Add(s.retryWait(made))))
+			// A receiver's Retry-After is honoured as given (not scaled),
+			// when it asks for longer than the schedule.
+			rec.NextAttemptAt = ptrTo(tally.NewTime(now.Add(max(s.retryWait(made), at.RetryAfter))))
 		}
 	}
 	return rec
@@ -776,8 +785,10 @@ func (s *Engine) retryWait(made int) time.Duration {
 
 func (s *Engine) resultOf(rec endpoints.DeliveryRecord) AttemptResult {
 	res := AttemptResult{Status: rec.Status, Attempts: len(rec.Attempts) - rec.CycleStart, Cycle: rec.CycleStart}
-	if rec.Status == tally.DeliveryPending && res.Attempts > 0 {
-		res.RetryIn = s.retryWait(res.Attempts)
+	if rec.Status == tally.DeliveryPending && res.Attempts > 0 && rec.NextAttemptAt != nil {
+		// The wait decided when the attempt was recorded: the schedule's,
+		// or longer when the receiver asked (Retry-After).
+		res.RetryIn = rec.NextAttemptAt.Sub(rec.UpdatedAt.Time)
 	}
 	return res
 }
