@@ -10,6 +10,7 @@
 package lambdafn
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -29,6 +30,18 @@ const (
 	EnvRetryStateMachineARN = "TALLY_RETRY_STATE_MACHINE_ARN" // deliver starts it
 	EnvDeliverConcurrency   = "TALLY_DELIVER_MAX_CONCURRENCY" // deliver's batches at once: the reconciler's backlog threshold follows it
 )
+
+// StopAt is when a run that must end by ctx's deadline starts no more
+// work: margin before it, kept for finishing what is under way, or a
+// quarter of the time left when that is less than 4 margins (a short
+// timeout still gets work done). Without a deadline, never.
+func StopAt(ctx context.Context, margin time.Duration) time.Time {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return time.Time{}
+	}
+	return deadline.Add(-min(margin, time.Until(deadline)/4))
+}
 
 // Logger is every function's logger (JSON lines at TALLY_LOG_LEVEL), also
 // made slog's default.

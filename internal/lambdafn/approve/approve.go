@@ -58,7 +58,8 @@ type Func func(context.Context, events.EventBridgeEvent) (Result, error)
 
 // Handler returns the handler of the hold-time approval job: each
 // scheduled event approves pending conversions whose hold time has
-// elapsed, until stopBefore the invocation's deadline, and logs how many.
+// elapsed, until stopBefore the invocation's deadline (lambdafn.StopAt),
+// and logs how many.
 // A run that leaves shards unfinished says so (WARN); the runs that start
 // every minute while it works take the other shards, so a backlog is
 // worked by several runs at once (docs/aws.md, "Capacity"). The event's
@@ -82,11 +83,7 @@ func Handler(approver Approver, log *slog.Logger) Func {
 			l = l.With("eventId", ev.ID)
 		}
 		start := time.Now()
-		var stop time.Time
-		if d, ok := ctx.Deadline(); ok {
-			stop = d.Add(-stopBefore)
-		}
-		run, err := approver.ApproveDueBy(ctx, stop)
+		run, err := approver.ApproveDueBy(ctx, lambdafn.StopAt(ctx, stopBefore))
 		res := Result(run)
 		attrs := []any{"approved", run.Approved, "unfinished", run.Unfinished, "busy", run.Busy, "durationMs", time.Since(start).Milliseconds()}
 		switch {

@@ -276,11 +276,10 @@ func (r Reconciler) Handler(engine *webhooks.Engine, q ReconcileQueue, queueURL 
 
 // stopAt is when a run starts nothing more (Margin).
 func (r Reconciler) stopAt(ctx context.Context) time.Time {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		return time.Now().Add(100 * 365 * 24 * time.Hour)
+	if stop := lambdafn.StopAt(ctx, r.Margin); !stop.IsZero() {
+		return stop
 	}
-	return deadline.Add(-min(r.Margin, time.Until(deadline)/4))
+	return time.Now().Add(100 * 365 * 24 * time.Hour)
 }
 
 // sweep re-drives what Engine.Sweep finds, a page at a time, until it has
