@@ -178,7 +178,7 @@ func TestPhoneReachesEverything(t *testing.T) {
 			"phone-reports": "/dashboard/reports?time=day&offer=1&partner=1",
 		} {
 			b.atBothWidths(path, name, func(w int64) {
-				if off := b.offscreen("header nav a"); len(off) > 0 {
+				if off := b.offscreen("header nav a, main nav.tabs a"); len(off) > 0 {
 					t.Errorf("%s at %d px: navigation links out of view: %v", path, w, off)
 				}
 				if off := b.offscreen("main td button, main td, main th"); len(off) > 0 {
