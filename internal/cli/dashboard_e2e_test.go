@@ -662,7 +662,8 @@ func dashboardScenario(t *testing.T, environ []string, shots string) {
 		t.Errorf("the key's row after a request: %q; want last used just now", used)
 	}
 	b.shot("keys")
-	b.submit(`tr[data-key="`+keyRow+`"] form button`, `^/dashboard/settings/keys$`)
+	b.submit(`tr[data-key="`+keyRow+`"] form button`, `^/dashboard/settings/keys/.*/revoke$`)
+	b.submit(`[data-confirm] form button`, `^/dashboard/settings/keys$`) // revoking asks first
 	s.call(t, "GET", "/api/v1/offers", newKey, nil).expect(t, "GET /api/v1/offers with the revoked key", 401)
 
 	// --- Reports, and the CSV download.

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"math"
+	"strconv"
 	"time"
 )
 
@@ -53,21 +54,29 @@ type point struct {
 func newChart(title string, points []point, format func(float64) string) chart {
 	const (
 		width, height = 720, 240
-		left, right   = 64.0, 8.0
+		right         = 8.0
 		top, bottom   = 12.0, 28.0
+		// A character of a gridline's value at most, in the viewBox's
+		// units: the axis font is 24 units on a phone (app.css).
+		charWidth = 15.0
 	)
-	c := chart{Title: title, Width: width, Height: height, PlotLeft: left, GridLabelX: left - 8, LabelY: height - 8}
 	top0 := 0.0
 	for _, p := range points {
 		top0 = math.Max(top0, p.Value)
 	}
-	c.Empty = top0 == 0
 	scaleTop := niceCeil(top0)
 	plotH := height - top - bottom
+	var grid []gridline
+	longest := 0
 	for i := 0; i <= 4; i++ {
 		v := scaleTop * float64(i) / 4
-		c.Grid = append(c.Grid, gridline{Y: height - bottom - plotH*float64(i)/4, Label: format(v)})
+		grid = append(grid, gridline{Y: height - bottom - plotH*float64(i)/4, Label: format(v)})
+		longest = max(longest, len(grid[i].Label))
 	}
+	// The plot starts where the longest value ends, so none is cut off.
+	left := math.Max(40, charWidth*float64(longest)+12)
+	c := chart{Title: title, Width: width, Height: height, PlotLeft: left, GridLabelX: left - 8, LabelY: height - 8,
+		Grid: grid, Empty: top0 == 0}
 	if len(points) == 0 {
 		return c
 	}
@@ -95,6 +104,19 @@ func newChart(title string, points []point, format func(float64) string) chart {
 		c.Labels = append(c.Labels, l)
 	}
 	return c
+}
+
+// compact writes a gridline's value briefly: 950, 2.5, 12.5k, 1.25M.
+func compact(v float64) string {
+	for _, u := range []struct {
+		size   float64
+		suffix string
+	}{{1e9, "B"}, {1e6, "M"}, {1e3, "k"}} {
+		if math.Abs(v) >= u.size {
+			return strconv.FormatFloat(math.Round(v/u.size*100)/100, 'f', -1, 64) + u.suffix
+		}
+	}
+	return strconv.FormatFloat(math.Round(v*100)/100, 'f', -1, 64)
 }
 
 // niceCeil rounds v up to 1, 2 or 5 times a power of ten (at least 4, so

@@ -61,7 +61,8 @@ func (d *Dashboard) clicks(w http.ResponseWriter, r *request) error {
 		if !isCode(err, tally.ECodeValidation) {
 			return err
 		}
-		data.Error, data.ErrorField = tally.ErrorMessage(err), fieldOf(err, "offerId", "partnerId", "minScore", "from", "to")
+		data.ErrorField = fieldOf(err, "offerId", "partnerId", "minScore", "from", "to")
+		data.Error = filterMessage(err, data.ErrorField)
 		renderStatus(w, http.StatusUnprocessableEntity, "clicks", r.view("Clicks", "clicks", data))
 		return nil
 	}

@@ -13,6 +13,7 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -29,7 +30,12 @@ import (
 	"github.com/tally-hq/tally/internal/testenv"
 )
 
-func TestMain(m *testing.M) { dynamotest.Main(m) }
+// TestMain stops DynamoDB Local and the browser the tests started.
+func TestMain(m *testing.M) {
+	code := dynamotest.Run(m)
+	stopBrowser()
+	os.Exit(code)
+}
 
 type site struct {
 	t       testing.TB

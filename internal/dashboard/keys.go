@@ -62,6 +62,11 @@ func (d settingsPages) createKey(w http.ResponseWriter, r *request) error {
 }
 
 func (d settingsPages) revokeKey(w http.ResponseWriter, r *request) error {
+	if !confirmed(w, r, confirmation{Active: "settings", Heading: "Revoke this API key?",
+		Message: "Every request with it is refused from now on, and a revoked key cannot be restored: the systems that use it need a new one.",
+		Button:  "Revoke the key", Cancel: "/dashboard/settings/keys"}) {
+		return nil
+	}
 	if _, err := d.svc.Identity.DeleteAPIKey(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
 		return err
 	}

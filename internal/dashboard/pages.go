@@ -1,9 +1,12 @@
 package dashboard
 
 import (
+	"cmp"
 	"context"
 	"html/template"
+	"math"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/tally-hq/tally"
@@ -25,8 +28,7 @@ type overviewData struct {
 	Pending                int64
 	Revenue, Payout        []amount
 	ClickChart, Chart      chart
-	RevenueChart           chart
-	PayoutChart            chart
+	MoneyCharts            []chart // revenue, then payout, of each currency
 	Applications           int
 	ApplicationsMore       bool
 	Recent                 []conversionRow
@@ -53,7 +55,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *request) error {
 	if err != nil {
 		return err
 	}
-	data.ClickChart, data.Chart, data.RevenueChart, data.PayoutChart = dayCharts(month)
+	data.ClickChart, data.Chart, data.MoneyCharts = dayCharts(month)
 	applied, more, err := d.svc.Partners.Partners(ctx, r.brandID(), tally.PartnerApplied, records.ListParams{Limit: 20})
 	if err != nil {
 		return err
@@ -71,9 +73,9 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *request) error {
 }
 
 // dayCharts draws clicks and conversions per day, and the revenue and
-// payout per day of the currency with the most revenue (none when nothing
-// was earned).
-func dayCharts(rep reports.Report) (clicks, conversions, revenue, payout chart) {
+// payout per day of each currency that earned any, the one with the most
+// revenue first: amounts in two currencies do not add up.
+func dayCharts(rep reports.Report) (clicks, conversions chart, moneyCharts []chart) {
 	per := countsBy{}
 	money := map[string]map[string][2]int64{} // currency → day → revenue, payout
 	totals := map[string]int64{}
@@ -88,23 +90,26 @@ func dayCharts(rep reports.Report) (clicks, conversions, revenue, payout chart) 
 	}
 	order := days(rep.From, rep.To)
 	clicks, conversions = countCharts("day", order, per)
-	currency := ""
-	for c, t := range totals {
-		if currency == "" || t > totals[currency] || (t == totals[currency] && c < currency) {
-			currency = c
+	var currencies []string
+	for c := range money {
+		currencies = append(currencies, c)
+	}
+	slices.SortFunc(currencies, func(a, b string) int {
+		return cmp.Or(cmp.Compare(totals[b], totals[a]), cmp.Compare(a, b))
+	})
+	var charts []chart
+	for _, currency := range currencies {
+		var rp, pp []point
+		for _, day := range order {
+			m := money[currency][day]
+			rp = append(rp, point{Label: day[5:], Value: float64(m[0]), Tip: day + ": " + moneyOf(m[0], currency) + " revenue"})
+			pp = append(pp, point{Label: day[5:], Value: float64(m[1]), Tip: day + ": " + moneyOf(m[1], currency) + " payout"})
 		}
+		unit := math.Pow10(digits(currency))
+		in := func(v float64) string { return compact(v / unit) }
+		charts = append(charts, newChart("Revenue per day ("+currency+")", rp, in), newChart("Payout per day ("+currency+")", pp, in))
 	}
-	if currency == "" {
-		return clicks, conversions, chart{}, chart{}
-	}
-	var rp, pp []point
-	for _, day := range order {
-		m := money[currency][day]
-		rp = append(rp, point{Label: day[5:], Value: float64(m[0]), Tip: day + ": " + moneyOf(m[0], currency) + " revenue"})
-		pp = append(pp, point{Label: day[5:], Value: float64(m[1]), Tip: day + ": " + moneyOf(m[1], currency) + " payout"})
-	}
-	in := func(v float64) string { return moneyIn(int64(v), currency) }
-	return clicks, conversions, newChart("Revenue per day ("+currency+")", rp, in), newChart("Payout per day ("+currency+")", pp, in)
+	return clicks, conversions, charts
 }
 
 // page is a list page's paging: the next page's cursor, if any, and the
@@ -158,6 +163,23 @@ func (d *Dashboard) partnerAction(w http.ResponseWriter, r *request) error {
 	if do == nil {
 		return tally.Errorf(tally.ECodeNotFound, "No such action.")
 	}
+	switch r.PathValue("action") {
+	case "reject", "ban":
+		p, err := d.svc.Partners.Partner(r.Context(), r.brandID(), r.PathValue("id"))
+		if err != nil {
+			return err
+		}
+		c := confirmation{Active: "partners", Heading: "Reject the application of " + p.Name + "?",
+			Message: "They cannot apply again with this e-mail address, and the rejection cannot be undone here.",
+			Button:  "Reject the application", Cancel: "/dashboard/partners/" + p.ID}
+		if r.PathValue("action") == "ban" {
+			c.Heading, c.Button = "Ban "+p.Name+"?", "Ban the partner"
+			c.Message = "Their tracking links stop recording clicks and their conversions are refused from now on. A ban cannot be undone here."
+		}
+		if !confirmed(w, r, c) {
+			return nil
+		}
+	}
 	p, err := do(r.Context(), r.brandID(), r.PathValue("id"))
 	if err != nil {
 		return err
@@ -169,7 +191,7 @@ func (d *Dashboard) partnerAction(w http.ResponseWriter, r *request) error {
 // backTo is where a form asked to return to (a dashboard page), or def.
 func backTo(r *request, def string) string {
 	if b := r.PostFormValue("back"); b != "" && localNext(b) == b {
-		return b
+		return withoutNotice(b)
 	}
 	return def
 }
@@ -273,23 +295,31 @@ type conversionsData struct {
 	Statuses []string
 	Page     page
 	Back     string
+	// A filter the list refused, and the field it is about.
+	Error, ErrorField string
 }
 
 func (d *Dashboard) conversions(w http.ResponseWriter, r *request) error {
 	q := r.URL.Query()
 	f := conversions.ConversionFilter{Status: q.Get("status"), OfferID: q.Get("offerId"), PartnerID: q.Get("partnerId"), From: q.Get("from"), To: q.Get("to")}
-	cs, next, err := d.svc.Conversions.Conversions(r.Context(), r.brandID(), f, records.ListParams{Cursor: q.Get("cursor")})
-	if err != nil {
-		return err
-	}
 	dir, err := d.directory(r)
 	if err != nil {
 		return err
 	}
-	render(w, "conversions", r.view("Conversions", "conversions", conversionsData{
-		Rows: namedRows(cs, dir.names), Filter: f, Offers: dir.offerPicker(f.OfferID), Partners: dir.partnerPicker(f.PartnerID), Page: pageOf(r, next), Back: r.URL.RequestURI(),
-		Statuses: []string{tally.ConversionPending, tally.ConversionApproved, tally.ConversionRejected},
-	}))
+	data := conversionsData{Filter: f, Offers: dir.offerPicker(f.OfferID), Partners: dir.partnerPicker(f.PartnerID), Back: r.URL.RequestURI(),
+		Statuses: []string{tally.ConversionPending, tally.ConversionApproved, tally.ConversionRejected}}
+	cs, next, err := d.svc.Conversions.Conversions(r.Context(), r.brandID(), f, records.ListParams{Cursor: q.Get("cursor")})
+	if err != nil {
+		if !isCode(err, tally.ECodeValidation) {
+			return err
+		}
+		data.ErrorField = fieldOf(err, "status", "offerId", "partnerId", "from", "to")
+		data.Error = filterMessage(err, data.ErrorField)
+		renderStatus(w, http.StatusUnprocessableEntity, "conversions", r.view("Conversions", "conversions", data))
+		return nil
+	}
+	data.Rows, data.Page = namedRows(cs, dir.names), pageOf(r, next)
+	render(w, "conversions", r.view("Conversions", "conversions", data))
 	return nil
 }
 
@@ -312,6 +342,17 @@ func (d *Dashboard) conversionAction(w http.ResponseWriter, r *request) error {
 	}[r.PathValue("action")]
 	if do == nil {
 		return tally.Errorf(tally.ECodeNotFound, "No such action.")
+	}
+	if r.PathValue("action") == "reject" {
+		c, err := d.svc.Conversions.Conversion(r.Context(), r.brandID(), r.PathValue("id"))
+		if err != nil {
+			return err
+		}
+		if !confirmed(w, r, confirmation{Active: "conversions", Heading: "Reject this conversion of " + moneyOf(c.RevenueCents, c.Currency) + "?",
+			Message: "The partner is not paid its payout of " + moneyOf(c.PayoutCents, c.Currency) + ", and the rejection cannot be undone.",
+			Button:  "Reject the conversion", Cancel: "/dashboard/conversions/" + c.ID}) {
+			return nil
+		}
 	}
 	c, err := do(r.Context(), r.brandID(), r.PathValue("id"))
 	if err != nil {

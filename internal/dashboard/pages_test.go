@@ -117,7 +117,7 @@ func TestEveryPageRenders(t *testing.T) {
 				t.Errorf("the clicks page lacks %q", want)
 			}
 		}
-		if p := s.get(c, "/dashboard/clicks?minScore=101"); p.status != 422 || !strings.Contains(p.body, "minScore must be a whole number from 0 to 100") {
+		if p := s.get(c, "/dashboard/clicks?minScore=101"); p.status != 422 || !strings.Contains(p.body, "Min score must be a whole number from 0 to 100") {
 			t.Errorf("a bad filter: %d", p.status)
 		}
 		partner := s.get(c, "/dashboard/partners/"+d.partner.ID)
@@ -252,7 +252,14 @@ func TestSettingsAndEditForms(t *testing.T) {
 		if p.status != 200 || !regexp.MustCompile(`data-new-token>tally_pb_[0-9a-f]{48}<`).MatchString(p.body) {
 			t.Errorf("rotating the postback token: %d", p.status)
 		}
-		if p := post("/dashboard/settings/postback-token/delete", url.Values{}); p.status != 303 {
+		// Deleting asks first; the confirmed form deletes.
+		if p := post("/dashboard/settings/postback-token/delete", url.Values{}); p.status != 200 || !strings.Contains(p.body, "data-confirm") {
+			t.Errorf("deleting the postback token without confirming: %d", p.status)
+		}
+		if _, err := s.svc.Identity.PostbackToken(ctx, s.brandID); err != nil {
+			t.Errorf("the token after the confirmation page: %v", err)
+		}
+		if p := post("/dashboard/settings/postback-token/delete", url.Values{"confirm": {"yes"}}); p.status != 303 {
 			t.Errorf("deleting the postback token: %d", p.status)
 		}
 		if _, err := s.svc.Identity.PostbackToken(ctx, s.brandID); tally.ErrorCode(err) != tally.ECodeNotFound {

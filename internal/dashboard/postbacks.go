@@ -110,6 +110,11 @@ func (d endpointPages) postbackAction(w http.ResponseWriter, r *request) error {
 		_, err = d.svc.Endpoints.EnablePostback(ctx, brand, id)
 		done = "postback-enabled"
 	case "delete":
+		if !confirmed(w, r, confirmation{Active: "partners", Heading: "Delete this partner's postback?",
+			Message: "The partner gets no more postbacks, pending retries included, until a new one is set.",
+			Button:  "Delete the postback", Cancel: "/dashboard/partners/" + id}) {
+			return nil
+		}
 		_, err = d.svc.Endpoints.DeletePostback(ctx, brand, id)
 		done = "postback-deleted"
 	default:

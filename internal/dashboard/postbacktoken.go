@@ -55,6 +55,11 @@ func (d settingsPages) createPostbackToken(w http.ResponseWriter, r *request) er
 }
 
 func (d settingsPages) deletePostbackToken(w http.ResponseWriter, r *request) error {
+	if !confirmed(w, r, confirmation{Active: "settings", Heading: "Delete the postback token?",
+		Message: "Postbacks sent with it are refused until you make another token, and the systems that use it need the new one.",
+		Button:  "Delete the token", Cancel: "/dashboard/settings/postback-token"}) {
+		return nil
+	}
 	if _, err := d.svc.Identity.DeletePostbackToken(r.Context(), r.brandID()); err != nil {
 		return err
 	}

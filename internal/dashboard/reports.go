@@ -11,7 +11,8 @@ import (
 	"github.com/tally-hq/tally/internal/reports"
 )
 
-// zones are offered in the time zone field; any IANA name may be typed.
+// zones are offered in the time zone field (and the zone a link asked
+// for, when it is another).
 var zones = []string{
 	"UTC", "America/Los_Angeles", "America/Denver", "America/Chicago", "America/New_York", "America/Sao_Paulo",
 	"Europe/London", "Europe/Paris", "Europe/Berlin", "Europe/Madrid", "Europe/Istanbul", "Africa/Lagos",
@@ -24,10 +25,53 @@ type reportRow struct {
 	OfferName, PartnerName string
 }
 
+// Rate is the conversion rate: conversions per 100 clicks, "—" without
+// clicks.
+func (r reportRow) Rate() string {
+	if r.Clicks == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(r.Conversions)/float64(r.Clicks))
+}
+
+// EPC is the revenue per click, "—" without clicks.
+func (r reportRow) EPC() string {
+	if r.Clicks == 0 {
+		return "—"
+	}
+	return moneyIn((r.RevenueCents+r.Clicks/2)/r.Clicks, r.Currency)
+}
+
+// totals sums rows per currency, in the order the currencies first come.
+func totals(rows []reportRow) []reportRow {
+	var out []reportRow
+	at := map[string]int{}
+	for _, r := range rows {
+		i, ok := at[r.Currency]
+		if !ok {
+			i, at[r.Currency] = len(out), len(out)
+			out = append(out, reportRow{ReportRow: tally.ReportRow{Currency: r.Currency}})
+		}
+		t := &out[i].ReportRow
+		t.Clicks += r.Clicks
+		t.HighRiskClicks += r.HighRiskClicks
+		t.Conversions += r.Conversions
+		t.Pending += r.Pending
+		t.Approved += r.Approved
+		t.Rejected += r.Rejected
+		t.RevenueCents += r.RevenueCents
+		t.PayoutCents += r.PayoutCents
+		t.ProfitCents += r.ProfitCents
+	}
+	return out
+}
+
 type reportsData struct {
 	Query      reportForm
 	Report     reports.Report
 	Rows       []reportRow
+	Totals     []reportRow // per currency
+	Groups     []string    // the rows' grouping columns: Day, Offer, …
 	ClickChart chart
 	Chart      chart
 	Zones      []string
@@ -64,12 +108,16 @@ func readReportForm(q url.Values) (reportForm, reports.ReportQuery) {
 func (d *Dashboard) reports(w http.ResponseWriter, r *request) error {
 	form, rq := readReportForm(r.URL.Query())
 	data := reportsData{Query: form, Zones: zones}
+	if form.Timezone != "" && !contains(zones, form.Timezone) {
+		data.Zones = append([]string{form.Timezone}, zones...)
+	}
 	rep, err := d.svc.Reports.Report(r.Context(), r.brandID(), rq)
 	if err != nil {
 		if !isCode(err, tally.ECodeValidation) {
 			return err
 		}
-		data.Error, data.ErrorField = tally.ErrorMessage(err), fieldOf(err, "from", "to", "timezone", "groupBy")
+		data.ErrorField = fieldOf(err, "from", "to", "timezone", "groupBy")
+		data.Error = filterMessage(err, data.ErrorField)
 		renderStatus(w, http.StatusUnprocessableEntity, "reports", r.view("Reports", "reports", data))
 		return nil
 	}
@@ -80,6 +128,10 @@ func (d *Dashboard) reports(w http.ResponseWriter, r *request) error {
 	}
 	for _, row := range rep.Data {
 		data.Rows = append(data.Rows, reportRow{ReportRow: row, OfferName: dir.names[row.OfferID], PartnerName: dir.names[row.PartnerID]})
+	}
+	data.Totals = totals(data.Rows)
+	for _, g := range rq.GroupBy {
+		data.Groups = append(data.Groups, strings.ToUpper(g[:1])+g[1:])
 	}
 	data.ClickChart, data.Chart = reportCharts(rep, form.Time)
 	data.Query.From, data.Query.To, data.Query.Timezone = rep.From, rep.To, rep.Timezone
@@ -146,7 +198,7 @@ func countCharts(by string, order []string, per countsBy) (clicks, conversions c
 			Tip: fmt.Sprintf("%s: %s clicks, %s high-risk", k, number(c.clicks), number(c.highRisk))})
 		cp = append(cp, point{Label: label, Value: float64(c.conversions), Tip: fmt.Sprintf("%s: %s conversions", k, number(c.conversions))})
 	}
-	count := func(v float64) string { return number(int64(v)) }
+	count := func(v float64) string { return compact(v) }
 	clicks = newChart("Clicks per "+by, kp, count)
 	clicks.PartLabel = "high-risk"
 	return clicks, newChart("Conversions per "+by, cp, count)

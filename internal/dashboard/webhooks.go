@@ -208,6 +208,15 @@ func (d endpointPages) recoverWebhook(w http.ResponseWriter, r *request) error {
 }
 
 func (d endpointPages) deleteWebhook(w http.ResponseWriter, r *request) error {
+	sub, err := d.svc.Endpoints.Subscription(r.Context(), r.brandID(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if !confirmed(w, r, confirmation{Active: "webhooks", Heading: "Delete the webhook to " + sub.URL + "?",
+		Message: "Every delivery to this URL stops, pending retries included, and a deleted webhook cannot be restored.",
+		Button:  "Delete the webhook", Cancel: "/dashboard/webhooks/" + sub.ID}) {
+		return nil
+	}
 	if _, err := d.svc.Endpoints.DeleteSubscription(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
 		return err
 	}
