@@ -193,6 +193,7 @@ func (a *API) routes() []route {
 		{GroupConversions, "GET", "/api/v1/conversions/{id}", authKey, byID(a.svc.Conversions.Conversion)},
 		{GroupConversions, "POST", "/api/v1/conversions/{id}/approve", authKey, byID(a.svc.Conversions.ApproveConversion)},
 		{GroupConversions, "POST", "/api/v1/conversions/{id}/reject", authKey, byID(a.svc.Conversions.RejectConversion)},
+		{GroupConversions, "POST", "/api/v1/conversions/{id}/reverse", authKey, byIDWithBody(decodeBody, a.svc.Conversions.ReverseConversion)},
 		{GroupConversions, "GET", "/api/v1/postback-token", authKey, a.postbackToken},
 		{GroupConversions, "POST", "/api/v1/postback-token", authKey, noStore(a.createPostbackToken)},
 		{GroupConversions, "DELETE", "/api/v1/postback-token", authKey, a.deletePostbackToken},

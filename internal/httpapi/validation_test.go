@@ -102,7 +102,7 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 	// A filter's message lists the values it takes, not the empty one
 	// that stands for no filter.
 	for path, want := range map[string]string{
-		"/api/v1/conversions?status=done": "status must be one of: pending, approved, rejected.",
+		"/api/v1/conversions?status=done": "status must be one of: pending, approved, rejected, reversed.",
 		"/api/v1/partners?status=done":    "status must be one of: applied, active, rejected, banned.",
 		"/api/v1/deliveries?type=sms":     "type must be one of: webhook, postback.",
 	} {
