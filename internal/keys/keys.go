@@ -122,6 +122,7 @@ func ConversionsByOffer(brandID, offerID string, shard int) string {
 func ConversionsByPartner(brandID, partnerID string, shard int) string {
 	return "BRD#" + brandID + "#PRT#" + partnerID + "#CNV#" + strconv.Itoa(shard)
 }
+
 // Partner money (package ledger): a partner's balance counters, per
 // currency in Shards items each (summed on read), so that its busiest
 // moments conflict less; owed entries, one per approved conversion not in
