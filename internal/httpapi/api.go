@@ -183,6 +183,7 @@ func (a *API) routes() []route {
 		{GroupPartners, "POST", "/api/v1/partners/{id}/approve", authKey, byID(a.svc.Partners.ApprovePartner)},
 		{GroupPartners, "POST", "/api/v1/partners/{id}/reject", authKey, byID(a.svc.Partners.RejectPartner)},
 		{GroupPartners, "POST", "/api/v1/partners/{id}/ban", authKey, byID(a.svc.Partners.BanPartner)},
+		{GroupPartners, "POST", "/api/v1/partners/{id}/reactivate", authKey, byID(a.svc.Partners.ReactivatePartner)},
 		{GroupPartners, "PUT", "/api/v1/partners/{id}/postback", authKey, byIDWithBody(decodeBody, a.svc.Endpoints.PutPostback)},
 		{GroupPartners, "GET", "/api/v1/partners/{id}/postback", authKey, byID(a.svc.Endpoints.Postback)},
 		{GroupPartners, "DELETE", "/api/v1/partners/{id}/postback", authKey, byID(a.svc.Endpoints.DeletePostback)},

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -78,5 +79,56 @@ func TestReversingARefundTakesItOutOfReportsAndTellsThePartner(t *testing.T) {
 		if got := pb.requests(); len(got) != 1 || got[0].URL.Query().Get("status") != "reversed" || got[0].URL.Query().Get("cnv") != c.ID || got[0].URL.Query().Get("event") != "conversion.reversed" {
 			t.Errorf("postbacks = %v", got)
 		}
+	})
+}
+
+func TestReactivatedPartnerStartsTheAutoBanWindowAgain(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, behindProxy())
+		brandID, key := e.brand()
+		offerID := e.offer(key, clickDest)
+		partnerID := e.activePartner(brandID, key)
+		e.must(200, e.call("PUT", "/api/v1/fraud/settings", key, map[string]any{"threshold": 70,
+			"autoBan": map[string]any{"enabled": true, "highRiskClicks": 3, "windowHours": 24}}))
+		link := "/c/" + offerID + "?pid=" + partnerID
+		bot := func(ip string) response { return e.clickFrom(link, ip, "python-requests/2.31") }
+		path := "/api/v1/partners/" + partnerID + "/reactivate"
+
+		if r := e.call("POST", path, key, nil); r.status != 409 || r.errorCode() != "invalid_transition" {
+			t.Errorf("reactivating an active partner: %d %s, want 409 invalid_transition", r.status, r.body)
+		}
+		for i := range 3 {
+			e.must(302, bot(fmt.Sprintf("192.0.2.%d", i+1)))
+		}
+		e.must(404, bot("192.0.2.9")) // banned by the rule
+		_, otherKey := e.brand()
+		e.must(404, e.call("POST", path, otherKey, nil))
+
+		var p tally.Partner
+		e.must(200, e.call("POST", path, key, nil)).decode(t, &p)
+		if p.Status != tally.PartnerActive {
+			t.Fatalf("reactivated partner = %+v", p)
+		}
+		// The window starts again: two high-risk clicks do not ban, the third does.
+		e.must(302, bot("192.0.2.10"))
+		e.must(302, bot("192.0.2.11"))
+		e.must(201, e.call("POST", "/api/v1/conversions", key, map[string]any{"offerId": offerID, "partnerId": partnerID}))
+		e.must(302, bot("192.0.2.12"))
+		e.must(404, bot("192.0.2.13"))
+		if bans := events[tally.PartnerEventData](t, e.svc, brandID, tally.EventPartnerBanned); len(bans) != 2 {
+			t.Errorf("%d partner.banned events, want 2", len(bans))
+		}
+		got := events[tally.PartnerEventData](t, e.svc, brandID, tally.EventPartnerReactivated)
+		if len(got) != 1 || got[0].PreviousStatus != tally.PartnerBanned || got[0].Status != tally.PartnerActive {
+			t.Errorf("partner.reactivated events = %+v", got)
+		}
+
+		// A rejected application can be reinstated too.
+		applied := e.must(201, e.call("POST", "/api/public/brands/"+brandID+"/applications", "", map[string]any{"name": "Late", "email": "late@example.com"})).field(t, "id")
+		if r := e.call("POST", "/api/v1/partners/"+applied+"/reactivate", key, nil); r.status != 409 {
+			t.Errorf("reactivating an applied partner: %d, want 409", r.status)
+		}
+		e.must(200, e.call("POST", "/api/v1/partners/"+applied+"/reject", key, nil))
+		e.must(200, e.call("POST", "/api/v1/partners/"+applied+"/reactivate", key, nil))
 	})
 }
