@@ -5,6 +5,9 @@ package tally
 
 import (
 	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -54,10 +57,13 @@ type Offer struct {
 	Name           string `json:"name"`
 	DestinationURL string `json:"destinationUrl"`
 	RevenueCents   int64  `json:"revenueCents"`
-	PayoutCents    int64  `json:"payoutCents"`
-	Currency       string `json:"currency"`
-	Status         string `json:"status"`
-	Approval       string `json:"approval"`
+	// PayoutCents is what a conversion pays its partner, unless
+	// PayoutPercent (then 0) pays a share of its revenue instead.
+	PayoutCents   int64    `json:"payoutCents"`
+	PayoutPercent *Percent `json:"payoutPercent"`
+	Currency      string   `json:"currency"`
+	Status        string   `json:"status"`
+	Approval      string   `json:"approval"`
 	// HoldHours is how long a pending conversion waits before it is approved
 	// automatically; 0 means it waits for a manual decision.
 	HoldHours int  `json:"holdHours"`
@@ -531,4 +537,59 @@ type PayoutEventData struct {
 	TotalCents  int64  `json:"totalCents"`
 	Conversions int64  `json:"conversions"`
 	Partners    int    `json:"partners"`
+}
+
+// Percent is a percentage with at most two decimals, kept exactly as
+// hundredths of a percent (basis points): 12.5% is 1250. It is written
+// in JSON as a number, 12.5.
+type Percent int64
+
+// Of is p of cents, rounded half up to the unit.
+func (p Percent) Of(cents int64) int64 { return (cents*int64(p) + 5000) / 10000 }
+
+func (p Percent) String() string {
+	s := strconv.FormatInt(int64(p)/100, 10)
+	if frac := int64(p) % 100; frac != 0 {
+		s += "." + strings.TrimRight(fmt.Sprintf("%02d", frac), "0")
+	}
+	return s
+}
+
+func (p Percent) MarshalJSON() ([]byte, error) { return []byte(p.String()), nil }
+
+func (p *Percent) UnmarshalJSON(b []byte) error {
+	v, err := ParsePercent(string(b))
+	if err != nil {
+		return err
+	}
+	*p = v
+	return nil
+}
+
+// ParsePercent reads a non-negative decimal with at most two decimals,
+// such as 12.5, exactly.
+func ParsePercent(s string) (Percent, error) {
+	whole, frac, _ := strings.Cut(s, ".")
+	if whole == "" || len(whole) > 6 || len(frac) > 2 || strings.Contains(s, ".") && frac == "" {
+		return 0, fmt.Errorf("%q is not a percentage with at most two decimals", s)
+	}
+	for _, r := range whole + frac {
+		if r < '0' || r > '9' {
+			return 0, fmt.Errorf("%q is not a percentage with at most two decimals", s)
+		}
+	}
+	w, _ := strconv.ParseInt(whole, 10, 64)
+	f, _ := strconv.ParseInt((frac + "00")[:2], 10, 64)
+	return Percent(w*100 + f), nil
+}
+
+// PayoutTerms are what one partner earns on one offer, instead of the
+// offer's own payout: a fixed amount or a share of each conversion's
+// revenue (exactly one of the two).
+type PayoutTerms struct {
+	OfferID       string   `json:"offerId"`
+	PartnerID     string   `json:"partnerId"`
+	PayoutCents   *int64   `json:"payoutCents"`
+	PayoutPercent *Percent `json:"payoutPercent"`
+	UpdatedAt     Time     `json:"updatedAt"`
 }

@@ -173,7 +173,7 @@ func (s *Service) RecordConversion(ctx context.Context, brandID string, in Conve
 		if err := amountsInCurrency(offer.Offer, in); err != nil {
 			return c, false, err
 		}
-		c = newConversion(s.db.NewID("cnv_", now), brandID, offer.Offer, in, now)
+		c = newConversion(s.db.NewID("cnv_", now), brandID, offer, in, now)
 		c.ClickID = click.ID
 		if err := s.writing.admit(ctx, s, offer.Offer, c); err != nil {
 			return s.refusedUnlessRecorded(ctx, c, err)
@@ -260,14 +260,17 @@ func amountsInCurrency(offer tally.Offer, in ConversionInput) error {
 		*in.Currency, offer.Currency, *in.Currency, offer.Currency)
 }
 
-func newConversion(id, brandID string, offer tally.Offer, in ConversionInput, now time.Time) tally.Conversion {
+// newConversion is the conversion in records for offer. Its payout is
+// fixed now: the one posted, else the partner's terms on the offer, else
+// the offer's.
+func newConversion(id, brandID string, entry offers.Entry, in ConversionInput, now time.Time) tally.Conversion {
+	offer := entry.Offer
 	c := tally.Conversion{
 		ID:            id,
 		BrandID:       brandID,
 		OfferID:       offer.ID,
 		PartnerID:     validate.Deref(in.PartnerID, ""),
 		RevenueCents:  validate.Deref(in.RevenueCents, offer.RevenueCents),
-		PayoutCents:   validate.Deref(in.PayoutCents, offer.PayoutCents),
 		Currency:      validate.Deref(in.Currency, offer.Currency),
 		Status:        tally.ConversionApproved,
 		Sub1:          validate.Deref(in.Sub1, ""),
@@ -279,6 +282,7 @@ func newConversion(id, brandID string, offer tally.Offer, in ConversionInput, no
 		CreatedAt:     tally.NewTime(now),
 		UpdatedAt:     tally.NewTime(now),
 	}
+	c.PayoutCents = validate.Deref(in.PayoutCents, entry.Payout(c.PartnerID, c.RevenueCents))
 	if offer.Approval != tally.ApprovalManual {
 		c.ApprovedAt = &c.CreatedAt
 	} else {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
 )
@@ -130,5 +131,150 @@ func TestReactivatedPartnerStartsTheAutoBanWindowAgain(t *testing.T) {
 		}
 		e.must(200, e.call("POST", "/api/v1/partners/"+applied+"/reject", key, nil))
 		e.must(200, e.call("POST", "/api/v1/partners/"+applied+"/reactivate", key, nil))
+	})
+}
+
+func TestPayoutTermsFixTheAmountWhenAConversionIsRecorded(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, httpapi.Config{RateLimit: 10_000})
+		brandID, key := e.brand()
+		alice, bob := e.activePartner(brandID, key), e.activePartner(brandID, key)
+		base := map[string]any{"name": "Boots", "destinationUrl": "https://shop.example/p?c={click_id}", "revenueCents": 1000, "currency": "USD"}
+		with := func(extra map[string]any) map[string]any {
+			m := map[string]any{}
+			for _, src := range []map[string]any{base, extra} {
+				for k, v := range src {
+					m[k] = v
+				}
+			}
+			return m
+		}
+		for _, bad := range []map[string]any{
+			{"payoutCents": 300, "payoutPercent": 10},
+			{"payoutPercent": 12.555},
+			{"payoutPercent": 100.01},
+			{"payoutPercent": 0},
+			{"payoutPercent": -5},
+			{"payoutPercent": 1e3},
+			{},
+		} {
+			r := e.call("POST", "/api/v1/offers", key, with(bad))
+			if r.status != 422 || !strings.Contains(string(r.body), "payout") {
+				t.Errorf("offer with %v: %d %s, want 422 naming the payout", bad, r.status, r.body)
+			}
+		}
+		if ids := e.listAll("/api/v1/offers", key); len(ids) != 0 {
+			t.Fatalf("refused offers were stored: %v", ids)
+		}
+
+		var o tally.Offer
+		e.must(201, e.call("POST", "/api/v1/offers", key, with(map[string]any{"payoutPercent": 12.5}))).decode(t, &o)
+		if o.PayoutPercent == nil || *o.PayoutPercent != 1250 || o.PayoutCents != 0 {
+			t.Fatalf("offer = %+v, want 12.5%%", o)
+		}
+		payout := func(body map[string]any) int64 {
+			t.Helper()
+			body["offerId"] = o.ID
+			return e.convert(key, body).PayoutCents
+		}
+		// 12.5% of 1001 is 125.125, of 1004 125.5: half up to the cent.
+		if got := payout(map[string]any{"partnerId": alice, "revenueCents": 1001}); got != 125 {
+			t.Errorf("12.5%% of 1001 = %d, want 125", got)
+		}
+		if got := payout(map[string]any{"partnerId": alice, "revenueCents": 1004}); got != 126 {
+			t.Errorf("12.5%% of 1004 = %d, want 126", got)
+		}
+		if got := payout(map[string]any{"partnerId": alice, "revenueCents": 1004, "payoutCents": 7}); got != 7 {
+			t.Errorf("a posted payoutCents gave %d, want 7", got)
+		}
+
+		// Bob's own terms.
+		terms := "/api/v1/offers/" + o.ID + "/partners/" + bob + "/terms"
+		e.must(404, e.call("GET", terms, key, nil))
+		otherBrand, otherBrandKey := e.brand()
+		foreign := e.activePartner(otherBrand, otherBrandKey)
+		for _, bad := range []struct {
+			path string
+			body any
+			want int
+		}{
+			{terms, map[string]any{"payoutCents": 100, "payoutPercent": 5}, 422},
+			{terms, map[string]any{"payoutPercent": 101}, 422},
+			{terms, map[string]any{"payoutPercent": 1.234}, 422},
+			{terms, map[string]any{}, 422},
+			{terms, map[string]any{"payoutCents": -1}, 422},
+			{"/api/v1/offers/" + o.ID + "/partners/" + foreign + "/terms", map[string]any{"payoutCents": 100}, 404},
+		} {
+			if r := e.call("PUT", bad.path, key, bad.body); r.status != bad.want {
+				t.Errorf("PUT %s %v: %d %s, want %d", bad.path, bad.body, r.status, r.body, bad.want)
+			}
+		}
+		e.must(404, e.call("PUT", terms, otherBrandKey, map[string]any{"payoutCents": 100}))
+		e.must(404, e.call("GET", terms, key, nil))
+
+		var got tally.PayoutTerms
+		e.must(200, e.call("PUT", terms, key, map[string]any{"payoutPercent": 20})).decode(t, &got)
+		if got.PayoutPercent == nil || *got.PayoutPercent != 2000 || got.PayoutCents != nil || got.PartnerID != bob || got.OfferID != o.ID {
+			t.Errorf("PUT terms = %+v", got)
+		}
+		e.must(200, e.call("GET", terms, key, nil))
+		before := e.convert(key, map[string]any{"offerId": o.ID, "partnerId": bob, "revenueCents": 999})
+		if before.PayoutCents != 200 { // 199.8
+			t.Errorf("bob's 20%% of 999 = %d, want 200", before.PayoutCents)
+		}
+		if got := payout(map[string]any{"partnerId": alice, "revenueCents": 999}); got != 125 { // 124.875
+			t.Errorf("alice's 12.5%% of 999 = %d, want 125", got)
+		}
+		// A click-based conversion and a GET postback pay bob's terms too.
+		clickID := e.click(o.ID, bob, "")
+		if c := e.convert(key, map[string]any{"clickId": clickID, "revenueCents": 500}); c.PayoutCents != 100 {
+			t.Errorf("click-based conversion paid %d, want 100", c.PayoutCents)
+		}
+		var tok struct{ Token string }
+		e.must(201, e.call("POST", "/api/v1/postback-token", key, nil)).decode(t, &tok)
+		var ans struct{ ConversionID string }
+		e.must(201, e.call("GET", "/postback?click_id="+e.click(o.ID, bob, "")+"&amount=25.00&token="+tok.Token, "", nil)).decode(t, &ans)
+		var pc tally.Conversion
+		e.must(200, e.call("GET", "/api/v1/conversions/"+ans.ConversionID, key, nil)).decode(t, &pc)
+		if pc.PayoutCents != 500 {
+			t.Errorf("GET postback paid %d, want 20%% of 2500 = 500", pc.PayoutCents)
+		}
+
+		// Fixed terms, then none: recorded conversions keep their payout.
+		e.must(200, e.call("PUT", terms, key, map[string]any{"payoutCents": 450}))
+		if got := payout(map[string]any{"partnerId": bob}); got != 450 {
+			t.Errorf("bob's fixed terms paid %d, want 450", got)
+		}
+		e.must(200, e.call("DELETE", terms, key, nil))
+		e.must(404, e.call("DELETE", terms, key, nil))
+		e.must(404, e.call("GET", terms, key, nil))
+		if got := payout(map[string]any{"partnerId": bob, "revenueCents": 1000}); got != 125 {
+			t.Errorf("without terms bob earns %d, want the offer's 125", got)
+		}
+		var kept tally.Conversion
+		e.must(200, e.call("GET", "/api/v1/conversions/"+before.ID, key, nil)).decode(t, &kept)
+		if kept.PayoutCents != 200 {
+			t.Errorf("a recorded conversion's payout changed to %d", kept.PayoutCents)
+		}
+
+		// PATCH switches between a fixed payout and a percentage.
+		if r := e.call("PATCH", "/api/v1/offers/"+o.ID, key, map[string]any{"payoutCents": 1, "payoutPercent": 1}); r.status != 422 {
+			t.Errorf("PATCH with both: %d %s", r.status, r.body)
+		}
+		if r := e.call("PATCH", "/api/v1/offers/"+o.ID, key, map[string]any{"payoutPercent": 100.5}); r.status != 422 {
+			t.Errorf("PATCH 100.5%%: %d %s", r.status, r.body)
+		}
+		e.must(200, e.call("PATCH", "/api/v1/offers/"+o.ID, key, map[string]any{"payoutCents": 250})).decode(t, &o)
+		if o.PayoutPercent != nil || o.PayoutCents != 250 {
+			t.Errorf("after PATCH payoutCents: %+v", o)
+		}
+		e.must(200, e.call("PATCH", "/api/v1/offers/"+o.ID, key, map[string]any{"payoutPercent": 7.25})).decode(t, &o)
+		if o.PayoutPercent == nil || *o.PayoutPercent != 725 || o.PayoutCents != 0 {
+			t.Errorf("after PATCH payoutPercent: %+v", o)
+		}
+		e.must(200, e.call("PATCH", "/api/v1/offers/"+o.ID, key, map[string]any{"name": "Boots 2"})).decode(t, &o)
+		if o.PayoutPercent == nil || *o.PayoutPercent != 725 {
+			t.Errorf("a PATCH of the name lost the percentage: %+v", o)
+		}
 	})
 }

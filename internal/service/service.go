@@ -222,6 +222,7 @@ func New(st store.Store, opts ...Option) *Service {
 	}
 	s.Offers = offers.New(s.DB, c.cacheTTL)
 	s.Partners = partners.New(s.DB, s.Events, s.Identity)
+	s.Offers.WithPartners(s.Partners)
 	s.Reports = reports.New(s.DB, c.zones)
 	s.Clicks = clicks.New(s.DB, s.Events, s.Offers, s.Partners, c.rollups, c.cacheTTL, c.observer)
 	s.Conversions = conversions.New(s.DB, s.Events, s.Offers, s.Partners, c.rollups, c.writing, c.observer)

@@ -284,6 +284,7 @@ func Services(db *records.DB, settings app.Settings, opts ...Option) httpapi.Ser
 		Store:    db,
 	}
 	s.Partners = partners.New(db, w, s.Identity)
+	s.Offers.WithPartners(s.Partners)
 	s.Clicks = clicks.New(db, w, s.Offers, s.Partners, reports.FromStream{}, cacheTTL, o.observer)
 	s.Conversions = conversions.New(db, w, s.Offers, s.Partners, reports.FromStream{}, conversions.ForStream{}, o.observer)
 	s.Endpoints = endpoints.New(db, w, s.Partners, func(u string) error { return ssrf.CheckURL(u, false) })
