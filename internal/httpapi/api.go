@@ -30,6 +30,7 @@ import (
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/offers"
 	"github.com/tally-hq/tally/internal/partners"
+	"github.com/tally-hq/tally/internal/payouts"
 	"github.com/tally-hq/tally/internal/ratelimit"
 	"github.com/tally-hq/tally/internal/reports"
 	"github.com/tally-hq/tally/internal/trace"
@@ -96,6 +97,7 @@ type Services struct {
 	Clicks      *clicks.Service
 	Endpoints   *endpoints.Service
 	Deliveries  *endpoints.Log
+	Payouts     *payouts.Service
 	Store       StoreReader // GET /readyz
 	// Now is the time, in UTC to the millisecond (records.DB.Now).
 	Now func() time.Time
@@ -133,6 +135,7 @@ const (
 	GroupPartners     = "partners"
 	GroupConversions  = "conversions"
 	GroupReports      = "reports"
+	GroupPayouts      = "payouts" // balances and payouts: partner money
 	GroupApplications = "applications"
 	GroupWebhooks     = "webhooks"
 	GroupDeliveries   = "deliveries"
@@ -149,7 +152,7 @@ const (
 )
 
 // AllGroups is every group, for the local server that runs everything.
-var AllGroups = []string{GroupOffers, GroupPartners, GroupConversions, GroupReports, GroupApplications, GroupWebhooks, GroupDeliveries, GroupKeys, GroupDashboard, GroupClick, GroupFraud, GroupAdmin, GroupHealth}
+var AllGroups = []string{GroupOffers, GroupPartners, GroupConversions, GroupReports, GroupPayouts, GroupApplications, GroupWebhooks, GroupDeliveries, GroupKeys, GroupDashboard, GroupClick, GroupFraud, GroupAdmin, GroupHealth}
 
 type route struct {
 	group   string
@@ -203,6 +206,11 @@ func (a *API) routes() []route {
 		{GroupConversions, "DELETE", "/api/v1/postback-token", authKey, a.deletePostbackToken},
 		{GroupConversions, "GET", "/postback", authPostback, getOnly(a.postback)},
 		{GroupReports, "GET", "/api/v1/reports", authKey, a.report},
+		{GroupPayouts, "GET", "/api/v1/partners/{id}/balance", authKey, byID(a.svc.Payouts.Balance)},
+		{GroupPayouts, "GET", "/api/v1/payouts", authKey, a.listPayouts},
+		{GroupPayouts, "POST", "/api/v1/payouts", authKey, created(decodeBody, a.svc.Payouts.CreatePayout)},
+		{GroupPayouts, "GET", "/api/v1/payouts/{id}", authKey, a.payout},
+		{GroupPayouts, "POST", "/api/v1/payouts/{id}/paid", authKey, byID(a.svc.Payouts.MarkPaid)},
 		{GroupApplications, "POST", "/api/public/brands/{brandId}/applications", authForm, a.apply},
 		{GroupWebhooks, "POST", "/api/public/webhooks", authKey, created(decodeBody, a.svc.Endpoints.CreateSubscription)},
 		{GroupWebhooks, "GET", "/api/public/webhooks", authKey, listed(a.svc.Endpoints.Subscriptions)},

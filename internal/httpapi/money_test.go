@@ -2,11 +2,15 @@ package httpapi_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
 )
@@ -275,6 +279,241 @@ func TestPayoutTermsFixTheAmountWhenAConversionIsRecorded(t *testing.T) {
 		e.must(200, e.call("PATCH", "/api/v1/offers/"+o.ID, key, map[string]any{"name": "Boots 2"})).decode(t, &o)
 		if o.PayoutPercent == nil || *o.PayoutPercent != 725 {
 			t.Errorf("a PATCH of the name lost the percentage: %+v", o)
+		}
+	})
+}
+
+// balance is a partner's balance in currency (zero when it has none).
+func (e *env) balance(key, partnerID, currency string) tally.Balance {
+	e.t.Helper()
+	var b struct{ Data []tally.Balance }
+	e.must(200, e.call("GET", "/api/v1/partners/"+partnerID+"/balance", key, nil)).decode(e.t, &b)
+	for _, x := range b.Data {
+		if x.Currency == currency {
+			return x
+		}
+	}
+	return tally.Balance{Currency: currency}
+}
+
+// booksBalance checks, for each partner, that owed + inPayout + paid is
+// the sum of its approved conversions' payouts in currency, and pending
+// that of its pending ones.
+func (e *env) booksBalance(key, currency string, partnerIDs ...string) {
+	e.t.Helper()
+	for _, id := range partnerIDs {
+		var approved, pending int64
+		for _, status := range []string{"approved", "pending"} {
+			cursor := ""
+			for {
+				var page struct {
+					Data       []tally.Conversion
+					NextCursor *string
+				}
+				e.must(200, e.call("GET", "/api/v1/conversions?limit=100&partnerId="+id+"&status="+status+cursor, key, nil)).decode(e.t, &page)
+				for _, c := range page.Data {
+					if c.Currency != currency {
+						continue
+					}
+					if status == "approved" {
+						approved += c.PayoutCents
+					} else {
+						pending += c.PayoutCents
+					}
+				}
+				if page.NextCursor == nil {
+					break
+				}
+				cursor = "&cursor=" + *page.NextCursor
+			}
+		}
+		b := e.balance(key, id, currency)
+		if b.OwedCents+b.InPayoutCents+b.PaidCents != approved || b.PendingCents != pending {
+			e.t.Errorf("partner %s: balance %+v, but its approved conversions pay %d and its pending %d", id, b, approved, pending)
+		}
+	}
+}
+
+func TestAMonthsClose(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		clock := testenv.NewClock(testenv.Start())
+		e := newEnv(t, st, httpapi.Config{RateLimit: 10_000}, service.WithClock(clock.Now))
+		brandID, key := e.brand()
+		alice, bob := e.activePartner(brandID, key), e.activePartner(brandID, key)
+		usd, eur := e.offer(key, nil), e.offer(key, map[string]any{"currency": "EUR", "payoutCents": 500})
+		manual := e.offer(key, map[string]any{"approval": "manual"})
+		conv := func(offer, partner string) tally.Conversion {
+			return e.convert(key, map[string]any{"offerId": offer, "partnerId": partner})
+		}
+		a1, a2, _ := conv(usd, alice), conv(usd, alice), conv(usd, alice)
+		conv(usd, bob)
+		conv(eur, alice)
+		conv(manual, alice)
+		if b := e.balance(key, alice, "USD"); b != (tally.Balance{Currency: "USD", PendingCents: 300, OwedCents: 900}) {
+			t.Errorf("alice's USD balance = %+v", b)
+		}
+		if b := e.balance(key, alice, "EUR"); b.OwedCents != 500 {
+			t.Errorf("alice's EUR balance = %+v", b)
+		}
+		_, otherKey := e.brand()
+		e.must(404, e.call("GET", "/api/v1/partners/"+alice+"/balance", otherKey, nil))
+
+		today := clock.Now().UTC().Format(time.DateOnly)
+		tomorrow := clock.Now().UTC().AddDate(0, 0, 1).Format(time.DateOnly)
+		for _, bad := range []struct {
+			body  map[string]any
+			field string
+		}{
+			{map[string]any{}, "currency"},
+			{map[string]any{"currency": "usd"}, "currency"},
+			{map[string]any{"currency": "GBP"}, "currency"},
+			{map[string]any{"currency": "USD", "through": "2026-13-01"}, "through"},
+			{map[string]any{"currency": "USD", "through": tomorrow}, "through"},
+			{map[string]any{"currency": "USD", "partnerIds": []string{"bob"}}, "partnerIds"},
+			{map[string]any{"currency": "USD", "partnerIds": []string{}}, "partnerIds"},
+			{map[string]any{"currency": "USD", "through": "2000-01-01"}, "currency"},
+		} {
+			r := e.call("POST", "/api/v1/payouts", key, bad.body)
+			if r.status != 422 || !strings.Contains(string(r.body), bad.field) {
+				t.Errorf("POST /payouts %v: %d %s, want 422 naming %s", bad.body, r.status, r.body, bad.field)
+			}
+		}
+		if ids := e.listAll("/api/v1/payouts", key); len(ids) != 0 {
+			t.Fatalf("refused payouts were stored: %v", ids)
+		}
+
+		// A refund before the close leaves alice 600 owed.
+		e.must(200, e.call("POST", "/api/v1/conversions/"+a1.ID+"/reverse", key, map[string]any{"reason": "refund"}))
+		var p tally.Payout
+		e.must(201, e.call("POST", "/api/v1/payouts", key, map[string]any{"currency": "USD", "through": today})).decode(t, &p)
+		want := []tally.PayoutLine{{PartnerID: alice, AmountCents: 600, Conversions: 2}, {PartnerID: bob, AmountCents: 300, Conversions: 1}}
+		slices.SortFunc(want, func(a, b tally.PayoutLine) int { return strings.Compare(a.PartnerID, b.PartnerID) })
+		if p.Status != tally.PayoutPending || p.TotalCents != 900 || p.Conversions != 3 || p.Currency != "USD" || !slices.Equal(p.Lines, want) || p.PaidAt != nil {
+			t.Errorf("payout = %+v, want lines %+v", p, want)
+		}
+		if b := e.balance(key, alice, "USD"); b.OwedCents != 0 || b.InPayoutCents != 600 {
+			t.Errorf("alice after the payout: %+v", b)
+		}
+		if r := e.call("POST", "/api/v1/payouts", key, map[string]any{"currency": "USD"}); r.status != 422 {
+			t.Errorf("a second payout with nobody owed: %d %s", r.status, r.body)
+		}
+
+		csv := e.must(200, e.call("GET", "/api/v1/payouts/"+p.ID+"?format=csv", key, nil))
+		if ct := csv.header.Get("Content-Type"); !strings.HasPrefix(ct, "text/csv") ||
+			!strings.HasPrefix(string(csv.body), "partnerId,name,email,amount,currency,conversions\n") ||
+			!strings.Contains(string(csv.body), alice+",Pat,") || !strings.Contains(string(csv.body), ",6.00,USD,2\n") || !strings.Contains(string(csv.body), ",3.00,USD,1\n") {
+			t.Errorf("CSV %s: %s", ct, csv.body)
+		}
+		e.must(404, e.call("GET", "/api/v1/payouts/"+p.ID, otherKey, nil))
+		e.must(404, e.call("POST", "/api/v1/payouts/"+p.ID+"/paid", otherKey, nil))
+
+		// The next day: a new sale, and a refund of one in the payout.
+		clock.Advance(24 * time.Hour)
+		conv(usd, alice)
+		e.must(200, e.call("POST", "/api/v1/conversions/"+a2.ID+"/reverse", key, map[string]any{"reason": "chargeback"}))
+		if b := e.balance(key, alice, "USD"); b.OwedCents != 0 || b.InPayoutCents != 600 {
+			t.Errorf("alice after a clawback: %+v, want owed 300 - 300", b)
+		}
+		e.booksBalance(key, "USD", alice, bob)
+
+		var paid tally.Payout
+		e.must(200, e.call("POST", "/api/v1/payouts/"+p.ID+"/paid", key, nil)).decode(t, &paid)
+		if paid.Status != tally.PayoutPaid || paid.PaidAt == nil || len(paid.Lines) != 2 {
+			t.Errorf("paid payout = %+v", paid)
+		}
+		if r := e.call("POST", "/api/v1/payouts/"+p.ID+"/paid", key, nil); r.status != 409 || r.errorCode() != "invalid_transition" {
+			t.Errorf("paying twice: %d %s", r.status, r.body)
+		}
+		if b := e.balance(key, alice, "USD"); b.PaidCents != 600 || b.InPayoutCents != 0 {
+			t.Errorf("alice once paid: %+v", b)
+		}
+		if got := events[tally.PayoutEventData](t, e.svc, brandID, tally.EventPayoutPaid); len(got) != 1 || got[0].PayoutID != p.ID || got[0].TotalCents != 900 || got[0].Partners != 2 {
+			t.Errorf("payout.paid events = %+v", got)
+		}
+
+		// The clawback rides in the next payout: 300 + 300 - 300.
+		conv(usd, alice)
+		var next tally.Payout
+		e.must(201, e.call("POST", "/api/v1/payouts", key, map[string]any{"currency": "USD", "partnerIds": []string{alice, bob}})).decode(t, &next)
+		if next.TotalCents != 300 || len(next.Lines) != 1 || next.Lines[0] != (tally.PayoutLine{PartnerID: alice, AmountCents: 300, Conversions: 3}) {
+			t.Errorf("next payout = %+v", next)
+		}
+		e.booksBalance(key, "USD", alice, bob)
+		var eurPayout tally.Payout
+		e.must(201, e.call("POST", "/api/v1/payouts", key, map[string]any{"currency": "EUR"})).decode(t, &eurPayout)
+		if eurPayout.TotalCents != 500 {
+			t.Errorf("EUR payout = %+v", eurPayout)
+		}
+		if ids := e.listAll("/api/v1/payouts", key); len(ids) != 3 || ids[2] != p.ID {
+			t.Errorf("payouts listed %v, want 3, newest first", ids)
+		}
+		if ids := e.listAll("/api/v1/payouts?status=paid", key); len(ids) != 1 || ids[0] != p.ID {
+			t.Errorf("paid payouts listed %v", ids)
+		}
+	})
+}
+
+// Payouts created at once split what is owed: no conversion is in two,
+// and reversals racing them leave every partner's books balanced.
+func TestConcurrentPayoutsAndReversalsKeepTheBooks(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, httpapi.Config{RateLimit: 100_000})
+		brandID, key := e.brand()
+		offer := e.offer(key, nil)
+		partners := []string{e.activePartner(brandID, key), e.activePartner(brandID, key), e.activePartner(brandID, key)}
+		var cs []tally.Conversion
+		for i := range 30 {
+			cs = append(cs, e.convert(key, map[string]any{"offerId": offer, "partnerId": partners[i%3]}))
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for _, c := range cs[:12] {
+				if r, err := e.try("POST", "/api/v1/conversions/"+c.ID+"/reverse", key, map[string]any{"reason": "fraud"}); err != nil || r.status != 200 {
+					t.Errorf("reverse: %v %d %s", err, r.status, r.body)
+				}
+			}
+		})
+		answers, statuses := e.raceCalls(6, "POST", "/api/v1/payouts", key, func(int) any { return map[string]any{"currency": "USD"} })
+		wg.Wait()
+		if statuses[201] == 0 || statuses[201]+statuses[422] != 6 {
+			t.Fatalf("statuses %v", statuses)
+		}
+		var lines, entries int64
+		for _, a := range answers {
+			if a.status != 201 {
+				continue
+			}
+			var p tally.Payout
+			a.decode(t, &p)
+			var sum int64
+			for _, l := range p.Lines {
+				sum += l.AmountCents
+				entries += l.Conversions
+			}
+			if sum != p.TotalCents || sum <= 0 {
+				t.Errorf("payout %s totals %d, lines sum %d", p.ID, p.TotalCents, sum)
+			}
+			lines += sum
+		}
+		if entries > 30+12 {
+			t.Errorf("payouts hold %d entries; there are 30 conversions and at most 12 clawbacks", entries)
+		}
+		var owed int64
+		for _, id := range partners {
+			owed += e.balance(key, id, "USD").OwedCents
+		}
+		if lines+owed != 18*300 {
+			t.Errorf("lines %d + owed %d != %d, the approved conversions' payouts", lines, owed, 18*300)
+		}
+		e.booksBalance(key, "USD", partners...)
+		// What is still owed can be paid out, once.
+		if owed > 0 {
+			e.must(201, e.call("POST", "/api/v1/payouts", key, map[string]any{"currency": "USD"}))
+		}
+		for _, id := range partners {
+			if b := e.balance(key, id, "USD"); b.OwedCents > 0 {
+				t.Errorf("partner %s still owed %d after the last payout", id, b.OwedCents)
+			}
 		}
 	})
 }
