@@ -301,7 +301,7 @@ func (s *Service) MarkPaid(ctx context.Context, brandID, payoutID string) (tally
 			return p, err
 		}
 		err = s.events.Transact(ctx, store.Op{Kind: store.OpUpdate, Key: keys.Payout(brandID, payoutID),
-			Set: map[string]string{"status": tally.PayoutPaid, "paidAt": tally.NewTime(now).Format(tally.TimeLayout)},
+			Set:   map[string]string{"status": tally.PayoutPaid, "paidAt": tally.NewTime(now).Format(tally.TimeLayout)},
 			Conds: []store.Cond{store.AttrEquals("status", tally.PayoutPending)}}, evt)
 		if _, failed := store.FailedOp(err); failed {
 			return s.MarkPaid(ctx, brandID, payoutID) // paid meanwhile: complete it, or say so
