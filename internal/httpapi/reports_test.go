@@ -92,7 +92,7 @@ func TestReportCSVHasTheJSONRows(t *testing.T) {
 		}
 		// Without grouping: one row per currency.
 		r := e.must(200, e.call("GET", "/api/v1/reports?from="+from+"&to="+to+"&format=csv", key, nil))
-		if lines := strings.Split(strings.TrimSpace(string(r.body)), "\n"); len(lines) != 3 || lines[0] != "currency,conversions,pending,approved,rejected,revenueCents,payoutCents,profitCents,clicks,highRiskClicks" {
+		if lines := strings.Split(strings.TrimSpace(string(r.body)), "\n"); len(lines) != 3 || lines[0] != "currency,conversions,pending,approved,rejected,reversed,revenueCents,payoutCents,profitCents,clicks,highRiskClicks" {
 			t.Errorf("ungrouped CSV:\n%s", r.body)
 		}
 	})
