@@ -26,11 +26,10 @@ func (in ReversalInput) validate() error {
 
 // ReverseConversion moves an approved conversion to reversed (a refund,
 // a chargeback) and emits conversion.reversed. Its payout leaves the
-// partner's owed balance: with its owed entry while no payout has it, else
-// as a clawback that the next payout subtracts. The write holds only while
-// the conversion is approved and its entry is as read, so a payout racing
-// the reversal either takes the entry first (the reversal becomes a
-// clawback) or finds it gone.
+// partner's owed balance, and a negative owed entry makes the next payout
+// subtract it (a clawback, when a payout had the conversion already). The
+// write holds only while the conversion is approved, so of two racing
+// reversals one takes effect.
 func (s *Service) ReverseConversion(ctx context.Context, brandID, conversionID string, in ReversalInput) (tally.Conversion, error) {
 	if err := in.validate(); err != nil {
 		return tally.Conversion{}, err
@@ -42,10 +41,6 @@ func (s *Service) ReverseConversion(ctx context.Context, brandID, conversionID s
 		}
 		if c.Status != tally.ConversionApproved {
 			return c, notReversible(c.Status)
-		}
-		claimed, err := ledger.Claimed(ctx, s.db, c)
-		if err != nil {
-			return c, err
 		}
 		now := s.db.Now()
 		at := tally.NewTime(now)
@@ -59,10 +54,10 @@ func (s *Service) ReverseConversion(ctx context.Context, brandID, conversionID s
 		}
 		ops := append([]store.Op{store.Put(Item(c), store.AttrEquals("status", tally.ConversionApproved))},
 			reports.ConversionIncrements(c, reports.Decided(c, tally.ConversionReversed))...)
-		ops = append(ops, ledger.Reversed(c, claimed)...)
+		ops = append(ops, ledger.Reversed(c)...)
 		err = s.events.Transact(ctx, append(ops, evt)...)
 		if _, failed := store.FailedOp(err); failed {
-			continue // reversed meanwhile, or a payout took its entry: read both again
+			continue // reversed meanwhile: read it again
 		}
 		if err == nil {
 			s.entered(tally.ConversionReversed)

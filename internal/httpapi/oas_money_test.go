@@ -13,10 +13,10 @@ import (
 // from: an active partner with an approved conversion in the offer's
 // currency and an approved one in EUR, a banned partner.
 type oasMoneySetup struct {
-	offer                  tally.Offer
-	active, banned         string
+	offer                 tally.Offer
+	active, banned        string
 	approved, approvedEUR string
-	otherKey               string
+	otherKey              string
 }
 
 // oasMoney drives reversals, reinstatement, payout terms, balances and

@@ -1,24 +1,25 @@
 // Package ledger keeps what brands owe their partners: per partner and
-// currency, balance counters (pending, owed, in payout, paid) and, for
-// each approved conversion not yet in a payout, an owed entry that a
-// payout claims. Every change is a list of operations that its caller
-// writes in the same transaction as the conversion's (or payout's) own
-// change, so the books move with the states and never need a scan.
+// currency, balance counters (pending, owed, in payout, paid) and owed
+// entries, the amounts a payout claims. Every change is a list of
+// operations that its caller writes in the same transaction as the
+// conversion's (or payout's) own change, so the books move with the
+// states and never need a scan.
 //
-// The invariant the tests hold: owed + inPayout + paid equals the sum of
-// the payouts of the partner's approved conversions, and pending the sum
-// of its pending ones. A reversal always takes its amount from owed; when
-// the conversion was still unclaimed its entry goes with it, else a
-// negative entry (a clawback) waits for the next payout.
+// An owed entry holds an amount and a count of conversions: one approved
+// conversion's, or on AWS the sum of a stream batch's conversions of one
+// partner and day (one write for many), or a reversal's negative amount.
+// A reversal never touches the entry of its conversion: it adds a negative
+// entry, which the next payout sums with the rest, so a reversal and a
+// payout never race for one item. The invariant the tests hold: owed +
+// inPayout + paid is the sum of the payouts of the partner's approved
+// conversions, pending that of its pending ones.
 package ledger
 
 import (
 	"cmp"
 	"context"
-	"errors"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/keys"
@@ -33,16 +34,19 @@ const (
 	paid     = "paid"
 )
 
-// Entry is an owed entry: an amount that waits for a payout.
+// Entry is an owed entry: an amount that waits for a payout, and how
+// many approved conversions it sums (0 for a reversal).
 type Entry struct {
 	Key         store.Key
 	PartnerID   string
 	AmountCents int64
+	Count       int64
 }
 
-// move adds deltas to the balance of c's partner in c's currency.
-func move(c tally.Conversion, add map[string]int64) store.Op {
-	return store.Increment(keys.Balance(c.BrandID, c.PartnerID, c.Currency, keys.ShardOf(c.ID)), add)
+// move adds deltas to the balance of c's partner in c's currency, in the
+// shard of spread.
+func move(c tally.Conversion, spread string, add map[string]int64) store.Op {
+	return store.Increment(keys.Balance(c.BrandID, c.PartnerID, c.Currency, keys.ShardOf(spread)), add)
 }
 
 // Move adds deltas to a partner's balance, in the shard of id (the
@@ -57,38 +61,28 @@ func Move(brandID, partnerID, currency, id string, owedCents, inPayoutCents, pai
 	return store.Increment(keys.Balance(brandID, partnerID, currency, keys.ShardOf(id)), add)
 }
 
-// entryKey is the key of c's owed entry.
-func entryKey(c tally.Conversion) store.Key {
-	return keys.Owed(c.BrandID, c.Currency, approvedAt(c), c.ID)
-}
-
-func approvedAt(c tally.Conversion) time.Time {
+// owe adds c's payout to the owed entry entryID of its partner and day.
+func owe(c tally.Conversion, entryID string) store.Op {
+	at := c.CreatedAt.Time
 	if c.ApprovedAt != nil {
-		return c.ApprovedAt.Time
+		at = c.ApprovedAt.Time
 	}
-	return c.CreatedAt.Time
-}
-
-// clawbackKey is the key of the negative entry of a reversed conversion
-// that a payout had claimed.
-func clawbackKey(c tally.Conversion) store.Key {
-	return keys.Owed(c.BrandID, c.Currency, c.ReversedAt.Time, c.ID+"#clawback")
-}
-
-func entryItem(key store.Key, c tally.Conversion, amount int64) store.Item {
-	return store.Item{Key: key, Attrs: map[string]string{"partnerId": c.PartnerID}, Nums: map[string]int64{"amount": amount}}
+	return store.Increment(keys.Owed(c.BrandID, c.Currency, at, c.PartnerID, entryID), map[string]int64{"amount": c.PayoutCents, "count": 1})
 }
 
 // Recorded is what a new conversion adds: its payout to pending, or when
-// it is approved at once to owed, with its owed entry.
-func Recorded(c tally.Conversion) []store.Op {
+// it is approved at once to owed, with an owed entry. In a conversion's
+// own write spread is its id; when a stream batch adds many (package
+// reports), it names the stream shard, so that the batch's conversions of
+// one partner and day add to one balance item and one owed entry.
+func Recorded(c tally.Conversion, spread string) []store.Op {
 	switch {
 	case c.PayoutCents == 0:
 		return nil
 	case c.Status == tally.ConversionApproved:
-		return []store.Op{move(c, map[string]int64{owed: c.PayoutCents}), store.Put(entryItem(entryKey(c), c, c.PayoutCents))}
+		return []store.Op{move(c, spread, map[string]int64{owed: c.PayoutCents}), owe(c, spread)}
 	default:
-		return []store.Op{move(c, map[string]int64{pending: c.PayoutCents})}
+		return []store.Op{move(c, spread, map[string]int64{pending: c.PayoutCents})}
 	}
 }
 
@@ -98,42 +92,23 @@ func Decided(c tally.Conversion) []store.Op {
 	case c.PayoutCents == 0:
 		return nil
 	case c.Status == tally.ConversionApproved:
-		return []store.Op{move(c, map[string]int64{pending: -c.PayoutCents, owed: c.PayoutCents}), store.Put(entryItem(entryKey(c), c, c.PayoutCents))}
+		return []store.Op{move(c, c.ID, map[string]int64{pending: -c.PayoutCents, owed: c.PayoutCents}), owe(c, c.ID)}
 	default:
-		return []store.Op{move(c, map[string]int64{pending: -c.PayoutCents})}
+		return []store.Op{move(c, c.ID, map[string]int64{pending: -c.PayoutCents})}
 	}
 }
 
-// Reversed is what the reversal of an approved conversion moves. claimed
-// says whether a payout has its entry: then a clawback entry carries the
-// amount into the next payout, else the entry goes, on the condition that
-// it is still there (a payout racing the reversal makes it fail: read
-// Claimed again and retry).
-func Reversed(c tally.Conversion, claimed bool) []store.Op {
+// Reversed is what the reversal of an approved conversion moves: its
+// payout out of owed, and a negative entry that the next payout
+// subtracts (a clawback, when a payout had the conversion already).
+func Reversed(c tally.Conversion) []store.Op {
 	if c.PayoutCents == 0 {
 		return nil
 	}
-	ops := []store.Op{move(c, map[string]int64{owed: -c.PayoutCents})}
-	if claimed {
-		return append(ops, store.Put(entryItem(clawbackKey(c), c, -c.PayoutCents), store.NotExists()))
+	return []store.Op{
+		move(c, c.ID, map[string]int64{owed: -c.PayoutCents}),
+		store.Increment(keys.Owed(c.BrandID, c.Currency, c.ReversedAt.Time, c.PartnerID, c.ID+"-r"), map[string]int64{"amount": -c.PayoutCents}),
 	}
-	return append(ops, store.Delete(entryKey(c), store.Exists()))
-}
-
-// Claimed says whether a payout has claimed approved conversion c's owed
-// entry (or it never had one: nothing then is owed for it).
-func Claimed(ctx context.Context, st store.Store, c tally.Conversion) (bool, error) {
-	if c.PayoutCents == 0 {
-		return false, nil
-	}
-	_, err := st.Get(ctx, entryKey(c))
-	switch {
-	case err == nil:
-		return false, nil
-	case errors.Is(err, store.ErrNotFound):
-		return true, nil
-	}
-	return false, err
 }
 
 // Balances sums a partner's counters per currency, in currency order.
@@ -184,8 +159,8 @@ func Owed(ctx context.Context, st store.Store, brandID, currency, through string
 				return nil, err
 			}
 			for _, it := range page.Items {
-				if p := it.Attrs["partnerId"]; keep(p) {
-					out = append(out, Entry{Key: it.Key, PartnerID: p, AmountCents: it.Nums["amount"]})
+				if p := keys.OwedPartner(it.SK); keep(p) && it.Nums["amount"] != 0 {
+					out = append(out, Entry{Key: it.Key, PartnerID: p, AmountCents: it.Nums["amount"], Count: it.Nums["count"]})
 				}
 			}
 			if q.Cursor = page.Cursor; q.Cursor == "" {
@@ -197,5 +172,8 @@ func Owed(ctx context.Context, st store.Store, brandID, currency, through string
 }
 
 // Claim is the operation that takes entry e into a payout: it fails when
-// the entry is gone (another payout, or a reversal, took it first).
-func Claim(e Entry) store.Op { return store.Delete(e.Key, store.Exists()) }
+// the entry is not as read (another payout took it, or a stream batch
+// added to it since).
+func Claim(e Entry) store.Op {
+	return store.Delete(e.Key, store.NumEquals("amount", e.AmountCents), store.NumEquals("count", e.Count))
+}

@@ -4,8 +4,9 @@
 //
 // A payout claims owed entries (package ledger) with conditional deletes,
 // so each conversion is in at most one payout however many are created at
-// once, and a reversal racing a payout either loses its entry to it (and
-// becomes a clawback) or takes it first.
+// once. A reversal adds a negative entry instead of taking one away, so it
+// never races a payout: the payout that claims the negative entry
+// subtracts it (a clawback, when an earlier payout paid the conversion).
 package payouts
 
 import (
@@ -103,9 +104,9 @@ const claimsPerWrite = store.MaxTransactOps - 3
 // and for some partners if asked, into a pending payout with one line per
 // partner owed more than 0. It answers 422 when nobody is. A partner's
 // entries are claimed a transaction at a time, each moving the claimed
-// sum from owed to inPayout; an entry another payout (or a reversal)
-// took meanwhile is left out, and a partner whose remaining sum falls to
-// 0 or below gets no more claims.
+// sum from owed to inPayout; an entry another payout took meanwhile is
+// left out, and a partner whose remaining sum falls to 0 or below gets no
+// more claims.
 func (s *Service) CreatePayout(ctx context.Context, brandID string, in CreateInput) (tally.Payout, error) {
 	now := s.db.Now()
 	if err := in.validate(now.Format(time.DateOnly)); err != nil {
@@ -124,16 +125,22 @@ func (s *Service) CreatePayout(ctx context.Context, brandID string, in CreateInp
 	for _, e := range entries {
 		byPartner[e.PartnerID] = append(byPartner[e.PartnerID], e)
 	}
-	p := tally.Payout{ID: s.db.NewID("pay_", now), BrandID: brandID, Currency: currency, Status: tally.PayoutPending, Through: through, CreatedAt: tally.NewTime(now)}
+	b := batch{Payout: tally.Payout{ID: s.db.NewID("pay_", now), BrandID: brandID, Currency: currency, Status: tally.PayoutPending, Through: through, CreatedAt: tally.NewTime(now)}}
 	for _, partnerID := range slices.Sorted(maps.Keys(byPartner)) {
-		if err := s.claim(ctx, &p, partnerID, byPartner[partnerID]); err != nil {
+		if err := s.claim(ctx, &b, partnerID, byPartner[partnerID]); err != nil {
 			return tally.Payout{}, err
 		}
 	}
-	if p.Conversions == 0 {
+	if !b.stored {
 		return tally.Payout{}, nobodyOwed(currency, through)
 	}
-	return s.Payout(ctx, brandID, p.ID)
+	return s.Payout(ctx, brandID, b.ID)
+}
+
+// batch is a payout being created: stored once its first claim is.
+type batch struct {
+	tally.Payout
+	stored bool
 }
 
 func nobodyOwed(currency, through string) error {
@@ -145,7 +152,7 @@ func nobodyOwed(currency, through string) error {
 
 // claim claims a partner's owed entries into p, as long as their sum is
 // more than 0, and adds them to p's totals.
-func (s *Service) claim(ctx context.Context, p *tally.Payout, partnerID string, entries []ledger.Entry) error {
+func (s *Service) claim(ctx context.Context, p *batch, partnerID string, entries []ledger.Entry) error {
 	var claimed int64
 	sum := func() int64 {
 		n := claimed
@@ -156,38 +163,33 @@ func (s *Service) claim(ctx context.Context, p *tally.Payout, partnerID string, 
 	}
 	for len(entries) > 0 && sum() > 0 {
 		chunk := entries[:min(len(entries), claimsPerWrite)]
-		var amount int64
+		var amount, n int64
 		ops := make([]store.Op, 0, len(chunk)+3)
 		for _, e := range chunk {
 			ops = append(ops, ledger.Claim(e))
 			amount += e.AmountCents
+			n += e.Count
 		}
-		n := int64(len(chunk))
 		ops = append(ops,
 			store.Op{Kind: store.OpUpdate, Key: keys.PayoutLine(p.ID, partnerID), Set: map[string]string{"status": tally.PayoutPending},
 				Add: map[string]int64{"amount": amount, "conversions": n}},
 			ledger.Move(p.BrandID, partnerID, p.Currency, p.ID, -amount, amount, 0))
-		newLine := int64(0)
-		if claimed == 0 {
-			newLine = 1
-		}
-		if p.Conversions == 0 {
-			ops = append(ops, store.Put(payoutItem(*p, amount, n, 1), store.NotExists()))
+		if !p.stored {
+			ops = append(ops, store.Put(payoutItem(p.Payout, amount, n), store.NotExists()))
 		} else {
-			add := map[string]int64{"totalCents": amount, "conversions": n}
-			if newLine > 0 {
-				add["partners"] = newLine
-			}
-			ops = append(ops, store.Increment(keys.Payout(p.BrandID, p.ID), add))
+			ops = append(ops, store.Increment(keys.Payout(p.BrandID, p.ID), map[string]int64{"totalCents": amount, "conversions": n}))
 		}
 		err := s.db.Transact(ctx, ops...)
 		if i, failed := store.FailedOp(err); failed && i < len(chunk) {
-			entries = slices.Delete(entries, i, i+1) // taken by another payout or a reversal
+			// Taken by another payout, or grown by a stream batch since it
+			// was read: the next payout has it.
+			entries = slices.Delete(entries, i, i+1)
 			continue
 		}
 		if err != nil {
 			return err
 		}
+		p.stored = true
 		claimed += amount
 		p.TotalCents += amount
 		p.Conversions += n
@@ -198,9 +200,9 @@ func (s *Service) claim(ctx context.Context, p *tally.Payout, partnerID string, 
 
 // payoutItem is a new payout's item: its fixed fields in the body, its
 // status and totals in attributes that later writes change in place.
-func payoutItem(p tally.Payout, total, conversions, partners int64) store.Item {
+func payoutItem(p tally.Payout, total, conversions int64) store.Item {
 	return store.Item{Key: keys.Payout(p.BrandID, p.ID), Attrs: map[string]string{"status": p.Status},
-		Nums: map[string]int64{"totalCents": total, "conversions": conversions, "partners": partners},
+		Nums: map[string]int64{"totalCents": total, "conversions": conversions},
 		Data: records.MustJSON(tally.Payout{ID: p.ID, BrandID: p.BrandID, Currency: p.Currency, Through: p.Through, CreatedAt: p.CreatedAt})}
 }
 

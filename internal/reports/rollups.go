@@ -42,7 +42,7 @@ func (InWrite) Add(brandID, id string, at time.Time, offerID, partnerID, currenc
 }
 
 func (InWrite) Conversion(c tally.Conversion) []store.Op {
-	return append(ConversionIncrements(c, Created(c)), ledger.Recorded(c)...)
+	return append(ConversionIncrements(c, Created(c)), ledger.Recorded(c, c.ID)...)
 }
 
 // FromStream leaves a new conversion's or click's rollups to the table's
@@ -195,7 +195,7 @@ func streamIncrements(it store.Item, shard string) ([]store.Op, error) {
 		return nil, err
 	}
 	ops := Increments(c.BrandID, shard, c.CreatedAt.Time, c.OfferID, c.PartnerID, c.Currency, Created(c))
-	return append(ops, ledger.Recorded(c)...), nil
+	return append(ops, ledger.Recorded(c, shard)...), nil
 }
 
 // rolledRecord is a conversion's (or a click's) rollup increments and
@@ -206,28 +206,23 @@ type rolledRecord struct {
 }
 
 // sumRollups sums the increments of the first records of recs per rollup
-// item (and balance item), as many records as leave room in a transaction
-// for the checkpoint, and returns the updates, with the puts of owed
-// entries (package ledger), and how many records they hold.
+// item (and per balance item and owed entry, package ledger), as many
+// records as leave room in a transaction for the checkpoint, and returns
+// the updates and how many records they hold.
 func sumRollups(recs []rolledRecord) ([]store.Op, int) {
 	sums := map[store.Key]map[string]int64{}
-	var puts []store.Op
 	n := 0
 	for _, c := range recs {
 		fresh := 0
 		for _, op := range c.ops {
-			if op.Kind == store.OpPut || sums[op.Key] == nil {
+			if sums[op.Key] == nil {
 				fresh++
 			}
 		}
-		if len(sums)+len(puts)+fresh > store.MaxTransactOps-1 {
+		if len(sums)+fresh > store.MaxTransactOps-1 {
 			break
 		}
 		for _, op := range c.ops {
-			if op.Kind == store.OpPut {
-				puts = append(puts, op)
-				continue
-			}
 			if sums[op.Key] == nil {
 				sums[op.Key] = map[string]int64{}
 			}
@@ -238,11 +233,11 @@ func sumRollups(recs []rolledRecord) ([]store.Op, int) {
 		n++
 	}
 	keys := slices.SortedFunc(maps.Keys(sums), func(a, b store.Key) int { return cmp.Or(cmp.Compare(a.PK, b.PK), cmp.Compare(a.SK, b.SK)) })
-	ops := make([]store.Op, 0, len(keys)+len(puts)+1)
+	ops := make([]store.Op, 0, len(keys)+1)
 	for _, k := range keys {
 		ops = append(ops, store.Increment(k, sums[k]))
 	}
-	return append(ops, puts...), n
+	return ops, n
 }
 
 // rolledUpTo is the sequence number of the last change the shard's
