@@ -154,6 +154,7 @@ func publicBase(r *http.Request) string {
 func (d *Dashboard) partnerAction(w http.ResponseWriter, r *request) error {
 	do := map[string]func(ctx context.Context, brandID, id string) (tally.Partner, error){
 		"approve": d.svc.Partners.ApprovePartner, "reject": d.svc.Partners.RejectPartner, "ban": d.svc.Partners.BanPartner,
+		"reactivate": d.svc.Partners.ReactivatePartner,
 	}[r.PathValue("action")]
 	if do == nil {
 		return tally.Errorf(tally.ECodeNotFound, "No such action.")
@@ -162,7 +163,7 @@ func (d *Dashboard) partnerAction(w http.ResponseWriter, r *request) error {
 	if err != nil {
 		return err
 	}
-	done := map[string]string{"approve": "partner-approved", "reject": "partner-rejected", "ban": "partner-banned"}[r.PathValue("action")]
+	done := map[string]string{"approve": "partner-approved", "reject": "partner-rejected", "ban": "partner-banned", "reactivate": "partner-reactivated"}[r.PathValue("action")]
 	return redirect(w, r, backTo(r, "/dashboard/partners/"+p.ID), done)
 }
 
@@ -288,7 +289,7 @@ func (d *Dashboard) conversions(w http.ResponseWriter, r *request) error {
 	}
 	render(w, "conversions", r.view("Conversions", "conversions", conversionsData{
 		Rows: namedRows(cs, dir.names), Filter: f, Offers: dir.offerPicker(f.OfferID), Partners: dir.partnerPicker(f.PartnerID), Page: pageOf(r, next), Back: r.URL.RequestURI(),
-		Statuses: []string{tally.ConversionPending, tally.ConversionApproved, tally.ConversionRejected},
+		Statuses: []string{tally.ConversionPending, tally.ConversionApproved, tally.ConversionRejected, tally.ConversionReversed},
 	}))
 	return nil
 }

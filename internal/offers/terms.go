@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"slices"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/store"
@@ -44,6 +45,19 @@ func (s *Service) Terms(ctx context.Context, brandID, offerID, partnerID string)
 		return t, tally.Errorf(tally.ECodeNotFound, "Partner %q has no terms of its own on offer %q; it earns the offer's payout.", partnerID, offerID)
 	}
 	return t, nil
+}
+
+// AllTerms lists the partners' own terms on an offer, by partner id.
+func (s *Service) AllTerms(ctx context.Context, brandID, offerID string) ([]tally.PayoutTerms, error) {
+	e, err := s.Load(ctx, brandID, offerID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]tally.PayoutTerms, 0, len(e.Terms))
+	for _, id := range slices.Sorted(maps.Keys(e.Terms)) {
+		out = append(out, e.Terms[id])
+	}
+	return out, nil
 }
 
 // PutTerms sets a partner's payout terms on an offer. Conversions
