@@ -15,15 +15,9 @@ import (
 // /offers/{id}/partners/{partnerId}/terms.
 func byOfferPartner(do func(ctx context.Context, brandID, offerID, partnerID string) (tally.PayoutTerms, error)) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
-		if _, err := query(r); err != nil {
-			return err
-		}
-		v, err := do(r.Context(), p.BrandID, r.PathValue("id"), r.PathValue("partnerId"))
-		if err != nil {
-			return err
-		}
-		writeJSON(w, http.StatusOK, v)
-		return nil
+		return byID(func(ctx context.Context, brandID, offerID string) (tally.PayoutTerms, error) {
+			return do(ctx, brandID, offerID, r.PathValue("partnerId"))
+		})(w, r, p)
 	}
 }
 
@@ -61,12 +55,9 @@ func (a *API) payout(w http.ResponseWriter, r *http.Request, p identity.Principa
 	if err != nil {
 		return err
 	}
-	format := q.Get("format")
-	switch {
-	case format == "" && prefersCSV(r.Header.Get("Accept")):
-		format = "csv"
-	case format != "" && format != "json" && format != "csv":
-		return tally.Errorf(tally.ECodeValidation, "format must be json or csv.")
+	format, err := answerFormat(r, q)
+	if err != nil {
+		return err
 	}
 	payout, err := a.svc.Payouts.Payout(r.Context(), p.BrandID, r.PathValue("id"))
 	if err != nil {
