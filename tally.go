@@ -5,6 +5,9 @@ package tally
 
 import (
 	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -54,10 +57,13 @@ type Offer struct {
 	Name           string `json:"name"`
 	DestinationURL string `json:"destinationUrl"`
 	RevenueCents   int64  `json:"revenueCents"`
-	PayoutCents    int64  `json:"payoutCents"`
-	Currency       string `json:"currency"`
-	Status         string `json:"status"`
-	Approval       string `json:"approval"`
+	// PayoutCents is what a conversion pays its partner, unless
+	// PayoutPercent (then 0) pays a share of its revenue instead.
+	PayoutCents   int64    `json:"payoutCents"`
+	PayoutPercent *Percent `json:"payoutPercent"`
+	Currency      string   `json:"currency"`
+	Status        string   `json:"status"`
+	Approval      string   `json:"approval"`
 	// HoldHours is how long a pending conversion waits before it is approved
 	// automatically; 0 means it waits for a manual decision.
 	HoldHours int  `json:"holdHours"`
@@ -108,6 +114,15 @@ const (
 	ConversionPending  = "pending"
 	ConversionApproved = "approved"
 	ConversionRejected = "rejected"
+	ConversionReversed = "reversed"
+)
+
+// Why an approved conversion was reversed.
+const (
+	ReversalRefund     = "refund"
+	ReversalChargeback = "chargeback"
+	ReversalFraud      = "fraud"
+	ReversalOther      = "other"
 )
 
 // Conversion is one recorded sale or lead, posted server-side by an advertiser.
@@ -129,8 +144,16 @@ type Conversion struct {
 	ExternalTxnID string `json:"externalTxnId"`
 	// ApproveAt is when a pending conversion is approved automatically.
 	ApproveAt *Time `json:"approveAt"`
-	CreatedAt Time  `json:"createdAt"`
-	UpdatedAt Time  `json:"updatedAt"`
+	// ApprovedAt is when the conversion was approved (its creation, when
+	// the offer approves automatically); a payout's "through" counts it.
+	ApprovedAt *Time `json:"approvedAt,omitempty"`
+	// ReversalReason, ReversalNote and ReversedAt say why and when an
+	// approved conversion was reversed.
+	ReversalReason string `json:"reversalReason,omitempty"`
+	ReversalNote   string `json:"reversalNote,omitempty"`
+	ReversedAt     *Time  `json:"reversedAt,omitempty"`
+	CreatedAt      Time   `json:"createdAt"`
+	UpdatedAt      Time   `json:"updatedAt"`
 }
 
 // Click is one visit through a partner's tracking link, scored for fraud
@@ -170,19 +193,22 @@ const (
 // the row's grouping values. Grouping fields not asked for are omitted; rows
 // are always split by currency.
 type ReportRow struct {
-	Day          string `json:"day,omitempty"`
-	Week         string `json:"week,omitempty"`
-	Month        string `json:"month,omitempty"`
-	OfferID      string `json:"offerId,omitempty"`
-	PartnerID    string `json:"partnerId,omitempty"`
-	Currency     string `json:"currency"`
-	Conversions  int64  `json:"conversions"`
-	Pending      int64  `json:"pending"`
-	Approved     int64  `json:"approved"`
-	Rejected     int64  `json:"rejected"`
-	RevenueCents int64  `json:"revenueCents"`
-	PayoutCents  int64  `json:"payoutCents"`
-	ProfitCents  int64  `json:"profitCents"`
+	Day         string `json:"day,omitempty"`
+	Week        string `json:"week,omitempty"`
+	Month       string `json:"month,omitempty"`
+	OfferID     string `json:"offerId,omitempty"`
+	PartnerID   string `json:"partnerId,omitempty"`
+	Currency    string `json:"currency"`
+	Conversions int64  `json:"conversions"`
+	Pending     int64  `json:"pending"`
+	Approved    int64  `json:"approved"`
+	Rejected    int64  `json:"rejected"`
+	// Reversed counts approved conversions reversed since (refunds,
+	// chargebacks); they no longer count in approved.
+	Reversed     int64 `json:"reversed"`
+	RevenueCents int64 `json:"revenueCents"`
+	PayoutCents  int64 `json:"payoutCents"`
+	ProfitCents  int64 `json:"profitCents"`
 	// Clicks count in the row of the offer's currency.
 	Clicks         int64 `json:"clicks"`
 	HighRiskClicks int64 `json:"highRiskClicks"`
@@ -193,13 +219,16 @@ const (
 	EventConversionCreated  = "conversion.created"
 	EventConversionApproved = "conversion.approved"
 	EventConversionRejected = "conversion.rejected"
+	EventConversionReversed = "conversion.reversed"
 	EventPartnerApplied     = "partner.applied"
 	EventPartnerApproved    = "partner.approved"
 	EventPartnerRejected    = "partner.rejected"
 	EventPartnerBanned      = "partner.banned"
+	EventPartnerReactivated = "partner.reactivated"
 	EventFraudHighRisk      = "fraud.high_risk"
 	EventCapReached         = "cap.reached"
 	EventWebhookTest        = "webhook.test"
+	EventPayoutPaid         = "payout.paid"
 )
 
 // PostbackTestEvent asks for a partner's postback to be sent with sample
@@ -233,6 +262,9 @@ type ConversionEventData struct {
 	// Reason says why a conversion changed status: "manual", or
 	// "hold_elapsed" for automatic approval. Empty on conversion.created.
 	Reason string `json:"reason,omitempty"`
+	// ReversalReason and ReversalNote are on conversion.reversed only.
+	ReversalReason string `json:"reversalReason,omitempty"`
+	ReversalNote   string `json:"reversalNote,omitempty"`
 }
 
 // PartnerEventData is the data of the partner.* events.
@@ -477,3 +509,114 @@ func (a Attempt) Gone() bool { return a.Error == "" && a.StatusCode == 410 }
 // Succeeded reports whether the receiver accepted the delivery: a 2xx whose
 // whole response came within the time limit.
 func (a Attempt) Succeeded() bool { return a.Error == "" && a.StatusCode >= 200 && a.StatusCode < 300 }
+
+// Balance is what a brand owes one partner in one currency, by where the
+// money stands (DESIGN.md, "Money").
+type Balance struct {
+	Currency string `json:"currency"`
+	// PendingCents: payouts of pending conversions.
+	PendingCents int64 `json:"pendingCents"`
+	// OwedCents: approved conversions in no payout, minus reversals of
+	// conversions already in one (clawbacks); it can be negative.
+	OwedCents int64 `json:"owedCents"`
+	// InPayoutCents: lines of payouts not yet paid.
+	InPayoutCents int64 `json:"inPayoutCents"`
+	// PaidCents: lines of paid payouts.
+	PaidCents int64 `json:"paidCents"`
+}
+
+// Payout statuses.
+const (
+	PayoutPending = "pending"
+	PayoutPaid    = "paid"
+)
+
+// Payout is a batch of what a brand owes its partners in one currency,
+// which the brand pays by its own means and then marks paid.
+type Payout struct {
+	ID       string `json:"id"`
+	BrandID  string `json:"brandId"`
+	Currency string `json:"currency"`
+	Status   string `json:"status"`
+	// Through is the last UTC day whose approvals it includes; empty: up
+	// to when it was created.
+	Through     string       `json:"through,omitempty"`
+	TotalCents  int64        `json:"totalCents"`
+	Conversions int64        `json:"conversions"`
+	Lines       []PayoutLine `json:"lines,omitempty"`
+	CreatedAt   Time         `json:"createdAt"`
+	PaidAt      *Time        `json:"paidAt"`
+}
+
+// PayoutLine is what one payout pays one partner: the sum of its owed
+// entries (conversions, less clawbacks).
+type PayoutLine struct {
+	PartnerID   string `json:"partnerId"`
+	AmountCents int64  `json:"amountCents"`
+	Conversions int64  `json:"conversions"`
+}
+
+// PayoutEventData is the data of payout.paid; the payout's lines are at
+// GET /payouts/{id}.
+type PayoutEventData struct {
+	PayoutID    string `json:"payoutId"`
+	Currency    string `json:"currency"`
+	TotalCents  int64  `json:"totalCents"`
+	Conversions int64  `json:"conversions"`
+	Partners    int    `json:"partners"`
+}
+
+// Percent is a percentage with at most two decimals, kept exactly as
+// hundredths of a percent (basis points): 12.5% is 1250. It is written
+// in JSON as a number, 12.5.
+type Percent int64
+
+// Of is p of cents, rounded half up to the unit.
+func (p Percent) Of(cents int64) int64 { return (cents*int64(p) + 5000) / 10000 }
+
+func (p Percent) String() string {
+	s := strconv.FormatInt(int64(p)/100, 10)
+	if frac := int64(p) % 100; frac != 0 {
+		s += "." + strings.TrimRight(fmt.Sprintf("%02d", frac), "0")
+	}
+	return s
+}
+
+func (p Percent) MarshalJSON() ([]byte, error) { return []byte(p.String()), nil }
+
+func (p *Percent) UnmarshalJSON(b []byte) error {
+	v, err := ParsePercent(string(b))
+	if err != nil {
+		return err
+	}
+	*p = v
+	return nil
+}
+
+// ParsePercent reads a non-negative decimal with at most two decimals,
+// such as 12.5, exactly.
+func ParsePercent(s string) (Percent, error) {
+	whole, frac, _ := strings.Cut(s, ".")
+	if whole == "" || len(whole) > 6 || len(frac) > 2 || strings.Contains(s, ".") && frac == "" {
+		return 0, fmt.Errorf("%q is not a percentage with at most two decimals", s)
+	}
+	for _, r := range whole + frac {
+		if r < '0' || r > '9' {
+			return 0, fmt.Errorf("%q is not a percentage with at most two decimals", s)
+		}
+	}
+	w, _ := strconv.ParseInt(whole, 10, 64)
+	f, _ := strconv.ParseInt((frac + "00")[:2], 10, 64)
+	return Percent(w*100 + f), nil
+}
+
+// PayoutTerms are what one partner earns on one offer, instead of the
+// offer's own payout: a fixed amount or a share of each conversion's
+// revenue (exactly one of the two).
+type PayoutTerms struct {
+	OfferID       string   `json:"offerId"`
+	PartnerID     string   `json:"partnerId"`
+	PayoutCents   *int64   `json:"payoutCents"`
+	PayoutPercent *Percent `json:"payoutPercent"`
+	UpdatedAt     Time     `json:"updatedAt"`
+}

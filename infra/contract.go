@@ -123,6 +123,10 @@ var functions = []function{
 		"POST /api/v1/offers",
 		"GET /api/v1/offers/{id}",
 		"PATCH /api/v1/offers/{id}",
+		// Partner money: per-partner payout terms.
+		"GET /api/v1/offers/{id}/partners/{partnerId}/terms",
+		"PUT /api/v1/offers/{id}/partners/{partnerId}/terms",
+		"DELETE /api/v1/offers/{id}/partners/{partnerId}/terms",
 	}},
 	{ID: "PartnersFunction", Dir: "partners", Timeout: 10, Kind: apiFunction, Routes: []string{
 		"GET /api/v1/partners",
@@ -130,6 +134,7 @@ var functions = []function{
 		"POST /api/v1/partners/{id}/approve",
 		"POST /api/v1/partners/{id}/reject",
 		"POST /api/v1/partners/{id}/ban",
+		"POST /api/v1/partners/{id}/reactivate", // partner money
 		"PUT /api/v1/partners/{id}/postback",
 		"GET /api/v1/partners/{id}/postback",
 		"DELETE /api/v1/partners/{id}/postback",
@@ -142,6 +147,7 @@ var functions = []function{
 		"GET /api/v1/conversions/{id}",
 		"POST /api/v1/conversions/{id}/approve",
 		"POST /api/v1/conversions/{id}/reject",
+		"POST /api/v1/conversions/{id}/reverse", // partner money
 		"GET /api/v1/postback-token",
 		"POST /api/v1/postback-token",
 		"DELETE /api/v1/postback-token",
@@ -149,6 +155,14 @@ var functions = []function{
 	}},
 	{ID: "ReportsFunction", Dir: "reports", Timeout: 10, Kind: apiFunction, ReadOnly: true, Routes: []string{
 		"GET /api/v1/reports",
+	}},
+	// Partner money: balances and payouts.
+	{ID: "PayoutsFunction", Dir: "payouts", Timeout: 10, Kind: apiFunction, Routes: []string{
+		"GET /api/v1/partners/{id}/balance",
+		"GET /api/v1/payouts",
+		"POST /api/v1/payouts",
+		"GET /api/v1/payouts/{id}",
+		"POST /api/v1/payouts/{id}/paid",
 	}},
 	{ID: "ApplicationsFunction", Dir: "applications", Timeout: 10, Kind: apiFunction, Routes: []string{
 		"POST /api/public/brands/{brandId}/applications",

@@ -101,7 +101,7 @@ func TestClientDecodesRealAnswers(t *testing.T) {
 
 		// An offer, with a destination that carries a macro.
 		created, err := c.CreateOfferWithResponse(ctx, apiclient.CreateOfferJSONRequestBody{
-			Name: "Shoes", DestinationUrl: "https://shop.example/p?c={click_id}", RevenueCents: 1000, PayoutCents: 300,
+			Name: "Shoes", DestinationUrl: "https://shop.example/p?c={click_id}", RevenueCents: 1000, PayoutCents: ptr[apiclient.Cents](300),
 			Currency: apiclient.USD, Caps: &apiclient.CapsInput{Daily: ptr[apiclient.CapLimit](2)},
 		})
 		if err != nil || created.JSON201 == nil {

@@ -90,6 +90,30 @@ func (e CapReachedDataCap) Valid() bool {
 	}
 }
 
+// Defines values for ConversionReversalReason.
+const (
+	ConversionReversalReasonChargeback ConversionReversalReason = "chargeback"
+	ConversionReversalReasonFraud      ConversionReversalReason = "fraud"
+	ConversionReversalReasonOther      ConversionReversalReason = "other"
+	ConversionReversalReasonRefund     ConversionReversalReason = "refund"
+)
+
+// Valid indicates whether the value is a known member of the ConversionReversalReason enum.
+func (e ConversionReversalReason) Valid() bool {
+	switch e {
+	case ConversionReversalReasonChargeback:
+		return true
+	case ConversionReversalReasonFraud:
+		return true
+	case ConversionReversalReasonOther:
+		return true
+	case ConversionReversalReasonRefund:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ConversionApprovedDataReason.
 const (
 	ConversionApprovedDataReasonHoldElapsed ConversionApprovedDataReason = "hold_elapsed"
@@ -171,11 +195,51 @@ func (e ConversionRejectedDataStatus) Valid() bool {
 	}
 }
 
+// Defines values for ConversionReversedDataReversalReason.
+const (
+	ConversionReversedDataReversalReasonChargeback ConversionReversedDataReversalReason = "chargeback"
+	ConversionReversedDataReversalReasonFraud      ConversionReversedDataReversalReason = "fraud"
+	ConversionReversedDataReversalReasonOther      ConversionReversedDataReversalReason = "other"
+	ConversionReversedDataReversalReasonRefund     ConversionReversedDataReversalReason = "refund"
+)
+
+// Valid indicates whether the value is a known member of the ConversionReversedDataReversalReason enum.
+func (e ConversionReversedDataReversalReason) Valid() bool {
+	switch e {
+	case ConversionReversedDataReversalReasonChargeback:
+		return true
+	case ConversionReversedDataReversalReasonFraud:
+		return true
+	case ConversionReversedDataReversalReasonOther:
+		return true
+	case ConversionReversedDataReversalReasonRefund:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ConversionReversedDataStatus.
+const (
+	ConversionReversedDataStatusReversed ConversionReversedDataStatus = "reversed"
+)
+
+// Valid indicates whether the value is a known member of the ConversionReversedDataStatus enum.
+func (e ConversionReversedDataStatus) Valid() bool {
+	switch e {
+	case ConversionReversedDataStatusReversed:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ConversionStatus.
 const (
 	ConversionStatusApproved ConversionStatus = "approved"
 	ConversionStatusPending  ConversionStatus = "pending"
 	ConversionStatusRejected ConversionStatus = "rejected"
+	ConversionStatusReversed ConversionStatus = "reversed"
 )
 
 // Valid indicates whether the value is a known member of the ConversionStatus enum.
@@ -186,6 +250,8 @@ func (e ConversionStatus) Valid() bool {
 	case ConversionStatusPending:
 		return true
 	case ConversionStatusRejected:
+		return true
+	case ConversionStatusReversed:
 		return true
 	default:
 		return false
@@ -681,11 +747,14 @@ const (
 	DeliveryEventConversionApproved DeliveryEvent = "conversion.approved"
 	DeliveryEventConversionCreated  DeliveryEvent = "conversion.created"
 	DeliveryEventConversionRejected DeliveryEvent = "conversion.rejected"
+	DeliveryEventConversionReversed DeliveryEvent = "conversion.reversed"
 	DeliveryEventFraudHighRisk      DeliveryEvent = "fraud.high_risk"
 	DeliveryEventPartnerApplied     DeliveryEvent = "partner.applied"
 	DeliveryEventPartnerApproved    DeliveryEvent = "partner.approved"
 	DeliveryEventPartnerBanned      DeliveryEvent = "partner.banned"
+	DeliveryEventPartnerReactivated DeliveryEvent = "partner.reactivated"
 	DeliveryEventPartnerRejected    DeliveryEvent = "partner.rejected"
+	DeliveryEventPayoutPaid         DeliveryEvent = "payout.paid"
 	DeliveryEventPostbackTest       DeliveryEvent = "postback.test"
 	DeliveryEventWebhookTest        DeliveryEvent = "webhook.test"
 )
@@ -701,6 +770,8 @@ func (e DeliveryEvent) Valid() bool {
 		return true
 	case DeliveryEventConversionRejected:
 		return true
+	case DeliveryEventConversionReversed:
+		return true
 	case DeliveryEventFraudHighRisk:
 		return true
 	case DeliveryEventPartnerApplied:
@@ -709,7 +780,11 @@ func (e DeliveryEvent) Valid() bool {
 		return true
 	case DeliveryEventPartnerBanned:
 		return true
+	case DeliveryEventPartnerReactivated:
+		return true
 	case DeliveryEventPartnerRejected:
+		return true
+	case DeliveryEventPayoutPaid:
 		return true
 	case DeliveryEventPostbackTest:
 		return true
@@ -822,11 +897,14 @@ const (
 	EventNameConversionApproved EventName = "conversion.approved"
 	EventNameConversionCreated  EventName = "conversion.created"
 	EventNameConversionRejected EventName = "conversion.rejected"
+	EventNameConversionReversed EventName = "conversion.reversed"
 	EventNameFraudHighRisk      EventName = "fraud.high_risk"
 	EventNamePartnerApplied     EventName = "partner.applied"
 	EventNamePartnerApproved    EventName = "partner.approved"
 	EventNamePartnerBanned      EventName = "partner.banned"
+	EventNamePartnerReactivated EventName = "partner.reactivated"
 	EventNamePartnerRejected    EventName = "partner.rejected"
+	EventNamePayoutPaid         EventName = "payout.paid"
 	EventNameWebhookTest        EventName = "webhook.test"
 )
 
@@ -841,6 +919,8 @@ func (e EventName) Valid() bool {
 		return true
 	case EventNameConversionRejected:
 		return true
+	case EventNameConversionReversed:
+		return true
 	case EventNameFraudHighRisk:
 		return true
 	case EventNamePartnerApplied:
@@ -849,7 +929,11 @@ func (e EventName) Valid() bool {
 		return true
 	case EventNamePartnerBanned:
 		return true
+	case EventNamePartnerReactivated:
+		return true
 	case EventNamePartnerRejected:
+		return true
+	case EventNamePayoutPaid:
 		return true
 	case EventNameWebhookTest:
 		return true
@@ -1059,6 +1143,39 @@ func (e PartnerBannedDataStatus) Valid() bool {
 	}
 }
 
+// Defines values for PartnerReactivatedDataPreviousStatus.
+const (
+	PartnerReactivatedDataPreviousStatusBanned   PartnerReactivatedDataPreviousStatus = "banned"
+	PartnerReactivatedDataPreviousStatusRejected PartnerReactivatedDataPreviousStatus = "rejected"
+)
+
+// Valid indicates whether the value is a known member of the PartnerReactivatedDataPreviousStatus enum.
+func (e PartnerReactivatedDataPreviousStatus) Valid() bool {
+	switch e {
+	case PartnerReactivatedDataPreviousStatusBanned:
+		return true
+	case PartnerReactivatedDataPreviousStatusRejected:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PartnerReactivatedDataStatus.
+const (
+	PartnerReactivatedDataStatusActive PartnerReactivatedDataStatus = "active"
+)
+
+// Valid indicates whether the value is a known member of the PartnerReactivatedDataStatus enum.
+func (e PartnerReactivatedDataStatus) Valid() bool {
+	switch e {
+	case PartnerReactivatedDataStatusActive:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for PartnerRejectedDataPreviousStatus.
 const (
 	PartnerRejectedDataPreviousStatusApplied PartnerRejectedDataPreviousStatus = "applied"
@@ -1113,6 +1230,24 @@ func (e PartnerStatus) Valid() bool {
 	}
 }
 
+// Defines values for PayoutStatus.
+const (
+	PayoutStatusPaid    PayoutStatus = "paid"
+	PayoutStatusPending PayoutStatus = "pending"
+)
+
+// Valid indicates whether the value is a known member of the PayoutStatus enum.
+func (e PayoutStatus) Valid() bool {
+	switch e {
+	case PayoutStatusPaid:
+		return true
+	case PayoutStatusPending:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for PostbackDisabledReason.
 const (
 	PostbackDisabledReasonConsecutiveFailures PostbackDisabledReason = "consecutive_failures"
@@ -1157,6 +1292,7 @@ const (
 	PostbackEventConversionApproved PostbackEvent = "conversion.approved"
 	PostbackEventConversionCreated  PostbackEvent = "conversion.created"
 	PostbackEventConversionRejected PostbackEvent = "conversion.rejected"
+	PostbackEventConversionReversed PostbackEvent = "conversion.reversed"
 )
 
 // Valid indicates whether the value is a known member of the PostbackEvent enum.
@@ -1167,6 +1303,8 @@ func (e PostbackEvent) Valid() bool {
 	case PostbackEventConversionCreated:
 		return true
 	case PostbackEventConversionRejected:
+		return true
+	case PostbackEventConversionReversed:
 		return true
 	default:
 		return false
@@ -1194,6 +1332,30 @@ func (e ReportGroup) Valid() bool {
 	case ReportGroupPartner:
 		return true
 	case ReportGroupWeek:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReversalInputReason.
+const (
+	ReversalInputReasonChargeback ReversalInputReason = "chargeback"
+	ReversalInputReasonFraud      ReversalInputReason = "fraud"
+	ReversalInputReasonOther      ReversalInputReason = "other"
+	ReversalInputReasonRefund     ReversalInputReason = "refund"
+)
+
+// Valid indicates whether the value is a known member of the ReversalInputReason enum.
+func (e ReversalInputReason) Valid() bool {
+	switch e {
+	case ReversalInputReasonChargeback:
+		return true
+	case ReversalInputReasonFraud:
+		return true
+	case ReversalInputReasonOther:
+		return true
+	case ReversalInputReasonRefund:
 		return true
 	default:
 		return false
@@ -1242,11 +1404,14 @@ const (
 	SubscribableEventNameConversionApproved SubscribableEventName = "conversion.approved"
 	SubscribableEventNameConversionCreated  SubscribableEventName = "conversion.created"
 	SubscribableEventNameConversionRejected SubscribableEventName = "conversion.rejected"
+	SubscribableEventNameConversionReversed SubscribableEventName = "conversion.reversed"
 	SubscribableEventNameFraudHighRisk      SubscribableEventName = "fraud.high_risk"
 	SubscribableEventNamePartnerApplied     SubscribableEventName = "partner.applied"
 	SubscribableEventNamePartnerApproved    SubscribableEventName = "partner.approved"
 	SubscribableEventNamePartnerBanned      SubscribableEventName = "partner.banned"
+	SubscribableEventNamePartnerReactivated SubscribableEventName = "partner.reactivated"
 	SubscribableEventNamePartnerRejected    SubscribableEventName = "partner.rejected"
+	SubscribableEventNamePayoutPaid         SubscribableEventName = "payout.paid"
 )
 
 // Valid indicates whether the value is a known member of the SubscribableEventName enum.
@@ -1260,6 +1425,8 @@ func (e SubscribableEventName) Valid() bool {
 		return true
 	case SubscribableEventNameConversionRejected:
 		return true
+	case SubscribableEventNameConversionReversed:
+		return true
 	case SubscribableEventNameFraudHighRisk:
 		return true
 	case SubscribableEventNamePartnerApplied:
@@ -1268,7 +1435,11 @@ func (e SubscribableEventName) Valid() bool {
 		return true
 	case SubscribableEventNamePartnerBanned:
 		return true
+	case SubscribableEventNamePartnerReactivated:
+		return true
 	case SubscribableEventNamePartnerRejected:
+		return true
+	case SubscribableEventNamePayoutPaid:
 		return true
 	default:
 		return false
@@ -1320,11 +1491,14 @@ const (
 	WebhookEnvelopeEventConversionApproved WebhookEnvelopeEvent = "conversion.approved"
 	WebhookEnvelopeEventConversionCreated  WebhookEnvelopeEvent = "conversion.created"
 	WebhookEnvelopeEventConversionRejected WebhookEnvelopeEvent = "conversion.rejected"
+	WebhookEnvelopeEventConversionReversed WebhookEnvelopeEvent = "conversion.reversed"
 	WebhookEnvelopeEventFraudHighRisk      WebhookEnvelopeEvent = "fraud.high_risk"
 	WebhookEnvelopeEventPartnerApplied     WebhookEnvelopeEvent = "partner.applied"
 	WebhookEnvelopeEventPartnerApproved    WebhookEnvelopeEvent = "partner.approved"
 	WebhookEnvelopeEventPartnerBanned      WebhookEnvelopeEvent = "partner.banned"
+	WebhookEnvelopeEventPartnerReactivated WebhookEnvelopeEvent = "partner.reactivated"
 	WebhookEnvelopeEventPartnerRejected    WebhookEnvelopeEvent = "partner.rejected"
+	WebhookEnvelopeEventPayoutPaid         WebhookEnvelopeEvent = "payout.paid"
 	WebhookEnvelopeEventWebhookTest        WebhookEnvelopeEvent = "webhook.test"
 )
 
@@ -1339,6 +1513,8 @@ func (e WebhookEnvelopeEvent) Valid() bool {
 		return true
 	case WebhookEnvelopeEventConversionRejected:
 		return true
+	case WebhookEnvelopeEventConversionReversed:
+		return true
 	case WebhookEnvelopeEventFraudHighRisk:
 		return true
 	case WebhookEnvelopeEventPartnerApplied:
@@ -1347,7 +1523,11 @@ func (e WebhookEnvelopeEvent) Valid() bool {
 		return true
 	case WebhookEnvelopeEventPartnerBanned:
 		return true
+	case WebhookEnvelopeEventPartnerReactivated:
+		return true
 	case WebhookEnvelopeEventPartnerRejected:
+		return true
+	case WebhookEnvelopeEventPayoutPaid:
 		return true
 	case WebhookEnvelopeEventWebhookTest:
 		return true
@@ -2904,6 +3084,141 @@ func (e RejectConversion500JSONResponseBodyErrorCode) Valid() bool {
 	}
 }
 
+// Defines values for ReverseConversion400JSONResponseBodyErrorCode.
+const (
+	ReverseConversion400JSONResponseBodyErrorCodeInvalidJson ReverseConversion400JSONResponseBodyErrorCode = "invalid_json"
+)
+
+// Valid indicates whether the value is a known member of the ReverseConversion400JSONResponseBodyErrorCode enum.
+func (e ReverseConversion400JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ReverseConversion400JSONResponseBodyErrorCodeInvalidJson:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReverseConversion401JSONResponseBodyErrorCode.
+const (
+	ReverseConversion401JSONResponseBodyErrorCodeUnauthorized ReverseConversion401JSONResponseBodyErrorCode = "unauthorized"
+)
+
+// Valid indicates whether the value is a known member of the ReverseConversion401JSONResponseBodyErrorCode enum.
+func (e ReverseConversion401JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ReverseConversion401JSONResponseBodyErrorCodeUnauthorized:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReverseConversion404JSONResponseBodyErrorCode.
+const (
+	ReverseConversion404JSONResponseBodyErrorCodeNotFound ReverseConversion404JSONResponseBodyErrorCode = "not_found"
+)
+
+// Valid indicates whether the value is a known member of the ReverseConversion404JSONResponseBodyErrorCode enum.
+func (e ReverseConversion404JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ReverseConversion404JSONResponseBodyErrorCodeNotFound:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReverseConversion409JSONResponseBodyErrorCode.
+const (
+	ReverseConversion409JSONResponseBodyErrorCodeInvalidTransition ReverseConversion409JSONResponseBodyErrorCode = "invalid_transition"
+)
+
+// Valid indicates whether the value is a known member of the ReverseConversion409JSONResponseBodyErrorCode enum.
+func (e ReverseConversion409JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ReverseConversion409JSONResponseBodyErrorCodeInvalidTransition:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReverseConversion413JSONResponseBodyErrorCode.
+const (
+	ReverseConversion413JSONResponseBodyErrorCodePayloadTooLarge ReverseConversion413JSONResponseBodyErrorCode = "payload_too_large"
+)
+
+// Valid indicates whether the value is a known member of the ReverseConversion413JSONResponseBodyErrorCode enum.
+func (e ReverseConversion413JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ReverseConversion413JSONResponseBodyErrorCodePayloadTooLarge:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReverseConversion415JSONResponseBodyErrorCode.
+const (
+	ReverseConversion415JSONResponseBodyErrorCodeUnsupportedMediaType ReverseConversion415JSONResponseBodyErrorCode = "unsupported_media_type"
+)
+
+// Valid indicates whether the value is a known member of the ReverseConversion415JSONResponseBodyErrorCode enum.
+func (e ReverseConversion415JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ReverseConversion415JSONResponseBodyErrorCodeUnsupportedMediaType:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReverseConversion422JSONResponseBodyErrorCode.
+const (
+	ReverseConversion422JSONResponseBodyErrorCodeValidationError ReverseConversion422JSONResponseBodyErrorCode = "validation_error"
+)
+
+// Valid indicates whether the value is a known member of the ReverseConversion422JSONResponseBodyErrorCode enum.
+func (e ReverseConversion422JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ReverseConversion422JSONResponseBodyErrorCodeValidationError:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReverseConversion429JSONResponseBodyErrorCode.
+const (
+	ReverseConversion429JSONResponseBodyErrorCodeRateLimitExceeded ReverseConversion429JSONResponseBodyErrorCode = "rate_limit_exceeded"
+)
+
+// Valid indicates whether the value is a known member of the ReverseConversion429JSONResponseBodyErrorCode enum.
+func (e ReverseConversion429JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ReverseConversion429JSONResponseBodyErrorCodeRateLimitExceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReverseConversion500JSONResponseBodyErrorCode.
+const (
+	ReverseConversion500JSONResponseBodyErrorCodeInternalError ReverseConversion500JSONResponseBodyErrorCode = "internal_error"
+)
+
+// Valid indicates whether the value is a known member of the ReverseConversion500JSONResponseBodyErrorCode enum.
+func (e ReverseConversion500JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ReverseConversion500JSONResponseBodyErrorCodeInternalError:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListDeliveries401JSONResponseBodyErrorCode.
 const (
 	ListDeliveries401JSONResponseBodyErrorCodeUnauthorized ListDeliveries401JSONResponseBodyErrorCode = "unauthorized"
@@ -4074,6 +4389,246 @@ func (e UpdateOffer500JSONResponseBodyErrorCode) Valid() bool {
 	}
 }
 
+// Defines values for DeletePayoutTerms401JSONResponseBodyErrorCode.
+const (
+	DeletePayoutTerms401JSONResponseBodyErrorCodeUnauthorized DeletePayoutTerms401JSONResponseBodyErrorCode = "unauthorized"
+)
+
+// Valid indicates whether the value is a known member of the DeletePayoutTerms401JSONResponseBodyErrorCode enum.
+func (e DeletePayoutTerms401JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case DeletePayoutTerms401JSONResponseBodyErrorCodeUnauthorized:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DeletePayoutTerms404JSONResponseBodyErrorCode.
+const (
+	DeletePayoutTerms404JSONResponseBodyErrorCodeNotFound DeletePayoutTerms404JSONResponseBodyErrorCode = "not_found"
+)
+
+// Valid indicates whether the value is a known member of the DeletePayoutTerms404JSONResponseBodyErrorCode enum.
+func (e DeletePayoutTerms404JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case DeletePayoutTerms404JSONResponseBodyErrorCodeNotFound:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DeletePayoutTerms429JSONResponseBodyErrorCode.
+const (
+	DeletePayoutTerms429JSONResponseBodyErrorCodeRateLimitExceeded DeletePayoutTerms429JSONResponseBodyErrorCode = "rate_limit_exceeded"
+)
+
+// Valid indicates whether the value is a known member of the DeletePayoutTerms429JSONResponseBodyErrorCode enum.
+func (e DeletePayoutTerms429JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case DeletePayoutTerms429JSONResponseBodyErrorCodeRateLimitExceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DeletePayoutTerms500JSONResponseBodyErrorCode.
+const (
+	DeletePayoutTerms500JSONResponseBodyErrorCodeInternalError DeletePayoutTerms500JSONResponseBodyErrorCode = "internal_error"
+)
+
+// Valid indicates whether the value is a known member of the DeletePayoutTerms500JSONResponseBodyErrorCode enum.
+func (e DeletePayoutTerms500JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case DeletePayoutTerms500JSONResponseBodyErrorCodeInternalError:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetPayoutTerms401JSONResponseBodyErrorCode.
+const (
+	GetPayoutTerms401JSONResponseBodyErrorCodeUnauthorized GetPayoutTerms401JSONResponseBodyErrorCode = "unauthorized"
+)
+
+// Valid indicates whether the value is a known member of the GetPayoutTerms401JSONResponseBodyErrorCode enum.
+func (e GetPayoutTerms401JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case GetPayoutTerms401JSONResponseBodyErrorCodeUnauthorized:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetPayoutTerms404JSONResponseBodyErrorCode.
+const (
+	GetPayoutTerms404JSONResponseBodyErrorCodeNotFound GetPayoutTerms404JSONResponseBodyErrorCode = "not_found"
+)
+
+// Valid indicates whether the value is a known member of the GetPayoutTerms404JSONResponseBodyErrorCode enum.
+func (e GetPayoutTerms404JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case GetPayoutTerms404JSONResponseBodyErrorCodeNotFound:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetPayoutTerms429JSONResponseBodyErrorCode.
+const (
+	GetPayoutTerms429JSONResponseBodyErrorCodeRateLimitExceeded GetPayoutTerms429JSONResponseBodyErrorCode = "rate_limit_exceeded"
+)
+
+// Valid indicates whether the value is a known member of the GetPayoutTerms429JSONResponseBodyErrorCode enum.
+func (e GetPayoutTerms429JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case GetPayoutTerms429JSONResponseBodyErrorCodeRateLimitExceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetPayoutTerms500JSONResponseBodyErrorCode.
+const (
+	GetPayoutTerms500JSONResponseBodyErrorCodeInternalError GetPayoutTerms500JSONResponseBodyErrorCode = "internal_error"
+)
+
+// Valid indicates whether the value is a known member of the GetPayoutTerms500JSONResponseBodyErrorCode enum.
+func (e GetPayoutTerms500JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case GetPayoutTerms500JSONResponseBodyErrorCodeInternalError:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PutPayoutTerms400JSONResponseBodyErrorCode.
+const (
+	PutPayoutTerms400JSONResponseBodyErrorCodeInvalidJson PutPayoutTerms400JSONResponseBodyErrorCode = "invalid_json"
+)
+
+// Valid indicates whether the value is a known member of the PutPayoutTerms400JSONResponseBodyErrorCode enum.
+func (e PutPayoutTerms400JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case PutPayoutTerms400JSONResponseBodyErrorCodeInvalidJson:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PutPayoutTerms401JSONResponseBodyErrorCode.
+const (
+	PutPayoutTerms401JSONResponseBodyErrorCodeUnauthorized PutPayoutTerms401JSONResponseBodyErrorCode = "unauthorized"
+)
+
+// Valid indicates whether the value is a known member of the PutPayoutTerms401JSONResponseBodyErrorCode enum.
+func (e PutPayoutTerms401JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case PutPayoutTerms401JSONResponseBodyErrorCodeUnauthorized:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PutPayoutTerms404JSONResponseBodyErrorCode.
+const (
+	PutPayoutTerms404JSONResponseBodyErrorCodeNotFound PutPayoutTerms404JSONResponseBodyErrorCode = "not_found"
+)
+
+// Valid indicates whether the value is a known member of the PutPayoutTerms404JSONResponseBodyErrorCode enum.
+func (e PutPayoutTerms404JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case PutPayoutTerms404JSONResponseBodyErrorCodeNotFound:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PutPayoutTerms413JSONResponseBodyErrorCode.
+const (
+	PutPayoutTerms413JSONResponseBodyErrorCodePayloadTooLarge PutPayoutTerms413JSONResponseBodyErrorCode = "payload_too_large"
+)
+
+// Valid indicates whether the value is a known member of the PutPayoutTerms413JSONResponseBodyErrorCode enum.
+func (e PutPayoutTerms413JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case PutPayoutTerms413JSONResponseBodyErrorCodePayloadTooLarge:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PutPayoutTerms415JSONResponseBodyErrorCode.
+const (
+	PutPayoutTerms415JSONResponseBodyErrorCodeUnsupportedMediaType PutPayoutTerms415JSONResponseBodyErrorCode = "unsupported_media_type"
+)
+
+// Valid indicates whether the value is a known member of the PutPayoutTerms415JSONResponseBodyErrorCode enum.
+func (e PutPayoutTerms415JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case PutPayoutTerms415JSONResponseBodyErrorCodeUnsupportedMediaType:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PutPayoutTerms422JSONResponseBodyErrorCode.
+const (
+	PutPayoutTerms422JSONResponseBodyErrorCodeValidationError PutPayoutTerms422JSONResponseBodyErrorCode = "validation_error"
+)
+
+// Valid indicates whether the value is a known member of the PutPayoutTerms422JSONResponseBodyErrorCode enum.
+func (e PutPayoutTerms422JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case PutPayoutTerms422JSONResponseBodyErrorCodeValidationError:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PutPayoutTerms429JSONResponseBodyErrorCode.
+const (
+	PutPayoutTerms429JSONResponseBodyErrorCodeRateLimitExceeded PutPayoutTerms429JSONResponseBodyErrorCode = "rate_limit_exceeded"
+)
+
+// Valid indicates whether the value is a known member of the PutPayoutTerms429JSONResponseBodyErrorCode enum.
+func (e PutPayoutTerms429JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case PutPayoutTerms429JSONResponseBodyErrorCodeRateLimitExceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PutPayoutTerms500JSONResponseBodyErrorCode.
+const (
+	PutPayoutTerms500JSONResponseBodyErrorCodeInternalError PutPayoutTerms500JSONResponseBodyErrorCode = "internal_error"
+)
+
+// Valid indicates whether the value is a known member of the PutPayoutTerms500JSONResponseBodyErrorCode enum.
+func (e PutPayoutTerms500JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case PutPayoutTerms500JSONResponseBodyErrorCodeInternalError:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListPartners401JSONResponseBodyErrorCode.
 const (
 	ListPartners401JSONResponseBodyErrorCodeUnauthorized ListPartners401JSONResponseBodyErrorCode = "unauthorized"
@@ -4263,6 +4818,66 @@ const (
 func (e ApprovePartner500JSONResponseBodyErrorCode) Valid() bool {
 	switch e {
 	case ApprovePartner500JSONResponseBodyErrorCodeInternalError:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetPartnerBalance401JSONResponseBodyErrorCode.
+const (
+	GetPartnerBalance401JSONResponseBodyErrorCodeUnauthorized GetPartnerBalance401JSONResponseBodyErrorCode = "unauthorized"
+)
+
+// Valid indicates whether the value is a known member of the GetPartnerBalance401JSONResponseBodyErrorCode enum.
+func (e GetPartnerBalance401JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case GetPartnerBalance401JSONResponseBodyErrorCodeUnauthorized:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetPartnerBalance404JSONResponseBodyErrorCode.
+const (
+	GetPartnerBalance404JSONResponseBodyErrorCodeNotFound GetPartnerBalance404JSONResponseBodyErrorCode = "not_found"
+)
+
+// Valid indicates whether the value is a known member of the GetPartnerBalance404JSONResponseBodyErrorCode enum.
+func (e GetPartnerBalance404JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case GetPartnerBalance404JSONResponseBodyErrorCodeNotFound:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetPartnerBalance429JSONResponseBodyErrorCode.
+const (
+	GetPartnerBalance429JSONResponseBodyErrorCodeRateLimitExceeded GetPartnerBalance429JSONResponseBodyErrorCode = "rate_limit_exceeded"
+)
+
+// Valid indicates whether the value is a known member of the GetPartnerBalance429JSONResponseBodyErrorCode enum.
+func (e GetPartnerBalance429JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case GetPartnerBalance429JSONResponseBodyErrorCodeRateLimitExceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetPartnerBalance500JSONResponseBodyErrorCode.
+const (
+	GetPartnerBalance500JSONResponseBodyErrorCodeInternalError GetPartnerBalance500JSONResponseBodyErrorCode = "internal_error"
+)
+
+// Valid indicates whether the value is a known member of the GetPartnerBalance500JSONResponseBodyErrorCode enum.
+func (e GetPartnerBalance500JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case GetPartnerBalance500JSONResponseBodyErrorCodeInternalError:
 		return true
 	default:
 		return false
@@ -4839,6 +5454,81 @@ func (e TestPostback500JSONResponseBodyErrorCode) Valid() bool {
 	}
 }
 
+// Defines values for ReactivatePartner401JSONResponseBodyErrorCode.
+const (
+	ReactivatePartner401JSONResponseBodyErrorCodeUnauthorized ReactivatePartner401JSONResponseBodyErrorCode = "unauthorized"
+)
+
+// Valid indicates whether the value is a known member of the ReactivatePartner401JSONResponseBodyErrorCode enum.
+func (e ReactivatePartner401JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ReactivatePartner401JSONResponseBodyErrorCodeUnauthorized:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReactivatePartner404JSONResponseBodyErrorCode.
+const (
+	ReactivatePartner404JSONResponseBodyErrorCodeNotFound ReactivatePartner404JSONResponseBodyErrorCode = "not_found"
+)
+
+// Valid indicates whether the value is a known member of the ReactivatePartner404JSONResponseBodyErrorCode enum.
+func (e ReactivatePartner404JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ReactivatePartner404JSONResponseBodyErrorCodeNotFound:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReactivatePartner409JSONResponseBodyErrorCode.
+const (
+	ReactivatePartner409JSONResponseBodyErrorCodeInvalidTransition ReactivatePartner409JSONResponseBodyErrorCode = "invalid_transition"
+)
+
+// Valid indicates whether the value is a known member of the ReactivatePartner409JSONResponseBodyErrorCode enum.
+func (e ReactivatePartner409JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ReactivatePartner409JSONResponseBodyErrorCodeInvalidTransition:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReactivatePartner429JSONResponseBodyErrorCode.
+const (
+	ReactivatePartner429JSONResponseBodyErrorCodeRateLimitExceeded ReactivatePartner429JSONResponseBodyErrorCode = "rate_limit_exceeded"
+)
+
+// Valid indicates whether the value is a known member of the ReactivatePartner429JSONResponseBodyErrorCode enum.
+func (e ReactivatePartner429JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ReactivatePartner429JSONResponseBodyErrorCodeRateLimitExceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReactivatePartner500JSONResponseBodyErrorCode.
+const (
+	ReactivatePartner500JSONResponseBodyErrorCodeInternalError ReactivatePartner500JSONResponseBodyErrorCode = "internal_error"
+)
+
+// Valid indicates whether the value is a known member of the ReactivatePartner500JSONResponseBodyErrorCode enum.
+func (e ReactivatePartner500JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ReactivatePartner500JSONResponseBodyErrorCodeInternalError:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for RejectPartner401JSONResponseBodyErrorCode.
 const (
 	RejectPartner401JSONResponseBodyErrorCodeUnauthorized RejectPartner401JSONResponseBodyErrorCode = "unauthorized"
@@ -4908,6 +5598,339 @@ const (
 func (e RejectPartner500JSONResponseBodyErrorCode) Valid() bool {
 	switch e {
 	case RejectPartner500JSONResponseBodyErrorCodeInternalError:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListPayouts401JSONResponseBodyErrorCode.
+const (
+	ListPayouts401JSONResponseBodyErrorCodeUnauthorized ListPayouts401JSONResponseBodyErrorCode = "unauthorized"
+)
+
+// Valid indicates whether the value is a known member of the ListPayouts401JSONResponseBodyErrorCode enum.
+func (e ListPayouts401JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ListPayouts401JSONResponseBodyErrorCodeUnauthorized:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListPayouts422JSONResponseBodyErrorCode.
+const (
+	ListPayouts422JSONResponseBodyErrorCodeValidationError ListPayouts422JSONResponseBodyErrorCode = "validation_error"
+)
+
+// Valid indicates whether the value is a known member of the ListPayouts422JSONResponseBodyErrorCode enum.
+func (e ListPayouts422JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ListPayouts422JSONResponseBodyErrorCodeValidationError:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListPayouts429JSONResponseBodyErrorCode.
+const (
+	ListPayouts429JSONResponseBodyErrorCodeRateLimitExceeded ListPayouts429JSONResponseBodyErrorCode = "rate_limit_exceeded"
+)
+
+// Valid indicates whether the value is a known member of the ListPayouts429JSONResponseBodyErrorCode enum.
+func (e ListPayouts429JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ListPayouts429JSONResponseBodyErrorCodeRateLimitExceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListPayouts500JSONResponseBodyErrorCode.
+const (
+	ListPayouts500JSONResponseBodyErrorCodeInternalError ListPayouts500JSONResponseBodyErrorCode = "internal_error"
+)
+
+// Valid indicates whether the value is a known member of the ListPayouts500JSONResponseBodyErrorCode enum.
+func (e ListPayouts500JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ListPayouts500JSONResponseBodyErrorCodeInternalError:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CreatePayout400JSONResponseBodyErrorCode.
+const (
+	CreatePayout400JSONResponseBodyErrorCodeInvalidJson CreatePayout400JSONResponseBodyErrorCode = "invalid_json"
+)
+
+// Valid indicates whether the value is a known member of the CreatePayout400JSONResponseBodyErrorCode enum.
+func (e CreatePayout400JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case CreatePayout400JSONResponseBodyErrorCodeInvalidJson:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CreatePayout401JSONResponseBodyErrorCode.
+const (
+	CreatePayout401JSONResponseBodyErrorCodeUnauthorized CreatePayout401JSONResponseBodyErrorCode = "unauthorized"
+)
+
+// Valid indicates whether the value is a known member of the CreatePayout401JSONResponseBodyErrorCode enum.
+func (e CreatePayout401JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case CreatePayout401JSONResponseBodyErrorCodeUnauthorized:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CreatePayout413JSONResponseBodyErrorCode.
+const (
+	CreatePayout413JSONResponseBodyErrorCodePayloadTooLarge CreatePayout413JSONResponseBodyErrorCode = "payload_too_large"
+)
+
+// Valid indicates whether the value is a known member of the CreatePayout413JSONResponseBodyErrorCode enum.
+func (e CreatePayout413JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case CreatePayout413JSONResponseBodyErrorCodePayloadTooLarge:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CreatePayout415JSONResponseBodyErrorCode.
+const (
+	CreatePayout415JSONResponseBodyErrorCodeUnsupportedMediaType CreatePayout415JSONResponseBodyErrorCode = "unsupported_media_type"
+)
+
+// Valid indicates whether the value is a known member of the CreatePayout415JSONResponseBodyErrorCode enum.
+func (e CreatePayout415JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case CreatePayout415JSONResponseBodyErrorCodeUnsupportedMediaType:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CreatePayout422JSONResponseBodyErrorCode.
+const (
+	CreatePayout422JSONResponseBodyErrorCodeValidationError CreatePayout422JSONResponseBodyErrorCode = "validation_error"
+)
+
+// Valid indicates whether the value is a known member of the CreatePayout422JSONResponseBodyErrorCode enum.
+func (e CreatePayout422JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case CreatePayout422JSONResponseBodyErrorCodeValidationError:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CreatePayout429JSONResponseBodyErrorCode.
+const (
+	CreatePayout429JSONResponseBodyErrorCodeRateLimitExceeded CreatePayout429JSONResponseBodyErrorCode = "rate_limit_exceeded"
+)
+
+// Valid indicates whether the value is a known member of the CreatePayout429JSONResponseBodyErrorCode enum.
+func (e CreatePayout429JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case CreatePayout429JSONResponseBodyErrorCodeRateLimitExceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CreatePayout500JSONResponseBodyErrorCode.
+const (
+	CreatePayout500JSONResponseBodyErrorCodeInternalError CreatePayout500JSONResponseBodyErrorCode = "internal_error"
+)
+
+// Valid indicates whether the value is a known member of the CreatePayout500JSONResponseBodyErrorCode enum.
+func (e CreatePayout500JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case CreatePayout500JSONResponseBodyErrorCodeInternalError:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetPayoutParamsFormat.
+const (
+	GetPayoutParamsFormatCsv  GetPayoutParamsFormat = "csv"
+	GetPayoutParamsFormatJson GetPayoutParamsFormat = "json"
+)
+
+// Valid indicates whether the value is a known member of the GetPayoutParamsFormat enum.
+func (e GetPayoutParamsFormat) Valid() bool {
+	switch e {
+	case GetPayoutParamsFormatCsv:
+		return true
+	case GetPayoutParamsFormatJson:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetPayout401JSONResponseBodyErrorCode.
+const (
+	GetPayout401JSONResponseBodyErrorCodeUnauthorized GetPayout401JSONResponseBodyErrorCode = "unauthorized"
+)
+
+// Valid indicates whether the value is a known member of the GetPayout401JSONResponseBodyErrorCode enum.
+func (e GetPayout401JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case GetPayout401JSONResponseBodyErrorCodeUnauthorized:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetPayout404JSONResponseBodyErrorCode.
+const (
+	GetPayout404JSONResponseBodyErrorCodeNotFound GetPayout404JSONResponseBodyErrorCode = "not_found"
+)
+
+// Valid indicates whether the value is a known member of the GetPayout404JSONResponseBodyErrorCode enum.
+func (e GetPayout404JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case GetPayout404JSONResponseBodyErrorCodeNotFound:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetPayout422JSONResponseBodyErrorCode.
+const (
+	GetPayout422JSONResponseBodyErrorCodeValidationError GetPayout422JSONResponseBodyErrorCode = "validation_error"
+)
+
+// Valid indicates whether the value is a known member of the GetPayout422JSONResponseBodyErrorCode enum.
+func (e GetPayout422JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case GetPayout422JSONResponseBodyErrorCodeValidationError:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetPayout429JSONResponseBodyErrorCode.
+const (
+	GetPayout429JSONResponseBodyErrorCodeRateLimitExceeded GetPayout429JSONResponseBodyErrorCode = "rate_limit_exceeded"
+)
+
+// Valid indicates whether the value is a known member of the GetPayout429JSONResponseBodyErrorCode enum.
+func (e GetPayout429JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case GetPayout429JSONResponseBodyErrorCodeRateLimitExceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetPayout500JSONResponseBodyErrorCode.
+const (
+	GetPayout500JSONResponseBodyErrorCodeInternalError GetPayout500JSONResponseBodyErrorCode = "internal_error"
+)
+
+// Valid indicates whether the value is a known member of the GetPayout500JSONResponseBodyErrorCode enum.
+func (e GetPayout500JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case GetPayout500JSONResponseBodyErrorCodeInternalError:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for MarkPayoutPaid401JSONResponseBodyErrorCode.
+const (
+	MarkPayoutPaid401JSONResponseBodyErrorCodeUnauthorized MarkPayoutPaid401JSONResponseBodyErrorCode = "unauthorized"
+)
+
+// Valid indicates whether the value is a known member of the MarkPayoutPaid401JSONResponseBodyErrorCode enum.
+func (e MarkPayoutPaid401JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case MarkPayoutPaid401JSONResponseBodyErrorCodeUnauthorized:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for MarkPayoutPaid404JSONResponseBodyErrorCode.
+const (
+	MarkPayoutPaid404JSONResponseBodyErrorCodeNotFound MarkPayoutPaid404JSONResponseBodyErrorCode = "not_found"
+)
+
+// Valid indicates whether the value is a known member of the MarkPayoutPaid404JSONResponseBodyErrorCode enum.
+func (e MarkPayoutPaid404JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case MarkPayoutPaid404JSONResponseBodyErrorCodeNotFound:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for MarkPayoutPaid409JSONResponseBodyErrorCode.
+const (
+	MarkPayoutPaid409JSONResponseBodyErrorCodeInvalidTransition MarkPayoutPaid409JSONResponseBodyErrorCode = "invalid_transition"
+)
+
+// Valid indicates whether the value is a known member of the MarkPayoutPaid409JSONResponseBodyErrorCode enum.
+func (e MarkPayoutPaid409JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case MarkPayoutPaid409JSONResponseBodyErrorCodeInvalidTransition:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for MarkPayoutPaid429JSONResponseBodyErrorCode.
+const (
+	MarkPayoutPaid429JSONResponseBodyErrorCodeRateLimitExceeded MarkPayoutPaid429JSONResponseBodyErrorCode = "rate_limit_exceeded"
+)
+
+// Valid indicates whether the value is a known member of the MarkPayoutPaid429JSONResponseBodyErrorCode enum.
+func (e MarkPayoutPaid429JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case MarkPayoutPaid429JSONResponseBodyErrorCodeRateLimitExceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for MarkPayoutPaid500JSONResponseBodyErrorCode.
+const (
+	MarkPayoutPaid500JSONResponseBodyErrorCodeInternalError MarkPayoutPaid500JSONResponseBodyErrorCode = "internal_error"
+)
+
+// Valid indicates whether the value is a known member of the MarkPayoutPaid500JSONResponseBodyErrorCode enum.
+func (e MarkPayoutPaid500JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case MarkPayoutPaid500JSONResponseBodyErrorCodeInternalError:
 		return true
 	default:
 		return false
@@ -5126,16 +6149,16 @@ func (e CreatePostbackToken500JSONResponseBodyErrorCode) Valid() bool {
 
 // Defines values for GetReportParamsFormat.
 const (
-	Csv  GetReportParamsFormat = "csv"
-	Json GetReportParamsFormat = "json"
+	GetReportParamsFormatCsv  GetReportParamsFormat = "csv"
+	GetReportParamsFormatJson GetReportParamsFormat = "json"
 )
 
 // Valid indicates whether the value is a known member of the GetReportParamsFormat enum.
 func (e GetReportParamsFormat) Valid() bool {
 	switch e {
-	case Csv:
+	case GetReportParamsFormatCsv:
 		return true
-	case Json:
+	case GetReportParamsFormatJson:
 		return true
 	default:
 		return false
@@ -5367,6 +6390,36 @@ func (e ConversionRejectedWebhookParamsUserAgent) Valid() bool {
 	}
 }
 
+// Defines values for ConversionReversedWebhookParamsXTallyEvent.
+const (
+	ConversionReversedWebhookParamsXTallyEventConversionReversed ConversionReversedWebhookParamsXTallyEvent = "conversion.reversed"
+)
+
+// Valid indicates whether the value is a known member of the ConversionReversedWebhookParamsXTallyEvent enum.
+func (e ConversionReversedWebhookParamsXTallyEvent) Valid() bool {
+	switch e {
+	case ConversionReversedWebhookParamsXTallyEventConversionReversed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ConversionReversedWebhookParamsUserAgent.
+const (
+	ConversionReversedWebhookParamsUserAgentTallyWebhooks1 ConversionReversedWebhookParamsUserAgent = "Tally-Webhooks/1"
+)
+
+// Valid indicates whether the value is a known member of the ConversionReversedWebhookParamsUserAgent enum.
+func (e ConversionReversedWebhookParamsUserAgent) Valid() bool {
+	switch e {
+	case ConversionReversedWebhookParamsUserAgentTallyWebhooks1:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for FraudHighRiskWebhookParamsXTallyEvent.
 const (
 	FraudHighRiskWebhookParamsXTallyEventFraudHighRisk FraudHighRiskWebhookParamsXTallyEvent = "fraud.high_risk"
@@ -5487,6 +6540,36 @@ func (e PartnerBannedWebhookParamsUserAgent) Valid() bool {
 	}
 }
 
+// Defines values for PartnerReactivatedWebhookParamsXTallyEvent.
+const (
+	PartnerReactivatedWebhookParamsXTallyEventPartnerReactivated PartnerReactivatedWebhookParamsXTallyEvent = "partner.reactivated"
+)
+
+// Valid indicates whether the value is a known member of the PartnerReactivatedWebhookParamsXTallyEvent enum.
+func (e PartnerReactivatedWebhookParamsXTallyEvent) Valid() bool {
+	switch e {
+	case PartnerReactivatedWebhookParamsXTallyEventPartnerReactivated:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PartnerReactivatedWebhookParamsUserAgent.
+const (
+	PartnerReactivatedWebhookParamsUserAgentTallyWebhooks1 PartnerReactivatedWebhookParamsUserAgent = "Tally-Webhooks/1"
+)
+
+// Valid indicates whether the value is a known member of the PartnerReactivatedWebhookParamsUserAgent enum.
+func (e PartnerReactivatedWebhookParamsUserAgent) Valid() bool {
+	switch e {
+	case PartnerReactivatedWebhookParamsUserAgentTallyWebhooks1:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for PartnerRejectedWebhookParamsXTallyEvent.
 const (
 	PartnerRejectedWebhookParamsXTallyEventPartnerRejected PartnerRejectedWebhookParamsXTallyEvent = "partner.rejected"
@@ -5511,6 +6594,36 @@ const (
 func (e PartnerRejectedWebhookParamsUserAgent) Valid() bool {
 	switch e {
 	case PartnerRejectedWebhookParamsUserAgentTallyWebhooks1:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PayoutPaidWebhookParamsXTallyEvent.
+const (
+	PayoutPaidWebhookParamsXTallyEventPayoutPaid PayoutPaidWebhookParamsXTallyEvent = "payout.paid"
+)
+
+// Valid indicates whether the value is a known member of the PayoutPaidWebhookParamsXTallyEvent enum.
+func (e PayoutPaidWebhookParamsXTallyEvent) Valid() bool {
+	switch e {
+	case PayoutPaidWebhookParamsXTallyEventPayoutPaid:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PayoutPaidWebhookParamsUserAgent.
+const (
+	PayoutPaidWebhookParamsUserAgentTallyWebhooks1 PayoutPaidWebhookParamsUserAgent = "Tally-Webhooks/1"
+)
+
+// Valid indicates whether the value is a known member of the PayoutPaidWebhookParamsUserAgent enum.
+func (e PayoutPaidWebhookParamsUserAgent) Valid() bool {
+	switch e {
+	case PayoutPaidWebhookParamsUserAgentTallyWebhooks1:
 		return true
 	default:
 		return false
@@ -5640,6 +6753,29 @@ type AttemptError string
 
 // AttributionWindowDays How many days after a click a conversion can still name it (`clickId`); older clicks answer 422. Clicks are kept this long plus 7 days.
 type AttributionWindowDays = int
+
+// Balance defines model for Balance.
+type Balance struct {
+	// Currency An active ISO 4217 currency code, in upper case.
+	Currency Currency `json:"currency"`
+
+	// InPayoutCents Lines of payouts not yet paid.
+	InPayoutCents Cents `json:"inPayoutCents"`
+
+	// OwedCents Approved conversions in no payout, less reversals of conversions already in one (clawbacks, which the next payout subtracts).
+	OwedCents SignedCents `json:"owedCents"`
+
+	// PaidCents Lines of paid payouts.
+	PaidCents Cents `json:"paidCents"`
+
+	// PendingCents Payouts of the partner's pending conversions.
+	PendingCents Cents `json:"pendingCents"`
+}
+
+// BalanceList defines model for BalanceList.
+type BalanceList struct {
+	Data []Balance `json:"data"`
+}
 
 // BlockedIP defines model for BlockedIP.
 type BlockedIP struct {
@@ -5828,6 +6964,11 @@ type Conversion struct {
 	// ApproveAt When a pending conversion will be approved automatically (the offer's hold time); null when it waits for a manual decision or is decided.
 	ApproveAt *time.Time `json:"approveAt"`
 
+	// ApprovedAt When the conversion was approved; absent while it has not been.
+	//
+	// Examples: 2026-11-22T10:04:05.123Z
+	ApprovedAt *Timestamp `json:"approvedAt,omitempty"`
+
 	// BrandId Examples: brd_01kb7k3m5n6p7q8r9s0t1v2w3x
 	BrandId BrandId `json:"brandId"`
 
@@ -5860,8 +7001,19 @@ type Conversion struct {
 	PayoutCents Cents `json:"payoutCents"`
 
 	// RevenueCents An amount in minor currency units.
-	RevenueCents Cents            `json:"revenueCents"`
-	Status       ConversionStatus `json:"status"`
+	RevenueCents Cents `json:"revenueCents"`
+
+	// ReversalNote The note given with the reversal, when one was.
+	ReversalNote *string `json:"reversalNote,omitempty"`
+
+	// ReversalReason Why the conversion was reversed; present once it is.
+	ReversalReason *ConversionReversalReason `json:"reversalReason,omitempty"`
+
+	// ReversedAt When the conversion was reversed; present once it is.
+	//
+	// Examples: 2026-11-22T10:04:05.123Z
+	ReversedAt *Timestamp       `json:"reversedAt,omitempty"`
+	Status     ConversionStatus `json:"status"`
 
 	// Sub1 A sub-identifier passed along with the conversion.
 	Sub1 SubId `json:"sub1"`
@@ -5883,6 +7035,9 @@ type Conversion struct {
 	// Examples: 2026-11-22T10:04:05.123Z
 	UpdatedAt Timestamp `json:"updatedAt"`
 }
+
+// ConversionReversalReason Why the conversion was reversed; present once it is.
+type ConversionReversalReason string
 
 // ConversionApprovedData A conversion that was pending and is now approved. The amounts are those recorded with the conversion.
 type ConversionApprovedData struct {
@@ -6109,6 +7264,67 @@ type ConversionRejectedEvent struct {
 
 	// Data A conversion that was pending and is now rejected. Its revenue and payout no longer count in reports. The amounts are those recorded with the conversion.
 	Data  ConversionRejectedData `json:"data"`
+	Event interface{}            `json:"event"`
+
+	// Id Identifier of the event: evt_ and a lowercase ULID. Identical on every retry of the same event.
+	Id string `json:"id"`
+}
+
+// ConversionReversedData A conversion that was approved and is now reversed (a refund, a chargeback). Its revenue and payout no longer count in reports, and its payout leaves the partner's owed balance: as a clawback that the next payout subtracts when a payout already included it. The amounts are those recorded with the conversion.
+type ConversionReversedData struct {
+	// ClickId Identifier of the tracked click the conversion was attributed to; present only when the conversion was recorded with a clickId.
+	ClickId *string `json:"clickId,omitempty"`
+
+	// ConversionId Identifier of the conversion.
+	ConversionId string `json:"conversionId"`
+
+	// Currency ISO 4217 code, in upper case, of the currency of revenueCents and payoutCents.
+	Currency string `json:"currency"`
+
+	// ExternalTxnId The advertiser's transaction identifier passed with the conversion when it was recorded; an empty string when none was.
+	ExternalTxnId string `json:"externalTxnId"`
+
+	// OfferId Identifier of the offer the conversion is for.
+	OfferId string `json:"offerId"`
+
+	// PartnerId Identifier of the partner credited with the conversion.
+	PartnerId string `json:"partnerId"`
+
+	// PayoutCents What the brand owes the partner for the conversion, in minor units of currency.
+	PayoutCents int `json:"payoutCents"`
+
+	// RevenueCents Revenue the brand books for the conversion, in minor units of currency (cents for USD).
+	RevenueCents int `json:"revenueCents"`
+
+	// ReversalNote The brand's note on the reversal; absent when none was given.
+	ReversalNote *string `json:"reversalNote,omitempty"`
+
+	// ReversalReason Why the brand reversed the conversion: refund, chargeback, fraud or other.
+	ReversalReason ConversionReversedDataReversalReason `json:"reversalReason"`
+
+	// Status Always reversed: the conversion's new status.
+	Status ConversionReversedDataStatus `json:"status"`
+
+	// Sub1 The sub1 value passed with the conversion when it was recorded; an empty string when none was.
+	Sub1 string `json:"sub1"`
+}
+
+// ConversionReversedDataReversalReason Why the brand reversed the conversion: refund, chargeback, fraud or other.
+type ConversionReversedDataReversalReason string
+
+// ConversionReversedDataStatus Always reversed: the conversion's new status.
+type ConversionReversedDataStatus string
+
+// ConversionReversedEvent The body of a `conversion.reversed` delivery.
+type ConversionReversedEvent struct {
+	// BrandId Identifier of the brand the event belongs to.
+	BrandId string `json:"brandId"`
+
+	// CreatedAt When the event happened: RFC 3339 in UTC with milliseconds and a Z, e.g. 2026-11-22T10:04:05.123Z.
+	CreatedAt time.Time `json:"createdAt"`
+
+	// Data A conversion that was approved and is now reversed (a refund, a chargeback). Its revenue and payout no longer count in reports, and its payout leaves the partner's owed balance: as a clawback that the next payout subtracts when a payout already included it. The amounts are those recorded with the conversion.
+	Data  ConversionReversedData `json:"data"`
 	Event interface{}            `json:"event"`
 
 	// Id Identifier of the event: evt_ and a lowercase ULID. Identical on every retry of the same event.
@@ -6400,8 +7616,11 @@ type Offer struct {
 	Id   OfferId `json:"id"`
 	Name string  `json:"name"`
 
-	// PayoutCents An amount in minor currency units.
+	// PayoutCents The fixed payout per conversion; 0 when payoutPercent is set.
 	PayoutCents Cents `json:"payoutCents"`
+
+	// PayoutPercent The share of revenue paid per conversion; null when the payout is fixed.
+	PayoutPercent *Percent `json:"payoutPercent"`
 
 	// RevenueCents An amount in minor currency units.
 	RevenueCents Cents       `json:"revenueCents"`
@@ -6439,15 +7658,27 @@ type OfferInput struct {
 	HoldHours *int   `json:"holdHours,omitempty"`
 	Name      string `json:"name"`
 
-	// PayoutCents What the partner earns per conversion; the default of its conversions.
-	PayoutCents Cents `json:"payoutCents"`
+	// PayoutCents What the partner earns per conversion; the default of its conversions. Give this or payoutPercent, not both.
+	PayoutCents *Cents `json:"payoutCents,omitempty"`
+
+	// PayoutPercent The share of each conversion's revenueCents the partner earns, rounded half up to the cent, instead of a fixed payoutCents.
+	//
+	// Examples: 12.5
+	PayoutPercent *Percent `json:"payoutPercent,omitempty"`
 
 	// RevenueCents What the brand earns per conversion; the default of its conversions.
 	RevenueCents Cents `json:"revenueCents"`
 
 	// Status Conversions are accepted only while the offer is active.
 	Status *OfferStatus `json:"status,omitempty"`
+	union  json.RawMessage
 }
+
+// OfferInput0 defines model for OfferInput.0.
+type OfferInput0 = interface{}
+
+// OfferInput1 defines model for OfferInput.1.
+type OfferInput1 = interface{}
 
 // OfferList defines model for OfferList.
 type OfferList struct {
@@ -6478,8 +7709,13 @@ type OfferPatch struct {
 	HoldHours      *int     `json:"holdHours,omitempty"`
 	Name           *string  `json:"name,omitempty"`
 
-	// PayoutCents An amount in minor currency units.
+	// PayoutCents A fixed payout; it replaces a percentage.
 	PayoutCents *Cents `json:"payoutCents,omitempty"`
+
+	// PayoutPercent A share of revenue; it replaces a fixed payout.
+	//
+	// Examples: 12.5
+	PayoutPercent *Percent `json:"payoutPercent,omitempty"`
 
 	// RevenueCents An amount in minor currency units.
 	RevenueCents *Cents       `json:"revenueCents,omitempty"`
@@ -6654,6 +7890,46 @@ type PartnerList struct {
 	NextCursor *NextCursor `json:"nextCursor"`
 }
 
+// PartnerReactivatedData A rejected or banned partner that the brand reinstated: it is active again.
+type PartnerReactivatedData struct {
+	// Email The partner's e-mail address, as given on the application form. One address applies once per brand.
+	Email string `json:"email"`
+
+	// Name The partner's name, as given on the application form (at most 200 characters, never blank).
+	Name string `json:"name"`
+
+	// PartnerId Identifier of the partner.
+	PartnerId string `json:"partnerId"`
+
+	// PreviousStatus The status before the change: rejected or banned.
+	PreviousStatus PartnerReactivatedDataPreviousStatus `json:"previousStatus"`
+
+	// Status Always active: the partner's clicks and conversions are accepted again.
+	Status PartnerReactivatedDataStatus `json:"status"`
+}
+
+// PartnerReactivatedDataPreviousStatus The status before the change: rejected or banned.
+type PartnerReactivatedDataPreviousStatus string
+
+// PartnerReactivatedDataStatus Always active: the partner's clicks and conversions are accepted again.
+type PartnerReactivatedDataStatus string
+
+// PartnerReactivatedEvent The body of a `partner.reactivated` delivery.
+type PartnerReactivatedEvent struct {
+	// BrandId Identifier of the brand the event belongs to.
+	BrandId string `json:"brandId"`
+
+	// CreatedAt When the event happened: RFC 3339 in UTC with milliseconds and a Z, e.g. 2026-11-22T10:04:05.123Z.
+	CreatedAt time.Time `json:"createdAt"`
+
+	// Data A rejected or banned partner that the brand reinstated: it is active again.
+	Data  PartnerReactivatedData `json:"data"`
+	Event interface{}            `json:"event"`
+
+	// Id Identifier of the event: evt_ and a lowercase ULID. Identical on every retry of the same event.
+	Id string `json:"id"`
+}
+
 // PartnerRejectedData A partner whose application was turned down.
 type PartnerRejectedData struct {
 	// Email The partner's e-mail address, as given on the application form. One address applies once per brand.
@@ -6696,6 +7972,132 @@ type PartnerRejectedEvent struct {
 
 // PartnerStatus defines model for PartnerStatus.
 type PartnerStatus string
+
+// Payout defines model for Payout.
+type Payout struct {
+	// BrandId Examples: brd_01kb7k3m5n6p7q8r9s0t1v2w3x
+	BrandId     BrandId `json:"brandId"`
+	Conversions int     `json:"conversions"`
+
+	// CreatedAt RFC 3339 in UTC with milliseconds.
+	//
+	// Examples: 2026-11-22T10:04:05.123Z
+	CreatedAt Timestamp `json:"createdAt"`
+
+	// Currency An active ISO 4217 currency code, in upper case.
+	Currency Currency `json:"currency"`
+
+	// Id Examples: pay_01m8r9w9002zvzqgttmbsjc3hb
+	Id PayoutId `json:"id"`
+
+	// Lines One per partner paid; present on a single payout, absent in lists.
+	Lines *[]PayoutLine `json:"lines,omitempty"`
+
+	// PaidAt When it was marked paid; null while pending.
+	PaidAt *Timestamp   `json:"paidAt"`
+	Status PayoutStatus `json:"status"`
+
+	// Through The last UTC day it includes approvals of; absent when it was not bounded.
+	Through *openapi_types.Date `json:"through,omitempty"`
+
+	// TotalCents An amount in minor units of the currency; negative for a clawback.
+	TotalCents SignedCents `json:"totalCents"`
+}
+
+// PayoutId Examples: pay_01m8r9w9002zvzqgttmbsjc3hb
+type PayoutId = string
+
+// PayoutInput The body of POST /api/v1/payouts.
+//
+// Examples: {"currency":"USD","through":"2026-11-30"}
+type PayoutInput struct {
+	// Currency An active ISO 4217 currency code, in upper case.
+	Currency Currency `json:"currency"`
+
+	// PartnerIds Only these partners; all when left out.
+	PartnerIds *[]PartnerId `json:"partnerIds,omitempty"`
+
+	// Through The last UTC day whose approved conversions to include; not after today.
+	Through *openapi_types.Date `json:"through,omitempty"`
+}
+
+// PayoutLine defines model for PayoutLine.
+type PayoutLine struct {
+	// AmountCents What the partner is paid; its conversions' payouts less its clawbacks.
+	AmountCents SignedCents `json:"amountCents"`
+
+	// Conversions How many approved conversions the line includes; a reversal subtracts its amount, not its count.
+	Conversions int `json:"conversions"`
+
+	// PartnerId Examples: prt_01kb7k3m5n6p7q8r9s0t1v2w3x
+	PartnerId PartnerId `json:"partnerId"`
+}
+
+// PayoutList defines model for PayoutList.
+type PayoutList struct {
+	Data []Payout `json:"data"`
+
+	// NextCursor Pass it as `cursor` for the next page; null on the last page.
+	NextCursor *NextCursor `json:"nextCursor"`
+}
+
+// PayoutPaidData The brand marked a payout paid: it paid each partner its line by its own means, and the lines' amounts moved from the partners' inPayout to their paid balances. GET /api/v1/payouts/{payoutId} has the lines.
+type PayoutPaidData struct {
+	// Conversions How many approved conversions the payout includes; a reversal subtracts its amount, not its count.
+	Conversions int `json:"conversions"`
+
+	// Currency ISO 4217 code, in upper case, of the currency of the amounts.
+	Currency string `json:"currency"`
+
+	// Partners How many partners the payout pays (its lines).
+	Partners int `json:"partners"`
+
+	// PayoutId Identifier of the payout.
+	PayoutId string `json:"payoutId"`
+
+	// TotalCents The sum of the payout's lines, in minor units of currency.
+	TotalCents int `json:"totalCents"`
+}
+
+// PayoutPaidEvent The body of a `payout.paid` delivery.
+type PayoutPaidEvent struct {
+	// BrandId Identifier of the brand the event belongs to.
+	BrandId string `json:"brandId"`
+
+	// CreatedAt When the event happened: RFC 3339 in UTC with milliseconds and a Z, e.g. 2026-11-22T10:04:05.123Z.
+	CreatedAt time.Time `json:"createdAt"`
+
+	// Data The brand marked a payout paid: it paid each partner its line by its own means, and the lines' amounts moved from the partners' inPayout to their paid balances. GET /api/v1/payouts/{payoutId} has the lines.
+	Data  PayoutPaidData `json:"data"`
+	Event interface{}    `json:"event"`
+
+	// Id Identifier of the event: evt_ and a lowercase ULID. Identical on every retry of the same event.
+	Id string `json:"id"`
+}
+
+// PayoutStatus defines model for PayoutStatus.
+type PayoutStatus string
+
+// PayoutTerms What one partner earns on one offer instead of the offer's payout: a fixed amount or a share of revenue (the other is null).
+type PayoutTerms struct {
+	// OfferId Examples: off_01kb7k3m5n6p7q8r9s0t1v2w3x
+	OfferId OfferId `json:"offerId"`
+
+	// PartnerId Examples: prt_01kb7k3m5n6p7q8r9s0t1v2w3x
+	PartnerId     PartnerId `json:"partnerId"`
+	PayoutCents   *Cents    `json:"payoutCents"`
+	PayoutPercent *Percent  `json:"payoutPercent"`
+
+	// UpdatedAt RFC 3339 in UTC with milliseconds.
+	//
+	// Examples: 2026-11-22T10:04:05.123Z
+	UpdatedAt Timestamp `json:"updatedAt"`
+}
+
+// Percent A percentage, more than 0 and at most 100, with at most two decimals.
+//
+// Examples: 12.5
+type Percent = float32
 
 // Postback A partner's postback and its health.
 type Postback struct {
@@ -6890,15 +8292,35 @@ type ReportRow struct {
 	// RevenueCents Revenue of the conversions that are not rejected.
 	RevenueCents int `json:"revenueCents"`
 
+	// Reversed Approved conversions reversed since (refunds, chargebacks); they leave approved.
+	Reversed int `json:"reversed"`
+
 	// Week ISO week, e.g. 2026-W47.
 	Week *string `json:"week,omitempty"`
 }
+
+// ReversalInput The body of POST /api/v1/conversions/{id}/reverse.
+//
+// Examples: {"note":"Order returned on 2026-12-01.","reason":"refund"}
+type ReversalInput struct {
+	// Note The brand's note, kept on the conversion and sent with conversion.reversed.
+	Note *string `json:"note,omitempty"`
+
+	// Reason Why the conversion is reversed.
+	Reason ReversalInputReason `json:"reason"`
+}
+
+// ReversalInputReason Why the conversion is reversed.
+type ReversalInputReason string
 
 // SignatureAlgorithm With `standard-webhooks` only: `hmac-sha256` (the default; a `whsec_` secret, `v1` signatures) or `ed25519` (Tally keeps the private key and shows `publicKey`; `v1a` signatures). It cannot change.
 type SignatureAlgorithm string
 
 // SignatureScheme How deliveries are signed: `tally` (the default), `X-Tally-Signature`; or `standard-webhooks`, the Standard Webhooks specification's `webhook-id`, `webhook-timestamp` and `webhook-signature` headers, which its libraries (and Svix's) verify. It cannot change; make another subscription to switch.
 type SignatureScheme string
+
+// SignedCents An amount in minor units of the currency; negative for a clawback.
+type SignedCents = int64
 
 // SubId A sub-identifier passed along with the conversion.
 type SubId = string
@@ -7031,6 +8453,26 @@ type SubscriptionUpdate struct {
 	Url *WebhookURL `json:"url,omitempty"`
 }
 
+// TermsInput The body of PUT /api/v1/offers/{id}/partners/{partnerId}/terms: exactly one of the two.
+//
+// Examples: {"payoutPercent":12.5}
+type TermsInput struct {
+	// PayoutCents An amount in minor currency units.
+	PayoutCents *Cents `json:"payoutCents,omitempty"`
+
+	// PayoutPercent A percentage, more than 0 and at most 100, with at most two decimals.
+	//
+	// Examples: 12.5
+	PayoutPercent *Percent `json:"payoutPercent,omitempty"`
+	union         json.RawMessage
+}
+
+// TermsInput0 defines model for TermsInput.0.
+type TermsInput0 = interface{}
+
+// TermsInput1 defines model for TermsInput.1.
+type TermsInput1 = interface{}
+
 // TimeBound An RFC 3339 timestamp or a date (YYYY-MM-DD).
 //
 // Examples: 2026-11-22, 2026-11-22T10:00:00Z
@@ -7109,6 +8551,9 @@ type OfferIdPath = OfferId
 
 // PartnerIdPath Examples: prt_01kb7k3m5n6p7q8r9s0t1v2w3x
 type PartnerIdPath = PartnerId
+
+// PayoutIdPath Examples: pay_01m8r9w9002zvzqgttmbsjc3hb
+type PayoutIdPath = PayoutId
 
 // SubscriptionIdPath Examples: sub_01kb7k3m5n6p7q8r9s0t1v2w3x
 type SubscriptionIdPath = SubscriptionId
@@ -7578,6 +9023,33 @@ type RejectConversion429JSONResponseBodyErrorCode string
 // RejectConversion500JSONResponseBodyErrorCode defines parameters for RejectConversion.
 type RejectConversion500JSONResponseBodyErrorCode string
 
+// ReverseConversion400JSONResponseBodyErrorCode defines parameters for ReverseConversion.
+type ReverseConversion400JSONResponseBodyErrorCode string
+
+// ReverseConversion401JSONResponseBodyErrorCode defines parameters for ReverseConversion.
+type ReverseConversion401JSONResponseBodyErrorCode string
+
+// ReverseConversion404JSONResponseBodyErrorCode defines parameters for ReverseConversion.
+type ReverseConversion404JSONResponseBodyErrorCode string
+
+// ReverseConversion409JSONResponseBodyErrorCode defines parameters for ReverseConversion.
+type ReverseConversion409JSONResponseBodyErrorCode string
+
+// ReverseConversion413JSONResponseBodyErrorCode defines parameters for ReverseConversion.
+type ReverseConversion413JSONResponseBodyErrorCode string
+
+// ReverseConversion415JSONResponseBodyErrorCode defines parameters for ReverseConversion.
+type ReverseConversion415JSONResponseBodyErrorCode string
+
+// ReverseConversion422JSONResponseBodyErrorCode defines parameters for ReverseConversion.
+type ReverseConversion422JSONResponseBodyErrorCode string
+
+// ReverseConversion429JSONResponseBodyErrorCode defines parameters for ReverseConversion.
+type ReverseConversion429JSONResponseBodyErrorCode string
+
+// ReverseConversion500JSONResponseBodyErrorCode defines parameters for ReverseConversion.
+type ReverseConversion500JSONResponseBodyErrorCode string
+
 // ListDeliveriesParams defines parameters for ListDeliveries.
 type ListDeliveriesParams struct {
 	// Type Only deliveries of this type.
@@ -7872,6 +9344,54 @@ type UpdateOffer429JSONResponseBodyErrorCode string
 // UpdateOffer500JSONResponseBodyErrorCode defines parameters for UpdateOffer.
 type UpdateOffer500JSONResponseBodyErrorCode string
 
+// DeletePayoutTerms401JSONResponseBodyErrorCode defines parameters for DeletePayoutTerms.
+type DeletePayoutTerms401JSONResponseBodyErrorCode string
+
+// DeletePayoutTerms404JSONResponseBodyErrorCode defines parameters for DeletePayoutTerms.
+type DeletePayoutTerms404JSONResponseBodyErrorCode string
+
+// DeletePayoutTerms429JSONResponseBodyErrorCode defines parameters for DeletePayoutTerms.
+type DeletePayoutTerms429JSONResponseBodyErrorCode string
+
+// DeletePayoutTerms500JSONResponseBodyErrorCode defines parameters for DeletePayoutTerms.
+type DeletePayoutTerms500JSONResponseBodyErrorCode string
+
+// GetPayoutTerms401JSONResponseBodyErrorCode defines parameters for GetPayoutTerms.
+type GetPayoutTerms401JSONResponseBodyErrorCode string
+
+// GetPayoutTerms404JSONResponseBodyErrorCode defines parameters for GetPayoutTerms.
+type GetPayoutTerms404JSONResponseBodyErrorCode string
+
+// GetPayoutTerms429JSONResponseBodyErrorCode defines parameters for GetPayoutTerms.
+type GetPayoutTerms429JSONResponseBodyErrorCode string
+
+// GetPayoutTerms500JSONResponseBodyErrorCode defines parameters for GetPayoutTerms.
+type GetPayoutTerms500JSONResponseBodyErrorCode string
+
+// PutPayoutTerms400JSONResponseBodyErrorCode defines parameters for PutPayoutTerms.
+type PutPayoutTerms400JSONResponseBodyErrorCode string
+
+// PutPayoutTerms401JSONResponseBodyErrorCode defines parameters for PutPayoutTerms.
+type PutPayoutTerms401JSONResponseBodyErrorCode string
+
+// PutPayoutTerms404JSONResponseBodyErrorCode defines parameters for PutPayoutTerms.
+type PutPayoutTerms404JSONResponseBodyErrorCode string
+
+// PutPayoutTerms413JSONResponseBodyErrorCode defines parameters for PutPayoutTerms.
+type PutPayoutTerms413JSONResponseBodyErrorCode string
+
+// PutPayoutTerms415JSONResponseBodyErrorCode defines parameters for PutPayoutTerms.
+type PutPayoutTerms415JSONResponseBodyErrorCode string
+
+// PutPayoutTerms422JSONResponseBodyErrorCode defines parameters for PutPayoutTerms.
+type PutPayoutTerms422JSONResponseBodyErrorCode string
+
+// PutPayoutTerms429JSONResponseBodyErrorCode defines parameters for PutPayoutTerms.
+type PutPayoutTerms429JSONResponseBodyErrorCode string
+
+// PutPayoutTerms500JSONResponseBodyErrorCode defines parameters for PutPayoutTerms.
+type PutPayoutTerms500JSONResponseBodyErrorCode string
+
 // ListPartnersParams defines parameters for ListPartners.
 type ListPartnersParams struct {
 	// Status Only partners with this status.
@@ -7922,6 +9442,18 @@ type ApprovePartner429JSONResponseBodyErrorCode string
 
 // ApprovePartner500JSONResponseBodyErrorCode defines parameters for ApprovePartner.
 type ApprovePartner500JSONResponseBodyErrorCode string
+
+// GetPartnerBalance401JSONResponseBodyErrorCode defines parameters for GetPartnerBalance.
+type GetPartnerBalance401JSONResponseBodyErrorCode string
+
+// GetPartnerBalance404JSONResponseBodyErrorCode defines parameters for GetPartnerBalance.
+type GetPartnerBalance404JSONResponseBodyErrorCode string
+
+// GetPartnerBalance429JSONResponseBodyErrorCode defines parameters for GetPartnerBalance.
+type GetPartnerBalance429JSONResponseBodyErrorCode string
+
+// GetPartnerBalance500JSONResponseBodyErrorCode defines parameters for GetPartnerBalance.
+type GetPartnerBalance500JSONResponseBodyErrorCode string
 
 // BanPartner401JSONResponseBodyErrorCode defines parameters for BanPartner.
 type BanPartner401JSONResponseBodyErrorCode string
@@ -8037,6 +9569,21 @@ type TestPostback429JSONResponseBodyErrorCode string
 // TestPostback500JSONResponseBodyErrorCode defines parameters for TestPostback.
 type TestPostback500JSONResponseBodyErrorCode string
 
+// ReactivatePartner401JSONResponseBodyErrorCode defines parameters for ReactivatePartner.
+type ReactivatePartner401JSONResponseBodyErrorCode string
+
+// ReactivatePartner404JSONResponseBodyErrorCode defines parameters for ReactivatePartner.
+type ReactivatePartner404JSONResponseBodyErrorCode string
+
+// ReactivatePartner409JSONResponseBodyErrorCode defines parameters for ReactivatePartner.
+type ReactivatePartner409JSONResponseBodyErrorCode string
+
+// ReactivatePartner429JSONResponseBodyErrorCode defines parameters for ReactivatePartner.
+type ReactivatePartner429JSONResponseBodyErrorCode string
+
+// ReactivatePartner500JSONResponseBodyErrorCode defines parameters for ReactivatePartner.
+type ReactivatePartner500JSONResponseBodyErrorCode string
+
 // RejectPartner401JSONResponseBodyErrorCode defines parameters for RejectPartner.
 type RejectPartner401JSONResponseBodyErrorCode string
 
@@ -8051,6 +9598,90 @@ type RejectPartner429JSONResponseBodyErrorCode string
 
 // RejectPartner500JSONResponseBodyErrorCode defines parameters for RejectPartner.
 type RejectPartner500JSONResponseBodyErrorCode string
+
+// ListPayoutsParams defines parameters for ListPayouts.
+type ListPayoutsParams struct {
+	// Status Only payouts with this status.
+	Status *PayoutStatus `form:"status,omitempty" json:"status,omitempty"`
+
+	// Limit Page size.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `nextCursor` of the previous page, with the same filters. Any other value answers 422.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListPayouts401JSONResponseBodyErrorCode defines parameters for ListPayouts.
+type ListPayouts401JSONResponseBodyErrorCode string
+
+// ListPayouts422JSONResponseBodyErrorCode defines parameters for ListPayouts.
+type ListPayouts422JSONResponseBodyErrorCode string
+
+// ListPayouts429JSONResponseBodyErrorCode defines parameters for ListPayouts.
+type ListPayouts429JSONResponseBodyErrorCode string
+
+// ListPayouts500JSONResponseBodyErrorCode defines parameters for ListPayouts.
+type ListPayouts500JSONResponseBodyErrorCode string
+
+// CreatePayout400JSONResponseBodyErrorCode defines parameters for CreatePayout.
+type CreatePayout400JSONResponseBodyErrorCode string
+
+// CreatePayout401JSONResponseBodyErrorCode defines parameters for CreatePayout.
+type CreatePayout401JSONResponseBodyErrorCode string
+
+// CreatePayout413JSONResponseBodyErrorCode defines parameters for CreatePayout.
+type CreatePayout413JSONResponseBodyErrorCode string
+
+// CreatePayout415JSONResponseBodyErrorCode defines parameters for CreatePayout.
+type CreatePayout415JSONResponseBodyErrorCode string
+
+// CreatePayout422JSONResponseBodyErrorCode defines parameters for CreatePayout.
+type CreatePayout422JSONResponseBodyErrorCode string
+
+// CreatePayout429JSONResponseBodyErrorCode defines parameters for CreatePayout.
+type CreatePayout429JSONResponseBodyErrorCode string
+
+// CreatePayout500JSONResponseBodyErrorCode defines parameters for CreatePayout.
+type CreatePayout500JSONResponseBodyErrorCode string
+
+// GetPayoutParams defines parameters for GetPayout.
+type GetPayoutParams struct {
+	// Format json (the default) or csv.
+	Format *GetPayoutParamsFormat `form:"format,omitempty" json:"format,omitempty"`
+}
+
+// GetPayoutParamsFormat defines parameters for GetPayout.
+type GetPayoutParamsFormat string
+
+// GetPayout401JSONResponseBodyErrorCode defines parameters for GetPayout.
+type GetPayout401JSONResponseBodyErrorCode string
+
+// GetPayout404JSONResponseBodyErrorCode defines parameters for GetPayout.
+type GetPayout404JSONResponseBodyErrorCode string
+
+// GetPayout422JSONResponseBodyErrorCode defines parameters for GetPayout.
+type GetPayout422JSONResponseBodyErrorCode string
+
+// GetPayout429JSONResponseBodyErrorCode defines parameters for GetPayout.
+type GetPayout429JSONResponseBodyErrorCode string
+
+// GetPayout500JSONResponseBodyErrorCode defines parameters for GetPayout.
+type GetPayout500JSONResponseBodyErrorCode string
+
+// MarkPayoutPaid401JSONResponseBodyErrorCode defines parameters for MarkPayoutPaid.
+type MarkPayoutPaid401JSONResponseBodyErrorCode string
+
+// MarkPayoutPaid404JSONResponseBodyErrorCode defines parameters for MarkPayoutPaid.
+type MarkPayoutPaid404JSONResponseBodyErrorCode string
+
+// MarkPayoutPaid409JSONResponseBodyErrorCode defines parameters for MarkPayoutPaid.
+type MarkPayoutPaid409JSONResponseBodyErrorCode string
+
+// MarkPayoutPaid429JSONResponseBodyErrorCode defines parameters for MarkPayoutPaid.
+type MarkPayoutPaid429JSONResponseBodyErrorCode string
+
+// MarkPayoutPaid500JSONResponseBodyErrorCode defines parameters for MarkPayoutPaid.
+type MarkPayoutPaid500JSONResponseBodyErrorCode string
 
 // DeletePostbackToken401JSONResponseBodyErrorCode defines parameters for DeletePostbackToken.
 type DeletePostbackToken401JSONResponseBodyErrorCode string
@@ -8305,6 +9936,30 @@ type ConversionRejectedWebhookParamsXTallyEvent string
 // ConversionRejectedWebhookParamsUserAgent defines parameters for ConversionRejectedWebhook.
 type ConversionRejectedWebhookParamsUserAgent string
 
+// ConversionReversedWebhookParams defines parameters for ConversionReversedWebhook.
+type ConversionReversedWebhookParams struct {
+	// XTallyEvent The event name.
+	XTallyEvent ConversionReversedWebhookParamsXTallyEvent `json:"X-Tally-Event"`
+
+	// XTallyWebhookId The delivery (one event to one subscription): the same on every attempt, and the id of the delivery in `GET /api/v1/deliveries/{id}`. Two subscriptions at one URL get the same event under two ids; de-duplicate on the envelope `id` to handle an event once.
+	XTallyWebhookId DeliveryId `json:"X-Tally-Webhook-Id"`
+
+	// XTallySignature Sent only when the subscription has a secret and `signatureScheme: tally` (the default; `standard-webhooks` sends `webhook-signature` instead). `t` is the Unix time of the attempt, in seconds; `v1` is the lowercase hex HMAC-SHA256, keyed with the secret's UTF-8 bytes, of `t` as written, a period, and the raw request body. Verify it on the raw bytes before decoding them, compare in constant time, and refuse a `t` more than 5 minutes from now. Each attempt is signed afresh. Accept any of several `v1` values: more than one may come while a secret is rotated.
+	XTallySignature *string `json:"X-Tally-Signature,omitempty"`
+
+	// UserAgent Identifies Tally's webhook sender.
+	UserAgent ConversionReversedWebhookParamsUserAgent `json:"User-Agent"`
+
+	// Traceparent W3C Trace Context, sent when the event was caused by an API request: that request's trace id and flags, and a parent id that is this attempt's own (new at every attempt). Continue it to join your trace to the request that caused the event.
+	Traceparent *string `json:"traceparent,omitempty"`
+}
+
+// ConversionReversedWebhookParamsXTallyEvent defines parameters for ConversionReversedWebhook.
+type ConversionReversedWebhookParamsXTallyEvent string
+
+// ConversionReversedWebhookParamsUserAgent defines parameters for ConversionReversedWebhook.
+type ConversionReversedWebhookParamsUserAgent string
+
 // FraudHighRiskWebhookParams defines parameters for FraudHighRiskWebhook.
 type FraudHighRiskWebhookParams struct {
 	// XTallyEvent The event name.
@@ -8437,6 +10092,30 @@ type PartnerBannedWebhookParamsXTallyEvent string
 // PartnerBannedWebhookParamsUserAgent defines parameters for PartnerBannedWebhook.
 type PartnerBannedWebhookParamsUserAgent string
 
+// PartnerReactivatedWebhookParams defines parameters for PartnerReactivatedWebhook.
+type PartnerReactivatedWebhookParams struct {
+	// XTallyEvent The event name.
+	XTallyEvent PartnerReactivatedWebhookParamsXTallyEvent `json:"X-Tally-Event"`
+
+	// XTallyWebhookId The delivery (one event to one subscription): the same on every attempt, and the id of the delivery in `GET /api/v1/deliveries/{id}`. Two subscriptions at one URL get the same event under two ids; de-duplicate on the envelope `id` to handle an event once.
+	XTallyWebhookId DeliveryId `json:"X-Tally-Webhook-Id"`
+
+	// XTallySignature Sent only when the subscription has a secret and `signatureScheme: tally` (the default; `standard-webhooks` sends `webhook-signature` instead). `t` is the Unix time of the attempt, in seconds; `v1` is the lowercase hex HMAC-SHA256, keyed with the secret's UTF-8 bytes, of `t` as written, a period, and the raw request body. Verify it on the raw bytes before decoding them, compare in constant time, and refuse a `t` more than 5 minutes from now. Each attempt is signed afresh. Accept any of several `v1` values: more than one may come while a secret is rotated.
+	XTallySignature *string `json:"X-Tally-Signature,omitempty"`
+
+	// UserAgent Identifies Tally's webhook sender.
+	UserAgent PartnerReactivatedWebhookParamsUserAgent `json:"User-Agent"`
+
+	// Traceparent W3C Trace Context, sent when the event was caused by an API request: that request's trace id and flags, and a parent id that is this attempt's own (new at every attempt). Continue it to join your trace to the request that caused the event.
+	Traceparent *string `json:"traceparent,omitempty"`
+}
+
+// PartnerReactivatedWebhookParamsXTallyEvent defines parameters for PartnerReactivatedWebhook.
+type PartnerReactivatedWebhookParamsXTallyEvent string
+
+// PartnerReactivatedWebhookParamsUserAgent defines parameters for PartnerReactivatedWebhook.
+type PartnerReactivatedWebhookParamsUserAgent string
+
 // PartnerRejectedWebhookParams defines parameters for PartnerRejectedWebhook.
 type PartnerRejectedWebhookParams struct {
 	// XTallyEvent The event name.
@@ -8469,6 +10148,30 @@ type PartnerRejectedWebhookParamsXTallyEvent string
 
 // PartnerRejectedWebhookParamsUserAgent defines parameters for PartnerRejectedWebhook.
 type PartnerRejectedWebhookParamsUserAgent string
+
+// PayoutPaidWebhookParams defines parameters for PayoutPaidWebhook.
+type PayoutPaidWebhookParams struct {
+	// XTallyEvent The event name.
+	XTallyEvent PayoutPaidWebhookParamsXTallyEvent `json:"X-Tally-Event"`
+
+	// XTallyWebhookId The delivery (one event to one subscription): the same on every attempt, and the id of the delivery in `GET /api/v1/deliveries/{id}`. Two subscriptions at one URL get the same event under two ids; de-duplicate on the envelope `id` to handle an event once.
+	XTallyWebhookId DeliveryId `json:"X-Tally-Webhook-Id"`
+
+	// XTallySignature Sent only when the subscription has a secret and `signatureScheme: tally` (the default; `standard-webhooks` sends `webhook-signature` instead). `t` is the Unix time of the attempt, in seconds; `v1` is the lowercase hex HMAC-SHA256, keyed with the secret's UTF-8 bytes, of `t` as written, a period, and the raw request body. Verify it on the raw bytes before decoding them, compare in constant time, and refuse a `t` more than 5 minutes from now. Each attempt is signed afresh. Accept any of several `v1` values: more than one may come while a secret is rotated.
+	XTallySignature *string `json:"X-Tally-Signature,omitempty"`
+
+	// UserAgent Identifies Tally's webhook sender.
+	UserAgent PayoutPaidWebhookParamsUserAgent `json:"User-Agent"`
+
+	// Traceparent W3C Trace Context, sent when the event was caused by an API request: that request's trace id and flags, and a parent id that is this attempt's own (new at every attempt). Continue it to join your trace to the request that caused the event.
+	Traceparent *string `json:"traceparent,omitempty"`
+}
+
+// PayoutPaidWebhookParamsXTallyEvent defines parameters for PayoutPaidWebhook.
+type PayoutPaidWebhookParamsXTallyEvent string
+
+// PayoutPaidWebhookParamsUserAgent defines parameters for PayoutPaidWebhook.
+type PayoutPaidWebhookParamsUserAgent string
 
 // WebhookTestWebhookParams defines parameters for WebhookTestWebhook.
 type WebhookTestWebhookParams struct {
@@ -8518,6 +10221,9 @@ type RecoverSubscriptionJSONRequestBody = RecoverInput
 // CreateConversionJSONRequestBody defines body for CreateConversion for application/json ContentType.
 type CreateConversionJSONRequestBody = ConversionInput
 
+// ReverseConversionJSONRequestBody defines body for ReverseConversion for application/json ContentType.
+type ReverseConversionJSONRequestBody = ReversalInput
+
 // BlockIPJSONRequestBody defines body for BlockIP for application/json ContentType.
 type BlockIPJSONRequestBody = BlockedIPInput
 
@@ -8533,11 +10239,17 @@ type CreateOfferJSONRequestBody = OfferInput
 // UpdateOfferJSONRequestBody defines body for UpdateOffer for application/json ContentType.
 type UpdateOfferJSONRequestBody = OfferPatch
 
+// PutPayoutTermsJSONRequestBody defines body for PutPayoutTerms for application/json ContentType.
+type PutPayoutTermsJSONRequestBody = TermsInput
+
 // PutPostbackJSONRequestBody defines body for PutPostback for application/json ContentType.
 type PutPostbackJSONRequestBody = PostbackInput
 
 // RecoverPostbackJSONRequestBody defines body for RecoverPostback for application/json ContentType.
 type RecoverPostbackJSONRequestBody = RecoverInput
+
+// CreatePayoutJSONRequestBody defines body for CreatePayout for application/json ContentType.
+type CreatePayoutJSONRequestBody = PayoutInput
 
 // CapReachedWebhookJSONRequestBody defines body for CapReachedWebhook for application/json ContentType.
 type CapReachedWebhookJSONRequestBody = CapReachedEvent
@@ -8551,6 +10263,9 @@ type ConversionCreatedWebhookJSONRequestBody = ConversionCreatedEvent
 // ConversionRejectedWebhookJSONRequestBody defines body for ConversionRejectedWebhook for application/json ContentType.
 type ConversionRejectedWebhookJSONRequestBody = ConversionRejectedEvent
 
+// ConversionReversedWebhookJSONRequestBody defines body for ConversionReversedWebhook for application/json ContentType.
+type ConversionReversedWebhookJSONRequestBody = ConversionReversedEvent
+
 // FraudHighRiskWebhookJSONRequestBody defines body for FraudHighRiskWebhook for application/json ContentType.
 type FraudHighRiskWebhookJSONRequestBody = FraudHighRiskEvent
 
@@ -8563,8 +10278,14 @@ type PartnerApprovedWebhookJSONRequestBody = PartnerApprovedEvent
 // PartnerBannedWebhookJSONRequestBody defines body for PartnerBannedWebhook for application/json ContentType.
 type PartnerBannedWebhookJSONRequestBody = PartnerBannedEvent
 
+// PartnerReactivatedWebhookJSONRequestBody defines body for PartnerReactivatedWebhook for application/json ContentType.
+type PartnerReactivatedWebhookJSONRequestBody = PartnerReactivatedEvent
+
 // PartnerRejectedWebhookJSONRequestBody defines body for PartnerRejectedWebhook for application/json ContentType.
 type PartnerRejectedWebhookJSONRequestBody = PartnerRejectedEvent
+
+// PayoutPaidWebhookJSONRequestBody defines body for PayoutPaidWebhook for application/json ContentType.
+type PayoutPaidWebhookJSONRequestBody = PayoutPaidEvent
 
 // WebhookTestWebhookJSONRequestBody defines body for WebhookTestWebhook for application/json ContentType.
 type WebhookTestWebhookJSONRequestBody = WebhookTestEvent
@@ -9225,6 +10946,84 @@ func (t *EventType_Example) MergeWebhookTestEvent(v WebhookTestEvent) error {
 	return err
 }
 
+// AsConversionReversedEvent returns the union data inside the EventType_Example as a ConversionReversedEvent
+func (t EventType_Example) AsConversionReversedEvent() (ConversionReversedEvent, error) {
+	var body ConversionReversedEvent
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromConversionReversedEvent overwrites any union data inside the EventType_Example as the provided ConversionReversedEvent
+func (t *EventType_Example) FromConversionReversedEvent(v ConversionReversedEvent) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeConversionReversedEvent performs a merge with any union data inside the EventType_Example, using the provided ConversionReversedEvent
+func (t *EventType_Example) MergeConversionReversedEvent(v ConversionReversedEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsPartnerReactivatedEvent returns the union data inside the EventType_Example as a PartnerReactivatedEvent
+func (t EventType_Example) AsPartnerReactivatedEvent() (PartnerReactivatedEvent, error) {
+	var body PartnerReactivatedEvent
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromPartnerReactivatedEvent overwrites any union data inside the EventType_Example as the provided PartnerReactivatedEvent
+func (t *EventType_Example) FromPartnerReactivatedEvent(v PartnerReactivatedEvent) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergePartnerReactivatedEvent performs a merge with any union data inside the EventType_Example, using the provided PartnerReactivatedEvent
+func (t *EventType_Example) MergePartnerReactivatedEvent(v PartnerReactivatedEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsPayoutPaidEvent returns the union data inside the EventType_Example as a PayoutPaidEvent
+func (t EventType_Example) AsPayoutPaidEvent() (PayoutPaidEvent, error) {
+	var body PayoutPaidEvent
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromPayoutPaidEvent overwrites any union data inside the EventType_Example as the provided PayoutPaidEvent
+func (t *EventType_Example) FromPayoutPaidEvent(v PayoutPaidEvent) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergePayoutPaidEvent performs a merge with any union data inside the EventType_Example, using the provided PayoutPaidEvent
+func (t *EventType_Example) MergePayoutPaidEvent(v PayoutPaidEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
 func (t EventType_Example) MarshalJSON() ([]byte, error) {
 	b, err := t.union.MarshalJSON()
 	return b, err
@@ -9232,6 +11031,344 @@ func (t EventType_Example) MarshalJSON() ([]byte, error) {
 
 func (t *EventType_Example) UnmarshalJSON(b []byte) error {
 	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsOfferInput0 returns the union data inside the OfferInput as a OfferInput0
+func (t OfferInput) AsOfferInput0() (OfferInput0, error) {
+	var body OfferInput0
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromOfferInput0 overwrites any union data inside the OfferInput as the provided OfferInput0
+func (t *OfferInput) FromOfferInput0(v OfferInput0) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeOfferInput0 performs a merge with any union data inside the OfferInput, using the provided OfferInput0
+func (t *OfferInput) MergeOfferInput0(v OfferInput0) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsOfferInput1 returns the union data inside the OfferInput as a OfferInput1
+func (t OfferInput) AsOfferInput1() (OfferInput1, error) {
+	var body OfferInput1
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromOfferInput1 overwrites any union data inside the OfferInput as the provided OfferInput1
+func (t *OfferInput) FromOfferInput1(v OfferInput1) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeOfferInput1 performs a merge with any union data inside the OfferInput, using the provided OfferInput1
+func (t *OfferInput) MergeOfferInput1(v OfferInput1) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t OfferInput) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	object := make(map[string]json.RawMessage)
+	if t.union != nil {
+		err = json.Unmarshal(b, &object)
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	if t.Approval != nil {
+		object["approval"], err = json.Marshal(t.Approval)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'approval': %w", err)
+		}
+	}
+
+	if t.AttributionWindowDays != nil {
+		object["attributionWindowDays"], err = json.Marshal(t.AttributionWindowDays)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'attributionWindowDays': %w", err)
+		}
+	}
+
+	if t.Caps != nil {
+		object["caps"], err = json.Marshal(t.Caps)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'caps': %w", err)
+		}
+	}
+
+	object["currency"], err = json.Marshal(t.Currency)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'currency': %w", err)
+	}
+
+	object["destinationUrl"], err = json.Marshal(t.DestinationUrl)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'destinationUrl': %w", err)
+	}
+
+	if t.HoldHours != nil {
+		object["holdHours"], err = json.Marshal(t.HoldHours)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'holdHours': %w", err)
+		}
+	}
+
+	object["name"], err = json.Marshal(t.Name)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'name': %w", err)
+	}
+
+	if t.PayoutCents != nil {
+		object["payoutCents"], err = json.Marshal(t.PayoutCents)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'payoutCents': %w", err)
+		}
+	}
+
+	if t.PayoutPercent != nil {
+		object["payoutPercent"], err = json.Marshal(t.PayoutPercent)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'payoutPercent': %w", err)
+		}
+	}
+
+	object["revenueCents"], err = json.Marshal(t.RevenueCents)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'revenueCents': %w", err)
+	}
+
+	if t.Status != nil {
+		object["status"], err = json.Marshal(t.Status)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'status': %w", err)
+		}
+	}
+	b, err = json.Marshal(object)
+	return b, err
+}
+
+func (t *OfferInput) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	if err != nil {
+		return err
+	}
+	object := make(map[string]json.RawMessage)
+	err = json.Unmarshal(b, &object)
+	if err != nil {
+		return err
+	}
+
+	if raw, found := object["approval"]; found {
+		err = json.Unmarshal(raw, &t.Approval)
+		if err != nil {
+			return fmt.Errorf("error reading 'approval': %w", err)
+		}
+	}
+
+	if raw, found := object["attributionWindowDays"]; found {
+		err = json.Unmarshal(raw, &t.AttributionWindowDays)
+		if err != nil {
+			return fmt.Errorf("error reading 'attributionWindowDays': %w", err)
+		}
+	}
+
+	if raw, found := object["caps"]; found {
+		err = json.Unmarshal(raw, &t.Caps)
+		if err != nil {
+			return fmt.Errorf("error reading 'caps': %w", err)
+		}
+	}
+
+	if raw, found := object["currency"]; found {
+		err = json.Unmarshal(raw, &t.Currency)
+		if err != nil {
+			return fmt.Errorf("error reading 'currency': %w", err)
+		}
+	}
+
+	if raw, found := object["destinationUrl"]; found {
+		err = json.Unmarshal(raw, &t.DestinationUrl)
+		if err != nil {
+			return fmt.Errorf("error reading 'destinationUrl': %w", err)
+		}
+	}
+
+	if raw, found := object["holdHours"]; found {
+		err = json.Unmarshal(raw, &t.HoldHours)
+		if err != nil {
+			return fmt.Errorf("error reading 'holdHours': %w", err)
+		}
+	}
+
+	if raw, found := object["name"]; found {
+		err = json.Unmarshal(raw, &t.Name)
+		if err != nil {
+			return fmt.Errorf("error reading 'name': %w", err)
+		}
+	}
+
+	if raw, found := object["payoutCents"]; found {
+		err = json.Unmarshal(raw, &t.PayoutCents)
+		if err != nil {
+			return fmt.Errorf("error reading 'payoutCents': %w", err)
+		}
+	}
+
+	if raw, found := object["payoutPercent"]; found {
+		err = json.Unmarshal(raw, &t.PayoutPercent)
+		if err != nil {
+			return fmt.Errorf("error reading 'payoutPercent': %w", err)
+		}
+	}
+
+	if raw, found := object["revenueCents"]; found {
+		err = json.Unmarshal(raw, &t.RevenueCents)
+		if err != nil {
+			return fmt.Errorf("error reading 'revenueCents': %w", err)
+		}
+	}
+
+	if raw, found := object["status"]; found {
+		err = json.Unmarshal(raw, &t.Status)
+		if err != nil {
+			return fmt.Errorf("error reading 'status': %w", err)
+		}
+	}
+
+	return err
+}
+
+// AsTermsInput0 returns the union data inside the TermsInput as a TermsInput0
+func (t TermsInput) AsTermsInput0() (TermsInput0, error) {
+	var body TermsInput0
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromTermsInput0 overwrites any union data inside the TermsInput as the provided TermsInput0
+func (t *TermsInput) FromTermsInput0(v TermsInput0) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeTermsInput0 performs a merge with any union data inside the TermsInput, using the provided TermsInput0
+func (t *TermsInput) MergeTermsInput0(v TermsInput0) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsTermsInput1 returns the union data inside the TermsInput as a TermsInput1
+func (t TermsInput) AsTermsInput1() (TermsInput1, error) {
+	var body TermsInput1
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromTermsInput1 overwrites any union data inside the TermsInput as the provided TermsInput1
+func (t *TermsInput) FromTermsInput1(v TermsInput1) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeTermsInput1 performs a merge with any union data inside the TermsInput, using the provided TermsInput1
+func (t *TermsInput) MergeTermsInput1(v TermsInput1) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t TermsInput) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	object := make(map[string]json.RawMessage)
+	if t.union != nil {
+		err = json.Unmarshal(b, &object)
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	if t.PayoutCents != nil {
+		object["payoutCents"], err = json.Marshal(t.PayoutCents)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'payoutCents': %w", err)
+		}
+	}
+
+	if t.PayoutPercent != nil {
+		object["payoutPercent"], err = json.Marshal(t.PayoutPercent)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'payoutPercent': %w", err)
+		}
+	}
+	b, err = json.Marshal(object)
+	return b, err
+}
+
+func (t *TermsInput) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	if err != nil {
+		return err
+	}
+	object := make(map[string]json.RawMessage)
+	err = json.Unmarshal(b, &object)
+	if err != nil {
+		return err
+	}
+
+	if raw, found := object["payoutCents"]; found {
+		err = json.Unmarshal(raw, &t.PayoutCents)
+		if err != nil {
+			return fmt.Errorf("error reading 'payoutCents': %w", err)
+		}
+	}
+
+	if raw, found := object["payoutPercent"]; found {
+		err = json.Unmarshal(raw, &t.PayoutPercent)
+		if err != nil {
+			return fmt.Errorf("error reading 'payoutPercent': %w", err)
+		}
+	}
+
 	return err
 }
 
@@ -9484,6 +11621,24 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/conversions/{id}/reject (the `RejectConversion` operationId).
 	RejectConversion(ctx context.Context, id ConversionIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ReverseConversionWithBody Reverse an approved conversion
+	//
+	// Moves an `approved` conversion to `reversed` (a refund, a chargeback) and emits `conversion.reversed`, which partner postbacks may subscribe to (`{status}` is `reversed`). Its amounts leave the reports' money totals, and its payout leaves the partner's owed balance; when a payout already included it, as a clawback that the next payout subtracts. Any other status answers 409 `invalid_transition`.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/conversions/{id}/reverse (the `ReverseConversion` operationId).
+	ReverseConversionWithBody(ctx context.Context, id ConversionIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReverseConversion Reverse an approved conversion
+	//
+	// Moves an `approved` conversion to `reversed` (a refund, a chargeback) and emits `conversion.reversed`, which partner postbacks may subscribe to (`{status}` is `reversed`). Its amounts leave the reports' money totals, and its payout leaves the partner's owed balance; when a payout already included it, as a clawback that the next payout subtracts. Any other status answers 409 `invalid_transition`.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/conversions/{id}/reverse (the `ReverseConversion` operationId).
+	ReverseConversion(ctx context.Context, id ConversionIdPath, body ReverseConversionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListDeliveries List deliveries (the delivery log)
 	//
 	// The brand's deliveries, one per event and endpoint (a webhook subscription or a partner's postback), each with all its attempts; newest event first, narrowed by any of the filters.
@@ -9638,6 +11793,38 @@ type ClientInterface interface {
 	// Corresponds with PATCH /api/v1/offers/{id} (the `UpdateOffer` operationId).
 	UpdateOffer(ctx context.Context, id OfferIdPath, body UpdateOfferJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// DeletePayoutTerms Delete a partner's payout terms on an offer
+	//
+	// The partner earns the offer's payout again on conversions recorded from now on. Answers the terms deleted; 404 when it had none.
+	//
+	// Corresponds with DELETE /api/v1/offers/{id}/partners/{partnerId}/terms (the `DeletePayoutTerms` operationId).
+	DeletePayoutTerms(ctx context.Context, id OfferIdPath, partnerId PartnerId, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetPayoutTerms Get a partner's payout terms on an offer
+	//
+	// The partner's own terms on the offer; 404 when it has none (it earns the offer's payout).
+	//
+	// Corresponds with GET /api/v1/offers/{id}/partners/{partnerId}/terms (the `GetPayoutTerms` operationId).
+	GetPayoutTerms(ctx context.Context, id OfferIdPath, partnerId PartnerId, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutPayoutTermsWithBody Set a partner's payout terms on an offer
+	//
+	// A fixed payoutCents or a payoutPercent of each conversion's revenue (half up to the cent), instead of the offer's payout, for conversions recorded from now on; recorded conversions keep their payout. A conversion posted with its own payoutCents keeps it. An offer holds terms for at most 1,000 partners (409 `conflict` beyond).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /api/v1/offers/{id}/partners/{partnerId}/terms (the `PutPayoutTerms` operationId).
+	PutPayoutTermsWithBody(ctx context.Context, id OfferIdPath, partnerId PartnerId, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutPayoutTerms Set a partner's payout terms on an offer
+	//
+	// A fixed payoutCents or a payoutPercent of each conversion's revenue (half up to the cent), instead of the offer's payout, for conversions recorded from now on; recorded conversions keep their payout. A conversion posted with its own payoutCents keeps it. An offer holds terms for at most 1,000 partners (409 `conflict` beyond).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /api/v1/offers/{id}/partners/{partnerId}/terms (the `PutPayoutTerms` operationId).
+	PutPayoutTerms(ctx context.Context, id OfferIdPath, partnerId PartnerId, body PutPayoutTermsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListPartners List partners
 	//
 	// The brand's partners, newest first, optionally only those with one status.
@@ -9656,6 +11843,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /api/v1/partners/{id}/approve (the `ApprovePartner` operationId).
 	ApprovePartner(ctx context.Context, id PartnerIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetPartnerBalance What the brand owes a partner
+	//
+	// Per currency: `pendingCents`, the payouts of its pending conversions; `owedCents`, its approved conversions in no payout less reversals of conversions already in one (clawbacks: it can be negative); `inPayoutCents`, lines of payouts not yet paid; `paidCents`, lines of paid payouts. Kept with every change, exact under concurrency.
+	//
+	// Corresponds with GET /api/v1/partners/{id}/balance (the `GetPartnerBalance` operationId).
+	GetPartnerBalance(ctx context.Context, id PartnerIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// BanPartner Ban a partner
 	//
@@ -9728,12 +11922,58 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/partners/{id}/postback/test (the `TestPostback` operationId).
 	TestPostback(ctx context.Context, id PartnerIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ReactivatePartner Reinstate a rejected or banned partner
+	//
+	// Moves a `rejected` or `banned` partner to `active` and emits `partner.reactivated`; its clicks and conversions are accepted again. After a ban, the auto-ban rule counts the partner's high-risk clicks from now on, so the next one does not ban it at once. Any other status answers 409 `invalid_transition`. The request has no body.
+	//
+	// Corresponds with POST /api/v1/partners/{id}/reactivate (the `ReactivatePartner` operationId).
+	ReactivatePartner(ctx context.Context, id PartnerIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// RejectPartner Reject a partner's application
 	//
 	// Moves an `applied` partner to `rejected` and emits `partner.rejected`. Any other status answers 409 `invalid_transition`. The request has no body.
 	//
 	// Corresponds with POST /api/v1/partners/{id}/reject (the `RejectPartner` operationId).
 	RejectPartner(ctx context.Context, id PartnerIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListPayouts List payouts
+	//
+	// The brand's payouts, newest first, without their lines.
+	//
+	// Corresponds with GET /api/v1/payouts (the `ListPayouts` operationId).
+	ListPayouts(ctx context.Context, params *ListPayoutsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreatePayoutWithBody Create a payout
+	//
+	// Batches what the brand owes in one currency into a pending payout: one line per partner owed more than 0, summing its approved conversions in no payout yet (approved through `through`, a UTC day, when given) less its clawbacks. Each conversion is in at most one payout, even when two are created at once. Nothing moves money: the brand pays by its own means, then marks the payout paid. 422 naming `currency` when nobody is owed.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/payouts (the `CreatePayout` operationId).
+	CreatePayoutWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreatePayout Create a payout
+	//
+	// Batches what the brand owes in one currency into a pending payout: one line per partner owed more than 0, summing its approved conversions in no payout yet (approved through `through`, a UTC day, when given) less its clawbacks. Each conversion is in at most one payout, even when two are created at once. Nothing moves money: the brand pays by its own means, then marks the payout paid. 422 naming `currency` when nobody is owed.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/payouts (the `CreatePayout` operationId).
+	CreatePayout(ctx context.Context, body CreatePayoutJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetPayout Get a payout with its lines
+	//
+	// With `format=csv`, or an `Accept` header that lists `text/csv` before `application/json`, the lines come as CSV for the brand's bank or payment tool: partner id, name, e-mail, amount in major units with the currency's decimals, currency and conversions, as a download.
+	//
+	// Corresponds with GET /api/v1/payouts/{id} (the `GetPayout` operationId).
+	GetPayout(ctx context.Context, id PayoutIdPath, params *GetPayoutParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// MarkPayoutPaid Mark a payout paid
+	//
+	// Moves a `pending` payout to `paid` and emits `payout.paid`; each line's amount moves from its partner's `inPayoutCents` to `paidCents`. A paid payout answers 409 `invalid_transition`. The request has no body.
+	//
+	// Corresponds with POST /api/v1/payouts/{id}/paid (the `MarkPayoutPaid` operationId).
+	MarkPayoutPaid(ctx context.Context, id PayoutIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DeletePostbackToken Delete the postback token
 	//
@@ -10197,6 +12437,44 @@ func (c *Client) RejectConversion(ctx context.Context, id ConversionIdPath, reqE
 	return c.Client.Do(req)
 }
 
+// ReverseConversionWithBody Reverse an approved conversion
+//
+// Moves an `approved` conversion to `reversed` (a refund, a chargeback) and emits `conversion.reversed`, which partner postbacks may subscribe to (`{status}` is `reversed`). Its amounts leave the reports' money totals, and its payout leaves the partner's owed balance; when a payout already included it, as a clawback that the next payout subtracts. Any other status answers 409 `invalid_transition`.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/conversions/{id}/reverse (the `ReverseConversion` operationId).
+func (c *Client) ReverseConversionWithBody(ctx context.Context, id ConversionIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReverseConversionRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReverseConversion Reverse an approved conversion
+//
+// Moves an `approved` conversion to `reversed` (a refund, a chargeback) and emits `conversion.reversed`, which partner postbacks may subscribe to (`{status}` is `reversed`). Its amounts leave the reports' money totals, and its payout leaves the partner's owed balance; when a payout already included it, as a clawback that the next payout subtracts. Any other status answers 409 `invalid_transition`.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/conversions/{id}/reverse (the `ReverseConversion` operationId).
+func (c *Client) ReverseConversion(ctx context.Context, id ConversionIdPath, body ReverseConversionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReverseConversionRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListDeliveries List deliveries (the delivery log)
 //
 // The brand's deliveries, one per event and endpoint (a webhook subscription or a partner's postback), each with all its attempts; newest event first, narrowed by any of the filters.
@@ -10551,6 +12829,78 @@ func (c *Client) UpdateOffer(ctx context.Context, id OfferIdPath, body UpdateOff
 	return c.Client.Do(req)
 }
 
+// DeletePayoutTerms Delete a partner's payout terms on an offer
+//
+// The partner earns the offer's payout again on conversions recorded from now on. Answers the terms deleted; 404 when it had none.
+//
+// Corresponds with DELETE /api/v1/offers/{id}/partners/{partnerId}/terms (the `DeletePayoutTerms` operationId).
+func (c *Client) DeletePayoutTerms(ctx context.Context, id OfferIdPath, partnerId PartnerId, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeletePayoutTermsRequest(c.Server, id, partnerId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetPayoutTerms Get a partner's payout terms on an offer
+//
+// The partner's own terms on the offer; 404 when it has none (it earns the offer's payout).
+//
+// Corresponds with GET /api/v1/offers/{id}/partners/{partnerId}/terms (the `GetPayoutTerms` operationId).
+func (c *Client) GetPayoutTerms(ctx context.Context, id OfferIdPath, partnerId PartnerId, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetPayoutTermsRequest(c.Server, id, partnerId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutPayoutTermsWithBody Set a partner's payout terms on an offer
+//
+// A fixed payoutCents or a payoutPercent of each conversion's revenue (half up to the cent), instead of the offer's payout, for conversions recorded from now on; recorded conversions keep their payout. A conversion posted with its own payoutCents keeps it. An offer holds terms for at most 1,000 partners (409 `conflict` beyond).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /api/v1/offers/{id}/partners/{partnerId}/terms (the `PutPayoutTerms` operationId).
+func (c *Client) PutPayoutTermsWithBody(ctx context.Context, id OfferIdPath, partnerId PartnerId, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutPayoutTermsRequestWithBody(c.Server, id, partnerId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutPayoutTerms Set a partner's payout terms on an offer
+//
+// A fixed payoutCents or a payoutPercent of each conversion's revenue (half up to the cent), instead of the offer's payout, for conversions recorded from now on; recorded conversions keep their payout. A conversion posted with its own payoutCents keeps it. An offer holds terms for at most 1,000 partners (409 `conflict` beyond).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /api/v1/offers/{id}/partners/{partnerId}/terms (the `PutPayoutTerms` operationId).
+func (c *Client) PutPayoutTerms(ctx context.Context, id OfferIdPath, partnerId PartnerId, body PutPayoutTermsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutPayoutTermsRequest(c.Server, id, partnerId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListPartners List partners
 //
 // The brand's partners, newest first, optionally only those with one status.
@@ -10590,6 +12940,23 @@ func (c *Client) GetPartner(ctx context.Context, id PartnerIdPath, reqEditors ..
 // Corresponds with POST /api/v1/partners/{id}/approve (the `ApprovePartner` operationId).
 func (c *Client) ApprovePartner(ctx context.Context, id PartnerIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewApprovePartnerRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetPartnerBalance What the brand owes a partner
+//
+// Per currency: `pendingCents`, the payouts of its pending conversions; `owedCents`, its approved conversions in no payout less reversals of conversions already in one (clawbacks: it can be negative); `inPayoutCents`, lines of payouts not yet paid; `paidCents`, lines of paid payouts. Kept with every change, exact under concurrency.
+//
+// Corresponds with GET /api/v1/partners/{id}/balance (the `GetPartnerBalance` operationId).
+func (c *Client) GetPartnerBalance(ctx context.Context, id PartnerIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetPartnerBalanceRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -10761,6 +13128,23 @@ func (c *Client) TestPostback(ctx context.Context, id PartnerIdPath, reqEditors 
 	return c.Client.Do(req)
 }
 
+// ReactivatePartner Reinstate a rejected or banned partner
+//
+// Moves a `rejected` or `banned` partner to `active` and emits `partner.reactivated`; its clicks and conversions are accepted again. After a ban, the auto-ban rule counts the partner's high-risk clicks from now on, so the next one does not ban it at once. Any other status answers 409 `invalid_transition`. The request has no body.
+//
+// Corresponds with POST /api/v1/partners/{id}/reactivate (the `ReactivatePartner` operationId).
+func (c *Client) ReactivatePartner(ctx context.Context, id PartnerIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReactivatePartnerRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // RejectPartner Reject a partner's application
 //
 // Moves an `applied` partner to `rejected` and emits `partner.rejected`. Any other status answers 409 `invalid_transition`. The request has no body.
@@ -10768,6 +13152,95 @@ func (c *Client) TestPostback(ctx context.Context, id PartnerIdPath, reqEditors 
 // Corresponds with POST /api/v1/partners/{id}/reject (the `RejectPartner` operationId).
 func (c *Client) RejectPartner(ctx context.Context, id PartnerIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRejectPartnerRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListPayouts List payouts
+//
+// The brand's payouts, newest first, without their lines.
+//
+// Corresponds with GET /api/v1/payouts (the `ListPayouts` operationId).
+func (c *Client) ListPayouts(ctx context.Context, params *ListPayoutsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListPayoutsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreatePayoutWithBody Create a payout
+//
+// Batches what the brand owes in one currency into a pending payout: one line per partner owed more than 0, summing its approved conversions in no payout yet (approved through `through`, a UTC day, when given) less its clawbacks. Each conversion is in at most one payout, even when two are created at once. Nothing moves money: the brand pays by its own means, then marks the payout paid. 422 naming `currency` when nobody is owed.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/payouts (the `CreatePayout` operationId).
+func (c *Client) CreatePayoutWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreatePayoutRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreatePayout Create a payout
+//
+// Batches what the brand owes in one currency into a pending payout: one line per partner owed more than 0, summing its approved conversions in no payout yet (approved through `through`, a UTC day, when given) less its clawbacks. Each conversion is in at most one payout, even when two are created at once. Nothing moves money: the brand pays by its own means, then marks the payout paid. 422 naming `currency` when nobody is owed.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/payouts (the `CreatePayout` operationId).
+func (c *Client) CreatePayout(ctx context.Context, body CreatePayoutJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreatePayoutRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetPayout Get a payout with its lines
+//
+// With `format=csv`, or an `Accept` header that lists `text/csv` before `application/json`, the lines come as CSV for the brand's bank or payment tool: partner id, name, e-mail, amount in major units with the currency's decimals, currency and conversions, as a download.
+//
+// Corresponds with GET /api/v1/payouts/{id} (the `GetPayout` operationId).
+func (c *Client) GetPayout(ctx context.Context, id PayoutIdPath, params *GetPayoutParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetPayoutRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// MarkPayoutPaid Mark a payout paid
+//
+// Moves a `pending` payout to `paid` and emits `payout.paid`; each line's amount moves from its partner's `inPayoutCents` to `paidCents`. A paid payout answers 409 `invalid_transition`. The request has no body.
+//
+// Corresponds with POST /api/v1/payouts/{id}/paid (the `MarkPayoutPaid` operationId).
+func (c *Client) MarkPayoutPaid(ctx context.Context, id PayoutIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewMarkPayoutPaidRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -11798,6 +14271,53 @@ func NewRejectConversionRequest(server string, id ConversionIdPath) (*http.Reque
 	return req, nil
 }
 
+// NewReverseConversionRequest calls the generic ReverseConversion builder with application/json body
+func NewReverseConversionRequest(server string, id ConversionIdPath, body ReverseConversionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewReverseConversionRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewReverseConversionRequestWithBody constructs an http.Request for the ReverseConversion method, with any body, and a specified content type
+func NewReverseConversionRequestWithBody(server string, id ConversionIdPath, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/conversions/%s/reverse", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListDeliveriesRequest constructs an http.Request for the ListDeliveries method
 func NewListDeliveriesRequest(server string, params *ListDeliveriesParams) (*http.Request, error) {
 	var err error
@@ -12562,6 +15082,142 @@ func NewUpdateOfferRequestWithBody(server string, id OfferIdPath, contentType st
 	return req, nil
 }
 
+// NewDeletePayoutTermsRequest constructs an http.Request for the DeletePayoutTerms method
+func NewDeletePayoutTermsRequest(server string, id OfferIdPath, partnerId PartnerId) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "partnerId", partnerId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/offers/%s/partners/%s/terms", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetPayoutTermsRequest constructs an http.Request for the GetPayoutTerms method
+func NewGetPayoutTermsRequest(server string, id OfferIdPath, partnerId PartnerId) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "partnerId", partnerId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/offers/%s/partners/%s/terms", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPutPayoutTermsRequest calls the generic PutPayoutTerms builder with application/json body
+func NewPutPayoutTermsRequest(server string, id OfferIdPath, partnerId PartnerId, body PutPayoutTermsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPutPayoutTermsRequestWithBody(server, id, partnerId, "application/json", bodyReader)
+}
+
+// NewPutPayoutTermsRequestWithBody constructs an http.Request for the PutPayoutTerms method, with any body, and a specified content type
+func NewPutPayoutTermsRequestWithBody(server string, id OfferIdPath, partnerId PartnerId, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "partnerId", partnerId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/offers/%s/partners/%s/terms", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListPartnersRequest constructs an http.Request for the ListPartners method
 func NewListPartnersRequest(server string, params *ListPartnersParams) (*http.Request, error) {
 	var err error
@@ -12701,6 +15357,40 @@ func NewApprovePartnerRequest(server string, id PartnerIdPath) (*http.Request, e
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetPartnerBalanceRequest constructs an http.Request for the GetPartnerBalance method
+func NewGetPartnerBalanceRequest(server string, id PartnerIdPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/partners/%s/balance", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -12972,6 +15662,40 @@ func NewTestPostbackRequest(server string, id PartnerIdPath) (*http.Request, err
 	return req, nil
 }
 
+// NewReactivatePartnerRequest constructs an http.Request for the ReactivatePartner method
+func NewReactivatePartnerRequest(server string, id PartnerIdPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/partners/%s/reactivate", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewRejectPartnerRequest constructs an http.Request for the RejectPartner method
 func NewRejectPartnerRequest(server string, id PartnerIdPath) (*http.Request, error) {
 	var err error
@@ -12989,6 +15713,219 @@ func NewRejectPartnerRequest(server string, id PartnerIdPath) (*http.Request, er
 	}
 
 	operationPath := fmt.Sprintf("/api/v1/partners/%s/reject", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListPayoutsRequest constructs an http.Request for the ListPayouts method
+func NewListPayoutsRequest(server string, params *ListPayoutsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/payouts")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Status != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "status", *params.Status, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreatePayoutRequest calls the generic CreatePayout builder with application/json body
+func NewCreatePayoutRequest(server string, body CreatePayoutJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreatePayoutRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreatePayoutRequestWithBody constructs an http.Request for the CreatePayout method, with any body, and a specified content type
+func NewCreatePayoutRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/payouts")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetPayoutRequest constructs an http.Request for the GetPayout method
+func NewGetPayoutRequest(server string, id PayoutIdPath, params *GetPayoutParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/payouts/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Format != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "format", *params.Format, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewMarkPayoutPaidRequest constructs an http.Request for the MarkPayoutPaid method
+func NewMarkPayoutPaidRequest(server string, id PayoutIdPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/payouts/%s/paid", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -13727,6 +16664,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/conversions/{id}/reject (the `RejectConversion` operationId).
 	RejectConversionWithResponse(ctx context.Context, id ConversionIdPath, reqEditors ...RequestEditorFn) (*RejectConversionResponse, error)
 
+	// ReverseConversionWithBodyWithResponse Reverse an approved conversion
+	//
+	// Moves an `approved` conversion to `reversed` (a refund, a chargeback) and emits `conversion.reversed`, which partner postbacks may subscribe to (`{status}` is `reversed`). Its amounts leave the reports' money totals, and its payout leaves the partner's owed balance; when a payout already included it, as a clawback that the next payout subtracts. Any other status answers 409 `invalid_transition`.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/conversions/{id}/reverse (the `ReverseConversion` operationId).
+	ReverseConversionWithBodyWithResponse(ctx context.Context, id ConversionIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReverseConversionResponse, error)
+
+	// ReverseConversionWithResponse Reverse an approved conversion
+	//
+	// Moves an `approved` conversion to `reversed` (a refund, a chargeback) and emits `conversion.reversed`, which partner postbacks may subscribe to (`{status}` is `reversed`). Its amounts leave the reports' money totals, and its payout leaves the partner's owed balance; when a payout already included it, as a clawback that the next payout subtracts. Any other status answers 409 `invalid_transition`.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/conversions/{id}/reverse (the `ReverseConversion` operationId).
+	ReverseConversionWithResponse(ctx context.Context, id ConversionIdPath, body ReverseConversionJSONRequestBody, reqEditors ...RequestEditorFn) (*ReverseConversionResponse, error)
+
 	// ListDeliveriesWithResponse List deliveries (the delivery log)
 	//
 	// The brand's deliveries, one per event and endpoint (a webhook subscription or a partner's postback), each with all its attempts; newest event first, narrowed by any of the filters.
@@ -13901,6 +16856,42 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PATCH /api/v1/offers/{id} (the `UpdateOffer` operationId).
 	UpdateOfferWithResponse(ctx context.Context, id OfferIdPath, body UpdateOfferJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateOfferResponse, error)
 
+	// DeletePayoutTermsWithResponse Delete a partner's payout terms on an offer
+	//
+	// The partner earns the offer's payout again on conversions recorded from now on. Answers the terms deleted; 404 when it had none.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/offers/{id}/partners/{partnerId}/terms (the `DeletePayoutTerms` operationId).
+	DeletePayoutTermsWithResponse(ctx context.Context, id OfferIdPath, partnerId PartnerId, reqEditors ...RequestEditorFn) (*DeletePayoutTermsResponse, error)
+
+	// GetPayoutTermsWithResponse Get a partner's payout terms on an offer
+	//
+	// The partner's own terms on the offer; 404 when it has none (it earns the offer's payout).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/offers/{id}/partners/{partnerId}/terms (the `GetPayoutTerms` operationId).
+	GetPayoutTermsWithResponse(ctx context.Context, id OfferIdPath, partnerId PartnerId, reqEditors ...RequestEditorFn) (*GetPayoutTermsResponse, error)
+
+	// PutPayoutTermsWithBodyWithResponse Set a partner's payout terms on an offer
+	//
+	// A fixed payoutCents or a payoutPercent of each conversion's revenue (half up to the cent), instead of the offer's payout, for conversions recorded from now on; recorded conversions keep their payout. A conversion posted with its own payoutCents keeps it. An offer holds terms for at most 1,000 partners (409 `conflict` beyond).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/offers/{id}/partners/{partnerId}/terms (the `PutPayoutTerms` operationId).
+	PutPayoutTermsWithBodyWithResponse(ctx context.Context, id OfferIdPath, partnerId PartnerId, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutPayoutTermsResponse, error)
+
+	// PutPayoutTermsWithResponse Set a partner's payout terms on an offer
+	//
+	// A fixed payoutCents or a payoutPercent of each conversion's revenue (half up to the cent), instead of the offer's payout, for conversions recorded from now on; recorded conversions keep their payout. A conversion posted with its own payoutCents keeps it. An offer holds terms for at most 1,000 partners (409 `conflict` beyond).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/offers/{id}/partners/{partnerId}/terms (the `PutPayoutTerms` operationId).
+	PutPayoutTermsWithResponse(ctx context.Context, id OfferIdPath, partnerId PartnerId, body PutPayoutTermsJSONRequestBody, reqEditors ...RequestEditorFn) (*PutPayoutTermsResponse, error)
+
 	// ListPartnersWithResponse List partners
 	//
 	// The brand's partners, newest first, optionally only those with one status.
@@ -13925,6 +16916,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/v1/partners/{id}/approve (the `ApprovePartner` operationId).
 	ApprovePartnerWithResponse(ctx context.Context, id PartnerIdPath, reqEditors ...RequestEditorFn) (*ApprovePartnerResponse, error)
+
+	// GetPartnerBalanceWithResponse What the brand owes a partner
+	//
+	// Per currency: `pendingCents`, the payouts of its pending conversions; `owedCents`, its approved conversions in no payout less reversals of conversions already in one (clawbacks: it can be negative); `inPayoutCents`, lines of payouts not yet paid; `paidCents`, lines of paid payouts. Kept with every change, exact under concurrency.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/partners/{id}/balance (the `GetPartnerBalance` operationId).
+	GetPartnerBalanceWithResponse(ctx context.Context, id PartnerIdPath, reqEditors ...RequestEditorFn) (*GetPartnerBalanceResponse, error)
 
 	// BanPartnerWithResponse Ban a partner
 	//
@@ -14007,6 +17007,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/partners/{id}/postback/test (the `TestPostback` operationId).
 	TestPostbackWithResponse(ctx context.Context, id PartnerIdPath, reqEditors ...RequestEditorFn) (*TestPostbackResponse, error)
 
+	// ReactivatePartnerWithResponse Reinstate a rejected or banned partner
+	//
+	// Moves a `rejected` or `banned` partner to `active` and emits `partner.reactivated`; its clicks and conversions are accepted again. After a ban, the auto-ban rule counts the partner's high-risk clicks from now on, so the next one does not ban it at once. Any other status answers 409 `invalid_transition`. The request has no body.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/partners/{id}/reactivate (the `ReactivatePartner` operationId).
+	ReactivatePartnerWithResponse(ctx context.Context, id PartnerIdPath, reqEditors ...RequestEditorFn) (*ReactivatePartnerResponse, error)
+
 	// RejectPartnerWithResponse Reject a partner's application
 	//
 	// Moves an `applied` partner to `rejected` and emits `partner.rejected`. Any other status answers 409 `invalid_transition`. The request has no body.
@@ -14015,6 +17024,51 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/v1/partners/{id}/reject (the `RejectPartner` operationId).
 	RejectPartnerWithResponse(ctx context.Context, id PartnerIdPath, reqEditors ...RequestEditorFn) (*RejectPartnerResponse, error)
+
+	// ListPayoutsWithResponse List payouts
+	//
+	// The brand's payouts, newest first, without their lines.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/payouts (the `ListPayouts` operationId).
+	ListPayoutsWithResponse(ctx context.Context, params *ListPayoutsParams, reqEditors ...RequestEditorFn) (*ListPayoutsResponse, error)
+
+	// CreatePayoutWithBodyWithResponse Create a payout
+	//
+	// Batches what the brand owes in one currency into a pending payout: one line per partner owed more than 0, summing its approved conversions in no payout yet (approved through `through`, a UTC day, when given) less its clawbacks. Each conversion is in at most one payout, even when two are created at once. Nothing moves money: the brand pays by its own means, then marks the payout paid. 422 naming `currency` when nobody is owed.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/payouts (the `CreatePayout` operationId).
+	CreatePayoutWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreatePayoutResponse, error)
+
+	// CreatePayoutWithResponse Create a payout
+	//
+	// Batches what the brand owes in one currency into a pending payout: one line per partner owed more than 0, summing its approved conversions in no payout yet (approved through `through`, a UTC day, when given) less its clawbacks. Each conversion is in at most one payout, even when two are created at once. Nothing moves money: the brand pays by its own means, then marks the payout paid. 422 naming `currency` when nobody is owed.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/payouts (the `CreatePayout` operationId).
+	CreatePayoutWithResponse(ctx context.Context, body CreatePayoutJSONRequestBody, reqEditors ...RequestEditorFn) (*CreatePayoutResponse, error)
+
+	// GetPayoutWithResponse Get a payout with its lines
+	//
+	// With `format=csv`, or an `Accept` header that lists `text/csv` before `application/json`, the lines come as CSV for the brand's bank or payment tool: partner id, name, e-mail, amount in major units with the currency's decimals, currency and conversions, as a download.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/payouts/{id} (the `GetPayout` operationId).
+	GetPayoutWithResponse(ctx context.Context, id PayoutIdPath, params *GetPayoutParams, reqEditors ...RequestEditorFn) (*GetPayoutResponse, error)
+
+	// MarkPayoutPaidWithResponse Mark a payout paid
+	//
+	// Moves a `pending` payout to `paid` and emits `payout.paid`; each line's amount moves from its partner's `inPayoutCents` to `paidCents`. A paid payout answers 409 `invalid_transition`. The request has no body.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/payouts/{id}/paid (the `MarkPayoutPaid` operationId).
+	MarkPayoutPaidWithResponse(ctx context.Context, id PayoutIdPath, reqEditors ...RequestEditorFn) (*MarkPayoutPaidResponse, error)
 
 	// DeletePostbackTokenWithResponse Delete the postback token
 	//
@@ -16644,6 +19698,209 @@ func (r RejectConversionResponse) ContentType() string {
 	return ""
 }
 
+// ReverseConversionResponse200Headers the declared response headers of an HTTP 200 response for ReverseConversion
+type ReverseConversionResponse200Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// ReverseConversionResponse400Headers the declared response headers of an HTTP 400 response for ReverseConversion
+type ReverseConversionResponse400Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// ReverseConversionResponse401Headers the declared response headers of an HTTP 401 response for ReverseConversion
+type ReverseConversionResponse401Headers struct {
+	WWWAuthenticate     string
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// ReverseConversionResponse404Headers the declared response headers of an HTTP 404 response for ReverseConversion
+type ReverseConversionResponse404Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// ReverseConversionResponse409Headers the declared response headers of an HTTP 409 response for ReverseConversion
+type ReverseConversionResponse409Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// ReverseConversionResponse413Headers the declared response headers of an HTTP 413 response for ReverseConversion
+type ReverseConversionResponse413Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// ReverseConversionResponse415Headers the declared response headers of an HTTP 415 response for ReverseConversion
+type ReverseConversionResponse415Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// ReverseConversionResponse422Headers the declared response headers of an HTTP 422 response for ReverseConversion
+type ReverseConversionResponse422Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// ReverseConversionResponse429Headers the declared response headers of an HTTP 429 response for ReverseConversion
+type ReverseConversionResponse429Headers struct {
+	RetryAfter          int
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// ReverseConversionResponse500Headers the declared response headers of an HTTP 500 response for ReverseConversion
+type ReverseConversionResponse500Headers struct {
+	XRequestId string
+}
+
+type ReverseConversionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ConversionTransitioned
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *InvalidJSON
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *InvalidTransition
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ValidationError
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimited
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ReverseConversionResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ReverseConversionResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ReverseConversionResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ReverseConversionResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *ReverseConversionResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *ReverseConversionResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *ReverseConversionResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *ReverseConversionResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ReverseConversionResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ReverseConversionResponse500Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReverseConversionResponse) GetJSON200() *ConversionTransitioned {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ReverseConversionResponse) GetJSON400() *InvalidJSON {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ReverseConversionResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ReverseConversionResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r ReverseConversionResponse) GetJSON409() *InvalidTransition {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r ReverseConversionResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r ReverseConversionResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r ReverseConversionResponse) GetJSON422() *ValidationError {
+	return r.JSON422
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r ReverseConversionResponse) GetJSON429() *RateLimited {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r ReverseConversionResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ReverseConversionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReverseConversionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReverseConversionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReverseConversionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListDeliveriesResponse200Headers the declared response headers of an HTTP 200 response for ListDeliveries
 type ListDeliveriesResponse200Headers struct {
 	XRateLimitLimit     int
@@ -18760,6 +22017,428 @@ func (r UpdateOfferResponse) ContentType() string {
 	return ""
 }
 
+// DeletePayoutTermsResponse200Headers the declared response headers of an HTTP 200 response for DeletePayoutTerms
+type DeletePayoutTermsResponse200Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// DeletePayoutTermsResponse401Headers the declared response headers of an HTTP 401 response for DeletePayoutTerms
+type DeletePayoutTermsResponse401Headers struct {
+	WWWAuthenticate     string
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// DeletePayoutTermsResponse404Headers the declared response headers of an HTTP 404 response for DeletePayoutTerms
+type DeletePayoutTermsResponse404Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// DeletePayoutTermsResponse429Headers the declared response headers of an HTTP 429 response for DeletePayoutTerms
+type DeletePayoutTermsResponse429Headers struct {
+	RetryAfter          int
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// DeletePayoutTermsResponse500Headers the declared response headers of an HTTP 500 response for DeletePayoutTerms
+type DeletePayoutTermsResponse500Headers struct {
+	XRequestId string
+}
+
+type DeletePayoutTermsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PayoutTerms
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimited
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *DeletePayoutTermsResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeletePayoutTermsResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *DeletePayoutTermsResponse404Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *DeletePayoutTermsResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *DeletePayoutTermsResponse500Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DeletePayoutTermsResponse) GetJSON200() *PayoutTerms {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r DeletePayoutTermsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r DeletePayoutTermsResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r DeletePayoutTermsResponse) GetJSON429() *RateLimited {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r DeletePayoutTermsResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r DeletePayoutTermsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeletePayoutTermsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeletePayoutTermsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeletePayoutTermsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetPayoutTermsResponse200Headers the declared response headers of an HTTP 200 response for GetPayoutTerms
+type GetPayoutTermsResponse200Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// GetPayoutTermsResponse401Headers the declared response headers of an HTTP 401 response for GetPayoutTerms
+type GetPayoutTermsResponse401Headers struct {
+	WWWAuthenticate     string
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// GetPayoutTermsResponse404Headers the declared response headers of an HTTP 404 response for GetPayoutTerms
+type GetPayoutTermsResponse404Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// GetPayoutTermsResponse429Headers the declared response headers of an HTTP 429 response for GetPayoutTerms
+type GetPayoutTermsResponse429Headers struct {
+	RetryAfter          int
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// GetPayoutTermsResponse500Headers the declared response headers of an HTTP 500 response for GetPayoutTerms
+type GetPayoutTermsResponse500Headers struct {
+	XRequestId string
+}
+
+type GetPayoutTermsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PayoutTerms
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimited
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetPayoutTermsResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetPayoutTermsResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetPayoutTermsResponse404Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetPayoutTermsResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *GetPayoutTermsResponse500Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetPayoutTermsResponse) GetJSON200() *PayoutTerms {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetPayoutTermsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetPayoutTermsResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r GetPayoutTermsResponse) GetJSON429() *RateLimited {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r GetPayoutTermsResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r GetPayoutTermsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetPayoutTermsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetPayoutTermsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetPayoutTermsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PutPayoutTermsResponse200Headers the declared response headers of an HTTP 200 response for PutPayoutTerms
+type PutPayoutTermsResponse200Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// PutPayoutTermsResponse400Headers the declared response headers of an HTTP 400 response for PutPayoutTerms
+type PutPayoutTermsResponse400Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// PutPayoutTermsResponse401Headers the declared response headers of an HTTP 401 response for PutPayoutTerms
+type PutPayoutTermsResponse401Headers struct {
+	WWWAuthenticate     string
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// PutPayoutTermsResponse404Headers the declared response headers of an HTTP 404 response for PutPayoutTerms
+type PutPayoutTermsResponse404Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// PutPayoutTermsResponse413Headers the declared response headers of an HTTP 413 response for PutPayoutTerms
+type PutPayoutTermsResponse413Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// PutPayoutTermsResponse415Headers the declared response headers of an HTTP 415 response for PutPayoutTerms
+type PutPayoutTermsResponse415Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// PutPayoutTermsResponse422Headers the declared response headers of an HTTP 422 response for PutPayoutTerms
+type PutPayoutTermsResponse422Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// PutPayoutTermsResponse429Headers the declared response headers of an HTTP 429 response for PutPayoutTerms
+type PutPayoutTermsResponse429Headers struct {
+	RetryAfter          int
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// PutPayoutTermsResponse500Headers the declared response headers of an HTTP 500 response for PutPayoutTerms
+type PutPayoutTermsResponse500Headers struct {
+	XRequestId string
+}
+
+type PutPayoutTermsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PayoutTerms
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *InvalidJSON
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ValidationError
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimited
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PutPayoutTermsResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *PutPayoutTermsResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PutPayoutTermsResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *PutPayoutTermsResponse404Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *PutPayoutTermsResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *PutPayoutTermsResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *PutPayoutTermsResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *PutPayoutTermsResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *PutPayoutTermsResponse500Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PutPayoutTermsResponse) GetJSON200() *PayoutTerms {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PutPayoutTermsResponse) GetJSON400() *InvalidJSON {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PutPayoutTermsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r PutPayoutTermsResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r PutPayoutTermsResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r PutPayoutTermsResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PutPayoutTermsResponse) GetJSON422() *ValidationError {
+	return r.JSON422
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r PutPayoutTermsResponse) GetJSON429() *RateLimited {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r PutPayoutTermsResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r PutPayoutTermsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PutPayoutTermsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PutPayoutTermsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PutPayoutTermsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListPartnersResponse200Headers the declared response headers of an HTTP 200 response for ListPartners
 type ListPartnersResponse200Headers struct {
 	XRateLimitLimit     int
@@ -19125,6 +22804,124 @@ func (r ApprovePartnerResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ApprovePartnerResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetPartnerBalanceResponse200Headers the declared response headers of an HTTP 200 response for GetPartnerBalance
+type GetPartnerBalanceResponse200Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// GetPartnerBalanceResponse401Headers the declared response headers of an HTTP 401 response for GetPartnerBalance
+type GetPartnerBalanceResponse401Headers struct {
+	WWWAuthenticate     string
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// GetPartnerBalanceResponse404Headers the declared response headers of an HTTP 404 response for GetPartnerBalance
+type GetPartnerBalanceResponse404Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// GetPartnerBalanceResponse429Headers the declared response headers of an HTTP 429 response for GetPartnerBalance
+type GetPartnerBalanceResponse429Headers struct {
+	RetryAfter          int
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// GetPartnerBalanceResponse500Headers the declared response headers of an HTTP 500 response for GetPartnerBalance
+type GetPartnerBalanceResponse500Headers struct {
+	XRequestId string
+}
+
+type GetPartnerBalanceResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *BalanceList
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimited
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetPartnerBalanceResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetPartnerBalanceResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetPartnerBalanceResponse404Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetPartnerBalanceResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *GetPartnerBalanceResponse500Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetPartnerBalanceResponse) GetJSON200() *BalanceList {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetPartnerBalanceResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetPartnerBalanceResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r GetPartnerBalanceResponse) GetJSON429() *RateLimited {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r GetPartnerBalanceResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r GetPartnerBalanceResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetPartnerBalanceResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetPartnerBalanceResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetPartnerBalanceResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -20127,6 +23924,141 @@ func (r TestPostbackResponse) ContentType() string {
 	return ""
 }
 
+// ReactivatePartnerResponse200Headers the declared response headers of an HTTP 200 response for ReactivatePartner
+type ReactivatePartnerResponse200Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// ReactivatePartnerResponse401Headers the declared response headers of an HTTP 401 response for ReactivatePartner
+type ReactivatePartnerResponse401Headers struct {
+	WWWAuthenticate     string
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// ReactivatePartnerResponse404Headers the declared response headers of an HTTP 404 response for ReactivatePartner
+type ReactivatePartnerResponse404Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// ReactivatePartnerResponse409Headers the declared response headers of an HTTP 409 response for ReactivatePartner
+type ReactivatePartnerResponse409Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// ReactivatePartnerResponse429Headers the declared response headers of an HTTP 429 response for ReactivatePartner
+type ReactivatePartnerResponse429Headers struct {
+	RetryAfter          int
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// ReactivatePartnerResponse500Headers the declared response headers of an HTTP 500 response for ReactivatePartner
+type ReactivatePartnerResponse500Headers struct {
+	XRequestId string
+}
+
+type ReactivatePartnerResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PartnerTransitioned
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *InvalidTransition
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimited
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ReactivatePartnerResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ReactivatePartnerResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ReactivatePartnerResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *ReactivatePartnerResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ReactivatePartnerResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ReactivatePartnerResponse500Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReactivatePartnerResponse) GetJSON200() *PartnerTransitioned {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ReactivatePartnerResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ReactivatePartnerResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r ReactivatePartnerResponse) GetJSON409() *InvalidTransition {
+	return r.JSON409
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r ReactivatePartnerResponse) GetJSON429() *RateLimited {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r ReactivatePartnerResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ReactivatePartnerResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReactivatePartnerResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReactivatePartnerResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReactivatePartnerResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // RejectPartnerResponse200Headers the declared response headers of an HTTP 200 response for RejectPartner
 type RejectPartnerResponse200Headers struct {
 	XRateLimitLimit     int
@@ -20256,6 +24188,563 @@ func (r RejectPartnerResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r RejectPartnerResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListPayoutsResponse200Headers the declared response headers of an HTTP 200 response for ListPayouts
+type ListPayoutsResponse200Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// ListPayoutsResponse401Headers the declared response headers of an HTTP 401 response for ListPayouts
+type ListPayoutsResponse401Headers struct {
+	WWWAuthenticate     string
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// ListPayoutsResponse422Headers the declared response headers of an HTTP 422 response for ListPayouts
+type ListPayoutsResponse422Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// ListPayoutsResponse429Headers the declared response headers of an HTTP 429 response for ListPayouts
+type ListPayoutsResponse429Headers struct {
+	RetryAfter          int
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// ListPayoutsResponse500Headers the declared response headers of an HTTP 500 response for ListPayouts
+type ListPayoutsResponse500Headers struct {
+	XRequestId string
+}
+
+type ListPayoutsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PayoutList
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ValidationError
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimited
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListPayoutsResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListPayoutsResponse401Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *ListPayoutsResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListPayoutsResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ListPayoutsResponse500Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListPayoutsResponse) GetJSON200() *PayoutList {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListPayoutsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r ListPayoutsResponse) GetJSON422() *ValidationError {
+	return r.JSON422
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r ListPayoutsResponse) GetJSON429() *RateLimited {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r ListPayoutsResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ListPayoutsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListPayoutsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListPayoutsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListPayoutsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CreatePayoutResponse201Headers the declared response headers of an HTTP 201 response for CreatePayout
+type CreatePayoutResponse201Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// CreatePayoutResponse400Headers the declared response headers of an HTTP 400 response for CreatePayout
+type CreatePayoutResponse400Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// CreatePayoutResponse401Headers the declared response headers of an HTTP 401 response for CreatePayout
+type CreatePayoutResponse401Headers struct {
+	WWWAuthenticate     string
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// CreatePayoutResponse413Headers the declared response headers of an HTTP 413 response for CreatePayout
+type CreatePayoutResponse413Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// CreatePayoutResponse415Headers the declared response headers of an HTTP 415 response for CreatePayout
+type CreatePayoutResponse415Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// CreatePayoutResponse422Headers the declared response headers of an HTTP 422 response for CreatePayout
+type CreatePayoutResponse422Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// CreatePayoutResponse429Headers the declared response headers of an HTTP 429 response for CreatePayout
+type CreatePayoutResponse429Headers struct {
+	RetryAfter          int
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// CreatePayoutResponse500Headers the declared response headers of an HTTP 500 response for CreatePayout
+type CreatePayoutResponse500Headers struct {
+	XRequestId string
+}
+
+type CreatePayoutResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Payout
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *InvalidJSON
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ValidationError
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimited
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *CreatePayoutResponse201Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *CreatePayoutResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CreatePayoutResponse401Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *CreatePayoutResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CreatePayoutResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *CreatePayoutResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CreatePayoutResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *CreatePayoutResponse500Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreatePayoutResponse) GetJSON201() *Payout {
+	return r.JSON201
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r CreatePayoutResponse) GetJSON400() *InvalidJSON {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r CreatePayoutResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r CreatePayoutResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r CreatePayoutResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r CreatePayoutResponse) GetJSON422() *ValidationError {
+	return r.JSON422
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r CreatePayoutResponse) GetJSON429() *RateLimited {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r CreatePayoutResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r CreatePayoutResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreatePayoutResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreatePayoutResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreatePayoutResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetPayoutResponse200Headers the declared response headers of an HTTP 200 response for GetPayout
+type GetPayoutResponse200Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// GetPayoutResponse401Headers the declared response headers of an HTTP 401 response for GetPayout
+type GetPayoutResponse401Headers struct {
+	WWWAuthenticate     string
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// GetPayoutResponse404Headers the declared response headers of an HTTP 404 response for GetPayout
+type GetPayoutResponse404Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// GetPayoutResponse422Headers the declared response headers of an HTTP 422 response for GetPayout
+type GetPayoutResponse422Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// GetPayoutResponse429Headers the declared response headers of an HTTP 429 response for GetPayout
+type GetPayoutResponse429Headers struct {
+	RetryAfter          int
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// GetPayoutResponse500Headers the declared response headers of an HTTP 500 response for GetPayout
+type GetPayoutResponse500Headers struct {
+	XRequestId string
+}
+
+type GetPayoutResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Payout
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ValidationError
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimited
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetPayoutResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetPayoutResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetPayoutResponse404Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *GetPayoutResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetPayoutResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *GetPayoutResponse500Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetPayoutResponse) GetJSON200() *Payout {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetPayoutResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetPayoutResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r GetPayoutResponse) GetJSON422() *ValidationError {
+	return r.JSON422
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r GetPayoutResponse) GetJSON429() *RateLimited {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r GetPayoutResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r GetPayoutResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetPayoutResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetPayoutResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetPayoutResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// MarkPayoutPaidResponse200Headers the declared response headers of an HTTP 200 response for MarkPayoutPaid
+type MarkPayoutPaidResponse200Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// MarkPayoutPaidResponse401Headers the declared response headers of an HTTP 401 response for MarkPayoutPaid
+type MarkPayoutPaidResponse401Headers struct {
+	WWWAuthenticate     string
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// MarkPayoutPaidResponse404Headers the declared response headers of an HTTP 404 response for MarkPayoutPaid
+type MarkPayoutPaidResponse404Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// MarkPayoutPaidResponse409Headers the declared response headers of an HTTP 409 response for MarkPayoutPaid
+type MarkPayoutPaidResponse409Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// MarkPayoutPaidResponse429Headers the declared response headers of an HTTP 429 response for MarkPayoutPaid
+type MarkPayoutPaidResponse429Headers struct {
+	RetryAfter          int
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// MarkPayoutPaidResponse500Headers the declared response headers of an HTTP 500 response for MarkPayoutPaid
+type MarkPayoutPaidResponse500Headers struct {
+	XRequestId string
+}
+
+type MarkPayoutPaidResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Payout
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *InvalidTransition
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimited
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *MarkPayoutPaidResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *MarkPayoutPaidResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *MarkPayoutPaidResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *MarkPayoutPaidResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *MarkPayoutPaidResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *MarkPayoutPaidResponse500Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r MarkPayoutPaidResponse) GetJSON200() *Payout {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r MarkPayoutPaidResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r MarkPayoutPaidResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r MarkPayoutPaidResponse) GetJSON409() *InvalidTransition {
+	return r.JSON409
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r MarkPayoutPaidResponse) GetJSON429() *RateLimited {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r MarkPayoutPaidResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r MarkPayoutPaidResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r MarkPayoutPaidResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r MarkPayoutPaidResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r MarkPayoutPaidResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -21484,6 +25973,36 @@ func (c *ClientWithResponses) RejectConversionWithResponse(ctx context.Context, 
 	return ParseRejectConversionResponse(rsp)
 }
 
+// ReverseConversionWithBodyWithResponse Reverse an approved conversion
+//
+// Moves an `approved` conversion to `reversed` (a refund, a chargeback) and emits `conversion.reversed`, which partner postbacks may subscribe to (`{status}` is `reversed`). Its amounts leave the reports' money totals, and its payout leaves the partner's owed balance; when a payout already included it, as a clawback that the next payout subtracts. Any other status answers 409 `invalid_transition`.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/conversions/{id}/reverse (the `ReverseConversion` operationId).
+func (c *ClientWithResponses) ReverseConversionWithBodyWithResponse(ctx context.Context, id ConversionIdPath, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReverseConversionResponse, error) {
+	rsp, err := c.ReverseConversionWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReverseConversionResponse(rsp)
+}
+
+// ReverseConversionWithResponse Reverse an approved conversion
+//
+// Moves an `approved` conversion to `reversed` (a refund, a chargeback) and emits `conversion.reversed`, which partner postbacks may subscribe to (`{status}` is `reversed`). Its amounts leave the reports' money totals, and its payout leaves the partner's owed balance; when a payout already included it, as a clawback that the next payout subtracts. Any other status answers 409 `invalid_transition`.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/conversions/{id}/reverse (the `ReverseConversion` operationId).
+func (c *ClientWithResponses) ReverseConversionWithResponse(ctx context.Context, id ConversionIdPath, body ReverseConversionJSONRequestBody, reqEditors ...RequestEditorFn) (*ReverseConversionResponse, error) {
+	rsp, err := c.ReverseConversion(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReverseConversionResponse(rsp)
+}
+
 // ListDeliveriesWithResponse List deliveries (the delivery log)
 //
 // The brand's deliveries, one per event and endpoint (a webhook subscription or a partner's postback), each with all its attempts; newest event first, narrowed by any of the filters.
@@ -21778,6 +26297,66 @@ func (c *ClientWithResponses) UpdateOfferWithResponse(ctx context.Context, id Of
 	return ParseUpdateOfferResponse(rsp)
 }
 
+// DeletePayoutTermsWithResponse Delete a partner's payout terms on an offer
+//
+// The partner earns the offer's payout again on conversions recorded from now on. Answers the terms deleted; 404 when it had none.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/offers/{id}/partners/{partnerId}/terms (the `DeletePayoutTerms` operationId).
+func (c *ClientWithResponses) DeletePayoutTermsWithResponse(ctx context.Context, id OfferIdPath, partnerId PartnerId, reqEditors ...RequestEditorFn) (*DeletePayoutTermsResponse, error) {
+	rsp, err := c.DeletePayoutTerms(ctx, id, partnerId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeletePayoutTermsResponse(rsp)
+}
+
+// GetPayoutTermsWithResponse Get a partner's payout terms on an offer
+//
+// The partner's own terms on the offer; 404 when it has none (it earns the offer's payout).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/offers/{id}/partners/{partnerId}/terms (the `GetPayoutTerms` operationId).
+func (c *ClientWithResponses) GetPayoutTermsWithResponse(ctx context.Context, id OfferIdPath, partnerId PartnerId, reqEditors ...RequestEditorFn) (*GetPayoutTermsResponse, error) {
+	rsp, err := c.GetPayoutTerms(ctx, id, partnerId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetPayoutTermsResponse(rsp)
+}
+
+// PutPayoutTermsWithBodyWithResponse Set a partner's payout terms on an offer
+//
+// A fixed payoutCents or a payoutPercent of each conversion's revenue (half up to the cent), instead of the offer's payout, for conversions recorded from now on; recorded conversions keep their payout. A conversion posted with its own payoutCents keeps it. An offer holds terms for at most 1,000 partners (409 `conflict` beyond).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/offers/{id}/partners/{partnerId}/terms (the `PutPayoutTerms` operationId).
+func (c *ClientWithResponses) PutPayoutTermsWithBodyWithResponse(ctx context.Context, id OfferIdPath, partnerId PartnerId, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutPayoutTermsResponse, error) {
+	rsp, err := c.PutPayoutTermsWithBody(ctx, id, partnerId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutPayoutTermsResponse(rsp)
+}
+
+// PutPayoutTermsWithResponse Set a partner's payout terms on an offer
+//
+// A fixed payoutCents or a payoutPercent of each conversion's revenue (half up to the cent), instead of the offer's payout, for conversions recorded from now on; recorded conversions keep their payout. A conversion posted with its own payoutCents keeps it. An offer holds terms for at most 1,000 partners (409 `conflict` beyond).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/offers/{id}/partners/{partnerId}/terms (the `PutPayoutTerms` operationId).
+func (c *ClientWithResponses) PutPayoutTermsWithResponse(ctx context.Context, id OfferIdPath, partnerId PartnerId, body PutPayoutTermsJSONRequestBody, reqEditors ...RequestEditorFn) (*PutPayoutTermsResponse, error) {
+	rsp, err := c.PutPayoutTerms(ctx, id, partnerId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutPayoutTermsResponse(rsp)
+}
+
 // ListPartnersWithResponse List partners
 //
 // The brand's partners, newest first, optionally only those with one status.
@@ -21819,6 +26398,21 @@ func (c *ClientWithResponses) ApprovePartnerWithResponse(ctx context.Context, id
 		return nil, err
 	}
 	return ParseApprovePartnerResponse(rsp)
+}
+
+// GetPartnerBalanceWithResponse What the brand owes a partner
+//
+// Per currency: `pendingCents`, the payouts of its pending conversions; `owedCents`, its approved conversions in no payout less reversals of conversions already in one (clawbacks: it can be negative); `inPayoutCents`, lines of payouts not yet paid; `paidCents`, lines of paid payouts. Kept with every change, exact under concurrency.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/partners/{id}/balance (the `GetPartnerBalance` operationId).
+func (c *ClientWithResponses) GetPartnerBalanceWithResponse(ctx context.Context, id PartnerIdPath, reqEditors ...RequestEditorFn) (*GetPartnerBalanceResponse, error) {
+	rsp, err := c.GetPartnerBalance(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetPartnerBalanceResponse(rsp)
 }
 
 // BanPartnerWithResponse Ban a partner
@@ -21956,6 +26550,21 @@ func (c *ClientWithResponses) TestPostbackWithResponse(ctx context.Context, id P
 	return ParseTestPostbackResponse(rsp)
 }
 
+// ReactivatePartnerWithResponse Reinstate a rejected or banned partner
+//
+// Moves a `rejected` or `banned` partner to `active` and emits `partner.reactivated`; its clicks and conversions are accepted again. After a ban, the auto-ban rule counts the partner's high-risk clicks from now on, so the next one does not ban it at once. Any other status answers 409 `invalid_transition`. The request has no body.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/partners/{id}/reactivate (the `ReactivatePartner` operationId).
+func (c *ClientWithResponses) ReactivatePartnerWithResponse(ctx context.Context, id PartnerIdPath, reqEditors ...RequestEditorFn) (*ReactivatePartnerResponse, error) {
+	rsp, err := c.ReactivatePartner(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReactivatePartnerResponse(rsp)
+}
+
 // RejectPartnerWithResponse Reject a partner's application
 //
 // Moves an `applied` partner to `rejected` and emits `partner.rejected`. Any other status answers 409 `invalid_transition`. The request has no body.
@@ -21969,6 +26578,81 @@ func (c *ClientWithResponses) RejectPartnerWithResponse(ctx context.Context, id 
 		return nil, err
 	}
 	return ParseRejectPartnerResponse(rsp)
+}
+
+// ListPayoutsWithResponse List payouts
+//
+// The brand's payouts, newest first, without their lines.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/payouts (the `ListPayouts` operationId).
+func (c *ClientWithResponses) ListPayoutsWithResponse(ctx context.Context, params *ListPayoutsParams, reqEditors ...RequestEditorFn) (*ListPayoutsResponse, error) {
+	rsp, err := c.ListPayouts(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListPayoutsResponse(rsp)
+}
+
+// CreatePayoutWithBodyWithResponse Create a payout
+//
+// Batches what the brand owes in one currency into a pending payout: one line per partner owed more than 0, summing its approved conversions in no payout yet (approved through `through`, a UTC day, when given) less its clawbacks. Each conversion is in at most one payout, even when two are created at once. Nothing moves money: the brand pays by its own means, then marks the payout paid. 422 naming `currency` when nobody is owed.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/payouts (the `CreatePayout` operationId).
+func (c *ClientWithResponses) CreatePayoutWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreatePayoutResponse, error) {
+	rsp, err := c.CreatePayoutWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreatePayoutResponse(rsp)
+}
+
+// CreatePayoutWithResponse Create a payout
+//
+// Batches what the brand owes in one currency into a pending payout: one line per partner owed more than 0, summing its approved conversions in no payout yet (approved through `through`, a UTC day, when given) less its clawbacks. Each conversion is in at most one payout, even when two are created at once. Nothing moves money: the brand pays by its own means, then marks the payout paid. 422 naming `currency` when nobody is owed.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/payouts (the `CreatePayout` operationId).
+func (c *ClientWithResponses) CreatePayoutWithResponse(ctx context.Context, body CreatePayoutJSONRequestBody, reqEditors ...RequestEditorFn) (*CreatePayoutResponse, error) {
+	rsp, err := c.CreatePayout(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreatePayoutResponse(rsp)
+}
+
+// GetPayoutWithResponse Get a payout with its lines
+//
+// With `format=csv`, or an `Accept` header that lists `text/csv` before `application/json`, the lines come as CSV for the brand's bank or payment tool: partner id, name, e-mail, amount in major units with the currency's decimals, currency and conversions, as a download.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/payouts/{id} (the `GetPayout` operationId).
+func (c *ClientWithResponses) GetPayoutWithResponse(ctx context.Context, id PayoutIdPath, params *GetPayoutParams, reqEditors ...RequestEditorFn) (*GetPayoutResponse, error) {
+	rsp, err := c.GetPayout(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetPayoutResponse(rsp)
+}
+
+// MarkPayoutPaidWithResponse Mark a payout paid
+//
+// Moves a `pending` payout to `paid` and emits `payout.paid`; each line's amount moves from its partner's `inPayoutCents` to `paidCents`. A paid payout answers 409 `invalid_transition`. The request has no body.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/payouts/{id}/paid (the `MarkPayoutPaid` operationId).
+func (c *ClientWithResponses) MarkPayoutPaidWithResponse(ctx context.Context, id PayoutIdPath, reqEditors ...RequestEditorFn) (*MarkPayoutPaidResponse, error) {
+	rsp, err := c.MarkPayoutPaid(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMarkPayoutPaidResponse(rsp)
 }
 
 // DeletePostbackTokenWithResponse Delete the postback token
@@ -26662,6 +31346,401 @@ func ParseRejectConversionResponse(rsp *http.Response) (*RejectConversionRespons
 	return response, nil
 }
 
+// ParseReverseConversionResponse parses an HTTP response from a ReverseConversionWithResponse call
+func ParseReverseConversionResponse(rsp *http.Response) (*ReverseConversionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReverseConversionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ConversionTransitioned
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest InvalidJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest InvalidTransition
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ValidationError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ReverseConversionResponse200Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ReverseConversionResponse400Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ReverseConversionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers ReverseConversionResponse404Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers ReverseConversionResponse409Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers ReverseConversionResponse413Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers ReverseConversionResponse415Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers ReverseConversionResponse422Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers ReverseConversionResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers ReverseConversionResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseListDeliveriesResponse parses an HTTP response from a ListDeliveriesWithResponse call
 func ParseListDeliveriesResponse(rsp *http.Response) (*ListDeliveriesResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -30477,6 +35556,773 @@ func ParseUpdateOfferResponse(rsp *http.Response) (*UpdateOfferResponse, error) 
 	return response, nil
 }
 
+// ParseDeletePayoutTermsResponse parses an HTTP response from a DeletePayoutTermsWithResponse call
+func ParseDeletePayoutTermsResponse(rsp *http.Response) (*DeletePayoutTermsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeletePayoutTermsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PayoutTerms
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers DeletePayoutTermsResponse200Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers DeletePayoutTermsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers DeletePayoutTermsResponse404Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 429:
+		var headers DeletePayoutTermsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers DeletePayoutTermsResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetPayoutTermsResponse parses an HTTP response from a GetPayoutTermsWithResponse call
+func ParseGetPayoutTermsResponse(rsp *http.Response) (*GetPayoutTermsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetPayoutTermsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PayoutTerms
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetPayoutTermsResponse200Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetPayoutTermsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers GetPayoutTermsResponse404Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetPayoutTermsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers GetPayoutTermsResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePutPayoutTermsResponse parses an HTTP response from a PutPayoutTermsWithResponse call
+func ParsePutPayoutTermsResponse(rsp *http.Response) (*PutPayoutTermsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PutPayoutTermsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PayoutTerms
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest InvalidJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ValidationError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PutPayoutTermsResponse200Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers PutPayoutTermsResponse400Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers PutPayoutTermsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers PutPayoutTermsResponse404Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 413:
+		var headers PutPayoutTermsResponse413Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers PutPayoutTermsResponse415Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers PutPayoutTermsResponse422Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers PutPayoutTermsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers PutPayoutTermsResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseListPartnersResponse parses an HTTP response from a ListPartnersWithResponse call
 func ParseListPartnersResponse(rsp *http.Response) (*ListPartnersResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -31117,6 +36963,211 @@ func ParseApprovePartnerResponse(rsp *http.Response) (*ApprovePartnerResponse, e
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers ApprovePartnerResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetPartnerBalanceResponse parses an HTTP response from a GetPartnerBalanceWithResponse call
+func ParseGetPartnerBalanceResponse(rsp *http.Response) (*GetPartnerBalanceResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetPartnerBalanceResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest BalanceList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetPartnerBalanceResponse200Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetPartnerBalanceResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers GetPartnerBalanceResponse404Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetPartnerBalanceResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers GetPartnerBalanceResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -32945,6 +38996,249 @@ func ParseTestPostbackResponse(rsp *http.Response) (*TestPostbackResponse, error
 	return response, nil
 }
 
+// ParseReactivatePartnerResponse parses an HTTP response from a ReactivatePartnerWithResponse call
+func ParseReactivatePartnerResponse(rsp *http.Response) (*ReactivatePartnerResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReactivatePartnerResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PartnerTransitioned
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest InvalidTransition
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ReactivatePartnerResponse200Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ReactivatePartnerResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers ReactivatePartnerResponse404Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers ReactivatePartnerResponse409Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers ReactivatePartnerResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers ReactivatePartnerResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseRejectPartnerResponse parses an HTTP response from a RejectPartnerWithResponse call
 func ParseRejectPartnerResponse(rsp *http.Response) (*RejectPartnerResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -33175,6 +39469,1019 @@ func ParseRejectPartnerResponse(rsp *http.Response) (*RejectPartnerResponse, err
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers RejectPartnerResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListPayoutsResponse parses an HTTP response from a ListPayoutsWithResponse call
+func ParseListPayoutsResponse(rsp *http.Response) (*ListPayoutsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListPayoutsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PayoutList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ValidationError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListPayoutsResponse200Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListPayoutsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 422:
+		var headers ListPayoutsResponse422Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListPayoutsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers ListPayoutsResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCreatePayoutResponse parses an HTTP response from a CreatePayoutWithResponse call
+func ParseCreatePayoutResponse(rsp *http.Response) (*CreatePayoutResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreatePayoutResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Payout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest InvalidJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ValidationError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers CreatePayoutResponse201Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 400:
+		var headers CreatePayoutResponse400Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers CreatePayoutResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 413:
+		var headers CreatePayoutResponse413Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers CreatePayoutResponse415Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers CreatePayoutResponse422Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers CreatePayoutResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers CreatePayoutResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetPayoutResponse parses an HTTP response from a GetPayoutWithResponse call
+func ParseGetPayoutResponse(rsp *http.Response) (*GetPayoutResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetPayoutResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Payout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ValidationError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.StatusCode == 200:
+		// Content-type (text/csv) unsupported
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetPayoutResponse200Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetPayoutResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers GetPayoutResponse404Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 422:
+		var headers GetPayoutResponse422Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetPayoutResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers GetPayoutResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseMarkPayoutPaidResponse parses an HTTP response from a MarkPayoutPaidWithResponse call
+func ParseMarkPayoutPaidResponse(rsp *http.Response) (*MarkPayoutPaidResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &MarkPayoutPaidResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Payout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest InvalidTransition
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers MarkPayoutPaidResponse200Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers MarkPayoutPaidResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers MarkPayoutPaidResponse404Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers MarkPayoutPaidResponse409Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers MarkPayoutPaidResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers MarkPayoutPaidResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -34680,6 +41987,11 @@ type WebhookInitiatorInterface interface {
 
 	ConversionRejectedWebhook(ctx context.Context, targetURL string, params *ConversionRejectedWebhookParams, body ConversionRejectedWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ConversionReversedWebhookWithBody fires the conversion.reversed webhook with any body
+	ConversionReversedWebhookWithBody(ctx context.Context, targetURL string, params *ConversionReversedWebhookParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	ConversionReversedWebhook(ctx context.Context, targetURL string, params *ConversionReversedWebhookParams, body ConversionReversedWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// FraudHighRiskWebhookWithBody fires the fraud.high_risk webhook with any body
 	FraudHighRiskWebhookWithBody(ctx context.Context, targetURL string, params *FraudHighRiskWebhookParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -34700,10 +42012,20 @@ type WebhookInitiatorInterface interface {
 
 	PartnerBannedWebhook(ctx context.Context, targetURL string, params *PartnerBannedWebhookParams, body PartnerBannedWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// PartnerReactivatedWebhookWithBody fires the partner.reactivated webhook with any body
+	PartnerReactivatedWebhookWithBody(ctx context.Context, targetURL string, params *PartnerReactivatedWebhookParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	PartnerReactivatedWebhook(ctx context.Context, targetURL string, params *PartnerReactivatedWebhookParams, body PartnerReactivatedWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// PartnerRejectedWebhookWithBody fires the partner.rejected webhook with any body
 	PartnerRejectedWebhookWithBody(ctx context.Context, targetURL string, params *PartnerRejectedWebhookParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	PartnerRejectedWebhook(ctx context.Context, targetURL string, params *PartnerRejectedWebhookParams, body PartnerRejectedWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PayoutPaidWebhookWithBody fires the payout.paid webhook with any body
+	PayoutPaidWebhookWithBody(ctx context.Context, targetURL string, params *PayoutPaidWebhookParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	PayoutPaidWebhook(ctx context.Context, targetURL string, params *PayoutPaidWebhookParams, body PayoutPaidWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// WebhookTestWebhookWithBody fires the webhook.test webhook with any body
 	WebhookTestWebhookWithBody(ctx context.Context, targetURL string, params *WebhookTestWebhookParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -34797,6 +42119,30 @@ func (p *WebhookInitiator) ConversionRejectedWebhookWithBody(ctx context.Context
 
 func (p *WebhookInitiator) ConversionRejectedWebhook(ctx context.Context, targetURL string, params *ConversionRejectedWebhookParams, body ConversionRejectedWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewConversionRejectedWebhookWebhookRequest(targetURL, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) ConversionReversedWebhookWithBody(ctx context.Context, targetURL string, params *ConversionReversedWebhookParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewConversionReversedWebhookWebhookRequestWithBody(targetURL, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) ConversionReversedWebhook(ctx context.Context, targetURL string, params *ConversionReversedWebhookParams, body ConversionReversedWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewConversionReversedWebhookWebhookRequest(targetURL, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -34903,6 +42249,30 @@ func (p *WebhookInitiator) PartnerBannedWebhook(ctx context.Context, targetURL s
 	return p.Client.Do(req)
 }
 
+func (p *WebhookInitiator) PartnerReactivatedWebhookWithBody(ctx context.Context, targetURL string, params *PartnerReactivatedWebhookParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPartnerReactivatedWebhookWebhookRequestWithBody(targetURL, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) PartnerReactivatedWebhook(ctx context.Context, targetURL string, params *PartnerReactivatedWebhookParams, body PartnerReactivatedWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPartnerReactivatedWebhookWebhookRequest(targetURL, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
 func (p *WebhookInitiator) PartnerRejectedWebhookWithBody(ctx context.Context, targetURL string, params *PartnerRejectedWebhookParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPartnerRejectedWebhookWebhookRequestWithBody(targetURL, params, contentType, body)
 	if err != nil {
@@ -34917,6 +42287,30 @@ func (p *WebhookInitiator) PartnerRejectedWebhookWithBody(ctx context.Context, t
 
 func (p *WebhookInitiator) PartnerRejectedWebhook(ctx context.Context, targetURL string, params *PartnerRejectedWebhookParams, body PartnerRejectedWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPartnerRejectedWebhookWebhookRequest(targetURL, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) PayoutPaidWebhookWithBody(ctx context.Context, targetURL string, params *PayoutPaidWebhookParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPayoutPaidWebhookWebhookRequestWithBody(targetURL, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyWebhookEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *WebhookInitiator) PayoutPaidWebhook(ctx context.Context, targetURL string, params *PayoutPaidWebhookParams, body PayoutPaidWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPayoutPaidWebhookWebhookRequest(targetURL, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -35415,6 +42809,89 @@ func NewConversionRejectedWebhookWebhookRequestWithBody(targetURL string, params
 	return req, nil
 }
 
+// NewConversionReversedWebhookWebhookRequest builds a application/json POST request for the conversion.reversed webhook
+func NewConversionReversedWebhookWebhookRequest(targetURL string, params *ConversionReversedWebhookParams, body ConversionReversedWebhookJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewConversionReversedWebhookWebhookRequestWithBody(targetURL, params, "application/json", bodyReader)
+}
+
+// NewConversionReversedWebhookWebhookRequestWithBody builds a POST request for the conversion.reversed webhook with any body
+func NewConversionReversedWebhookWebhookRequestWithBody(targetURL string, params *ConversionReversedWebhookParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Tally-Event", params.XTallyEvent, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("X-Tally-Event", headerParam0)
+
+		var headerParam1 string
+
+		headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Tally-Webhook-Id", params.XTallyWebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("X-Tally-Webhook-Id", headerParam1)
+
+		if params.XTallySignature != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "X-Tally-Signature", *params.XTallySignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Tally-Signature", headerParam2)
+		}
+
+		var headerParam3 string
+
+		headerParam3, err = runtime.StyleParamWithOptions("simple", false, "User-Agent", params.UserAgent, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("User-Agent", headerParam3)
+
+		if params.Traceparent != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "traceparent", *params.Traceparent, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("traceparent", headerParam4)
+		}
+
+	}
+	return req, nil
+}
+
 // NewFraudHighRiskWebhookWebhookRequest builds a application/json POST request for the fraud.high_risk webhook
 func NewFraudHighRiskWebhookWebhookRequest(targetURL string, params *FraudHighRiskWebhookParams, body FraudHighRiskWebhookJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -35879,6 +43356,89 @@ func NewPartnerBannedWebhookWebhookRequestWithBody(targetURL string, params *Par
 	return req, nil
 }
 
+// NewPartnerReactivatedWebhookWebhookRequest builds a application/json POST request for the partner.reactivated webhook
+func NewPartnerReactivatedWebhookWebhookRequest(targetURL string, params *PartnerReactivatedWebhookParams, body PartnerReactivatedWebhookJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPartnerReactivatedWebhookWebhookRequestWithBody(targetURL, params, "application/json", bodyReader)
+}
+
+// NewPartnerReactivatedWebhookWebhookRequestWithBody builds a POST request for the partner.reactivated webhook with any body
+func NewPartnerReactivatedWebhookWebhookRequestWithBody(targetURL string, params *PartnerReactivatedWebhookParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Tally-Event", params.XTallyEvent, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("X-Tally-Event", headerParam0)
+
+		var headerParam1 string
+
+		headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Tally-Webhook-Id", params.XTallyWebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("X-Tally-Webhook-Id", headerParam1)
+
+		if params.XTallySignature != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "X-Tally-Signature", *params.XTallySignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Tally-Signature", headerParam2)
+		}
+
+		var headerParam3 string
+
+		headerParam3, err = runtime.StyleParamWithOptions("simple", false, "User-Agent", params.UserAgent, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("User-Agent", headerParam3)
+
+		if params.Traceparent != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "traceparent", *params.Traceparent, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("traceparent", headerParam4)
+		}
+
+	}
+	return req, nil
+}
+
 // NewPartnerRejectedWebhookWebhookRequest builds a application/json POST request for the partner.rejected webhook
 func NewPartnerRejectedWebhookWebhookRequest(targetURL string, params *PartnerRejectedWebhookParams, body PartnerRejectedWebhookJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -35989,6 +43549,89 @@ func NewPartnerRejectedWebhookWebhookRequestWithBody(targetURL string, params *P
 			}
 
 			req.Header.Set("webhook-signature", headerParam7)
+		}
+
+	}
+	return req, nil
+}
+
+// NewPayoutPaidWebhookWebhookRequest builds a application/json POST request for the payout.paid webhook
+func NewPayoutPaidWebhookWebhookRequest(targetURL string, params *PayoutPaidWebhookParams, body PayoutPaidWebhookJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPayoutPaidWebhookWebhookRequestWithBody(targetURL, params, "application/json", bodyReader)
+}
+
+// NewPayoutPaidWebhookWebhookRequestWithBody builds a POST request for the payout.paid webhook with any body
+func NewPayoutPaidWebhookWebhookRequestWithBody(targetURL string, params *PayoutPaidWebhookParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Tally-Event", params.XTallyEvent, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("X-Tally-Event", headerParam0)
+
+		var headerParam1 string
+
+		headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Tally-Webhook-Id", params.XTallyWebhookId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("X-Tally-Webhook-Id", headerParam1)
+
+		if params.XTallySignature != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "X-Tally-Signature", *params.XTallySignature, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Tally-Signature", headerParam2)
+		}
+
+		var headerParam3 string
+
+		headerParam3, err = runtime.StyleParamWithOptions("simple", false, "User-Agent", params.UserAgent, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("User-Agent", headerParam3)
+
+		if params.Traceparent != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "traceparent", *params.Traceparent, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("traceparent", headerParam4)
 		}
 
 	}

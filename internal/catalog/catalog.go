@@ -52,6 +52,14 @@ var events = []eventEntry{
 		"once per cap and period; further conversions for the offer in that period are refused with cap_reached."},
 	{tally.EventWebhookTest, "A test event, sent on request (POST /api/public/webhooks/:id/test) to that one " +
 		"subscription whatever events it lists, to check the receiver and its signature verification."},
+	{tally.EventConversionReversed, "An approved conversion was reversed by the brand (a refund, a chargeback, fraud): " +
+		"reversalReason says why. Its revenue and payout no longer count in reports, and its payout leaves the partner's " +
+		"owed balance (a clawback from the next payout when a payout already included it)."},
+	{tally.EventPartnerReactivated, "A rejected or banned partner was reinstated by the brand and is active again: its " +
+		"clicks and conversions are accepted. After a ban by the automation rule, the rule counts high-risk clicks from " +
+		"the reactivation on."},
+	{tally.EventPayoutPaid, "The brand marked a payout paid (it pays partners by its own means): each line's amount " +
+		"moves from the partner's inPayout balance to paid."},
 }
 
 type eventEntry struct{ name, description string }

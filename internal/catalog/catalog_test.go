@@ -31,6 +31,7 @@ var designOrder = []string{
 	"conversion.created", "conversion.approved", "conversion.rejected",
 	"partner.applied", "partner.approved", "partner.rejected", "partner.banned",
 	"fraud.high_risk", "cap.reached", "webhook.test",
+	"conversion.reversed", "partner.reactivated", "payout.paid",
 }
 
 // goTypes maps each event to the Go type of its data in package tally.
@@ -38,6 +39,9 @@ var goTypes = map[string]reflect.Type{
 	tally.EventConversionCreated:  reflect.TypeFor[tally.ConversionEventData](),
 	tally.EventConversionApproved: reflect.TypeFor[tally.ConversionEventData](),
 	tally.EventConversionRejected: reflect.TypeFor[tally.ConversionEventData](),
+	tally.EventConversionReversed: reflect.TypeFor[tally.ConversionEventData](),
+	tally.EventPartnerReactivated: reflect.TypeFor[tally.PartnerEventData](),
+	tally.EventPayoutPaid:         reflect.TypeFor[tally.PayoutEventData](),
 	tally.EventPartnerApplied:     reflect.TypeFor[tally.PartnerEventData](),
 	tally.EventPartnerApproved:    reflect.TypeFor[tally.PartnerEventData](),
 	tally.EventPartnerRejected:    reflect.TypeFor[tally.PartnerEventData](),
@@ -50,7 +54,7 @@ var goTypes = map[string]reflect.Type{
 // idPrefixes says which identifier each id-valued property holds.
 var idPrefixes = map[string]string{
 	"id": "evt_", "brandId": "brd_", "conversionId": "cnv_", "partnerId": "prt_",
-	"offerId": "off_", "clickId": "clk_", "subscriptionId": "sub_",
+	"offerId": "off_", "clickId": "clk_", "subscriptionId": "sub_", "payoutId": "pay_",
 }
 
 // schema is the part of a JSON Schema the tests look into.

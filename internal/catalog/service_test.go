@@ -17,6 +17,7 @@ import (
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/offers"
 	"github.com/tally-hq/tally/internal/partners"
+	"github.com/tally-hq/tally/internal/payouts"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/servicetest"
@@ -153,6 +154,10 @@ func TestServiceEventsMatchSchemas(t *testing.T) {
 	s.do("reject partner", err)
 	_, err = s.svc.Partners.BanPartner(s.ctx, s.brandID, turnedDown.ID)
 	s.do("ban rejected partner", err)
+	_, err = s.svc.Partners.ReactivatePartner(s.ctx, s.brandID, turnedDown.ID)
+	s.do("reactivate banned partner", err)
+	_, err = s.svc.Partners.BanPartner(s.ctx, s.brandID, turnedDown.ID)
+	s.do("ban reactivated partner", err)
 	spammer := s.apply("  Jörg's Bärenstark Deals  ", "jörg@exämple.com")
 	_, err = s.svc.Partners.BanPartner(s.ctx, s.brandID, spammer.ID)
 	s.do("ban applied partner", err)
@@ -182,6 +187,9 @@ func TestServiceEventsMatchSchemas(t *testing.T) {
 	s.do("approve conversion", err)
 	_, err = s.svc.Conversions.RejectConversion(s.ctx, s.brandID, toReject.ID)
 	s.do("reject conversion", err)
+	// The approved one is refunded, with a note.
+	_, err = s.svc.Conversions.ReverseConversion(s.ctx, s.brandID, toApprove.ID, conversions.ReversalInput{Reason: ptr(tally.ReversalRefund), Note: ptr("Returned on day 3.")})
+	s.do("reverse conversion", err)
 
 	// A manual offer with a hold: approved automatically once it elapses.
 	held := s.offer(tally.ApprovalManual, 24, tally.Caps{})
@@ -207,6 +215,12 @@ func TestServiceEventsMatchSchemas(t *testing.T) {
 		_, _, err := s.svc.Clicks.RecordClick(s.ctx, clicks.ClickInput{OfferID: manual.ID, PartnerID: clicker.ID, IP: netip.MustParseAddr(visit.ip), UserAgent: visit.ua})
 		s.do("click", err)
 	}
+
+	// The month's close: what alice is owed in USD, paid.
+	payout, err := s.svc.Payouts.CreatePayout(s.ctx, s.brandID, payouts.CreateInput{Currency: ptr("USD")})
+	s.do("create payout", err)
+	_, err = s.svc.Payouts.MarkPaid(s.ctx, s.brandID, payout.ID)
+	s.do("mark payout paid", err)
 
 	// Banning the active partner comes last: its conversions stop here.
 	_, err = s.svc.Partners.BanPartner(s.ctx, s.brandID, alice.ID)

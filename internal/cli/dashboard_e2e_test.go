@@ -678,8 +678,8 @@ func dashboardScenario(t *testing.T, environ []string, shots string) {
 	}
 	b.do("download the CSV", chromedp.Click(chromedp.CSS(`a[download]`)))
 	csvRows := readDownload(t, downloads)
-	if len(csvRows) != 2 || strings.Join(csvRows[0], ",") != "day,offerId,currency,conversions,pending,approved,rejected,revenueCents,payoutCents,profitCents,clicks,highRiskClicks" ||
-		csvRows[1][1] != offerID || csvRows[1][3] != "1" || csvRows[1][7] != "1000" || csvRows[1][10] != "3" || csvRows[1][11] != "2" {
+	if len(csvRows) != 2 || strings.Join(csvRows[0], ",") != "day,offerId,currency,conversions,pending,approved,rejected,reversed,revenueCents,payoutCents,profitCents,clicks,highRiskClicks" ||
+		csvRows[1][1] != offerID || csvRows[1][3] != "1" || csvRows[1][8] != "1000" || csvRows[1][11] != "3" || csvRows[1][12] != "2" {
 		t.Errorf("downloaded CSV %q", csvRows)
 	}
 

@@ -16,6 +16,7 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/ledger"
 	"github.com/tally-hq/tally/internal/offers"
 	"github.com/tally-hq/tally/internal/outbox"
 	"github.com/tally-hq/tally/internal/records"
@@ -170,7 +171,7 @@ func (s *Service) RecordConversion(ctx context.Context, brandID string, in Conve
 		if err := amountsInCurrency(offer.Offer, in); err != nil {
 			return c, false, err
 		}
-		c = newConversion(s.db.NewID("cnv_", now), brandID, offer.Offer, in, now)
+		c = newConversion(s.db.NewID("cnv_", now), brandID, offer, in, now)
 		c.ClickID = click.ID
 		if err := s.writing.admit(ctx, s, offer.Offer, c); err != nil {
 			return s.refusedUnlessRecorded(ctx, c, err)
@@ -257,14 +258,17 @@ func amountsInCurrency(offer tally.Offer, in ConversionInput) error {
 		*in.Currency, offer.Currency, *in.Currency, offer.Currency)
 }
 
-func newConversion(id, brandID string, offer tally.Offer, in ConversionInput, now time.Time) tally.Conversion {
+// newConversion is the conversion in records for offer. Its payout is
+// fixed now: the one posted, else the partner's terms on the offer, else
+// the offer's.
+func newConversion(id, brandID string, entry offers.Entry, in ConversionInput, now time.Time) tally.Conversion {
+	offer := entry.Offer
 	c := tally.Conversion{
 		ID:            id,
 		BrandID:       brandID,
 		OfferID:       offer.ID,
 		PartnerID:     validate.Deref(in.PartnerID, ""),
 		RevenueCents:  validate.Deref(in.RevenueCents, offer.RevenueCents),
-		PayoutCents:   validate.Deref(in.PayoutCents, offer.PayoutCents),
 		Currency:      validate.Deref(in.Currency, offer.Currency),
 		Status:        tally.ConversionApproved,
 		Sub1:          validate.Deref(in.Sub1, ""),
@@ -276,7 +280,10 @@ func newConversion(id, brandID string, offer tally.Offer, in ConversionInput, no
 		CreatedAt:     tally.NewTime(now),
 		UpdatedAt:     tally.NewTime(now),
 	}
-	if offer.Approval == tally.ApprovalManual {
+	c.PayoutCents = validate.Deref(in.PayoutCents, entry.Payout(c.PartnerID, c.RevenueCents))
+	if offer.Approval != tally.ApprovalManual {
+		c.ApprovedAt = &c.CreatedAt
+	} else {
 		c.Status = tally.ConversionPending
 		if offer.HoldHours > 0 {
 			at := tally.NewTime(now.Add(time.Duration(offer.HoldHours) * time.Hour))
@@ -356,7 +363,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 			clickAt = len(ops)
 			ops = append(ops, attributedOp(c))
 		}
-		ops = append(ops, s.rollups.Add(c.BrandID, c.ID, c.CreatedAt.Time, c.OfferID, c.PartnerID, c.Currency, reports.Created(c))...)
+		ops = append(ops, s.rollups.Conversion(c)...)
 		ops = append(ops, created)
 		ops = append(ops, capEvents...)
 
@@ -460,7 +467,7 @@ type ConversionFilter struct {
 
 // Conversions lists the brand's conversions, newest first.
 func (s *Service) Conversions(ctx context.Context, brandID string, f ConversionFilter, p records.ListParams) ([]tally.Conversion, string, error) {
-	if err := validate.OneOf("status", &f.Status, "", tally.ConversionPending, tally.ConversionApproved, tally.ConversionRejected); err != nil {
+	if err := validate.OneOf("status", &f.Status, "", tally.ConversionPending, tally.ConversionApproved, tally.ConversionRejected, tally.ConversionReversed); err != nil {
 		return nil, "", err
 	}
 	if err := validate.First(validate.IDFilter("offerId", "off_", f.OfferID), validate.IDFilter("partnerId", "prt_", f.PartnerID)); err != nil {
@@ -508,12 +515,16 @@ func (s *Service) decideConversion(ctx context.Context, brandID, conversionID, t
 	}
 	now := s.db.Now()
 	c.Status, c.UpdatedAt, c.ApproveAt = to, tally.NewTime(now), nil
+	if to == tally.ConversionApproved {
+		c.ApprovedAt = &c.UpdatedAt
+	}
 	name := map[string]string{tally.ConversionApproved: tally.EventConversionApproved, tally.ConversionRejected: tally.EventConversionRejected}[to]
 	evt, err := s.events.Event(brandID, name, EventData(c, reason), now)
 	if err != nil {
 		return c, err
 	}
 	ops := append([]store.Op{store.Put(Item(c), store.AttrEquals("status", tally.ConversionPending))}, reports.ConversionIncrements(c, reports.Decided(c, to))...)
+	ops = append(ops, ledger.Decided(c)...)
 	err = s.events.Transact(ctx, append(ops, evt)...)
 	if _, failed := store.FailedOp(err); failed {
 		current, err := s.Conversion(ctx, brandID, conversionID)

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -39,11 +40,11 @@ var capNames = []string{"daily", "weekly", "monthly", "global"}
 var formCurrencies = []string{"USD", "EUR", "GBP", "CAD", "AUD", "JPY", "INR", "BRL", "CHF", "SEK"}
 
 // offerFields are the form's fields, as the API names them where it can.
-var offerFields = []string{"name", "destinationUrl", "revenue", "payout", "currency", "approval", "holdHours", "status", "attributionWindowDays", "daily", "weekly", "monthly", "global"}
+var offerFields = []string{"name", "destinationUrl", "revenue", "payout", "payoutPercent", "currency", "approval", "holdHours", "status", "attributionWindowDays", "daily", "weekly", "monthly", "global"}
 
 // offerLabels are the form's labels, for its messages.
 var offerLabels = map[string]string{"name": "Name", "destinationUrl": "Destination URL", "revenueCents": "Revenue",
-	"payoutCents": "Payout", "currency": "Currency", "holdHours": "Hold hours", "attributionWindowDays": "Attribution window"}
+	"payoutCents": "Payout", "payoutPercent": "Payout share", "currency": "Currency", "holdHours": "Hold hours", "attributionWindowDays": "Attribution window"}
 
 func (d *Dashboard) newOffer(w http.ResponseWriter, r *request) error {
 	render(w, "offer-form", r.view("New offer", "offers", offerForm{
@@ -74,6 +75,10 @@ func readOfferForm(r *request, edited *tally.Offer) (offerForm, offers.OfferInpu
 		} else if v[field] != "" {
 			f.Errors[field+"Cents"] = "Enter an amount such as 12.50."
 		}
+	}
+	if p := v["payoutPercent"]; p != "" {
+		n := json.Number(p)
+		in.PayoutPercent = &n
 	}
 	for field, target := range map[string]**int{"holdHours": &in.HoldHours, "attributionWindowDays": &in.AttributionWindowDays} {
 		if v[field] == "" {
@@ -124,7 +129,22 @@ func ptr[T any](v T) *T { return &v }
 // offerData is an offer's page, with its tracking link.
 type offerData struct {
 	tally.Offer
-	Link string // the link with the partner's id left to fill in
+	Link  string // the link with the partner's id left to fill in
+	Terms []termRow
+}
+
+// termRow is one partner's payout terms on the offer, as the page says them.
+type termRow struct{ PartnerID, Payout string }
+
+// payoutText says what a fixed amount or a percentage pays.
+func payoutText(cents *int64, percent *tally.Percent, currency string) string {
+	if percent != nil {
+		return percent.String() + "% of revenue"
+	}
+	if cents != nil {
+		return moneyOf(*cents, currency)
+	}
+	return ""
 }
 
 func (d *Dashboard) offer(w http.ResponseWriter, r *request) error {
@@ -132,7 +152,15 @@ func (d *Dashboard) offer(w http.ResponseWriter, r *request) error {
 	if err != nil {
 		return err
 	}
-	render(w, "offer", r.view(o.Name, "offers", offerData{Offer: o, Link: publicBase(r.Request) + "/c/" + o.ID + "?pid="}))
+	terms, err := d.svc.Offers.AllTerms(r.Context(), r.brandID(), o.ID)
+	if err != nil {
+		return err
+	}
+	data := offerData{Offer: o, Link: publicBase(r.Request) + "/c/" + o.ID + "?pid="}
+	for _, t := range terms {
+		data.Terms = append(data.Terms, termRow{PartnerID: t.PartnerID, Payout: payoutText(t.PayoutCents, t.PayoutPercent, o.Currency)})
+	}
+	render(w, "offer", r.view(o.Name, "offers", data))
 	return nil
 }
 
@@ -147,6 +175,9 @@ func (d *Dashboard) editOffer(w http.ResponseWriter, r *request) error {
 		"currency": o.Currency, "approval": o.Approval, "status": o.Status, "holdHours": strconv.Itoa(o.HoldHours),
 		"attributionWindowDays": strconv.Itoa(o.AttributionWindowDays),
 	}}
+	if o.PayoutPercent != nil {
+		f.Values["payout"], f.Values["payoutPercent"] = "", o.PayoutPercent.String()
+	}
 	for name, limit := range map[string]*int64{"daily": o.Caps.Daily, "weekly": o.Caps.Weekly, "monthly": o.Caps.Monthly, "global": o.Caps.Global} {
 		if limit != nil {
 			f.Values[name] = strconv.FormatInt(*limit, 10)
@@ -169,7 +200,7 @@ func (d *Dashboard) updateOffer(w http.ResponseWriter, r *request) error {
 		return nil
 	}
 	patch := offers.OfferPatch{Name: in.Name, DestinationURL: in.DestinationURL, RevenueCents: in.RevenueCents, PayoutCents: in.PayoutCents,
-		Status: in.Status, Approval: in.Approval, HoldHours: cmpOr(in.HoldHours, 0), AttributionWindowDays: in.AttributionWindowDays,
+		PayoutPercent: in.PayoutPercent, Status: in.Status, Approval: in.Approval, HoldHours: cmpOr(in.HoldHours, 0), AttributionWindowDays: in.AttributionWindowDays,
 		Caps: map[string]*int64{"daily": in.Caps.Daily, "weekly": in.Caps.Weekly, "monthly": in.Caps.Monthly, "global": in.Caps.Global}}
 	if _, err := d.svc.Offers.UpdateOffer(r.Context(), r.brandID(), o.ID, patch); err != nil {
 		if !isCode(err, tally.ECodeValidation) {

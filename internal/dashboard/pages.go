@@ -159,6 +159,7 @@ func publicBase(r *http.Request) string {
 func (d *Dashboard) partnerAction(w http.ResponseWriter, r *request) error {
 	do := map[string]func(ctx context.Context, brandID, id string) (tally.Partner, error){
 		"approve": d.svc.Partners.ApprovePartner, "reject": d.svc.Partners.RejectPartner, "ban": d.svc.Partners.BanPartner,
+		"reactivate": d.svc.Partners.ReactivatePartner,
 	}[r.PathValue("action")]
 	if do == nil {
 		return tally.Errorf(tally.ECodeNotFound, "No such action.")
@@ -170,11 +171,11 @@ func (d *Dashboard) partnerAction(w http.ResponseWriter, r *request) error {
 			return err
 		}
 		c := confirmation{Active: "partners", Heading: "Reject the application of " + p.Name + "?",
-			Message: "They cannot apply again with this e-mail address, and the rejection cannot be undone here.",
+			Message: "They cannot apply again with this e-mail address. You can reactivate them later from their page.",
 			Button:  "Reject the application", Cancel: "/dashboard/partners/" + p.ID}
 		if r.PathValue("action") == "ban" {
 			c.Heading, c.Button = "Ban "+p.Name+"?", "Ban the partner"
-			c.Message = "Their tracking links stop recording clicks and their conversions are refused from now on. A ban cannot be undone here."
+			c.Message = "Their tracking links stop recording clicks and their conversions are refused from now on, until you reactivate them from their page."
 		}
 		if !confirmed(w, r, c) {
 			return nil
@@ -184,7 +185,7 @@ func (d *Dashboard) partnerAction(w http.ResponseWriter, r *request) error {
 	if err != nil {
 		return err
 	}
-	done := map[string]string{"approve": "partner-approved", "reject": "partner-rejected", "ban": "partner-banned"}[r.PathValue("action")]
+	done := map[string]string{"approve": "partner-approved", "reject": "partner-rejected", "ban": "partner-banned", "reactivate": "partner-reactivated"}[r.PathValue("action")]
 	return redirect(w, r, backTo(r, "/dashboard/partners/"+p.ID), done)
 }
 
@@ -307,7 +308,7 @@ func (d *Dashboard) conversions(w http.ResponseWriter, r *request) error {
 		return err
 	}
 	data := conversionsData{Filter: f, Offers: dir.offerPicker(f.OfferID), Partners: dir.partnerPicker(f.PartnerID), Back: r.URL.RequestURI(),
-		Statuses: []string{tally.ConversionPending, tally.ConversionApproved, tally.ConversionRejected}}
+		Statuses: []string{tally.ConversionPending, tally.ConversionApproved, tally.ConversionRejected, tally.ConversionReversed}}
 	cs, next, err := d.svc.Conversions.Conversions(r.Context(), r.brandID(), f, records.ListParams{Cursor: q.Get("cursor")})
 	if err != nil {
 		if !isCode(err, tally.ECodeValidation) {

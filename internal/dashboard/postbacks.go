@@ -20,6 +20,7 @@ type partnerData struct {
 	Values   map[string]string // url, since
 	Checked  []string
 	Errors   map[string]string // url, events, since
+	Balances []tally.Balance
 }
 
 // trackingLink is an offer's link for one partner.
@@ -43,6 +44,11 @@ func (d endpointPages) partnerData(r *request) (partnerData, error) {
 	case !isCode(err, tally.ECodeNotFound):
 		return data, err
 	}
+	b, err := d.svc.Payouts.Balance(r.Context(), r.brandID(), p.ID)
+	if err != nil {
+		return data, err
+	}
+	data.Balances = b.Data
 	offers, _, err := d.svc.Offers.Offers(r.Context(), r.brandID(), records.ListParams{Limit: records.MaxLimit})
 	for _, o := range offers {
 		data.Links = append(data.Links, trackingLink{Offer: o, URL: publicBase(r.Request) + "/c/" + o.ID + "?pid=" + p.ID})

@@ -41,6 +41,7 @@ var groupConsts = map[string]string{
 	"GroupPartners":     httpapi.GroupPartners,
 	"GroupConversions":  httpapi.GroupConversions,
 	"GroupReports":      httpapi.GroupReports,
+	"GroupPayouts":      httpapi.GroupPayouts,
 	"GroupApplications": httpapi.GroupApplications,
 	"GroupWebhooks":     httpapi.GroupWebhooks,
 	"GroupDeliveries":   httpapi.GroupDeliveries,

@@ -30,7 +30,7 @@ type PostbackInput struct {
 }
 
 // postbackEvents are the events a postback may fire on.
-var postbackEvents = []string{tally.EventConversionCreated, tally.EventConversionApproved, tally.EventConversionRejected}
+var postbackEvents = []string{tally.EventConversionCreated, tally.EventConversionApproved, tally.EventConversionRejected, tally.EventConversionReversed}
 
 // postbackMacros are the placeholders a postback URL may hold.
 var postbackMacros = []string{"click_id", "conversion_id", "offer_id", "partner_id", "payout", "payout_cents",

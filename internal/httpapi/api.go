@@ -30,6 +30,7 @@ import (
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/offers"
 	"github.com/tally-hq/tally/internal/partners"
+	"github.com/tally-hq/tally/internal/payouts"
 	"github.com/tally-hq/tally/internal/ratelimit"
 	"github.com/tally-hq/tally/internal/reports"
 	"github.com/tally-hq/tally/internal/trace"
@@ -105,6 +106,7 @@ type Services struct {
 	Clicks      *clicks.Service
 	Endpoints   *endpoints.Service
 	Deliveries  *endpoints.Log
+	Payouts     *payouts.Service
 	Store       StoreReader // GET /readyz
 	// Now is the time, in UTC to the millisecond (records.DB.Now).
 	Now func() time.Time
@@ -145,6 +147,7 @@ const (
 	GroupPartners     = "partners"
 	GroupConversions  = "conversions"
 	GroupReports      = "reports"
+	GroupPayouts      = "payouts" // balances and payouts: partner money
 	GroupApplications = "applications"
 	GroupWebhooks     = "webhooks"
 	GroupDeliveries   = "deliveries"
@@ -161,7 +164,7 @@ const (
 )
 
 // AllGroups is every group, for the local server that runs everything.
-var AllGroups = []string{GroupOffers, GroupPartners, GroupConversions, GroupReports, GroupApplications, GroupWebhooks, GroupDeliveries, GroupKeys, GroupDashboard, GroupClick, GroupFraud, GroupAdmin, GroupHealth}
+var AllGroups = []string{GroupOffers, GroupPartners, GroupConversions, GroupReports, GroupPayouts, GroupApplications, GroupWebhooks, GroupDeliveries, GroupKeys, GroupDashboard, GroupClick, GroupFraud, GroupAdmin, GroupHealth}
 
 type route struct {
 	group   string
@@ -190,11 +193,15 @@ func (a *API) routes() []route {
 		{GroupOffers, "POST", "/api/v1/offers", authKey, created(decodeBody, a.svc.Offers.CreateOffer)},
 		{GroupOffers, "GET", "/api/v1/offers/{id}", authKey, byID(a.svc.Offers.Offer)},
 		{GroupOffers, "PATCH", "/api/v1/offers/{id}", authKey, byIDWithBody(decodePatch, a.svc.Offers.UpdateOffer)},
+		{GroupOffers, "GET", "/api/v1/offers/{id}/partners/{partnerId}/terms", authKey, byOfferPartner(a.svc.Offers.Terms)},
+		{GroupOffers, "PUT", "/api/v1/offers/{id}/partners/{partnerId}/terms", authKey, a.putTerms},
+		{GroupOffers, "DELETE", "/api/v1/offers/{id}/partners/{partnerId}/terms", authKey, byOfferPartner(a.svc.Offers.DeleteTerms)},
 		{GroupPartners, "GET", "/api/v1/partners", authKey, a.listPartners},
 		{GroupPartners, "GET", "/api/v1/partners/{id}", authKey, byID(a.svc.Partners.Partner)},
 		{GroupPartners, "POST", "/api/v1/partners/{id}/approve", authKey, byID(a.svc.Partners.ApprovePartner)},
 		{GroupPartners, "POST", "/api/v1/partners/{id}/reject", authKey, byID(a.svc.Partners.RejectPartner)},
 		{GroupPartners, "POST", "/api/v1/partners/{id}/ban", authKey, byID(a.svc.Partners.BanPartner)},
+		{GroupPartners, "POST", "/api/v1/partners/{id}/reactivate", authKey, byID(a.svc.Partners.ReactivatePartner)},
 		{GroupPartners, "PUT", "/api/v1/partners/{id}/postback", authKey, byIDWithBody(decodeBody, a.svc.Endpoints.PutPostback)},
 		{GroupPartners, "GET", "/api/v1/partners/{id}/postback", authKey, byID(a.svc.Endpoints.Postback)},
 		{GroupPartners, "DELETE", "/api/v1/partners/{id}/postback", authKey, byID(a.svc.Endpoints.DeletePostback)},
@@ -205,11 +212,17 @@ func (a *API) routes() []route {
 		{GroupConversions, "GET", "/api/v1/conversions/{id}", authKey, byID(a.svc.Conversions.Conversion)},
 		{GroupConversions, "POST", "/api/v1/conversions/{id}/approve", authKey, byID(a.svc.Conversions.ApproveConversion)},
 		{GroupConversions, "POST", "/api/v1/conversions/{id}/reject", authKey, byID(a.svc.Conversions.RejectConversion)},
+		{GroupConversions, "POST", "/api/v1/conversions/{id}/reverse", authKey, byIDWithBody(decodeBody, a.svc.Conversions.ReverseConversion)},
 		{GroupConversions, "GET", "/api/v1/postback-token", authKey, a.postbackToken},
 		{GroupConversions, "POST", "/api/v1/postback-token", authKey, noStore(a.createPostbackToken)},
 		{GroupConversions, "DELETE", "/api/v1/postback-token", authKey, a.deletePostbackToken},
 		{GroupConversions, "GET", "/postback", authPostback, getOnly(a.postback)},
 		{GroupReports, "GET", "/api/v1/reports", authKey, a.report},
+		{GroupPayouts, "GET", "/api/v1/partners/{id}/balance", authKey, byID(a.svc.Payouts.Balance)},
+		{GroupPayouts, "GET", "/api/v1/payouts", authKey, a.listPayouts},
+		{GroupPayouts, "POST", "/api/v1/payouts", authKey, created(decodeBody, a.svc.Payouts.CreatePayout)},
+		{GroupPayouts, "GET", "/api/v1/payouts/{id}", authKey, a.payout},
+		{GroupPayouts, "POST", "/api/v1/payouts/{id}/paid", authKey, byID(a.svc.Payouts.MarkPaid)},
 		{GroupApplications, "POST", "/api/public/brands/{brandId}/applications", authForm, a.apply},
 		{GroupWebhooks, "POST", "/api/public/webhooks", authKey, noStore(created(decodeBody, a.svc.Endpoints.CreateSubscription))},
 		{GroupWebhooks, "GET", "/api/public/webhooks", authKey, listed(a.svc.Endpoints.Subscriptions)},

@@ -12,7 +12,7 @@ import (
 )
 
 // Recording a conversion costs one TransactWriteItems (conversion, marker,
-// cap counters, rollup, events); the offer read is cached per instance, and
+// cap counters, rollup, the partner's balance and owed entry, events); the offer read is cached per instance, and
 // so is the API key. The one other call is the rate-limit counter that every
 // authenticated request pays.
 func TestConversionCostsOneTransaction(t *testing.T) {
@@ -30,13 +30,13 @@ func TestConversionCostsOneTransaction(t *testing.T) {
 	}
 	// The key and the offer were cached by this instance when they were made.
 	for i := range 6 {
-		if got, want := post(fmt.Sprint("order-", i+1)), map[string]int{"TransactWriteItems": 1, "items written": 11, "UpdateItem": 1}; !maps.Equal(got, want) {
+		if got, want := post(fmt.Sprint("order-", i+1)), map[string]int{"TransactWriteItems": 1, "items written": 13, "UpdateItem": 1}; !maps.Equal(got, want) {
 			t.Errorf("conversion %d made %v, want %v (offer cached)", i+1, got, want)
 		}
 	}
 	// A replay reads the marker and the conversion it names, and writes nothing.
 	e.must(200, e.call("POST", "/api/v1/conversions", key, map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": "order-1"}))
-	if got, want := api.Take().Calls, map[string]int{"TransactWriteItems": 1, "items written": 11, "GetItem": 2, "UpdateItem": 1}; !maps.Equal(got, want) {
+	if got, want := api.Take().Calls, map[string]int{"TransactWriteItems": 1, "items written": 13, "GetItem": 2, "UpdateItem": 1}; !maps.Equal(got, want) {
 		t.Errorf("replay made %v, want %v", got, want)
 	}
 }
@@ -106,7 +106,7 @@ func TestAttributedConversionCost(t *testing.T) {
 		want map[string]int
 		wru  float64
 	}{
-		{"local", nil, map[string]int{"GetItem": 1, "TransactWriteItems": 1, "items written": 8, "UpdateItem": 1}, 0},
+		{"local", nil, map[string]int{"GetItem": 1, "TransactWriteItems": 1, "items written": 10, "UpdateItem": 1}, 0},
 		{"AWS", []service.Option{service.OnAWS()}, map[string]int{"GetItem": 3, "TransactWriteItems": 1, "items written": 4, "UpdateItem": 1}, 13},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -195,12 +195,9 @@ func (a *API) report(w http.ResponseWriter, r *http.Request, p identity.Principa
 	if err != nil {
 		return err
 	}
-	format := q.Get("format")
-	switch {
-	case format == "" && prefersCSV(r.Header.Get("Accept")):
-		format = "csv"
-	case format != "" && format != "json" && format != "csv":
-		return tally.Errorf(tally.ECodeValidation, "format must be json or csv.")
+	format, err := answerFormat(r, q)
+	if err != nil {
+		return err
 	}
 	rq := reports.ReportQuery{From: q.Get("from"), To: q.Get("to"), Timezone: q.Get("timezone"),
 		OfferID: q.Get("offerId"), PartnerID: q.Get("partnerId"), GroupBy: []string{}}
@@ -225,6 +222,19 @@ func (a *API) report(w http.ResponseWriter, r *http.Request, p identity.Principa
 // ReportFilename names a report's CSV download.
 func ReportFilename(r reports.Report) string {
 	return "tally-report-" + r.From + "-to-" + r.To + ".csv"
+}
+
+// answerFormat is the format an answer that can be CSV is asked in:
+// ?format=json|csv, else CSV when the Accept header prefers it.
+func answerFormat(r *http.Request, q url.Values) (string, error) {
+	format := q.Get("format")
+	switch {
+	case format == "" && prefersCSV(r.Header.Get("Accept")):
+		return "csv", nil
+	case format != "" && format != "json" && format != "csv":
+		return "", tally.Errorf(tally.ECodeValidation, "format must be json or csv.")
+	}
+	return format, nil
 }
 
 // prefersCSV reports whether an Accept header asks for CSV before JSON: the

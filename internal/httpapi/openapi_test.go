@@ -817,6 +817,9 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	withKey(oasCall{method: "GET", path: "/api/v1/conversions?offerId=123", status: 422, code: "validation_error", invalid: true})
 	withKey(oasCall{method: "GET", path: "/api/v1/conversions?page=2", status: 422, code: "validation_error"})
 
+	// --- Partner money.
+	moneyCalls := oasMoney(t, call, withKey, oasMoneySetup{offer: autoOffer, active: p1.ID, banned: p3.ID, approved: c1.ID, approvedEUR: c2.ID, otherKey: otherKey})
+
 	// --- Reports.
 	report := oasAs[reports.Report](t, withKey(oasCall{method: "GET", path: "/api/v1/reports", status: 200}))
 	if len(report.Data) != 3 { // one row per currency: USD, EUR, GBP
@@ -897,8 +900,8 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 		return got
 	}
 	okGot, failGot := checkReceived(accepting), checkReceived(refusing)
-	if len(okGot) != 17 || len(failGot) != webhooks.MaxAttempts || signed != len(okGot) || unsigned != len(failGot) {
-		t.Fatalf("receivers got %d and %d requests (%d signed, %d not); want 17 signed and %d unsigned", len(okGot), len(failGot), signed, unsigned, webhooks.MaxAttempts)
+	if len(okGot) != 20 || len(failGot) != webhooks.MaxAttempts || signed != len(okGot) || unsigned != len(failGot) {
+		t.Fatalf("receivers got %d and %d requests (%d signed, %d not); want 20 signed and %d unsigned", len(okGot), len(failGot), signed, unsigned, webhooks.MaxAttempts)
 	}
 	for _, d := range okGot {
 		if d.path != "/tally?source=oas" {
@@ -925,7 +928,7 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	for _, d := range deliveryLog.Data {
 		statuses[d.Status]++
 	}
-	if len(deliveryLog.Data) != 19 || statuses[tally.DeliverySucceeded] != 17 || statuses[tally.DeliveryFailed] != 2 || deliveryLog.NextCursor != nil {
+	if len(deliveryLog.Data) != 22 || statuses[tally.DeliverySucceeded] != 20 || statuses[tally.DeliveryFailed] != 2 || deliveryLog.NextCursor != nil {
 		t.Errorf("delivery log: %d deliveries, %v", len(deliveryLog.Data), statuses)
 	}
 	failed := oasAs[deliveryPage](t, withKey(oasCall{method: "GET", path: deliveries + "?status=failed&subscriptionId=" + subFail.ID, status: 200})).Data
@@ -1243,6 +1246,7 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 		{method: "POST", path: "/api/v1/postback-token"},
 		{method: "DELETE", path: "/api/v1/postback-token"},
 	}
+	keyed = append(keyed, moneyCalls...)
 	for _, c := range keyed {
 		c.srv, c.status, c.code = srv, 401, "unauthorized"
 		c.invalid = true
@@ -1320,8 +1324,8 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	if missing := o.unseen(); len(missing) > 0 {
 		t.Errorf("documented answers the session never produced (operationId status):\n  %s", strings.Join(missing, "\n  "))
 	}
-	if ops := o.operations(); len(ops) != 52 {
-		t.Errorf("the document has %d operations, want the 52 routes of the API besides /_admin: %v", len(ops), ops)
+	if ops := o.operations(); len(ops) != 62 {
+		t.Errorf("the document has %d operations, want the 62 routes of the API besides /_admin: %v", len(ops), ops)
 	} else {
 		t.Logf("checked %d exchanges against %d operations of %s", o.calls, len(ops), oasPath)
 	}

@@ -35,10 +35,10 @@ func TestReportCSVHasTheJSONRows(t *testing.T) {
 		q := "/api/v1/reports?from=" + from + "&to=" + to + "&groupBy=day,partner&timezone=Asia/Kolkata"
 		var report struct {
 			Data []struct {
-				Day, PartnerID, Currency                 string
-				Conversions, Pending, Approved, Rejected int64
-				RevenueCents, PayoutCents, ProfitCents   int64
-				Clicks, HighRiskClicks                   int64
+				Day, PartnerID, Currency                           string
+				Conversions, Pending, Approved, Rejected, Reversed int64
+				RevenueCents, PayoutCents, ProfitCents             int64
+				Clicks, HighRiskClicks                             int64
 			}
 			Timezone string
 		}
@@ -47,10 +47,10 @@ func TestReportCSVHasTheJSONRows(t *testing.T) {
 			t.Fatalf("report: %+v", report)
 		}
 		var want [][]string
-		want = append(want, []string{"day", "partnerId", "currency", "conversions", "pending", "approved", "rejected", "revenueCents", "payoutCents", "profitCents", "clicks", "highRiskClicks"})
+		want = append(want, []string{"day", "partnerId", "currency", "conversions", "pending", "approved", "rejected", "reversed", "revenueCents", "payoutCents", "profitCents", "clicks", "highRiskClicks"})
 		for _, r := range report.Data {
 			line := []string{r.Day, r.PartnerID, r.Currency}
-			for _, n := range []int64{r.Conversions, r.Pending, r.Approved, r.Rejected, r.RevenueCents, r.PayoutCents, r.ProfitCents, r.Clicks, r.HighRiskClicks} {
+			for _, n := range []int64{r.Conversions, r.Pending, r.Approved, r.Rejected, r.Reversed, r.RevenueCents, r.PayoutCents, r.ProfitCents, r.Clicks, r.HighRiskClicks} {
 				line = append(line, strconv.FormatInt(n, 10))
 			}
 			want = append(want, line)
@@ -92,7 +92,7 @@ func TestReportCSVHasTheJSONRows(t *testing.T) {
 		}
 		// Without grouping: one row per currency.
 		r := e.must(200, e.call("GET", "/api/v1/reports?from="+from+"&to="+to+"&format=csv", key, nil))
-		if lines := strings.Split(strings.TrimSpace(string(r.body)), "\n"); len(lines) != 3 || lines[0] != "currency,conversions,pending,approved,rejected,revenueCents,payoutCents,profitCents,clicks,highRiskClicks" {
+		if lines := strings.Split(strings.TrimSpace(string(r.body)), "\n"); len(lines) != 3 || lines[0] != "currency,conversions,pending,approved,rejected,reversed,revenueCents,payoutCents,profitCents,clicks,highRiskClicks" {
 			t.Errorf("ungrouped CSV:\n%s", r.body)
 		}
 	})

@@ -66,6 +66,16 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"conversion with bad currency", "/api/v1/conversions", map[string]any{"offerId": offerID, "partnerId": partnerID, "currency": "EURO"}, 422, "validation_error", "currency"},
 		{"conversion with control characters", "/api/v1/conversions", map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": "a\nb"}, 422, "validation_error", "externalTxnId"},
 		{"application with bad email", "/api/public/brands/" + brandID + "/applications", map[string]any{"name": "P", "email": "nope"}, 422, "validation_error", "email"},
+		{"both payouts", "/api/v1/offers", with("payoutPercent", 10), 422, "validation_error", "payoutPercent"},
+		{"no payout", "/api/v1/offers", with("payoutCents", nil), 422, "validation_error", "payoutCents"},
+		{"percent over 100", "/api/v1/offers", map[string]any{"name": "S", "destinationUrl": "https://shop.example/p", "revenueCents": 1, "currency": "USD", "payoutPercent": 100.01}, 422, "validation_error", "payoutPercent"},
+		{"percent with three decimals", "/api/v1/offers", map[string]any{"name": "S", "destinationUrl": "https://shop.example/p", "revenueCents": 1, "currency": "USD", "payoutPercent": 12.345}, 422, "validation_error", "payoutPercent"},
+		{"reversal without reason", "/api/v1/conversions/cnv_01jd0000000000000000000000/reverse", map[string]any{}, 422, "validation_error", "reason"},
+		{"payout without currency", "/api/v1/payouts", map[string]any{}, 422, "validation_error", "currency"},
+		{"payout nobody is owed", "/api/v1/payouts", map[string]any{"currency": "USD"}, 422, "validation_error", "currency"},
+		{"payout through a bad date", "/api/v1/payouts", map[string]any{"currency": "USD", "through": "30/11/2026"}, 422, "validation_error", "through"},
+		{"payout through the future", "/api/v1/payouts", map[string]any{"currency": "USD", "through": "2999-01-01"}, 422, "validation_error", "through"},
+		{"payout for a bad partner id", "/api/v1/payouts", map[string]any{"currency": "USD", "partnerIds": []string{"alice"}}, 422, "validation_error", "partnerIds"},
 	} {
 		r := e.call("POST", tc.path, key, tc.body)
 		if r.status != tc.status || r.errorCode() != tc.code {
@@ -93,7 +103,8 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 	// Query parameters are checked too.
 	for _, path := range []string{"/api/v1/offers?limit=0", "/api/v1/offers?limit=abc", "/api/v1/offers?limit=101",
 		"/api/v1/conversions?sort=asc", "/api/v1/conversions?status=done", "/api/v1/conversions?from=yesterday",
-		"/api/v1/partners?status=a&status=b", "/api/v1/reports?groupBy=hour", "/api/v1/conversions?offerId=x", "/api/v1/reports?partnerId=off_1"} {
+		"/api/v1/partners?status=a&status=b", "/api/v1/reports?groupBy=hour", "/api/v1/conversions?offerId=x", "/api/v1/reports?partnerId=off_1",
+		"/api/v1/payouts?status=late", "/api/v1/payouts?limit=0"} {
 		if r := e.call("GET", path, key, nil); r.status != 422 || r.errorCode() != "validation_error" {
 			t.Errorf("GET %s: %d %s, want 422", path, r.status, r.body)
 		}
@@ -102,7 +113,7 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 	// A filter's message lists the values it takes, not the empty one
 	// that stands for no filter.
 	for path, want := range map[string]string{
-		"/api/v1/conversions?status=done": "status must be one of: pending, approved, rejected.",
+		"/api/v1/conversions?status=done": "status must be one of: pending, approved, rejected, reversed.",
 		"/api/v1/partners?status=done":    "status must be one of: applied, active, rejected, banned.",
 		"/api/v1/deliveries?type=sms":     "type must be one of: webhook, postback.",
 	} {
@@ -125,6 +136,10 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"POST", "/api/v1/offers?dryRun=1", valid},
 		{"POST", "/api/v1/conversions?source=x", map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": "q-1"}},
 		{"PATCH", "/api/v1/offers/" + offerID + "?x=1", map[string]any{"status": "paused"}},
+		{"PUT", "/api/v1/offers/" + offerID + "/partners/" + partnerID + "/terms?x=1", map[string]any{"payoutCents": 5}},
+		{"POST", "/api/v1/partners/" + partnerID + "/reactivate?x=1", nil},
+		{"GET", "/api/v1/partners/" + partnerID + "/balance?currency=USD", nil},
+		{"POST", "/api/v1/payouts?dryRun=1", map[string]any{"currency": "USD"}},
 	} {
 		if r := e.call(c.method, c.path, key, c.body); r.status != 422 || !strings.Contains(string(r.body), "Unknown query parameter") {
 			t.Errorf("%s %s: %d %s, want 422 naming the parameter", c.method, c.path, r.status, r.body)
@@ -148,6 +163,10 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 	if got := e.listAll("/api/v1/conversions", key); len(got) != 0 {
 		t.Errorf("%d conversions after bad requests, want none", len(got))
 	}
+	if got := e.listAll("/api/v1/payouts", key); len(got) != 0 {
+		t.Errorf("%d payouts after bad requests, want none", len(got))
+	}
+	e.must(404, e.call("GET", "/api/v1/offers/"+offerID+"/partners/"+partnerID+"/terms", key, nil))
 }
 
 func TestUnknownRoutesAndMethodsAnswerInTheErrorShape(t *testing.T) {

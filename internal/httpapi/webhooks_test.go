@@ -62,8 +62,8 @@ func TestSubscriptionsValidateAndNeverShowTheSecret(t *testing.T) {
 
 	var events struct{ Data []struct{ Name string } }
 	e.must(200, e.call("GET", "/api/public/webhook-events", "", nil)).decode(t, &events)
-	if len(events.Data) != 10 {
-		t.Errorf("webhook-events lists %d events, want the 10 of DESIGN", len(events.Data))
+	if len(events.Data) != 13 {
+		t.Errorf("webhook-events lists %d events, want the 13 of DESIGN", len(events.Data))
 	}
 }
 

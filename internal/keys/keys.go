@@ -3,6 +3,7 @@ package keys
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tally-hq/tally/internal/store"
@@ -122,6 +123,47 @@ func ConversionsByOffer(brandID, offerID string, shard int) string {
 func ConversionsByPartner(brandID, partnerID string, shard int) string {
 	return "BRD#" + brandID + "#PRT#" + partnerID + "#CNV#" + strconv.Itoa(shard)
 }
+
+// Partner money (package ledger): a partner's balance counters, per
+// currency in Shards items each (summed on read), so that its busiest
+// moments conflict less; owed entries (amounts waiting for a payout: one
+// conversion's, or the sum of a stream batch's for one partner and day, or
+// a reversal's negative) in the brand's owed shards per currency, sorted
+// by the UTC day they became owed, which a payout's "through" bounds.
+func BalancePK(brandID, partnerID string) string { return "BAL#" + brandID + "#" + partnerID }
+func Balance(brandID, partnerID, currency string, shard int) store.Key {
+	return store.Key{PK: BalancePK(brandID, partnerID), SK: currency + "#" + strconv.Itoa(shard)}
+}
+func OwedPK(brandID, currency string, shard int) string {
+	return "OWED#" + brandID + "#" + currency + "#" + strconv.Itoa(shard)
+}
+func Owed(brandID, currency string, day time.Time, partnerID, entryID string) store.Key {
+	return store.Key{PK: OwedPK(brandID, currency, ShardOf(entryID)), SK: day.UTC().Format(time.DateOnly) + "#" + partnerID + "#" + entryID}
+}
+
+// OwedThrough bounds owed entries to those of a UTC day and before.
+func OwedThrough(day string) string { return day + "#~" }
+
+// OwedPartner is the partner of an owed entry's sort key.
+func OwedPartner(sk string) string {
+	_, rest, _ := strings.Cut(sk, "#")
+	partner, _, _ := strings.Cut(rest, "#")
+	return partner
+}
+
+// Payouts are few: in the brand partition, by id; a payout's lines are in
+// a partition of its own, by partner.
+func Payout(brandID, payoutID string) store.Key {
+	return store.Key{PK: BrandPK(brandID), SK: PayoutSKPrefix + payoutID}
+}
+
+const PayoutSKPrefix = "PAY#"
+
+func PayoutLinesPK(payoutID string) string { return "PAY#" + payoutID }
+func PayoutLine(payoutID, partnerID string) store.Key {
+	return store.Key{PK: PayoutLinesPK(payoutID), SK: "LINE#" + partnerID}
+}
+
 func HoldQueuePK(shard int) string { return "HOLD#" + strconv.Itoa(shard) }
 
 // HoldQueueSK sorts by due time; the conversion id keeps entries unique.

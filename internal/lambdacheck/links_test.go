@@ -65,6 +65,7 @@ var linkRules = map[string]struct{ mustNot, must []link }{
 	"partners":     {mustNot: noSending, must: servesAPI},
 	"conversions":  {mustNot: noSending, must: servesAPI},
 	"reports":      {mustNot: noSending, must: servesAPI},
+	"payouts":      {mustNot: noSending, must: servesAPI},
 	"click":        {mustNot: noSending, must: servesAPI},
 	"applications": {mustNot: noSending, must: servesAPI},
 	"keys":         {mustNot: noSending, must: servesAPI},

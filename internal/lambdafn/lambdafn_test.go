@@ -726,6 +726,16 @@ var cases = map[string]sampleCase{
 		wantField(t, rows[0], "revenueCents", 4500)
 		wantField(t, rows[0], "profitCents", 4500-1200)
 	}},
+	"payouts-create": {api: func(t *testing.T, f *fixture, call func() response) {
+		r := call()
+		wantStatus(t, r, 201)
+		wantPrefix(t, r.body, "id", "pay_")
+		wantField(t, r.body, "currency", "EUR")
+		wantField(t, r.body, "totalCents", 1200)
+		wantField(t, r.body, "status", "pending")
+		// Everything owed is in it: a second payout finds nobody owed.
+		wantStatus(t, call(), 422)
+	}},
 	"health-ready": {api: func(t *testing.T, f *fixture, call func() response) {
 		r := call()
 		wantStatus(t, r, 200)

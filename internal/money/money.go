@@ -7,6 +7,9 @@ import "strconv"
 // Major writes minor units as a decimal amount in the currency's
 // major unit: 300 USD cents is "3.00", 300 JPY is "300".
 func Major(minor int64, currency string) string {
+	if minor < 0 {
+		return "-" + Major(-minor, currency) // a clawback
+	}
 	exp := Exponent(currency)
 	if exp == 0 {
 		return strconv.FormatInt(minor, 10)

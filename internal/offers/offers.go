@@ -5,6 +5,7 @@ package offers
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -23,6 +24,8 @@ type Service struct {
 	db      *records.DB
 	entries *records.Cache[Entry]  // by brand and offer id
 	brands  *records.Cache[string] // offer id → brand id; never changes
+	// partners finds the partners that terms name (WithPartners).
+	partners partnerReader
 }
 
 // New returns the Service over db. An instance trusts the offers it read
@@ -40,15 +43,18 @@ func New(db *records.DB, cacheTTL time.Duration) *Service {
 // int64 overflow; a hold is at most a year (24 × 366 hours): longer holds
 // are surely mistakes.
 type OfferInput struct {
-	Name           *string     `json:"name"`
-	DestinationURL *string     `json:"destinationUrl"`
-	RevenueCents   *int64      `json:"revenueCents" range:"0,1000000000000"`
-	PayoutCents    *int64      `json:"payoutCents" range:"0,1000000000000"`
-	Currency       *string     `json:"currency"`
-	Status         *string     `json:"status"`
-	Approval       *string     `json:"approval"`
-	HoldHours      *int        `json:"holdHours" range:"0,8784"`
-	Caps           *tally.Caps `json:"caps"`
+	Name           *string `json:"name"`
+	DestinationURL *string `json:"destinationUrl"`
+	RevenueCents   *int64  `json:"revenueCents" range:"0,1000000000000"`
+	PayoutCents    *int64  `json:"payoutCents" range:"0,1000000000000"`
+	// PayoutPercent pays a share of each conversion's revenue instead of
+	// PayoutCents; read as text, so that 12.555 is refused, not rounded.
+	PayoutPercent *json.Number `json:"payoutPercent"`
+	Currency      *string      `json:"currency"`
+	Status        *string      `json:"status"`
+	Approval      *string      `json:"approval"`
+	HoldHours     *int         `json:"holdHours" range:"0,8784"`
+	Caps          *tally.Caps  `json:"caps"`
 	// AttributionWindowDays defaults to tally.DefaultAttributionWindowDays.
 	AttributionWindowDays *int `json:"attributionWindowDays" range:"1,365"`
 }
@@ -59,7 +65,7 @@ func (in OfferInput) checks() []error {
 		validate.HTTPURL("destinationUrl", in.DestinationURL, true),
 		checkDestinationMacros("destinationUrl", in.DestinationURL),
 		validate.Required("revenueCents", in.RevenueCents != nil),
-		validate.Required("payoutCents", in.PayoutCents != nil),
+		payoutChoice(in.PayoutCents, in.PayoutPercent),
 		validate.Currency("currency", in.Currency, true),
 		validate.OneOf("status", in.Status, tally.OfferActive, tally.OfferPaused),
 		validate.OneOf("approval", in.Approval, tally.ApprovalAuto, tally.ApprovalManual),
@@ -72,6 +78,38 @@ func (in OfferInput) checks() []error {
 }
 
 func (in OfferInput) validate() error { return validate.First(in.checks()...) }
+
+// payoutChoice checks that exactly one of a fixed payout and a percentage
+// is given, and the percentage's form.
+func payoutChoice(cents *int64, percent *json.Number) error {
+	switch {
+	case cents != nil && percent != nil:
+		return validate.InvalidField("payoutPercent", "Give either payoutCents or payoutPercent, not both.")
+	case percent != nil:
+		_, err := ParsePercent(*percent)
+		return err
+	}
+	return validate.Required("payoutCents", cents != nil)
+}
+
+// ParsePercent reads payoutPercent: more than 0, at most 100, with at
+// most two decimals.
+func ParsePercent(n json.Number) (tally.Percent, error) {
+	p, err := tally.ParsePercent(n.String())
+	if err != nil || p <= 0 || p > 10000 {
+		return 0, validate.InvalidField("payoutPercent", "payoutPercent must be a number more than 0 and at most 100, with at most two decimals (e.g. 12.5); got %s.", n)
+	}
+	return p, nil
+}
+
+// percentOf is the offer's percentage as given, validated before.
+func percentOf(n *json.Number) *tally.Percent {
+	if n == nil {
+		return nil
+	}
+	p, _ := ParsePercent(*n)
+	return &p
+}
 
 // FieldErrors checks every field of an offer and maps each field with a
 // problem to its message (the dashboard's offer form shows them all).
@@ -89,7 +127,8 @@ func (s *Service) CreateOffer(ctx context.Context, brandID string, in OfferInput
 		Name:                  strings.TrimSpace(*in.Name),
 		DestinationURL:        *in.DestinationURL,
 		RevenueCents:          *in.RevenueCents,
-		PayoutCents:           *in.PayoutCents,
+		PayoutCents:           validate.Deref(in.PayoutCents, 0),
+		PayoutPercent:         percentOf(in.PayoutPercent),
 		Currency:              *in.Currency,
 		Status:                validate.Deref(in.Status, tally.OfferActive),
 		Approval:              validate.Deref(in.Approval, tally.ApprovalAuto),
@@ -110,17 +149,40 @@ func (s *Service) CreateOffer(ctx context.Context, brandID string, in OfferInput
 	return o, nil
 }
 
-// Entry is an offer with its revision, which grows with every change.
-// Writes that rely on a cached offer check the revision in their
-// transaction (Check), so a change is in force at once everywhere.
+// Entry is an offer with its revision, which grows with every change,
+// and its per-partner payout terms. Writes that rely on a cached offer
+// check the revision in their transaction (Check), so a change (of terms
+// too) is in force at once everywhere.
 type Entry struct {
 	Offer tally.Offer
 	Rev   int64
+	// Terms are by partner id. They live in the offer's item, so that a
+	// conversion reads them with the offer, at no extra cost.
+	Terms map[string]tally.PayoutTerms
+}
+
+// stored is an offer's item body: the offer and its terms.
+type stored struct {
+	tally.Offer
+	PartnerTerms map[string]tally.PayoutTerms `json:"partnerTerms,omitempty"`
 }
 
 func item(e Entry) store.Item {
 	return store.Item{Key: keys.Offer(e.Offer.BrandID, e.Offer.ID), Attrs: map[string]string{"status": e.Offer.Status},
-		Nums: map[string]int64{"rev": e.Rev}, Data: records.MustJSON(e.Offer)}
+		Nums: map[string]int64{"rev": e.Rev}, Data: records.MustJSON(stored{e.Offer, e.Terms})}
+}
+
+// Payout is what a conversion of e by partnerID with revenueCents pays:
+// the partner's terms, else the offer's, a percentage rounded half up.
+func (e Entry) Payout(partnerID string, revenueCents int64) int64 {
+	cents, percent := e.Offer.PayoutCents, e.Offer.PayoutPercent
+	if t, ok := e.Terms[partnerID]; ok {
+		cents, percent = validate.Deref(t.PayoutCents, 0), t.PayoutPercent
+	}
+	if percent != nil {
+		return percent.Of(revenueCents)
+	}
+	return cents
 }
 
 // Check holds while the offer is active and still at the revision e
@@ -157,10 +219,11 @@ func (s *Service) Load(ctx context.Context, brandID, offerID string) (Entry, err
 	if err != nil {
 		return Entry{}, records.NotFound(err, "offer", offerID)
 	}
-	e := Entry{Rev: it.Nums["rev"]}
-	if err := records.Decode(it, &e.Offer); err != nil {
+	var body stored
+	if err := records.Decode(it, &body); err != nil {
 		return Entry{}, err
 	}
+	e := Entry{Offer: body.Offer, Rev: it.Nums["rev"], Terms: body.PartnerTerms}
 	s.entries.Put(brandID+"/"+offerID, e)
 	return e, nil
 }
@@ -214,6 +277,7 @@ type OfferPatch struct {
 	DestinationURL        *string           `json:"destinationUrl"`
 	RevenueCents          *int64            `json:"revenueCents"`
 	PayoutCents           *int64            `json:"payoutCents"`
+	PayoutPercent         *json.Number      `json:"payoutPercent"`
 	Currency              *string           `json:"currency"`
 	Status                *string           `json:"status"`
 	Approval              *string           `json:"approval"`
@@ -243,11 +307,22 @@ func (in OfferPatch) apply(o tally.Offer) (OfferInput, error) {
 			return OfferInput{}, validate.InvalidField("caps."+name, "caps.%s is not a cap; caps are daily, weekly, monthly and global.", name)
 		}
 	}
+	// Giving one of payoutCents and payoutPercent replaces the other.
+	cents, percent := in.PayoutCents, in.PayoutPercent
+	if cents == nil && percent == nil {
+		if o.PayoutPercent != nil {
+			n := json.Number(o.PayoutPercent.String())
+			percent = &n
+		} else {
+			cents = &o.PayoutCents
+		}
+	}
 	return OfferInput{
 		Name:                  cmp.Or(in.Name, &o.Name),
 		DestinationURL:        cmp.Or(in.DestinationURL, &o.DestinationURL),
 		RevenueCents:          cmp.Or(in.RevenueCents, &o.RevenueCents),
-		PayoutCents:           cmp.Or(in.PayoutCents, &o.PayoutCents),
+		PayoutCents:           cents,
+		PayoutPercent:         percent,
 		Currency:              &o.Currency,
 		Status:                cmp.Or(in.Status, &o.Status),
 		Approval:              cmp.Or(in.Approval, &o.Approval),
@@ -277,7 +352,10 @@ func (s *Service) UpdateOffer(ctx context.Context, brandID, offerID string, in O
 		}
 		o := cur.Offer
 		o.Name, o.DestinationURL = strings.TrimSpace(*merged.Name), *merged.DestinationURL
-		o.RevenueCents, o.PayoutCents = *merged.RevenueCents, *merged.PayoutCents
+		o.RevenueCents, o.PayoutCents, o.PayoutPercent = *merged.RevenueCents, validate.Deref(merged.PayoutCents, 0), percentOf(merged.PayoutPercent)
+		if o.PayoutPercent != nil && cur.Offer.PayoutPercent != nil && *o.PayoutPercent == *cur.Offer.PayoutPercent {
+			o.PayoutPercent = cur.Offer.PayoutPercent // the same percentage, given anew: compare it by value
+		}
 		o.Status, o.Approval, o.HoldHours = *merged.Status, *merged.Approval, *merged.HoldHours
 		o.Caps, o.AttributionWindowDays = *merged.Caps, *merged.AttributionWindowDays
 		if slices.Equal(CapsOf(o.Caps), CapsOf(cur.Offer.Caps)) {
@@ -287,7 +365,7 @@ func (s *Service) UpdateOffer(ctx context.Context, brandID, offerID string, in O
 			return o, nil // nothing changes
 		}
 		o.UpdatedAt = tally.NewTime(s.db.Now())
-		next := Entry{Offer: o, Rev: cur.Rev + 1}
+		next := Entry{Offer: o, Rev: cur.Rev + 1, Terms: cur.Terms}
 		err = s.db.Transact(ctx, store.Put(item(next), store.Exists(), store.NumEquals("rev", cur.Rev)))
 		if _, failed := store.FailedOp(err); failed {
 			continue // changed (or deleted) meanwhile: apply the patch to what is there now

@@ -132,9 +132,10 @@ var partnerTransitions = map[string]struct {
 	to    string
 	event string
 }{
-	"approve": {[]string{tally.PartnerApplied}, tally.PartnerActive, tally.EventPartnerApproved},
-	"reject":  {[]string{tally.PartnerApplied}, tally.PartnerRejected, tally.EventPartnerRejected},
-	"ban":     {[]string{tally.PartnerApplied, tally.PartnerActive, tally.PartnerRejected}, tally.PartnerBanned, tally.EventPartnerBanned},
+	"approve":    {[]string{tally.PartnerApplied}, tally.PartnerActive, tally.EventPartnerApproved},
+	"reject":     {[]string{tally.PartnerApplied}, tally.PartnerRejected, tally.EventPartnerRejected},
+	"ban":        {[]string{tally.PartnerApplied, tally.PartnerActive, tally.PartnerRejected}, tally.PartnerBanned, tally.EventPartnerBanned},
+	"reactivate": {[]string{tally.PartnerRejected, tally.PartnerBanned}, tally.PartnerActive, tally.EventPartnerReactivated},
 }
 
 // ApprovePartner moves an applied partner to active.
@@ -150,6 +151,35 @@ func (s *Service) RejectPartner(ctx context.Context, brandID, partnerID string) 
 // BanPartner bans a partner in any state; conversions for it stop being accepted.
 func (s *Service) BanPartner(ctx context.Context, brandID, partnerID string) (tally.Partner, error) {
 	return s.transitionPartner(ctx, brandID, partnerID, "ban")
+}
+
+// ReactivatePartner reinstates a rejected or banned partner: it is active
+// again. The auto-ban rule's count of its high-risk clicks starts over,
+// so that the next high-risk click does not ban it at once.
+func (s *Service) ReactivatePartner(ctx context.Context, brandID, partnerID string) (tally.Partner, error) {
+	return s.transitionPartner(ctx, brandID, partnerID, "reactivate")
+}
+
+// forgetHighRiskClicks deletes the counters of a partner's high-risk
+// clicks that the auto-ban rule reads. It runs while the partner is not
+// active, when no click adds to them (clicks of a partner that is not
+// active are refused in their own transaction).
+func (s *Service) forgetHighRiskClicks(ctx context.Context, brandID, partnerID string) error {
+	q := store.Query{PK: keys.HighRiskPK(brandID, partnerID), Limit: store.MaxTransactOps}
+	for {
+		page, err := s.db.Query(ctx, q)
+		if err != nil || len(page.Items) == 0 {
+			return err
+		}
+		ops := make([]store.Op, 0, len(page.Items))
+		for _, it := range page.Items {
+			ops = append(ops, store.Delete(it.Key))
+		}
+		if err := s.db.Transact(ctx, ops...); err != nil {
+			return err
+		}
+		q.Cursor = "" // the deleted are gone: read the partition from its start again
+	}
 }
 
 // transitionPartner applies an action with optimistic concurrency: the write
@@ -170,6 +200,11 @@ func (s *Service) transitionPartner(ctx context.Context, brandID, partnerID, act
 			return tally.Partner{}, tally.Errorf(tally.ECodeInvalidTransition, "Cannot %s a partner whose status is %q.", action, p.Status)
 		}
 		previous := p.Status
+		if action == "reactivate" && previous == tally.PartnerBanned {
+			if err := s.forgetHighRiskClicks(ctx, brandID, partnerID); err != nil {
+				return tally.Partner{}, err
+			}
+		}
 		now := s.db.Now()
 		p.Status, p.UpdatedAt = t.to, tally.NewTime(now)
 		data := EventData(p, previous)

@@ -116,6 +116,7 @@ func (s *Service) Report(ctx context.Context, brandID string, q ReportQuery) (Re
 		row.Pending += n[tally.ConversionPending]
 		row.Approved += n[tally.ConversionApproved]
 		row.Rejected += n[tally.ConversionRejected]
+		row.Reversed += n[tally.ConversionReversed]
 		row.RevenueCents += n["revenueCents"]
 		row.PayoutCents += n["payoutCents"]
 		row.Clicks += n["clicks"]
@@ -294,7 +295,7 @@ func (r Report) WriteCSV(w io.Writer) error {
 	for _, g := range r.GroupBy {
 		header = append(header, columns[g])
 	}
-	header = append(header, "currency", "conversions", "pending", "approved", "rejected", "revenueCents", "payoutCents", "profitCents", "clicks", "highRiskClicks")
+	header = append(header, "currency", "conversions", "pending", "approved", "rejected", "reversed", "revenueCents", "payoutCents", "profitCents", "clicks", "highRiskClicks")
 	cw := csv.NewWriter(w)
 	if err := cw.Write(header); err != nil {
 		return err
@@ -305,7 +306,7 @@ func (r Report) WriteCSV(w io.Writer) error {
 		for _, g := range r.GroupBy {
 			line = append(line, values[g])
 		}
-		for _, n := range []int64{row.Conversions, row.Pending, row.Approved, row.Rejected, row.RevenueCents, row.PayoutCents, row.ProfitCents, row.Clicks, row.HighRiskClicks} {
+		for _, n := range []int64{row.Conversions, row.Pending, row.Approved, row.Rejected, row.Reversed, row.RevenueCents, row.PayoutCents, row.ProfitCents, row.Clicks, row.HighRiskClicks} {
 			line = append(line, strconv.FormatInt(n, 10))
 		}
 		line = slices.Insert(line, len(r.GroupBy), row.Currency)

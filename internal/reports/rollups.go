@@ -12,6 +12,7 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/ledger"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 )
@@ -25,6 +26,9 @@ type Rollups interface {
 	// Add returns the operations, in the record's write, that add its
 	// counters to its rollups (Increments).
 	Add(brandID, id string, at time.Time, offerID, partnerID, currency string, add map[string]int64) []store.Op
+	// Conversion returns the operations, in a new conversion's write,
+	// that count it: its rollups and its partner's balance (ledger).
+	Conversion(c tally.Conversion) []store.Op
 }
 
 // InWrite adds a new record's counters to its rollups in the record's own
@@ -35,6 +39,10 @@ func (InWrite) MarkConversion(*store.Item)          {}
 func (InWrite) MarkClick(*store.Item, string, bool) {}
 func (InWrite) Add(brandID, id string, at time.Time, offerID, partnerID, currency string, add map[string]int64) []store.Op {
 	return Increments(brandID, id, at, offerID, partnerID, currency, add)
+}
+
+func (InWrite) Conversion(c tally.Conversion) []store.Op {
+	return append(ConversionIncrements(c, Created(c)), ledger.Recorded(c, c.ID)...)
 }
 
 // FromStream leaves a new conversion's or click's rollups to the table's
@@ -53,6 +61,8 @@ func (FromStream) MarkClick(item *store.Item, currency string, highRisk bool) {
 func (FromStream) Add(string, string, time.Time, string, string, string, map[string]int64) []store.Op {
 	return nil
 }
+
+func (FromStream) Conversion(tally.Conversion) []store.Op { return nil }
 
 // rolledUpAttr marks a conversion or click item whose rollups the stream
 // adds (the rollup function's filter passes inserts that carry it). Items
@@ -184,7 +194,8 @@ func streamIncrements(it store.Item, shard string) ([]store.Op, error) {
 	if err := records.Decode(it, &c); err != nil {
 		return nil, err
 	}
-	return Increments(c.BrandID, shard, c.CreatedAt.Time, c.OfferID, c.PartnerID, c.Currency, Created(c)), nil
+	ops := Increments(c.BrandID, shard, c.CreatedAt.Time, c.OfferID, c.PartnerID, c.Currency, Created(c))
+	return append(ops, ledger.Recorded(c, shard)...), nil
 }
 
 // rolledRecord is a conversion's (or a click's) rollup increments and
@@ -195,8 +206,9 @@ type rolledRecord struct {
 }
 
 // sumRollups sums the increments of the first records of recs per rollup
-// item, as many records as leave room in a transaction for the checkpoint,
-// and returns the updates and how many records they hold.
+// item (and per balance item and owed entry, package ledger), as many
+// records as leave room in a transaction for the checkpoint, and returns
+// the updates and how many records they hold.
 func sumRollups(recs []rolledRecord) ([]store.Op, int) {
 	sums := map[store.Key]map[string]int64{}
 	n := 0
@@ -275,10 +287,15 @@ func Created(c tally.Conversion) map[string]int64 {
 	return map[string]int64{"conversions": 1, c.Status: 1, "revenueCents": c.RevenueCents, "payoutCents": c.PayoutCents}
 }
 
-// Decided moves a conversion out of pending into to.
+// Decided moves a conversion out of its status (pending, or approved for
+// a reversal) into to.
 func Decided(c tally.Conversion, to string) map[string]int64 {
-	add := map[string]int64{tally.ConversionPending: -1, to: 1}
-	if to == tally.ConversionRejected {
+	from := tally.ConversionPending
+	if to == tally.ConversionReversed {
+		from = tally.ConversionApproved
+	}
+	add := map[string]int64{from: -1, to: 1}
+	if to == tally.ConversionRejected || to == tally.ConversionReversed {
 		add["revenueCents"], add["payoutCents"] = -c.RevenueCents, -c.PayoutCents
 	}
 	return add

@@ -23,6 +23,7 @@ import (
 	"github.com/tally-hq/tally/internal/outbox"
 	"github.com/tally-hq/tally/internal/partners"
 	"github.com/tally-hq/tally/internal/password"
+	"github.com/tally-hq/tally/internal/payouts"
 	"github.com/tally-hq/tally/internal/ratelimit"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/reports"
@@ -45,6 +46,7 @@ type Service struct {
 	Conversions *conversions.Service
 	Endpoints   *endpoints.Service
 	Deliveries  *endpoints.Log
+	Payouts     *payouts.Service
 	Webhooks    *webhooks.Engine
 	// Pipeline delivers in this process (WithPipeline); nil otherwise.
 	Pipeline *webhooks.Pipeline
@@ -222,11 +224,13 @@ func New(st store.Store, opts ...Option) *Service {
 	}
 	s.Offers = offers.New(s.DB, c.cacheTTL)
 	s.Partners = partners.New(s.DB, s.Events, s.Identity)
+	s.Offers.WithPartners(s.Partners)
 	s.Reports = reports.New(s.DB, c.zones)
 	s.Clicks = clicks.New(s.DB, s.Events, s.Offers, s.Partners, c.rollups, c.cacheTTL, c.observer)
 	s.Conversions = conversions.New(s.DB, s.Events, s.Offers, s.Partners, c.rollups, c.writing, c.observer)
 	s.Endpoints = endpoints.New(s.DB, s.Events, s.Partners, c.checkURL)
 	s.Deliveries = endpoints.NewLog(s.DB, s.Endpoints, c.deliveryRetention, c.requeue)
+	s.Payouts = payouts.New(s.DB, s.Events, s.Partners)
 	return s
 }
 
@@ -235,7 +239,7 @@ func (s *Service) API() httpapi.Services {
 	return httpapi.Services{
 		Identity: s.Identity, Limits: s.Limits, Accounts: s.Accounts, Offers: s.Offers, Partners: s.Partners,
 		Conversions: s.Conversions, Reports: s.Reports, Clicks: s.Clicks, Endpoints: s.Endpoints,
-		Deliveries: s.Deliveries, Now: s.DB.Now, Store: s.DB,
+		Deliveries: s.Deliveries, Payouts: s.Payouts, Now: s.DB.Now, Store: s.DB,
 	}
 }
 

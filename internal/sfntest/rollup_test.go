@@ -16,6 +16,7 @@ import (
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/lambdafn/api"
 	"github.com/tally-hq/tally/internal/lambdafn/rollup"
+	"github.com/tally-hq/tally/internal/payouts"
 	"github.com/tally-hq/tally/internal/reports"
 	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/servicetest"
@@ -132,6 +133,25 @@ func TestRollupsFromTheStreamAreExact(t *testing.T) {
 	want["EUR"].Clicks, want["EUR"].HighRiskClicks = clickCount, highRisk // the offer's currency
 	if got := report(); len(got) != 2 || !reflect.DeepEqual(got[0], *want[got[0].Currency]) || !reflect.DeepEqual(got[1], *want[got[1].Currency]) {
 		t.Errorf("report %+v, want %+v and %+v", got, *want["EUR"], *want["USD"])
+	}
+
+	// The partner's balance came with the rollups, once, and a payout
+	// claims the owed entries the batches summed.
+	balances, err := svc.Payouts.Balance(t.Context(), f.brand.ID, partnerID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range balances.Data {
+		if w := want[b.Currency]; b != (tally.Balance{Currency: b.Currency, OwedCents: w.PayoutCents}) {
+			t.Errorf("balance %+v, want %d owed", b, w.PayoutCents)
+		}
+	}
+	if len(balances.Data) != 2 {
+		t.Errorf("balances %+v, want EUR and USD", balances.Data)
+	}
+	p, err := svc.Payouts.CreatePayout(t.Context(), f.brand.ID, payouts.CreateInput{Currency: ptr("USD")})
+	if err != nil || p.TotalCents != want["USD"].PayoutCents || p.Conversions != want["USD"].Approved {
+		t.Errorf("payout %+v (%v), want %d cents for %d conversions", p, err, want["USD"].PayoutCents, want["USD"].Approved)
 	}
 }
 

@@ -810,7 +810,7 @@ func (s *Engine) postbackDelivery(ctx context.Context, item store.Item, evt tall
 		if err := json.Unmarshal(evt.Data, &values); err != nil {
 			return nil, store.Item{}, err
 		}
-	case tally.EventConversionCreated, tally.EventConversionApproved, tally.EventConversionRejected:
+	case tally.EventConversionCreated, tally.EventConversionApproved, tally.EventConversionRejected, tally.EventConversionReversed:
 		var data tally.ConversionEventData
 		if err := json.Unmarshal(evt.Data, &data); err != nil {
 			return nil, store.Item{}, err

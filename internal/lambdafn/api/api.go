@@ -34,6 +34,7 @@ import (
 	"github.com/tally-hq/tally/internal/offers"
 	"github.com/tally-hq/tally/internal/outbox"
 	"github.com/tally-hq/tally/internal/partners"
+	"github.com/tally-hq/tally/internal/payouts"
 	"github.com/tally-hq/tally/internal/ratelimit"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/reports"
@@ -284,10 +285,12 @@ func Services(db *records.DB, settings app.Settings, opts ...Option) httpapi.Ser
 		Store:    db,
 	}
 	s.Partners = partners.New(db, w, s.Identity)
+	s.Offers.WithPartners(s.Partners)
 	s.Clicks = clicks.New(db, w, s.Offers, s.Partners, reports.FromStream{}, cacheTTL, o.observer)
 	s.Conversions = conversions.New(db, w, s.Offers, s.Partners, reports.FromStream{}, conversions.ForStream{}, o.observer)
 	s.Endpoints = endpoints.New(db, w, s.Partners, func(u string) error { return ssrf.CheckURL(u, false) })
 	s.Deliveries = endpoints.NewLog(db, s.Endpoints, settings.DeliveryRetention, requeue)
+	s.Payouts = payouts.New(db, w, s.Partners)
 	if o.passwords != nil {
 		s.Accounts = accounts.New(db, s.Identity, o.passwords)
 	}
