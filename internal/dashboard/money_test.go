@@ -85,8 +85,8 @@ func TestMoneyPagesWithoutJavaScript(t *testing.T) {
 			t.Error("a paid payout still offers to mark it paid")
 		}
 
-		// Reinstating a banned partner asks first.
-		if p := s.post(c, "/dashboard/partners/"+d.partner.ID+"/ban", url.Values{"csrf": {tok}}); p.status != 303 {
+		// Reinstating a banned partner asks first (the ban did too).
+		if p := s.post(c, "/dashboard/partners/"+d.partner.ID+"/ban", url.Values{"csrf": {tok}, "confirm": {"yes"}}); p.status != 303 {
 			t.Fatalf("ban: %d", p.status)
 		}
 		banned := s.get(c, "/dashboard/partners/"+d.partner.ID)
