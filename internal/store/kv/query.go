@@ -1,4 +1,4 @@
-package bolt
+package kv
 
 import (
 	"bytes"
@@ -6,8 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-
-	"go.etcd.io/bbolt"
+	"slices"
 
 	"github.com/tally-hq/tally/internal/store"
 )
@@ -60,13 +59,12 @@ func (s *Store) Query(ctx context.Context, q store.Query) (store.Page, error) {
 	lo, hi := bounds(q, part)
 
 	var page store.Page
-	err = s.db.View(func(tx *bbolt.Tx) error {
-		items := tx.Bucket(itemsBucket)
-		b := items
+	err = s.db.View(func(tx Reader) error {
+		b := Items
 		if q.Index != store.Table {
-			b = tx.Bucket([]byte(q.Index))
+			b = indexBucket(slices.Index(store.Indexes, q.Index))
 		}
-		c := b.Cursor()
+		c := tx.Cursor(b)
 		var k, v []byte
 		var next func() ([]byte, []byte)
 		var in func([]byte) bool
@@ -103,8 +101,12 @@ func (s *Store) Query(ctx context.Context, q store.Query) (store.Page, error) {
 				// Skip "indexSK 0x00" to reach the primary key.
 				rest := k[len(part):]
 				ik = rest[bytes.IndexByte(rest, 0)+1:]
-				if v = items.Get(ik); v == nil {
-					return fmt.Errorf("bolt: %s entry %q has no item", q.Index, k)
+				var err error
+				if v, err = tx.Get(Items, ik); err != nil {
+					return err
+				}
+				if v == nil {
+					return fmt.Errorf("store: %s entry %q has no item", q.Index, k)
 				}
 			}
 			key, err := splitItemKey(ik)
@@ -116,7 +118,7 @@ func (s *Store) Query(ctx context.Context, q store.Query) (store.Page, error) {
 				return err
 			}
 			page.Items = append(page.Items, it.Projection(q.Index))
-			last = k
+			last = append(last[:0], k...) // k may change when the cursor moves
 		}
 		return nil
 	})

@@ -1,11 +1,9 @@
-package bolt
+package kv
 
 import (
 	"bytes"
 	"encoding/binary"
 	"time"
-
-	"go.etcd.io/bbolt"
 )
 
 // sweepBatch caps the items one sweep transaction deletes, so that a large
@@ -38,9 +36,9 @@ func (s *Store) sweepLoop(every time.Duration) {
 func (s *Store) sweep(now int64) error {
 	for {
 		n := 0
-		err := s.db.Update(func(tx *bbolt.Tx) error {
+		err := s.db.Update(func(tx Tx) error {
 			var keys [][]byte
-			c := tx.Bucket(ttlBucket).Cursor()
+			c := tx.Cursor(TTL)
 			for k, _ := c.First(); k != nil && len(keys) < sweepBatch; k, _ = c.Next() {
 				if int64(binary.BigEndian.Uint64(k)) >= now {
 					break
@@ -50,7 +48,7 @@ func (s *Store) sweep(now int64) error {
 			for _, k := range keys {
 				// Deleting the entry first guarantees progress even if it
 				// were stale; the item goes only if it really expired.
-				if err := tx.Bucket(ttlBucket).Delete(k); err != nil {
+				if err := tx.Delete(TTL, k); err != nil {
 					return err
 				}
 				key, err := splitItemKey(k[8:])
