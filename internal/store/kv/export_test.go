@@ -40,7 +40,7 @@ func (s *Store) ApplyRolledBack(writes [][]store.Op) error {
 		}
 		return errRollback
 	})
-	if err != errRollback {
+	if !errors.Is(err, errRollback) {
 		return err
 	}
 	return nil
