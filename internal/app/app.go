@@ -25,7 +25,6 @@ import (
 const (
 	EnvTable                = "TALLY_TABLE"                     // DynamoDB table; unset means the embedded store
 	EnvData                 = "TALLY_DATA"                      // the embedded store's folder
-	EnvEngine               = "TALLY_ENGINE"                    // the engine of a new embedded store: bolt or pebble
 	EnvRateLimit            = "TALLY_RATE_LIMIT"                // requests per minute per API key
 	EnvApplicationRateLimit = "TALLY_APPLICATION_RATE_LIMIT"    // applications per minute per client IP
 	EnvClickRateLimit       = "TALLY_CLICK_RATE_LIMIT"          // clicks recorded per minute per offer and client IP
@@ -54,59 +53,8 @@ func DataDir(flag string) string {
 	return DefaultDataDir
 }
 
-// StorePath is the embedded store's file in dataDir when its engine is
-// bbolt.
+// StorePath is the embedded store's file in dataDir.
 func StorePath(dataDir string) string { return filepath.Join(dataDir, "tally.db") }
-
-// PebblePath is the embedded store's directory in dataDir when its engine
-// is Pebble.
-func PebblePath(dataDir string) string { return filepath.Join(dataDir, "pebble") }
-
-// The embedded store's engines.
-const (
-	EngineBolt   = "bolt"
-	EnginePebble = "pebble"
-)
-
-// DefaultEngine is the engine of a new embedded store: the faster at equal
-// durability in docs/performance.md.
-const DefaultEngine = EngineBolt
-
-// EnginePath is where the embedded store of engine keeps its data in
-// dataDir.
-func EnginePath(dataDir, engine string) string {
-	if engine == EnginePebble {
-		return PebblePath(dataDir)
-	}
-	return StorePath(dataDir)
-}
-
-// Engine returns the engine of the embedded store in dataDir: the one
-// whose data the folder holds, else the one flag names, else TALLY_ENGINE,
-// else DefaultEngine. A folder whose data is one engine's while flag or
-// TALLY_ENGINE names the other is an error, so is one with both: a store
-// is not converted, and the wrong one must not be opened silently.
-func Engine(dataDir, flag string) (string, error) {
-	asked := cmp.Or(flag, os.Getenv(EnvEngine))
-	if asked != "" && asked != EngineBolt && asked != EnginePebble {
-		return "", fmt.Errorf("the engine %q is neither %s nor %s", asked, EngineBolt, EnginePebble)
-	}
-	var held []string
-	for _, e := range []string{EngineBolt, EnginePebble} {
-		if _, err := os.Stat(EnginePath(dataDir, e)); err == nil {
-			held = append(held, e)
-		}
-	}
-	switch {
-	case len(held) > 1:
-		return "", fmt.Errorf("%s holds a store of each engine (%s, %s): move one away", dataDir, StorePath(dataDir), PebblePath(dataDir))
-	case len(held) == 1 && asked != "" && asked != held[0]:
-		return "", fmt.Errorf("%s holds a %s store, and %s was asked for: give another folder with --data", dataDir, held[0], asked)
-	case len(held) == 1:
-		return held[0], nil
-	}
-	return cmp.Or(asked, DefaultEngine), nil
-}
 
 // UsesDynamoDB reports whether the environment configures a DynamoDB table.
 func UsesDynamoDB() bool { return os.Getenv(EnvTable) != "" }

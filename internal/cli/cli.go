@@ -34,8 +34,8 @@ import (
 	"github.com/tally-hq/tally/internal/app"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/store/bolt"
 	"github.com/tally-hq/tally/internal/store/dynamo"
-	"github.com/tally-hq/tally/internal/store/kv"
 )
 
 const usage = `Usage:
@@ -279,11 +279,10 @@ func adminCall(ctx context.Context, dataFlag string, stdout, stderr io.Writer, m
 	dataDir := app.DataDir(dataFlag)
 	// ./.tally is relative to where the command runs: run elsewhere than
 	// the server, it would quietly start a store of its own.
-	_, boltErr := os.Stat(app.StorePath(dataDir))
-	_, pebbleErr := os.Stat(app.PebblePath(dataDir))
-	newDefault := dataDir == app.DefaultDataDir && !app.UsesDynamoDB() && errors.Is(boltErr, fs.ErrNotExist) && errors.Is(pebbleErr, fs.ErrNotExist)
+	_, statErr := os.Stat(app.StorePath(dataDir))
+	newDefault := dataDir == app.DefaultDataDir && !app.UsesDynamoDB() && errors.Is(statErr, fs.ErrNotExist)
 	status, answer, err := adminLocal(ctx, dataDir, method, path, payload)
-	if errors.Is(err, kv.ErrLocked) {
+	if errors.Is(err, bolt.ErrLocked) {
 		status, answer, err = adminRemote(ctx, dataDir, method, path, payload)
 	}
 	if err != nil {
@@ -310,7 +309,7 @@ func adminCall(ctx context.Context, dataFlag string, stdout, stderr io.Writer, m
 
 // adminLocal opens the store and serves the request in-process.
 func adminLocal(ctx context.Context, dataDir, method, path string, payload []byte) (int, []byte, error) {
-	st, err := openStore(ctx, dataDir, "")
+	st, err := openStore(ctx, dataDir)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -74,20 +74,6 @@ func env(extra ...string) []string {
 	return append(out, extra...)
 }
 
-// engines are the embedded store's engines (TALLY_ENGINE).
-var engines = []string{"bolt", "pebble"}
-
-// eachEngine runs test on each engine of the embedded store, in parallel:
-// the durability tests hold for both.
-func eachEngine(t *testing.T, test func(t *testing.T, engine string)) {
-	for _, engine := range engines {
-		t.Run(engine, func(t *testing.T) {
-			t.Parallel()
-			test(t, engine)
-		})
-	}
-}
-
 // ---------------------------------------------------------------------------
 // Running admin commands
 
@@ -888,11 +874,7 @@ func TestGracefulShutdown(t *testing.T) {
 
 func TestKilledServer(t *testing.T) {
 	t.Parallel()
-	eachEngine(t, testKilledServer)
-}
-
-func testKilledServer(t *testing.T, engine string) {
-	environ := env("TALLY_ENGINE=" + engine)
+	environ := env()
 	data := t.TempDir()
 	s := serve(t, environ, "--data", data)
 	brandID, keyID, secret := setupBrand(t, environ, data, "Acme") // through the server
@@ -1085,30 +1067,4 @@ func TestDataFolderSelection(t *testing.T) {
 		t.Errorf("serve with TALLY_DATA=%s: no server.json there", envDir)
 	}
 	s.stop(t)
-}
-
-// The folder's data decides the engine; TALLY_ENGINE or serve --engine
-// pick it for a new folder, and asking for the other one where a store is
-// fails instead of opening a second, empty store.
-func TestEngineSelection(t *testing.T) {
-	t.Parallel()
-	exists := func(path string) bool { _, err := os.Stat(path); return err == nil }
-	data := t.TempDir()
-	brandID := str(tallyOK(t, env("TALLY_ENGINE=pebble"), "brands", "create", "--name", "Pebble", "--data", data), "id")
-	if !exists(filepath.Join(data, "pebble")) || exists(filepath.Join(data, "tally.db")) {
-		t.Fatalf("with TALLY_ENGINE=pebble the store is not (only) in %s/pebble", data)
-	}
-	tallyOK(t, env(), "keys", "create", "--brand", brandID, "--data", data)
-	tallyFails(t, env("TALLY_ENGINE=bolt"), []string{"keys", "create", "--brand", brandID, "--data", data}, "holds a pebble store")
-	tallyFails(t, env("TALLY_ENGINE=lsm"), []string{"brands", "create", "--name", "X", "--data", t.TempDir()}, "neither bolt nor pebble")
-
-	other := t.TempDir()
-	s := serve(t, env(), "--data", other, "--engine", "pebble")
-	s.stop(t)
-	if !exists(filepath.Join(other, "pebble")) {
-		t.Errorf("serve --engine pebble: no store in %s/pebble", other)
-	}
-	if r := tally(t, env(), "serve", "--data", other, "--engine", "bolt"); r.code == 0 || !strings.Contains(r.stderr, "holds a pebble store") {
-		t.Errorf("serve --engine bolt on a pebble folder: %s", r)
-	}
 }

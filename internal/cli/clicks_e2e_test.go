@@ -18,11 +18,7 @@ import (
 // the click is committed (fsynced) before the 302 is written.
 func TestClicksSurviveKill9(t *testing.T) {
 	t.Parallel()
-	eachEngine(t, testClicksSurviveKill9)
-}
-
-func testClicksSurviveKill9(t *testing.T, engine string) {
-	environ := env("TALLY_RATE_LIMIT=1000000", "TALLY_CLICK_RATE_LIMIT=1000000", "TALLY_ENGINE="+engine) // one address clicks throughout
+	environ := env("TALLY_RATE_LIMIT=1000000", "TALLY_CLICK_RATE_LIMIT=1000000") // one address clicks throughout
 	data := t.TempDir()
 	brandID, _, secret := setupBrand(t, environ, data, "Acme")
 

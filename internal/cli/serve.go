@@ -25,7 +25,7 @@ import (
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/metrics"
 	"github.com/tally-hq/tally/internal/service"
-	"github.com/tally-hq/tally/internal/store/kv"
+	"github.com/tally-hq/tally/internal/store/bolt"
 	"github.com/tally-hq/tally/internal/webhooks"
 )
 
@@ -68,7 +68,6 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on")
 	dataFlag := fs.String("data", "", "embedded store folder (default $TALLY_DATA or ./.tally)")
-	engineFlag := fs.String("engine", "", "engine of a new embedded store: bolt or pebble (default $TALLY_ENGINE or "+app.DefaultEngine+"); an existing store keeps its own")
 	pprofAddr := fs.String("pprof", "", "serve Go's profiler (net/http/pprof) on this address, e.g. 127.0.0.1:6060; off by default")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics (GET /metrics) on this address, e.g. 127.0.0.1:9464; off by default")
 	if err := parseFlags(fs, args); err != nil {
@@ -89,8 +88,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			os.Remove(serverInfoPath(dataDir))
 		}
 	}()
-	st, err := openStore(ctx, dataDir, *engineFlag)
-	if errors.Is(err, kv.ErrLocked) {
+	st, err := openStore(ctx, dataDir)
+	if errors.Is(err, bolt.ErrLocked) {
 		return fmt.Errorf("%w\nanother tally process (tally serve?) has this folder open: stop it, or give this one another folder with --data (make run DATA=…)", err)
 	}
 	if err != nil {
@@ -191,7 +190,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	go func() { served <- srv.Serve(conns) }()
 	// The configuration in effect, defaults included.
 	log.Info("listening", "addr", "http://"+ln.Addr().String(), "dashboard", "http://"+ln.Addr().String()+"/dashboard",
-		"store", storeName(dataDir, *engineFlag),
+		"store", storeName(dataDir),
 		"rateLimit", cfg.RateLimit, "applicationRateLimit", cfg.ApplicationRateLimit, "clickRateLimit", cfg.ClickRateLimit,
 		"maxConnections", maxConns, "readHeaderTimeout", readHeaderTimeout.String(), "readTimeout", readTimeout.String(),
 		"writeTimeout", writeTimeout.String(), "idleTimeout", idleTimeout.String(),
@@ -217,12 +216,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	return err
 }
 
-func storeName(dataDir, engineFlag string) string {
+func storeName(dataDir string) string {
 	if app.UsesDynamoDB() {
 		return "dynamodb:" + os.Getenv(app.EnvTable)
 	}
-	engine, _ := app.Engine(dataDir, engineFlag) // opened: no error
-	return "embedded:" + engine + ":" + app.EnginePath(dataDir, engine)
+	return "embedded:" + app.StorePath(dataDir)
 }
 
 // writePrivate writes v as JSON to a file only the owner can read.

@@ -14,28 +14,18 @@ import (
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/store/bolt"
 	"github.com/tally-hq/tally/internal/store/dynamo"
-	"github.com/tally-hq/tally/internal/store/pebble"
 )
 
 // openStore opens the DynamoDB table named by TALLY_TABLE, or else the
-// embedded store in dataDir, on the engine app.Engine picks by the folder,
-// engine (a flag; "" for none) and TALLY_ENGINE. The embedded store
-// returns an error matching kv.ErrLocked while another process has it
-// open.
-func openStore(ctx context.Context, dataDir, engine string) (store.Store, error) {
+// embedded store in dataDir. The embedded store returns an error matching
+// bolt.ErrLocked while another process has it open.
+func openStore(ctx context.Context, dataDir string) (store.Store, error) {
 	if table := os.Getenv(app.EnvTable); table != "" {
 		client, err := dynamoClient(ctx)
 		if err != nil {
 			return nil, err
 		}
 		return dynamo.New(client, table), nil
-	}
-	engine, err := app.Engine(dataDir, engine)
-	if err != nil {
-		return nil, err
-	}
-	if engine == app.EnginePebble {
-		return pebble.Open(app.PebblePath(dataDir))
 	}
 	return bolt.Open(app.StorePath(dataDir))
 }

@@ -237,17 +237,10 @@ func (s *server) listDeliveries(t *testing.T, key string, query url.Values) []de
 // milliseconds, and the other end-to-end tests (a load test among them)
 // run only after it.
 func TestWebhooksSurviveKill9(t *testing.T) {
-	for _, engine := range engines {
-		t.Run(engine, func(t *testing.T) { testWebhooksSurviveKill9(t, engine) })
-	}
-}
-
-func testWebhooksSurviveKill9(t *testing.T, engine string) {
 	start := time.Now()
 	environ := env(
 		fmt.Sprintf("TALLY_WEBHOOK_RETRY_SCALE=%g", killTestRetryScale),
 		"TALLY_RATE_LIMIT=1000000",
-		"TALLY_ENGINE="+engine,
 	)
 	data := t.TempDir()
 	brandID, _, key := setupBrand(t, environ, data, "Acme")

@@ -177,15 +177,13 @@ func Modules(bin string) ([]string, error) {
 }
 
 // Forbidden are modules no function needs: a JSON Schema validator (the
-// catalog serves its schemas as files), the embedded store's engines
-// (bbolt, Pebble), the SDK's SQS client (the functions that queue use
-// internal/sqsjson, 330 KB smaller) and the SDK's shared-config, SSO and
-// STS credential chain (internal/awsenv configures a function from its
-// environment).
+// catalog serves its schemas as files), the embedded store, the SDK's SQS
+// client (the functions that queue use internal/sqsjson, 330 KB smaller)
+// and the SDK's shared-config, SSO and STS credential chain
+// (internal/awsenv configures a function from its environment).
 var Forbidden = []string{
 	"github.com/santhosh-tekuri/jsonschema/v6",
 	"go.etcd.io/bbolt",
-	"github.com/cockroachdb/pebble/v2",
 	"github.com/aws/aws-sdk-go-v2/service/sqs",
 	"github.com/aws/aws-sdk-go-v2/config",
 	"github.com/aws/aws-sdk-go-v2/service/sso",

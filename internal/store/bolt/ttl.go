@@ -1,9 +1,11 @@
-package kv
+package bolt
 
 import (
 	"bytes"
 	"encoding/binary"
 	"time"
+
+	"go.etcd.io/bbolt"
 )
 
 // sweepBatch caps the items one sweep transaction deletes, so that a large
@@ -36,9 +38,9 @@ func (s *Store) sweepLoop(every time.Duration) {
 func (s *Store) sweep(now int64) error {
 	for {
 		n := 0
-		err := s.db.Update(func(tx Tx) error {
+		err := s.db.Update(func(tx *bbolt.Tx) error {
 			var keys [][]byte
-			c := tx.Cursor(TTL)
+			c := tx.Bucket(ttlBucket).Cursor()
 			for k, _ := c.First(); k != nil && len(keys) < sweepBatch; k, _ = c.Next() {
 				if int64(binary.BigEndian.Uint64(k)) >= now {
 					break
@@ -48,7 +50,7 @@ func (s *Store) sweep(now int64) error {
 			for _, k := range keys {
 				// Deleting the entry first guarantees progress even if it
 				// were stale; the item goes only if it really expired.
-				if err := tx.Delete(TTL, k); err != nil {
+				if err := tx.Bucket(ttlBucket).Delete(k); err != nil {
 					return err
 				}
 				key, err := splitItemKey(k[8:])

@@ -1,4 +1,4 @@
-package kv_test
+package bolt
 
 import (
 	"errors"
@@ -7,41 +7,21 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"go.etcd.io/bbolt"
+	bberrors "go.etcd.io/bbolt/errors"
+
 	"github.com/tally-hq/tally/internal/store"
-	"github.com/tally-hq/tally/internal/store/bolt"
-	"github.com/tally-hq/tally/internal/store/kv"
-	"github.com/tally-hq/tally/internal/store/pebble"
 	"github.com/tally-hq/tally/internal/store/storetest"
 )
 
-// engines are the embedded engines; every test here runs on each.
-var engines = []struct {
-	name string
-	open func(path string, opts ...kv.Option) (*kv.Store, error)
-}{
-	{"bolt", bolt.Open},
-	{"pebble", pebble.Open},
-}
-
-// eachEngine runs test on every engine, with the path of a new store.
-func eachEngine[T interface {
-	testing.TB
-	Run(string, func(T)) bool
-}](t T, test func(t T, open func(path string, opts ...kv.Option) (*kv.Store, error), path string)) {
-	for _, e := range engines {
-		t.Run(e.name, func(t T) {
-			test(t, e.open, filepath.Join(t.TempDir(), "store"))
-		})
-	}
-}
-
 // openTest opens a store that sweeps every sweep, closed when t ends.
-func openTest(t testing.TB, open func(string, ...kv.Option) (*kv.Store, error), path string, sweep time.Duration) *kv.Store {
+func openTest(t testing.TB, path string, sweep time.Duration) *Store {
 	t.Helper()
-	s, err := open(path, kv.WithSweep(sweep))
+	s, err := open(path, sweep)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,95 +34,85 @@ func openTest(t testing.TB, open func(string, ...kv.Option) (*kv.Store, error), 
 }
 
 func TestConformance(t *testing.T) {
-	for _, e := range engines {
-		t.Run(e.name, func(t *testing.T) {
-			storetest.Run(t, func(t *testing.T) store.Store {
-				// Open creates missing directories.
-				s, err := e.open(filepath.Join(t.TempDir(), "a", "b", "store"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() {
-					checkConsistent(t, s)
-					if err := s.Close(); err != nil {
-						t.Error(err)
-					}
-				})
-				return s
-			})
+	storetest.Run(t, func(t *testing.T) store.Store {
+		// Open creates missing directories.
+		s, err := Open(filepath.Join(t.TempDir(), "a", "b", "tally.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			checkConsistent(t, s)
+			if err := s.Close(); err != nil {
+				t.Error(err)
+			}
 		})
-	}
+		return s
+	})
 }
 
 func TestReopen(t *testing.T) {
-	eachEngine(t, func(t *testing.T, open func(string, ...kv.Option) (*kv.Store, error), path string) {
-		ctx := t.Context()
-		s, err := open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		it := store.Item{
-			Key:       store.Key{PK: "p", SK: "s"},
-			GSI2:      store.IndexKey{PK: "g", SK: "1"},
-			Attrs:     map[string]string{"a": "b"},
-			Nums:      map[string]int64{"n": math.MinInt64},
-			Data:      []byte{0, 1, 0xff},
-			ExpiresAt: time.Now().Add(time.Hour).Unix(),
-		}
-		if err := s.Transact(ctx, store.Put(it)); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Close(); err != nil {
-			t.Errorf("second Close: %v", err)
-		}
-		if _, err := s.Get(ctx, it.Key); err == nil {
-			t.Error("Get after Close succeeded")
-		}
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "tally.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	it := store.Item{
+		Key:       store.Key{PK: "p", SK: "s"},
+		GSI2:      store.IndexKey{PK: "g", SK: "1"},
+		Attrs:     map[string]string{"a": "b"},
+		Nums:      map[string]int64{"n": math.MinInt64},
+		Data:      []byte{0, 1, 0xff},
+		ExpiresAt: time.Now().Add(time.Hour).Unix(),
+	}
+	if err := s.Transact(ctx, store.Put(it)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if _, err := s.Get(ctx, it.Key); err == nil {
+		t.Error("Get after Close succeeded")
+	}
 
-		s = openTest(t, open, path, time.Hour)
-		got, err := s.Get(ctx, it.Key)
-		if err != nil || !slices.Equal(got.Data, it.Data) || got.Nums["n"] != math.MinInt64 || got.ExpiresAt != it.ExpiresAt {
-			t.Errorf("after reopening: Get = %+v, %v; want %+v", got, err, it)
-		}
-		page, err := s.Query(ctx, store.Query{Index: store.GSI2, PK: "g"})
-		if err != nil || len(page.Items) != 1 || page.Items[0].Key != it.Key {
-			t.Errorf("after reopening: gsi2 query = %+v, %v", page, err)
-		}
-		checkConsistent(t, s)
-	})
+	s = openTest(t, path, time.Hour)
+	got, err := s.Get(ctx, it.Key)
+	if err != nil || !slices.Equal(got.Data, it.Data) || got.Nums["n"] != math.MinInt64 || got.ExpiresAt != it.ExpiresAt {
+		t.Errorf("after reopening: Get = %+v, %v; want %+v", got, err, it)
+	}
+	page, err := s.Query(ctx, store.Query{Index: store.GSI2, PK: "g"})
+	if err != nil || len(page.Items) != 1 || page.Items[0].Key != it.Key {
+		t.Errorf("after reopening: gsi2 query = %+v, %v", page, err)
+	}
+	checkConsistent(t, s)
 }
 
 func TestLocked(t *testing.T) {
-	eachEngine(t, func(t *testing.T, open func(string, ...kv.Option) (*kv.Store, error), path string) {
-		s, err := open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		start := time.Now()
-		_, err = open(path)
-		if !errors.Is(err, kv.ErrLocked) {
-			t.Errorf("second Open: got %v, want ErrLocked", err)
-		}
-		if d := time.Since(start); d > 2*time.Second {
-			t.Errorf("second Open took %v", d)
-		}
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
-		openTest(t, open, path, time.Hour) // the lock is gone with the first store
-	})
+	path := filepath.Join(t.TempDir(), "tally.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = Open(path)
+	if !errors.Is(err, ErrLocked) || !errors.Is(err, bberrors.ErrTimeout) {
+		t.Errorf("second Open: got %v, want ErrLocked", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("second Open took %v", d)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	openTest(t, path, time.Hour) // the lock is gone with the first store
 }
 
 func TestSweep(t *testing.T) {
-	eachEngine(t, testSweep)
-}
-
-func testSweep(t *testing.T, open func(string, ...kv.Option) (*kv.Store, error), path string) {
 	ctx := t.Context()
-	s := openTest(t, open, path, time.Hour)
+	s := openTest(t, filepath.Join(t.TempDir(), "tally.db"), time.Hour)
 	now := time.Now().Unix()
 	item := func(sk string, exp int64) store.Item {
 		return store.Item{Key: store.Key{PK: "p", SK: sk}, GSI1: store.IndexKey{PK: "g", SK: sk}, ExpiresAt: exp}
@@ -166,7 +136,7 @@ func testSweep(t *testing.T, open func(string, ...kv.Option) (*kv.Store, error),
 	); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Sweep(now); err != nil {
+	if err := s.sweep(now); err != nil {
 		t.Fatal(err)
 	}
 	wantSKs := []string{"due", "future", "negative", "never", "replaced"}
@@ -188,7 +158,7 @@ func testSweep(t *testing.T, open func(string, ...kv.Option) (*kv.Store, error),
 
 	// A backlog larger than one sweep batch goes in one sweep.
 	var backlog []store.Op
-	for i := range 2*kv.SweepBatch + 5 {
+	for i := range 2*sweepBatch + 5 {
 		backlog = append(backlog, store.Put(store.Item{Key: store.Key{PK: "backlog", SK: fmt.Sprint(i)}, ExpiresAt: now - 1 - int64(i%7)}))
 	}
 	for chunk := range slices.Chunk(backlog, store.MaxTransactOps) {
@@ -196,7 +166,7 @@ func testSweep(t *testing.T, open func(string, ...kv.Option) (*kv.Store, error),
 			t.Fatal(err)
 		}
 	}
-	if err := s.Sweep(now); err != nil {
+	if err := s.sweep(now); err != nil {
 		t.Fatal(err)
 	}
 	if page, err := s.Query(ctx, store.Query{PK: "backlog"}); err != nil || len(page.Items) != 0 {
@@ -206,12 +176,8 @@ func testSweep(t *testing.T, open func(string, ...kv.Option) (*kv.Store, error),
 }
 
 func TestSweepLoop(t *testing.T) {
-	eachEngine(t, testSweepLoop)
-}
-
-func testSweepLoop(t *testing.T, open func(string, ...kv.Option) (*kv.Store, error), path string) {
 	ctx := t.Context()
-	s := openTest(t, open, path, 10*time.Millisecond)
+	s := openTest(t, filepath.Join(t.TempDir(), "tally.db"), 10*time.Millisecond)
 	k := store.Key{PK: "p", SK: "s"}
 	if err := s.Transact(ctx, store.Put(store.Item{Key: k, ExpiresAt: time.Now().Unix() - 1})); err != nil {
 		t.Fatal(err)
@@ -229,7 +195,7 @@ func testSweepLoop(t *testing.T, open func(string, ...kv.Option) (*kv.Store, err
 		t.Fatal(err)
 	}
 	select {
-	case <-s.SweepDone():
+	case <-s.done:
 	default:
 		t.Error("sweep still running after Close")
 	}
@@ -238,12 +204,8 @@ func testSweepLoop(t *testing.T, open func(string, ...kv.Option) (*kv.Store, err
 // TestUpdateTypes covers DynamoDB's typing of attributes, which Update
 // follows.
 func TestUpdateTypes(t *testing.T) {
-	eachEngine(t, testUpdateTypes)
-}
-
-func testUpdateTypes(t *testing.T, open func(string, ...kv.Option) (*kv.Store, error), path string) {
 	ctx := t.Context()
-	s := openTest(t, open, path, time.Hour)
+	s := openTest(t, filepath.Join(t.TempDir(), "tally.db"), time.Hour)
 	k := store.Key{PK: "p", SK: "s"}
 	it := store.Item{Key: k, Attrs: map[string]string{"s": "x"}, Nums: map[string]int64{"n": 1, "big": math.MaxInt64}}
 	if err := s.Transact(ctx, store.Put(it)); err != nil {
@@ -275,12 +237,8 @@ func sameItem(a, b store.Item) bool {
 // TestRandomOps runs random transactions against a model and checks the
 // items, the index query results and the bucket layout after each.
 func TestRandomOps(t *testing.T) {
-	eachEngine(t, testRandomOps)
-}
-
-func testRandomOps(t *testing.T, open func(string, ...kv.Option) (*kv.Store, error), path string) {
 	ctx := t.Context()
-	s := openTest(t, open, path, time.Hour)
+	s := openTest(t, filepath.Join(t.TempDir(), "tally.db"), time.Hour)
 	rng := rand.New(rand.NewPCG(1, 2))
 	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
 	indexKey := func() store.IndexKey {
@@ -373,9 +331,55 @@ func testRandomOps(t *testing.T, open func(string, ...kv.Option) (*kv.Store, err
 
 // checkConsistent fails unless the index and TTL buckets hold exactly the
 // entries the items call for.
-func checkConsistent(t *testing.T, s *kv.Store) {
+func checkConsistent(t *testing.T, s *Store) {
 	t.Helper()
-	if err := s.Check(); err != nil {
-		t.Error(err)
+	want := map[string][]string{}
+	got := map[string][]string{}
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		err := tx.Bucket(itemsBucket).ForEach(func(k, v []byte) error {
+			key, err := splitItemKey(k)
+			if err != nil {
+				return err
+			}
+			it, err := decode(key, v)
+			if err != nil {
+				return err
+			}
+			for _, ix := range store.Indexes {
+				if ik := it.IndexKey(ix); ik.PK != "" {
+					want[string(ix)] = append(want[string(ix)], string(indexEntry(ik, k)))
+				}
+			}
+			if it.ExpiresAt > 0 {
+				want["ttl"] = append(want["ttl"], string(ttlEntry(it.ExpiresAt, k)))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, name := range append(indexBuckets, ttlBucket) {
+			err := tx.Bucket(name).ForEach(func(k, v []byte) error {
+				if len(v) != 0 {
+					return fmt.Errorf("%s entry %q has value %q", name, k, v)
+				}
+				got[string(name)] = append(got[string(name)], string(k))
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range append(indexBuckets, ttlBucket) {
+		w, g := want[string(name)], got[string(name)]
+		slices.SortFunc(w, strings.Compare)
+		if !slices.Equal(w, g) {
+			t.Errorf("bucket %s: entries %q, want %q", name, g, w)
+		}
 	}
 }

@@ -1,24 +1,20 @@
-package kv_test
+package bolt
 
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tally-hq/tally/internal/store"
-	"github.com/tally-hq/tally/internal/store/kv"
 )
 
 // Writes that share a commit stay independent: one whose condition fails
 // is refused and changes nothing, the others in its round are committed.
 func TestGroupCommitKeepsWritesApart(t *testing.T) {
-	eachEngine(t, testGroupCommitKeepsWritesApart)
-}
-
-func testGroupCommitKeepsWritesApart(t *testing.T, open func(string, ...kv.Option) (*kv.Store, error), path string) {
-	s := openTest(t, open, path, time.Hour)
+	s := openTest(t, filepath.Join(t.TempDir(), "tally.db"), time.Hour)
 	ctx := t.Context()
 	counter := store.Key{PK: "counter", SK: "n"}
 	const writers = 200
@@ -68,17 +64,15 @@ func testGroupCommitKeepsWritesApart(t *testing.T, open func(string, ...kv.Optio
 }
 
 func TestWriteAfterClose(t *testing.T) {
-	eachEngine(t, func(t *testing.T, open func(string, ...kv.Option) (*kv.Store, error), path string) {
-		s, err := open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
-		err = s.Transact(t.Context(), store.Put(store.Item{Key: store.Key{PK: "a", SK: "b"}}))
-		if !errors.Is(err, kv.ErrClosed) {
-			t.Errorf("Transact after Close: %v, want ErrClosed", err)
-		}
-	})
+	s, err := open(filepath.Join(t.TempDir(), "tally.db"), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Transact(t.Context(), store.Put(store.Item{Key: store.Key{PK: "a", SK: "b"}}))
+	if !errors.Is(err, ErrClosed) {
+		t.Errorf("Transact after Close: %v, want ErrClosed", err)
+	}
 }

@@ -1,4 +1,4 @@
-package kv
+package bolt
 
 import (
 	"encoding/binary"
@@ -69,7 +69,7 @@ func appendString(b []byte, s string) []byte {
 	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
 }
 
-// decode returns a fresh item (no memory shared with the engine's value).
+// decode returns a fresh item (no memory shared with the bbolt page).
 func decode(k store.Key, v []byte) (store.Item, error) {
 	return decodeParts(k, v, allParts)
 }
@@ -193,5 +193,5 @@ func (r *reader) fail() {
 
 // corrupt is the error of decoding the item at k from damaged bytes.
 func corrupt(k store.Key) error {
-	return fmt.Errorf("store: corrupt item %q/%q: %w", k.PK, k.SK, errCorrupt)
+	return fmt.Errorf("bolt: corrupt item %q/%q: %w", k.PK, k.SK, errCorrupt)
 }

@@ -1,15 +1,18 @@
-package kv_test
+package bolt
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.etcd.io/bbolt"
+
 	"github.com/tally-hq/tally/internal/store"
-	"github.com/tally-hq/tally/internal/store/kv"
 )
 
 // clickOps returns the operations of tracked click i: the click record put
@@ -40,8 +43,8 @@ var (
 	clickExpires = time.Now().Add(90 * 24 * time.Hour).Unix()
 )
 
-func newClickStore(b *testing.B, open func(string, ...kv.Option) (*kv.Store, error), path string) *kv.Store {
-	s := openTest(b, open, path, time.Hour)
+func newClickStore(b *testing.B) *Store {
+	s := openTest(b, filepath.Join(b.TempDir(), "tally.db"), time.Hour)
 	campaignItem := store.Item{Key: campaign, Attrs: map[string]string{"status": "active"}, Data: bytes.Repeat([]byte("y"), 600)}
 	if err := s.Transact(b.Context(), store.Put(campaignItem)); err != nil {
 		b.Fatal(err)
@@ -55,11 +58,7 @@ func newClickStore(b *testing.B, open func(string, ...kv.Option) (*kv.Store, err
 // BenchmarkTransact measures the transaction of a tracked click (clickOps).
 // Every iteration commits, and so fsyncs, once.
 func BenchmarkTransact(b *testing.B) {
-	eachEngine(b, benchmarkTransact)
-}
-
-func benchmarkTransact(b *testing.B, open func(string, ...kv.Option) (*kv.Store, error), path string) {
-	s := newClickStore(b, open, path)
+	s := newClickStore(b)
 	ctx := b.Context()
 	var n atomic.Int64
 	b.Run("serial", func(b *testing.B) {
@@ -101,20 +100,33 @@ func benchmarkTransact(b *testing.B, open func(string, ...kv.Option) (*kv.Store,
 // round under a load of 64 connections does, and is rolled back, so that no
 // fsync hides the CPU time.
 func BenchmarkApply(b *testing.B) {
-	eachEngine(b, benchmarkApply)
-}
-
-func benchmarkApply(b *testing.B, open func(string, ...kv.Option) (*kv.Store, error), path string) {
-	s := newClickStore(b, open, path)
+	s := newClickStore(b)
 	var n int64
 	b.ReportAllocs()
 	for b.Loop() {
-		var writes [32][]store.Op
-		for i := range writes {
+		var steps [32][]step
+		for i := range steps {
 			n++
-			writes[i] = clickOps(n)
+			var err error
+			if steps[i], err = prepare(clickOps(n)); err != nil {
+				b.Fatal(err)
+			}
 		}
-		if err := s.ApplyRolledBack(writes[:]); err != nil {
+		errRollback := errors.New("rollback")
+		err := s.db.Update(func(tx *bbolt.Tx) error {
+			r := newRound(tx)
+			for _, st := range steps {
+				if err := r.plan(st); err != nil {
+					return err
+				}
+				r.perform(st)
+			}
+			if err := r.flush(); err != nil {
+				return err
+			}
+			return errRollback
+		})
+		if err != errRollback {
 			b.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package kv
+package bolt
 
 import (
 	"bytes"
@@ -6,7 +6,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"slices"
+
+	"go.etcd.io/bbolt"
 
 	"github.com/tally-hq/tally/internal/store"
 )
@@ -59,12 +60,13 @@ func (s *Store) Query(ctx context.Context, q store.Query) (store.Page, error) {
 	lo, hi := bounds(q, part)
 
 	var page store.Page
-	err = s.db.View(func(tx Reader) error {
-		b := Items
+	err = s.db.View(func(tx *bbolt.Tx) error {
+		items := tx.Bucket(itemsBucket)
+		b := items
 		if q.Index != store.Table {
-			b = indexBucket(slices.Index(store.Indexes, q.Index))
+			b = tx.Bucket([]byte(q.Index))
 		}
-		c := tx.Cursor(b)
+		c := b.Cursor()
 		var k, v []byte
 		var next func() ([]byte, []byte)
 		var in func([]byte) bool
@@ -101,12 +103,8 @@ func (s *Store) Query(ctx context.Context, q store.Query) (store.Page, error) {
 				// Skip "indexSK 0x00" to reach the primary key.
 				rest := k[len(part):]
 				ik = rest[bytes.IndexByte(rest, 0)+1:]
-				var err error
-				if v, err = tx.Get(Items, ik); err != nil {
-					return err
-				}
-				if v == nil {
-					return fmt.Errorf("store: %s entry %q has no item", q.Index, k)
+				if v = items.Get(ik); v == nil {
+					return fmt.Errorf("bolt: %s entry %q has no item", q.Index, k)
 				}
 			}
 			key, err := splitItemKey(ik)
@@ -118,7 +116,7 @@ func (s *Store) Query(ctx context.Context, q store.Query) (store.Page, error) {
 				return err
 			}
 			page.Items = append(page.Items, it.Projection(q.Index))
-			last = append(last[:0], k...) // k may change when the cursor moves
+			last = k
 		}
 		return nil
 	})

@@ -1,24 +1,26 @@
-package kv
+package bolt
 
 import (
 	"context"
 
+	"go.etcd.io/bbolt"
+
 	"github.com/tally-hq/tally/internal/store"
 )
 
-// Group commit. A commit costs an fsync or two, whatever it holds, so writes
+// Group commit. A commit costs two fsyncs, whatever it holds, so writes
 // share commits: one goroutine, the committer, makes every write. It takes
 // the first write that comes, applies it to the round's overlay (see
 // round), and as long as other writes are waiting applies them too, in
-// order; when none is left it puts the overlay into a transaction of
-// the engine and commits. Writes that come during the commit wait for the next round,
+// order; when none is left it puts the overlay into a bbolt transaction
+// and commits. Writes that come during the commit wait for the next round,
 // which starts the moment this one has committed; writes that come while
 // the round is still applying join it, rather than wait a whole round. A
 // lone write commits at once. No write waits on a timer.
 //
 // A write whose conditions fail changes nothing (plan writes nothing), so
 // it is answered with its error and the others go on. Should putting the
-// overlay into the transaction fail, the round is rolled back and every write of it
+// overlay into bbolt fail, the round is rolled back and every write of it
 // done again alone, in order, so that only the failing one fails.
 
 // maxRound bounds the writes of one commit, so that a round under heavy
@@ -96,9 +98,9 @@ func (s *Store) commit(first *pendingWrite) {
 
 // apply plans and performs the writes of round (and, when more, those that
 // come meanwhile) in one transaction and commits it. flushed is false when
-// putting the round's overlay into the transaction failed.
+// putting the round's overlay into bbolt failed.
 func (s *Store) apply(round *[]*pendingWrite, more bool) (flushed bool, err error) {
-	err = s.db.Update(func(tx Tx) error {
+	err = s.db.Update(func(tx *bbolt.Tx) error {
 		r := newRound(tx)
 		for i := 0; i < len(*round) || (more && s.waiting(round)); i++ {
 			w := (*round)[i]

@@ -1,29 +1,31 @@
-package kv
+package bolt
 
 import (
 	"fmt"
+
+	"go.etcd.io/bbolt"
 
 	"github.com/tally-hq/tally/internal/store"
 )
 
 // A round's writes go through an overlay of the items they touch, and the
-// overlay goes into the engine once, when the round is about to commit: a
+// overlay goes into bbolt once, when the round is about to commit: a
 // counter that thirty clicks of a round add to (a rollup, a cap) is read,
 // decoded, encoded and put once instead of thirty times, and an offer that
 // each of them checks is read once. Every write of the round sees the
-// writes before it in the overlay, as it would in the engine, so the outcome is
+// writes before it in the overlay, as it would in bbolt, so the outcome is
 // the same; the committer is what pays for each write, one after another.
 type round struct {
-	tx      Tx
+	tx      *bbolt.Tx
 	entries map[string]*entry
 	order   []*entry // in the order first touched, so writes go in deterministically
 }
 
-// entry is an item as the round found it in the engine and as its writes leave
+// entry is an item as the round found it in bbolt and as its writes leave
 // it so far.
 type entry struct {
 	key    []byte
-	was    store.Item // as committed; its index and TTL entries are stored
+	was    store.Item // as committed; its index and TTL entries are in bbolt
 	wasOK  bool
 	read   parts // what was read of was
 	is     store.Item
@@ -32,7 +34,7 @@ type entry struct {
 	dirty  bool   // written by the round
 }
 
-func newRound(tx Tx) *round {
+func newRound(tx *bbolt.Tx) *round {
 	return &round{tx: tx, entries: make(map[string]*entry)}
 }
 
@@ -118,7 +120,7 @@ func (r *round) flush() error {
 			if v == nil {
 				var err error
 				if v, err = encode(e.is); err != nil {
-					return fmt.Errorf("store: encode item: %w", err)
+					return fmt.Errorf("bolt: encode item: %w", err)
 				}
 			}
 			if err := write(r.tx, e.key, e.was, e.is, v); err != nil { // e.was is zero when !e.wasOK
