@@ -39,11 +39,11 @@ var capNames = []string{"daily", "weekly", "monthly", "global"}
 var formCurrencies = []string{"USD", "EUR", "GBP", "CAD", "AUD", "JPY", "INR", "BRL", "CHF", "SEK"}
 
 // offerFields are the form's fields, as the API names them where it can.
-var offerFields = []string{"name", "destinationUrl", "revenue", "payout", "currency", "approval", "holdHours", "status", "attributionWindowDays", "daily", "weekly", "monthly", "global"}
+var offerFields = []string{"name", "destinationUrl", "revenue", "payout", "currency", "approval", "holdHours", "status", "attributionWindowDays", "fallbackUrl", "daily", "weekly", "monthly", "global"}
 
 // offerLabels are the form's labels, for its messages.
 var offerLabels = map[string]string{"name": "Name", "destinationUrl": "Destination URL", "revenueCents": "Revenue",
-	"payoutCents": "Payout", "currency": "Currency", "holdHours": "Hold hours", "attributionWindowDays": "Attribution window"}
+	"payoutCents": "Payout", "currency": "Currency", "holdHours": "Hold hours", "attributionWindowDays": "Attribution window", "fallbackUrl": "Fallback URL"}
 
 func (d *Dashboard) newOffer(w http.ResponseWriter, r *request) error {
 	render(w, "offer-form", r.view("New offer", "offers", offerForm{
@@ -67,7 +67,7 @@ func readOfferForm(r *request, edited *tally.Offer) (offerForm, offers.OfferInpu
 		v["currency"] = edited.Currency
 	}
 	in := offers.OfferInput{Name: ptr(v["name"]), DestinationURL: ptr(v["destinationUrl"]), Currency: ptr(v["currency"]),
-		Approval: ptr(v["approval"]), Status: ptr(v["status"]), Caps: &tally.Caps{}}
+		Approval: ptr(v["approval"]), Status: ptr(v["status"]), Caps: &tally.Caps{}, FallbackURL: ptr(v["fallbackUrl"])}
 	for field, target := range map[string]**int64{"revenue": &in.RevenueCents, "payout": &in.PayoutCents} {
 		if cents, ok := parseMoney(v[field], v["currency"]); ok {
 			*target = &cents
@@ -145,7 +145,7 @@ func (d *Dashboard) editOffer(w http.ResponseWriter, r *request) error {
 	f := offerForm{Offer: &o, Errors: map[string]string{}, Currencies: formCurrencies, CapNames: capNames, Values: map[string]string{
 		"name": o.Name, "destinationUrl": o.DestinationURL, "revenue": moneyIn(o.RevenueCents, o.Currency), "payout": moneyIn(o.PayoutCents, o.Currency),
 		"currency": o.Currency, "approval": o.Approval, "status": o.Status, "holdHours": strconv.Itoa(o.HoldHours),
-		"attributionWindowDays": strconv.Itoa(o.AttributionWindowDays),
+		"attributionWindowDays": strconv.Itoa(o.AttributionWindowDays), "fallbackUrl": o.FallbackURL,
 	}}
 	for name, limit := range map[string]*int64{"daily": o.Caps.Daily, "weekly": o.Caps.Weekly, "monthly": o.Caps.Monthly, "global": o.Caps.Global} {
 		if limit != nil {
@@ -170,7 +170,8 @@ func (d *Dashboard) updateOffer(w http.ResponseWriter, r *request) error {
 	}
 	patch := offers.OfferPatch{Name: in.Name, DestinationURL: in.DestinationURL, RevenueCents: in.RevenueCents, PayoutCents: in.PayoutCents,
 		Status: in.Status, Approval: in.Approval, HoldHours: cmpOr(in.HoldHours, 0), AttributionWindowDays: in.AttributionWindowDays,
-		Caps: map[string]*int64{"daily": in.Caps.Daily, "weekly": in.Caps.Weekly, "monthly": in.Caps.Monthly, "global": in.Caps.Global}}
+		FallbackURL: in.FallbackURL,
+		Caps:        map[string]*int64{"daily": in.Caps.Daily, "weekly": in.Caps.Weekly, "monthly": in.Caps.Monthly, "global": in.Caps.Global}}
 	if _, err := d.svc.Offers.UpdateOffer(r.Context(), r.brandID(), o.ID, patch); err != nil {
 		if !isCode(err, tally.ECodeValidation) {
 			return err
