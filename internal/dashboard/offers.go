@@ -11,8 +11,10 @@ import (
 )
 
 type offersData struct {
-	Offers []tally.Offer
-	Page   page
+	Offers  []tally.Offer
+	Page    page
+	Period  period
+	Numbers map[string][]reportRow // by offer id, over Period
 }
 
 func (d *Dashboard) offers(w http.ResponseWriter, r *request) error {
@@ -20,7 +22,11 @@ func (d *Dashboard) offers(w http.ResponseWriter, r *request) error {
 	if err != nil {
 		return err
 	}
-	render(w, "offers", r.view("Offers", "offers", offersData{Offers: offers, Page: pageOf(r, next)}))
+	numbers, p, err := d.numbersBy(r, "offer", "/dashboard/offers")
+	if err != nil {
+		return err
+	}
+	renderStatus(w, p.status(), "offers", r.view("Offers", "offers", offersData{Offers: offers, Page: pageOf(r, next), Period: p, Numbers: numbers}))
 	return nil
 }
 
