@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"time"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/reports"
@@ -18,6 +19,7 @@ type period struct {
 	Error      string
 	ErrorField string
 	Keep       url.Values // the page's other filters, kept by the form and links
+	Presets    []preset
 }
 
 // status is the page's: 422 when the dates are wrong.
@@ -34,7 +36,7 @@ func (p period) status() int {
 // leaves the numbers out and says so in p.Error.
 func (d *Dashboard) numbersBy(r *request, group, path string) (map[string][]reportRow, period, error) {
 	q := r.URL.Query()
-	p := period{Path: path, From: q.Get("from"), To: q.Get("to"), Keep: url.Values{}}
+	p := period{Path: path, From: q.Get("from"), To: q.Get("to"), Keep: url.Values{}, Presets: presetsFor(q, path, d.svc.Now())}
 	for k, v := range q {
 		if k != "from" && k != "to" && k != "cursor" && k != "done" {
 			p.Keep[k] = v
@@ -111,4 +113,37 @@ func rankPartners(by map[string][]reportRow, n int) []partnerNumbers {
 type partnerNumbers struct {
 	ID, Name string
 	Rows     []reportRow
+}
+
+// preset is a link to a page over a common range of days.
+type preset struct {
+	Label, Href string
+	Current     bool // the page shows this range now
+}
+
+// presetsFor links path over today, the last 7 days, this month and last
+// month (UTC days, as the lists' dates are), keeping the page's other
+// filters in q: plain links, which need no JavaScript.
+func presetsFor(q url.Values, path string, now time.Time) []preset {
+	now = now.UTC()
+	today := now.Format(time.DateOnly)
+	first := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+	var out []preset
+	for _, p := range []struct{ label, from, to string }{
+		{"Today", today, today},
+		{"7 days", now.AddDate(0, 0, -6).Format(time.DateOnly), today},
+		{"This month", first.Format(time.DateOnly), today},
+		{"Last month", first.AddDate(0, -1, 0).Format(time.DateOnly), first.AddDate(0, 0, -1).Format(time.DateOnly)},
+	} {
+		link := url.Values{}
+		for k, v := range q {
+			if k != "cursor" && k != "done" {
+				link[k] = v
+			}
+		}
+		link.Set("from", p.from)
+		link.Set("to", p.to)
+		out = append(out, preset{Label: p.label, Href: path + "?" + link.Encode(), Current: q.Get("from") == p.from && q.Get("to") == p.to})
+	}
+	return out
 }

@@ -309,6 +309,7 @@ type conversionsData struct {
 	Back     string
 	// A filter the list refused, and the field it is about.
 	Error, ErrorField string
+	Presets           []preset
 }
 
 func (d *Dashboard) conversions(w http.ResponseWriter, r *request) error {
@@ -318,7 +319,7 @@ func (d *Dashboard) conversions(w http.ResponseWriter, r *request) error {
 	if err != nil {
 		return err
 	}
-	data := conversionsData{Filter: f, Offers: dir.offerPicker(f.OfferID), Partners: dir.partnerPicker(f.PartnerID), Back: r.URL.RequestURI(),
+	data := conversionsData{Filter: f, Offers: dir.offerPicker(f.OfferID), Partners: dir.partnerPicker(f.PartnerID), Back: r.URL.RequestURI(), Presets: presetsFor(r.URL.Query(), "/dashboard/conversions", d.svc.Now()),
 		Statuses: []string{tally.ConversionPending, tally.ConversionApproved, tally.ConversionRejected}}
 	cs, next, err := d.svc.Conversions.Conversions(r.Context(), r.brandID(), f, records.ListParams{Cursor: q.Get("cursor")})
 	if err != nil {
