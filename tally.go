@@ -70,9 +70,13 @@ type Offer struct {
 	Caps      Caps `json:"caps"`
 	// AttributionWindowDays is how long after a click a conversion can
 	// still name it (clickId).
-	AttributionWindowDays int  `json:"attributionWindowDays"`
-	CreatedAt             Time `json:"createdAt"`
-	UpdatedAt             Time `json:"updatedAt"`
+	AttributionWindowDays int `json:"attributionWindowDays"`
+	// FallbackURL is where the tracking link sends visitors, without
+	// recording a click, while the offer is paused or capped or the
+	// link's partner is not active; empty: none.
+	FallbackURL string `json:"fallbackUrl,omitempty"`
+	CreatedAt   Time   `json:"createdAt"`
+	UpdatedAt   Time   `json:"updatedAt"`
 }
 
 // DefaultAttributionWindowDays is an offer's attribution window unless it

@@ -7610,7 +7610,10 @@ type Offer struct {
 
 	// DestinationUrl An absolute http or https URL. Not `format: uri`: a destination may hold macros such as `{click_id}`, whose braces RFC 3986 does not allow until they are replaced.
 	DestinationUrl HttpURL `json:"destinationUrl"`
-	HoldHours      int     `json:"holdHours"`
+
+	// FallbackUrl Present when the offer has one; see OfferInput.
+	FallbackUrl *HttpURL `json:"fallbackUrl,omitempty"`
+	HoldHours   int      `json:"holdHours"`
 
 	// Id Examples: off_01kb7k3m5n6p7q8r9s0t1v2w3x
 	Id   OfferId `json:"id"`
@@ -7653,6 +7656,9 @@ type OfferInput struct {
 
 	// DestinationUrl Where the offer's tracking link (`/c/{offerId}`) sends visitors. `{click_id}`, `{offer_id}`, `{partner_id}` and `{sub1}` to `{sub5}` in it are replaced by the click's values, query-escaped; any other `{name}` (`{clickid}`, `{aff_sub}`) answers 422 listing these.
 	DestinationUrl HttpURL `json:"destinationUrl"`
+
+	// FallbackUrl Where the tracking link sends visitors, recording no click, while the offer is paused, a cap of it is reached for the period, or the link's partner is not active. Macros as in `destinationUrl`, `{click_id}` left empty. `""` means none (in a PATCH: remove it).
+	FallbackUrl *string `json:"fallbackUrl,omitempty"`
 
 	// HoldHours Hours after which a pending conversion is approved automatically; 0 waits for a manual decision. More than 0 only with approval `manual`.
 	HoldHours *int   `json:"holdHours,omitempty"`
@@ -7706,8 +7712,11 @@ type OfferPatch struct {
 
 	// DestinationUrl An absolute http or https URL. Not `format: uri`: a destination may hold macros such as `{click_id}`, whose braces RFC 3986 does not allow until they are replaced.
 	DestinationUrl *HttpURL `json:"destinationUrl,omitempty"`
-	HoldHours      *int     `json:"holdHours,omitempty"`
-	Name           *string  `json:"name,omitempty"`
+
+	// FallbackUrl Where the tracking link sends visitors, recording no click, while the offer is paused, a cap of it is reached for the period, or the link's partner is not active. Macros as in `destinationUrl`, `{click_id}` left empty. `""` means none (in a PATCH: remove it).
+	FallbackUrl *string `json:"fallbackUrl,omitempty"`
+	HoldHours   *int    `json:"holdHours,omitempty"`
+	Name        *string `json:"name,omitempty"`
 
 	// PayoutCents A fixed payout; it replaces a percentage.
 	PayoutCents *Cents `json:"payoutCents,omitempty"`
@@ -12005,7 +12014,7 @@ type ClientInterface interface {
 
 	// FollowTrackingLink Follow a tracking link (record a click)
 	//
-	// A partner's tracking link for an offer, on `{public_base_url}`, put in front of traffic: `/c/{offerId}?pid={partnerId}&sub1=…&sub5=…`. It takes no key and no rate limit applies (fraud signals count bursts instead). The click is recorded, scored for fraud and answered with a redirect to the offer's `destinationUrl`, with `{click_id}`, `{offer_id}`, `{partner_id}` and `{sub1}` to `{sub5}` filled in; a high-risk click is redirected too. Query parameters other than `pid` and `sub1` to `sub5` are ignored. An unknown or paused offer, and a missing, unknown or not active partner, answer 404 and store nothing; so does a `HEAD` request (405), which link checkers send.
+	// A partner's tracking link for an offer, on `{public_base_url}`, put in front of traffic: `/c/{offerId}?pid={partnerId}&sub1=…&sub5=…`. It takes no key and no rate limit applies (fraud signals count bursts instead). The click is recorded, scored for fraud and answered with a redirect to the offer's `destinationUrl`, with `{click_id}`, `{offer_id}`, `{partner_id}` and `{sub1}` to `{sub5}` filled in; a high-risk click is redirected too. Query parameters other than `pid` and `sub1` to `sub5` are ignored. An unknown or paused offer, and a missing, unknown or not active partner, answer 404 and store nothing; so does a `HEAD` request (405), which link checkers send. When the offer has a `fallbackUrl`, a paused offer, a not active partner and an offer whose cap is reached for the period redirect there instead (302), and store nothing. Errors are JSON, but for a request whose `Accept` lists `text/html` before `application/json` (a browser's), which gets a short page for the visitor, with the same status.
 	//
 	// Corresponds with GET /c/{offerId} (the `FollowTrackingLink` operationId).
 	FollowTrackingLink(ctx context.Context, offerId string, params *FollowTrackingLinkParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -13321,7 +13330,7 @@ func (c *Client) GetReport(ctx context.Context, params *GetReportParams, reqEdit
 
 // FollowTrackingLink Follow a tracking link (record a click)
 //
-// A partner's tracking link for an offer, on `{public_base_url}`, put in front of traffic: `/c/{offerId}?pid={partnerId}&sub1=…&sub5=…`. It takes no key and no rate limit applies (fraud signals count bursts instead). The click is recorded, scored for fraud and answered with a redirect to the offer's `destinationUrl`, with `{click_id}`, `{offer_id}`, `{partner_id}` and `{sub1}` to `{sub5}` filled in; a high-risk click is redirected too. Query parameters other than `pid` and `sub1` to `sub5` are ignored. An unknown or paused offer, and a missing, unknown or not active partner, answer 404 and store nothing; so does a `HEAD` request (405), which link checkers send.
+// A partner's tracking link for an offer, on `{public_base_url}`, put in front of traffic: `/c/{offerId}?pid={partnerId}&sub1=…&sub5=…`. It takes no key and no rate limit applies (fraud signals count bursts instead). The click is recorded, scored for fraud and answered with a redirect to the offer's `destinationUrl`, with `{click_id}`, `{offer_id}`, `{partner_id}` and `{sub1}` to `{sub5}` filled in; a high-risk click is redirected too. Query parameters other than `pid` and `sub1` to `sub5` are ignored. An unknown or paused offer, and a missing, unknown or not active partner, answer 404 and store nothing; so does a `HEAD` request (405), which link checkers send. When the offer has a `fallbackUrl`, a paused offer, a not active partner and an offer whose cap is reached for the period redirect there instead (302), and store nothing. Errors are JSON, but for a request whose `Accept` lists `text/html` before `application/json` (a browser's), which gets a short page for the visitor, with the same status.
 //
 // Corresponds with GET /c/{offerId} (the `FollowTrackingLink` operationId).
 func (c *Client) FollowTrackingLink(ctx context.Context, offerId string, params *FollowTrackingLinkParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -17108,7 +17117,7 @@ type ClientWithResponsesInterface interface {
 
 	// FollowTrackingLinkWithResponse Follow a tracking link (record a click)
 	//
-	// A partner's tracking link for an offer, on `{public_base_url}`, put in front of traffic: `/c/{offerId}?pid={partnerId}&sub1=…&sub5=…`. It takes no key and no rate limit applies (fraud signals count bursts instead). The click is recorded, scored for fraud and answered with a redirect to the offer's `destinationUrl`, with `{click_id}`, `{offer_id}`, `{partner_id}` and `{sub1}` to `{sub5}` filled in; a high-risk click is redirected too. Query parameters other than `pid` and `sub1` to `sub5` are ignored. An unknown or paused offer, and a missing, unknown or not active partner, answer 404 and store nothing; so does a `HEAD` request (405), which link checkers send.
+	// A partner's tracking link for an offer, on `{public_base_url}`, put in front of traffic: `/c/{offerId}?pid={partnerId}&sub1=…&sub5=…`. It takes no key and no rate limit applies (fraud signals count bursts instead). The click is recorded, scored for fraud and answered with a redirect to the offer's `destinationUrl`, with `{click_id}`, `{offer_id}`, `{partner_id}` and `{sub1}` to `{sub5}` filled in; a high-risk click is redirected too. Query parameters other than `pid` and `sub1` to `sub5` are ignored. An unknown or paused offer, and a missing, unknown or not active partner, answer 404 and store nothing; so does a `HEAD` request (405), which link checkers send. When the offer has a `fallbackUrl`, a paused offer, a not active partner and an offer whose cap is reached for the period redirect there instead (302), and store nothing. Errors are JSON, but for a request whose `Accept` lists `text/html` before `application/json` (a browser's), which gets a short page for the visitor, with the same status.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -26717,7 +26726,7 @@ func (c *ClientWithResponses) GetReportWithResponse(ctx context.Context, params 
 
 // FollowTrackingLinkWithResponse Follow a tracking link (record a click)
 //
-// A partner's tracking link for an offer, on `{public_base_url}`, put in front of traffic: `/c/{offerId}?pid={partnerId}&sub1=…&sub5=…`. It takes no key and no rate limit applies (fraud signals count bursts instead). The click is recorded, scored for fraud and answered with a redirect to the offer's `destinationUrl`, with `{click_id}`, `{offer_id}`, `{partner_id}` and `{sub1}` to `{sub5}` filled in; a high-risk click is redirected too. Query parameters other than `pid` and `sub1` to `sub5` are ignored. An unknown or paused offer, and a missing, unknown or not active partner, answer 404 and store nothing; so does a `HEAD` request (405), which link checkers send.
+// A partner's tracking link for an offer, on `{public_base_url}`, put in front of traffic: `/c/{offerId}?pid={partnerId}&sub1=…&sub5=…`. It takes no key and no rate limit applies (fraud signals count bursts instead). The click is recorded, scored for fraud and answered with a redirect to the offer's `destinationUrl`, with `{click_id}`, `{offer_id}`, `{partner_id}` and `{sub1}` to `{sub5}` filled in; a high-risk click is redirected too. Query parameters other than `pid` and `sub1` to `sub5` are ignored. An unknown or paused offer, and a missing, unknown or not active partner, answer 404 and store nothing; so does a `HEAD` request (405), which link checkers send. When the offer has a `fallbackUrl`, a paused offer, a not active partner and an offer whose cap is reached for the period redirect there instead (302), and store nothing. Errors are JSON, but for a request whose `Accept` lists `text/html` before `application/json` (a browser's), which gets a short page for the visitor, with the same status.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -41453,6 +41462,12 @@ func ParseFollowTrackingLinkResponse(rsp *http.Response) (*FollowTrackingLinkRes
 			return nil, err
 		}
 		response.JSON500 = &dest
+
+	case rsp.StatusCode == 404:
+	// Content-type (text/html) unsupported
+
+	case rsp.StatusCode == 422:
+		// Content-type (text/html) unsupported
 
 	}
 

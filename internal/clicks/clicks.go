@@ -107,7 +107,9 @@ func (in ClickInput) validate() error {
 
 // RecordClick records a visit through a partner's tracking link and returns
 // the click and the URL to redirect the visitor to. The offer must be active
-// and the partner active; otherwise it answers not_found and stores nothing.
+// and the partner active; otherwise it answers a *NotServed and stores
+// nothing. An offer with a fallback URL whose cap is reached for the period
+// answers a *NotServed too.
 // A click past in.Limit answers ErrOverLimit with the URL to redirect to,
 // the macros filled but {click_id} empty: the partner is not checked, and
 // nothing is written once this instance has seen the limit reached in the
@@ -119,22 +121,32 @@ func (s *Service) RecordClick(ctx context.Context, in ClickInput) (tally.Click, 
 			return tally.Click{}, "", err
 		}
 		if offer.Offer.Status != tally.OfferActive {
-			return tally.Click{}, "", records.NotFound(store.ErrNotFound, "offer", in.OfferID)
+			return tally.Click{}, "", notServed(offer.Offer, in, records.NotFound(store.ErrNotFound, "offer", in.OfferID))
 		}
 		if !ids.Valid("prt_", in.PartnerID) {
-			return tally.Click{}, "", noActivePartner()
+			return tally.Click{}, "", notServed(offer.Offer, in, noActivePartner())
 		}
 		if err := in.validate(); err != nil {
 			return tally.Click{}, "", err
+		}
+		if offer.Offer.FallbackURL != "" && offer.Offer.Caps != (tally.Caps{}) {
+			capped, err := s.offers.CapReached(ctx, offer.Offer, s.db.Now())
+			if err != nil {
+				return tally.Click{}, "", err
+			}
+			if capped {
+				return tally.Click{}, "", notServed(offer.Offer, in, errCapped)
+			}
 		}
 		c, err := s.insertClick(ctx, offer, in)
 		if err == offers.ErrChanged && attempt < offers.MaxReloads {
 			continue
 		}
 		if err == ErrOverLimit {
-			untracked := tally.Click{OfferID: in.OfferID, PartnerID: in.PartnerID,
-				Sub1: in.Subs[0], Sub2: in.Subs[1], Sub3: in.Subs[2], Sub4: in.Subs[3], Sub5: in.Subs[4]}
-			return tally.Click{}, offers.FillMacros(offer.Offer.DestinationURL, untracked), err
+			return tally.Click{}, offers.FillMacros(offer.Offer.DestinationURL, untracked(in)), err
+		}
+		if tally.ErrorCode(err) == tally.ECodeNotFound { // the offer paused or the partner not active meanwhile
+			return tally.Click{}, "", notServed(offer.Offer, in, err)
 		}
 		if err != nil {
 			return tally.Click{}, "", err
@@ -144,6 +156,37 @@ func (s *Service) RecordClick(ctx context.Context, in ClickInput) (tally.Click, 
 		}
 		return c, offers.FillMacros(offer.Offer.DestinationURL, c), nil
 	}
+}
+
+// untracked is the click a link would have made, without an id: what fills
+// the macros of a URL a visitor is sent to when no click is recorded.
+func untracked(in ClickInput) tally.Click {
+	return tally.Click{OfferID: in.OfferID, PartnerID: in.PartnerID,
+		Sub1: in.Subs[0], Sub2: in.Subs[1], Sub3: in.Subs[2], Sub4: in.Subs[3], Sub5: in.Subs[4]}
+}
+
+// NotServed answers a link of a known offer that takes no click now: the
+// offer is paused or capped, or the link names no active partner. Nothing
+// is recorded. Fallback is the offer's fallback URL with the macros filled
+// ({click_id} empty), "" when it has none; Err is the answer without one.
+type NotServed struct {
+	Fallback string
+	Err      error
+}
+
+func (e *NotServed) Error() string { return e.Err.Error() }
+func (e *NotServed) Unwrap() error { return e.Err }
+
+// errCapped is a capped offer's answer, which is given only to send the
+// visitor to its fallback: without one, a capped offer's clicks are recorded.
+var errCapped = tally.Errorf(tally.ECodeNotFound, "The offer has reached a cap.")
+
+func notServed(o tally.Offer, in ClickInput, err error) error {
+	e := &NotServed{Err: err}
+	if o.FallbackURL != "" {
+		e.Fallback = offers.FillMacros(o.FallbackURL, untracked(in))
+	}
+	return e
 }
 
 // maxClicksPerMinute is how many clicks one address may make on one offer

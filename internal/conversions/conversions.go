@@ -315,7 +315,7 @@ type capState struct {
 func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offer offers.Entry, now time.Time) (bool, error) {
 	var caps []*capState
 	for _, cl := range offers.CapsOf(offer.Offer.Caps) {
-		period := capPeriod(cl.Name, now)
+		period := offers.CapPeriod(cl.Name, now)
 		caps = append(caps, &capState{Cap: cl, key: keys.Cap(c.OfferID, period), period: period, reaching: cl.Limit == 1})
 	}
 	if s.writing.apart(c, len(caps)) {
@@ -427,22 +427,6 @@ func EventData(c tally.Conversion, reason string) tally.ConversionEventData {
 		RevenueCents: c.RevenueCents, PayoutCents: c.PayoutCents, Currency: c.Currency,
 		Status: c.Status, Sub1: c.Sub1, ExternalTxnID: c.ExternalTxnID, ClickID: c.ClickID, Reason: reason,
 	}
-}
-
-// capPeriod names the cap period containing t: its counter's sort key and
-// the period in cap.reached.
-func capPeriod(cap string, t time.Time) string {
-	t = t.UTC()
-	switch cap {
-	case "daily":
-		return "daily#" + t.Format(time.DateOnly)
-	case "weekly":
-		y, w := t.ISOWeek()
-		return fmt.Sprintf("weekly#%04d-W%02d", y, w)
-	case "monthly":
-		return "monthly#" + t.Format("2006-01")
-	}
-	return "global"
 }
 
 // capExpiry lets period counters expire well after their period ends.

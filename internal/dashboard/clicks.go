@@ -26,6 +26,7 @@ type clicksData struct {
 	Page       page
 	Error      string
 	ErrorField string
+	Presets    []preset
 }
 
 // clickNamer makes clicks into rows: their offer's and partner's names, and
@@ -55,7 +56,8 @@ func (d *Dashboard) clicks(w http.ResponseWriter, r *request) error {
 	if err != nil {
 		return err
 	}
-	data := clicksData{Filter: f, Offers: n.dir.offerPicker(f.OfferID), Partners: n.dir.partnerPicker(f.PartnerID), Threshold: n.threshold}
+	data := clicksData{Filter: f, Offers: n.dir.offerPicker(f.OfferID), Partners: n.dir.partnerPicker(f.PartnerID), Threshold: n.threshold,
+		Presets: presetsFor(r.URL.Query(), "/dashboard/clicks", d.svc.Now())}
 	clicks, next, err := d.svc.Clicks.Clicks(r.Context(), r.brandID(), f, records.ListParams{Cursor: q.Get("cursor")})
 	if err != nil {
 		if !isCode(err, tally.ECodeValidation) {

@@ -12,8 +12,10 @@ import (
 )
 
 type offersData struct {
-	Offers []tally.Offer
-	Page   page
+	Offers  []tally.Offer
+	Page    page
+	Period  period
+	Numbers map[string][]reportRow // by offer id, over Period
 }
 
 func (d *Dashboard) offers(w http.ResponseWriter, r *request) error {
@@ -21,7 +23,11 @@ func (d *Dashboard) offers(w http.ResponseWriter, r *request) error {
 	if err != nil {
 		return err
 	}
-	render(w, "offers", r.view("Offers", "offers", offersData{Offers: offers, Page: pageOf(r, next)}))
+	numbers, p, err := d.numbersBy(r, "offer", "/dashboard/offers")
+	if err != nil {
+		return err
+	}
+	renderStatus(w, p.status(), "offers", r.view("Offers", "offers", offersData{Offers: offers, Page: pageOf(r, next), Period: p, Numbers: numbers}))
 	return nil
 }
 
@@ -40,11 +46,11 @@ var capNames = []string{"daily", "weekly", "monthly", "global"}
 var formCurrencies = []string{"USD", "EUR", "GBP", "CAD", "AUD", "JPY", "INR", "BRL", "CHF", "SEK"}
 
 // offerFields are the form's fields, as the API names them where it can.
-var offerFields = []string{"name", "destinationUrl", "revenue", "payout", "payoutPercent", "currency", "approval", "holdHours", "status", "attributionWindowDays", "daily", "weekly", "monthly", "global"}
+var offerFields = []string{"name", "destinationUrl", "revenue", "payout", "payoutPercent", "currency", "approval", "holdHours", "status", "attributionWindowDays", "fallbackUrl", "daily", "weekly", "monthly", "global"}
 
 // offerLabels are the form's labels, for its messages.
 var offerLabels = map[string]string{"name": "Name", "destinationUrl": "Destination URL", "revenueCents": "Revenue",
-	"payoutCents": "Payout", "payoutPercent": "Payout share", "currency": "Currency", "holdHours": "Hold hours", "attributionWindowDays": "Attribution window"}
+	"payoutCents": "Payout", "payoutPercent": "Payout share", "currency": "Currency", "holdHours": "Hold hours", "attributionWindowDays": "Attribution window", "fallbackUrl": "Fallback URL"}
 
 func (d *Dashboard) newOffer(w http.ResponseWriter, r *request) error {
 	render(w, "offer-form", r.view("New offer", "offers", offerForm{
@@ -68,7 +74,7 @@ func readOfferForm(r *request, edited *tally.Offer) (offerForm, offers.OfferInpu
 		v["currency"] = edited.Currency
 	}
 	in := offers.OfferInput{Name: ptr(v["name"]), DestinationURL: ptr(v["destinationUrl"]), Currency: ptr(v["currency"]),
-		Approval: ptr(v["approval"]), Status: ptr(v["status"]), Caps: &tally.Caps{}}
+		Approval: ptr(v["approval"]), Status: ptr(v["status"]), Caps: &tally.Caps{}, FallbackURL: ptr(v["fallbackUrl"])}
 	for field, target := range map[string]**int64{"revenue": &in.RevenueCents, "payout": &in.PayoutCents} {
 		if cents, ok := parseMoney(v[field], v["currency"]); ok {
 			*target = &cents
@@ -173,7 +179,7 @@ func (d *Dashboard) editOffer(w http.ResponseWriter, r *request) error {
 	f := offerForm{Offer: &o, Errors: map[string]string{}, Currencies: formCurrencies, CapNames: capNames, Values: map[string]string{
 		"name": o.Name, "destinationUrl": o.DestinationURL, "revenue": moneyIn(o.RevenueCents, o.Currency), "payout": moneyIn(o.PayoutCents, o.Currency),
 		"currency": o.Currency, "approval": o.Approval, "status": o.Status, "holdHours": strconv.Itoa(o.HoldHours),
-		"attributionWindowDays": strconv.Itoa(o.AttributionWindowDays),
+		"attributionWindowDays": strconv.Itoa(o.AttributionWindowDays), "fallbackUrl": o.FallbackURL,
 	}}
 	if o.PayoutPercent != nil {
 		f.Values["payout"], f.Values["payoutPercent"] = "", o.PayoutPercent.String()
@@ -201,7 +207,8 @@ func (d *Dashboard) updateOffer(w http.ResponseWriter, r *request) error {
 	}
 	patch := offers.OfferPatch{Name: in.Name, DestinationURL: in.DestinationURL, RevenueCents: in.RevenueCents, PayoutCents: in.PayoutCents,
 		PayoutPercent: in.PayoutPercent, Status: in.Status, Approval: in.Approval, HoldHours: cmpOr(in.HoldHours, 0), AttributionWindowDays: in.AttributionWindowDays,
-		Caps: map[string]*int64{"daily": in.Caps.Daily, "weekly": in.Caps.Weekly, "monthly": in.Caps.Monthly, "global": in.Caps.Global}}
+		FallbackURL: in.FallbackURL,
+		Caps:        map[string]*int64{"daily": in.Caps.Daily, "weekly": in.Caps.Weekly, "monthly": in.Caps.Monthly, "global": in.Caps.Global}}
 	if _, err := d.svc.Offers.UpdateOffer(r.Context(), r.brandID(), o.ID, patch); err != nil {
 		if !isCode(err, tally.ECodeValidation) {
 			return err

@@ -32,6 +32,8 @@ type overviewData struct {
 	Applications           int
 	ApplicationsMore       bool
 	Recent                 []conversionRow
+	TopPartners            []partnerNumbers // by revenue over the last 30 days
+	TopFrom                string
 }
 
 // overview shows today's numbers (UTC) and the last 30 days.
@@ -56,6 +58,9 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *request) error {
 		return err
 	}
 	data.ClickChart, data.Chart, data.MoneyCharts = dayCharts(month)
+	if data.TopPartners, data.TopFrom, err = d.topPartners(r, today); err != nil {
+		return err
+	}
 	applied, more, err := d.svc.Partners.Partners(ctx, r.brandID(), tally.PartnerApplied, records.ListParams{Limit: 20})
 	if err != nil {
 		return err
@@ -132,6 +137,8 @@ type partnersData struct {
 	Statuses []string
 	ApplyURL string
 	Page     page
+	Period   period
+	Numbers  map[string][]reportRow // by partner id, over Period
 }
 
 func (d *Dashboard) partners(w http.ResponseWriter, r *request) error {
@@ -140,9 +147,14 @@ func (d *Dashboard) partners(w http.ResponseWriter, r *request) error {
 	if err != nil {
 		return err
 	}
-	render(w, "partners", r.view("Partners", "partners", partnersData{
+	numbers, p, err := d.numbersBy(r, "partner", "/dashboard/partners")
+	if err != nil {
+		return err
+	}
+	renderStatus(w, p.status(), "partners", r.view("Partners", "partners", partnersData{
 		Partners: partners, Status: status, Page: pageOf(r, next), ApplyURL: publicBase(r.Request) + "/apply/" + r.brandID(),
 		Statuses: []string{tally.PartnerApplied, tally.PartnerActive, tally.PartnerRejected, tally.PartnerBanned},
+		Period:   p, Numbers: numbers,
 	}))
 	return nil
 }
@@ -298,6 +310,7 @@ type conversionsData struct {
 	Back     string
 	// A filter the list refused, and the field it is about.
 	Error, ErrorField string
+	Presets           []preset
 }
 
 func (d *Dashboard) conversions(w http.ResponseWriter, r *request) error {
@@ -307,7 +320,7 @@ func (d *Dashboard) conversions(w http.ResponseWriter, r *request) error {
 	if err != nil {
 		return err
 	}
-	data := conversionsData{Filter: f, Offers: dir.offerPicker(f.OfferID), Partners: dir.partnerPicker(f.PartnerID), Back: r.URL.RequestURI(),
+	data := conversionsData{Filter: f, Offers: dir.offerPicker(f.OfferID), Partners: dir.partnerPicker(f.PartnerID), Back: r.URL.RequestURI(), Presets: presetsFor(r.URL.Query(), "/dashboard/conversions", d.svc.Now()),
 		Statuses: []string{tally.ConversionPending, tally.ConversionApproved, tally.ConversionRejected, tally.ConversionReversed}}
 	cs, next, err := d.svc.Conversions.Conversions(r.Context(), r.brandID(), f, records.ListParams{Cursor: q.Get("cursor")})
 	if err != nil {

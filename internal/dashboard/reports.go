@@ -78,6 +78,7 @@ type reportsData struct {
 	CSV        string
 	Error      string
 	ErrorField string
+	Presets    []preset
 }
 
 // reportForm is what the report form asks for.
@@ -107,7 +108,11 @@ func readReportForm(q url.Values) (reportForm, reports.ReportQuery) {
 
 func (d *Dashboard) reports(w http.ResponseWriter, r *request) error {
 	form, rq := readReportForm(r.URL.Query())
-	data := reportsData{Query: form, Zones: zones}
+	kept := r.URL.Query()
+	if !kept.Has("time") { // the page as first opened is by day: so are its presets
+		kept.Set("time", form.Time)
+	}
+	data := reportsData{Query: form, Zones: zones, Presets: presetsFor(kept, "/dashboard/reports", d.svc.Now())}
 	if form.Timezone != "" && !contains(zones, form.Timezone) {
 		data.Zones = append([]string{form.Timezone}, zones...)
 	}

@@ -1,6 +1,9 @@
 package httpapi
 
 import (
+	"errors"
+	"html/template"
+	"mime"
 	"net/http"
 	"net/url"
 	"slices"
@@ -46,13 +49,26 @@ func clickQuery(raw string) (url.Values, error) {
 }
 
 // click serves the tracking link: it records the click and redirects the
-// visitor to the offer's destination, or answers in the error shape. A
+// visitor to the offer's destination. A link the offer does not serve now
+// redirects to the offer's fallback URL, when it has one; otherwise, and
+// for a link that cannot be served at all, a browser (which asks for HTML)
+// gets a page a visitor can read and a program the error shape. A
 // click past ClickRateLimit is redirected all the same, untracked: the
 // visitor is a person (or one behind an address many share) who followed
 // a link, and an error page would lose the brand the visit; an abuser
 // gains nothing from it, and costs no write.
 func (a *API) click(w http.ResponseWriter, r *http.Request, _ identity.Principal) error {
 	w.Header().Set("Cache-Control", "no-store")
+	err := a.followLink(w, r)
+	if err == nil || !prefersHTML(r.Header.Get("Accept")) {
+		return err
+	}
+	visitorPage(w, r, err)
+	return nil
+}
+
+// followLink records the click and redirects, or answers why not.
+func (a *API) followLink(w http.ResponseWriter, r *http.Request) error {
 	q, err := clickQuery(r.URL.RawQuery)
 	if err != nil {
 		return err
@@ -67,7 +83,11 @@ func (a *API) click(w http.ResponseWriter, r *http.Request, _ identity.Principal
 		Limit:     a.cfg.ClickRateLimit,
 	}
 	_, location, err := a.svc.Clicks.RecordClick(r.Context(), in)
-	if err != nil && err != clicks.ErrOverLimit {
+	var ns *clicks.NotServed
+	switch {
+	case errors.As(err, &ns) && ns.Fallback != "":
+		location = ns.Fallback
+	case err != nil && err != clicks.ErrOverLimit:
 		return err
 	}
 	w.Header().Set("Location", location)
@@ -112,4 +132,57 @@ func (a *API) updateFraudSettings(w http.ResponseWriter, r *http.Request, p iden
 	}
 	writeJSON(w, http.StatusOK, settings)
 	return nil
+}
+
+// prefersHTML reports whether an Accept header asks for HTML before JSON,
+// as a browser's does: the first of text/html and application/json it
+// lists (with a non-zero q) wins.
+func prefersHTML(accept string) bool {
+	for _, part := range strings.Split(accept, ",") {
+		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil || params["q"] == "0" || params["q"] == "0.0" {
+			continue
+		}
+		switch mt {
+		case "text/html":
+			return true
+		case "application/json":
+			return false
+		}
+	}
+	return false
+}
+
+// visitorPageTmpl is what a visitor who followed a link that leads nowhere
+// reads: the partner's audience, who know nothing of offers or partners.
+// No style: the page stands alone, under a policy that loads nothing.
+var visitorPageTmpl = template.Must(template.New("visitor").Parse(`<!doctype html>
+<html lang="en">
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{{.Title}}</title>
+<h1>{{.Title}}</h1>
+<p>{{.Text}}</p>
+`))
+
+// visitorPage answers a link that is not served with a page for the
+// visitor, with the status the error shape would have.
+func visitorPage(w http.ResponseWriter, r *http.Request, err error) {
+	status, _ := ErrorBody(err)
+	if status == http.StatusInternalServerError {
+		logger(r.Context()).Error("internal error", "err", err.Error())
+	}
+	page := struct{ Title, Text string }{"This offer is not available", "The link you followed does not lead to an offer right now. It may have ended; please check back later."}
+	switch {
+	case status == http.StatusInternalServerError:
+		page.Title, page.Text = "Something went wrong", "The link could not be followed just now. Please try again in a moment."
+	case status != http.StatusNotFound:
+		page.Title, page.Text = "This link is not complete", "The link you followed was changed or cut short on its way here. Please go back and follow it again."
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Content-Security-Policy", "default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_ = visitorPageTmpl.Execute(w, page) // the visitor went away; nothing left to tell them
 }

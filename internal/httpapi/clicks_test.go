@@ -246,3 +246,83 @@ func TestOfferDestinationWithAnUnknownMacroIsRefused(t *testing.T) {
 		t.Errorf("redirected to %s, want the macros filled and {} kept", loc)
 	}
 }
+
+// An offer's fallbackUrl takes the visitors its link does not serve now:
+// paused or capped offer, partner not active. They are redirected there,
+// macros but {click_id} filled, and no click is stored. Without one, a
+// browser reads a page, a program the error shape; a capped offer without
+// one keeps its link working.
+func TestLinksNotServedGoToTheFallback(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, httpapi.Config{RateLimit: 10_000})
+		brandID, key := e.brand()
+		offer := map[string]any{"name": "Shoes", "destinationUrl": "https://shop.example/?c={click_id}", "revenueCents": 1000, "payoutCents": 300, "currency": "USD"}
+		for _, bad := range []string{"ftp://shop.example/", "shop.example/sold-out", "https://shop.example/?c={clickid}"} {
+			offer["fallbackUrl"] = bad
+			if r := e.call("POST", "/api/v1/offers", key, offer); r.status != 422 || !strings.Contains(string(r.body), "fallbackUrl") {
+				t.Errorf("fallbackUrl %s: %d %s, want 422 naming fallbackUrl", bad, r.status, r.body)
+			}
+		}
+		if got := e.listAll("/api/v1/offers", key); len(got) != 0 {
+			t.Fatalf("%d offers after refused ones, want none", len(got))
+		}
+		const fallback = "https://shop.example/sold-out?o={offer_id}&s={sub1}&c={click_id}"
+		offerID := e.offer(key, map[string]any{"fallbackUrl": fallback, "caps": map[string]any{"daily": 1}})
+		if got := e.must(200, e.call("GET", "/api/v1/offers/"+offerID, key, nil)).field(t, "fallbackUrl"); got != fallback {
+			t.Errorf("fallbackUrl %q, want %q", got, fallback)
+		}
+		active := e.activePartner(brandID, key)
+		banned := e.activePartner(brandID, key)
+		e.must(200, e.call("POST", "/api/v1/partners/"+banned+"/ban", key, nil))
+		ua := map[string]string{"User-Agent": browserUA}
+		wantFallback := "https://shop.example/sold-out?o=" + offerID + "&s=mail&c="
+
+		e.must(302, e.visit("/c/"+offerID+"?pid="+active+"&sub1=mail", ua))
+		if loc := e.must(302, e.visit("/c/"+offerID+"?pid="+banned+"&sub1=mail", ua)).header.Get("Location"); loc != wantFallback {
+			t.Errorf("banned partner's link: Location %s, want %s", loc, wantFallback)
+		}
+		e.must(201, e.call("POST", "/api/v1/conversions", key, map[string]any{"offerId": offerID, "partnerId": active}))
+		if loc := e.must(302, e.visit("/c/"+offerID+"?pid="+active+"&sub1=mail", ua)).header.Get("Location"); loc != wantFallback {
+			t.Errorf("capped offer's link: Location %s, want %s", loc, wantFallback)
+		}
+		e.must(200, e.call("PATCH", "/api/v1/offers/"+offerID, key, map[string]any{"status": "paused", "caps": map[string]any{"daily": nil}}))
+		if loc := e.must(302, e.visit("/c/"+offerID+"?pid="+active+"&sub1=mail", ua)).header.Get("Location"); loc != wantFallback {
+			t.Errorf("paused offer's link: Location %s, want %s", loc, wantFallback)
+		}
+		if got := e.listAll("/api/v1/clicks", key); len(got) != 1 {
+			t.Errorf("%d clicks stored, want only the first one", len(got))
+		}
+
+		// Removed, the fallback leaves the visitor a page, the program JSON.
+		r := e.must(200, e.call("PATCH", "/api/v1/offers/"+offerID, key, map[string]any{"fallbackUrl": ""}))
+		if strings.Contains(string(r.body), "fallbackUrl") {
+			t.Errorf("offer after removing its fallback: %s", r.body)
+		}
+		if r := e.visit("/c/"+offerID+"?pid="+active, ua); r.status != 404 || r.errorCode() != "not_found" {
+			t.Errorf("paused offer without a fallback, for a program: %d %s, want 404 not_found", r.status, r.body)
+		}
+		browser := map[string]string{"User-Agent": browserUA, "Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
+		for path, status := range map[string]int{
+			"/c/" + offerID + "?pid=" + active:                  404,
+			"/c/off_01jd8x5y3z0000000000000000?pid=" + active:   404,
+			"/c/" + offerID + "?pid=" + active + "&sub1=50%off": 422,
+		} {
+			r := e.visit(path, browser)
+			body := string(r.body)
+			if r.status != status || !strings.HasPrefix(r.header.Get("Content-Type"), "text/html") ||
+				!strings.Contains(body, "<h1>") || strings.ContainsAny(body, "{}") || strings.Contains(body, "not_found") || strings.Contains(body, "pid") {
+				t.Errorf("GET %s in a browser: %d %s %s, want %d and a page for visitors", path, r.status, r.header.Get("Content-Type"), body, status)
+			}
+		}
+
+		// A capped offer without a fallback keeps sending visitors on.
+		plain := e.offer(key, map[string]any{"caps": map[string]any{"daily": 1}})
+		e.must(201, e.call("POST", "/api/v1/conversions", key, map[string]any{"offerId": plain, "partnerId": active}))
+		if loc := e.must(302, e.visit("/c/"+plain+"?pid="+active, ua)).header.Get("Location"); !strings.HasPrefix(loc, "https://") || strings.Contains(loc, "sold-out") {
+			t.Errorf("capped offer without a fallback: Location %s, want its destination", loc)
+		}
+		if got := e.listAll("/api/v1/clicks", key); len(got) != 2 {
+			t.Errorf("%d clicks stored, want 2", len(got))
+		}
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -57,6 +58,8 @@ type OfferInput struct {
 	Caps          *tally.Caps  `json:"caps"`
 	// AttributionWindowDays defaults to tally.DefaultAttributionWindowDays.
 	AttributionWindowDays *int `json:"attributionWindowDays" range:"1,365"`
+	// FallbackURL is optional; "" means none.
+	FallbackURL *string `json:"fallbackUrl"`
 }
 
 func (in OfferInput) checks() []error {
@@ -64,6 +67,7 @@ func (in OfferInput) checks() []error {
 		validate.Text("name", in.Name, true, 200),
 		validate.HTTPURL("destinationUrl", in.DestinationURL, true),
 		checkDestinationMacros("destinationUrl", in.DestinationURL),
+		checkFallback(in.FallbackURL),
 		validate.Required("revenueCents", in.RevenueCents != nil),
 		payoutChoice(in.PayoutCents, in.PayoutPercent),
 		validate.Currency("currency", in.Currency, true),
@@ -135,6 +139,7 @@ func (s *Service) CreateOffer(ctx context.Context, brandID string, in OfferInput
 		HoldHours:             validate.Deref(in.HoldHours, 0),
 		Caps:                  validate.Deref(in.Caps, tally.Caps{}),
 		AttributionWindowDays: validate.Deref(in.AttributionWindowDays, tally.DefaultAttributionWindowDays),
+		FallbackURL:           validate.Deref(in.FallbackURL, ""),
 		CreatedAt:             tally.NewTime(now),
 		UpdatedAt:             tally.NewTime(now),
 	}
@@ -269,6 +274,51 @@ func CapsOf(c tally.Caps) []Cap {
 	return out
 }
 
+// checkFallback checks a fallback URL as a destination is checked; ""
+// (none, or removing it in a patch) is accepted.
+func checkFallback(v *string) error {
+	if v == nil || *v == "" {
+		return nil
+	}
+	return cmp.Or(validate.HTTPURL("fallbackUrl", v, false), checkDestinationMacros("fallbackUrl", v))
+}
+
+// CapPeriod names the cap period containing t: its counter's sort key and
+// the period in cap.reached.
+func CapPeriod(cap string, t time.Time) string {
+	t = t.UTC()
+	switch cap {
+	case "daily":
+		return "daily#" + t.Format(time.DateOnly)
+	case "weekly":
+		y, w := t.ISOWeek()
+		return fmt.Sprintf("weekly#%04d-W%02d", y, w)
+	case "monthly":
+		return "monthly#" + t.Format("2006-01")
+	}
+	return "global"
+}
+
+// CapReached tells whether one of the offer's caps is full for the period
+// containing now: its counter (kept by the conversions) is at its limit.
+// It costs a read per cap set, so the tracking link asks only for offers
+// with a fallback URL to send visitors to.
+func (s *Service) CapReached(ctx context.Context, o tally.Offer, now time.Time) (bool, error) {
+	for _, c := range CapsOf(o.Caps) {
+		it, err := s.db.Get(ctx, keys.Cap(o.ID, CapPeriod(c.Name, now)))
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		if it.Nums["n"] >= c.Limit {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // OfferPatch is the body of PATCH /offers/{id}: the fields to change.
 // Caps are merged by name: a cap given as null is removed, a cap left out
 // is kept. The currency cannot change.
@@ -284,6 +334,7 @@ type OfferPatch struct {
 	HoldHours             *int              `json:"holdHours"`
 	Caps                  map[string]*int64 `json:"caps"`
 	AttributionWindowDays *int              `json:"attributionWindowDays"`
+	FallbackURL           *string           `json:"fallbackUrl"`
 }
 
 // apply returns o with the patch's changes, as the input that creating such
@@ -329,6 +380,7 @@ func (in OfferPatch) apply(o tally.Offer) (OfferInput, error) {
 		HoldHours:             cmp.Or(in.HoldHours, &o.HoldHours),
 		Caps:                  &caps,
 		AttributionWindowDays: cmp.Or(in.AttributionWindowDays, &o.AttributionWindowDays),
+		FallbackURL:           cmp.Or(in.FallbackURL, &o.FallbackURL),
 	}, nil
 }
 
@@ -358,6 +410,7 @@ func (s *Service) UpdateOffer(ctx context.Context, brandID, offerID string, in O
 		}
 		o.Status, o.Approval, o.HoldHours = *merged.Status, *merged.Approval, *merged.HoldHours
 		o.Caps, o.AttributionWindowDays = *merged.Caps, *merged.AttributionWindowDays
+		o.FallbackURL = *merged.FallbackURL
 		if slices.Equal(CapsOf(o.Caps), CapsOf(cur.Offer.Caps)) {
 			o.Caps = cur.Offer.Caps // the same limits, given anew: compare them by value
 		}
