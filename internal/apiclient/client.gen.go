@@ -11139,6 +11139,13 @@ func (t OfferInput) MarshalJSON() ([]byte, error) {
 		return nil, fmt.Errorf("error marshaling 'destinationUrl': %w", err)
 	}
 
+	if t.FallbackUrl != nil {
+		object["fallbackUrl"], err = json.Marshal(t.FallbackUrl)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'fallbackUrl': %w", err)
+		}
+	}
+
 	if t.HoldHours != nil {
 		object["holdHours"], err = json.Marshal(t.HoldHours)
 		if err != nil {
@@ -11223,6 +11230,13 @@ func (t *OfferInput) UnmarshalJSON(b []byte) error {
 		err = json.Unmarshal(raw, &t.DestinationUrl)
 		if err != nil {
 			return fmt.Errorf("error reading 'destinationUrl': %w", err)
+		}
+	}
+
+	if raw, found := object["fallbackUrl"]; found {
+		err = json.Unmarshal(raw, &t.FallbackUrl)
+		if err != nil {
+			return fmt.Errorf("error reading 'fallbackUrl': %w", err)
 		}
 	}
 
