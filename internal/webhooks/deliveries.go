@@ -785,10 +785,12 @@ func (s *Engine) retryWait(made int) time.Duration {
 
 func (s *Engine) resultOf(rec endpoints.DeliveryRecord) AttemptResult {
 	res := AttemptResult{Status: rec.Status, Attempts: len(rec.Attempts) - rec.CycleStart, Cycle: rec.CycleStart}
-	if rec.Status == tally.DeliveryPending && res.Attempts > 0 && rec.NextAttemptAt != nil {
-		// The wait decided when the attempt was recorded: the schedule's,
-		// or longer when the receiver asked (Retry-After).
-		res.RetryIn = rec.NextAttemptAt.Sub(rec.UpdatedAt.Time)
+	if rec.Status == tally.DeliveryPending && res.Attempts > 0 {
+		res.RetryIn = s.retryWait(res.Attempts)
+		if rec.NextAttemptAt != nil {
+			// Longer when the receiver asked for it (Retry-After).
+			res.RetryIn = max(res.RetryIn, rec.NextAttemptAt.Sub(rec.UpdatedAt.Time))
+		}
 	}
 	return res
 }
