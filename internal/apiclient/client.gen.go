@@ -4554,6 +4554,21 @@ func (e PutPayoutTerms404JSONResponseBodyErrorCode) Valid() bool {
 	}
 }
 
+// Defines values for PutPayoutTerms409JSONResponseBodyErrorCode.
+const (
+	PutPayoutTerms409JSONResponseBodyErrorCodeConflict PutPayoutTerms409JSONResponseBodyErrorCode = "conflict"
+)
+
+// Valid indicates whether the value is a known member of the PutPayoutTerms409JSONResponseBodyErrorCode enum.
+func (e PutPayoutTerms409JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case PutPayoutTerms409JSONResponseBodyErrorCodeConflict:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for PutPayoutTerms413JSONResponseBodyErrorCode.
 const (
 	PutPayoutTerms413JSONResponseBodyErrorCodePayloadTooLarge PutPayoutTerms413JSONResponseBodyErrorCode = "payload_too_large"
@@ -9385,6 +9400,9 @@ type PutPayoutTerms401JSONResponseBodyErrorCode string
 
 // PutPayoutTerms404JSONResponseBodyErrorCode defines parameters for PutPayoutTerms.
 type PutPayoutTerms404JSONResponseBodyErrorCode string
+
+// PutPayoutTerms409JSONResponseBodyErrorCode defines parameters for PutPayoutTerms.
+type PutPayoutTerms409JSONResponseBodyErrorCode string
 
 // PutPayoutTerms413JSONResponseBodyErrorCode defines parameters for PutPayoutTerms.
 type PutPayoutTerms413JSONResponseBodyErrorCode string
@@ -22309,6 +22327,14 @@ type PutPayoutTermsResponse404Headers struct {
 	XRequestId          string
 }
 
+// PutPayoutTermsResponse409Headers the declared response headers of an HTTP 409 response for PutPayoutTerms
+type PutPayoutTermsResponse409Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
 // PutPayoutTermsResponse413Headers the declared response headers of an HTTP 413 response for PutPayoutTerms
 type PutPayoutTermsResponse413Headers struct {
 	XRateLimitLimit     int
@@ -22358,6 +22384,15 @@ type PutPayoutTermsResponse struct {
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *struct {
+		Error struct {
+			Code PutPayoutTerms409JSONResponseBodyErrorCode `json:"code"`
+
+			// Message What is wrong, in words; for validation errors it names the field.
+			Message string `json:"message"`
+		} `json:"error"`
+	}
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *PayloadTooLarge
 	// JSON415 the response for an HTTP 415 `application/json` response
@@ -22376,6 +22411,8 @@ type PutPayoutTermsResponse struct {
 	Headers401 *PutPayoutTermsResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *PutPayoutTermsResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *PutPayoutTermsResponse409Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *PutPayoutTermsResponse413Headers
 	// Headers415 the parsed response headers for an HTTP 415 response
@@ -22406,6 +22443,18 @@ func (r PutPayoutTermsResponse) GetJSON401() *Unauthorized {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r PutPayoutTermsResponse) GetJSON404() *NotFound {
 	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r PutPayoutTermsResponse) GetJSON409() *struct {
+	Error struct {
+		Code PutPayoutTerms409JSONResponseBodyErrorCode `json:"code"`
+
+		// Message What is wrong, in words; for validation errors it names the field.
+		Message string `json:"message"`
+	} `json:"error"`
+} {
+	return r.JSON409
 }
 
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
@@ -36031,6 +36080,20 @@ func ParsePutPayoutTermsResponse(rsp *http.Response) (*PutPayoutTermsResponse, e
 		}
 		response.JSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest struct {
+			Error struct {
+				Code PutPayoutTerms409JSONResponseBodyErrorCode `json:"code"`
+
+				// Message What is wrong, in words; for validation errors it names the field.
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest PayloadTooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -36200,6 +36263,37 @@ func ParsePutPayoutTermsResponse(rsp *http.Response) (*PutPayoutTermsResponse, e
 			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers PutPayoutTermsResponse409Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers409 = &headers
 	case rsp.StatusCode == 413:
 		var headers PutPayoutTermsResponse413Headers
 		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {

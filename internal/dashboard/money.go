@@ -2,8 +2,11 @@ package dashboard
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/tally-hq/tally"
@@ -77,14 +80,17 @@ func (d *Dashboard) confirmReactivate(w http.ResponseWriter, r *request) error {
 	return nil
 }
 
-// payoutsData is the Payouts page: what is owed to whom, the payouts, and
-// the form that creates one.
+// payoutsData is the Payouts page: what is owed in each currency and to
+// whom, the payouts, and the form that creates one.
 type payoutsData struct {
-	Owed    []owedRow
-	Payouts []tally.Payout
-	Page    page
-	Values  map[string]string // currency, through
-	Errors  map[string]string
+	Totals     []tally.Balance // per currency, summed over the partners
+	Owed       []owedRow       // the partners with a balance, most owed first
+	More       int             // partners with a balance beyond Owed
+	Currencies []string        // those someone is owed more than 0 in
+	Payouts    []tally.Payout
+	Page       page
+	Values     map[string]string // currency, through
+	Errors     map[string]string
 }
 
 // owedRow is one partner's balance in one currency.
@@ -92,6 +98,9 @@ type owedRow struct {
 	Partner tally.Partner
 	tally.Balance
 }
+
+// maxOwedRows bounds the partners the Payouts page lists by name.
+const maxOwedRows = 100
 
 func (d *Dashboard) payouts(w http.ResponseWriter, r *request) error {
 	data, err := d.payoutsData(r)
@@ -102,27 +111,51 @@ func (d *Dashboard) payouts(w http.ResponseWriter, r *request) error {
 	return nil
 }
 
-// payoutsData reads the balances of the brand's first partners (a page of
-// them) and a page of payouts.
+// payoutsData reads every partner's balance (a query per balance shard,
+// not a read per partner), names the most owed, and reads a page of
+// payouts.
 func (d *Dashboard) payoutsData(r *request) (payoutsData, error) {
 	data := payoutsData{Values: map[string]string{"through": d.svc.Now().Format("2006-01-02")}, Errors: map[string]string{}}
-	ps, _, err := d.svc.Partners.Partners(r.Context(), r.brandID(), "", records.ListParams{Limit: records.MaxLimit})
+	balances, err := d.svc.Payouts.AllBalances(r.Context(), r.brandID())
 	if err != nil {
 		return data, err
 	}
-	for _, p := range ps {
-		b, err := d.svc.Payouts.Balance(r.Context(), r.brandID(), p.ID)
-		if err != nil {
-			return data, err
-		}
-		for _, x := range b.Data {
-			if x.OwedCents != 0 || x.InPayoutCents != 0 || x.PendingCents != 0 {
-				data.Owed = append(data.Owed, owedRow{Partner: p, Balance: x})
+	totals := map[string]*tally.Balance{}
+	for partnerID, bs := range balances {
+		for _, b := range bs {
+			if b.OwedCents == 0 && b.InPayoutCents == 0 && b.PendingCents == 0 {
+				continue
+			}
+			data.Owed = append(data.Owed, owedRow{Partner: tally.Partner{ID: partnerID}, Balance: b})
+			t := totals[b.Currency]
+			if t == nil {
+				t = &tally.Balance{Currency: b.Currency}
+				totals[b.Currency] = t
+			}
+			t.PendingCents += b.PendingCents
+			t.OwedCents += b.OwedCents
+			t.InPayoutCents += b.InPayoutCents
+			t.PaidCents += b.PaidCents
+			if b.OwedCents > 0 && !slices.Contains(data.Currencies, b.Currency) {
+				data.Currencies = append(data.Currencies, b.Currency)
 			}
 		}
 	}
-	if len(data.Owed) > 0 {
-		data.Values["currency"] = data.Owed[0].Currency
+	for _, c := range slices.Sorted(maps.Keys(totals)) {
+		data.Totals = append(data.Totals, *totals[c])
+	}
+	slices.Sort(data.Currencies)
+	slices.SortFunc(data.Owed, func(a, b owedRow) int {
+		return cmp.Or(cmp.Compare(a.Currency, b.Currency), cmp.Compare(b.OwedCents, a.OwedCents), cmp.Compare(a.Partner.ID, b.Partner.ID))
+	})
+	if len(data.Owed) > maxOwedRows {
+		data.More, data.Owed = len(data.Owed)-maxOwedRows, data.Owed[:maxOwedRows]
+	}
+	if err := d.namePartners(r, data.Owed); err != nil {
+		return data, err
+	}
+	if len(data.Currencies) > 0 {
+		data.Values["currency"] = data.Currencies[0]
 	}
 	var next string
 	data.Payouts, next, err = d.svc.Payouts.Payouts(r.Context(), r.brandID(), "", records.ListParams{Cursor: r.URL.Query().Get("cursor")})
@@ -130,13 +163,52 @@ func (d *Dashboard) payoutsData(r *request) (payoutsData, error) {
 	return data, err
 }
 
+// namePartners fills in the partners of rows: a page of the brand's
+// partners, and a read of each one not on it.
+func (d *Dashboard) namePartners(r *request, rows []owedRow) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	ps, _, err := d.svc.Partners.Partners(r.Context(), r.brandID(), "", records.ListParams{Limit: records.MaxLimit})
+	if err != nil {
+		return err
+	}
+	byID := map[string]tally.Partner{}
+	for _, p := range ps {
+		byID[p.ID] = p
+	}
+	for i, row := range rows {
+		p, ok := byID[row.Partner.ID]
+		if !ok {
+			if p, err = d.svc.Partners.Partner(r.Context(), r.brandID(), row.Partner.ID); err != nil {
+				return err
+			}
+			byID[p.ID] = p
+		}
+		rows[i].Partner = p
+	}
+	return nil
+}
+
+// payoutLabels name the payout form's fields in its messages.
+var payoutLabels = map[string]string{"currency": "Currency", "through": "Approved through"}
+
+// createPayout shows the payout the form asks for, with its lines and
+// totals, and creates it once that page's form confirms (confirm=yes).
 func (d *Dashboard) createPayout(w http.ResponseWriter, r *request) error {
 	currency, through := strings.ToUpper(strings.TrimSpace(r.PostFormValue("currency"))), strings.TrimSpace(r.PostFormValue("through"))
 	in := payouts.CreateInput{Currency: &currency}
 	if through != "" {
 		in.Through = &through
 	}
-	p, err := d.svc.Payouts.CreatePayout(r.Context(), r.brandID(), in)
+	var p tally.Payout
+	var err error
+	confirming := r.PostFormValue("confirm") == "yes"
+	if confirming {
+		p, err = d.svc.Payouts.CreatePayout(r.Context(), r.brandID(), in)
+	} else {
+		p, err = d.svc.Payouts.Preview(r.Context(), r.brandID(), in)
+	}
 	if isCode(err, tally.ECodeValidation) {
 		data, derr := d.payoutsData(r)
 		if derr != nil {
@@ -144,13 +216,25 @@ func (d *Dashboard) createPayout(w http.ResponseWriter, r *request) error {
 		}
 		data.Values["currency"], data.Values["through"] = currency, through
 		data.Errors[fieldOr(err, "currency", "currency", "through")] = tally.ErrorMessage(err)
+		labelled(data.Errors, payoutLabels)
 		renderStatus(w, http.StatusUnprocessableEntity, "payouts", r.view("Payouts", "payouts", data))
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	return redirect(w, r, "/dashboard/payouts/"+p.ID, "payout-created")
+	if confirming {
+		return redirect(w, r, "/dashboard/payouts/"+p.ID, "payout-created")
+	}
+	rows, err := d.lines(r, p)
+	if err != nil {
+		return err
+	}
+	render(w, "payout-new", r.view("Create payout", "payouts", struct {
+		tally.Payout
+		Rows []payoutLine
+	}{p, rows}))
+	return nil
 }
 
 // payoutLine is a payout's line with its partner.
@@ -164,19 +248,31 @@ func (d *Dashboard) payout(w http.ResponseWriter, r *request) error {
 	if err != nil {
 		return err
 	}
-	lines := make([]payoutLine, 0, len(p.Lines))
-	for _, l := range p.Lines {
-		partner, err := d.svc.Partners.Partner(r.Context(), r.brandID(), l.PartnerID)
-		if err != nil {
-			return err
-		}
-		lines = append(lines, payoutLine{PayoutLine: l, Partner: partner})
+	lines, err := d.lines(r, p)
+	if err != nil {
+		return err
 	}
 	render(w, "payout", r.view("Payout", "payouts", struct {
 		tally.Payout
 		Rows []payoutLine
 	}{p, lines}))
 	return nil
+}
+
+// lines are p's lines with their partners.
+func (d *Dashboard) lines(r *request, p tally.Payout) ([]payoutLine, error) {
+	rows := make([]owedRow, len(p.Lines))
+	for i, l := range p.Lines {
+		rows[i].Partner.ID = l.PartnerID
+	}
+	if err := d.namePartners(r, rows); err != nil {
+		return nil, err
+	}
+	lines := make([]payoutLine, len(p.Lines))
+	for i, l := range p.Lines {
+		lines[i] = payoutLine{PayoutLine: l, Partner: rows[i].Partner}
+	}
+	return lines, nil
 }
 
 func (d *Dashboard) payPayout(w http.ResponseWriter, r *request) error {

@@ -5,10 +5,12 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
 )
@@ -53,7 +55,7 @@ func TestMoneyPagesWithoutJavaScript(t *testing.T) {
 		}
 
 		partner := s.get(c, "/dashboard/partners/"+d.partner.ID)
-		if !strings.Contains(partner.body, "data-balance") || !strings.Contains(partner.body, "<td>USD</td>") || !strings.Contains(partner.body, ">3.00</td>") {
+		if !strings.Contains(partner.body, "data-balance") || !strings.Contains(partner.body, "<td>USD</td>") || !strings.Contains(partner.body, "<strong>3.00 USD</strong>") {
 			t.Errorf("the partner's page lacks its balance (3.00 owed): %s", partner.body[strings.Index(partner.body, "<h2>Balance"):][:600])
 		}
 
@@ -61,10 +63,24 @@ func TestMoneyPagesWithoutJavaScript(t *testing.T) {
 		if payouts.status != 200 || !strings.Contains(payouts.body, "data-owed") {
 			t.Fatalf("payouts page: %d", payouts.status)
 		}
+		// What is owed, per currency, stands before the form that pays it.
+		if i, j := strings.Index(payouts.body, `<tr data-total="USD"><td>USD</td>`), strings.Index(payouts.body, "data-payout-form"); i < 0 || j < i ||
+			!strings.Contains(payouts.body[i:j], "<strong>3.00 USD</strong>") {
+			t.Errorf("the Payouts page does not say 3.00 USD is owed before its form")
+		}
 		if p := s.post(c, "/dashboard/payouts", url.Values{"csrf": {tok}, "currency": {"EUR"}}); p.status != 422 || !strings.Contains(p.body, "Nobody is owed anything in currency EUR") {
 			t.Errorf("a payout nobody is owed: %d", p.status)
 		}
-		created := s.post(c, "/dashboard/payouts", url.Values{"csrf": {tok}, "currency": {"USD"}})
+		// The form shows the payout first, and creates nothing.
+		review := s.post(c, "/dashboard/payouts", url.Values{"csrf": {tok}, "currency": {"USD"}, "through": {time.Now().UTC().Format("2006-01-02")}})
+		if review.status != 200 || !strings.Contains(review.body, "Pay 3.00 USD to 1 partner?") || !strings.Contains(review.body, "Pat &lt;i&gt;Reviews&lt;/i&gt;") ||
+			!strings.Contains(review.body, `name="confirm" value="yes"`) {
+			t.Fatalf("the payout's review: %d %s", review.status, review.body)
+		}
+		if list, _, _ := s.svc.Payouts.Payouts(ctx, s.brandID, "", records.ListParams{}); len(list) != 0 {
+			t.Fatalf("reviewing a payout created %d", len(list))
+		}
+		created := s.post(c, "/dashboard/payouts", url.Values{"csrf": {tok}, "currency": {"USD"}, "confirm": {"yes"}})
 		if created.status != 303 {
 			t.Fatalf("create payout: %d %s", created.status, created.body)
 		}

@@ -1,7 +1,7 @@
 package dashboard
 
 import (
-	"encoding/json"
+	"cmp"
 	"net/http"
 	"strconv"
 	"strings"
@@ -39,6 +39,17 @@ type offerForm struct {
 	Errors     map[string]string
 	Currencies []string
 	CapNames   []string
+	Choice     payoutChoice // a fixed payout or a share of revenue
+}
+
+// PayoutChoice is the form's payout choice with every problem of it,
+// the form's own and the API's.
+func (f offerForm) PayoutChoice() payoutChoice {
+	c := f.Choice
+	c.ID = "offer"
+	c.AmountError = cmp.Or(c.AmountError, f.Errors["payoutCents"])
+	c.PercentError = cmp.Or(c.PercentError, f.Errors["payoutPercent"])
+	return c
 }
 
 var capNames = []string{"daily", "weekly", "monthly", "global"}
@@ -56,7 +67,7 @@ func (d *Dashboard) newOffer(w http.ResponseWriter, r *request) error {
 	render(w, "offer-form", r.view("New offer", "offers", offerForm{
 		Values: map[string]string{"currency": "USD", "approval": tally.ApprovalAuto, "status": tally.OfferActive, "holdHours": "0",
 			"attributionWindowDays": strconv.Itoa(tally.DefaultAttributionWindowDays)},
-		Currencies: formCurrencies, CapNames: capNames,
+		Currencies: formCurrencies, CapNames: capNames, Choice: payoutChoice{Kind: payoutFixed},
 	}))
 	return nil
 }
@@ -75,16 +86,17 @@ func readOfferForm(r *request, edited *tally.Offer) (offerForm, offers.OfferInpu
 	}
 	in := offers.OfferInput{Name: ptr(v["name"]), DestinationURL: ptr(v["destinationUrl"]), Currency: ptr(v["currency"]),
 		Approval: ptr(v["approval"]), Status: ptr(v["status"]), Caps: &tally.Caps{}, FallbackURL: ptr(v["fallbackUrl"])}
-	for field, target := range map[string]**int64{"revenue": &in.RevenueCents, "payout": &in.PayoutCents} {
-		if cents, ok := parseMoney(v[field], v["currency"]); ok {
-			*target = &cents
-		} else if v[field] != "" {
-			f.Errors[field+"Cents"] = "Enter an amount such as 12.50."
-		}
+	if cents, ok := parseMoney(v["revenue"], v["currency"]); ok {
+		in.RevenueCents = &cents
+	} else if v["revenue"] != "" {
+		f.Errors["revenueCents"] = "Enter an amount such as 12.50."
 	}
-	if p := v["payoutPercent"]; p != "" {
-		n := json.Number(p)
-		in.PayoutPercent = &n
+	f.Choice, in.PayoutCents, in.PayoutPercent = readPayout(r, v["currency"])
+	if edited == nil {
+		f.Choice.Currency = "" // the form's select picks it
+	}
+	if f.Choice.failed() {
+		f.Errors["payoutCents"], f.Errors["payoutPercent"] = f.Choice.AmountError, f.Choice.PercentError
 	}
 	for field, target := range map[string]**int{"holdHours": &in.HoldHours, "attributionWindowDays": &in.AttributionWindowDays} {
 		if v[field] == "" {
@@ -132,41 +144,30 @@ func (d *Dashboard) createOffer(w http.ResponseWriter, r *request) error {
 
 func ptr[T any](v T) *T { return &v }
 
-// offerData is an offer's page, with its tracking link.
+// offerData is an offer's page, with its tracking link and its
+// partners' own terms.
 type offerData struct {
 	tally.Offer
-	Link  string // the link with the partner's id left to fill in
-	Terms []termRow
+	Link      string // the link with the partner's id left to fill in
+	Terms     []termRow
+	TermsForm termsForm
 }
 
-// termRow is one partner's payout terms on the offer, as the page says them.
-type termRow struct{ PartnerID, Payout string }
-
-// payoutText says what a fixed amount or a percentage pays.
-func payoutText(cents *int64, percent *tally.Percent, currency string) string {
-	if percent != nil {
-		return percent.String() + "% of revenue"
+func (d *Dashboard) offerData(r *request) (offerData, error) {
+	o, err := d.svc.Offers.Offer(r.Context(), r.brandID(), r.PathValue("id"))
+	if err != nil {
+		return offerData{}, err
 	}
-	if cents != nil {
-		return moneyOf(*cents, currency)
-	}
-	return ""
+	data := offerData{Offer: o, Link: publicBase(r.Request) + "/c/" + o.ID + "?pid="}
+	return data, d.offerTerms(r, &data)
 }
 
 func (d *Dashboard) offer(w http.ResponseWriter, r *request) error {
-	o, err := d.svc.Offers.Offer(r.Context(), r.brandID(), r.PathValue("id"))
+	data, err := d.offerData(r)
 	if err != nil {
 		return err
 	}
-	terms, err := d.svc.Offers.AllTerms(r.Context(), r.brandID(), o.ID)
-	if err != nil {
-		return err
-	}
-	data := offerData{Offer: o, Link: publicBase(r.Request) + "/c/" + o.ID + "?pid="}
-	for _, t := range terms {
-		data.Terms = append(data.Terms, termRow{PartnerID: t.PartnerID, Payout: payoutText(t.PayoutCents, t.PayoutPercent, o.Currency)})
-	}
-	render(w, "offer", r.view(o.Name, "offers", data))
+	render(w, "offer", r.view(data.Name, "offers", data))
 	return nil
 }
 
@@ -181,8 +182,9 @@ func (d *Dashboard) editOffer(w http.ResponseWriter, r *request) error {
 		"currency": o.Currency, "approval": o.Approval, "status": o.Status, "holdHours": strconv.Itoa(o.HoldHours),
 		"attributionWindowDays": strconv.Itoa(o.AttributionWindowDays), "fallbackUrl": o.FallbackURL,
 	}}
+	f.Choice = payoutChoice{Kind: payoutFixed, Amount: f.Values["payout"], Currency: o.Currency}
 	if o.PayoutPercent != nil {
-		f.Values["payout"], f.Values["payoutPercent"] = "", o.PayoutPercent.String()
+		f.Choice = payoutChoice{Kind: payoutPercent, Percent: o.PayoutPercent.String(), Currency: o.Currency}
 	}
 	for name, limit := range map[string]*int64{"daily": o.Caps.Daily, "weekly": o.Caps.Weekly, "monthly": o.Caps.Monthly, "global": o.Caps.Global} {
 		if limit != nil {

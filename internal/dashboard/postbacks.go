@@ -13,14 +13,16 @@ import (
 // offer, and its postback with the form that sets it.
 type partnerData struct {
 	tally.Partner
-	Links    []trackingLink
-	Postback *tally.Postback
-	Macros   []string
-	Events   []string          // the events a postback may fire on
-	Values   map[string]string // url, since
-	Checked  []string
-	Errors   map[string]string // url, events, since
-	Balances []tally.Balance
+	Links     []trackingLink
+	Postback  *tally.Postback
+	Macros    []string
+	Events    []string          // the events a postback may fire on
+	Values    map[string]string // url, since
+	Checked   []string
+	Errors    map[string]string // url, events, since
+	Balances  []tally.Balance
+	Terms     []termRow // its own terms, by offer
+	TermsForm termsForm
 }
 
 // trackingLink is an offer's link for one partner.
@@ -49,10 +51,11 @@ func (d endpointPages) partnerData(r *request) (partnerData, error) {
 		return data, err
 	}
 	data.Balances = b.Data
-	offers, _, err := d.svc.Offers.Offers(r.Context(), r.brandID(), records.ListParams{Limit: records.MaxLimit})
+	offers, _, err := d.svc.Offers.OffersWithTerms(r.Context(), r.brandID(), records.ListParams{Limit: records.MaxLimit})
 	for _, o := range offers {
-		data.Links = append(data.Links, trackingLink{Offer: o, URL: publicBase(r.Request) + "/c/" + o.ID + "?pid=" + p.ID})
+		data.Links = append(data.Links, trackingLink{Offer: o.Offer, URL: publicBase(r.Request) + "/c/" + o.ID + "?pid=" + p.ID})
 	}
+	partnerTerms(&data, offers)
 	return data, err
 }
 

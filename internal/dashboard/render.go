@@ -104,6 +104,8 @@ var flashes = map[string]string{
 	"partner-reactivated":     "The partner is active again.",
 	"conversion-reversed":     "The conversion was reversed. Its payout left the partner's balance.",
 	"payout-created":          "The payout was created. Pay its lines, then mark it paid.",
+	"terms-saved":             "The terms were saved. The partner's conversions pay them from now on; those already recorded keep their payout.",
+	"terms-removed":           "The terms were removed. The partner earns the offer's payout from its next conversion on.",
 	"payout-paid":             "The payout is marked paid.",
 	"conversion-approved":     "The conversion was approved.",
 	"conversion-rejected":     "The conversion was rejected.",

@@ -1,12 +1,16 @@
 package httpapi_test
 
 import (
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/store"
 )
 
 // oasMoneySetup is what the money part of the OpenAPI session starts
@@ -17,6 +21,47 @@ type oasMoneySetup struct {
 	active, banned        string
 	approved, approvedEUR string
 	otherKey              string
+	st                    store.Store
+}
+
+// oasFullTerms gives offer terms for n made-up partners besides its own,
+// straight in the store (the API would need n partners), and returns what
+// puts the offer back as it was.
+func oasFullTerms(t *testing.T, st store.Store, offer tally.Offer, n int) (restore func()) {
+	t.Helper()
+	ctx := t.Context()
+	key := keys.Offer(offer.BrandID, offer.ID)
+	before, err := st.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body map[string]any
+	if err := json.Unmarshal(before.Data, &body); err != nil {
+		t.Fatal(err)
+	}
+	terms, _ := body["partnerTerms"].(map[string]any)
+	if terms == nil {
+		terms = map[string]any{}
+	}
+	for i := 0; len(terms) < n; i++ {
+		id := fmt.Sprintf("prt_%026d", i)
+		terms[id] = map[string]any{"offerId": offer.ID, "partnerId": id, "payoutCents": 1, "payoutPercent": nil, "updatedAt": "2026-01-01T00:00:00Z"}
+	}
+	body["partnerTerms"] = terms
+	full := before
+	full.Nums = map[string]int64{"rev": before.Nums["rev"] + 1}
+	if full.Data, err = json.Marshal(body); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Transact(ctx, store.Put(full)); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		before.Nums = map[string]int64{"rev": full.Nums["rev"] + 1}
+		if err := st.Transact(ctx, store.Put(before)); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // oasMoney drives reversals, reinstatement, payout terms, balances and
@@ -71,6 +116,10 @@ func oasMoney(t *testing.T, call, withKey func(oasCall) oasAnswer, s oasMoneySet
 	}
 	withKey(oasCall{method: "GET", path: terms, status: 200})
 	call(oasCall{method: "GET", path: terms, key: s.otherKey, status: 404, code: "not_found"})
+	// An offer holds terms for 1,000 partners at most: a 1,001st is refused.
+	restore := oasFullTerms(t, s.st, s.offer, 1000)
+	withKey(oasCall{method: "PUT", path: "/api/v1/offers/" + s.offer.ID + "/partners/" + s.banned + "/terms", status: 409, code: "conflict", body: map[string]any{"payoutCents": 1}})
+	restore()
 	withKey(oasCall{method: "DELETE", path: terms, status: 200})
 	withKey(oasCall{method: "DELETE", path: terms, status: 404, code: "not_found"})
 

@@ -818,7 +818,7 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	withKey(oasCall{method: "GET", path: "/api/v1/conversions?page=2", status: 422, code: "validation_error"})
 
 	// --- Partner money.
-	moneyCalls := oasMoney(t, call, withKey, oasMoneySetup{offer: autoOffer, active: p1.ID, banned: p3.ID, approved: c1.ID, approvedEUR: c2.ID, otherKey: otherKey})
+	moneyCalls := oasMoney(t, call, withKey, oasMoneySetup{offer: autoOffer, active: p1.ID, banned: p3.ID, approved: c1.ID, approvedEUR: c2.ID, otherKey: otherKey, st: st})
 
 	// --- Reports.
 	report := oasAs[reports.Report](t, withKey(oasCall{method: "GET", path: "/api/v1/reports", status: 200}))

@@ -124,15 +124,26 @@ func ConversionsByPartner(brandID, partnerID string, shard int) string {
 	return "BRD#" + brandID + "#PRT#" + partnerID + "#CNV#" + strconv.Itoa(shard)
 }
 
-// Partner money (package ledger): a partner's balance counters, per
-// currency in Shards items each (summed on read), so that its busiest
-// moments conflict less; owed entries (amounts waiting for a payout: one
-// conversion's, or the sum of a stream batch's for one partner and day, or
-// a reversal's negative) in the brand's owed shards per currency, sorted
-// by the UTC day they became owed, which a payout's "through" bounds.
-func BalancePK(brandID, partnerID string) string { return "BAL#" + brandID + "#" + partnerID }
+// Partner money (package ledger): partners' balance counters, per partner
+// and currency in Shards items each (summed on read), so that a partner's
+// busiest moments conflict less, in the brand's balance shards, so that
+// the Payouts page reads every partner's balance in Shards queries; owed
+// entries (amounts waiting for a payout: one conversion's, or the sum of
+// a stream batch's for one partner and day, or a reversal's negative) in
+// the brand's owed shards per currency, sorted by the UTC day they became
+// owed, which a payout's "through" bounds.
+func BalancePK(brandID string, shard int) string { return "BAL#" + brandID + "#" + strconv.Itoa(shard) }
 func Balance(brandID, partnerID, currency string, shard int) store.Key {
-	return store.Key{PK: BalancePK(brandID, partnerID), SK: currency + "#" + strconv.Itoa(shard)}
+	return store.Key{PK: BalancePK(brandID, shard), SK: BalanceSKPrefix(partnerID) + currency}
+}
+
+// BalanceSKPrefix starts the sort keys of a partner's balance items.
+func BalanceSKPrefix(partnerID string) string { return partnerID + "#" }
+
+// BalanceOf splits a balance item's sort key into partner and currency.
+func BalanceOf(sk string) (partnerID, currency string) {
+	partnerID, currency, _ = strings.Cut(sk, "#")
+	return partnerID, currency
 }
 func OwedPK(brandID, currency string, shard int) string {
 	return "OWED#" + brandID + "#" + currency + "#" + strconv.Itoa(shard)

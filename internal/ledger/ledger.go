@@ -19,7 +19,6 @@ import (
 	"cmp"
 	"context"
 	"slices"
-	"strings"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/keys"
@@ -113,34 +112,56 @@ func Reversed(c tally.Conversion) []store.Op {
 
 // Balances sums a partner's counters per currency, in currency order.
 func Balances(ctx context.Context, st store.Store, brandID, partnerID string) ([]tally.Balance, error) {
-	byCurrency := map[string]*tally.Balance{}
-	q := store.Query{PK: keys.BalancePK(brandID, partnerID), Limit: 1000}
-	for {
-		page, err := st.Query(ctx, q)
-		if err != nil {
-			return nil, err
-		}
-		for _, it := range page.Items {
-			currency, _, _ := strings.Cut(it.SK, "#")
-			b := byCurrency[currency]
-			if b == nil {
-				b = &tally.Balance{Currency: currency}
-				byCurrency[currency] = b
+	all, err := sum(ctx, st, brandID, keys.BalanceSKPrefix(partnerID))
+	if all[partnerID] == nil {
+		return []tally.Balance{}, err
+	}
+	return all[partnerID], err
+}
+
+// AllBalances sums the counters of every partner of the brand with any,
+// per partner and currency (in currency order): a query per shard, not
+// one per partner.
+func AllBalances(ctx context.Context, st store.Store, brandID string) (map[string][]tally.Balance, error) {
+	return sum(ctx, st, brandID, "")
+}
+
+// sum reads the balance items whose sort keys start with prefix from
+// every shard of the brand and sums them per partner and currency.
+func sum(ctx context.Context, st store.Store, brandID, prefix string) (map[string][]tally.Balance, error) {
+	type key struct{ partner, currency string }
+	totals := map[key]*tally.Balance{}
+	for shard := range keys.Shards {
+		q := store.Query{PK: keys.BalancePK(brandID, shard), SKPrefix: prefix, Limit: 1000}
+		for {
+			page, err := st.Query(ctx, q)
+			if err != nil {
+				return nil, err
 			}
-			b.PendingCents += it.Nums[pending]
-			b.OwedCents += it.Nums[owed]
-			b.InPayoutCents += it.Nums[inPayout]
-			b.PaidCents += it.Nums[paid]
-		}
-		if q.Cursor = page.Cursor; q.Cursor == "" {
-			break
+			for _, it := range page.Items {
+				partner, currency := keys.BalanceOf(it.SK)
+				b := totals[key{partner, currency}]
+				if b == nil {
+					b = &tally.Balance{Currency: currency}
+					totals[key{partner, currency}] = b
+				}
+				b.PendingCents += it.Nums[pending]
+				b.OwedCents += it.Nums[owed]
+				b.InPayoutCents += it.Nums[inPayout]
+				b.PaidCents += it.Nums[paid]
+			}
+			if q.Cursor = page.Cursor; q.Cursor == "" {
+				break
+			}
 		}
 	}
-	out := make([]tally.Balance, 0, len(byCurrency))
-	for _, b := range byCurrency {
-		out = append(out, *b)
+	out := map[string][]tally.Balance{}
+	for k, b := range totals {
+		out[k.partner] = append(out[k.partner], *b)
 	}
-	slices.SortFunc(out, func(a, b tally.Balance) int { return cmp.Compare(a.Currency, b.Currency) })
+	for _, bs := range out {
+		slices.SortFunc(bs, func(a, b tally.Balance) int { return cmp.Compare(a.Currency, b.Currency) })
+	}
 	return out, nil
 }
 

@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/validate"
 )
@@ -58,6 +60,24 @@ func (s *Service) AllTerms(ctx context.Context, brandID, offerID string) ([]tall
 		out = append(out, e.Terms[id])
 	}
 	return out, nil
+}
+
+// Listed is an offer of a list, with its partners' own terms.
+type Listed struct {
+	tally.Offer
+	Terms map[string]tally.PayoutTerms
+}
+
+// OffersWithTerms lists the brand's offers, newest first, each with its
+// partners' terms (read with it: they live in its item).
+func (s *Service) OffersWithTerms(ctx context.Context, brandID string, p records.ListParams) ([]Listed, string, error) {
+	sp := records.Span{Parts: []records.Partition{{PK: keys.BrandPK(brandID)}}, Prefix: keys.OfferSKPrefix}
+	list, next, err := records.ListSpan[stored](ctx, s.db, sp, p, nil)
+	out := make([]Listed, len(list))
+	for i, o := range list {
+		out[i] = Listed{Offer: o.Offer, Terms: o.PartnerTerms}
+	}
+	return out, next, err
 }
 
 // PutTerms sets a partner's payout terms on an offer. Conversions

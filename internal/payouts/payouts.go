@@ -62,6 +62,12 @@ func (s *Service) Balance(ctx context.Context, brandID, partnerID string) (Balan
 	return Balances{Data: b}, err
 }
 
+// AllBalances returns the balances of every partner of the brand that
+// has any, by partner id, read in a few queries whatever their number.
+func (s *Service) AllBalances(ctx context.Context, brandID string) (map[string][]tally.Balance, error) {
+	return ledger.AllBalances(ctx, s.db, brandID)
+}
+
 // CreateInput is the body of POST /payouts.
 type CreateInput struct {
 	Currency   *string  `json:"currency"`
@@ -109,22 +115,11 @@ const claimsPerWrite = store.MaxTransactOps - 3
 // more claims.
 func (s *Service) CreatePayout(ctx context.Context, brandID string, in CreateInput) (tally.Payout, error) {
 	now := s.db.Now()
-	if err := in.validate(now.Format(time.DateOnly)); err != nil {
-		return tally.Payout{}, err
-	}
-	currency, through := *in.Currency, validate.Deref(in.Through, "")
-	keep := func(string) bool { return true }
-	if in.PartnerIDs != nil {
-		keep = func(id string) bool { return slices.Contains(in.PartnerIDs, id) }
-	}
-	entries, err := ledger.Owed(ctx, s.db, brandID, currency, through, keep)
+	byPartner, err := s.owed(ctx, brandID, in, now)
 	if err != nil {
 		return tally.Payout{}, err
 	}
-	byPartner := map[string][]ledger.Entry{}
-	for _, e := range entries {
-		byPartner[e.PartnerID] = append(byPartner[e.PartnerID], e)
-	}
+	currency, through := *in.Currency, validate.Deref(in.Through, "")
 	b := batch{Payout: tally.Payout{ID: s.db.NewID("pay_", now), BrandID: brandID, Currency: currency, Status: tally.PayoutPending, Through: through, CreatedAt: tally.NewTime(now)}}
 	for _, partnerID := range slices.Sorted(maps.Keys(byPartner)) {
 		if err := s.claim(ctx, &b, partnerID, byPartner[partnerID]); err != nil {
@@ -135,6 +130,55 @@ func (s *Service) CreatePayout(ctx context.Context, brandID string, in CreateInp
 		return tally.Payout{}, nobodyOwed(currency, through)
 	}
 	return s.Payout(ctx, brandID, b.ID)
+}
+
+// Preview is the payout CreatePayout would create now, claiming nothing:
+// a line per partner whose owed entries sum to more than 0, and the
+// totals. It answers as CreatePayout does to bad input and to a currency
+// nobody is owed. (A payout created later may differ: conversions
+// approved or reversed since, another payout created meanwhile.)
+func (s *Service) Preview(ctx context.Context, brandID string, in CreateInput) (tally.Payout, error) {
+	byPartner, err := s.owed(ctx, brandID, in, s.db.Now())
+	if err != nil {
+		return tally.Payout{}, err
+	}
+	p := tally.Payout{BrandID: brandID, Currency: *in.Currency, Status: tally.PayoutPending, Through: validate.Deref(in.Through, "")}
+	for _, partnerID := range slices.Sorted(maps.Keys(byPartner)) {
+		line := tally.PayoutLine{PartnerID: partnerID}
+		for _, e := range byPartner[partnerID] {
+			line.AmountCents += e.AmountCents
+			line.Conversions += e.Count
+		}
+		if line.AmountCents > 0 {
+			p.Lines = append(p.Lines, line)
+			p.TotalCents += line.AmountCents
+			p.Conversions += line.Conversions
+		}
+	}
+	if len(p.Lines) == 0 {
+		return tally.Payout{}, nobodyOwed(p.Currency, p.Through)
+	}
+	return p, nil
+}
+
+// owed validates in and reads the owed entries it asks for, by partner.
+func (s *Service) owed(ctx context.Context, brandID string, in CreateInput, now time.Time) (map[string][]ledger.Entry, error) {
+	if err := in.validate(now.Format(time.DateOnly)); err != nil {
+		return nil, err
+	}
+	keep := func(string) bool { return true }
+	if in.PartnerIDs != nil {
+		keep = func(id string) bool { return slices.Contains(in.PartnerIDs, id) }
+	}
+	entries, err := ledger.Owed(ctx, s.db, brandID, *in.Currency, validate.Deref(in.Through, ""), keep)
+	if err != nil {
+		return nil, err
+	}
+	byPartner := map[string][]ledger.Entry{}
+	for _, e := range entries {
+		byPartner[e.PartnerID] = append(byPartner[e.PartnerID], e)
+	}
+	return byPartner, nil
 }
 
 // batch is a payout being created: stored once its first claim is.
