@@ -89,7 +89,7 @@ func readOfferForm(r *request, edited *tally.Offer) (offerForm, offers.OfferInpu
 	if cents, ok := parseMoney(v["revenue"], v["currency"]); ok {
 		in.RevenueCents = &cents
 	} else if v["revenue"] != "" {
-		f.Errors["revenueCents"] = "Enter an amount such as 12.50."
+		f.Errors["revenueCents"] = msgAmount
 	}
 	f.Choice, in.PayoutCents, in.PayoutPercent = readPayout(r, v["currency"])
 	if edited == nil {

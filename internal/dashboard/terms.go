@@ -27,9 +27,9 @@ type payoutChoice struct {
 
 // Payout messages, in the words of the marketer who fills the form.
 const (
-	msgAmount      = "Enter an amount such as 5.00."
+	msgAmount      = "Enter an amount such as 12.50."
 	msgAmountHuge  = "Enter an amount of at most 10,000,000,000.00."
-	msgAmountNone  = "Enter the amount a conversion pays, such as 5.00."
+	msgAmountNone  = "Enter the amount a conversion pays, such as 12.50."
 	msgPercent     = "Enter a share more than 0 and at most 100, with at most two decimals, such as 12.5."
 	msgPercentNone = "Enter the share of revenue a conversion pays, such as 12.5."
 	msgPayoutBoth  = "Fill in either a fixed amount or a share of revenue, not both."

@@ -31,7 +31,7 @@ func TestPayoutTermsFormsRefuseBadInput(t *testing.T) {
 			{url.Values{"partner": {d.partner.ID}, "payoutKind": {"percent"}, "payoutPercent": {"100.01"}}, "Enter a share more than 0 and at most 100"},
 			{url.Values{"partner": {d.partner.ID}, "payoutKind": {"percent"}, "payoutPercent": {"0"}}, "Enter a share more than 0 and at most 100"},
 			{url.Values{"partner": {d.partner.ID}, "payoutKind": {"percent"}}, "Enter the share of revenue a conversion pays"},
-			{url.Values{"partner": {d.partner.ID}, "payoutKind": {"fixed"}, "payout": {"three"}}, "Enter an amount such as 5.00."},
+			{url.Values{"partner": {d.partner.ID}, "payoutKind": {"fixed"}, "payout": {"three"}}, "Enter an amount such as 12.50."},
 			{url.Values{"partner": {d.partner.ID}, "payoutKind": {"fixed"}}, "Enter the amount a conversion pays"},
 			{url.Values{"payoutKind": {"fixed"}, "payout": {"2.00"}}, "Choose the partner these terms are for."},
 		} {
