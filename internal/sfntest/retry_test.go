@@ -37,8 +37,8 @@ func retryScenario(t *testing.T, status func(n int) int) (f *fixture, ref endpoi
 		t.Fatalf("the execution ended %v\ntask runs: %+v", res, runs)
 	}
 	var in attempt.RetryInput
-	if json.Unmarshal([]byte(res.Input), &in) != nil || in.DeliveryRef != ref || in.Attempt != 0 || in.ResumeAt != nil {
-		t.Errorf("execution input %s, want the delivery %+v", res.Input, ref)
+	if json.Unmarshal([]byte(res.Input), &in) != nil || in.DeliveryRef != ref || in.Attempt != 0 || in.ResumeAt != nil || in.NextAttemptAt == nil {
+		t.Errorf("execution input %s, want the delivery %+v and when attempt 2 is due", res.Input, ref)
 	}
 	if err := json.Unmarshal(res.Output, &out); err != nil {
 		t.Fatalf("execution output %s: %v", res.Output, err)
@@ -64,6 +64,15 @@ func startScenarioWith(t *testing.T, status func(n int) int, setup func(*fixture
 	f = newFixture(t)
 	setup(f)
 	rcv = newReceiver(t, status)
+	ref, name = startOn(t, f, rcv)
+	return f, ref, name, rcv
+}
+
+// startOn delivers a webhook.test to rcv through the deliver function,
+// whose attempt 1 must fail, and returns the delivery and the execution
+// it started.
+func startOn(t *testing.T, f *fixture, rcv *receiver) (ref endpoints.DeliveryRef, name string) {
+	t.Helper()
 	sub := f.subscribe(t, rcv.URL, secret, tally.EventConversionCreated)
 	evt, err := f.svc.Endpoints.SendTestEvent(t.Context(), f.brand.ID, sub.ID)
 	if err != nil {
@@ -79,7 +88,7 @@ func startScenarioWith(t *testing.T, status func(n int) int, setup func(*fixture
 	if want := ref.DeliveryID + "-0"; !slices.Equal(started, []string{want}) {
 		t.Fatalf("the deliver function started %v after a failed attempt 1, want one execution named %s (the delivery id and its cycle)", started, want)
 	}
-	return f, ref, started[0], rcv
+	return ref, started[0]
 }
 
 // checkAttempts checks the task runs (attempts 2…last, one run each, no

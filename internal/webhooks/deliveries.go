@@ -578,9 +578,13 @@ type AttemptResult struct {
 	// Cycle tells the delivery's schedules apart: 0 for the first, then the
 	// number of attempts before a manual retry started the current one.
 	Cycle   int           `json:"cycle"`
-	Sent    bool          `json:"sent"`             // whether this step sent a request
-	RetryIn time.Duration `json:"retryIn"`          // while pending: the wait before the next attempt
-	Parked  bool          `json:"parked,omitempty"` // waits for its endpoint's circuit: no schedule of its own
+	Sent    bool          `json:"sent"`    // whether this step sent a request
+	RetryIn time.Duration `json:"retryIn"` // while pending: the wait before the next attempt
+	// NextAttemptAt is when the next attempt is due, while pending (null
+	// otherwise): the retry workflow's Wait states read it, so a
+	// receiver's Retry-After holds on AWS too.
+	NextAttemptAt *tally.Time `json:"nextAttemptAt"`
+	Parked        bool        `json:"parked,omitempty"` // waits for its endpoint's circuit: no schedule of its own
 }
 
 // Attempt makes attempt number n (1 to MaxAttempts, counted in the current
@@ -789,6 +793,7 @@ func (s *Engine) resultOf(rec endpoints.DeliveryRecord) AttemptResult {
 		// The wait decided when the attempt was recorded: the schedule's,
 		// or longer when the receiver asked (Retry-After).
 		res.RetryIn = rec.NextAttemptAt.Sub(rec.UpdatedAt.Time)
+		res.NextAttemptAt = rec.NextAttemptAt
 	}
 	return res
 }
