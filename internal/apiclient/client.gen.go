@@ -6702,7 +6702,7 @@ type Postback struct {
 	// BrandId Examples: brd_01kb7k3m5n6p7q8r9s0t1v2w3x
 	BrandId BrandId `json:"brandId"`
 
-	// ConsecutiveFailures Failed attempts since the last success (or since it was enabled).
+	// ConsecutiveFailures Deliveries that failed every attempt since the last success (or since it was enabled); a failed attempt that is retried does not count.
 	ConsecutiveFailures int `json:"consecutiveFailures"`
 
 	// CreatedAt RFC 3339 in UTC with milliseconds.
@@ -6911,7 +6911,7 @@ type Subscription struct {
 	// BrandId Examples: brd_01kb7k3m5n6p7q8r9s0t1v2w3x
 	BrandId BrandId `json:"brandId"`
 
-	// ConsecutiveFailures Failed attempts since the last success (or since it was enabled).
+	// ConsecutiveFailures Deliveries that failed every attempt since the last success (or since it was enabled); a failed attempt that is retried does not count.
 	ConsecutiveFailures int `json:"consecutiveFailures"`
 
 	// CreatedAt RFC 3339 in UTC with milliseconds.

@@ -456,23 +456,23 @@ type healthWrite struct {
 // from the endpoints in eps.
 func (s *Engine) healthWrites(batch []*fanOutPlan, eps map[store.Key]store.Item, now time.Time) []healthWrite {
 	var keys []store.Key
-	oks := map[store.Key][]bool{}
+	outs := map[store.Key][]endpoints.Outcome{}
 	for _, plan := range batch {
 		for i, f := range plan.first {
 			if f == nil || !f.answered {
 				continue
 			}
 			k := plan.eps[i].Key
-			if _, ok := oks[k]; !ok {
+			if _, ok := outs[k]; !ok {
 				keys = append(keys, k)
 			}
-			oks[k] = append(oks[k], f.at.Succeeded())
+			outs[k] = append(outs[k], outcomeOf(&f.at, s.withAttempt(plan.recs[i], &f.at, now)))
 		}
 	}
 	var out []healthWrite
 	for _, k := range keys {
 		if ep := eps[k]; ep.Key == k {
-			if op, ok := s.health.OutcomesOp(ep, oks[k], now); ok {
+			if op, ok := s.health.OutcomesOp(ep, outs[k], now); ok {
 				out = append(out, healthWrite{key: k, op: op})
 			}
 		}
@@ -714,7 +714,7 @@ func (s *Engine) recordAttempt(ctx context.Context, rec endpoints.DeliveryRecord
 		if ep != nil && at != nil {
 			if at.Gone() {
 				ops = append(ops, s.health.GoneOp(*ep, now))
-			} else if health, ok := s.health.OutcomeOp(*ep, at.Succeeded(), now); ok {
+			} else if health, ok := s.health.OutcomeOp(*ep, outcomeOf(at, rec), now); ok {
 				ops = append(ops, health)
 			}
 		}
@@ -780,6 +780,18 @@ func (s *Engine) withAttempt(rec endpoints.DeliveryRecord, at *tally.Attempt, no
 		}
 	}
 	return rec
+}
+
+// outcomeOf is what attempt at, recorded on the delivery as rec, tells
+// its endpoint's health.
+func outcomeOf(at *tally.Attempt, rec endpoints.DeliveryRecord) endpoints.Outcome {
+	switch {
+	case at.Succeeded():
+		return endpoints.Succeeded
+	case rec.Status == tally.DeliveryFailed:
+		return endpoints.Failed
+	}
+	return endpoints.Retrying
 }
 
 // retryWait is the wait after attempt made (1-based) failed.
