@@ -443,8 +443,20 @@ type Delivery struct {
 	Status         string    `json:"status"`
 	Attempts       []Attempt `json:"attempts"`
 	NextAttemptAt  *Time     `json:"nextAttemptAt"`
-	CreatedAt      Time      `json:"createdAt"`
-	UpdatedAt      Time      `json:"updatedAt"`
+	// Request is what the delivery sends, as the log shows it; it is made
+	// when read (from the event, which holds the body), not stored.
+	Request   *DeliveryRequest `json:"request,omitempty"`
+	CreatedAt Time             `json:"createdAt"`
+	UpdatedAt Time             `json:"updatedAt"`
+}
+
+// DeliveryRequest is the HTTP request of a delivery: as its last attempt
+// sent it (or its first will), with the signature values masked.
+type DeliveryRequest struct {
+	Method  string            `json:"method"`
+	URL     string            `json:"url"`
+	Headers map[string]string `json:"headers"`
+	Body    *string           `json:"body"` // null for a postback (a GET)
 }
 
 // Attempt error kinds: why an attempt got no HTTP status.

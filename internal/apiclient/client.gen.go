@@ -720,6 +720,24 @@ func (e DeliveryEvent) Valid() bool {
 	}
 }
 
+// Defines values for DeliveryRequestMethod.
+const (
+	GET  DeliveryRequestMethod = "GET"
+	POST DeliveryRequestMethod = "POST"
+)
+
+// Valid indicates whether the value is a known member of the DeliveryRequestMethod enum.
+func (e DeliveryRequestMethod) Valid() bool {
+	switch e {
+	case GET:
+		return true
+	case POST:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DeliveryStatus.
 const (
 	DeliveryStatusFailed    DeliveryStatus = "failed"
@@ -6192,6 +6210,9 @@ type Delivery struct {
 	// Examples: prt_01kb7k3m5n6p7q8r9s0t1v2w3x
 	PartnerId *PartnerId `json:"partnerId,omitempty"`
 
+	// Request The HTTP request the delivery sends, as its last attempt sent it (or, before the first, as that will): made from the event and the endpoint when read, not stored with each delivery. Signature values are masked (`v1=********`, `v1,********`); the timestamp and each signature's version stay. The per-attempt `traceparent` is not shown.
+	Request DeliveryRequest `json:"request"`
+
 	// Status `pending`: an attempt is due (see `nextAttemptAt`). `succeeded`: the receiver answered 2xx in time. `failed`: the 7th attempt of the schedule failed, or the subscription was deleted; only a manual retry sends it again.
 	Status DeliveryStatus `json:"status"`
 
@@ -6227,6 +6248,24 @@ type DeliveryList struct {
 	// NextCursor Pass it as `cursor` for the next page; null on the last page.
 	NextCursor *NextCursor `json:"nextCursor"`
 }
+
+// DeliveryRequest The HTTP request the delivery sends, as its last attempt sent it (or, before the first, as that will): made from the event and the endpoint when read, not stored with each delivery. Signature values are masked (`v1=********`, `v1,********`); the timestamp and each signature's version stay. The per-attempt `traceparent` is not shown.
+type DeliveryRequest struct {
+	// Body The body sent (the event's envelope, JSON as text); null for a postback, and once the event has expired.
+	Body *string `json:"body"`
+
+	// Headers The headers sent, by name.
+	Headers map[string]string `json:"headers"`
+
+	// Method POST for a webhook, GET for a postback.
+	Method DeliveryRequestMethod `json:"method"`
+
+	// Url Where it is sent.
+	Url string `json:"url"`
+}
+
+// DeliveryRequestMethod POST for a webhook, GET for a postback.
+type DeliveryRequestMethod string
 
 // DeliveryStatus `pending`: an attempt is due (see `nextAttemptAt`). `succeeded`: the receiver answered 2xx in time. `failed`: the 7th attempt of the schedule failed, or the subscription was deleted; only a manual retry sends it again.
 type DeliveryStatus string
@@ -7597,6 +7636,9 @@ type ListDeliveriesParams struct {
 
 	// EventId Only deliveries of this event.
 	EventId *EventId `form:"eventId,omitempty" json:"eventId,omitempty"`
+
+	// ConversionId Only deliveries of the events this conversion caused (`conversion.created`, `conversion.approved`, `conversion.rejected`), webhooks and postbacks.
+	ConversionId *ConversionId `form:"conversionId,omitempty" json:"conversionId,omitempty"`
 
 	// From Only deliveries of events created at or after this time: an RFC 3339 timestamp, or a date (YYYY-MM-DD, meaning its start, UTC).
 	From *TimeBound `form:"from,omitempty" json:"from,omitempty"`
@@ -11889,6 +11931,18 @@ func NewListDeliveriesRequest(server string, params *ListDeliveriesParams) (*htt
 		if params.EventId != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "eventId", *params.EventId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.ConversionId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "conversionId", *params.ConversionId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strconv"
 	"time"
@@ -672,13 +671,8 @@ func (s *Engine) request(rec endpoints.DeliveryRecord, ep store.Item, envelope [
 // requestTo is request with the endpoint decoded: the subscription, or nil
 // for a postback.
 func (s *Engine) requestTo(rec endpoints.DeliveryRecord, sub *endpoints.SubscriptionRecord, envelope []byte) delivery.Request {
-	req := delivery.Request{URL: rec.URL, WebhookID: rec.ID, Event: rec.Event, Traceparent: trace.Next(rec.Trace)}
-	if sub == nil {
-		req.Method = http.MethodGet
-		return req
-	}
-	req.Body = envelope
-	req.Secrets, req.Scheme = sub.SigningSecrets(s.db.Now()), sub.SignatureScheme
+	req := rec.Request(sub, envelope, s.db.Now())
+	req.Traceparent = trace.Next(rec.Trace)
 	return req
 }
 
