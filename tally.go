@@ -372,6 +372,8 @@ type Subscription struct {
 	// PreviousSecretExpiresAt is set while a rotated-out secret (or
 	// signing key) still signs deliveries next to the new one.
 	PreviousSecretExpiresAt *Time `json:"previousSecretExpiresAt,omitempty"`
+	// MaxPerSecond paces deliveries to the endpoint (1–1000; nil: none).
+	MaxPerSecond *int `json:"maxPerSecond,omitempty"`
 	EndpointHealth
 	CreatedAt Time `json:"createdAt"`
 	UpdatedAt Time `json:"updatedAt"`
@@ -392,6 +394,8 @@ type Postback struct {
 	BrandID   string   `json:"brandId"`
 	URL       string   `json:"url"`
 	Events    []string `json:"events"`
+	// MaxPerSecond paces deliveries to the endpoint (1–1000; nil: none).
+	MaxPerSecond *int `json:"maxPerSecond,omitempty"`
 	EndpointHealth
 	CreatedAt Time `json:"createdAt"`
 	UpdatedAt Time `json:"updatedAt"`

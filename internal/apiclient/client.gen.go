@@ -6406,6 +6406,9 @@ type HealthStatusStatus string
 // HttpURL An absolute http or https URL. Not `format: uri`: a destination may hold macros such as `{click_id}`, whose braces RFC 3986 does not allow until they are replaced.
 type HttpURL = string
 
+// MaxPerSecond At most this many deliveries a second to the endpoint (1 to 1000; none when left out). Deliveries beyond it wait their turn: they do not fail, the wait is not an attempt, and the other endpoints' deliveries do not wait behind them.
+type MaxPerSecond = int
+
 // NextCursor Pass it as `cursor` for the next page; null on the last page.
 type NextCursor = string
 
@@ -6764,10 +6767,13 @@ type Postback struct {
 	// LastSuccessAt The last successful attempt, to the minute while attempts keep succeeding; null before the first.
 	LastSuccessAt *time.Time `json:"lastSuccessAt"`
 
+	// MaxPerSecond At most this many deliveries a second to the endpoint (1 to 1000; none when left out). Deliveries beyond it wait their turn: they do not fail, the wait is not an attempt, and the other endpoints' deliveries do not wait behind them.
+	MaxPerSecond *MaxPerSecond `json:"maxPerSecond,omitempty"`
+
 	// PartnerId Examples: prt_01kb7k3m5n6p7q8r9s0t1v2w3x
 	PartnerId PartnerId `json:"partnerId"`
 
-	// Status `disabled` after 100 consecutive failed attempts, or after failing for 5 days with no success (the thresholds are the server's configuration); a disabled endpoint gets no new deliveries, while those already scheduled finish their schedule. `enable` makes it `enabled` again.
+	// Status `disabled` after 100 consecutive deliveries that failed every attempt, or after failing for 5 days with no success (the thresholds are the server's configuration); a disabled endpoint gets no new deliveries, while those already scheduled finish their schedule. `enable` makes it `enabled` again.
 	Status PostbackStatus `json:"status"`
 
 	// UpdatedAt RFC 3339 in UTC with milliseconds.
@@ -6784,7 +6790,7 @@ type Postback struct {
 // PostbackDisabledReason Why it is disabled; only while `disabled`.
 type PostbackDisabledReason string
 
-// PostbackStatus `disabled` after 100 consecutive failed attempts, or after failing for 5 days with no success (the thresholds are the server's configuration); a disabled endpoint gets no new deliveries, while those already scheduled finish their schedule. `enable` makes it `enabled` again.
+// PostbackStatus `disabled` after 100 consecutive deliveries that failed every attempt, or after failing for 5 days with no success (the thresholds are the server's configuration); a disabled endpoint gets no new deliveries, while those already scheduled finish their schedule. `enable` makes it `enabled` again.
 type PostbackStatus string
 
 // PostbackAnswer defines model for PostbackAnswer.
@@ -6806,6 +6812,9 @@ type PostbackEvent string
 type PostbackInput struct {
 	// Events The conversion events it fires on; `[conversion.created]` when left out.
 	Events *[]PostbackEvent `json:"events,omitempty"`
+
+	// MaxPerSecond At most this many deliveries a second to the endpoint (1 to 1000; none when left out). Deliveries beyond it wait their turn: they do not fail, the wait is not an attempt, and the other endpoints' deliveries do not wait behind them.
+	MaxPerSecond *MaxPerSecond `json:"maxPerSecond,omitempty"`
 
 	// Url A postback URL template: an absolute https URL (the local server also takes http to a loopback host), at most 2048 characters, with macros such as `{click_id}` in its path and query. Outside macros, spaces, control characters and `"`, `<`, `>`, `\`, `^`, `` ` ``, `{`, `|`, `}` must be percent-encoded, as in a webhook's URL.
 	//
@@ -6979,6 +6988,9 @@ type Subscription struct {
 	// LastSuccessAt The last successful attempt, to the minute while attempts keep succeeding; null before the first.
 	LastSuccessAt *time.Time `json:"lastSuccessAt"`
 
+	// MaxPerSecond At most this many deliveries a second to the endpoint (1 to 1000; none when left out). Deliveries beyond it wait their turn: they do not fail, the wait is not an attempt, and the other endpoints' deliveries do not wait behind them.
+	MaxPerSecond *MaxPerSecond `json:"maxPerSecond,omitempty"`
+
 	// PreviousSecretExpiresAt While a replaced secret (or key) still signs next to the new one: until when. Absent otherwise.
 	//
 	// Examples: 2026-11-22T10:04:05.123Z
@@ -6996,7 +7008,7 @@ type Subscription struct {
 	// SignatureScheme How deliveries are signed: `tally` (the default), `X-Tally-Signature`; or `standard-webhooks`, the Standard Webhooks specification's `webhook-id`, `webhook-timestamp` and `webhook-signature` headers, which its libraries (and Svix's) verify. It cannot change; make another subscription to switch.
 	SignatureScheme SignatureScheme `json:"signatureScheme"`
 
-	// Status `disabled` after 100 consecutive failed attempts, or after failing for 5 days with no success (the thresholds are the server's configuration); a disabled endpoint gets no new deliveries, while those already scheduled finish their schedule. `enable` makes it `enabled` again.
+	// Status `disabled` after 100 consecutive deliveries that failed every attempt, or after failing for 5 days with no success (the thresholds are the server's configuration); a disabled endpoint gets no new deliveries, while those already scheduled finish their schedule. `enable` makes it `enabled` again.
 	Status SubscriptionStatus `json:"status"`
 
 	// UpdatedAt RFC 3339 in UTC with milliseconds.
@@ -7013,7 +7025,7 @@ type Subscription struct {
 // SubscriptionDisabledReason Why it is disabled; only while `disabled`.
 type SubscriptionDisabledReason string
 
-// SubscriptionStatus `disabled` after 100 consecutive failed attempts, or after failing for 5 days with no success (the thresholds are the server's configuration); a disabled endpoint gets no new deliveries, while those already scheduled finish their schedule. `enable` makes it `enabled` again.
+// SubscriptionStatus `disabled` after 100 consecutive deliveries that failed every attempt, or after failing for 5 days with no success (the thresholds are the server's configuration); a disabled endpoint gets no new deliveries, while those already scheduled finish their schedule. `enable` makes it `enabled` again.
 type SubscriptionStatus string
 
 // SubscriptionId Examples: sub_01kb7k3m5n6p7q8r9s0t1v2w3x
@@ -7025,6 +7037,9 @@ type SubscriptionId = string
 type SubscriptionInput struct {
 	// Events The events to send here, by name, each once. A test event (`POST /api/public/webhooks/{id}/test`) comes without being listed; `webhook.test` cannot be listed (422).
 	Events []SubscribableEventName `json:"events"`
+
+	// MaxPerSecond At most this many deliveries a second to the endpoint (1 to 1000; none when left out). Deliveries beyond it wait their turn: they do not fail, the wait is not an attempt, and the other endpoints' deliveries do not wait behind them.
+	MaxPerSecond *MaxPerSecond `json:"maxPerSecond,omitempty"`
 
 	// Secret Signs every delivery; recommended, since without it anyone who knows the URL can post forged events to it. With `signatureScheme: tally`, 16 to 256 characters (counted as UTF-8 bytes) without leading or trailing white space. With `standard-webhooks` and `hmac-sha256`, `whsec_` and the standard base64 of 24 to 64 bytes; left out, Tally makes one and shows it in the answer, once. Not taken with `ed25519`. A secret given is never returned; keep your copy.
 	Secret *string `json:"secret,omitempty"`
@@ -7054,6 +7069,9 @@ type SubscriptionList struct {
 // Examples: {"secret":"whsec_9d1e77c04a2b4f13"}
 type SubscriptionUpdate struct {
 	Events *[]SubscribableEventName `json:"events,omitempty"`
+
+	// MaxPerSecond At most this many deliveries a second to the endpoint (1 to 1000; none when left out). Deliveries beyond it wait their turn: they do not fail, the wait is not an attempt, and the other endpoints' deliveries do not wait behind them.
+	MaxPerSecond *MaxPerSecond `json:"maxPerSecond,omitempty"`
 
 	// Secret A new signing secret, 16 to 256 characters without leading or trailing white space (`whsec_` and base64 of 24 to 64 bytes for `standard-webhooks`; not taken with `ed25519`, which rotates with `POST /api/public/webhooks/{id}/rotate`). The one it replaces keeps signing, as a second signature, for 24 hours.
 	Secret *string `json:"secret,omitempty"`

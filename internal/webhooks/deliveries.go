@@ -153,6 +153,17 @@ type fanOutPlan struct {
 	first []*firstAttempt
 }
 
+// pace is the maxPerSecond of the endpoint of delivery i (0: none).
+func (p *fanOutPlan) pace(i int) int {
+	if sub := p.subs[i]; sub != nil {
+		if sub.MaxPerSecond == nil {
+			return 0
+		}
+		return *sub.MaxPerSecond
+	}
+	return endpoints.PaceOf(p.eps[i])
+}
+
 // firstAttempt is attempt 1 of a delivery made before its fan-out is
 // written. If its answer came in time (answered, set before the write), it
 // is recorded with the fan-out, the delivery written once; otherwise the
@@ -584,6 +595,9 @@ type AttemptResult struct {
 	// receiver's Retry-After holds on AWS too.
 	NextAttemptAt *tally.Time `json:"nextAttemptAt"`
 	Parked        bool        `json:"parked,omitempty"` // waits for its endpoint's circuit: no schedule of its own
+	// Pace is the endpoint's maxPerSecond as the attempt read it (0: none),
+	// for the local pipeline's scheduler.
+	Pace int `json:"-"`
 }
 
 // Attempt makes attempt number n (1 to MaxAttempts, counted in the current
@@ -651,7 +665,7 @@ func (s *Engine) send(ctx context.Context, rec endpoints.DeliveryRecord, ep stor
 	}
 	at := sender.Send(ctx, req)
 	res, err := s.recordAttempt(ctx, rec, &at, &ep)
-	res.Sent = true
+	res.Sent, res.Pace = true, endpoints.PaceOf(ep)
 	return res, err
 }
 
