@@ -82,19 +82,23 @@ type endpointQueue struct {
 func (e *endpointQueue) ready(now time.Time) bool { return e.pace == 0 || !now.Before(e.next) }
 
 // started takes an attempt started at now from the endpoint's pace. An
-// attempt a timer started late leaves the next on time (at most one
-// interval is caught up), so the pace holds on average.
+// attempt that a timer (or a busy machine) started late leaves the next on
+// time, catching up at most paceCatchUp, so the pace holds on average
+// without bursts beyond a twentieth of a second's worth.
 func (e *endpointQueue) started(now time.Time) {
 	if e.pace == 0 {
 		return
 	}
 	interval := time.Second / time.Duration(e.pace)
 	base := e.next
-	if now.Sub(base) > interval {
-		base = now
+	if late := max(paceCatchUp, interval); now.Sub(base) > late {
+		base = now.Add(-late)
 	}
 	e.next = base.Add(interval)
 }
+
+// paceCatchUp is how far behind its pace a paced endpoint may catch up.
+const paceCatchUp = 50 * time.Millisecond
 
 func newScheduler(limit, brandLimit int, run func(job) outcome) *scheduler {
 	return &scheduler{limit: limit, brandLimit: brandLimit, run: run, known: map[string]bool{}, limits: map[string]int{},
