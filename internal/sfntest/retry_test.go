@@ -12,6 +12,7 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/lambdafn/attempt"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/sfntest"
 	"github.com/tally-hq/tally/internal/statemachine"
 	"github.com/tally-hq/tally/internal/webhooks"
@@ -171,6 +172,12 @@ func TestRetryGivesUpAfterSeventhAttempt(t *testing.T) {
 	}
 	checkAttempts(t, ref, runs, rcv, webhooks.MaxAttempts)
 	checkDelivery(t, f, ref, tally.DeliveryFailed, slices.Repeat([]int{500}, webhooks.MaxAttempts))
+	// Health counts the delivery that failed every attempt once, not its
+	// seven attempts.
+	subs, _, err := f.function().Endpoints.Subscriptions(t.Context(), ref.BrandID, records.ListParams{})
+	if err != nil || len(subs) != 1 || subs[0].ConsecutiveFailures != 1 || subs[0].Status != tally.EndpointEnabled {
+		t.Errorf("the subscription after one delivery failed every attempt: %+v, %v; want enabled, 1 consecutive failure", subs, err)
+	}
 
 	// The execution succeeded, and Done is the only state that ends one so.
 	raw, err := os.ReadFile(filepath.Join("..", "..", statemachine.File))
