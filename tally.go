@@ -408,6 +408,8 @@ type Subscription struct {
 	// PreviousSecretExpiresAt is set while a rotated-out secret (or
 	// signing key) still signs deliveries next to the new one.
 	PreviousSecretExpiresAt *Time `json:"previousSecretExpiresAt,omitempty"`
+	// MaxPerSecond paces deliveries to the endpoint (1–1000; nil: none).
+	MaxPerSecond *int `json:"maxPerSecond,omitempty"`
 	EndpointHealth
 	CreatedAt Time `json:"createdAt"`
 	UpdatedAt Time `json:"updatedAt"`
@@ -428,6 +430,8 @@ type Postback struct {
 	BrandID   string   `json:"brandId"`
 	URL       string   `json:"url"`
 	Events    []string `json:"events"`
+	// MaxPerSecond paces deliveries to the endpoint (1–1000; nil: none).
+	MaxPerSecond *int `json:"maxPerSecond,omitempty"`
 	EndpointHealth
 	CreatedAt Time `json:"createdAt"`
 	UpdatedAt Time `json:"updatedAt"`
@@ -479,8 +483,20 @@ type Delivery struct {
 	Status         string    `json:"status"`
 	Attempts       []Attempt `json:"attempts"`
 	NextAttemptAt  *Time     `json:"nextAttemptAt"`
-	CreatedAt      Time      `json:"createdAt"`
-	UpdatedAt      Time      `json:"updatedAt"`
+	// Request is what the delivery sends, as the log shows it; it is made
+	// when read (from the event, which holds the body), not stored.
+	Request   *DeliveryRequest `json:"request,omitempty"`
+	CreatedAt Time             `json:"createdAt"`
+	UpdatedAt Time             `json:"updatedAt"`
+}
+
+// DeliveryRequest is the HTTP request of a delivery: as its last attempt
+// sent it (or its first will), with the signature values masked.
+type DeliveryRequest struct {
+	Method  string            `json:"method"`
+	URL     string            `json:"url"`
+	Headers map[string]string `json:"headers"`
+	Body    *string           `json:"body"` // null for a postback (a GET)
 }
 
 // Attempt error kinds: why an attempt got no HTTP status.

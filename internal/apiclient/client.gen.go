@@ -795,6 +795,24 @@ func (e DeliveryEvent) Valid() bool {
 	}
 }
 
+// Defines values for DeliveryRequestMethod.
+const (
+	GET  DeliveryRequestMethod = "GET"
+	POST DeliveryRequestMethod = "POST"
+)
+
+// Valid indicates whether the value is a known member of the DeliveryRequestMethod enum.
+func (e DeliveryRequestMethod) Valid() bool {
+	switch e {
+	case GET:
+		return true
+	case POST:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DeliveryStatus.
 const (
 	DeliveryStatusFailed    DeliveryStatus = "failed"
@@ -7423,6 +7441,9 @@ type Delivery struct {
 	// Examples: prt_01kb7k3m5n6p7q8r9s0t1v2w3x
 	PartnerId *PartnerId `json:"partnerId,omitempty"`
 
+	// Request The HTTP request the delivery sends, as its last attempt sent it (or, before the first, as that will): made from the event and the endpoint when read, not stored with each delivery. Signature values are masked (`v1=********`, `v1,********`); the timestamp and each signature's version stay. The per-attempt `traceparent` is not shown.
+	Request DeliveryRequest `json:"request"`
+
 	// Status `pending`: an attempt is due (see `nextAttemptAt`). `succeeded`: the receiver answered 2xx in time. `failed`: the 7th attempt of the schedule failed, or the subscription was deleted; only a manual retry sends it again.
 	Status DeliveryStatus `json:"status"`
 
@@ -7458,6 +7479,24 @@ type DeliveryList struct {
 	// NextCursor Pass it as `cursor` for the next page; null on the last page.
 	NextCursor *NextCursor `json:"nextCursor"`
 }
+
+// DeliveryRequest The HTTP request the delivery sends, as its last attempt sent it (or, before the first, as that will): made from the event and the endpoint when read, not stored with each delivery. Signature values are masked (`v1=********`, `v1,********`); the timestamp and each signature's version stay. The per-attempt `traceparent` is not shown.
+type DeliveryRequest struct {
+	// Body The body sent (the event's envelope, JSON as text); null for a postback, and once the event has expired.
+	Body *string `json:"body"`
+
+	// Headers The headers sent, by name.
+	Headers map[string]string `json:"headers"`
+
+	// Method POST for a webhook, GET for a postback.
+	Method DeliveryRequestMethod `json:"method"`
+
+	// Url Where it is sent.
+	Url string `json:"url"`
+}
+
+// DeliveryRequestMethod POST for a webhook, GET for a postback.
+type DeliveryRequestMethod string
 
 // DeliveryStatus `pending`: an attempt is due (see `nextAttemptAt`). `succeeded`: the receiver answered 2xx in time. `failed`: the 7th attempt of the schedule failed, or the subscription was deleted; only a manual retry sends it again.
 type DeliveryStatus string
@@ -7597,6 +7636,9 @@ type HealthStatusStatus string
 
 // HttpURL An absolute http or https URL. Not `format: uri`: a destination may hold macros such as `{click_id}`, whose braces RFC 3986 does not allow until they are replaced.
 type HttpURL = string
+
+// MaxPerSecond At most this many deliveries a second to the endpoint (1 to 1000; none when left out). Deliveries beyond it wait their turn: they do not fail, the wait is not an attempt, and the other endpoints' deliveries do not wait behind them.
+type MaxPerSecond = int
 
 // NextCursor Pass it as `cursor` for the next page; null on the last page.
 type NextCursor = string
@@ -8128,7 +8170,7 @@ type Postback struct {
 	// BrandId Examples: brd_01kb7k3m5n6p7q8r9s0t1v2w3x
 	BrandId BrandId `json:"brandId"`
 
-	// ConsecutiveFailures Failed attempts since the last success (or since it was enabled).
+	// ConsecutiveFailures Deliveries that failed every attempt since the last success (or since it was enabled); a failed attempt that is retried does not count.
 	ConsecutiveFailures int `json:"consecutiveFailures"`
 
 	// CreatedAt RFC 3339 in UTC with milliseconds.
@@ -8151,10 +8193,13 @@ type Postback struct {
 	// LastSuccessAt The last successful attempt, to the minute while attempts keep succeeding; null before the first.
 	LastSuccessAt *time.Time `json:"lastSuccessAt"`
 
+	// MaxPerSecond At most this many deliveries a second to the endpoint (1 to 1000; none when left out). Deliveries beyond it wait their turn: they do not fail, the wait is not an attempt, and the other endpoints' deliveries do not wait behind them.
+	MaxPerSecond *MaxPerSecond `json:"maxPerSecond,omitempty"`
+
 	// PartnerId Examples: prt_01kb7k3m5n6p7q8r9s0t1v2w3x
 	PartnerId PartnerId `json:"partnerId"`
 
-	// Status `disabled` after 100 consecutive failed attempts, or after failing for 5 days with no success (the thresholds are the server's configuration); a disabled endpoint gets no new deliveries, while those already scheduled finish their schedule. `enable` makes it `enabled` again.
+	// Status `disabled` after 100 consecutive deliveries that failed every attempt, or after failing for 5 days with no success (the thresholds are the server's configuration); a disabled endpoint gets no new deliveries, while those already scheduled finish their schedule. `enable` makes it `enabled` again.
 	Status PostbackStatus `json:"status"`
 
 	// UpdatedAt RFC 3339 in UTC with milliseconds.
@@ -8171,7 +8216,7 @@ type Postback struct {
 // PostbackDisabledReason Why it is disabled; only while `disabled`.
 type PostbackDisabledReason string
 
-// PostbackStatus `disabled` after 100 consecutive failed attempts, or after failing for 5 days with no success (the thresholds are the server's configuration); a disabled endpoint gets no new deliveries, while those already scheduled finish their schedule. `enable` makes it `enabled` again.
+// PostbackStatus `disabled` after 100 consecutive deliveries that failed every attempt, or after failing for 5 days with no success (the thresholds are the server's configuration); a disabled endpoint gets no new deliveries, while those already scheduled finish their schedule. `enable` makes it `enabled` again.
 type PostbackStatus string
 
 // PostbackAnswer defines model for PostbackAnswer.
@@ -8193,6 +8238,9 @@ type PostbackEvent string
 type PostbackInput struct {
 	// Events The conversion events it fires on; `[conversion.created]` when left out.
 	Events *[]PostbackEvent `json:"events,omitempty"`
+
+	// MaxPerSecond At most this many deliveries a second to the endpoint (1 to 1000; none when left out). Deliveries beyond it wait their turn: they do not fail, the wait is not an attempt, and the other endpoints' deliveries do not wait behind them.
+	MaxPerSecond *MaxPerSecond `json:"maxPerSecond,omitempty"`
 
 	// Url A postback URL template: an absolute https URL (the local server also takes http to a loopback host), at most 2048 characters, with macros such as `{click_id}` in its path and query. Outside macros, spaces, control characters and `"`, `<`, `>`, `\`, `^`, `` ` ``, `{`, `|`, `}` must be percent-encoded, as in a webhook's URL.
 	//
@@ -8357,7 +8405,7 @@ type Subscription struct {
 	// BrandId Examples: brd_01kb7k3m5n6p7q8r9s0t1v2w3x
 	BrandId BrandId `json:"brandId"`
 
-	// ConsecutiveFailures Failed attempts since the last success (or since it was enabled).
+	// ConsecutiveFailures Deliveries that failed every attempt since the last success (or since it was enabled); a failed attempt that is retried does not count.
 	ConsecutiveFailures int `json:"consecutiveFailures"`
 
 	// CreatedAt RFC 3339 in UTC with milliseconds.
@@ -8386,6 +8434,9 @@ type Subscription struct {
 	// LastSuccessAt The last successful attempt, to the minute while attempts keep succeeding; null before the first.
 	LastSuccessAt *time.Time `json:"lastSuccessAt"`
 
+	// MaxPerSecond At most this many deliveries a second to the endpoint (1 to 1000; none when left out). Deliveries beyond it wait their turn: they do not fail, the wait is not an attempt, and the other endpoints' deliveries do not wait behind them.
+	MaxPerSecond *MaxPerSecond `json:"maxPerSecond,omitempty"`
+
 	// PreviousSecretExpiresAt While a replaced secret (or key) still signs next to the new one: until when. Absent otherwise.
 	//
 	// Examples: 2026-11-22T10:04:05.123Z
@@ -8403,7 +8454,7 @@ type Subscription struct {
 	// SignatureScheme How deliveries are signed: `tally` (the default), `X-Tally-Signature`; or `standard-webhooks`, the Standard Webhooks specification's `webhook-id`, `webhook-timestamp` and `webhook-signature` headers, which its libraries (and Svix's) verify. It cannot change; make another subscription to switch.
 	SignatureScheme SignatureScheme `json:"signatureScheme"`
 
-	// Status `disabled` after 100 consecutive failed attempts, or after failing for 5 days with no success (the thresholds are the server's configuration); a disabled endpoint gets no new deliveries, while those already scheduled finish their schedule. `enable` makes it `enabled` again.
+	// Status `disabled` after 100 consecutive deliveries that failed every attempt, or after failing for 5 days with no success (the thresholds are the server's configuration); a disabled endpoint gets no new deliveries, while those already scheduled finish their schedule. `enable` makes it `enabled` again.
 	Status SubscriptionStatus `json:"status"`
 
 	// UpdatedAt RFC 3339 in UTC with milliseconds.
@@ -8420,7 +8471,7 @@ type Subscription struct {
 // SubscriptionDisabledReason Why it is disabled; only while `disabled`.
 type SubscriptionDisabledReason string
 
-// SubscriptionStatus `disabled` after 100 consecutive failed attempts, or after failing for 5 days with no success (the thresholds are the server's configuration); a disabled endpoint gets no new deliveries, while those already scheduled finish their schedule. `enable` makes it `enabled` again.
+// SubscriptionStatus `disabled` after 100 consecutive deliveries that failed every attempt, or after failing for 5 days with no success (the thresholds are the server's configuration); a disabled endpoint gets no new deliveries, while those already scheduled finish their schedule. `enable` makes it `enabled` again.
 type SubscriptionStatus string
 
 // SubscriptionId Examples: sub_01kb7k3m5n6p7q8r9s0t1v2w3x
@@ -8432,6 +8483,9 @@ type SubscriptionId = string
 type SubscriptionInput struct {
 	// Events The events to send here, by name, each once. A test event (`POST /api/public/webhooks/{id}/test`) comes without being listed; `webhook.test` cannot be listed (422).
 	Events []SubscribableEventName `json:"events"`
+
+	// MaxPerSecond At most this many deliveries a second to the endpoint (1 to 1000; none when left out). Deliveries beyond it wait their turn: they do not fail, the wait is not an attempt, and the other endpoints' deliveries do not wait behind them.
+	MaxPerSecond *MaxPerSecond `json:"maxPerSecond,omitempty"`
 
 	// Secret Signs every delivery; recommended, since without it anyone who knows the URL can post forged events to it. With `signatureScheme: tally`, 16 to 256 characters (counted as UTF-8 bytes) without leading or trailing white space. With `standard-webhooks` and `hmac-sha256`, `whsec_` and the standard base64 of 24 to 64 bytes; left out, Tally makes one and shows it in the answer, once. Not taken with `ed25519`. A secret given is never returned; keep your copy.
 	Secret *string `json:"secret,omitempty"`
@@ -8461,6 +8515,9 @@ type SubscriptionList struct {
 // Examples: {"secret":"whsec_9d1e77c04a2b4f13"}
 type SubscriptionUpdate struct {
 	Events *[]SubscribableEventName `json:"events,omitempty"`
+
+	// MaxPerSecond At most this many deliveries a second to the endpoint (1 to 1000; none when left out). Deliveries beyond it wait their turn: they do not fail, the wait is not an attempt, and the other endpoints' deliveries do not wait behind them.
+	MaxPerSecond *MaxPerSecond `json:"maxPerSecond,omitempty"`
 
 	// Secret A new signing secret, 16 to 256 characters without leading or trailing white space (`whsec_` and base64 of 24 to 64 bytes for `standard-webhooks`; not taken with `ed25519`, which rotates with `POST /api/public/webhooks/{id}/rotate`). The one it replaces keeps signing, as a second signature, for 24 hours.
 	Secret *string `json:"secret,omitempty"`
@@ -9093,6 +9150,9 @@ type ListDeliveriesParams struct {
 
 	// EventId Only deliveries of this event.
 	EventId *EventId `form:"eventId,omitempty" json:"eventId,omitempty"`
+
+	// ConversionId Only deliveries of the events this conversion caused (`conversion.created`, `conversion.approved`, `conversion.rejected`), webhooks and postbacks.
+	ConversionId *ConversionId `form:"conversionId,omitempty" json:"conversionId,omitempty"`
 
 	// From Only deliveries of events created at or after this time: an RFC 3339 timestamp, or a date (YYYY-MM-DD, meaning its start, UTC).
 	From *TimeBound `form:"from,omitempty" json:"from,omitempty"`
@@ -14450,6 +14510,18 @@ func NewListDeliveriesRequest(server string, params *ListDeliveriesParams) (*htt
 		if params.EventId != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "eventId", *params.EventId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.ConversionId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "conversionId", *params.ConversionId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

@@ -32,7 +32,7 @@ const (
 	EnvWebhookWorkers       = "TALLY_WEBHOOK_WORKERS"           // webhook attempts a brand may have under way on the local server
 	EnvWebhookRetryScale    = "TALLY_WEBHOOK_RETRY_SCALE"       // multiplies the retry schedule (tests: 0.001)
 	EnvMaxConnections       = "TALLY_MAX_CONNECTIONS"           // the local server's open connections
-	EnvDisableAfterFailures = "TALLY_ENDPOINT_DISABLE_FAILURES" // consecutive failed attempts that disable an endpoint
+	EnvDisableAfterFailures = "TALLY_ENDPOINT_DISABLE_FAILURES" // consecutive deliveries that failed every attempt, which disable an endpoint
 	EnvDisableAfterFailing  = "TALLY_ENDPOINT_DISABLE_AFTER"    // failing this long with no success disables an endpoint
 	EnvTrustedProxies       = "TALLY_TRUSTED_PROXIES"           // CIDRs whose X-Forwarded-For names the client, comma-separated
 	EnvDeliveryRetention    = "TALLY_DELIVERY_RETENTION_DAYS"   // days a delivery stays in the log after its last change

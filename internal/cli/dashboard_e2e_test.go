@@ -295,9 +295,9 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 	for _, backend := range []string{"bolt", "dynamodb"} {
 		t.Run(backend, func(t *testing.T) {
-			// An endpoint is disabled after 7 failed attempts in a row: one
-			// delivery's whole schedule.
-			environ := env("TALLY_WEBHOOK_RETRY_SCALE=0.001", "TALLY_ENDPOINT_DISABLE_FAILURES=7")
+			// An endpoint is disabled after one delivery failed every
+			// attempt: its whole schedule.
+			environ := env("TALLY_WEBHOOK_RETRY_SCALE=0.001", "TALLY_ENDPOINT_DISABLE_FAILURES=1")
 			if backend == "dynamodb" {
 				environ = dynamoEnviron(t, environ)
 			}
@@ -523,12 +523,13 @@ func dashboardScenario(t *testing.T, environ []string, shots string) {
 	}
 	deliveryID := waitForDelivery(t, b, "failed", subA)
 	deliveryB := waitForDelivery(t, b, "failed", subB)
-	// Seven failed attempts disabled both; the list says so and counts them.
+	// A delivery that failed every attempt disabled both; the list says so
+	// and counts it.
 	b.openOK("/dashboard/webhooks", "tr[data-subscription]")
 	for _, sub := range []string{subA, subB} {
 		health := b.text(`tr[data-subscription="` + sub + `"] [data-health]`)
-		if !strings.Contains(health, "disabled") || !strings.Contains(health, "7 failed attempts in a row") || !strings.Contains(health, "last success: never") {
-			t.Errorf("webhook %s health: %q; want disabled after 7 failed attempts", sub, health)
+		if !strings.Contains(health, "disabled") || !strings.Contains(health, "1 failed delivery in a row") || !strings.Contains(health, "last success: never") {
+			t.Errorf("webhook %s health: %q; want disabled after 1 failed delivery", sub, health)
 		}
 	}
 	b.shot("webhooks")

@@ -32,7 +32,7 @@ func dynamoEnviron(t *testing.T, environ []string) []string {
 // was up (on a loaded machine, one server may start seconds later).
 func TestServersSharingATableSendEachAttemptOnce(t *testing.T) {
 	const conversions = 100
-	// 200 failed attempts in a row must not disable the endpoint.
+	// Failed deliveries must not disable the endpoint.
 	environ := dynamoEnviron(t, env("TALLY_RATE_LIMIT=1000000", "TALLY_LOG_LEVEL=debug", "TALLY_ENDPOINT_DISABLE_FAILURES=1000"))
 	brandID, _, key := setupBrand(t, environ, t.TempDir(), "Acme")
 	rcv := newHookReceiver(t, "shared", "shared-secret-0123456789", nil, func(n int) int {

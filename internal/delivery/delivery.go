@@ -31,6 +31,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -84,6 +85,73 @@ type Request struct {
 	// attempt's span in the trace of the request that caused the event.
 	Traceparent string
 }
+
+// method is the request's method: POST unless it says otherwise.
+func (r Request) method() string {
+	if r.Method == "" {
+		return http.MethodPost
+	}
+	return r.Method
+}
+
+// setHeader sets the headers of r sent at now, signed afresh.
+func (r Request) setHeader(h http.Header, now time.Time) error {
+	post := r.method() == http.MethodPost
+	if post {
+		h.Set("Content-Type", "application/json")
+	}
+	h.Set("User-Agent", UserAgent)
+	h.Set(webhook.EventHeader, r.Event)
+	h.Set(webhook.WebhookIDHeader, r.WebhookID)
+	switch {
+	case len(r.Secrets) == 0 || !post:
+	case r.Scheme == tally.SchemeStandardWebhooks:
+		sig, err := webhook.SignStandard(r.Secrets, r.WebhookID, now, r.Body)
+		if err != nil {
+			return err
+		}
+		h.Set(webhook.StandardIDHeader, r.WebhookID)
+		h.Set(webhook.StandardTimestampHeader, strconv.FormatInt(now.Unix(), 10))
+		h.Set(webhook.StandardSignatureHeader, sig)
+	default:
+		h.Set(webhook.SignatureHeader, webhook.SignEach(r.Secrets, now, r.Body))
+	}
+	if r.Traceparent != "" {
+		h.Set(trace.Header, r.Traceparent)
+	}
+	return nil
+}
+
+// Shown is r as the delivery log shows it, sent at now: its method, URL,
+// headers with the signature values masked (the header, the timestamp and
+// each signature's version stay, so a receiver can see which scheme and
+// how many secrets signed), and body (nil for a GET, or when r has none).
+func (r Request) Shown(now time.Time) tally.DeliveryRequest {
+	h := http.Header{}
+	_ = r.setHeader(h, now) // keys are checked when stored
+	out := tally.DeliveryRequest{Method: r.method(), URL: r.URL, Headers: make(map[string]string, len(h))}
+	for k, v := range h {
+		out.Headers[k] = strings.Join(v, ", ")
+	}
+	for _, k := range []string{webhook.SignatureHeader, webhook.StandardSignatureHeader} {
+		if v, ok := out.Headers[k]; ok {
+			out.Headers[k] = signatureValue.ReplaceAllString(v, "${1}"+Masked)
+		}
+	}
+	if out.Method == http.MethodPost && r.Body != nil {
+		out.Body = ptrTo(string(r.Body))
+	}
+	return out
+}
+
+// Masked stands in for a signature in the delivery log.
+const Masked = "********"
+
+// signatureValue matches each signature of a signature header: v1=… of
+// X-Tally-Signature, v1,… and v1a,… of webhook-signature.
+var signatureValue = regexp.MustCompile(`(v1a?[=,])[^, ]+`)
+
+func ptrTo[T any](v T) *T { return &v }
 
 // Options configure a Sender. The zero value is the cloud's configuration.
 type Options struct {
@@ -209,39 +277,21 @@ func (s *Sender) Send(ctx context.Context, r Request) (a tally.Attempt) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	r.Method = r.method()
 	var body io.Reader
-	if r.Method == "" || r.Method == http.MethodPost {
-		r.Method, body = http.MethodPost, bytes.NewReader(r.Body)
+	if r.Method == http.MethodPost {
+		body = bytes.NewReader(r.Body)
 	}
 	req, err := http.NewRequestWithContext(ctx, r.Method, r.URL, body)
 	if err != nil {
 		a.Error = tally.AttemptBlocked // ssrf.Check passed, so this does not happen
 		return a
 	}
+	if err := r.setHeader(req.Header, now); err != nil {
+		a.Error = tally.AttemptNetwork // keys are checked when stored, so this does not happen
+		return a
+	}
 	h := req.Header
-	if body != nil {
-		h.Set("Content-Type", "application/json")
-	}
-	h.Set("User-Agent", UserAgent)
-	h.Set(webhook.EventHeader, r.Event)
-	h.Set(webhook.WebhookIDHeader, r.WebhookID)
-	switch {
-	case len(r.Secrets) == 0 || body == nil:
-	case r.Scheme == tally.SchemeStandardWebhooks:
-		sig, err := webhook.SignStandard(r.Secrets, r.WebhookID, now, r.Body)
-		if err != nil {
-			a.Error = tally.AttemptNetwork // keys are checked when stored, so this does not happen
-			return a
-		}
-		h.Set(webhook.StandardIDHeader, r.WebhookID)
-		h.Set(webhook.StandardTimestampHeader, strconv.FormatInt(now.Unix(), 10))
-		h.Set(webhook.StandardSignatureHeader, sig)
-	default:
-		h.Set(webhook.SignatureHeader, webhook.SignEach(r.Secrets, now, r.Body))
-	}
-	if r.Traceparent != "" {
-		h.Set(trace.Header, r.Traceparent)
-	}
 	// An empty Idempotency-Key marks the POST as safe to replay without
 	// sending the header: net/http may then resend it on a fresh connection
 	// when a pooled one turns out to be closed by the receiver. Receivers

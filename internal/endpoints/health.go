@@ -49,7 +49,9 @@ func New(db *records.DB, events *outbox.Writer, p partnerReader, checkURL func(s
 //	disabledAt      unix ms it was disabled (attr)
 //	statusChangedAt unix ms health last disabled or enabled it (attr)
 //	lastSuccessAt   unix ms of the last success (attr)
-//	fails           consecutive failed attempts (num)
+//	fails           consecutive failed attempts (num): the circuit breaker's
+//	failed          consecutive deliveries that failed every attempt (num):
+//	                what disables the endpoint, shown as consecutiveFailures
 //	failingSince    unix ms of the first failure after the last success, 0 if none (num)
 //	rev             changes with every write of the item (num)
 //
@@ -58,6 +60,11 @@ func New(db *records.DB, events *outbox.Writer, p partnerReader, checkURL func(s
 // rev, so they apply to exactly the state they read and are retried on a
 // fresh read otherwise; a failure that changes nothing but the count is a
 // plain atomic add conditioned on the count staying under the threshold.
+// A failed attempt that the delivery retries counts for the circuit
+// breaker and starts the failing clock, but only a delivery that failed
+// every attempt counts toward disabling: a burst of deliveries during a
+// short outage would otherwise disable an endpoint that recovers soon
+// after.
 // Hence concurrent attempts count exactly and the endpoint is disabled
 // exactly once.
 
@@ -79,7 +86,8 @@ type Health struct {
 	DisabledAt     int64 // unix ms
 	StatusChanged  int64 // unix ms, 0 = never
 	LastOK         int64 // unix ms, 0 = never
-	Fails          int64
+	Fails          int64 // consecutive failed attempts
+	Failed         int64 // consecutive deliveries that failed every attempt
 	FailingSince   int64 // unix ms, 0 = not failing
 	Rev            int64
 }
@@ -87,7 +95,7 @@ type Health struct {
 func HealthOf(it store.Item) Health {
 	h := Health{
 		Status: it.Attrs["status"], Reason: it.Attrs["disabledReason"],
-		Fails: it.Nums["fails"], FailingSince: it.Nums["failingSince"], Rev: it.Nums["rev"],
+		Fails: it.Nums["fails"], Failed: it.Nums["failed"], FailingSince: it.Nums["failingSince"], Rev: it.Nums["rev"],
 	}
 	h.LastOK, _ = strconv.ParseInt(it.Attrs["lastSuccessAt"], 10, 64)
 	h.DisabledAt, _ = strconv.ParseInt(it.Attrs["disabledAt"], 10, 64)
@@ -100,7 +108,7 @@ func HealthOf(it store.Item) Health {
 
 // Public is the health as the API shows it.
 func (h Health) Public() tally.EndpointHealth {
-	out := tally.EndpointHealth{Status: h.Status, DisabledReason: h.Reason, ConsecutiveFailures: h.Fails}
+	out := tally.EndpointHealth{Status: h.Status, DisabledReason: h.Reason, ConsecutiveFailures: h.Failed}
 	if h.Status == tally.EndpointDisabled {
 		out.DisabledAt = ptrTo(tally.NewTime(time.UnixMilli(h.DisabledAt)))
 	} else {
@@ -150,19 +158,28 @@ func cloneNums(m map[string]int64) map[string]int64 {
 
 // HealthConfig is when an endpoint is disabled.
 type HealthConfig struct {
-	Failures int64         // consecutive failed attempts
+	Failures int64         // consecutive deliveries that failed every attempt
 	Failing  time.Duration // failing with no success for this long
 }
+
+// Outcome is what a recorded attempt tells about its endpoint.
+type Outcome int
+
+const (
+	Succeeded Outcome = iota // the attempt succeeded
+	Retrying                 // it failed, and the delivery tries again
+	Failed                   // it failed, and so did the delivery, every attempt
+)
 
 // OutcomeOp is the update that records an attempt's outcome on the endpoint
 // whose item was read as it, or false when nothing needs writing (a healthy
 // endpoint whose lastSuccessAt is fresh).
-func (c HealthConfig) OutcomeOp(it store.Item, ok bool, now time.Time) (store.Op, bool) {
+func (c HealthConfig) OutcomeOp(it store.Item, out Outcome, now time.Time) (store.Op, bool) {
 	h := HealthOf(it)
 	ms := now.UnixMilli()
 	up := store.Op{Kind: store.OpUpdate, Key: it.Key, Set: map[string]string{}, Add: map[string]int64{"rev": 1}}
-	if ok {
-		if h.Fails == 0 && h.FailingSince == 0 {
+	if out == Succeeded {
+		if h.Fails == 0 && h.Failed == 0 && h.FailingSince == 0 {
 			if ms-h.LastOK < lastSuccessRefresh.Milliseconds() {
 				return store.Op{}, false
 			}
@@ -172,21 +189,26 @@ func (c HealthConfig) OutcomeOp(it store.Item, ok bool, now time.Time) (store.Op
 			return up, true
 		}
 		up.Set["lastSuccessAt"] = strconv.FormatInt(ms, 10)
-		up.Add["fails"], up.Add["failingSince"] = -h.Fails, -h.FailingSince
+		up.Add["fails"], up.Add["failed"], up.Add["failingSince"] = -h.Fails, -h.Failed, -h.FailingSince
 		up.Conds = []store.Cond{store.Exists(), store.NumEquals("rev", h.Rev)}
 		return up, true
 	}
 	up.Add["fails"] = 1
+	failed := h.Failed
+	if out == Failed {
+		up.Add["failed"] = 1
+		failed++
+	}
 	failingFor := time.Duration(0)
 	if h.FailingSince != 0 {
 		failingFor = time.Duration(ms-h.FailingSince) * time.Millisecond
 	}
-	if h.FailingSince != 0 && (h.Status == tally.EndpointDisabled || h.Fails+1 < c.Failures && failingFor < c.Failing) {
-		// Only the count moves, and it stays under the threshold: an
+	if h.FailingSince != 0 && (h.Status == tally.EndpointDisabled || failed < c.Failures && failingFor < c.Failing) {
+		// Only the counts move, and they stay under the threshold: an
 		// atomic add, which concurrent failures need not take turns for.
 		up.Conds = []store.Cond{store.Exists(), store.NumEquals("failingSince", h.FailingSince)}
-		if h.Status != tally.EndpointDisabled {
-			up.Conds = append(up.Conds, store.NumLess("fails", c.Failures-1))
+		if h.Status != tally.EndpointDisabled && out == Failed {
+			up.Conds = append(up.Conds, store.NumLess("failed", c.Failures-1))
 		}
 		return up, true
 	}
@@ -196,7 +218,7 @@ func (c HealthConfig) OutcomeOp(it store.Item, ok bool, now time.Time) (store.Op
 	}
 	if h.Status != tally.EndpointDisabled {
 		switch {
-		case h.Fails+1 >= c.Failures:
+		case failed >= c.Failures:
 			up.Set["disabledReason"] = tally.DisabledConsecutiveFailures
 		case failingFor >= c.Failing:
 			up.Set["disabledReason"] = tally.DisabledFailingTooLong
@@ -216,7 +238,7 @@ func (c HealthConfig) OutcomeOp(it store.Item, ok bool, now time.Time) (store.Op
 // was read as it: a failed attempt that disables it at once
 // (disabledReason "gone"), unless it is disabled already.
 func (c HealthConfig) GoneOp(it store.Item, now time.Time) store.Op {
-	up, _ := c.OutcomeOp(it, false, now)
+	up, _ := c.OutcomeOp(it, Failed, now)
 	if HealthOf(it).Status == tally.EndpointDisabled {
 		return up
 	}
@@ -233,12 +255,12 @@ func (c HealthConfig) GoneOp(it store.Item, now time.Time) store.Op {
 // together, taken in turn: one update. When more than one outcome writes,
 // it holds only on the endpoint as read (rev), as the later ones were
 // decided on what the earlier ones did.
-func (c HealthConfig) OutcomesOp(it store.Item, oks []bool, now time.Time) (store.Op, bool) {
+func (c HealthConfig) OutcomesOp(it store.Item, outs []Outcome, now time.Time) (store.Op, bool) {
 	rev := HealthOf(it).Rev
 	var merged store.Op
 	writes := 0
-	for _, ok := range oks {
-		op, write := c.OutcomeOp(it, ok, now)
+	for _, out := range outs {
+		op, write := c.OutcomeOp(it, out, now)
 		if !write {
 			continue
 		}
@@ -285,7 +307,7 @@ func (s *Service) enableEndpoint(ctx context.Context, key store.Key) (store.Item
 		h := HealthOf(it)
 		up := store.Op{Kind: store.OpUpdate, Key: key,
 			Set:   map[string]string{"status": tally.EndpointEnabled, "disabledReason": ""},
-			Add:   map[string]int64{"rev": 1, "fails": -h.Fails, "failingSince": -h.FailingSince},
+			Add:   map[string]int64{"rev": 1, "fails": -h.Fails, "failed": -h.Failed, "failingSince": -h.FailingSince},
 			Conds: []store.Cond{store.Exists(), store.NumEquals("rev", h.Rev)}}
 		if h.Status == tally.EndpointDisabled {
 			up.Set["statusChangedAt"] = strconv.FormatInt(s.db.Now().UnixMilli(), 10)

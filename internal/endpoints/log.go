@@ -139,13 +139,22 @@ func (s *Log) Delivery(ctx context.Context, brandID, deliveryID string) (tally.D
 		return tally.Delivery{}, records.NotFound(store.ErrNotFound, "delivery", deliveryID)
 	}
 	rec, err := records.Get[DeliveryRecord](ctx, s.db, keys.Delivery(brandID, deliveryID))
-	return rec.Delivery, records.NotFound(err, "delivery", deliveryID)
+	if err != nil {
+		return tally.Delivery{}, records.NotFound(err, "delivery", deliveryID)
+	}
+	out, err := s.withRequests(ctx, []DeliveryRecord{rec})
+	if err != nil {
+		return tally.Delivery{}, err
+	}
+	return out[0], nil
 }
 
-// DeliveryFilter narrows GET /deliveries. From and To are as for conversions.
+// DeliveryFilter narrows GET /deliveries. From and To are as for
+// conversions. ConversionID keeps the deliveries of the events a
+// conversion caused.
 type DeliveryFilter struct {
-	Type, Status, Event, SubscriptionID, PartnerID, EventID string
-	From, To                                                string
+	Type, Status, Event, SubscriptionID, PartnerID, EventID, ConversionID string
+	From, To                                                              string
 }
 
 // Deliveries lists the brand's deliveries, newest first. Each filter is
@@ -160,6 +169,7 @@ func (s *Log) Deliveries(ctx context.Context, brandID string, f DeliveryFilter, 
 		validate.IDFilter("subscriptionId", "sub_", f.SubscriptionID),
 		validate.IDFilter("partnerId", "prt_", f.PartnerID),
 		validate.IDFilter("eventId", "evt_", f.EventID),
+		validate.IDFilter("conversionId", "cnv_", f.ConversionID),
 	); err != nil {
 		return nil, "", err
 	}
@@ -183,7 +193,12 @@ func (s *Log) Deliveries(ctx context.Context, brandID string, f DeliveryFilter, 
 			sp.To = hi
 		}
 	}
-	sp.Filter = fmt.Sprintf("%q", []string{f.Type, f.Status, f.Event, f.SubscriptionID, f.PartnerID, f.EventID})
+	if f.ConversionID != "" {
+		// A conversion's events come after it: its id carries its time.
+		t, _ := ulid.ParseStrict(strings.ToUpper(strings.TrimPrefix(f.ConversionID, "cnv_")))
+		sp.From = max(sp.From, ids.Floor("wh_", ulid.Time(t.Time())))
+	}
+	sp.Filter = fmt.Sprintf("%q", []string{f.Type, f.Status, f.Event, f.SubscriptionID, f.PartnerID, f.EventID, f.ConversionID})
 	types, statuses := deliveryTypes, deliveryStatuses
 	if f.Type != "" {
 		types = []string{f.Type}
@@ -205,15 +220,20 @@ func (s *Log) Deliveries(ctx context.Context, brandID string, f DeliveryFilter, 
 			sp.Parts = append(sp.Parts, records.Partition{PK: keys.DeliveryPK(brandID, shard)})
 		}
 	}
+	ofConversion := s.conversionEvents(ctx, f.ConversionID)
 	keep := func(d *DeliveryRecord) bool {
 		return (f.Type == "" || d.Type == f.Type) && (f.Status == "" || d.Status == f.Status) &&
-			(f.Event == "" || d.Event == f.Event) && (f.EventID == "" || d.EventID == f.EventID)
+			(f.Event == "" || d.Event == f.Event) && (f.EventID == "" || d.EventID == f.EventID) &&
+			(f.ConversionID == "" || ofConversion.has(d))
 	}
 	recs, next, err := records.ListSpan(ctx, s.db, sp, p, keep)
-	out := make([]tally.Delivery, len(recs))
-	for i, r := range recs {
-		out[i] = r.Delivery
+	if err == nil {
+		err = ofConversion.err
 	}
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := s.withRequests(ctx, recs)
 	return out, next, err
 }
 
@@ -244,7 +264,14 @@ func (s *Log) RetryDelivery(ctx context.Context, brandID, deliveryID string) (ta
 	if _, changed := store.FailedOp(err); changed {
 		return tally.Delivery{}, tally.Errorf(tally.ECodeInvalidTransition, "The delivery changed meanwhile; it is no longer failed.")
 	}
-	return rec.Delivery, err
+	if err != nil {
+		return tally.Delivery{}, err
+	}
+	out, err := s.withRequests(ctx, []DeliveryRecord{rec})
+	if err != nil {
+		return tally.Delivery{}, err
+	}
+	return out[0], nil
 }
 
 // restart makes a failed delivery pending with a fresh schedule (attempt 1

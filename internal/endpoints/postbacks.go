@@ -25,8 +25,9 @@ import (
 
 // PostbackInput is the body of PUT /api/v1/partners/{id}/postback.
 type PostbackInput struct {
-	URL    *string  `json:"url"`
-	Events []string `json:"events"`
+	URL          *string  `json:"url"`
+	Events       []string `json:"events"`
+	MaxPerSecond *int     `json:"maxPerSecond"`
 }
 
 // postbackEvents are the events a postback may fire on.
@@ -149,7 +150,7 @@ func (in PostbackInput) validate(checkURL func(string) error) error {
 	if err := validate.Text("url", in.URL, true, 2048); err != nil {
 		return err
 	}
-	if err := checkPostbackTemplate(*in.URL); err != nil {
+	if err := validate.First(checkPostbackTemplate(*in.URL), checkPace(in.MaxPerSecond)); err != nil {
 		return err
 	}
 	// The URL as it will be sent, with every macro empty, must be one
@@ -189,7 +190,7 @@ func (s *Service) PutPostback(ctx context.Context, brandID, partnerID string, in
 		key := keys.Postback(brandID, partnerID)
 		it, err := s.db.Get(ctx, key)
 		var op store.Op
-		rec := PostbackRecord{tally.Postback{PartnerID: partnerID, BrandID: brandID, URL: *in.URL, Events: in.Events, CreatedAt: now, UpdatedAt: now}}
+		rec := PostbackRecord{tally.Postback{PartnerID: partnerID, BrandID: brandID, URL: *in.URL, Events: in.Events, MaxPerSecond: in.MaxPerSecond, CreatedAt: now, UpdatedAt: now}}
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			it = newEndpointItem(key, rec)

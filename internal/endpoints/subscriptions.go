@@ -32,6 +32,7 @@ type SubscriptionInput struct {
 	Secret             *string  `json:"secret"`
 	SignatureScheme    *string  `json:"signatureScheme"`
 	SignatureAlgorithm *string  `json:"signatureAlgorithm"`
+	MaxPerSecond       *int     `json:"maxPerSecond"`
 }
 
 // SubscriptionRecord is the stored subscription, with its signing secret.
@@ -75,7 +76,7 @@ func (in SubscriptionInput) validate(checkURL func(string) error) error {
 	if len(in.Events) == 0 {
 		return validate.Invalid("events is required: a non-empty list of event names from /api/public/webhook-events.")
 	}
-	if err := validate.First(checkEvents(in.Events), checkScheme(in.SignatureScheme, in.SignatureAlgorithm)); err != nil {
+	if err := validate.First(checkEvents(in.Events), checkScheme(in.SignatureScheme, in.SignatureAlgorithm), checkPace(in.MaxPerSecond)); err != nil {
 		return err
 	}
 	sch, alg := scheme(in.SignatureScheme, in.SignatureAlgorithm)
@@ -169,7 +170,7 @@ func (s *Service) CreateSubscription(ctx context.Context, brandID string, in Sub
 	scheme, algorithm := scheme(in.SignatureScheme, in.SignatureAlgorithm)
 	rec := SubscriptionRecord{
 		Subscription: tally.Subscription{ID: ids.New("sub_", now), BrandID: brandID, URL: *in.URL,
-			Events: in.Events, HasSecret: in.Secret != nil, SignatureScheme: scheme, SignatureAlgorithm: algorithm,
+			Events: in.Events, HasSecret: in.Secret != nil, SignatureScheme: scheme, SignatureAlgorithm: algorithm, MaxPerSecond: in.MaxPerSecond,
 			CreatedAt: tally.NewTime(now), UpdatedAt: tally.NewTime(now)},
 		Secret: validate.Deref(in.Secret, ""),
 	}
@@ -352,7 +353,7 @@ func (s *Service) UpdateSubscription(ctx context.Context, brandID, subscriptionI
 	if in.Events != nil && len(in.Events) == 0 {
 		return tally.Subscription{}, validate.Invalid("events must name at least one event from /api/public/webhook-events.")
 	}
-	if err := validate.First(checkEvents(in.Events), checkScheme(in.SignatureScheme, in.SignatureAlgorithm)); err != nil {
+	if err := validate.First(checkEvents(in.Events), checkScheme(in.SignatureScheme, in.SignatureAlgorithm), checkPace(in.MaxPerSecond)); err != nil {
 		return tally.Subscription{}, err
 	}
 	if !ids.Valid("sub_", subscriptionID) {
@@ -374,7 +375,7 @@ func (s *Service) UpdateSubscription(ctx context.Context, brandID, subscriptionI
 			rec.PreviousSecret, rec.PreviousSecretExpiresAt = "", nil
 		}
 		if (in.URL == nil || *in.URL == rec.URL) && (in.Events == nil || slices.Equal(in.Events, rec.Events)) &&
-			(in.Secret == nil || *in.Secret == rec.Secret) {
+			(in.Secret == nil || *in.Secret == rec.Secret) && (in.MaxPerSecond == nil || rec.MaxPerSecond != nil && *in.MaxPerSecond == *rec.MaxPerSecond) {
 			return rec.Subscription, nil
 		}
 		if in.URL != nil {
@@ -382,6 +383,9 @@ func (s *Service) UpdateSubscription(ctx context.Context, brandID, subscriptionI
 		}
 		if in.Events != nil {
 			rec.Events = in.Events
+		}
+		if in.MaxPerSecond != nil {
+			rec.MaxPerSecond = in.MaxPerSecond
 		}
 		if in.Secret != nil && *in.Secret != rec.Secret {
 			rec.PreviousSecret, rec.PreviousSecretExpiresAt = "", nil
@@ -401,6 +405,27 @@ func (s *Service) UpdateSubscription(ctx context.Context, brandID, subscriptionI
 		}
 		return rec.Subscription, nil
 	}
+}
+
+// MaxPace bounds an endpoint's maxPerSecond.
+const MaxPace = 1000
+
+// checkPace checks an endpoint's maxPerSecond, when given.
+func checkPace(perSecond *int) error {
+	if perSecond != nil && (*perSecond < 1 || *perSecond > MaxPace) {
+		return validate.InvalidField("maxPerSecond", "maxPerSecond must be a whole number from 1 to %d (deliveries a second to the endpoint).", MaxPace)
+	}
+	return nil
+}
+
+// PaceOf is the maxPerSecond of the endpoint stored as it (a subscription
+// or a postback), 0 when it has none.
+func PaceOf(it store.Item) int {
+	var ep struct {
+		MaxPerSecond int `json:"maxPerSecond"`
+	}
+	_ = records.Decode(it, &ep)
+	return ep.MaxPerSecond
 }
 
 // checkSchemeUnchanged refuses a change of signature scheme or algorithm:

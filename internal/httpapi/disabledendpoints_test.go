@@ -41,16 +41,16 @@ func TestDisabledEndpointsTakeNoRetriesAndShowWhenTheyChanged(t *testing.T) {
 		e.advance(time.Minute)
 		e.must(201, e.call("POST", "/api/v1/conversions", key, map[string]any{"offerId": offer, "partnerId": partner, "externalTxnId": "t-1"}))
 		e.waitFor(key, "", "attempt 1", func(ds []tally.Delivery) bool { return len(ds) == 2 && attemptsMade(1)(ds) })
-		for _, path := range paths {
-			if v := get(path); v.Status != tally.EndpointDisabled || v.DisabledAt == nil || !v.UpdatedAt.Equal(v.DisabledAt.Time) || !v.UpdatedAt.After(configured.Time) {
-				t.Errorf("%s disabled by health: status %s, disabledAt %v, updatedAt %v; want updatedAt at disabledAt, after %v", path, v.Status, v.DisabledAt, v.UpdatedAt, configured)
-			}
-		}
 		for i, wait := range webhooks.RetrySchedule {
 			e.advance(wait)
 			e.waitFor(key, "", "the retries", attemptsMade(i+2))
 		}
 		failed := e.waitFor(key, "status=failed", "both deliveries to fail", func(ds []tally.Delivery) bool { return len(ds) == 2 })
+		for _, path := range paths {
+			if v := get(path); v.Status != tally.EndpointDisabled || v.DisabledAt == nil || !v.UpdatedAt.Equal(v.DisabledAt.Time) || !v.UpdatedAt.After(configured.Time) {
+				t.Errorf("%s disabled by health: status %s, disabledAt %v, updatedAt %v; want updatedAt at disabledAt, after %v", path, v.Status, v.DisabledAt, v.UpdatedAt, configured)
+			}
+		}
 
 		for _, d := range failed {
 			r := e.call("POST", "/api/v1/deliveries/"+d.ID+"/retry", key, nil)

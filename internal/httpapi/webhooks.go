@@ -17,13 +17,13 @@ func (a *API) webhookEvents(w http.ResponseWriter, r *http.Request, _ identity.P
 }
 
 func (a *API) listDeliveries(w http.ResponseWriter, r *http.Request, p identity.Principal) error {
-	q, lp, err := listQuery(r, "type", "status", "event", "subscriptionId", "partnerId", "eventId", "from", "to")
+	q, lp, err := listQuery(r, "type", "status", "event", "subscriptionId", "partnerId", "eventId", "conversionId", "from", "to")
 	if err != nil {
 		return err
 	}
 	f := endpoints.DeliveryFilter{Type: q.Get("type"), Status: q.Get("status"), Event: q.Get("event"),
 		SubscriptionID: q.Get("subscriptionId"), PartnerID: q.Get("partnerId"),
-		EventID: q.Get("eventId"), From: q.Get("from"), To: q.Get("to")}
+		EventID: q.Get("eventId"), ConversionID: q.Get("conversionId"), From: q.Get("from"), To: q.Get("to")}
 	ds, next, err := a.svc.Deliveries.Deliveries(r.Context(), p.BrandID, f, lp)
 	if err != nil {
 		return err

@@ -525,8 +525,9 @@ func init() {
 			if d := f.delivery(t, okID); d.Status != tally.DeliverySucceeded || len(d.Attempts) != 1 || d.Attempts[0].StatusCode != 200 {
 				t.Errorf("delivery %s = %+v, want succeeded after one attempt", okID, d)
 			}
-			if d := f.delivery(t, failingID); d.Status != tally.DeliveryPending || len(d.Attempts) != 1 || d.Attempts[0].StatusCode != 503 || d.NextAttemptAt == nil {
-				t.Errorf("delivery %s = %+v, want pending after one failed attempt", failingID, d)
+			failing := f.delivery(t, failingID)
+			if d := failing; d.Status != tally.DeliveryPending || len(d.Attempts) != 1 || d.Attempts[0].StatusCode != 503 || d.NextAttemptAt == nil {
+				t.Fatalf("delivery %s = %+v, want pending after one failed attempt", failingID, d)
 			}
 
 			// Only the failed one goes on to the retry state machine, named
@@ -538,8 +539,12 @@ func init() {
 			if arn := aws.ToString(in.StateMachineArn); arn != stateMachineARN {
 				t.Errorf("stateMachineArn = %q", arn)
 			}
-			if got, want := aws.ToString(in.Input), messageBody(f.brand.ID, failingID); got != want {
-				t.Errorf("execution input %s, want %s", got, want)
+			// The input says when attempt 2 is due: the retry workflow's
+			// first wait lasts until then.
+			var input attempt.RetryInput
+			if err := json.Unmarshal([]byte(aws.ToString(in.Input)), &input); err != nil || input.BrandID != f.brand.ID || input.DeliveryID != failingID ||
+				input.Attempt != 0 || input.ResumeAt != nil || input.NextAttemptAt == nil || !input.NextAttemptAt.Equal(failing.NextAttemptAt.Time) {
+				t.Errorf("execution input %s, want the delivery %s due at %v", aws.ToString(in.Input), failingID, failing.NextAttemptAt)
 			}
 
 			// SQS delivers at least once. The same batch again while the

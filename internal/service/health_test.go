@@ -64,9 +64,10 @@ func fanOutAll(t *testing.T, f *fixture, name string) []endpoints.DeliveryRef {
 }
 
 // TestEndpointHealthIsExactUnderConcurrentAttempts races failed attempts to
-// one endpoint: every failure is counted once, the endpoint is disabled
-// once the threshold is crossed, and it then gets no new deliveries while the
-// ones it has go on.
+// one endpoint: attempts that are retried count toward nothing, every
+// delivery that failed every attempt is counted once, the endpoint is
+// disabled once the threshold is crossed, and it then gets no new
+// deliveries while the ones it has go on.
 func TestEndpointHealthIsExactUnderConcurrentAttempts(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		const threshold, racers = 10, 32
@@ -93,7 +94,20 @@ func TestEndpointHealthIsExactUnderConcurrentAttempts(t *testing.T) {
 			t.Fatalf("%d deliveries, want %d", len(refs), racers)
 		}
 
-		raceAttempts(t, f, refs, 1, refusingSender{f.clock.Now})
+		failAll := func(refs []endpoints.DeliveryRef, from int) {
+			for n := from; n <= webhooks.MaxAttempts; n++ {
+				raceAttempts(t, f, refs, n, refusingSender{f.clock.Now})
+				if n == webhooks.MaxAttempts {
+					return
+				}
+				got, _ := f.svc.Endpoints.Subscription(f.ctx, f.brandID, sub.ID)
+				if h := got.EndpointHealth; h.ConsecutiveFailures != 0 || h.Status != tally.EndpointEnabled || h.FailingSince == nil {
+					t.Fatalf("after attempt %d of %d deliveries: %+v; want enabled and failing, no delivery failed", n, len(refs), h)
+				}
+				f.clock.Advance(webhooks.RetrySchedule[n-1])
+			}
+		}
+		failAll(refs, 1)
 		got, err := f.svc.Endpoints.Subscription(f.ctx, f.brandID, sub.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -101,20 +115,13 @@ func TestEndpointHealthIsExactUnderConcurrentAttempts(t *testing.T) {
 		h := got.EndpointHealth
 		if h.ConsecutiveFailures != racers || h.Status != tally.EndpointDisabled || h.DisabledReason != tally.DisabledConsecutiveFailures ||
 			h.DisabledAt == nil || h.FailingSince == nil || !h.FailingSince.Equal(start) {
-			t.Fatalf("after %d concurrent failures (threshold %d): %+v", racers, threshold, h)
+			t.Fatalf("after %d deliveries failed every attempt at once (threshold %d): %+v", racers, threshold, h)
 		}
 
-		// Disabled: a new event makes no delivery; the scheduled retries
-		// still run, and count, without disabling it again.
+		// Disabled: a new event makes no delivery.
 		f.partner(false)
 		if refs2 := fanOutAll(t, f, tally.EventPartnerApplied); len(refs2) != 0 {
 			t.Errorf("a disabled subscription got %d new deliveries", len(refs2))
-		}
-		f.clock.Advance(time.Second)
-		raceAttempts(t, f, refs, 2, refusingSender{f.clock.Now})
-		again, _ := f.svc.Endpoints.Subscription(f.ctx, f.brandID, sub.ID)
-		if again.ConsecutiveFailures != 2*racers || !again.DisabledAt.Equal(h.DisabledAt.Time) {
-			t.Errorf("after the retries: %+v; want %d failures and the first disabledAt %v", again.EndpointHealth, 2*racers, h.DisabledAt)
 		}
 
 		// Enabled again it starts from zero; a success clears the count.
@@ -126,12 +133,20 @@ func TestEndpointHealthIsExactUnderConcurrentAttempts(t *testing.T) {
 			t.Errorf("enabled: %+v", enabled.EndpointHealth)
 		}
 		f.clock.Advance(5 * time.Second)
-		raceAttempts(t, f, refs[:threshold-1], 3, refusingSender{f.clock.Now})
-		raceAttempts(t, f, refs[threshold-1:], 3, acceptingSender{f.clock.Now})
+		for _, ref := range refs {
+			if _, err := f.svc.Deliveries.RetryDelivery(f.ctx, ref.BrandID, ref.DeliveryID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		failAll(refs[:threshold-1], 1)
+		if got, _ := f.svc.Endpoints.Subscription(f.ctx, f.brandID, sub.ID); got.ConsecutiveFailures != threshold-1 || got.Status != tally.EndpointEnabled {
+			t.Errorf("after %d deliveries failed: %+v; want them counted, enabled", threshold-1, got.EndpointHealth)
+		}
+		raceAttempts(t, f, refs[threshold-1:], 1, acceptingSender{f.clock.Now})
 		healthy, _ := f.svc.Endpoints.Subscription(f.ctx, f.brandID, sub.ID)
 		if healthy.Status != tally.EndpointEnabled || healthy.ConsecutiveFailures != 0 || healthy.FailingSince != nil ||
 			healthy.LastSuccessAt == nil || !healthy.LastSuccessAt.Equal(f.clock.Now()) {
-			t.Errorf("after %d failures, then successes: %+v; want enabled, nothing failing", threshold-1, healthy.EndpointHealth)
+			t.Errorf("after %d failed deliveries, then successes: %+v; want enabled, nothing failing", threshold-1, healthy.EndpointHealth)
 		}
 	})
 }

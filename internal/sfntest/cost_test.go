@@ -497,7 +497,7 @@ func costHealthyConversions(t *testing.T, name string, answer []byte) {
 // their own schedules; TestBreakerParksDeliveriesOfADownEndpoint): each
 // delivery is parked behind the probe, whose one execution is a cost per
 // outage, not per delivery. The endpoint stays down until its health
-// disables it (DefaultDisableAfterFailures failed attempts of the probes, or
+// disables it (DefaultDisableAfterFailures probes that failed every attempt, or
 // DefaultDisableAfterFailing); then the reconciler releases the parked
 // deliveries and each fails without a request.
 func TestCostDownReceiver(t *testing.T) {

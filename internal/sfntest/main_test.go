@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -193,6 +194,7 @@ type executionOutput struct {
 type receiver struct {
 	*httptest.Server
 	status func(n int) int
+	header func(n int) http.Header // added to answer n, when set
 
 	mu     sync.Mutex
 	reqs   []request
@@ -204,6 +206,7 @@ type request struct {
 	header      http.Header
 	body        []byte
 	status      int // the answer
+	at          time.Time
 }
 
 func newReceiver(t *testing.T, status func(n int) int) *receiver {
@@ -217,9 +220,12 @@ func newReceiver(t *testing.T, status func(n int) int) *receiver {
 		r.mu.Lock()
 		n := len(r.reqs) + 1
 		status := r.status(n)
-		r.reqs = append(r.reqs, request{method: req.Method, uri: req.URL.RequestURI(), header: req.Header.Clone(), body: body, status: status})
-		answer := r.answer
+		r.reqs = append(r.reqs, request{method: req.Method, uri: req.URL.RequestURI(), header: req.Header.Clone(), body: body, status: status, at: time.Now()})
+		answer, header := r.answer, r.header
 		r.mu.Unlock()
+		if header != nil {
+			maps.Copy(w.Header(), header(n))
+		}
 		w.WriteHeader(status)
 		if answer != nil {
 			w.Write(answer)

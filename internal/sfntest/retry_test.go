@@ -12,6 +12,7 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/lambdafn/attempt"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/sfntest"
 	"github.com/tally-hq/tally/internal/statemachine"
 	"github.com/tally-hq/tally/internal/webhooks"
@@ -37,8 +38,8 @@ func retryScenario(t *testing.T, status func(n int) int) (f *fixture, ref endpoi
 		t.Fatalf("the execution ended %v\ntask runs: %+v", res, runs)
 	}
 	var in attempt.RetryInput
-	if json.Unmarshal([]byte(res.Input), &in) != nil || in.DeliveryRef != ref || in.Attempt != 0 || in.ResumeAt != nil {
-		t.Errorf("execution input %s, want the delivery %+v", res.Input, ref)
+	if json.Unmarshal([]byte(res.Input), &in) != nil || in.DeliveryRef != ref || in.Attempt != 0 || in.ResumeAt != nil || in.NextAttemptAt == nil {
+		t.Errorf("execution input %s, want the delivery %+v and when attempt 2 is due", res.Input, ref)
 	}
 	if err := json.Unmarshal(res.Output, &out); err != nil {
 		t.Fatalf("execution output %s: %v", res.Output, err)
@@ -64,6 +65,15 @@ func startScenarioWith(t *testing.T, status func(n int) int, setup func(*fixture
 	f = newFixture(t)
 	setup(f)
 	rcv = newReceiver(t, status)
+	ref, name = startOn(t, f, rcv)
+	return f, ref, name, rcv
+}
+
+// startOn delivers a webhook.test to rcv through the deliver function,
+// whose attempt 1 must fail, and returns the delivery and the execution
+// it started.
+func startOn(t *testing.T, f *fixture, rcv *receiver) (ref endpoints.DeliveryRef, name string) {
+	t.Helper()
 	sub := f.subscribe(t, rcv.URL, secret, tally.EventConversionCreated)
 	evt, err := f.svc.Endpoints.SendTestEvent(t.Context(), f.brand.ID, sub.ID)
 	if err != nil {
@@ -79,7 +89,7 @@ func startScenarioWith(t *testing.T, status func(n int) int, setup func(*fixture
 	if want := ref.DeliveryID + "-0"; !slices.Equal(started, []string{want}) {
 		t.Fatalf("the deliver function started %v after a failed attempt 1, want one execution named %s (the delivery id and its cycle)", started, want)
 	}
-	return f, ref, started[0], rcv
+	return ref, started[0]
 }
 
 // checkAttempts checks the task runs (attempts 2…last, one run each, no
@@ -162,6 +172,12 @@ func TestRetryGivesUpAfterSeventhAttempt(t *testing.T) {
 	}
 	checkAttempts(t, ref, runs, rcv, webhooks.MaxAttempts)
 	checkDelivery(t, f, ref, tally.DeliveryFailed, slices.Repeat([]int{500}, webhooks.MaxAttempts))
+	// Health counts the delivery that failed every attempt once, not its
+	// seven attempts.
+	subs, _, err := f.function().Endpoints.Subscriptions(t.Context(), ref.BrandID, records.ListParams{})
+	if err != nil || len(subs) != 1 || subs[0].ConsecutiveFailures != 1 || subs[0].Status != tally.EndpointEnabled {
+		t.Errorf("the subscription after one delivery failed every attempt: %+v, %v; want enabled, 1 consecutive failure", subs, err)
+	}
 
 	// The execution succeeded, and Done is the only state that ends one so.
 	raw, err := os.ReadFile(filepath.Join("..", "..", statemachine.File))

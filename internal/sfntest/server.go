@@ -310,7 +310,8 @@ func (s *Server) stopExecution(body []byte) (int, any) {
 // (read from the repository, with attemptARN substituted), as an Execution
 // without input: every attempt task and the abandon task run the attempt
 // program (package sfntest/attempt, built here) over the DynamoDB table at
-// endpoint, every Wait state pauses wait, and a failed task is retried
+// endpoint, every Wait state pauses wait (AsDefined: until the time it
+// reads), and a failed task is retried
 // after 10 ms. env adds to the program's environment.
 func RetryWorkflow(t testing.TB, attemptARN, table, endpoint string, wait time.Duration, env ...string) Execution {
 	t.Helper()

@@ -119,7 +119,7 @@ type Execution struct {
 	// its resource (see the package documentation for how it is called).
 	Tasks map[string]string
 	// Waits maps every Wait state to how long it pauses instead (at
-	// millisecond precision).
+	// millisecond precision), or to AsDefined.
 	Waits map[string]time.Duration
 	// Retries optionally maps states to the pause before each retry of
 	// their Retry field, instead of IntervalSeconds and BackoffRate.
@@ -128,6 +128,10 @@ type Execution struct {
 	Env     []string      // added to the environment of local-sfn and so of the task programs
 	Timeout time.Duration // bounds the execution; 0 means DefaultTimeout
 }
+
+// AsDefined is a Waits entry that lets the state wait as its definition
+// says (a Timestamp or TimestampPath wait that a test keeps short).
+const AsDefined time.Duration = -1
 
 // ExecutionError is an execution that failed (local-sfn exit code 2).
 type ExecutionError struct {
@@ -238,7 +242,9 @@ func checkOverrides(t testing.TB, ex Execution) []string {
 		if strings.Contains(state, ":") || strings.Contains(value, ":") {
 			t.Fatalf("sfntest: %s %s:%s: local-sfn splits the mapping at every colon, so neither part may have one", flag, state, value)
 		}
-		args = append(args, flag, state+":"+value)
+		if flag != "" {
+			args = append(args, flag, state+":"+value)
+		}
 	}
 	for _, state := range slices.Sorted(maps.Keys(ex.Tasks)) {
 		path, err := filepath.Abs(ex.Tasks[state])
@@ -251,6 +257,10 @@ func checkOverrides(t testing.TB, ex Execution) []string {
 		option("--override-task", state, "Task", path)
 	}
 	for _, state := range slices.Sorted(maps.Keys(ex.Waits)) {
+		if ex.Waits[state] == AsDefined {
+			option("", state, "Wait", "") // checks the state only
+			continue
+		}
 		option("--override-wait", state, "Wait", milliseconds(ex.Waits[state]))
 	}
 	for _, state := range slices.Sorted(maps.Keys(ex.Retries)) {

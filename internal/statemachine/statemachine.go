@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/webhooks"
 )
 
@@ -56,21 +57,26 @@ const taskTime = 7*20*time.Second + (2+4+8+16+32+64)*time.Second
 
 // Timeout bounds an execution (TimeoutSeconds), so that one that hangs
 // times out (the ExecutionsTimedOut alarm) and the reconciler restarts it:
-// the schedule's waits, one task time per attempt and for the abandon task,
-// and an hour to spare. A restarted execution resumes part way, within the
-// same bound.
+// the longest each wait can be (the schedule's, or a receiver's
+// Retry-After of up to delivery.MaxRetryAfter), one task time per attempt
+// and for the abandon task, and an hour to spare. A restarted execution
+// resumes part way, within the same bound.
 func Timeout() time.Duration {
 	d := time.Hour + time.Duration(len(webhooks.RetrySchedule)+1)*taskTime
 	for _, w := range webhooks.RetrySchedule {
-		d += w
+		d += max(w, delivery.MaxRetryAfter)
 	}
 	return d
 }
 
 // Definition returns the workflow: for each retry of the schedule, wait,
 // make the attempt, and go on only while the delivery is still pending. Its
-// input is {"brandId", "deliveryId"}; attempt 1 has been made before it
-// starts. A restarted execution (lambdafn's deliver function starts one
+// input is {"brandId", "deliveryId", "nextAttemptAt"}; attempt 1 has been
+// made before it starts. Each wait lasts until the time the attempt before
+// it decided (nextAttemptAt: the schedule's wait, or longer when the
+// receiver asked with Retry-After), not a fixed time; a pending result
+// without one (the delivery is parked behind its endpoint's probe) ends
+// the execution, as the reconciler and the breaker take it from there. A restarted execution (lambdafn's deliver function starts one
 // when an earlier execution of the schedule ended without deciding the
 // delivery) has {"attempt", "resumeAt"} too: it waits until resumeAt and
 // goes on at that attempt. An attempt task that fails after its retries is
@@ -98,14 +104,18 @@ func Definition() ([]byte, error) {
 		WaitToResumeState: map[string]any{"Type": "Wait", "TimestampPath": "$.resumeAt", "Next": resumeState},
 	}
 	var resume []any
-	for i, wait := range webhooks.RetrySchedule {
+	for i := range webhooks.RetrySchedule {
 		retry, attempt := i+1, i+2
 		next := doneState
 		if retry < len(webhooks.RetrySchedule) {
 			next = WaitState(retry + 1)
 		}
+		due := "$.result.nextAttemptAt"
+		if retry == 1 {
+			due = "$.nextAttemptAt" // attempt 1's, in the execution's input
+		}
 		states[WaitState(retry)] = map[string]any{
-			"Type": "Wait", "Seconds": int(wait.Seconds()), "Next": AttemptState(attempt),
+			"Type": "Wait", "TimestampPath": due, "Next": AttemptState(attempt),
 		}
 		states[AttemptState(attempt)] = map[string]any{
 			"Type":     "Task",
@@ -114,15 +124,18 @@ func Definition() ([]byte, error) {
 				"FunctionName": "${" + AttemptFunctionVar + "}",
 				"Payload":      map[string]any{"brandId.$": "$.brandId", "deliveryId.$": "$.deliveryId", "attempt": attempt},
 			},
-			"ResultSelector": map[string]any{"status.$": "$.Payload.status", "attempts.$": "$.Payload.attempts"},
+			"ResultSelector": map[string]any{"status.$": "$.Payload.status", "attempts.$": "$.Payload.attempts", "nextAttemptAt.$": "$.Payload.nextAttemptAt"},
 			"ResultPath":     "$.result",
 			"Retry":          taskRetry,
 			"Catch":          []any{map[string]any{"ErrorEquals": []string{"States.ALL"}, "ResultPath": "$.error", "Next": AbandonState}},
 			"Next":           decideState(attempt),
 		}
 		states[decideState(attempt)] = map[string]any{
-			"Type":    "Choice",
-			"Choices": []any{map[string]any{"Variable": "$.result.status", "StringEquals": "pending", "Next": next}},
+			"Type": "Choice",
+			"Choices": []any{map[string]any{"And": []any{
+				map[string]any{"Variable": "$.result.status", "StringEquals": "pending"},
+				map[string]any{"Variable": "$.result.nextAttemptAt", "IsTimestamp": true},
+			}, "Next": next}},
 			"Default": doneState,
 		}
 		resume = append(resume, map[string]any{"Variable": "$.attempt", "NumericEquals": attempt, "Next": AttemptState(attempt)})

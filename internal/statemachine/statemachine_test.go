@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/statemachine"
 	"github.com/tally-hq/tally/internal/webhooks"
 )
@@ -26,7 +27,9 @@ func TestFileIsGenerated(t *testing.T) {
 	}
 }
 
-func TestWaitsAreTheSchedule(t *testing.T) {
+// Each wait lasts until the time the attempt before it decided (the
+// schedule's wait, or a receiver's Retry-After), not a fixed time.
+func TestWaitsTakeTheDecidedTime(t *testing.T) {
 	raw, err := statemachine.Definition()
 	if err != nil {
 		t.Fatal(err)
@@ -37,9 +40,10 @@ func TestWaitsAreTheSchedule(t *testing.T) {
 	if start.Type != "Choice" || start.Default != statemachine.WaitState(1) {
 		t.Fatalf("start state %s: %+v, want a choice whose default is %s", def.StartAt, start, statemachine.WaitState(1))
 	}
-	// Walk the pending path from there: it must wait each delay of the
-	// schedule in turn, with one attempt after each, and then end.
-	var waits []time.Duration
+	// Walk the pending path from there: it must wait once per retry of the
+	// schedule, until the time attempt 1 (in the input) or the attempt
+	// before decided, with one attempt after each, and then end.
+	var waits []string
 	attempts := 0
 	for name, steps := start.Default, 0; steps < 100; steps++ {
 		st, ok := def.States[name]
@@ -48,13 +52,22 @@ func TestWaitsAreTheSchedule(t *testing.T) {
 		}
 		switch st.Type {
 		case "Wait":
-			waits = append(waits, time.Duration(st.Seconds)*time.Second)
+			if st.Seconds != 0 {
+				t.Errorf("wait %s waits a fixed %d s", name, st.Seconds)
+			}
+			waits = append(waits, st.TimestampPath)
 			name = st.Next
 		case "Task":
+			if got := st.ResultSelector["nextAttemptAt.$"]; got != "$.Payload.nextAttemptAt" {
+				t.Errorf("attempt %s keeps nextAttemptAt from %q, want $.Payload.nextAttemptAt", name, got)
+			}
 			attempts++
 			name = st.Next
 		case "Choice":
-			if st.Default != "Done" || len(st.Choices) != 1 || st.Choices[0].StringEquals != "pending" {
+			// Pending with a time to wait for goes on; anything else is done.
+			if c := st.Choices; st.Default != "Done" || len(c) != 1 || len(c[0].And) != 2 ||
+				c[0].And[0].Variable != "$.result.status" || c[0].And[0].StringEquals != "pending" ||
+				c[0].And[1].Variable != "$.result.nextAttemptAt" || !c[0].And[1].IsTimestamp {
 				t.Fatalf("choice %s: %+v", name, st)
 			}
 			name = st.Choices[0].Next
@@ -62,9 +75,13 @@ func TestWaitsAreTheSchedule(t *testing.T) {
 			if len(waits) != len(webhooks.RetrySchedule) || attempts != len(webhooks.RetrySchedule) {
 				t.Fatalf("the workflow waits %v with %d attempts, want %v with one attempt after each", waits, attempts, webhooks.RetrySchedule)
 			}
-			for i, w := range webhooks.RetrySchedule {
-				if waits[i] != w {
-					t.Errorf("wait %d = %v, want %v", i+1, waits[i], w)
+			for i, path := range waits {
+				want := "$.result.nextAttemptAt"
+				if i == 0 {
+					want = "$.nextAttemptAt"
+				}
+				if path != want {
+					t.Errorf("wait %d waits until %q, want %q", i+1, path, want)
 				}
 			}
 			return
@@ -82,15 +99,22 @@ type definition struct {
 }
 
 type state struct {
-	Type    string
-	Seconds int
-	Next    string
-	Default string
-	Choices []struct {
+	Type           string
+	Seconds        int
+	TimestampPath  string
+	Next           string
+	Default        string
+	ResultSelector map[string]string
+	Choices        []struct {
 		Variable      string
 		NumericEquals int
 		StringEquals  string
 		Next          string
+		And           []struct {
+			Variable     string
+			StringEquals string
+			IsTimestamp  bool
+		}
 	}
 	Catch []struct {
 		ErrorEquals []string
@@ -164,19 +188,17 @@ func TestResume(t *testing.T) {
 	}
 }
 
-// The execution has a timeout, longer than the schedule, so that the
-// timed-out-executions alarm can fire and the reconciler restarts it.
+// The execution has a timeout, longer than every wait at its longest (a
+// receiver may answer each attempt with a Retry-After of 24 h), so that
+// the timed-out-executions alarm can fire and the reconciler restarts it.
 func TestTimeout(t *testing.T) {
 	raw, err := statemachine.Definition()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var schedule time.Duration
-	for _, w := range webhooks.RetrySchedule {
-		schedule += w
-	}
+	longest := time.Duration(len(webhooks.RetrySchedule)) * delivery.MaxRetryAfter
 	def := parse(t, raw)
-	if got := time.Duration(def.TimeoutSeconds) * time.Second; got != statemachine.Timeout() || got < schedule+time.Hour {
-		t.Errorf("TimeoutSeconds %v, want Timeout() = %v, at least the schedule (%v) and an hour", got, statemachine.Timeout(), schedule)
+	if got := time.Duration(def.TimeoutSeconds) * time.Second; got != statemachine.Timeout() || got < longest+time.Hour {
+		t.Errorf("TimeoutSeconds %v, want Timeout() = %v, at least every wait at %v and an hour", got, statemachine.Timeout(), delivery.MaxRetryAfter)
 	}
 }

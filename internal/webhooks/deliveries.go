@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strconv"
 	"time"
@@ -152,6 +151,17 @@ type fanOutPlan struct {
 	// first holds, where not nil, attempt 1 of a delivery, made before the
 	// fan-out is written (the local pipeline's fast path).
 	first []*firstAttempt
+}
+
+// pace is the maxPerSecond of the endpoint of delivery i (0: none).
+func (p *fanOutPlan) pace(i int) int {
+	if sub := p.subs[i]; sub != nil {
+		if sub.MaxPerSecond == nil {
+			return 0
+		}
+		return *sub.MaxPerSecond
+	}
+	return endpoints.PaceOf(p.eps[i])
 }
 
 // firstAttempt is attempt 1 of a delivery made before its fan-out is
@@ -456,23 +466,23 @@ type healthWrite struct {
 // from the endpoints in eps.
 func (s *Engine) healthWrites(batch []*fanOutPlan, eps map[store.Key]store.Item, now time.Time) []healthWrite {
 	var keys []store.Key
-	oks := map[store.Key][]bool{}
+	outs := map[store.Key][]endpoints.Outcome{}
 	for _, plan := range batch {
 		for i, f := range plan.first {
 			if f == nil || !f.answered {
 				continue
 			}
 			k := plan.eps[i].Key
-			if _, ok := oks[k]; !ok {
+			if _, ok := outs[k]; !ok {
 				keys = append(keys, k)
 			}
-			oks[k] = append(oks[k], f.at.Succeeded())
+			outs[k] = append(outs[k], outcomeOf(&f.at, s.withAttempt(plan.recs[i], &f.at, now)))
 		}
 	}
 	var out []healthWrite
 	for _, k := range keys {
 		if ep := eps[k]; ep.Key == k {
-			if op, ok := s.health.OutcomesOp(ep, oks[k], now); ok {
+			if op, ok := s.health.OutcomesOp(ep, outs[k], now); ok {
 				out = append(out, healthWrite{key: k, op: op})
 			}
 		}
@@ -578,9 +588,16 @@ type AttemptResult struct {
 	// Cycle tells the delivery's schedules apart: 0 for the first, then the
 	// number of attempts before a manual retry started the current one.
 	Cycle   int           `json:"cycle"`
-	Sent    bool          `json:"sent"`             // whether this step sent a request
-	RetryIn time.Duration `json:"retryIn"`          // while pending: the wait before the next attempt
-	Parked  bool          `json:"parked,omitempty"` // waits for its endpoint's circuit: no schedule of its own
+	Sent    bool          `json:"sent"`    // whether this step sent a request
+	RetryIn time.Duration `json:"retryIn"` // while pending: the wait before the next attempt
+	// NextAttemptAt is when the next attempt is due, while pending (null
+	// otherwise): the retry workflow's Wait states read it, so a
+	// receiver's Retry-After holds on AWS too.
+	NextAttemptAt *tally.Time `json:"nextAttemptAt"`
+	Parked        bool        `json:"parked,omitempty"` // waits for its endpoint's circuit: no schedule of its own
+	// Pace is the endpoint's maxPerSecond as the attempt read it (0: none),
+	// for the local pipeline's scheduler.
+	Pace int `json:"-"`
 }
 
 // Attempt makes attempt number n (1 to MaxAttempts, counted in the current
@@ -648,7 +665,7 @@ func (s *Engine) send(ctx context.Context, rec endpoints.DeliveryRecord, ep stor
 	}
 	at := sender.Send(ctx, req)
 	res, err := s.recordAttempt(ctx, rec, &at, &ep)
-	res.Sent = true
+	res.Sent, res.Pace = true, endpoints.PaceOf(ep)
 	return res, err
 }
 
@@ -668,13 +685,8 @@ func (s *Engine) request(rec endpoints.DeliveryRecord, ep store.Item, envelope [
 // requestTo is request with the endpoint decoded: the subscription, or nil
 // for a postback.
 func (s *Engine) requestTo(rec endpoints.DeliveryRecord, sub *endpoints.SubscriptionRecord, envelope []byte) delivery.Request {
-	req := delivery.Request{URL: rec.URL, WebhookID: rec.ID, Event: rec.Event, Traceparent: trace.Next(rec.Trace)}
-	if sub == nil {
-		req.Method = http.MethodGet
-		return req
-	}
-	req.Body = envelope
-	req.Secrets, req.Scheme = sub.SigningSecrets(s.db.Now()), sub.SignatureScheme
+	req := rec.Request(sub, envelope, s.db.Now())
+	req.Traceparent = trace.Next(rec.Trace)
 	return req
 }
 
@@ -710,7 +722,7 @@ func (s *Engine) recordAttempt(ctx context.Context, rec endpoints.DeliveryRecord
 		if ep != nil && at != nil {
 			if at.Gone() {
 				ops = append(ops, s.health.GoneOp(*ep, now))
-			} else if health, ok := s.health.OutcomeOp(*ep, at.Succeeded(), now); ok {
+			} else if health, ok := s.health.OutcomeOp(*ep, outcomeOf(at, rec), now); ok {
 				ops = append(ops, health)
 			}
 		}
@@ -778,6 +790,18 @@ func (s *Engine) withAttempt(rec endpoints.DeliveryRecord, at *tally.Attempt, no
 	return rec
 }
 
+// outcomeOf is what attempt at, recorded on the delivery as rec, tells
+// its endpoint's health.
+func outcomeOf(at *tally.Attempt, rec endpoints.DeliveryRecord) endpoints.Outcome {
+	switch {
+	case at.Succeeded():
+		return endpoints.Succeeded
+	case rec.Status == tally.DeliveryFailed:
+		return endpoints.Failed
+	}
+	return endpoints.Retrying
+}
+
 // retryWait is the wait after attempt made (1-based) failed.
 func (s *Engine) retryWait(made int) time.Duration {
 	return time.Duration(float64(RetrySchedule[made-1]) * s.retryScale)
@@ -790,6 +814,7 @@ func (s *Engine) resultOf(rec endpoints.DeliveryRecord) AttemptResult {
 		if rec.NextAttemptAt != nil {
 			// Longer when the receiver asked for it (Retry-After).
 			res.RetryIn = max(res.RetryIn, rec.NextAttemptAt.Sub(rec.UpdatedAt.Time))
+			res.NextAttemptAt = rec.NextAttemptAt
 		}
 	}
 	return res

@@ -347,6 +347,11 @@ func (p *Pipeline) fanOut(eventIDs []string) {
 	if err != nil {
 		p.log.Error("webhook fan-out", "eventIds", eventIDs, "err", err.Error())
 	}
+	for _, plan := range plans {
+		for i, rec := range plan.recs {
+			p.sched.setPace(rec.BrandID, rec.EndpointID(), plan.pace(i))
+		}
+	}
 	var firsts []*fastAttempt
 	if p.fast {
 		firsts = p.attemptFirst(plans)
@@ -463,6 +468,7 @@ func (p *Pipeline) attempt(j job) outcome {
 	if !res.Sent {
 		return unknown
 	}
+	p.sched.setPace(j.ref.BrandID, j.endpoint, res.Pace)
 	var out outcome
 	p.settled(j, res, began, from, func(o outcome) { out = o })
 	return out

@@ -50,6 +50,9 @@ type RetryInput struct {
 	Attempt int `json:"attempt,omitempty"`
 	// ResumeAt is when a restarted execution makes that attempt.
 	ResumeAt *tally.Time `json:"resumeAt,omitempty"`
+	// NextAttemptAt is when attempt 2 is due, in a first execution's
+	// input: the schedule's wait, or longer when the receiver asked.
+	NextAttemptAt *tally.Time `json:"nextAttemptAt,omitempty"`
 	// Abandon is set by the state machine's Catch: mark the delivery failed.
 	Abandon bool `json:"abandon,omitempty"`
 }

@@ -131,7 +131,7 @@ func deliver(ctx context.Context, engine *webhooks.Engine, sender webhooks.Sende
 // idempotent: a repeated message finds its execution.
 func startRetries(ctx context.Context, engine *webhooks.Engine, ex Executions, stateMachineARN string, ref endpoints.DeliveryRef, res webhooks.AttemptResult) error {
 	for restart := 0; restart <= maxRestarts; restart++ {
-		in := attempt.RetryInput{DeliveryRef: ref}
+		in := attempt.RetryInput{DeliveryRef: ref, NextAttemptAt: res.NextAttemptAt}
 		name := fmt.Sprintf("%s-%d", ref.DeliveryID, res.Cycle)
 		if restart > 0 {
 			d, err := engine.Delivery(ctx, ref)
@@ -142,7 +142,7 @@ func startRetries(ctx context.Context, engine *webhooks.Engine, ex Executions, s
 				return nil // decided meanwhile
 			}
 			name = fmt.Sprintf("%s-r%d", name, restart)
-			in.Attempt, in.ResumeAt = res.Attempts+1, d.NextAttemptAt
+			in.Attempt, in.ResumeAt, in.NextAttemptAt = res.Attempts+1, d.NextAttemptAt, nil
 		}
 		input, _ := json.Marshal(in)
 		_, err := ex.StartExecution(ctx, &sfn.StartExecutionInput{

@@ -1,0 +1,125 @@
+package endpoints
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/delivery"
+	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/store"
+)
+
+// Request is what an attempt of the delivery made at now sends: sub is its
+// subscription (nil for a postback, a GET of its filled-in URL) and
+// envelope its event's, the body.
+func (rec DeliveryRecord) Request(sub *SubscriptionRecord, envelope []byte, now time.Time) delivery.Request {
+	req := delivery.Request{URL: rec.URL, WebhookID: rec.ID, Event: rec.Event}
+	if sub == nil {
+		req.Method = http.MethodGet
+		return req
+	}
+	req.Body = envelope
+	req.Secrets, req.Scheme = sub.SigningSecrets(now), sub.SignatureScheme
+	return req
+}
+
+// shownAt is when the request the log shows was sent: at the last attempt,
+// or, before the first, when it is due.
+func (rec DeliveryRecord) shownAt() time.Time {
+	switch {
+	case len(rec.Attempts) > 0:
+		return rec.Attempts[len(rec.Attempts)-1].At.Time
+	case rec.NextAttemptAt != nil:
+		return rec.NextAttemptAt.Time
+	}
+	return rec.CreatedAt.Time
+}
+
+// withRequests is the deliveries with the request each sends, made from
+// their events and subscriptions as stored now (each read once): the body
+// is kept once, with the event, not with every delivery of it.
+func (s *Log) withRequests(ctx context.Context, recs []DeliveryRecord) ([]tally.Delivery, error) {
+	envelopes := map[string][]byte{}
+	subs := map[string]*SubscriptionRecord{}
+	out := make([]tally.Delivery, len(recs))
+	for i, rec := range recs {
+		var sub *SubscriptionRecord
+		if rec.Type == tally.DeliveryWebhook {
+			var err error
+			if sub, err = s.subscriptionOf(ctx, rec, subs); err != nil {
+				return nil, err
+			}
+			if _, ok := envelopes[rec.EventID]; !ok {
+				it, err := s.db.Get(ctx, keys.Event(rec.EventID))
+				if err != nil && !errors.Is(err, store.ErrNotFound) {
+					return nil, err
+				}
+				envelopes[rec.EventID] = it.Data // expired: no body left to show
+			}
+		}
+		at := rec.shownAt()
+		out[i] = rec.Delivery
+		out[i].Request = ptrTo(rec.Request(sub, envelopes[rec.EventID], at).Shown(at))
+	}
+	return out, nil
+}
+
+// subscriptionOf reads the subscription of a webhook delivery, once per
+// subscription (a deleted one signs nothing).
+func (s *Log) subscriptionOf(ctx context.Context, rec DeliveryRecord, subs map[string]*SubscriptionRecord) (*SubscriptionRecord, error) {
+	if sub, ok := subs[rec.SubscriptionID]; ok {
+		return sub, nil
+	}
+	sub, err := records.Get[SubscriptionRecord](ctx, s.db, keys.Subscription(rec.BrandID, rec.SubscriptionID))
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	subs[rec.SubscriptionID] = &sub
+	return &sub, nil
+}
+
+// conversionEvents tells whether a delivery is of an event a conversion
+// caused, reading each conversion event once: deliveries do not store the
+// conversion (that would cost every delivery a write unit more once its
+// item crosses a kilobyte), and the log is read far less often than
+// deliveries are written.
+type conversionEvents struct {
+	ctx          context.Context
+	db           *records.DB
+	conversionID string
+	of           map[string]bool // event id → caused by the conversion
+	err          error           // the first read that failed
+}
+
+func (s *Log) conversionEvents(ctx context.Context, conversionID string) *conversionEvents {
+	return &conversionEvents{ctx: ctx, db: s.db, conversionID: conversionID, of: map[string]bool{}}
+}
+
+func (c *conversionEvents) has(d *DeliveryRecord) bool {
+	switch d.Event {
+	case tally.EventConversionCreated, tally.EventConversionApproved, tally.EventConversionRejected:
+	default:
+		return false
+	}
+	if of, ok := c.of[d.EventID]; ok || c.err != nil {
+		return of
+	}
+	var evt tally.Event
+	it, err := c.db.Get(c.ctx, keys.Event(d.EventID))
+	if err == nil {
+		err = records.Decode(it, &evt)
+	}
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		c.err = err
+		return false
+	}
+	var data tally.ConversionEventData
+	_ = json.Unmarshal(evt.Data, &data) // expired: not shown
+	c.of[d.EventID] = data.ConversionID == c.conversionID
+	return c.of[d.EventID]
+}
