@@ -16,11 +16,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/fields"
+	"github.com/tally-hq/tally/internal/jsonenc"
 )
 
 // MaxBodyBytes is the largest request body accepted.
@@ -97,6 +100,21 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v) // the client went away; nothing left to tell it
+}
+
+// bodies holds the buffers that writeConversion writes bodies in.
+var bodies = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// writeConversion is writeJSON(w, status, c) without reflection, for the
+// answer to every POST /conversions.
+func writeConversion(w http.ResponseWriter, status int, c *tally.Conversion) {
+	bp := bodies.Get().(*[]byte)
+	b := append(jsonenc.Conversion((*bp)[:0], c, jsonenc.KeepHTML), '\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b) // the client went away; nothing left to tell it
+	*bp = b
+	bodies.Put(bp)
 }
 
 // listBody is the shape of every list answer.
@@ -182,21 +200,30 @@ func readBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil, errEmptyBody
 	}
+	if in, ok := v.(*conversions.ConversionInput); ok && decodeConversion(raw, in) {
+		return raw, nil
+	}
+	return raw, parseBody(raw, v)
+}
+
+// parseBody is the part of readBody that checks and decodes a JSON text
+// (valid UTF-8, not empty) into v.
+func parseBody(raw []byte, v any) error {
 	t := reflect.TypeOf(v)
 	if !json.Valid(raw) {
-		return nil, bodyError(json.Unmarshal(raw, v), t) // for the syntax error's words
+		return bodyError(json.Unmarshal(raw, v), t) // for the syntax error's words
 	}
 	if bytes.TrimSpace(raw)[0] != '{' { // a null would decode as {}, changing nothing
-		return nil, tally.Errorf(tally.ECodeValidation, "The body must be a JSON object.")
+		return tally.Errorf(tally.ECodeValidation, "The body must be a JSON object.")
 	}
 	if err := (&fieldWalk{raw: raw}).value(t, ""); err != nil {
-		return nil, bodyError(err, t)
+		return bodyError(err, t)
 	}
 	// The walk refused every name that is not a field's.
 	if err := json.Unmarshal(raw, v); err != nil {
-		return nil, bodyError(err, t)
+		return bodyError(err, t)
 	}
-	return raw, nil
+	return nil
 }
 
 var errEmptyBody = tally.Errorf(tally.ECodeInvalidJSON, "The body is empty; send a JSON object.")

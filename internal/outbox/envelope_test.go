@@ -43,3 +43,26 @@ func TestEventEnvelopeMarshalsAsEvent(t *testing.T) {
 		}
 	}
 }
+
+// The envelope of the events written by hand (marshal) is byte for byte
+// json.Marshal's, every field of the data set or not.
+func TestEnvelopeMarshalByHand(t *testing.T) {
+	at := tally.NewTime(time.Date(2026, 11, 28, 9, 4, 5, 7e6, time.UTC))
+	full := tally.ConversionEventData{ConversionID: "cnv_1", PartnerID: "prt_<&>", OfferID: "off_1", RevenueCents: 1000,
+		PayoutCents: -300, Currency: "USD", Status: tally.ConversionApproved, Sub1: "a\"b\\c\u2028é\x01\xff", ExternalTxnID: "x y",
+		ClickID: "clk_1", Reason: "manual", ReversalReason: "fraud", ReversalNote: "<note>"}
+	for _, d := range []tally.ConversionEventData{{}, full} {
+		e := envelope{ID: "evt_<1>", Event: "conversion.created", CreatedAt: at, BrandID: "brd_&", Data: d}
+		want, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := e.marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("got  %s\nwant %s", got, want)
+		}
+	}
+}
