@@ -327,7 +327,10 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 		return false, err
 	}
 	for {
-		ops := make([]store.Op, 0, 8+2*len(caps)) // room for all, without growing
+		rollups := s.rollups.Conversion(c)
+		// Room for all, without growing: an Op is about 300 bytes, and
+		// growing from 8 to 16 copied 2.4 KB a conversion.
+		ops := make([]store.Op, 0, 6+2*len(caps)+len(rollups))
 		markerAt := -1
 		if c.ExternalTxnID != "" {
 			markerAt = len(ops)
@@ -364,7 +367,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 			clickAt = len(ops)
 			ops = append(ops, attributedOp(c))
 		}
-		ops = append(ops, s.rollups.Conversion(c)...)
+		ops = append(ops, rollups...)
 		ops = append(ops, created)
 		ops = append(ops, capEvents...)
 

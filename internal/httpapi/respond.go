@@ -139,9 +139,18 @@ func writeList[T any](w http.ResponseWriter, items []T, next string) {
 // types, nothing after the object; and no query parameters, which no route
 // with a body takes.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
-	_, err := readBody(w, r, v)
+	bp := bodies.Get().(*[]byte)
+	raw, err := readBody(w, r, v, (*bp)[:0])
+	if raw != nil && cap(raw) <= maxPooled {
+		*bp = raw // nothing decoded keeps it: encoding/json copies what it keeps
+	}
+	bodies.Put(bp)
 	return err
 }
+
+// maxPooled is the largest buffer kept in bodies: a rare large body
+// should not stay in memory for good.
+const maxPooled = 64 << 10
 
 // decodeOptionalBody is decodeBody for a route whose every field is
 // optional (POST /keys): a request without a body (curl -X POST, no -d)
@@ -162,7 +171,7 @@ func decodeOptionalBody(w http.ResponseWriter, r *http.Request, v any) error {
 // An empty object changes nothing and answers the record as it is, as
 // Stripe's updates do.
 func decodePatch(w http.ResponseWriter, r *http.Request, v any) error {
-	raw, err := readBody(w, r, v)
+	raw, err := readBody(w, r, v, nil)
 	if err != nil {
 		return err
 	}
@@ -178,8 +187,9 @@ func decodePatch(w http.ResponseWriter, r *http.Request, v any) error {
 	return nil
 }
 
-// readBody is decodeBody, answering the body it read as well.
-func readBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
+// readBody is decodeBody, answering the body it read as well, appended
+// to buf.
+func readBody(w http.ResponseWriter, r *http.Request, v any, buf []byte) ([]byte, error) {
 	if _, err := query(r); err != nil {
 		return nil, err
 	}
@@ -190,9 +200,9 @@ func readBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
 	if err != nil || mt != "application/json" {
 		return nil, tally.Errorf(tally.ECodeUnsupportedMediaType, "Send the body as JSON with 'Content-Type: application/json'.")
 	}
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	raw, err := readAppend(http.MaxBytesReader(w, r.Body, MaxBodyBytes), buf)
 	if err != nil {
-		return nil, bodyError(err, nil)
+		return raw, bodyError(err, nil)
 	}
 	if !utf8.Valid(raw) || hasLoneSurrogate(raw) {
 		return nil, tally.Errorf(tally.ECodeInvalidJSON, "The body is not valid UTF-8 (or escapes half of a surrogate pair); send text as UTF-8.")
@@ -224,6 +234,23 @@ func parseBody(raw []byte, v any) error {
 		return bodyError(err, t)
 	}
 	return nil
+}
+
+// readAppend is io.ReadAll appending to b.
+func readAppend(r io.Reader, b []byte) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
 }
 
 var errEmptyBody = tally.Errorf(tally.ECodeInvalidJSON, "The body is empty; send a JSON object.")

@@ -66,3 +66,21 @@ func TestEnvelopeMarshalByHand(t *testing.T) {
 		}
 	}
 }
+
+func BenchmarkEnvelope(b *testing.B) {
+	e := envelope{ID: "evt_01kb7k3m5n6p7q8r9s0t1v2w3x", Event: tally.EventConversionCreated, CreatedAt: tally.NewTime(time.Now()), BrandID: "brd_01kb7k3m5n6p7q8r9s0t1v2w3x",
+		Data: tally.ConversionEventData{ConversionID: "cnv_01kb7k3m5n6p7q8r9s0t1v2w3x", PartnerID: "prt_01kb7k3m5n6p7q8r9s0t1v2w3x",
+			OfferID: "off_01kb7k3m5n6p7q8r9s0t1v2w3x", RevenueCents: 1000, PayoutCents: 300, Currency: "USD", Status: tally.ConversionApproved, ExternalTxnID: "load-1-2-3"}}
+	b.Run("byhand", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = e.marshal()
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = json.Marshal(e)
+		}
+	})
+}
