@@ -90,11 +90,7 @@ type scanner struct {
 	i int
 }
 
-func (s *scanner) space() {
-	for s.i < len(s.b) && (s.b[s.i] == ' ' || s.b[s.i] == '\t' || s.b[s.i] == '\n' || s.b[s.i] == '\r') {
-		s.i++
-	}
-}
+func (s *scanner) space() { s.i = skipSpace(s.b, s.i) }
 
 // next takes c, after white space.
 func (s *scanner) next(c byte) bool {

@@ -270,10 +270,15 @@ type fieldWalk struct {
 	i   int
 }
 
-func (w *fieldWalk) space() {
-	for w.i < len(w.raw) && (w.raw[w.i] == ' ' || w.raw[w.i] == '\t' || w.raw[w.i] == '\n' || w.raw[w.i] == '\r') {
-		w.i++
+func (w *fieldWalk) space() { w.i = skipSpace(w.raw, w.i) }
+
+// skipSpace is the index of the first byte of b from i on that is not JSON
+// white space.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
 	}
+	return i
 }
 
 // value walks the value at w.i, which decodes into t (nil: unknown), at
