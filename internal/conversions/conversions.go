@@ -15,6 +15,7 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/ids"
+	"github.com/tally-hq/tally/internal/jsonenc"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/ledger"
 	"github.com/tally-hq/tally/internal/offers"
@@ -326,11 +327,14 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 		return false, err
 	}
 	for {
-		ops := make([]store.Op, 0, 8+2*len(caps)) // room for all, without growing
+		rollups := s.rollups.Conversion(c)
+		// Room for all, without growing: an Op is about 300 bytes, and
+		// growing from 8 to 16 copied 2.4 KB a conversion.
+		ops := make([]store.Op, 0, 6+2*len(caps)+len(rollups))
 		markerAt := -1
 		if c.ExternalTxnID != "" {
 			markerAt = len(ops)
-			ops = append(ops, store.Put(txnMarker(c, records.MustJSON(c.ID)), store.NotExists()))
+			ops = append(ops, store.Put(txnMarker(c, idJSON(c.ID)), store.NotExists()))
 		}
 		ops = append(ops, store.Put(s.newConversionItem(ctx, c), store.NotExists()))
 		offerAt, partnerAt := -1, -1
@@ -363,7 +367,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 			clickAt = len(ops)
 			ops = append(ops, attributedOp(c))
 		}
-		ops = append(ops, s.rollups.Conversion(c)...)
+		ops = append(ops, rollups...)
 		ops = append(ops, created)
 		ops = append(ops, capEvents...)
 
@@ -413,12 +417,23 @@ func Item(c tally.Conversion) store.Item {
 		GSI1:  store.IndexKey{PK: keys.ConversionsByOffer(c.BrandID, c.OfferID, shard), SK: c.ID},
 		GSI2:  store.IndexKey{PK: keys.ConversionsByPartner(c.BrandID, c.PartnerID, shard), SK: c.ID},
 		Attrs: map[string]string{"status": c.Status},
-		Data:  records.MustJSON(c),
+		Data:  conversionJSON(&c),
 	}
 	if c.Status == tally.ConversionPending && c.ApproveAt != nil {
 		it.GSI3 = store.IndexKey{PK: keys.HoldQueuePK(keys.QueueShardOf(c.ID)), SK: keys.HoldQueueSK(c.ApproveAt.Time, c.ID)}
 	}
 	return it
+}
+
+// conversionJSON is json.Marshal(c) without reflection: the conversion's
+// item is written on every POST /conversions.
+func conversionJSON(c *tally.Conversion) []byte {
+	return jsonenc.Conversion(make([]byte, 0, 640), c, jsonenc.EscapeHTML)
+}
+
+// idJSON is json.Marshal(id), the body of a slim idempotency marker.
+func idJSON(id string) []byte {
+	return jsonenc.String(make([]byte, 0, len(id)+2), id, jsonenc.EscapeHTML)
 }
 
 func EventData(c tally.Conversion, reason string) tally.ConversionEventData {
@@ -617,7 +632,7 @@ func (s *Service) completeConversion(ctx context.Context, c tally.Conversion) er
 // more to keep.
 func (s *Service) slimMarker(ctx context.Context, c tally.Conversion) {
 	if c.ExternalTxnID != "" {
-		_ = s.events.Transact(ctx, store.Put(txnMarker(c, records.MustJSON(c.ID))))
+		_ = s.events.Transact(ctx, store.Put(txnMarker(c, idJSON(c.ID))))
 	}
 }
 

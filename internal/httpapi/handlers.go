@@ -169,7 +169,7 @@ func (a *API) createConversion(w http.ResponseWriter, r *http.Request, p identit
 	if created {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, c)
+	writeConversion(w, status, &c)
 	return nil
 }
 

@@ -16,11 +16,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/fields"
+	"github.com/tally-hq/tally/internal/jsonenc"
 )
 
 // MaxBodyBytes is the largest request body accepted.
@@ -99,6 +102,21 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v) // the client went away; nothing left to tell it
 }
 
+// bodies holds the buffers that writeConversion writes bodies in.
+var bodies = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// writeConversion is writeJSON(w, status, c) without reflection, for the
+// answer to every POST /conversions.
+func writeConversion(w http.ResponseWriter, status int, c *tally.Conversion) {
+	bp := bodies.Get().(*[]byte)
+	b := append(jsonenc.Conversion((*bp)[:0], c, jsonenc.KeepHTML), '\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b) // the client went away; nothing left to tell it
+	*bp = b
+	bodies.Put(bp)
+}
+
 // listBody is the shape of every list answer.
 type listBody[T any] struct {
 	Data       []T     `json:"data"`
@@ -121,9 +139,18 @@ func writeList[T any](w http.ResponseWriter, items []T, next string) {
 // types, nothing after the object; and no query parameters, which no route
 // with a body takes.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
-	_, err := readBody(w, r, v)
+	bp := bodies.Get().(*[]byte)
+	raw, err := readBody(w, r, v, (*bp)[:0])
+	if raw != nil && cap(raw) <= maxPooled {
+		*bp = raw // nothing decoded keeps it: encoding/json copies what it keeps
+	}
+	bodies.Put(bp)
 	return err
 }
+
+// maxPooled is the largest buffer kept in bodies: a rare large body
+// should not stay in memory for good.
+const maxPooled = 64 << 10
 
 // decodeOptionalBody is decodeBody for a route whose every field is
 // optional (POST /keys): a request without a body (curl -X POST, no -d)
@@ -144,7 +171,7 @@ func decodeOptionalBody(w http.ResponseWriter, r *http.Request, v any) error {
 // An empty object changes nothing and answers the record as it is, as
 // Stripe's updates do.
 func decodePatch(w http.ResponseWriter, r *http.Request, v any) error {
-	raw, err := readBody(w, r, v)
+	raw, err := readBody(w, r, v, nil)
 	if err != nil {
 		return err
 	}
@@ -160,8 +187,9 @@ func decodePatch(w http.ResponseWriter, r *http.Request, v any) error {
 	return nil
 }
 
-// readBody is decodeBody, answering the body it read as well.
-func readBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
+// readBody is decodeBody, answering the body it read as well, appended
+// to buf.
+func readBody(w http.ResponseWriter, r *http.Request, v any, buf []byte) ([]byte, error) {
 	if _, err := query(r); err != nil {
 		return nil, err
 	}
@@ -172,9 +200,9 @@ func readBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
 	if err != nil || mt != "application/json" {
 		return nil, tally.Errorf(tally.ECodeUnsupportedMediaType, "Send the body as JSON with 'Content-Type: application/json'.")
 	}
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	raw, err := readAppend(http.MaxBytesReader(w, r.Body, MaxBodyBytes), buf)
 	if err != nil {
-		return nil, bodyError(err, nil)
+		return raw, bodyError(err, nil)
 	}
 	if !utf8.Valid(raw) || hasLoneSurrogate(raw) {
 		return nil, tally.Errorf(tally.ECodeInvalidJSON, "The body is not valid UTF-8 (or escapes half of a surrogate pair); send text as UTF-8.")
@@ -182,21 +210,47 @@ func readBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil, errEmptyBody
 	}
+	if in, ok := v.(*conversions.ConversionInput); ok && decodeConversion(raw, in) {
+		return raw, nil
+	}
+	return raw, parseBody(raw, v)
+}
+
+// parseBody is the part of readBody that checks and decodes a JSON text
+// (valid UTF-8, not empty) into v.
+func parseBody(raw []byte, v any) error {
 	t := reflect.TypeOf(v)
 	if !json.Valid(raw) {
-		return nil, bodyError(json.Unmarshal(raw, v), t) // for the syntax error's words
+		return bodyError(json.Unmarshal(raw, v), t) // for the syntax error's words
 	}
 	if bytes.TrimSpace(raw)[0] != '{' { // a null would decode as {}, changing nothing
-		return nil, tally.Errorf(tally.ECodeValidation, "The body must be a JSON object.")
+		return tally.Errorf(tally.ECodeValidation, "The body must be a JSON object.")
 	}
 	if err := (&fieldWalk{raw: raw}).value(t, ""); err != nil {
-		return nil, bodyError(err, t)
+		return bodyError(err, t)
 	}
 	// The walk refused every name that is not a field's.
 	if err := json.Unmarshal(raw, v); err != nil {
-		return nil, bodyError(err, t)
+		return bodyError(err, t)
 	}
-	return raw, nil
+	return nil
+}
+
+// readAppend is io.ReadAll appending to b.
+func readAppend(r io.Reader, b []byte) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
 }
 
 var errEmptyBody = tally.Errorf(tally.ECodeInvalidJSON, "The body is empty; send a JSON object.")
@@ -216,10 +270,15 @@ type fieldWalk struct {
 	i   int
 }
 
-func (w *fieldWalk) space() {
-	for w.i < len(w.raw) && (w.raw[w.i] == ' ' || w.raw[w.i] == '\t' || w.raw[w.i] == '\n' || w.raw[w.i] == '\r') {
-		w.i++
+func (w *fieldWalk) space() { w.i = skipSpace(w.raw, w.i) }
+
+// skipSpace is the index of the first byte of b from i on that is not JSON
+// white space.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
 	}
+	return i
 }
 
 // value walks the value at w.i, which decodes into t (nil: unknown), at

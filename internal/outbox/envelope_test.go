@@ -43,3 +43,44 @@ func TestEventEnvelopeMarshalsAsEvent(t *testing.T) {
 		}
 	}
 }
+
+// The envelope of the events written by hand (marshal) is byte for byte
+// json.Marshal's, every field of the data set or not.
+func TestEnvelopeMarshalByHand(t *testing.T) {
+	at := tally.NewTime(time.Date(2026, 11, 28, 9, 4, 5, 7e6, time.UTC))
+	full := tally.ConversionEventData{ConversionID: "cnv_1", PartnerID: "prt_<&>", OfferID: "off_1", RevenueCents: 1000,
+		PayoutCents: -300, Currency: "USD", Status: tally.ConversionApproved, Sub1: "a\"b\\c\u2028é\x01\xff", ExternalTxnID: "x y",
+		ClickID: "clk_1", Reason: "manual", ReversalReason: "fraud", ReversalNote: "<note>"}
+	for _, d := range []tally.ConversionEventData{{}, full} {
+		e := envelope{ID: "evt_<1>", Event: "conversion.created", CreatedAt: at, BrandID: "brd_&", Data: d}
+		want, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := e.marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("got  %s\nwant %s", got, want)
+		}
+	}
+}
+
+func BenchmarkEnvelope(b *testing.B) {
+	e := envelope{ID: "evt_01kb7k3m5n6p7q8r9s0t1v2w3x", Event: tally.EventConversionCreated, CreatedAt: tally.NewTime(time.Now()), BrandID: "brd_01kb7k3m5n6p7q8r9s0t1v2w3x",
+		Data: tally.ConversionEventData{ConversionID: "cnv_01kb7k3m5n6p7q8r9s0t1v2w3x", PartnerID: "prt_01kb7k3m5n6p7q8r9s0t1v2w3x",
+			OfferID: "off_01kb7k3m5n6p7q8r9s0t1v2w3x", RevenueCents: 1000, PayoutCents: 300, Currency: "USD", Status: tally.ConversionApproved, ExternalTxnID: "load-1-2-3"}}
+	b.Run("byhand", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = e.marshal()
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = json.Marshal(e)
+		}
+	})
+}

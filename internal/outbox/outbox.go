@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/jsonenc"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
@@ -55,11 +56,32 @@ type envelope struct {
 	Data      any        `json:"data"`
 }
 
+// marshal is json.Marshal(e), without reflection for the data of the
+// events on the request paths (conversion.created is one per conversion).
+func (e *envelope) marshal() ([]byte, error) {
+	d, ok := e.Data.(tally.ConversionEventData)
+	if !ok {
+		return json.Marshal(e)
+	}
+	b := make([]byte, 0, 512)
+	b = append(b, `{"id":`...)
+	b = jsonenc.String(b, e.ID, jsonenc.EscapeHTML)
+	b = append(b, `,"event":`...)
+	b = jsonenc.String(b, e.Event, jsonenc.EscapeHTML)
+	b = append(b, `,"createdAt":`...)
+	b = jsonenc.Time(b, e.CreatedAt)
+	b = append(b, `,"brandId":`...)
+	b = jsonenc.String(b, e.BrandID, jsonenc.EscapeHTML)
+	b = append(b, `,"data":`...)
+	b = jsonenc.ConversionEventData(b, &d, jsonenc.EscapeHTML)
+	return append(b, '}'), nil
+}
+
 // Event builds the outbox item for an event, to be written in the same
 // transaction as the change it reports.
 func (w *Writer) Event(brandID, name string, data any, at time.Time) (store.Op, error) {
 	evt := envelope{ID: w.db.NewID("evt_", at), Event: name, CreatedAt: tally.NewTime(at), BrandID: brandID, Data: data}
-	body, err := json.Marshal(evt)
+	body, err := evt.marshal()
 	if err != nil {
 		return store.Op{}, err
 	}
@@ -90,9 +112,9 @@ func (w *Writer) Events(ctx context.Context, brandID string, p records.ListParam
 // those that did. The events keep the span of the request ctx serves, for
 // their deliveries to send on.
 func (w *Writer) Transact(ctx context.Context, ops ...store.Op) error {
-	for _, op := range ops {
-		if isEvent(op) {
-			trace.Keep(ctx, op.Item.Attrs)
+	for i := range ops {
+		if isEvent(&ops[i]) {
+			trace.Keep(ctx, ops[i].Item.Attrs)
 		}
 	}
 	for {
@@ -117,21 +139,22 @@ func (w *Writer) Transact(ctx context.Context, ops ...store.Op) error {
 // queued returns the ids of the events ops put into the outbox.
 func queued(ops []store.Op) []string {
 	var ids []string
-	for _, op := range ops {
-		if isQueued(op) {
-			ids = append(ids, op.Item.GSI3.SK)
+	for i := range ops {
+		if isQueued(&ops[i]) {
+			ids = append(ids, ops[i].Item.GSI3.SK)
 		}
 	}
 	return ids
 }
 
-// isEvent reports whether op puts an event (Event).
-func isEvent(op store.Op) bool {
+// isEvent reports whether op puts an event (Event). It takes a pointer:
+// an Op is a few hundred bytes, copied on every call otherwise.
+func isEvent(op *store.Op) bool {
 	return op.Kind == store.OpPut && strings.HasPrefix(op.Item.PK, "EVT#")
 }
 
 // isQueued reports whether op puts an event into the outbox.
-func isQueued(op store.Op) bool { return isEvent(op) && op.Item.GSI3.PK != "" }
+func isQueued(op *store.Op) bool { return isEvent(op) && op.Item.GSI3.PK != "" }
 
 // Keep is how long the Writer's events stay.
 func (w *Writer) Keep() time.Duration { return w.keep }

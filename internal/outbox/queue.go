@@ -63,11 +63,11 @@ func noEndpoints(brandID string) store.Op {
 }
 
 func (q *OnlyForEndpoints) prepare(ctx context.Context, db *records.DB, ops []store.Op) (out []store.Op, brands []string, err error) {
-	for i, op := range ops {
-		if !isQueued(op) {
+	for i := range ops {
+		if !isQueued(&ops[i]) {
 			continue
 		}
-		brandID := op.Item.Attrs["brandId"]
+		brandID := ops[i].Item.Attrs["brandId"]
 		none, err := q.noEndpoints(ctx, db, brandID)
 		if err != nil || !none {
 			return ops, nil, err

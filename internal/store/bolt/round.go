@@ -19,6 +19,7 @@ type round struct {
 	tx      *bbolt.Tx
 	entries map[string]*entry
 	order   []*entry // in the order first touched, so writes go in deterministically
+	free    []entry  // entries allocated ahead, a chunk at a time
 }
 
 // entry is an item as the round found it in bbolt and as its writes leave
@@ -46,7 +47,13 @@ func (r *round) entry(key []byte, k store.Key, want parts) (*entry, error) {
 		return e, nil // a written entry is whole: a put's item, or an update of an item read whole
 	}
 	if e == nil {
-		e = &entry{key: key}
+		// A round touches tens of items: allocating their entries a chunk
+		// at a time saves an allocation each (1.4 % of a click's).
+		if len(r.free) == 0 {
+			r.free = make([]entry, 16)
+		}
+		e, r.free = &r.free[0], r.free[1:]
+		e.key = key
 		r.entries[string(key)] = e
 		r.order = append(r.order, e)
 	}
