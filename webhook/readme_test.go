@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/tally-hq/tally/internal/delivery"
+	"github.com/tally-hq/tally/internal/outgoing"
 )
 
 // TestReadmeSaysWhichHeadersNeedASecret reads the header table of
@@ -43,7 +44,7 @@ func TestReadmeSaysWhichHeadersNeedASecret(t *testing.T) {
 	defer rcv.Close()
 	sender := delivery.NewSender(delivery.Options{AllowLoopback: true})
 	for _, secret := range []string{"whsec_0123456789abcdef", ""} {
-		req := delivery.Request{URL: rcv.URL, WebhookID: "wh_01jd0000000000000000000000", Event: "webhook.test", Body: []byte(`{}`)}
+		req := outgoing.Request{URL: rcv.URL, WebhookID: "wh_01jd0000000000000000000000", Event: "webhook.test", Body: []byte(`{}`)}
 		if secret != "" {
 			req.Secrets = []string{secret}
 		}

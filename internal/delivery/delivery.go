@@ -31,7 +31,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,9 +38,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/outgoing"
 	"github.com/tally-hq/tally/internal/ssrf"
-	"github.com/tally-hq/tally/internal/trace"
-	"github.com/tally-hq/tally/webhook"
 )
 
 // DefaultTimeout is the longest the service waits for a receiver (spec §6).
@@ -49,9 +47,6 @@ const DefaultTimeout = 10 * time.Second
 
 // MaxResponseBytes is how much of the receiver's body an Attempt keeps.
 const MaxResponseBytes = 4 << 10
-
-// UserAgent is sent with every delivery.
-const UserAgent = "Tally-Webhooks/1"
 
 // Connection pool sizes of the shared transport. Deliveries to one receiver
 // reuse connections; the local pipeline sends thousands per second, up to
@@ -64,94 +59,6 @@ const (
 	maxIdleConnsPerHost = 256
 	idleConnTimeout     = 30 * time.Second
 )
-
-// Request is one delivery attempt's input.
-type Request struct {
-	// Method is POST (the default) for a webhook; a partner postback is a
-	// GET of its filled-in URL, with no body and no signature.
-	Method    string
-	URL       string // the subscription's URL, or the postback's filled in
-	WebhookID string // wh_…, sent as X-Tally-Webhook-Id; the same on every retry
-	Event     string // sent as X-Tally-Event
-	Body      []byte // the envelope JSON, sent as is
-	// Secrets are the subscription's signing secrets (two while a rotated
-	// secret still signs): one v1 each. None sends no X-Tally-Signature.
-	Secrets []string
-	// Scheme is how the secrets sign: tally.SchemeTally (or empty), or
-	// tally.SchemeStandardWebhooks, whose Secrets are whsec_ secrets or
-	// whsk_ Ed25519 keys (webhook.SignStandard).
-	Scheme string
-	// Traceparent, when set, is sent as the W3C traceparent header: the
-	// attempt's span in the trace of the request that caused the event.
-	Traceparent string
-}
-
-// method is the request's method: POST unless it says otherwise.
-func (r Request) method() string {
-	if r.Method == "" {
-		return http.MethodPost
-	}
-	return r.Method
-}
-
-// setHeader sets the headers of r sent at now, signed afresh.
-func (r Request) setHeader(h http.Header, now time.Time) error {
-	post := r.method() == http.MethodPost
-	if post {
-		h.Set("Content-Type", "application/json")
-	}
-	h.Set("User-Agent", UserAgent)
-	h.Set(webhook.EventHeader, r.Event)
-	h.Set(webhook.WebhookIDHeader, r.WebhookID)
-	switch {
-	case len(r.Secrets) == 0 || !post:
-	case r.Scheme == tally.SchemeStandardWebhooks:
-		sig, err := webhook.SignStandard(r.Secrets, r.WebhookID, now, r.Body)
-		if err != nil {
-			return err
-		}
-		h.Set(webhook.StandardIDHeader, r.WebhookID)
-		h.Set(webhook.StandardTimestampHeader, strconv.FormatInt(now.Unix(), 10))
-		h.Set(webhook.StandardSignatureHeader, sig)
-	default:
-		h.Set(webhook.SignatureHeader, webhook.SignEach(r.Secrets, now, r.Body))
-	}
-	if r.Traceparent != "" {
-		h.Set(trace.Header, r.Traceparent)
-	}
-	return nil
-}
-
-// Shown is r as the delivery log shows it, sent at now: its method, URL,
-// headers with the signature values masked (the header, the timestamp and
-// each signature's version stay, so a receiver can see which scheme and
-// how many secrets signed), and body (nil for a GET, or when r has none).
-func (r Request) Shown(now time.Time) tally.DeliveryRequest {
-	h := http.Header{}
-	_ = r.setHeader(h, now) // keys are checked when stored
-	out := tally.DeliveryRequest{Method: r.method(), URL: r.URL, Headers: make(map[string]string, len(h))}
-	for k, v := range h {
-		out.Headers[k] = strings.Join(v, ", ")
-	}
-	for _, k := range []string{webhook.SignatureHeader, webhook.StandardSignatureHeader} {
-		if v, ok := out.Headers[k]; ok {
-			out.Headers[k] = signatureValue.ReplaceAllString(v, "${1}"+Masked)
-		}
-	}
-	if out.Method == http.MethodPost && r.Body != nil {
-		out.Body = ptrTo(string(r.Body))
-	}
-	return out
-}
-
-// Masked stands in for a signature in the delivery log.
-const Masked = "********"
-
-// signatureValue matches each signature of a signature header: v1=… of
-// X-Tally-Signature, v1,… and v1a,… of webhook-signature.
-var signatureValue = regexp.MustCompile(`(v1a?[=,])[^, ]+`)
-
-func ptrTo[T any](v T) *T { return &v }
 
 // Options configure a Sender. The zero value is the cloud's configuration.
 type Options struct {
@@ -265,7 +172,7 @@ func (s *Sender) dialTLS(ctx context.Context, network, addr string) (net.Conn, e
 // with StatusCode set, when reading the answer's body failed). If ctx is
 // cancelled (not timed out) the attempt says network; a caller shutting
 // down should not record it.
-func (s *Sender) Send(ctx context.Context, r Request) (a tally.Attempt) {
+func (s *Sender) Send(ctx context.Context, r outgoing.Request) (a tally.Attempt) {
 	now := s.now()
 	a.At = tally.NewTime(now)
 	start := time.Now()
@@ -277,7 +184,7 @@ func (s *Sender) Send(ctx context.Context, r Request) (a tally.Attempt) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	r.Method = r.method()
+	r.Method = r.MethodOrPost()
 	var body io.Reader
 	if r.Method == http.MethodPost {
 		body = bytes.NewReader(r.Body)
@@ -287,7 +194,7 @@ func (s *Sender) Send(ctx context.Context, r Request) (a tally.Attempt) {
 		a.Error = tally.AttemptBlocked // ssrf.Check passed, so this does not happen
 		return a
 	}
-	if err := r.setHeader(req.Header, now); err != nil {
+	if err := r.SetHeader(req.Header, now); err != nil {
 		a.Error = tally.AttemptNetwork // keys are checked when stored, so this does not happen
 		return a
 	}

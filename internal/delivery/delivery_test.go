@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/outgoing"
 	"github.com/tally-hq/tally/webhook"
 )
 
@@ -24,8 +25,8 @@ import (
 
 var testBody = []byte(`{"id":"evt_01","type":"conversion.created","data":{"amount":12.5}}`)
 
-func testRequest(url string) Request {
-	return Request{URL: url, WebhookID: "wh_01TEST", Event: "conversion.created", Body: testBody, Secrets: []string{"s3cret"}}
+func testRequest(url string) outgoing.Request {
+	return outgoing.Request{URL: url, WebhookID: "wh_01TEST", Event: "conversion.created", Body: testBody, Secrets: []string{"s3cret"}}
 }
 
 func newSender(t testing.TB, o Options) *Sender {

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
-	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/outgoing"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 )
@@ -17,8 +17,8 @@ import (
 // Request is what an attempt of the delivery made at now sends: sub is its
 // subscription (nil for a postback, a GET of its filled-in URL) and
 // envelope its event's, the body.
-func (rec DeliveryRecord) Request(sub *SubscriptionRecord, envelope []byte, now time.Time) delivery.Request {
-	req := delivery.Request{URL: rec.URL, WebhookID: rec.ID, Event: rec.Event}
+func (rec DeliveryRecord) Request(sub *SubscriptionRecord, envelope []byte, now time.Time) outgoing.Request {
+	req := outgoing.Request{URL: rec.URL, WebhookID: rec.ID, Event: rec.Event}
 	if sub == nil {
 		req.Method = http.MethodGet
 		return req
@@ -102,7 +102,7 @@ func (s *Log) conversionEvents(ctx context.Context, conversionID string) *conver
 
 func (c *conversionEvents) has(d *DeliveryRecord) bool {
 	switch d.Event {
-	case tally.EventConversionCreated, tally.EventConversionApproved, tally.EventConversionRejected:
+	case tally.EventConversionCreated, tally.EventConversionApproved, tally.EventConversionRejected, tally.EventConversionReversed:
 	default:
 		return false
 	}

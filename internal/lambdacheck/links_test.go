@@ -25,13 +25,15 @@ var (
 	delivery = module + "/internal/delivery"
 	httpapi  = module + "/internal/httpapi"
 
-	// What only functions that send or sign in need. The webhook package
-	// is not here: besides signing, it holds the signing schemes' key
-	// formats (whsec_ secrets, whpk_ public keys), which every function
-	// that creates or reads subscriptions checks and derives.
+	// What only functions that send, sign users in or render pages need.
+	// The webhook package is not here: besides signing, it holds the
+	// signing schemes' key formats (whsec_ secrets, whpk_ public keys),
+	// which every function that creates or reads subscriptions checks and
+	// derives.
 	noSending = []link{
 		{delivery, "makes the delivery attempts (signed POSTs to receivers): only deliver and attempt send"},
 		{"golang.org/x/crypto/argon2", "hashes passwords: only sign-in needs it"},
+		{"html/template", "renders the dashboard's pages: 3.4 MiB more in every function that links it"},
 	}
 	// What the webhook pipeline, which serves no request, does not need.
 	noAPI = []link{

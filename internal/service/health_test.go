@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
-	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/outgoing"
 	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/store"
@@ -19,7 +19,7 @@ import (
 // acceptingSender stands in for a receiver that always answers 200.
 type acceptingSender struct{ now func() time.Time }
 
-func (s acceptingSender) Send(context.Context, delivery.Request) tally.Attempt {
+func (s acceptingSender) Send(context.Context, outgoing.Request) tally.Attempt {
 	return tally.Attempt{At: tally.NewTime(s.now()), StatusCode: 200}
 }
 

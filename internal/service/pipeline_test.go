@@ -16,6 +16,7 @@ import (
 	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/outgoing"
 	"github.com/tally-hq/tally/internal/partners"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/service"
@@ -298,7 +299,7 @@ func TestDeliveriesGoOnlyWhereSubscribed(t *testing.T) {
 // sender is tested in internal/delivery.
 type refusingSender struct{ now func() time.Time }
 
-func (s refusingSender) Send(context.Context, delivery.Request) tally.Attempt {
+func (s refusingSender) Send(context.Context, outgoing.Request) tally.Attempt {
 	return tally.Attempt{At: tally.NewTime(s.now()), StatusCode: 500}
 }
 

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
-	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/outgoing"
 	"github.com/tally-hq/tally/internal/partners"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
@@ -17,9 +17,9 @@ import (
 // senderFunc stands in for the HTTP sender where the test decides what a
 // receiver answers and when (the real sender is tested in
 // internal/delivery).
-type senderFunc func(delivery.Request) tally.Attempt
+type senderFunc func(outgoing.Request) tally.Attempt
 
-func (f senderFunc) Send(_ context.Context, r delivery.Request) tally.Attempt { return f(r) }
+func (f senderFunc) Send(_ context.Context, r outgoing.Request) tally.Attempt { return f(r) }
 
 // Two processes on one store go for the same attempt: the one that claims
 // it first sends it; the other sends nothing while the claim runs, and
@@ -53,7 +53,7 @@ func TestClaimHoldsAnAttemptUntilItRunsOut(t *testing.T) {
 		sending, release := make(chan struct{}), make(chan struct{})
 		firstDone := make(chan AttemptResult)
 		go func() {
-			res, err := first.attempt(ctx, refs[0], 1, senderFunc(func(delivery.Request) tally.Attempt {
+			res, err := first.attempt(ctx, refs[0], 1, senderFunc(func(outgoing.Request) tally.Attempt {
 				close(sending)
 				<-release
 				return tally.Attempt{At: tally.NewTime(clock.Now()), StatusCode: 503}
@@ -67,7 +67,7 @@ func TestClaimHoldsAnAttemptUntilItRunsOut(t *testing.T) {
 
 		second := newWorld(t, st, withClock(clock.Now))
 		sent := 0
-		ok := senderFunc(func(delivery.Request) tally.Attempt {
+		ok := senderFunc(func(outgoing.Request) tally.Attempt {
 			sent++
 			return tally.Attempt{At: tally.NewTime(clock.Now()), StatusCode: 200}
 		})

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
-	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/outgoing"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/trace"
@@ -28,7 +28,7 @@ const MaxAttempts = len(RetrySchedule) + 1
 
 // Sender makes one HTTP attempt of a delivery.
 type Sender interface {
-	Send(ctx context.Context, r delivery.Request) tally.Attempt
+	Send(ctx context.Context, r outgoing.Request) tally.Attempt
 }
 
 // DeliveryMessage is what a transport that queues deliveries (AWS) sends
@@ -671,12 +671,12 @@ func (s *Engine) send(ctx context.Context, rec endpoints.DeliveryRecord, ep stor
 
 // request is what an attempt of rec to its endpoint, read as ep, sends; a
 // webhook's body is its event's envelope.
-func (s *Engine) request(rec endpoints.DeliveryRecord, ep store.Item, envelope []byte) (delivery.Request, error) {
+func (s *Engine) request(rec endpoints.DeliveryRecord, ep store.Item, envelope []byte) (outgoing.Request, error) {
 	var sub *endpoints.SubscriptionRecord
 	if rec.Type != tally.DeliveryPostback {
 		sub = &endpoints.SubscriptionRecord{}
 		if err := records.Decode(ep, sub); err != nil {
-			return delivery.Request{}, err
+			return outgoing.Request{}, err
 		}
 	}
 	return s.requestTo(rec, sub, envelope), nil
@@ -684,7 +684,7 @@ func (s *Engine) request(rec endpoints.DeliveryRecord, ep store.Item, envelope [
 
 // requestTo is request with the endpoint decoded: the subscription, or nil
 // for a postback.
-func (s *Engine) requestTo(rec endpoints.DeliveryRecord, sub *endpoints.SubscriptionRecord, envelope []byte) delivery.Request {
+func (s *Engine) requestTo(rec endpoints.DeliveryRecord, sub *endpoints.SubscriptionRecord, envelope []byte) outgoing.Request {
 	req := rec.Request(sub, envelope, s.db.Now())
 	req.Traceparent = trace.Next(rec.Trace)
 	return req

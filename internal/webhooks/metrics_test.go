@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
-	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/outgoing"
 	"github.com/tally-hq/tally/internal/partners"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
@@ -56,7 +56,7 @@ func TestBacklogCountsDueAttempts(t *testing.T) {
 			t.Fatalf("events %v, %v", evts, err)
 		}
 		answer := 503
-		sender := senderFunc(func(delivery.Request) tally.Attempt {
+		sender := senderFunc(func(outgoing.Request) tally.Attempt {
 			return tally.Attempt{At: tally.NewTime(clock.Now()), StatusCode: answer, LatencyMs: 42}
 		})
 		var refs []endpoints.DeliveryRef
