@@ -532,7 +532,11 @@ func costDownReceiver(t *testing.T, name string, answer []byte) {
 	}
 	h := deliver.DeliverHandler(p.service().Webhooks, loopbackSender(), p.ex, stateMachineARN, p.log)
 	for {
-		got := sqstest.Receive(t, client, deliveryQueue, deliverBatch, 0)
+		// Waits a second before taking an empty answer as the end: a
+		// receive that does not wait may come back empty from a queue
+		// that still holds messages (10 of 20 deliveries were left
+		// pending so, once, on a loaded machine).
+		got := sqstest.Receive(t, client, deliveryQueue, deliverBatch, time.Second)
 		if len(got) == 0 {
 			break
 		}
