@@ -7,8 +7,7 @@
 # just before, p50, p99, the server's CPU time and bytes written to storage
 # per request) and ends by counting what the server stored against what it
 # answered. RAW=1 also prints wrk's own output; PORT (default 18180) is the
-# server's port, the trivial handler's the next one; TALLY_ENGINE=bolt or
-# pebble picks the embedded store's engine.
+# server's port, the trivial handler's the next one.
 # The webhook pipeline (deliveries per second, POST-to-receiver latency) has
 # its own script: scripts/loadtest/webhooks.sh.
 set -euo pipefail
@@ -44,7 +43,7 @@ measure() {
   echo "$1 $(sed -n 's/^figures: //p' "$tmp/$1.out") $((after - before)) $((wafter - wbefore))" >>"$tmp/rows"
 }
 
-echo "$(date -u '+%F %R UTC'), engine ${TALLY_ENGINE:-default}, $(nproc) CPUs, load average at start: $(cut -d' ' -f1-3 /proc/loadavg), wrk -t2 -c$conns -d$duration"
+echo "$(date -u '+%F %R UTC'), $(nproc) CPUs, load average at start: $(cut -d' ' -f1-3 /proc/loadavg), wrk -t2 -c$conns -d$duration"
 # The trivial handler runs right before each path, and each path's ratio is
 # to that run: on a shared machine whose load changes from one ten-second
 # window to the next, the two rates then come from the same conditions.
