@@ -11,6 +11,8 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/conversions"
+	"github.com/tally-hq/tally/internal/dashboard/chart"
+	"github.com/tally-hq/tally/internal/money"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/reports"
 )
@@ -27,8 +29,8 @@ type overviewData struct {
 	Conversions            int64
 	Pending                int64
 	Revenue, Payout        []amount
-	ClickChart, Chart      chart
-	MoneyCharts            []chart // revenue, then payout, of each currency
+	ClickChart, Chart      chart.Chart
+	MoneyCharts            []chart.Chart // revenue, then payout, of each currency
 	Applications           int
 	ApplicationsMore       bool
 	Recent                 []conversionRow
@@ -80,39 +82,39 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *request) error {
 // dayCharts draws clicks and conversions per day, and the revenue and
 // payout per day of each currency that earned any, the one with the most
 // revenue first: amounts in two currencies do not add up.
-func dayCharts(rep reports.Report) (clicks, conversions chart, moneyCharts []chart) {
+func dayCharts(rep reports.Report) (clicks, conversions chart.Chart, moneyCharts []chart.Chart) {
 	per := countsBy{}
-	money := map[string]map[string][2]int64{} // currency → day → revenue, payout
+	amounts := map[string]map[string][2]int64{} // currency → day → revenue, payout
 	totals := map[string]int64{}
 	for _, row := range rep.Data {
 		per.add(row.Day, row)
-		if money[row.Currency] == nil {
-			money[row.Currency] = map[string][2]int64{}
+		if amounts[row.Currency] == nil {
+			amounts[row.Currency] = map[string][2]int64{}
 		}
-		m := money[row.Currency][row.Day]
-		money[row.Currency][row.Day] = [2]int64{m[0] + row.RevenueCents, m[1] + row.PayoutCents}
+		m := amounts[row.Currency][row.Day]
+		amounts[row.Currency][row.Day] = [2]int64{m[0] + row.RevenueCents, m[1] + row.PayoutCents}
 		totals[row.Currency] += row.RevenueCents
 	}
 	order := days(rep.From, rep.To)
 	clicks, conversions = countCharts("day", order, per)
 	var currencies []string
-	for c := range money {
+	for c := range amounts {
 		currencies = append(currencies, c)
 	}
 	slices.SortFunc(currencies, func(a, b string) int {
 		return cmp.Or(cmp.Compare(totals[b], totals[a]), cmp.Compare(a, b))
 	})
-	var charts []chart
+	var charts []chart.Chart
 	for _, currency := range currencies {
-		var rp, pp []point
+		var rp, pp []chart.Point
 		for _, day := range order {
-			m := money[currency][day]
-			rp = append(rp, point{Label: day[5:], Value: float64(m[0]), Tip: day + ": " + moneyOf(m[0], currency) + " revenue"})
-			pp = append(pp, point{Label: day[5:], Value: float64(m[1]), Tip: day + ": " + moneyOf(m[1], currency) + " payout"})
+			m := amounts[currency][day]
+			rp = append(rp, chart.Point{Label: day[5:], Value: float64(m[0]), Tip: day + ": " + moneyOf(m[0], currency) + " revenue"})
+			pp = append(pp, chart.Point{Label: day[5:], Value: float64(m[1]), Tip: day + ": " + moneyOf(m[1], currency) + " payout"})
 		}
-		unit := math.Pow10(digits(currency))
-		in := func(v float64) string { return compact(v / unit) }
-		charts = append(charts, newChart("Revenue per day ("+currency+")", rp, in), newChart("Payout per day ("+currency+")", pp, in))
+		unit := math.Pow10(money.Exponent(currency))
+		in := func(v float64) string { return chart.Compact(v / unit) }
+		charts = append(charts, chart.New("Revenue per day ("+currency+")", rp, in), chart.New("Payout per day ("+currency+")", pp, in))
 	}
 	return clicks, conversions, charts
 }

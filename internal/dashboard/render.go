@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/money"
 )
 
 //go:embed templates/*.html
@@ -224,21 +225,6 @@ func redirect(w http.ResponseWriter, r *request, to, done string) error {
 	return nil
 }
 
-// minorDigits are the ISO 4217 currencies whose minor unit is not a
-// hundredth: 0 or 3 digits after the point.
-var minorDigits = map[string]int{
-	"BIF": 0, "CLP": 0, "DJF": 0, "GNF": 0, "ISK": 0, "JPY": 0, "KMF": 0, "KRW": 0, "PYG": 0, "RWF": 0,
-	"UGX": 0, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0,
-	"BHD": 3, "IQD": 3, "JOD": 3, "KWD": 3, "LYD": 3, "OMR": 3, "TND": 3,
-}
-
-func digits(currency string) int {
-	if d, ok := minorDigits[currency]; ok {
-		return d
-	}
-	return 2
-}
-
 // moneyOf writes minor units as an amount: 123456 USD is "1,234.56 USD".
 func moneyOf(cents int64, currency string) string { return moneyIn(cents, currency) + " " + currency }
 
@@ -248,7 +234,7 @@ func moneyIn(cents int64, currency string) string {
 	if cents < 0 {
 		sign, cents = "-", -cents
 	}
-	d := digits(currency)
+	d := money.Exponent(currency)
 	unit := int64(1)
 	for range d {
 		unit *= 10
@@ -265,7 +251,7 @@ func moneyIn(cents int64, currency string) string {
 func parseMoney(s, currency string) (int64, bool) {
 	s = strings.ReplaceAll(strings.TrimSpace(s), ",", "")
 	whole, frac, _ := strings.Cut(s, ".")
-	d := digits(currency)
+	d := money.Exponent(currency)
 	if whole == "" || len(frac) > d || strings.HasPrefix(whole, "-") || strings.HasPrefix(whole, "+") {
 		return 0, false
 	}

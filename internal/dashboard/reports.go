@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/dashboard/chart"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/reports"
 )
@@ -72,8 +73,8 @@ type reportsData struct {
 	Rows       []reportRow
 	Totals     []reportRow // per currency
 	Groups     []string    // the rows' grouping columns: Day, Offer, …
-	ClickChart chart
-	Chart      chart
+	ClickChart chart.Chart
+	Chart      chart.Chart
 	Zones      []string
 	CSV        string
 	Error      string
@@ -151,9 +152,9 @@ func (d *Dashboard) reports(w http.ResponseWriter, r *request) error {
 
 // reportCharts draws clicks and conversions per time row, summed over
 // offers, partners and currencies; nothing when the report is not by time.
-func reportCharts(rep reports.Report, by string) (clicks, conversions chart) {
+func reportCharts(rep reports.Report, by string) (clicks, conversions chart.Chart) {
 	if by != "day" && by != "week" && by != "month" {
-		return chart{}, chart{}
+		return chart.Chart{}, chart.Chart{}
 	}
 	var order []string
 	per := countsBy{}
@@ -188,8 +189,8 @@ func (m countsBy) add(k string, row tally.ReportRow) {
 
 // countCharts draws clicks (the high-risk ones marked) and conversions per
 // day, week or month, a bar for each of order.
-func countCharts(by string, order []string, per countsBy) (clicks, conversions chart) {
-	var kp, cp []point
+func countCharts(by string, order []string, per countsBy) (clicks, conversions chart.Chart) {
+	var kp, cp []chart.Point
 	for _, k := range order {
 		label := k
 		if by == "day" {
@@ -199,14 +200,14 @@ func countCharts(by string, order []string, per countsBy) (clicks, conversions c
 		if c == nil {
 			c = &counts{}
 		}
-		kp = append(kp, point{Label: label, Value: float64(c.clicks), Part: float64(c.highRisk),
+		kp = append(kp, chart.Point{Label: label, Value: float64(c.clicks), Part: float64(c.highRisk),
 			Tip: fmt.Sprintf("%s: %s clicks, %s high-risk", k, number(c.clicks), number(c.highRisk))})
-		cp = append(cp, point{Label: label, Value: float64(c.conversions), Tip: fmt.Sprintf("%s: %s conversions", k, number(c.conversions))})
+		cp = append(cp, chart.Point{Label: label, Value: float64(c.conversions), Tip: fmt.Sprintf("%s: %s conversions", k, number(c.conversions))})
 	}
-	count := func(v float64) string { return compact(v) }
-	clicks = newChart("Clicks per "+by, kp, count)
+	count := chart.Compact
+	clicks = chart.New("Clicks per "+by, kp, count)
 	clicks.PartLabel = "high-risk"
-	return clicks, newChart("Conversions per "+by, cp, count)
+	return clicks, chart.New("Conversions per "+by, cp, count)
 }
 
 // reportCSV is the report's CSV download, the same as the API's.
