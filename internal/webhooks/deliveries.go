@@ -46,6 +46,12 @@ type DeliveryMessage struct {
 	// same way: the step that finds them all written after writing its own
 	// takes the event out of the outbox.
 	Siblings []string `json:"siblings,omitempty"`
+	// Envelope and Outbox carry, with a planned delivery of an event made
+	// from the stream, the event's envelope and the conversion whose outbox
+	// entry the event leaves, so that attempt 1 need not read the event
+	// (which does not change).
+	Envelope json.RawMessage `json:"envelope,omitempty"`
+	Outbox   string          `json:"outbox,omitempty"`
 }
 
 // maxCarried is the most deliveries of an event that Dispatch carries in
@@ -128,6 +134,9 @@ func (s *Engine) dispatch(ctx context.Context, item store.Item, reads *Reads) ([
 		msgs := make([]DeliveryMessage, n)
 		for i, rec := range plan.recs {
 			msgs[i] = DeliveryMessage{DeliveryRef: rec.Ref(), Planned: records.MustJSON(rec)}
+			if id := item.Attrs[outboxAttr]; id != "" {
+				msgs[i].Envelope, msgs[i].Outbox = item.Data, id
+			}
 			for j, other := range plan.recs {
 				if j != i {
 					msgs[i].Siblings = append(msgs[i].Siblings, other.ID)
