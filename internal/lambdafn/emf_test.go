@@ -93,29 +93,40 @@ func values(v any) ([]float64, bool) {
 	return out, true
 }
 
-// The functions publish the local server's counters as EMF lines on their
-// stdout: an API function its requests, clicks and conversions; the
-// attempt functions their attempts.
-func TestFunctionsPublishEMF(t *testing.T) {
-	f := newFixture(t, testenv.DynamoDB(t))
-	out := &testenv.SyncBuffer{}
-	metrics := emf.New(out)
+// emfAPI is the click and conversion routes of an API function whose
+// metrics are written to out, on a new fixture, with the settings they use.
+func emfAPI(t *testing.T) (f *fixture, metrics *emf.Metrics, out *testenv.SyncBuffer, settings app.Settings, h api.APIFunc) {
+	f = newFixture(t, testenv.DynamoDB(t))
+	out = &testenv.SyncBuffer{}
+	metrics = emf.New(out)
 	settings, err := app.ReadSettings()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := f.cfg
 	cfg.Requests = metrics
-	h, err := api.APIHandler(api.Services(f.svc.DB, settings, api.WithObserver(metrics)), cfg, httpapi.GroupClick, httpapi.GroupConversions)
+	h, err = api.APIHandler(api.Services(f.svc.DB, settings, api.WithObserver(metrics)), cfg, httpapi.GroupClick, httpapi.GroupConversions)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return f, metrics, out, settings, h
+}
+
+// emfRequest is a request of the fixture's API key.
+func emfRequest(f *fixture, method, path, query, body string) events.APIGatewayV2HTTPRequest {
+	return events.APIGatewayV2HTTPRequest{Version: "2.0", RawPath: path, RawQueryString: query, Body: body,
+		Headers: map[string]string{"user-agent": "Mozilla/5.0", "authorization": "Bearer " + f.key, "content-type": "application/json"},
+		RequestContext: events.APIGatewayV2HTTPRequestContext{Stage: "$default",
+			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: method, Path: path, SourceIP: "198.51.100.9", Protocol: "HTTP/1.1"}}}
+}
+
+// The functions publish the local server's counters as EMF lines on their
+// stdout: an API function its requests, clicks and conversions; the
+// attempt functions their attempts.
+func TestFunctionsPublishEMF(t *testing.T) {
+	f, metrics, out, settings, h := emfAPI(t)
 	call := func(method, path, query, body string) response {
-		ev := events.APIGatewayV2HTTPRequest{Version: "2.0", RawPath: path, RawQueryString: query, Body: body,
-			Headers: map[string]string{"user-agent": "Mozilla/5.0", "authorization": "Bearer " + f.key, "content-type": "application/json"},
-			RequestContext: events.APIGatewayV2HTTPRequestContext{Stage: "$default",
-				HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: method, Path: path, SourceIP: "198.51.100.9", Protocol: "HTTP/1.1"}}}
-		return invokeAPI(t, f, h, ev)
+		return invokeAPI(t, f, h, emfRequest(f, method, path, query, body))
 	}
 	wantStatus(t, call("GET", "/c/"+f.offer.ID, "pid="+f.partner.ID, ""), 302)
 	wantStatus(t, call("POST", "/api/v1/conversions", "", fmt.Sprintf(`{"offerId":%q,"partnerId":%q,"externalTxnId":"emf-1"}`, f.offer.ID, f.partner.ID)), 201)
@@ -159,24 +170,8 @@ func TestFunctionsPublishEMF(t *testing.T) {
 // line per outcome (their attempts sent at once), each event a sample as
 // before.
 func TestFunctionsPublishEMFOncePerInvocation(t *testing.T) {
-	f := newFixture(t, testenv.DynamoDB(t))
-	out := &testenv.SyncBuffer{}
-	metrics := emf.New(out)
-	settings, err := app.ReadSettings()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := f.cfg
-	cfg.Requests = metrics
-	h, err := api.APIHandler(api.Services(f.svc.DB, settings, api.WithObserver(metrics)), cfg, httpapi.GroupConversions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev := events.APIGatewayV2HTTPRequest{Version: "2.0", RawPath: "/api/v1/conversions",
-		Body:    fmt.Sprintf(`{"offerId":%q,"partnerId":%q,"externalTxnId":"emf-once"}`, f.offer.ID, f.partner.ID),
-		Headers: map[string]string{"authorization": "Bearer " + f.key, "content-type": "application/json"},
-		RequestContext: events.APIGatewayV2HTTPRequestContext{Stage: "$default",
-			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "POST", Path: "/api/v1/conversions", SourceIP: "198.51.100.9", Protocol: "HTTP/1.1"}}}
+	f, metrics, out, _, h := emfAPI(t)
+	ev := emfRequest(f, "POST", "/api/v1/conversions", "", fmt.Sprintf(`{"offerId":%q,"partnerId":%q,"externalTxnId":"emf-once"}`, f.offer.ID, f.partner.ID))
 	wantStatus(t, invokeAPI(t, f, emf.PerInvocation(metrics, h), ev), 201)
 	if lines := strings.Count(out.String(), "\n"); lines != 1 {
 		t.Errorf("a conversion request wrote %d EMF lines, want 1:\n%s", lines, out)
