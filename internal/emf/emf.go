@@ -2,9 +2,9 @@
 // Embedded Metric Format log lines, which CloudWatch Logs turns into
 // metrics of the namespace Tally, without an API call or an agent: one JSON
 // line per event, or, in an invocation wrapped by PerInvocation, as few
-// lines as its events fit in, written at its end. The metrics are the local server's counters (package
-// metrics), under the same names and labels (dimensions), and the
-// reconciler's own; docs/aws.md lists them.
+// lines as its events fit in, written at its end. The metrics are the local
+// server's counters (package metrics), under the same names and labels
+// (dimensions), and the reconciler's own; docs/aws.md lists them.
 package emf
 
 import (
