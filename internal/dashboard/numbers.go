@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"cmp"
-	"net/url"
 	"slices"
 
 	"github.com/tally-hq/tally"
@@ -16,12 +15,7 @@ import (
 // leaves the numbers out and says so in p.Error.
 func (d *Dashboard) numbersBy(r *request, group, path string) (map[string][]reportRow, web.Period, error) {
 	q := r.URL.Query()
-	p := web.Period{Path: path, From: q.Get("from"), To: q.Get("to"), Keep: url.Values{}, Presets: web.Presets(q, path, d.svc.Now())}
-	for k, v := range q {
-		if k != "from" && k != "to" && k != "cursor" && k != "done" {
-			p.Keep[k] = v
-		}
-	}
+	p := web.Period{Path: path, From: q.Get("from"), To: q.Get("to"), Keep: web.Filters(q, "from", "to"), Presets: web.Presets(q, path, d.svc.Now())}
 	rep, err := d.svc.Reports.Report(r.Context(), r.Subject, reports.ReportQuery{From: p.From, To: p.To, GroupBy: []string{group}})
 	if err != nil {
 		if !web.IsCode(err, tally.ECodeValidation) {

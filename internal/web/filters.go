@@ -3,6 +3,7 @@ package web
 import (
 	"net/http"
 	"net/url"
+	"slices"
 	"time"
 )
 
@@ -73,15 +74,23 @@ func Presets(q url.Values, path string, now time.Time) []Preset {
 		{"This month", first.Format(time.DateOnly), today},
 		{"Last month", first.AddDate(0, -1, 0).Format(time.DateOnly), first.AddDate(0, 0, -1).Format(time.DateOnly)},
 	} {
-		link := url.Values{}
-		for k, v := range q {
-			if k != "cursor" && k != "done" {
-				link[k] = v
-			}
-		}
+		link := Filters(q)
 		link.Set("from", p.from)
 		link.Set("to", p.to)
 		out = append(out, Preset{Label: p.label, Href: path + "?" + link.Encode(), Current: q.Get("from") == p.from && q.Get("to") == p.to})
+	}
+	return out
+}
+
+// Filters is a page's query without its paging and notice (cursor, back,
+// done, n) nor the keys in drop: what a link or form to the same list with
+// other dates keeps.
+func Filters(q url.Values, drop ...string) url.Values {
+	out := url.Values{}
+	for k, v := range q {
+		if !slices.Contains(drop, k) && !slices.Contains([]string{"cursor", "back", "done", "n"}, k) {
+			out[k] = v
+		}
 	}
 	return out
 }
