@@ -1,9 +1,11 @@
 // Package dashboard serves Tally's web pages: the dashboard a brand's users
 // sign in to at /dashboard, and the public partner application page at
 // /apply/{brandId}. Pages are rendered on the server from Go templates;
-// the stylesheet and icon are embedded in the binary (package web), the charts are SVG
-// drawn here, and no page loads anything from another host or needs
-// JavaScript.
+// the stylesheet, icon and script are embedded in the binary (package
+// web), the charts are SVG drawn here, and no page loads anything from
+// another host or needs JavaScript: the one script adds Copy buttons
+// beside values marked data-copy, which are plain text to select without
+// it.
 //
 // The page machinery (layout, sessions, CSRF, headers, confirmation step,
 // formatting) is package web's; the payout pages are a package of their

@@ -6,7 +6,14 @@ package dashboard_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
+
+	cdpbrowser "github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
 
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/offers"
@@ -63,6 +70,97 @@ func TestPagerGoesBothWays(t *testing.T) {
 		}
 		if newer, _ := links(); newer {
 			t.Error("back on the first page, there is a Newer link")
+		}
+	})
+}
+
+// awaited is eval of a promise: its value once it resolves.
+func awaited[T any](b *tab, js string) T {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 60*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js, chromedp.EvalAwaitPromise))
+	if err != nil {
+		b.t.Fatalf("%s: %v", js, err)
+	}
+	return v
+}
+
+// scripts switches the tab's JavaScript on or off (for the pages it loads
+// from now on).
+func (b *tab) scripts(on bool) {
+	b.t.Helper()
+	b.do("switch scripts", func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, t, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: !on})
+		return chromedp.Void{}, err
+	})
+}
+
+// allowClipboard lets the site's pages write and read the clipboard, as a
+// person's click on a Copy button may.
+func (b *tab) allowClipboard() {
+	b.t.Helper()
+	for _, name := range []string{"clipboard-write", "clipboard-read"} {
+		b.do("allow "+name, func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+			_, err := cdp.Call(ctx, t, cdpbrowser.SetPermission, cdpbrowser.SetPermissionParams{
+				Permission: &cdpbrowser.PermissionDescriptor{Name: name}, Setting: cdpbrowser.PermissionSettingGranted, Origin: b.base})
+			return chromedp.Void{}, err
+		})
+	}
+}
+
+// Tracking links, a new API key, a new webhook secret and the postback URL
+// are plain text to select without JavaScript; with it, each has a Copy
+// button that puts it on the clipboard and says so.
+func TestCopyButtons(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		s := newSite(t, st, httpapi.Config{})
+		d := s.fill(t)
+		b := s.newTab(t)
+		b.allowClipboard()
+		copyable := `Array.from(document.querySelectorAll("[data-copy]")).map(e => [e.innerText.trim(), !!(e.nextElementSibling && e.nextElementSibling.matches("button.copy"))])`
+
+		b.open("/dashboard/settings/keys")
+		b.fill(`form[action="/dashboard/settings/keys"]`, map[string]string{"name": "Order system"})
+		b.submit(`form[action="/dashboard/settings/keys"] button`, `^/dashboard/settings/keys$`)
+		key := b.text("[data-new-key]")
+		if !strings.HasPrefix(key, "tally_sk_") || !eval[bool](b, `!!document.querySelector("[data-new-key] + button.copy")`) {
+			t.Errorf("the new key %q has no Copy button", key)
+		}
+		b.shot("copy-key-1280")
+		b.do("copy the key", chromedp.Click(chromedp.CSS("[data-new-key] + button.copy")))
+		if got := awaited[string](b, `new Promise(r => setTimeout(() => r(document.querySelector("[data-new-key] + button.copy").innerText), 100))`); got != "Copied" {
+			t.Errorf("after a click the button says %q, want Copied", got)
+		}
+		if got := awaited[string](b, `navigator.clipboard.readText().catch(e => String(e))`); got != key {
+			t.Errorf("the clipboard holds %q, want the key", got)
+		}
+
+		for _, page := range []struct{ path, sel string }{
+			{"/dashboard/partners/" + d.partner.ID, "[data-tracking-link]"},
+			{"/dashboard/settings/postback-token", "[data-postback-url]"},
+		} {
+			for _, js := range []bool{true, false} {
+				b.scripts(js)
+				b.atBothWidths(page.path, fmt.Sprintf("copy-%s-js-%v", strings.Trim(page.sel, "[]"), js), func(w int64) {
+					got := eval[[][]any](b, copyable)
+					if len(got) == 0 || got[0][0] == "" {
+						t.Fatalf("%s: nothing to copy", page.path)
+					}
+					for _, v := range got {
+						if v[1] != js {
+							t.Errorf("%s at %d px with JavaScript %v: %q has a Copy button: %v", page.path, w, js, v[0], v[1])
+						}
+					}
+					if off := b.offscreen("button.copy"); len(off) > 0 {
+						t.Errorf("%s at %d px: Copy buttons out of view", page.path, w)
+					}
+				})
+			}
+			b.scripts(true)
+		}
+		if got := eval[string](b, `document.querySelector("[data-postback-url]").innerText`); !strings.Contains(got, "/postback?click_id=") {
+			t.Errorf("the postback URL reads %q", got)
 		}
 	})
 }

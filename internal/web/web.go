@@ -4,8 +4,9 @@
 // layout and partials, renders views, guards sessions, CSRF tokens and
 // cross-origin forms, sets the security headers, asks before irreversible
 // actions without JavaScript, and formats money, numbers and times for
-// people. The stylesheet and icon are embedded here and served under each
-// site's path.
+// people. The stylesheet, icon and the one script (copy buttons, which
+// the pages work without) are embedded here and served under each site's
+// path.
 //
 // A site's templates are templates/*.html files of its fs.FS (an embed.FS,
 // say): each page defines "content"; a file whose name starts with "_"
@@ -187,7 +188,7 @@ func (s *Site) flash(q url.Values) string {
 	return text
 }
 
-// Asset serves the embedded stylesheet and icon ({file} of the route),
+// Asset serves the embedded stylesheet, icon and script ({file} of the route),
 // cacheable for a day.
 func (s *Site) Asset(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("file")
@@ -196,7 +197,7 @@ func (s *Site) Asset(w http.ResponseWriter, r *http.Request) {
 		s.NoPage(w, r)
 		return
 	}
-	types := map[string]string{".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
+	types := map[string]string{".css": "text/css; charset=utf-8", ".svg": "image/svg+xml", ".js": "text/javascript; charset=utf-8"}
 	w.Header().Set("Content-Type", types[path.Ext(name)])
 	w.Header().Set("Cache-Control", "public, max-age=86400")
 	_, _ = w.Write(b)
