@@ -22,8 +22,10 @@ import (
 	"maps"
 	"net/http"
 
+	"github.com/tally-hq/tally/internal/dashboard/brandsettings"
 	"github.com/tally-hq/tally/internal/dashboard/payoutpages"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/tzdb"
 	"github.com/tally-hq/tally/internal/web"
 )
 
@@ -49,9 +51,10 @@ func New(svc httpapi.Services, cfg httpapi.Config) http.Handler {
 	}
 	all := maps.Clone(flashes)
 	maps.Copy(all, payoutpages.Flashes)
+	maps.Copy(all, brandsettings.Flashes)
 	d := &Dashboard{svc: svc, cfg: cfg, site: web.New(web.Config{
 		Base: "/dashboard", Name: "Dashboard", Cookie: sessionCookie, Logger: cfg.Logger,
-		Templates: []fs.FS{templates, payoutpages.Templates}, Funcs: funcs, Flashes: all,
+		Templates: []fs.FS{templates, payoutpages.Templates, brandsettings.Templates}, Funcs: funcs, Flashes: all,
 	})}
 	return d.site.Protect(d.routes())
 }
@@ -71,10 +74,23 @@ type request = web.Request
 // pageFunc serves one signed-in page.
 type pageFunc = web.PageFunc
 
-// session looks up a signed-in user's session for web.Site.SignedIn.
+// session looks up a signed-in user's session for web.Site.SignedIn, and
+// the brand's time zone (read each time, so a change shows at once on
+// every session's next page).
 func (d *Dashboard) session(ctx context.Context, token string) (string, web.View, error) {
 	sess, err := d.svc.Accounts.Session(ctx, token)
-	return sess.BrandID, web.View{Account: sess.BrandName, AccountID: sess.BrandID, Email: sess.Email, Nav: nav}, err
+	if err != nil {
+		return "", web.View{}, err
+	}
+	b, err := d.svc.Identity.Brand(ctx, sess.BrandID)
+	if err != nil {
+		return "", web.View{}, err
+	}
+	v := web.View{Account: sess.BrandName, AccountID: sess.BrandID, Email: sess.Email, Nav: nav}
+	if zone, err := tzdb.LoadLocation(b.Timezone); err == nil { // set from tzdb's own names
+		v.Zone = zone
+	}
+	return sess.BrandID, v, nil
 }
 
 func (d *Dashboard) routes() *http.ServeMux {
@@ -125,7 +141,7 @@ func (d *Dashboard) routes() *http.ServeMux {
 		"GET /dashboard/activity/deliveries/{id}":              endpoints.delivery,
 		"POST /dashboard/activity/deliveries/{id}/retry":       endpoints.retryDelivery,
 		"GET /dashboard/settings": func(w http.ResponseWriter, r *request) error {
-			return web.Redirect(w, r, "/dashboard/settings/keys", "")
+			return web.Redirect(w, r, "/dashboard/settings/general", "")
 		},
 		"GET /dashboard/settings/fraud":                          settings.fraudSettings,
 		"POST /dashboard/settings/fraud":                         settings.saveFraudSettings,
@@ -139,6 +155,7 @@ func (d *Dashboard) routes() *http.ServeMux {
 		"POST /dashboard/settings/keys/{id}/revoke":              settings.revokeKey,
 	}
 	maps.Copy(pages, payoutpages.New(d.svc, d.site, d.partnersByID).Routes())
+	maps.Copy(pages, brandsettings.New(d.svc, d.site, settingsView).Routes())
 	for pattern, fn := range pages {
 		mux.Handle(pattern, d.site.SignedIn(d.session, fn))
 	}

@@ -15,8 +15,11 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/offers"
+	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
 )
@@ -161,6 +164,88 @@ func TestCopyButtons(t *testing.T) {
 		}
 		if got := eval[string](b, `document.querySelector("[data-postback-url]").innerText`); !strings.Contains(got, "/postback?click_id=") {
 			t.Errorf("the postback URL reads %q", got)
+		}
+	})
+}
+
+// A brand in Auckland picks its zone from a list in Settings → General;
+// from then on a conversion at 00:30 there counts on that day, not on the
+// UTC day before: on the overview, in the date presets, in reports and in
+// the times the pages write.
+func TestBrandTimeZone(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		ctx := context.Background()
+		// 23:30 on 20 November in Auckland (NZDT, UTC+13), then 00:30 on the 21st.
+		clock := testenv.NewClock(time.Date(2026, 11, 20, 10, 30, 0, 0, time.UTC))
+		s := newSite(t, st, httpapi.Config{}, service.WithClock(clock.Now))
+		p := s.program(t, "Boots", "USD", 0)
+		record := func(txn string) tally.Conversion {
+			c, _, err := s.svc.Conversions.RecordConversion(ctx, s.brandID, conversions.ConversionInput{OfferID: &p.offer.ID, PartnerID: &p.partner.ID, ExternalTxnID: ptr(txn)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}
+		record("late-on-the-20th")
+		clock.Set(time.Date(2026, 11, 20, 11, 30, 0, 0, time.UTC))
+		early := record("early-on-the-21st")
+		clock.Set(time.Date(2026, 11, 20, 11, 40, 0, 0, time.UTC))
+
+		b := s.newTab(t)
+		if got := b.text("main p.muted"); got != "Today is 2026-11-20 (UTC)." {
+			t.Errorf("before choosing a zone the overview says %q", got)
+		}
+		b.open("/dashboard/settings")
+		if tag := eval[string](b, `document.querySelector("[name=timezone]").tagName`); tag != "SELECT" {
+			t.Fatalf("the time zone is a %s, want a list", tag)
+		}
+		if v := eval[string](b, `document.querySelector("[name=timezone]").value`); v != "UTC" {
+			t.Errorf("a new brand's zone is %q, want UTC", v)
+		}
+		b.fill("form[data-general]", map[string]string{"timezone": "Nowhere/Atlantis"})
+		b.submit("form[data-general] button", `^/dashboard/settings/general$`)
+		if got := b.text("#timezone-error"); got != "Choose a time zone from the list." {
+			t.Errorf("a zone not on the list: %q", got)
+		}
+		b.fill("form[data-general]", map[string]string{"timezone": "Pacific/Auckland"})
+		b.submit("form[data-general] button", `^/dashboard/settings/general$`)
+		if f := b.text(".flash"); !strings.HasPrefix(f, "The time zone was saved.") {
+			t.Errorf("after saving: %q", f)
+		}
+		b.atBothWidths("/dashboard/settings/general", "settings-general", func(w int64) {
+			if v := eval[string](b, `document.querySelector("[name=timezone]").value`); v != "Pacific/Auckland" {
+				t.Errorf("the saved zone shows as %q", v)
+			}
+			if off := b.offscreen("main select, main button, main nav.tabs a"); len(off) > 0 {
+				t.Errorf("at %d px out of view: %v", w, off)
+			}
+		})
+		if b, _ := s.svc.Identity.Brand(ctx, s.brandID); b.Timezone != "Pacific/Auckland" {
+			t.Errorf("the brand's zone is %q", b.Timezone)
+		}
+
+		b.atBothWidths("/dashboard", "timezone-overview", func(int64) {})
+		if got := b.text("main p.muted"); got != "Today is 2026-11-21 (Pacific/Auckland)." {
+			t.Errorf("the overview says %q", got)
+		}
+		if got := b.text(`[data-stat="conversions"]`); !strings.HasPrefix(got, "1") {
+			t.Errorf("conversions today in Auckland: %q, want 1 (the other was on the 20th there)", got)
+		}
+
+		b.open("/dashboard/conversions")
+		b.submit(`nav.presets a[href*="from=2026-11-21&"][href*="to=2026-11-21"]`, `^/dashboard/conversions$`)
+		got := eval[[]string](b, `Array.from(document.querySelectorAll("tr[data-conversion]")).map(r => r.dataset.conversion + " " + r.querySelector("td").innerText)`)
+		if want := early.ID + " 2026-11-21 00:30 NZDT"; len(got) != 1 || got[0] != want {
+			t.Errorf("today's conversions in Auckland: %q, want [%s]", got, want)
+		}
+
+		b.atBothWidths("/dashboard/reports", "timezone-report", func(int64) {})
+		if v := eval[string](b, `document.querySelector("[name=timezone]").value`); v != "Pacific/Auckland" {
+			t.Errorf("the report's zone is %q, want the brand's", v)
+		}
+		days := eval[[]string](b, `Array.from(document.querySelectorAll("main tbody tr")).filter(r => r.querySelector("[data-col=conversions]").innerText.trim()[0] !== "0").map(r => r.cells[0].innerText + ": " + r.querySelector("[data-col=conversions]").innerText.split("\n")[0])`)
+		if fmt.Sprint(days) != "[2026-11-20: 1 2026-11-21: 1]" {
+			t.Errorf("the report's days with conversions: %q", days)
 		}
 	})
 }

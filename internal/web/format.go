@@ -78,13 +78,25 @@ func Number(n int64) string {
 }
 
 // When writes a time for people: "2026-11-22 10:04 UTC".
-func When(t tally.Time) string { return t.UTC().Format("2006-01-02 15:04") + " UTC" }
+func When(t tally.Time) string { return WhenIn(t, time.UTC) }
 
-func whenPtr(t *tally.Time) string {
+// WhenIn writes a time for people in a zone, which it names:
+// "2026-11-23 00:30 NZDT"; "2026-11-22 16:19 +0545" where the zone has no
+// abbreviation.
+func WhenIn(t tally.Time, zone *time.Location) string {
+	return t.In(zone).Format("2006-01-02 15:04 MST")
+}
+
+func whenPtr(t *tally.Time, zone *time.Location) string {
 	if t == nil {
 		return ""
 	}
-	return When(*t)
+	return WhenIn(*t, zone)
+}
+
+// seconds writes a time to the second in a zone.
+func seconds(t tally.Time, zone *time.Location) string {
+	return t.In(zone).Format("2006-01-02 15:04:05 MST")
 }
 
 // Ago is how long ago t was, roughly, for "last used".
