@@ -9,7 +9,8 @@
 //
 // The page machinery (layout, sessions, CSRF, headers, confirmation step,
 // formatting) is package web's; the payout pages are a package of their
-// own (payoutpages), mounted here. Each page lives in a file of its own
+// own (payoutpages), as are Settings → General (brandsettings) and the
+// search (search), mounted here. Each page lives in a file of its own
 // (offers.go, partners.go, …) and is one route in routes(); a new feature
 // adds its file, its template and its line in the navigation (nav in
 // render.go).
@@ -24,6 +25,7 @@ import (
 
 	"github.com/tally-hq/tally/internal/dashboard/brandsettings"
 	"github.com/tally-hq/tally/internal/dashboard/payoutpages"
+	"github.com/tally-hq/tally/internal/dashboard/search"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/tzdb"
 	"github.com/tally-hq/tally/internal/web"
@@ -54,7 +56,7 @@ func New(svc httpapi.Services, cfg httpapi.Config) http.Handler {
 	maps.Copy(all, brandsettings.Flashes)
 	d := &Dashboard{svc: svc, cfg: cfg, site: web.New(web.Config{
 		Base: "/dashboard", Name: "Dashboard", Cookie: sessionCookie, Logger: cfg.Logger,
-		Templates: []fs.FS{templates, payoutpages.Templates, brandsettings.Templates}, Funcs: funcs, Flashes: all,
+		Templates: []fs.FS{templates, payoutpages.Templates, brandsettings.Templates, search.Templates}, Funcs: funcs, Flashes: all,
 	})}
 	return d.site.Protect(d.routes())
 }
@@ -86,7 +88,7 @@ func (d *Dashboard) session(ctx context.Context, token string) (string, web.View
 	if err != nil {
 		return "", web.View{}, err
 	}
-	v := web.View{Account: sess.BrandName, AccountID: sess.BrandID, Email: sess.Email, Nav: nav}
+	v := web.View{Account: sess.BrandName, AccountID: sess.BrandID, Email: sess.Email, Nav: nav, Search: search.Path}
 	if zone, err := tzdb.LoadLocation(b.Timezone); err == nil { // set from tzdb's own names
 		v.Zone = zone
 	}
@@ -156,6 +158,7 @@ func (d *Dashboard) routes() *http.ServeMux {
 	}
 	maps.Copy(pages, payoutpages.New(d.svc, d.site, d.partnersByID).Routes())
 	maps.Copy(pages, brandsettings.New(d.svc, d.site, settingsView).Routes())
+	maps.Copy(pages, search.New(d.svc, d.site).Routes())
 	for pattern, fn := range pages {
 		mux.Handle(pattern, d.site.SignedIn(d.session, fn))
 	}

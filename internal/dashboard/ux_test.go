@@ -6,6 +6,9 @@ package dashboard_test
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"path"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +22,8 @@ import (
 	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/offers"
+	"github.com/tally-hq/tally/internal/partners"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
@@ -247,5 +252,76 @@ func TestBrandTimeZone(t *testing.T) {
 		if fmt.Sprint(days) != "[2026-11-20: 1 2026-11-21: 1]" {
 			t.Errorf("the report's days with conversions: %q", days)
 		}
+	})
+}
+
+// The search box in the header finds a conversion by its order id or id,
+// a click by its id, and partners by a part of their name; one match opens
+// its page, several are listed, none says so. Another brand's records are
+// never found, even under the same order id.
+func TestSearch(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		ctx := context.Background()
+		s := newSite(t, st, httpapi.Config{})
+		d := s.fill(t)
+		patricia, err := s.svc.Partners.Apply(ctx, s.brandID, partners.ApplicationInput{Name: ptr("Patricia Deals"), Email: ptr("deals@patricia.example")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		brands, _, err := s.svc.Identity.Brands(ctx, records.ListParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := ""
+		for _, b := range brands {
+			if b.ID != s.brandID {
+				other = b.ID
+			}
+		}
+		otherClick := path.Base(d.otherIDs[3])
+		for _, txn := range []string{"order-1", "other-order"} { // the same order id as this brand's, and one of its own
+			if _, _, err := s.svc.Conversions.RecordConversion(ctx, other, conversions.ConversionInput{ClickID: &otherClick, ExternalTxnID: ptr(txn)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		b := s.newTab(t)
+		searchFor := func(q, pathRE string) {
+			t.Helper()
+			b.fill("header form.search", map[string]string{"q": q})
+			b.leave("search for "+q, chromedp.SendKeys("header form.search input", "\r"), pathRE)
+		}
+		for _, tc := range []struct{ q, to string }{
+			{"order-1", "/dashboard/conversions/" + d.conv.ID},
+			{d.conv.ID, "/dashboard/conversions/" + d.conv.ID},
+			{d.click.ID, "/dashboard/clicks/" + d.click.ID},
+			{"  REVIEWS ", "/dashboard/partners/" + d.partner.ID},
+		} {
+			b.open("/dashboard")
+			searchFor(tc.q, "^"+tc.to+"$")
+		}
+
+		b.open("/dashboard/offers")
+		searchFor("pat", `^/dashboard/search$`)
+		got := eval[[]string](b, `Array.from(document.querySelectorAll("tr[data-result]")).map(r => r.dataset.result)`)
+		if len(got) != 2 || !slices.Contains(got, d.partner.ID) || !slices.Contains(got, patricia.ID) {
+			t.Errorf("pat finds %v, want this brand's two partners %s and %s", got, d.partner.ID, patricia.ID)
+		}
+		b.atBothWidths("/dashboard/search?q=pat", "search-results", func(w int64) {
+			if off := b.offscreen("header form.search input, main td, main th"); len(off) > 0 {
+				t.Errorf("at %d px out of view: %v", w, off)
+			}
+		})
+
+		for _, q := range []string{"other-order", otherClick, path.Base(d.otherIDs[2]), "nobody-at-all"} {
+			b.open("/dashboard/search?q=" + url.QueryEscape(q))
+			if got := eval[string](b, "location.pathname"); got != "/dashboard/search" {
+				t.Errorf("%s opens %s", q, got)
+			}
+			if msg := b.text("[data-no-results]"); !strings.HasPrefix(msg, "Nothing matches “"+q+"”.") {
+				t.Errorf("%s: %q", q, msg)
+			}
+		}
+		b.shot("search-none-1280")
 	})
 }

@@ -93,6 +93,7 @@ type View struct {
 	Email     string // who is signed in
 	CSRF      string // the session's CSRF token, for the forms
 	Nav       []NavItem
+	Search    string // where the header's search box sends to; none when ""
 	Flash     string // a notice after a redirect
 	Tabs      []NavItem
 	Tab       string // the current tab's key
