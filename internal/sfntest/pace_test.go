@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -206,17 +207,20 @@ func (p *pipeline) deliverUntil(t *testing.T, limit time.Duration, done func() b
 	}
 }
 
-// TestPaceLoadOnAWS measures, when TALLY_PACE_LOAD is set, the deliveries
-// a second to a subscription at maxPerSecond 100 beside an unpaced one on
+// TestPaceLoadOnAWS measures, when TALLY_PACE_LOAD is set (to a
+// maxPerSecond), the deliveries a second to a subscription at that pace
+// beside an unpaced one, ten seconds' worth of conversions, on
 // the AWS path: conversions fanned out into fauxqs, the deliver function's
 // handler on up to 4 batches of 10 at once (as concurrent invocations), the
 // pace's counters in DynamoDB Local (docs/aws.md, "Per-endpoint pace").
 // It asserts nothing TestPaceOnAWS does not; it prints the figures.
 func TestPaceLoadOnAWS(t *testing.T) {
-	if os.Getenv("TALLY_PACE_LOAD") == "" {
-		t.Skip("set TALLY_PACE_LOAD=1 to measure")
+	pace, err := strconv.Atoi(os.Getenv("TALLY_PACE_LOAD"))
+	if err != nil || pace < 1 {
+		t.Skip("set TALLY_PACE_LOAD to the maxPerSecond to measure at (100)")
 	}
-	const pace, n, invocations = 100, 1000, 4
+	const invocations = 4
+	n := 10 * pace // ten seconds' worth
 	p := newPipeline(t, 30*time.Second, ok200)
 	paced := newReceiver(t, ok200)
 	p.pacedSubscription(t, paced.URL, pace)

@@ -61,18 +61,17 @@ func Later(q queue.Queue, queueURL string) Requeue {
 	}
 }
 
-// maxPaceSpread bounds the random seconds added to a paced message's wait.
-const maxPaceSpread = 8
-
 // paceDelay is how long a paced message waits in the queue: until its
 // turn (next: the next second, spread over it), in the whole seconds SQS
-// delays by, and a random few seconds more the more often it has waited
-// (up to maxPaceSpread), so that a backlog of more than a second's pace
-// comes back spread over the seconds after, not all at each second's
-// start to be refused again.
+// delays by, and 0 to 3 seconds more the more often it has waited (a
+// spread of 1, 2, then 4 seconds), so that a backlog of more than a
+// second's pace comes back spread over the seconds after, not all at each
+// second's start to be refused again. A wider spread would cost a large
+// backlog fewer returns, but leave a small one's last seconds idle
+// (docs/aws.md, "Per-endpoint pace").
 func paceDelay(next, now time.Time, waited int) time.Duration {
 	d := max(next.Sub(now), time.Second)
-	spread := min(1<<min(waited, 4), maxPaceSpread)
+	spread := 1 << min(waited, 2)
 	return (d + time.Second - 1).Truncate(time.Second) + time.Duration(rand.IntN(spread))*time.Second
 }
 
