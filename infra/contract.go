@@ -244,5 +244,5 @@ var readOnlyActions = []string{"dynamodb:GetItem", "dynamodb:Query"}
 var queriesIndexes = []kind{apiFunction, approverFunction, reconcilerFunction}
 
 // sendsDeliveries are the functions with TALLY_DELIVERY_QUEUE_URL: they
-// queue deliveries.
-var sendsDeliveries = []string{"FanoutFunction", "DeliveriesFunction", "DashboardFunction", "ReconcilerFunction"}
+// queue deliveries (deliver queues a paced one again, to wait its turn).
+var sendsDeliveries = []string{"FanoutFunction", "DeliveriesFunction", "DashboardFunction", "ReconcilerFunction", "DeliverFunction"}

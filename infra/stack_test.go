@@ -130,6 +130,7 @@ func wantEnv(id string) map[string]any {
 		env["TALLY_DELIVERY_QUEUE_URL"] = ref("DeliveryQueue")
 	case "DeliverFunction":
 		env["TALLY_RETRY_STATE_MACHINE_ARN"] = ref("RetryStateMachine")
+		env["TALLY_DELIVERY_QUEUE_URL"] = ref("DeliveryQueue") // paced deliveries wait in it
 	}
 	if id == "ReconcilerFunction" {
 		env["TALLY_DELIVER_MAX_CONCURRENCY"] = ref("DeliverMaxConcurrency")
@@ -242,6 +243,7 @@ func TestFunctions(t *testing.T) {
 				"TALLY_TABLE":                   ref("Table"),
 				"TALLY_DELIVERY_RETENTION_DAYS": ref("DeliveryRetentionDays"),
 				"TALLY_RETRY_STATE_MACHINE_ARN": ref("RetryStateMachine"),
+				"TALLY_DELIVERY_QUEUE_URL":      ref("DeliveryQueue"),
 			})},
 		})
 	})
@@ -887,7 +889,7 @@ func TestLeastPrivilege(t *testing.T) {
 	want["grant RollupFunction Table"] = "dynamodb:GetItem dynamodb:PutItem dynamodb:UpdateItem"
 	want["grant RollupFunction Table/stream"] = "dynamodb:DescribeStream dynamodb:GetRecords dynamodb:GetShardIterator dynamodb:ListStreams"
 	want["grant DeliverFunction Table"] = "dynamodb:DeleteItem dynamodb:GetItem dynamodb:PutItem dynamodb:UpdateItem"
-	want["grant DeliverFunction DeliveryQueue"] = "sqs:DeleteMessage sqs:GetQueueAttributes sqs:ReceiveMessage"
+	want["grant DeliverFunction DeliveryQueue"] = "sqs:DeleteMessage sqs:GetQueueAttributes sqs:ReceiveMessage sqs:SendMessage" // and paced deliveries back
 	want["grant DeliverFunction RetryStateMachine"] = "states:StartExecution"
 	want["grant DeliverFunction RetryStateMachine/executions"] = "states:DescribeExecution"
 	want["grant AttemptFunction Table"] = "dynamodb:GetItem dynamodb:PutItem dynamodb:UpdateItem"
