@@ -89,9 +89,29 @@ const rollupFilter = `{"eventName":["INSERT"],"dynamodb":{"NewImage":{"rollup":{
 // they give up at 6 hours the stream (24 hours) keeps for 18 more.
 const maxRecordAge = 6 * 3600
 
-// rateCounterKeys is the partition-key pattern of the rate-limit counters,
-// the only items read-only functions may update.
-var rateCounterKeys = []string{"RATE#*", "KEY#*"}
+// writeKeys are the partitions each API function may write
+// (dynamodb:LeadingKeys of its PutItem, UpdateItem and DeleteItem; a
+// read-only one's UpdateItem: the rate-limit counters and the API key's
+// lastUsedAt). The main module's internal/partitions test derives them
+// from the code and holds template.yaml to them; the parity test holds
+// this stack to template.yaml.
+var writeKeys = map[string][]string{
+	"OffersFunction":       {"BRD#*", "CONFIG", "KEY#*", "OFF#*", "PBT#*", "RATE#*"},
+	"PartnersFunction":     {"BRD#*", "CONFIG", "EVT#*", "HRC#*", "KEY#*", "PBT#*", "RATE#*"},
+	"ConversionsFunction":  {"BAL#*", "BRD#*", "CAP#*", "CONFIG", "EVT#*", "KEY#*", "OBX#*", "OWED#*", "PBT#*", "RATE#*", "TXN#*"},
+	"ReportsFunction":      {"RATE#*", "KEY#*"},
+	"PayoutsFunction":      {"BAL#*", "BRD#*", "CONFIG", "EVT#*", "KEY#*", "OWED#*", "PAY#*", "PBT#*", "RATE#*"},
+	"ApplicationsFunction": {"BRD#*", "EVT#*", "KEY#*", "PBT#*", "RATE#*"},
+	"WebhooksFunction":     {"BRD#*", "CONFIG", "EVT#*", "KEY#*", "PBT#*", "RATE#*"},
+	"DeliveriesFunction":   {"BRD#*", "CONFIG", "EVT#*", "KEY#*", "PBT#*", "RATE#*"},
+	"KeysFunction":         {"BRD#*", "CONFIG", "KEY#*", "PBT#*", "RATE#*"},
+	"DashboardFunction": {"BAL#*", "BRD#*", "CAP#*", "CONFIG", "EVT#*", "HOLDLEASE#*", "HRC#*", "KEY#*", "OBX#*", "OFF#*",
+		"OWED#*", "PAY#*", "PBT#*", "RATE#*", "RUCP#*", "SESS#*", "TXN#*", "USER#*", "VEL#*"},
+	"ClickFunction":    {"BRD#*", "CAP#*", "EVT#*", "HRC#*", "KEY#*", "OFF#*", "PBT#*", "RATE#*", "VEL#*"},
+	"FraudFunction":    {"BRD#*", "CONFIG", "KEY#*", "PBT#*", "RATE#*"},
+	"HealthFunction":   {"RATE#*", "KEY#*"},
+	"FallbackFunction": {"RATE#*", "KEY#*"},
+}
 
 // errorsAlarm and throttlesAlarm describe each kind of function's
 // <Function>ErrorsAlarm and <Function>ThrottlesAlarm (%s: its logical id).
@@ -226,8 +246,7 @@ var functions = []function{
 // privilege"): the actions the store makes for it. A transaction's items are
 // authorized one by one as these actions.
 var tableActions = map[kind][]string{
-	apiFunction: {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem",
-		"dynamodb:ConditionCheckItem"},
+	apiFunction:        {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:ConditionCheckItem"}, // and apiWriteActions
 	approverFunction:   {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
 	fanoutFunction:     {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem"},      // DeleteItem: a conversion's outbox entry
 	deliverFunction:    {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}, // and the endpoint's health
@@ -235,6 +254,10 @@ var tableActions = map[kind][]string{
 	reconcilerFunction: {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem"},
 	rollupFunction:     {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, // the shard checkpoints, the rollups
 }
+
+// apiWriteActions are an API function's writes, each only in the
+// partitions of its writeKeys.
+var apiWriteActions = []string{"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
 
 // readOnlyActions are a read-only API function's; it may also update the
 // rate-limit counters.

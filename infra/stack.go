@@ -253,12 +253,14 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		role := newRole(stack, f.ID+"Role", "lambda.amazonaws.com")
 		roles[f.ID] = role
 		allow(role, logs.LogGroupArn(), nil, "logs:CreateLogStream", "logs:PutLogEvents")
+		writesIn := &map[string]any{"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": writeKeys[f.ID]}}
 		switch {
 		case f.ReadOnly || f.Kind == fallbackFunction: // they only read, and count requests
 			allow(role, table.TableArn(), nil, readOnlyActions...)
-			allow(role, table.TableArn(), &map[string]any{
-				"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": rateCounterKeys},
-			}, "dynamodb:UpdateItem")
+			allow(role, table.TableArn(), writesIn, "dynamodb:UpdateItem")
+		case f.Kind == apiFunction:
+			allow(role, table.TableArn(), nil, tableActions[f.Kind]...)
+			allow(role, table.TableArn(), writesIn, apiWriteActions...)
 		default:
 			allow(role, table.TableArn(), nil, tableActions[f.Kind]...)
 		}

@@ -865,12 +865,14 @@ func TestEventSourceMappings(t *testing.T) {
 func TestLeastPrivilege(t *testing.T) {
 	s := synth(t)
 	f := facts(t, newCDKTemplate(s))
-	readWrite := "dynamodb:ConditionCheckItem dynamodb:DeleteItem dynamodb:GetItem dynamodb:PutItem dynamodb:Query dynamodb:UpdateItem"
 	want := map[string]string{}
 	for id := range timeouts {
 		want["grant "+id+" "+id+"LogGroup"] = "logs:CreateLogStream logs:PutLogEvents"
 		if slices.Contains(apiFunctions, id) && id != "ReportsFunction" && id != "HealthFunction" {
-			want["grant "+id+" Table"] = readWrite
+			// Writes only in the partitions of its writeKeys.
+			in := " if " + leadingKeys(t, writeKeys[id])
+			want["grant "+id+" Table"] = "dynamodb:ConditionCheckItem dynamodb:DeleteItem" + in + " dynamodb:GetItem dynamodb:PutItem" + in +
+				" dynamodb:Query dynamodb:UpdateItem" + in
 			want["grant "+id+" Table/index"] = "dynamodb:Query"
 		}
 	}
@@ -980,4 +982,18 @@ func cdkAssert(t *testing.T, assertion func()) {
 		}
 	}()
 	assertion()
+}
+
+// leadingKeys is the condition that lets a write name only the partitions
+// of patterns, as the facts show it.
+func leadingKeys(t *testing.T, patterns []string) string {
+	t.Helper()
+	if len(patterns) == 0 {
+		t.Fatal("no writeKeys")
+	}
+	b, err := json.Marshal(map[string]any{"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": patterns}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
