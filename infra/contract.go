@@ -96,21 +96,20 @@ const maxRecordAge = 6 * 3600
 // from the code and holds template.yaml to them; the parity test holds
 // this stack to template.yaml.
 var writeKeys = map[string][]string{
-	"OffersFunction":       {"BRD#*", "CONFIG", "KEY#*", "OFF#*", "PBT#*", "RATE#*"},
-	"PartnersFunction":     {"BRD#*", "CONFIG", "EVT#*", "HRC#*", "KEY#*", "PBT#*", "RATE#*"},
+	"OffersFunction":       {"BRD#*", "CONFIG", "KEY#*", "OFF#*", "RATE#*"},
+	"PartnersFunction":     {"BRD#*", "CONFIG", "EVT#*", "HRC#*", "KEY#*", "RATE#*"},
 	"ConversionsFunction":  {"BAL#*", "BRD#*", "CAP#*", "CONFIG", "EVT#*", "KEY#*", "OBX#*", "OWED#*", "PBT#*", "RATE#*", "TXN#*"},
 	"ReportsFunction":      {"RATE#*", "KEY#*"},
-	"PayoutsFunction":      {"BAL#*", "BRD#*", "CONFIG", "EVT#*", "KEY#*", "OWED#*", "PAY#*", "PBT#*", "RATE#*"},
-	"ApplicationsFunction": {"BRD#*", "EVT#*", "KEY#*", "PBT#*", "RATE#*"},
-	"WebhooksFunction":     {"BRD#*", "CONFIG", "EVT#*", "KEY#*", "PBT#*", "RATE#*"},
-	"DeliveriesFunction":   {"BRD#*", "CONFIG", "EVT#*", "KEY#*", "PBT#*", "RATE#*"},
-	"KeysFunction":         {"BRD#*", "CONFIG", "KEY#*", "PBT#*", "RATE#*"},
-	"DashboardFunction": {"BAL#*", "BRD#*", "CAP#*", "CONFIG", "EVT#*", "HOLDLEASE#*", "HRC#*", "KEY#*", "OBX#*", "OFF#*",
-		"OWED#*", "PAY#*", "PBT#*", "RATE#*", "RUCP#*", "SESS#*", "TXN#*", "USER#*", "VEL#*"},
-	"ClickFunction":    {"BRD#*", "CAP#*", "EVT#*", "HRC#*", "KEY#*", "OFF#*", "PBT#*", "RATE#*", "VEL#*"},
-	"FraudFunction":    {"BRD#*", "CONFIG", "KEY#*", "PBT#*", "RATE#*"},
-	"HealthFunction":   {"RATE#*", "KEY#*"},
-	"FallbackFunction": {"RATE#*", "KEY#*"},
+	"PayoutsFunction":      {"BAL#*", "BRD#*", "CONFIG", "EVT#*", "KEY#*", "OWED#*", "PAY#*", "RATE#*"},
+	"ApplicationsFunction": {"BRD#*", "EVT#*", "KEY#*", "RATE#*"},
+	"WebhooksFunction":     {"BRD#*", "CONFIG", "EVT#*", "KEY#*", "RATE#*"},
+	"DeliveriesFunction":   {"BRD#*", "CONFIG", "KEY#*", "RATE#*"},
+	"KeysFunction":         {"BRD#*", "CONFIG", "KEY#*", "RATE#*"},
+	"DashboardFunction":    {"BAL#*", "BRD#*", "CAP#*", "CONFIG", "EVT#*", "HOLDLEASE#*", "HRC#*", "KEY#*", "OBX#*", "OFF#*", "OWED#*", "PAY#*", "PBT#*", "RATE#*", "RUCP#*", "SESS#*", "TXN#*", "USER#*", "VEL#*"},
+	"ClickFunction":        {"BRD#*", "EVT#*", "HRC#*", "KEY#*", "RATE#*", "VEL#*"},
+	"FraudFunction":        {"BRD#*", "CONFIG", "KEY#*", "RATE#*"},
+	"HealthFunction":       {"RATE#*", "KEY#*"},
+	"FallbackFunction":     {"RATE#*", "KEY#*"},
 }
 
 // errorsAlarm and throttlesAlarm describe each kind of function's

@@ -1,28 +1,41 @@
 // Package partitions derives from the code which table partitions each API
 // function may write: the dynamodb:LeadingKeys patterns its role's write
 // actions need (docs/aws.md, "Least privilege"). It builds the SSA form of
-// every functions/<dir> main that serves route groups (api.Serve), finds
-// what the function can reach with rapid type analysis from its main and
-// package initializers, and reads the partitions off the internal/keys
-// builders that code names and the keys its writes are traced to.
+// every functions/<dir> main that serves route groups (api.Serve), and
+// finds what the function can call with rapid type analysis (RTA) from its
+// main and package initializers. Then it traces the key of every store
+// write the call graph reaches (store.Store's Transact and Update) back to
+// the internal/keys builders that make it, and reads the partitions off
+// their literal prefixes ("BRD#" + …: "BRD#*").
 //
-// Two facts of the code make the analysis precise enough to tell functions
-// apart, and the analysis checks both rather than assume them:
+// The trace follows values through variables, composite literals, slices
+// and append, parameters, results and captured variables; it knows the
+// store's contract: store.Put, Delete, Increment and Check make an
+// operation on the item or key they are given, Get returns the item at
+// its key, and Query the items of its partition (for an index, the table
+// partitions of the items put in it: the Key of each store.Item literal
+// whose store.IndexKey the index partition's builder makes). A field that
+// is neither an item's nor an operation's is traced to every store to it,
+// unless reflection could set it. Where a write's key goes anywhere else (a
+// map, a global, a conversion), the function gets every partition its code
+// names instead, so the result is never short; Function.Untraced says
+// where.
+//
+// Three facts of the code make the analysis sound and precise enough to
+// tell functions apart; it checks them rather than assume them:
 //
 //   - A function mounts only its own groups' routes: httpapi's route table
 //     (API.routes) makes every route's handler, but Handler mounts only
-//     those of the groups it serves, and nothing else reads a route's
-//     handler. The analysis therefore leaves out of routes() the making of
-//     the other groups' handlers (the cut), after checking that route.handle
-//     is read in Handler alone and that what makes a handler only makes
-//     closures (it calls nothing).
-//   - The store writes only the keys of the operations it is given
-//     (store.Store's Transact and Update), and only store/dynamo calls
-//     DynamoDB's write actions.
-//
-// Methods called by name through reflection (text/template, in the
-// dashboard) are beyond a call graph: a function whose code looks methods
-// up by reflection gets every method RTA finds reachable at all.
+//     those of the groups it serves. The analysis leaves out of routes()
+//     the making of the other groups' handlers (the cut), after checking
+//     that (*API).Handler alone reads a route's handler and that what makes
+//     a handler only makes closures (it calls nothing).
+//   - Only store/dynamo calls DynamoDB's write actions, and the store
+//     writes only the keys of the operations it is given.
+//   - No code looks methods up by reflection, which a call graph cannot
+//     follow. Where some does (text/template, in the dashboard), the
+//     function gets every partition named by every function RTA finds
+//     reachable, exported methods of types in interfaces included.
 package partitions
 
 import (
@@ -168,7 +181,7 @@ func (a *analysis) function(m deploy.Main) (Function, error) {
 		}
 		f.Untraced = "methods called by reflection"
 	} else {
-		writes, f.Untraced = a.writes(res.CallGraph, reach)
+		writes, f.Untraced = a.writes(res.CallGraph, reach, &res.RuntimeTypes)
 	}
 	if f.Untraced != "" {
 		if writes, err = a.syntax.named(named); err != nil {

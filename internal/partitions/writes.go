@@ -2,30 +2,37 @@ package partitions
 
 import (
 	"fmt"
+	"go/constant"
 	"go/token"
 	"go/types"
+	"slices"
+	"strings"
 
 	"golang.org/x/tools/go/callgraph"
 	"golang.org/x/tools/go/ssa"
+	"golang.org/x/tools/go/types/typeutil"
 )
 
 // What a traced value is.
 type kind int
 
 const (
-	kKey  kind = iota // store.Key
-	kItem             // store.Item: its Key
-	kOp               // store.Op: its Key, or its Item's
-	kOps              // []store.Op
+	kKey   kind = iota // store.Key
+	kItem              // store.Item: its Key
+	kOp                // store.Op: its Key, or its Item's
+	kOps               // []store.Op
+	kItems             // []store.Item
+	kPage              // store.Page: the items a query found
+
+	elems kind = 100 // plus a kind: a slice's elements of that kind, as stored
 )
 
 // writes traces the key of every store.Store write the call graph reaches
-// (Transact, Update) back to the keys builders that make it. When some
-// write's key cannot be traced that way (one read back from the table, or
-// passed through a slice, a map or a struct other than the operation's own
-// literal), it returns where that write is instead.
-func (a *analysis) writes(g *callgraph.Graph, reach map[*ssa.Function]bool) (prefixes []prefix, untraced string) {
-	t := &tracer{a: a, g: g, reach: reach, seen: map[traced]bool{}}
+// (Transact, Update) back to the keys builders that make it (see the
+// package's comment). When some write's key cannot be traced, it returns
+// where that write is, and why, instead.
+func (a *analysis) writes(g *callgraph.Graph, reach map[*ssa.Function]bool, runtime *typeutil.Map) (prefixes []prefix, untraced string) {
+	t := &tracer{a: a, g: g, reach: reach, runtime: runtime, seen: map[traced]bool{}}
 	for fn := range reach {
 		for _, e := range g.Nodes[fn].Out {
 			if e.Site == nil || !a.isStoreWrite(e.Callee.Func) {
@@ -41,7 +48,7 @@ func (a *analysis) writes(g *callgraph.Graph, reach map[*ssa.Function]bool) (pre
 			}
 			ps, ok := t.trace(args[1], k)
 			if !ok {
-				return nil, fmt.Sprintf("%s (%s)", a.position(e.Site.Pos()), fn)
+				return nil, fmt.Sprintf("%s in %s: %s", a.position(e.Site.Pos()), fn, strings.Join(t.why, "; "))
 			}
 			prefixes = append(prefixes, ps...)
 		}
@@ -52,11 +59,13 @@ func (a *analysis) writes(g *callgraph.Graph, reach map[*ssa.Function]bool) (pre
 // isStoreWrite reports whether fn is the Transact or Update method of a
 // store.Store.
 func (a *analysis) isStoreWrite(fn *ssa.Function) bool {
+	return a.isStoreMethod(fn, "Transact") || a.isStoreMethod(fn, "Update")
+}
+
+// isStoreMethod reports whether fn is the method name of a store.Store.
+func (a *analysis) isStoreMethod(fn *ssa.Function, name string) bool {
 	recv := fn.Signature.Recv()
-	if recv == nil || (fn.Name() != "Transact" && fn.Name() != "Update") {
-		return false
-	}
-	return types.Implements(recv.Type(), a.storeType)
+	return recv != nil && fn.Name() == name && types.Implements(recv.Type(), a.storeType)
 }
 
 type tracer struct {
@@ -64,6 +73,15 @@ type tracer struct {
 	g     *callgraph.Graph
 	reach map[*ssa.Function]bool
 	seen  map[traced]bool
+	// runtime are the types reflection may reach (RTA's runtime types).
+	runtime *typeutil.Map
+	why     []string // why the trace failed
+}
+
+// no fails a trace, saying why.
+func (t *tracer) no(format string, args ...any) ([]prefix, bool) {
+	t.why = append(t.why, fmt.Sprintf(format, args...))
+	return nil, false
 }
 
 type traced struct {
@@ -77,17 +95,53 @@ func (t *tracer) trace(v ssa.Value, k kind) ([]prefix, bool) {
 		return nil, true // already followed on this path or another
 	}
 	t.seen[traced{v, k}] = true
+	if elem, ok := elementKind(k); ok {
+		// What is stored in the slice's elements, as well as what it holds
+		// when made.
+		stored, ok := t.elements(v, elem)
+		if !ok {
+			return nil, false
+		}
+		made, ok := t.made(v, k)
+		return append(stored, made...), ok
+	}
+	return t.made(v, k)
+}
+
+func (k kind) String() string {
+	switch k {
+	case kKey:
+		return "a key"
+	case kItem:
+		return "an item"
+	case kOp:
+		return "an operation"
+	case kOps:
+		return "operations"
+	case kItems:
+		return "items"
+	case kPage:
+		return "a page"
+	}
+	return "elements"
+}
+
+// elementKind is the kind of the elements of a slice of kind k.
+func elementKind(k kind) (kind, bool) {
+	switch k {
+	case kOps:
+		return kOp, true
+	case kItems:
+		return kItem, true
+	}
+	return 0, false
+}
+
+// made traces what v holds when it is made (for a slice: its elements then).
+func (t *tracer) made(v ssa.Value, k kind) ([]prefix, bool) {
 	switch v := v.(type) {
 	case *ssa.Phi:
-		var out []prefix
-		for _, e := range v.Edges {
-			ps, ok := t.trace(e, k)
-			if !ok {
-				return nil, false
-			}
-			out = append(out, ps...)
-		}
-		return out, true
+		return t.each(v.Edges, k)
 	case *ssa.Parameter:
 		return t.parameter(v, k)
 	case *ssa.UnOp:
@@ -95,59 +149,159 @@ func (t *tracer) trace(v ssa.Value, k kind) ([]prefix, bool) {
 			return t.load(v.X, k)
 		}
 	case *ssa.Field:
-		if k == kKey && fieldOf(v.X.Type(), v.Field) == "Key" && isNamed(v.X.Type(), storePath, "Item") {
-			return t.trace(v.X, kItem)
+		if whole, ok := container(v.X.Type(), v.Field, k); ok {
+			return t.trace(v.X, whole)
 		}
+		return t.field(v.X.Type(), v.Field, k)
 	case *ssa.Call:
-		return t.call(v, k)
+		return t.call(v, k, 0)
+	case *ssa.Extract:
+		if c, ok := v.Tuple.(*ssa.Call); ok {
+			return t.call(c, k, v.Index)
+		}
 	case *ssa.Slice:
-		if k == kOps {
-			return t.array(v.X)
+		if elem, ok := elementKind(k); ok {
+			if _, ok := v.X.(*ssa.Alloc); ok {
+				return t.elements(v.X, elem) // an array: the variadic operations
+			}
+			return t.trace(v.X, k)
+		}
+	case *ssa.MakeSlice:
+		if _, ok := elementKind(k); ok {
+			return nil, true // its elements are traced where they are stored
+		}
+	case *ssa.Const:
+		if v.Value == nil {
+			return nil, true // a zero key is no key: the store refuses it
 		}
 	}
-	return nil, false
+	return t.no("%s %v (%T) in %s", k, v, v, v.Parent())
 }
 
-// call traces the result of a keys builder (a key) or of store.Put,
-// Delete, Increment or Check (an operation on the key, or the item, it is
-// given).
-func (t *tracer) call(c *ssa.Call, k kind) ([]prefix, bool) {
-	callee := c.Call.StaticCallee()
-	if callee == nil || callee.Pkg == nil {
-		return nil, false
+func (t *tracer) each(vs []ssa.Value, k kind) ([]prefix, bool) {
+	var out []prefix
+	for _, v := range vs {
+		ps, ok := t.trace(v, k)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, ps...)
 	}
-	switch callee.Pkg.Pkg.Path() {
-	case keysPath:
-		if ps := t.a.syntax.builders[callee.Object()]; k == kKey && ps != nil {
-			return ps, true
-		}
-	case storePath:
-		if k != kOp {
-			break
-		}
-		switch callee.Name() {
-		case "Put":
-			return t.trace(c.Call.Args[0], kItem)
-		case "Delete", "Increment", "Check":
-			return t.trace(c.Call.Args[0], kKey)
+	return out, true
+}
+
+// container is the kind of a value of type typ whose field holds what
+// kind k traces: an item (or an operation) for its Key, an operation for
+// its Item.
+func container(typ types.Type, field int, k kind) (kind, bool) {
+	if p, ok := typ.Underlying().(*types.Pointer); ok {
+		typ = p.Elem()
+	}
+	name := fieldOf(typ, field)
+	switch {
+	case k == kKey && name == "Key" && isNamed(typ, storePath, "Item"):
+		return kItem, true
+	case (k == kKey && name == "Key" || k == kItem && name == "Item") && isNamed(typ, storePath, "Op"):
+		return kOp, true
+	case k == kItems && name == "Items" && isNamed(typ, storePath, "Page"):
+		return kPage, true
+	}
+	return 0, false
+}
+
+// holder is the kind of what a field of a value of type typ, of kind k,
+// holds when it makes the value's key: an operation's Key and Item, an
+// item's Key.
+func holder(typ types.Type, field int, k kind) (kind, bool) {
+	if p, ok := typ.Underlying().(*types.Pointer); ok {
+		typ = p.Elem()
+	}
+	switch name := fieldOf(typ, field); {
+	case name == "Key" && (k == kOp && isNamed(typ, storePath, "Op") || k == kItem && isNamed(typ, storePath, "Item")):
+		return kKey, true
+	case name == "Item" && k == kOp && isNamed(typ, storePath, "Op"):
+		return kItem, true
+	case name == "Items" && k == kPage && isNamed(typ, storePath, "Page"):
+		return kItems, true
+	}
+	return 0, false
+}
+
+// call traces the result (the index'th) of a call: a keys builder's (a
+// key), store.Put's, Delete's, Increment's or Check's (an operation on the
+// key, or the item, it is given), append's (a slice of operations), or
+// what the functions the call graph says it calls return.
+func (t *tracer) call(c *ssa.Call, k kind, index int) ([]prefix, bool) {
+	if b, ok := c.Call.Value.(*ssa.Builtin); ok && b.Name() == "append" && k == kOps {
+		return t.each(c.Call.Args, kOps)
+	}
+	if callee := c.Call.StaticCallee(); callee != nil && callee.Pkg != nil {
+		switch callee.Pkg.Pkg.Path() {
+		case keysPath:
+			if ps := t.a.syntax.builders[callee.Object()]; k == kKey && ps != nil {
+				return ps, true
+			}
+			return t.no("keys.%s made %s", callee.Name(), k)
+		case storePath:
+			switch {
+			case k == kOp && callee.Name() == "Put":
+				return t.trace(c.Call.Args[0], kItem)
+			case k == kOp && (callee.Name() == "Delete" || callee.Name() == "Increment" || callee.Name() == "Check"):
+				return t.trace(c.Call.Args[0], kKey)
+			}
 		}
 	}
-	return nil, false
+	var out []prefix
+	called := false
+	for _, e := range t.g.Nodes[c.Parent()].Out {
+		if e.Site != c {
+			continue
+		}
+		called = true
+		if k == kItem && index == 0 && t.a.isStoreMethod(e.Callee.Func, "Get") {
+			// Get returns the item at the key it is given.
+			ps, ok := t.trace(c.Call.Args[len(c.Call.Args)-1], kKey)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, ps...)
+			continue
+		}
+		if k == kPage && index == 0 && t.a.isStoreMethod(e.Callee.Func, "Query") {
+			ps, ok := t.query(c)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, ps...)
+			continue
+		}
+		if len(e.Callee.Func.Blocks) == 0 {
+			return t.no("%s has no body", e.Callee.Func)
+		}
+		for _, b := range e.Callee.Func.Blocks {
+			if ret, ok := b.Instrs[len(b.Instrs)-1].(*ssa.Return); ok {
+				ps, ok := t.trace(ret.Results[index], k)
+				if !ok {
+					return nil, false
+				}
+				out = append(out, ps...)
+			}
+		}
+	}
+	if !called {
+		return t.no("%s %v in %s, which calls nothing known", k, c, c.Parent())
+	}
+	return out, true
 }
 
 // parameter traces a parameter to what every call of its function in the
 // call graph passes.
 func (t *tracer) parameter(p *ssa.Parameter, k kind) ([]prefix, bool) {
 	fn := p.Parent()
-	i := -1
-	for j, q := range fn.Params {
-		if q == p {
-			i = j
-		}
-	}
+	i := slices.Index(fn.Params, p)
 	n := t.g.Nodes[fn]
 	if n == nil || len(n.In) == 0 {
-		return nil, false
+		return t.no("no callers of %s", fn)
 	}
 	var out []prefix
 	for _, e := range n.In {
@@ -155,7 +309,7 @@ func (t *tracer) parameter(p *ssa.Parameter, k kind) ([]prefix, bool) {
 			continue
 		}
 		if e.Site == nil {
-			return nil, false // a call by reflection
+			return t.no("reflective call of %s from %s", fn, e.Caller.Func)
 		}
 		common := e.Site.Common()
 		args := common.Args
@@ -163,7 +317,7 @@ func (t *tracer) parameter(p *ssa.Parameter, k kind) ([]prefix, bool) {
 			args = append([]ssa.Value{common.Value}, args...)
 		}
 		if len(args) != len(fn.Params) {
-			return nil, false
+			return t.no("arity %s from %s", fn, e.Caller.Func)
 		}
 		ps, ok := t.trace(args[i], k)
 		if !ok {
@@ -174,93 +328,302 @@ func (t *tracer) parameter(p *ssa.Parameter, k kind) ([]prefix, bool) {
 	return out, true
 }
 
-// load traces what is loaded from addr: a local variable or composite
-// literal whose every use is a load or a store of it or of one of its
-// fields, or a closure's captured variable of such.
+// load traces what is loaded from addr: a variable (or composite literal)
+// whose every use is a load, or a store of it or of one of its fields, or
+// its capture by a closure that does the same; a field of such that holds
+// a key.
 func (t *tracer) load(addr ssa.Value, k kind) ([]prefix, bool) {
 	switch addr := addr.(type) {
 	case *ssa.FreeVar:
 		return t.freeVar(addr, func(v ssa.Value) ([]prefix, bool) { return t.load(v, k) })
-	case *ssa.Alloc:
-		var out []prefix
-		add := func(v ssa.Value, k kind) bool {
-			ps, ok := t.trace(v, k)
-			out = append(out, ps...)
-			return ok
+	case *ssa.FieldAddr:
+		if whole, ok := container(addr.X.Type(), addr.Field, k); ok {
+			return t.load(addr.X, whole)
 		}
-		wrote := false
-		for _, ref := range *addr.Referrers() {
+		return t.field(addr.X.Type(), addr.Field, k)
+	case *ssa.IndexAddr:
+		if k == kOp {
+			return t.trace(addr.X, kOps)
+		}
+		if k == kItem {
+			return t.trace(addr.X, kItems)
+		}
+	case *ssa.Alloc:
+		return t.stores(addr, k)
+	}
+	return t.no("%s loaded from %v (%T) in %s", k, addr, addr, addr.Parent())
+}
+
+// stores traces what is stored at addr, of kind k, and in the fields that
+// hold its key. A variable must be written (its zero value is no key); an
+// element of a slice may only be read.
+func (t *tracer) stores(addr ssa.Value, k kind) ([]prefix, bool) {
+	var out []prefix
+	wrote := false
+	for _, ref := range *addr.Referrers() {
+		switch ref := ref.(type) {
+		case *ssa.UnOp, *ssa.DebugRef:
+		case *ssa.Store:
+			if ref.Addr != addr {
+				return t.no("%v stored in %s", addr, ref.Parent())
+			}
+			ps, ok := t.trace(ref.Val, k)
+			if !ok {
+				return nil, false
+			}
+			out, wrote = append(out, ps...), true
+		case *ssa.FieldAddr:
+			part, holds := holder(addr.Type(), ref.Field, k)
+			if !holds && k == kKey && fieldOf(addr.Type().Underlying().(*types.Pointer).Elem(), ref.Field) == "PK" && !onlyLoaded(ref) {
+				return t.no("a key's PK set in %s", addr.Parent())
+			}
+			if !holds {
+				continue // another field: its stores change no partition key
+			}
+			ps, ok := t.stores(ref, part)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, ps...)
+			wrote = wrote || len(*ref.Referrers()) > 0
+		case *ssa.MakeClosure:
+			ps, ok := t.captured(ref, addr, k)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, ps...)
+		case *ssa.Call:
+			ps, ok := t.passedAddr(addr, ref, k)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, ps...)
+		default:
+			return t.no("referrer %T %v of %v in %s", ref, ref, addr, addr.Parent())
+		}
+	}
+	if _, variable := addr.(*ssa.Alloc); variable && !wrote {
+		return t.no("%v never written in %s", addr, addr.Parent())
+	}
+	return out, true
+}
+
+// passedAddr traces what the functions c calls store at addr, which c
+// passes them.
+func (t *tracer) passedAddr(addr ssa.Value, c *ssa.Call, k kind) ([]prefix, bool) {
+	var out []prefix
+	called := false
+	for _, e := range t.g.Nodes[c.Parent()].Out {
+		if e.Site != c {
+			continue
+		}
+		called = true
+		fn := e.Callee.Func
+		args := c.Call.Args
+		if c.Call.IsInvoke() {
+			args = append([]ssa.Value{c.Call.Value}, args...)
+		}
+		if len(args) != len(fn.Params) {
+			return t.no("%v passed to %s, arity", addr, fn)
+		}
+		for i, a := range args {
+			if a != addr {
+				continue
+			}
+			ps, ok := t.stores(fn.Params[i], k)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, ps...)
+		}
+	}
+	if !called {
+		return t.no("%v passed to %v, no callee", addr, c)
+	}
+	return out, true
+}
+
+// captured traces what the closure mc stores in the variable addr it
+// captures.
+func (t *tracer) captured(mc *ssa.MakeClosure, addr ssa.Value, k kind) ([]prefix, bool) {
+	fn := mc.Fn.(*ssa.Function)
+	var out []prefix
+	for i, b := range mc.Bindings {
+		if b != addr {
+			continue
+		}
+		for _, ref := range *fn.FreeVars[i].Referrers() {
 			switch ref := ref.(type) {
 			case *ssa.UnOp, *ssa.DebugRef:
 			case *ssa.Store:
-				if ref.Addr != addr || !add(ref.Val, k) {
+				ps, ok := t.trace(ref.Val, k)
+				if !ok {
 					return nil, false
 				}
-				wrote = true
-			case *ssa.FieldAddr:
-				field := fieldOf(addr.Type().(*types.Pointer).Elem(), ref.Field)
-				for _, use := range *ref.Referrers() {
-					switch use := use.(type) {
-					case *ssa.UnOp, *ssa.DebugRef:
-					case *ssa.Store:
-						if use.Addr != ref {
-							return nil, false
-						}
-						switch {
-						case field == "Key" && (k == kOp || k == kItem):
-							wrote = true
-							if !add(use.Val, kKey) {
-								return nil, false
-							}
-						case field == "Item" && k == kOp:
-							wrote = true
-							if !add(use.Val, kItem) {
-								return nil, false
-							}
-						}
-					default:
-						return nil, false
-					}
-				}
-			case *ssa.MakeClosure:
-				if !t.onlyLoaded(ref, addr) {
-					return nil, false
-				}
+				out = append(out, ps...)
 			default:
-				return nil, false
+				return t.no("captured %v used as %T in %s", addr, ref, fn)
 			}
 		}
-		return out, wrote
 	}
-	return nil, false
+	return out, true
 }
 
-// array traces the operations stored in an array (Transact's variadic
-// operations).
-func (t *tracer) array(addr ssa.Value) ([]prefix, bool) {
-	alloc, ok := addr.(*ssa.Alloc)
-	if !ok {
-		return nil, false
+// elements traces the operations stored in the elements of a slice, or an
+// array, v: through its elements' addresses, the slices append makes of it
+// (which may share its array), the variables it is stored in and the
+// parameters it is passed as.
+func (t *tracer) elements(v ssa.Value, elem kind) ([]prefix, bool) {
+	if t.seen[traced{v, elems + elem}] {
+		return nil, true
+	}
+	t.seen[traced{v, elems + elem}] = true
+	refs := v.Referrers()
+	if refs == nil {
+		return nil, true
 	}
 	var out []prefix
-	for _, ref := range *alloc.Referrers() {
+	for _, ref := range *refs {
+		var ps []prefix
+		ok := true
 		switch ref := ref.(type) {
-		case *ssa.Slice, *ssa.DebugRef:
+		case *ssa.DebugRef:
 		case *ssa.IndexAddr:
-			for _, use := range *ref.Referrers() {
-				st, ok := use.(*ssa.Store)
-				if !ok || st.Addr != ref {
-					return nil, false
+			ps, ok = t.stores(ref, elem)
+		case *ssa.Slice, *ssa.Phi:
+			ps, ok = t.elements(ref.(ssa.Value), elem)
+		case *ssa.Store:
+			ps, ok = t.aliases(ref.Addr, elem)
+		case *ssa.Call:
+			ps, ok = t.passed(v, ref, elem)
+		case *ssa.Return:
+			ps, ok = t.returned(v, ref, elem)
+		default:
+			return t.no("slice %v used as %T %v in %s", v, ref, ref, v.Parent())
+		}
+		if !ok {
+			return nil, false
+		}
+		out = append(out, ps...)
+	}
+	return out, true
+}
+
+// aliases traces the elements of the slices loaded from the variable addr
+// (directly, or by the closures that capture it).
+func (t *tracer) aliases(addr ssa.Value, elem kind) ([]prefix, bool) {
+	if _, ok := addr.(*ssa.Alloc); !ok {
+		return t.no("slice stored in %v", addr)
+	}
+	var out []prefix
+	for _, ref := range *addr.Referrers() {
+		var loads []ssa.Value
+		switch ref := ref.(type) {
+		case *ssa.UnOp:
+			loads = append(loads, ref)
+		case *ssa.MakeClosure:
+			fn := ref.Fn.(*ssa.Function)
+			for i, b := range ref.Bindings {
+				if b != addr {
+					continue
 				}
-				ps, ok := t.trace(st.Val, kOp)
+				for _, use := range *fn.FreeVars[i].Referrers() {
+					if u, ok := use.(*ssa.UnOp); ok {
+						loads = append(loads, u)
+					}
+				}
+			}
+		}
+		for _, l := range loads {
+			ps, ok := t.elements(l, elem)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, ps...)
+		}
+	}
+	return out, true
+}
+
+// returned traces the elements of the slice v as the callers of the
+// function that returns it may store them.
+func (t *tracer) returned(v ssa.Value, ret *ssa.Return, elem kind) ([]prefix, bool) {
+	fn := ret.Parent()
+	var out []prefix
+	for i, r := range ret.Results {
+		if r != v {
+			continue
+		}
+		for _, e := range t.g.Nodes[fn].In {
+			if !t.reach[e.Caller.Func] {
+				continue
+			}
+			c, ok := e.Site.(*ssa.Call)
+			if !ok {
+				return t.no("slice %v returned by %s to %v", v, fn, e.Site)
+			}
+			results := []ssa.Value{c}
+			if len(ret.Results) > 1 {
+				results = nil
+				for _, ref := range *c.Referrers() {
+					if x, ok := ref.(*ssa.Extract); ok && x.Index == i {
+						results = append(results, x)
+					}
+				}
+			}
+			for _, r := range results {
+				ps, ok := t.elements(r, elem)
 				if !ok {
 					return nil, false
 				}
 				out = append(out, ps...)
 			}
-		default:
-			return nil, false
 		}
+	}
+	return out, true
+}
+
+// passed traces the elements of the slice v as the functions that call c
+// passes it to may store them; append and len only read what they are
+// given (append's result is traced apart, as v's alias).
+func (t *tracer) passed(v ssa.Value, c *ssa.Call, elem kind) ([]prefix, bool) {
+	if b, ok := c.Call.Value.(*ssa.Builtin); ok {
+		switch {
+		case b.Name() == "append" && c.Call.Args[0] == v:
+			return t.elements(c, elem)
+		case b.Name() == "append", b.Name() == "len", b.Name() == "cap":
+			return nil, true
+		}
+		return t.no("slice %v passed to %v", v, c)
+	}
+	var out []prefix
+	called := false
+	for _, e := range t.g.Nodes[c.Parent()].Out {
+		if e.Site != c {
+			continue
+		}
+		called = true
+		args := c.Call.Args
+		if c.Call.IsInvoke() {
+			args = append([]ssa.Value{c.Call.Value}, args...)
+		}
+		fn := e.Callee.Func
+		if len(args) != len(fn.Params) {
+			return t.no("slice %v passed to %s, arity", v, fn)
+		}
+		for i, a := range args {
+			if a != v {
+				continue
+			}
+			ps, ok := t.elements(fn.Params[i], elem)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, ps...)
+		}
+	}
+	if !called {
+		return t.no("slice %v passed to %v, no callee", v, c)
 	}
 	return out, true
 }
@@ -277,7 +640,7 @@ func (t *tracer) freeVar(fv *ssa.FreeVar, trace func(ssa.Value) ([]prefix, bool)
 	}
 	parent := fn.Parent()
 	if parent == nil {
-		return nil, false
+		return t.no("free variable %v of %s, no parent", fv, fn)
 	}
 	var out []prefix
 	made := false
@@ -295,23 +658,23 @@ func (t *tracer) freeVar(fv *ssa.FreeVar, trace func(ssa.Value) ([]prefix, bool)
 			out = append(out, ps...)
 		}
 	}
-	return out, made
+	if !made {
+		return t.no("free variable %v of %s, never made", fv, fn)
+	}
+	return out, true
 }
 
-// onlyLoaded reports whether the closure mc makes only loads the variable
-// addr it captures.
-func (t *tracer) onlyLoaded(mc *ssa.MakeClosure, addr ssa.Value) bool {
-	fn := mc.Fn.(*ssa.Function)
-	for i, b := range mc.Bindings {
-		if b != addr {
-			continue
-		}
-		for _, ref := range *fn.FreeVars[i].Referrers() {
-			if u, ok := ref.(*ssa.UnOp); !ok || u.Op != token.MUL {
-				if _, ok := ref.(*ssa.DebugRef); !ok {
-					return false
-				}
+// onlyLoaded reports whether the address addr is only read.
+func onlyLoaded(addr ssa.Value) bool {
+	for _, ref := range *addr.Referrers() {
+		switch ref := ref.(type) {
+		case *ssa.DebugRef:
+		case *ssa.UnOp:
+			if ref.Op != token.MUL {
+				return false
 			}
+		default:
+			return false
 		}
 	}
 	return true
@@ -323,4 +686,197 @@ func fieldOf(t types.Type, i int) string {
 		return ""
 	}
 	return s.Field(i).Name()
+}
+
+// field traces what a struct's field (of type typ's field index) that is
+// neither an item's nor an operation's holds: every value stored in that
+// field anywhere the call graph reaches. Reflection could set it too
+// (encoding/json) when it is exported and the struct is a runtime type;
+// then it is not traced.
+func (t *tracer) field(typ types.Type, index int, k kind) ([]prefix, bool) {
+	if p, ok := typ.Underlying().(*types.Pointer); ok {
+		typ = p.Elem()
+	}
+	st, ok := typ.Underlying().(*types.Struct)
+	if _, slice := elementKind(k); !ok || slice {
+		// A slice loaded from a field may share its array with another
+		// load of it that stores in its elements.
+		return t.no("%s in field %d of %s", k, index, typ)
+	}
+	if st.Field(index).Exported() && (t.runtime.At(typ) != nil || t.runtime.At(types.NewPointer(typ)) != nil) {
+		return t.no("field %s of %s, which reflection may set", st.Field(index).Name(), typ)
+	}
+	var out []prefix
+	for fn := range t.reach {
+		for _, b := range fn.Blocks {
+			for _, in := range b.Instrs {
+				switch in := in.(type) {
+				case *ssa.ChangeType, *ssa.Convert:
+					if types.Identical(in.(ssa.Value).Type(), typ) {
+						return t.no("%s made by conversion in %s", typ, fn)
+					}
+				}
+				fa, ok := in.(*ssa.FieldAddr)
+				if !ok || fa.Field != index || !types.Identical(fa.X.Type().Underlying().(*types.Pointer).Elem(), typ) {
+					continue
+				}
+				ps, ok := t.stores(fa, k)
+				if !ok {
+					return nil, false
+				}
+				out = append(out, ps...)
+			}
+		}
+	}
+	return out, true
+}
+
+// query gives the table partitions of the items a store.Store Query call
+// finds: those of its partition key's builders for the table, those of the
+// items in the index partitions they build for an index.
+func (t *tracer) query(c *ssa.Call) ([]prefix, bool) {
+	if at := t.itemKeyStore(); at != "" {
+		return t.no("the key of a found item may be changed: %s", at)
+	}
+	q := c.Call.Args[len(c.Call.Args)-1]
+	var parts queryParts
+	if !t.queryParts(q, &parts, map[ssa.Value]bool{}) {
+		return t.no("query %v in %s", c, c.Parent())
+	}
+	var out []prefix
+	for _, src := range parts.pks {
+		if parts.table {
+			out = append(out, t.a.syntax.builders[src]...)
+		}
+		if parts.index {
+			if t.a.syntax.indexed[src] == nil {
+				return t.no("query of an index by %s, whose items the analysis does not know", src.Name())
+			}
+			out = append(out, t.a.syntax.indexed[src]...)
+		}
+	}
+	return out, true
+}
+
+// itemKeyStore finds a store, anywhere the call graph reaches, in an
+// element of a []store.Item (the items a query found) that may change the
+// element's key: the whole item, its Key, or its Key's PK. It returns where
+// the first is, "" when there is none.
+func (t *tracer) itemKeyStore() string {
+	isItems := func(v ssa.Value) bool {
+		s, ok := v.Type().Underlying().(*types.Slice)
+		return ok && isNamed(s.Elem(), storePath, "Item")
+	}
+	for fn := range t.reach {
+		for _, b := range fn.Blocks {
+			for _, in := range b.Instrs {
+				st, ok := in.(*ssa.Store)
+				if !ok {
+					continue
+				}
+				addr := st.Addr
+				for {
+					if fa, ok := addr.(*ssa.FieldAddr); ok && (fieldOf(fa.X.Type().Underlying().(*types.Pointer).Elem(), fa.Field) == "Key" ||
+						fieldOf(fa.X.Type().Underlying().(*types.Pointer).Elem(), fa.Field) == "PK") {
+						addr = fa.X
+						continue
+					}
+					break
+				}
+				if ia, ok := addr.(*ssa.IndexAddr); ok && isItems(ia.X) {
+					return t.a.position(st.Pos()) + " in " + fn.String()
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// queryParts are what a store.Query names: the keys builders of its
+// partition key, and whether it reads the table, an index, or both.
+type queryParts struct {
+	pks          []types.Object
+	table, index bool
+}
+
+// queryParts traces a store.Query value: a composite literal (whose PK is
+// a keys builder's call, and whose Index is a constant), or a parameter
+// or phi of such.
+func (t *tracer) queryParts(v ssa.Value, parts *queryParts, seen map[ssa.Value]bool) bool {
+	if seen[v] {
+		return true
+	}
+	seen[v] = true
+	switch v := v.(type) {
+	case *ssa.Phi:
+		for _, e := range v.Edges {
+			if !t.queryParts(e, parts, seen) {
+				return false
+			}
+		}
+		return true
+	case *ssa.UnOp:
+		alloc, ok := v.X.(*ssa.Alloc)
+		if !ok || v.Op != token.MUL {
+			return false
+		}
+		indexSet := false
+		for _, ref := range *alloc.Referrers() {
+			switch ref := ref.(type) {
+			case *ssa.UnOp, *ssa.DebugRef:
+			case *ssa.Store:
+				if !t.queryParts(ref.Val, parts, seen) {
+					return false
+				}
+				indexSet = true // as the stored query's
+			case *ssa.FieldAddr:
+				name := fieldOf(alloc.Type().(*types.Pointer).Elem(), ref.Field)
+				for _, use := range *ref.Referrers() {
+					st, ok := use.(*ssa.Store)
+					switch {
+					case !ok:
+						if _, load := use.(*ssa.UnOp); !load && (name == "PK" || name == "Index") {
+							return false
+						}
+					case name == "PK":
+						src := t.builderCall(st.Val)
+						if src == nil {
+							return false
+						}
+						parts.pks = append(parts.pks, src)
+					case name == "Index":
+						indexSet = true
+						c, ok := st.Val.(*ssa.Const)
+						if !ok {
+							parts.table, parts.index = true, true
+						} else if constant.StringVal(c.Value) == "" {
+							parts.table = true
+						} else {
+							parts.index = true
+						}
+					}
+				}
+			default:
+				return false
+			}
+		}
+		if !indexSet {
+			parts.table = true
+		}
+		return true
+	}
+	return false
+}
+
+// builderCall is the keys builder whose call v is.
+func (t *tracer) builderCall(v ssa.Value) types.Object {
+	c, ok := v.(*ssa.Call)
+	if !ok {
+		return nil
+	}
+	callee := c.Call.StaticCallee()
+	if callee == nil || callee.Pkg == nil || callee.Pkg.Pkg.Path() != keysPath || t.a.syntax.builders[callee.Object()] == nil {
+		return nil
+	}
+	return callee.Object()
 }
