@@ -38,15 +38,12 @@ func (a *analysis) writes(g *callgraph.Graph, reach map[*ssa.Function]bool, runt
 			if e.Site == nil || !a.isStoreWrite(e.Callee.Func) {
 				continue
 			}
-			args := e.Site.Common().Args
-			if !e.Site.Common().IsInvoke() {
-				args = args[1:] // the receiver
-			}
 			k := kOp
 			if e.Callee.Func.Name() == "Transact" {
 				k = kOps
 			}
-			ps, ok := t.trace(args[1], k)
+			// (receiver, ctx, the operation or operations)
+			ps, ok := t.trace(argsOf(e.Site.Common())[2], k)
 			if !ok {
 				return nil, fmt.Sprintf("%s in %s: %s", a.position(e.Site.Pos()), fn, strings.Join(t.why, "; "))
 			}
@@ -311,11 +308,7 @@ func (t *tracer) parameter(p *ssa.Parameter, k kind) ([]prefix, bool) {
 		if e.Site == nil {
 			return t.no("reflective call of %s from %s", fn, e.Caller.Func)
 		}
-		common := e.Site.Common()
-		args := common.Args
-		if common.IsInvoke() {
-			args = append([]ssa.Value{common.Value}, args...)
-		}
+		args := argsOf(e.Site.Common())
 		if len(args) != len(fn.Params) {
 			return t.no("arity %s from %s", fn, e.Caller.Func)
 		}
@@ -393,7 +386,8 @@ func (t *tracer) stores(addr ssa.Value, k kind) ([]prefix, bool) {
 			}
 			out = append(out, ps...)
 		case *ssa.Call:
-			ps, ok := t.passedAddr(addr, ref, k)
+			// What the callees store at the address.
+			ps, ok := t.intoCallees(addr, ref, func(p ssa.Value) ([]prefix, bool) { return t.stores(p, k) })
 			if !ok {
 				return nil, false
 			}
@@ -408,9 +402,9 @@ func (t *tracer) stores(addr ssa.Value, k kind) ([]prefix, bool) {
 	return out, true
 }
 
-// passedAddr traces what the functions c calls store at addr, which c
-// passes them.
-func (t *tracer) passedAddr(addr ssa.Value, c *ssa.Call, k kind) ([]prefix, bool) {
+// intoCallees follows v, which the call c passes, into the parameters
+// that take it in each function the call graph says c calls.
+func (t *tracer) intoCallees(v ssa.Value, c *ssa.Call, follow func(ssa.Value) ([]prefix, bool)) ([]prefix, bool) {
 	var out []prefix
 	called := false
 	for _, e := range t.g.Nodes[c.Parent()].Out {
@@ -419,18 +413,15 @@ func (t *tracer) passedAddr(addr ssa.Value, c *ssa.Call, k kind) ([]prefix, bool
 		}
 		called = true
 		fn := e.Callee.Func
-		args := c.Call.Args
-		if c.Call.IsInvoke() {
-			args = append([]ssa.Value{c.Call.Value}, args...)
-		}
+		args := argsOf(c.Common())
 		if len(args) != len(fn.Params) {
-			return t.no("%v passed to %s, arity", addr, fn)
+			return t.no("%v passed to %s, whose parameters differ", v, fn)
 		}
 		for i, a := range args {
-			if a != addr {
+			if a != v {
 				continue
 			}
-			ps, ok := t.stores(fn.Params[i], k)
+			ps, ok := follow(fn.Params[i])
 			if !ok {
 				return nil, false
 			}
@@ -438,9 +429,18 @@ func (t *tracer) passedAddr(addr ssa.Value, c *ssa.Call, k kind) ([]prefix, bool
 		}
 	}
 	if !called {
-		return t.no("%v passed to %v, no callee", addr, c)
+		return t.no("%v passed to %v, which calls nothing known", v, c)
 	}
 	return out, true
+}
+
+// argsOf is what a call passes to its callee's parameters: the receiver
+// first, for a call of an interface's method.
+func argsOf(c *ssa.CallCommon) []ssa.Value {
+	if c.IsInvoke() {
+		return append([]ssa.Value{c.Value}, c.Args...)
+	}
+	return c.Args
 }
 
 // captured traces what the closure mc stores in the variable addr it
@@ -596,36 +596,7 @@ func (t *tracer) passed(v ssa.Value, c *ssa.Call, elem kind) ([]prefix, bool) {
 		}
 		return t.no("slice %v passed to %v", v, c)
 	}
-	var out []prefix
-	called := false
-	for _, e := range t.g.Nodes[c.Parent()].Out {
-		if e.Site != c {
-			continue
-		}
-		called = true
-		args := c.Call.Args
-		if c.Call.IsInvoke() {
-			args = append([]ssa.Value{c.Call.Value}, args...)
-		}
-		fn := e.Callee.Func
-		if len(args) != len(fn.Params) {
-			return t.no("slice %v passed to %s, arity", v, fn)
-		}
-		for i, a := range args {
-			if a != v {
-				continue
-			}
-			ps, ok := t.elements(fn.Params[i], elem)
-			if !ok {
-				return nil, false
-			}
-			out = append(out, ps...)
-		}
-	}
-	if !called {
-		return t.no("slice %v passed to %v, no callee", v, c)
-	}
-	return out, true
+	return t.intoCallees(v, c, func(p ssa.Value) ([]prefix, bool) { return t.elements(p, elem) })
 }
 
 // freeVar traces a closure's captured variable to what each making of the
