@@ -253,16 +253,16 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		role := newRole(stack, f.ID+"Role", "lambda.amazonaws.com")
 		roles[f.ID] = role
 		allow(role, logs.LogGroupArn(), nil, "logs:CreateLogStream", "logs:PutLogEvents")
-		writesIn := &map[string]any{"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": writeKeys[f.ID]}}
 		switch {
 		case f.ReadOnly || f.Kind == fallbackFunction: // they only read, and count requests
 			allow(role, table.TableArn(), nil, readOnlyActions...)
-			allow(role, table.TableArn(), writesIn, "dynamodb:UpdateItem")
-		case f.Kind == apiFunction:
-			allow(role, table.TableArn(), nil, tableActions[f.Kind]...)
-			allow(role, table.TableArn(), writesIn, apiWriteActions...)
 		default:
 			allow(role, table.TableArn(), nil, tableActions[f.Kind]...)
+		}
+		for _, action := range []string{put, update, del} { // each only in its partitions
+			if keys := writeKeys[f.ID][action]; keys != nil {
+				allow(role, table.TableArn(), &map[string]any{"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": keys}}, action)
+			}
 		}
 		if slices.Contains(queriesIndexes, f.Kind) || f.Kind == fallbackFunction {
 			allow(role, jsii.String(*table.TableArn()+"/index/*"), nil, "dynamodb:Query")

@@ -6,7 +6,9 @@
 // main and package initializers. Then it traces the key of every store
 // write the call graph reaches (store.Store's Transact and Update) back to
 // the internal/keys builders that make it, and reads the partitions off
-// their literal prefixes ("BRD#" + …: "BRD#*").
+// their literal prefixes ("BRD#" + …: "BRD#*"), by the action of the
+// operation that writes the key (store.Put: PutItem; Increment, an OpUpdate
+// or store.Store.Update: UpdateItem; Delete: DeleteItem).
 //
 // The trace follows values through variables, composite literals, slices
 // and append, parameters, results and captured variables; it knows the
@@ -66,13 +68,17 @@ const (
 	httpapiPath = module + "/internal/httpapi"
 )
 
+// WriteActions are the DynamoDB actions that write an item, as the store's
+// operations are authorized: a put, an update (or increment), a delete.
+var WriteActions = []string{"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
+
 // Function is what an API function may write.
 type Function struct {
 	Dir    string
 	Groups []string
-	// Writes are the LeadingKeys patterns of the partitions its writes may
-	// name ("BRD#*", "CONFIG"), sorted.
-	Writes []string
+	// Writes are, by action (WriteActions), the LeadingKeys patterns of
+	// the partitions its writes may name ("BRD#*", "CONFIG"), sorted.
+	Writes map[string][]string
 	// Untraced is the first write whose key the analysis cannot trace to
 	// the builder that makes it, "" when there is none; then Writes is
 	// every partition the function's code names, not only those written.
@@ -188,7 +194,18 @@ func (a *analysis) function(m deploy.Main) (Function, error) {
 			return f, err
 		}
 	}
-	f.Writes = patternsOf(writes)
+	f.Writes = map[string][]string{}
+	for _, action := range WriteActions {
+		var of []prefix
+		for _, p := range writes {
+			if p.action == action || p.action == "" {
+				of = append(of, p)
+			}
+		}
+		if len(of) > 0 {
+			f.Writes[action] = patternsOf(of)
+		}
+	}
 	return f, nil
 }
 
@@ -268,6 +285,8 @@ func (a *analysis) checkDynamoWrites(g *callgraph.Graph, reach map[*ssa.Function
 type prefix struct {
 	s     string
 	exact bool
+	// action is the write that names it (WriteActions), "" for any.
+	action string
 }
 
 // pattern is the LeadingKeys pattern of the keys that start with p.
@@ -284,7 +303,7 @@ func patternsOf(prefixes []prefix) []string {
 	var out []string
 	for _, p := range prefixes {
 		covered := slices.ContainsFunc(prefixes, func(q prefix) bool {
-			return q != p && !q.exact && strings.HasPrefix(p.s, q.s) && (len(q.s) < len(p.s) || p.exact)
+			return !q.exact && strings.HasPrefix(p.s, q.s) && (len(q.s) < len(p.s) || p.exact)
 		})
 		if !covered && !slices.Contains(out, p.pattern()) {
 			out = append(out, p.pattern())

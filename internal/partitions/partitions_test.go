@@ -13,9 +13,6 @@ import (
 	"github.com/tally-hq/tally/internal/partitions"
 )
 
-// writeActions are the table actions that write an item.
-var writeActions = []string{"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
-
 // TestWriteConditions derives from the code the partitions each API
 // function may write and checks that template.yaml lets each of its write
 // actions name exactly those (dynamodb:LeadingKeys), so that a route that
@@ -38,7 +35,10 @@ func TestWriteConditions(t *testing.T) {
 		if f.Untraced != "" {
 			how = "every partition its code names; untraced: " + f.Untraced
 		}
-		t.Logf("functions/%s %v may write %q (%s)", f.Dir, f.Groups, f.Writes, how)
+		t.Logf("functions/%s %v may write (%s):", f.Dir, f.Groups, how)
+		for _, action := range partitions.WriteActions {
+			t.Logf("  %s %q", action, f.Writes[action])
+		}
 		id := strings.ToUpper(f.Dir[:1]) + f.Dir[1:] + "Function"
 		fn, err := tpl.Function(id)
 		if err != nil {
@@ -52,24 +52,32 @@ func TestWriteConditions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		granted := map[string]bool{}
 		for _, g := range grants {
-			if g.Resource != "Table" || !slices.Contains(writeActions, g.Action) {
+			if g.Resource != "Table" || !slices.Contains(partitions.WriteActions, g.Action) {
 				continue
 			}
+			granted[g.Action] = true
+			want := f.Writes[g.Action]
 			got, err := leadingKeys(g.Condition)
 			if err != nil {
-				t.Errorf("%s: %s: %v; want the condition %s", role, g.Action, err, condition(f.Writes))
+				t.Errorf("%s: %s: %v; want the condition %s", role, g.Action, err, condition(want))
 				continue
 			}
-			for _, want := range f.Writes {
-				if !slices.ContainsFunc(got, func(p string) bool { return partitions.Covers(p, want) }) {
-					t.Errorf("%s may not %s in %s, which functions/%s writes; want %s", role, g.Action, want, f.Dir, condition(f.Writes))
+			for _, w := range want {
+				if !slices.ContainsFunc(got, func(p string) bool { return partitions.Covers(p, w) }) {
+					t.Errorf("%s may not %s in %s, which functions/%s does; want %s", role, g.Action, w, f.Dir, condition(want))
 				}
 			}
 			for _, p := range got {
-				if !slices.ContainsFunc(f.Writes, func(want string) bool { return partitions.Covers(p, want) }) {
-					t.Errorf("%s may %s in %s, which functions/%s never writes; want %s", role, g.Action, p, f.Dir, condition(f.Writes))
+				if !slices.ContainsFunc(want, func(w string) bool { return partitions.Covers(p, w) }) {
+					t.Errorf("%s may %s in %s, which functions/%s never does; want %s", role, g.Action, p, f.Dir, condition(want))
 				}
+			}
+		}
+		for action, want := range f.Writes {
+			if !granted[action] {
+				t.Errorf("%s may not %s at all, which functions/%s does in %q", role, action, f.Dir, want)
 			}
 		}
 	}

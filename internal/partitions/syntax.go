@@ -209,7 +209,7 @@ func (s *syntax) pkOf(info *types.Info, e ast.Expr) (ast.Expr, error) {
 func (s *syntax) eval(info *types.Info, e ast.Expr, depth int) ([]prefix, error) {
 	e = ast.Unparen(e)
 	if tv := info.Types[e]; tv.Value != nil && tv.Value.Kind() == constant.String {
-		return []prefix{{constant.StringVal(tv.Value), true}}, nil
+		return []prefix{{s: constant.StringVal(tv.Value), exact: true}}, nil
 	}
 	switch e := e.(type) {
 	case *ast.BinaryExpr:
@@ -231,7 +231,7 @@ func (s *syntax) eval(info *types.Info, e ast.Expr, depth int) ([]prefix, error)
 				return nil, err
 			}
 			for _, r := range right {
-				out = append(out, prefix{l.s + r.s, r.exact})
+				out = append(out, prefix{s: l.s + r.s, exact: r.exact})
 			}
 		}
 		return out, nil
@@ -244,7 +244,7 @@ func (s *syntax) eval(info *types.Info, e ast.Expr, depth int) ([]prefix, error)
 			if tv := info.Types[e.Args[0]]; tv.Value != nil {
 				format := constant.StringVal(tv.Value)
 				lit, _, verb := strings.Cut(format, "%")
-				return []prefix{{lit, !verb}}, nil
+				return []prefix{{s: lit, exact: !verb}}, nil
 			}
 		}
 		if s.funcs[obj] != nil {

@@ -47,6 +47,9 @@ func (a *analysis) writes(g *callgraph.Graph, reach map[*ssa.Function]bool, runt
 			if !ok {
 				return nil, fmt.Sprintf("%s in %s: %s", a.position(e.Site.Pos()), fn, strings.Join(t.why, "; "))
 			}
+			if k == kOp {
+				ps = as(ps, "dynamodb:UpdateItem") // Update applies an OpUpdate alone
+			}
 			prefixes = append(prefixes, ps...)
 		}
 	}
@@ -187,6 +190,55 @@ func (t *tracer) each(vs []ssa.Value, k kind) ([]prefix, bool) {
 	return out, true
 }
 
+// opActions are the actions of the operations store's functions make.
+var opActions = map[string]string{
+	"Put":       "dynamodb:PutItem",
+	"Increment": "dynamodb:UpdateItem",
+	"Delete":    "dynamodb:DeleteItem",
+	"Check":     "dynamodb:ConditionCheckItem",
+}
+
+// as gives ps the action of the operation that names them.
+func as(ps []prefix, action string) []prefix {
+	out := make([]prefix, len(ps))
+	for i, p := range ps {
+		p.action = action
+		out[i] = p
+	}
+	return out
+}
+
+// opKinds are the actions an operation, a composite literal at addr, may
+// be: by the constants stored in its Kind ("" for any when one is not a
+// constant).
+func opKinds(addr ssa.Value) []string {
+	byKind := map[int64]string{1: "dynamodb:PutItem", 2: "dynamodb:UpdateItem", 3: "dynamodb:DeleteItem", 4: "dynamodb:ConditionCheckItem"}
+	var out []string
+	for _, ref := range *addr.Referrers() {
+		fa, ok := ref.(*ssa.FieldAddr)
+		if !ok || fieldOf(addr.Type().Underlying().(*types.Pointer).Elem(), fa.Field) != "Kind" {
+			continue
+		}
+		for _, use := range *fa.Referrers() {
+			switch use := use.(type) {
+			case *ssa.UnOp, *ssa.DebugRef:
+			case *ssa.Store:
+				c, isConst := use.Val.(*ssa.Const)
+				if !isConst || c.Value == nil || byKind[c.Int64()] == "" {
+					return []string{""}
+				}
+				out = append(out, byKind[c.Int64()])
+			default:
+				return []string{""}
+			}
+		}
+	}
+	if len(out) == 0 {
+		return []string{""} // a Kind set elsewhere, or none (which the store refuses)
+	}
+	return out
+}
+
 // container is the kind of a value of type typ whose field holds what
 // kind k traces: an item (or an operation) for its Key, an operation for
 // its Item.
@@ -240,11 +292,13 @@ func (t *tracer) call(c *ssa.Call, k kind, index int) ([]prefix, bool) {
 			}
 			return t.no("keys.%s made %s", callee.Name(), k)
 		case storePath:
-			switch {
-			case k == kOp && callee.Name() == "Put":
-				return t.trace(c.Call.Args[0], kItem)
-			case k == kOp && (callee.Name() == "Delete" || callee.Name() == "Increment" || callee.Name() == "Check"):
-				return t.trace(c.Call.Args[0], kKey)
+			if action, ok := opActions[callee.Name()]; ok && k == kOp {
+				arg := kKey
+				if callee.Name() == "Put" {
+					arg = kItem
+				}
+				ps, ok := t.trace(c.Call.Args[0], arg)
+				return as(ps, action), ok
 			}
 		}
 	}
@@ -376,6 +430,13 @@ func (t *tracer) stores(addr ssa.Value, k kind) ([]prefix, bool) {
 			ps, ok := t.stores(ref, part)
 			if !ok {
 				return nil, false
+			}
+			if k == kOp {
+				var acted []prefix
+				for _, a := range opKinds(addr) {
+					acted = append(acted, as(ps, a)...)
+				}
+				ps = acted
 			}
 			out = append(out, ps...)
 			wrote = wrote || len(*ref.Referrers()) > 0
