@@ -867,12 +867,17 @@ func TestEventSourceMappings(t *testing.T) {
 func TestLeastPrivilege(t *testing.T) {
 	s := synth(t)
 	f := facts(t, newCDKTemplate(s))
-	readWrite := "dynamodb:ConditionCheckItem dynamodb:DeleteItem dynamodb:GetItem dynamodb:PutItem dynamodb:Query dynamodb:UpdateItem"
 	want := map[string]string{}
 	for id := range timeouts {
 		want["grant "+id+" "+id+"LogGroup"] = "logs:CreateLogStream logs:PutLogEvents"
 		if slices.Contains(apiFunctions, id) && id != "ReportsFunction" && id != "HealthFunction" {
-			want["grant "+id+" Table"] = readWrite
+			// Writes only in the partitions of its writeKeys.
+			actions := []string{"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:Query"}
+			for action, keys := range writeKeys[id] {
+				actions = append(actions, action+" if "+leadingKeys(t, keys))
+			}
+			slices.Sort(actions)
+			want["grant "+id+" Table"] = strings.Join(actions, " ")
 			want["grant "+id+" Table/index"] = "dynamodb:Query"
 		}
 	}
@@ -982,4 +987,18 @@ func cdkAssert(t *testing.T, assertion func()) {
 		}
 	}()
 	assertion()
+}
+
+// leadingKeys is the condition that lets a write name only the partitions
+// of patterns, as the facts show it.
+func leadingKeys(t *testing.T, patterns []string) string {
+	t.Helper()
+	if len(patterns) == 0 {
+		t.Fatal("no writeKeys")
+	}
+	b, err := json.Marshal(map[string]any{"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": patterns}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
