@@ -120,7 +120,7 @@ const (
 
 // dashboardWrites are every partition the dashboard's code names: its
 // templates call methods by reflection, which the derivation cannot follow.
-var dashboardWrites = []string{"BAL#*", "BRD#*", "CAP#*", "CONFIG", "EVT#*", "HOLDLEASE#*", "HRC#*", "KEY#*", "OBX#*", "OFF#*", "OWED#*", "PAY#*", "PBT#*", "RATE#*", "RUCP#*", "SESS#*", "TXN#*", "USER#*", "VEL#*"}
+var dashboardWrites = []string{"BAL#*", "BRD#*", "CONFIG", "EVT#*", "HRC#*", "KEY#*", "OFF#*", "OWED#*", "PAY#*", "PBT#*", "RATE#*", "SESS#*", "TXN#*", "USER#*"}
 
 // errorsAlarm and throttlesAlarm describe each kind of function's
 // <Function>ErrorsAlarm and <Function>ThrottlesAlarm (%s: its logical id).
