@@ -5,11 +5,8 @@ package accounts
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -30,10 +27,8 @@ type Service struct {
 	db        *records.DB
 	brands    brands
 	passwords Passwords
-	// dummyHash is checked against when no user has the address, so that
-	// an unknown address takes as long to refuse as a wrong password. It
-	// is made on first use: hashing takes tens of milliseconds and 19 MB,
-	// which every function would otherwise pay at start, signing in or not.
+	// dummyHash is checked against when no user has the address
+	// (UnknownUserHash).
 	dummyHash func() string
 }
 
@@ -52,13 +47,7 @@ type brands interface {
 // New returns the Service over db, whose users belong to brands, their
 // passwords hashed by passwords.
 func New(db *records.DB, b brands, passwords Passwords) *Service {
-	return &Service{db: db, brands: b, passwords: passwords, dummyHash: sync.OnceValue(func() string {
-		h, err := passwords.Hash("no user has this password")
-		if err != nil {
-			panic(err) // crypto/rand does not fail on supported platforms
-		}
-		return h
-	})}
+	return &Service{db: db, brands: b, passwords: passwords, dummyHash: UnknownUserHash(passwords)}
 }
 
 const (
@@ -178,11 +167,10 @@ type Session struct {
 
 // StartSession makes a session for u and returns its token.
 func (s *Service) StartSession(ctx context.Context, u tally.User) (string, Session, error) {
-	raw := make([]byte, 32)
-	if _, err := rand.Read(raw); err != nil {
+	token, err := NewToken()
+	if err != nil {
 		return "", Session{}, err
 	}
-	token := base64.RawURLEncoding.EncodeToString(raw)
 	b, err := s.brands.Brand(ctx, u.BrandID)
 	if err != nil {
 		return "", Session{}, err

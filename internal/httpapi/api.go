@@ -31,6 +31,7 @@ import (
 	"github.com/tally-hq/tally/internal/offers"
 	"github.com/tally-hq/tally/internal/partners"
 	"github.com/tally-hq/tally/internal/payouts"
+	"github.com/tally-hq/tally/internal/portalaccess"
 	"github.com/tally-hq/tally/internal/ratelimit"
 	"github.com/tally-hq/tally/internal/reports"
 	"github.com/tally-hq/tally/internal/trace"
@@ -107,7 +108,8 @@ type Services struct {
 	Endpoints   *endpoints.Service
 	Deliveries  *endpoints.Log
 	Payouts     *payouts.Service
-	Store       StoreReader // GET /readyz
+	Portal      *portalaccess.Service // partner portal invitations (and the portal's sign-in)
+	Store       StoreReader           // GET /readyz
 	// Now is the time, in UTC to the millisecond (records.DB.Now).
 	Now func() time.Time
 }
@@ -202,6 +204,7 @@ func (a *API) routes() []route {
 		{GroupPartners, "POST", "/api/v1/partners/{id}/reject", authKey, byID(a.svc.Partners.RejectPartner)},
 		{GroupPartners, "POST", "/api/v1/partners/{id}/ban", authKey, byID(a.svc.Partners.BanPartner)},
 		{GroupPartners, "POST", "/api/v1/partners/{id}/reactivate", authKey, byID(a.svc.Partners.ReactivatePartner)},
+		{GroupPartners, "POST", "/api/v1/partners/{id}/invite", authKey, noStore(a.invitePartner)},
 		{GroupPartners, "PUT", "/api/v1/partners/{id}/postback", authKey, byIDWithBody(decodeBody, a.svc.Endpoints.PutPostback)},
 		{GroupPartners, "GET", "/api/v1/partners/{id}/postback", authKey, byID(a.svc.Endpoints.Postback)},
 		{GroupPartners, "DELETE", "/api/v1/partners/{id}/postback", authKey, byID(a.svc.Endpoints.DeletePostback)},

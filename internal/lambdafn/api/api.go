@@ -35,6 +35,7 @@ import (
 	"github.com/tally-hq/tally/internal/outbox"
 	"github.com/tally-hq/tally/internal/partners"
 	"github.com/tally-hq/tally/internal/payouts"
+	"github.com/tally-hq/tally/internal/portalaccess"
 	"github.com/tally-hq/tally/internal/ratelimit"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/reports"
@@ -294,5 +295,6 @@ func Services(db *records.DB, settings app.Settings, opts ...Option) httpapi.Ser
 	if o.passwords != nil {
 		s.Accounts = accounts.New(db, s.Identity, o.passwords)
 	}
+	s.Portal = portalaccess.New(db, s.Partners, s.Identity, o.passwords)
 	return s
 }
