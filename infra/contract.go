@@ -135,6 +135,7 @@ var functions = []function{
 		"POST /api/v1/partners/{id}/reject",
 		"POST /api/v1/partners/{id}/ban",
 		"POST /api/v1/partners/{id}/reactivate", // partner money
+		"POST /api/v1/partners/{id}/invite",     // the partner portal
 		"PUT /api/v1/partners/{id}/postback",
 		"GET /api/v1/partners/{id}/postback",
 		"DELETE /api/v1/partners/{id}/postback",

@@ -75,6 +75,7 @@ var (
 		"POST /api/v1/payouts/{id}/paid":                        "PayoutsFunction",
 		"POST /api/v1/conversions/{id}/reverse":                 "ConversionsFunction",
 		"POST /api/v1/partners/{id}/reactivate":                 "PartnersFunction",
+		"POST /api/v1/partners/{id}/invite":                     "PartnersFunction",
 		"GET /api/v1/offers/{id}/partners/{partnerId}/terms":    "OffersFunction",
 		"PUT /api/v1/offers/{id}/partners/{partnerId}/terms":    "OffersFunction",
 		"DELETE /api/v1/offers/{id}/partners/{partnerId}/terms": "OffersFunction",

@@ -81,7 +81,7 @@ func (s *Service) Invite(ctx context.Context, brandID, partnerID string) (Invite
 		return Invite{}, err
 	}
 	if p.Status != tally.PartnerActive {
-		return Invite{}, tally.Errorf(tally.ECodeConflict, "Only an active partner can be invited to the portal; partner %q is %s.", partnerID, p.Status)
+		return Invite{}, tally.Errorf(tally.ECodeInvalidTransition, "Only an active partner can be invited to the portal; partner %q is %s.", partnerID, p.Status)
 	}
 	token, err := accounts.NewToken()
 	if err != nil {

@@ -79,7 +79,7 @@ func TestInvitationSetsPasswordAndSignsIn(t *testing.T) {
 		brand := w.brand("Acme")
 		applicant := w.partner(brand, "applicant@example.com", false)
 		_, err := w.svc.Portal.Invite(ctx, brand, applicant.ID)
-		wantCode(t, "inviting an applicant", err, tally.ECodeConflict)
+		wantCode(t, "inviting an applicant", err, tally.ECodeInvalidTransition)
 		_, err = w.svc.Portal.Invite(ctx, w.brand("Other"), applicant.ID)
 		wantCode(t, "inviting another brand's partner", err, tally.ECodeNotFound)
 
