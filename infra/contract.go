@@ -197,6 +197,9 @@ var functions = []function{
 		"POST /dashboard/{path+}",
 		"GET /apply/{brandId}",
 		"POST /apply/{brandId}",
+		"GET /portal", // the partner portal
+		"GET /portal/{path+}",
+		"POST /portal/{path+}",
 	}},
 	{ID: "ClickFunction", Dir: "click", Timeout: 10, Kind: apiFunction, Routes: []string{
 		"GET /c/{offerId}",

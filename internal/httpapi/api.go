@@ -59,6 +59,9 @@ type Config struct {
 	// Dashboard serves the dashboard's pages and the partner application
 	// page (GroupDashboard); nil answers them 404.
 	Dashboard http.Handler
+	// Portal serves the partner portal's pages at /portal (GroupDashboard
+	// too); nil answers them 404.
+	Portal http.Handler
 	// RequestAttrs, when set, adds attributes to every log line of a
 	// request (a Lambda adds its invocation's ids).
 	RequestAttrs func(*http.Request) []any
@@ -253,6 +256,10 @@ func (a *API) routes() []route {
 		{GroupDashboard, "POST", "/dashboard/{path+}", authPages, a.pages},
 		{GroupDashboard, "GET", "/apply/{brandId}", authPages, a.pages},
 		{GroupDashboard, "POST", "/apply/{brandId}", authPages, a.pages},
+		// The partner portal's pages, served by the same function.
+		{GroupDashboard, "GET", "/portal", authPages, a.portal},
+		{GroupDashboard, "GET", "/portal/{path+}", authPages, a.portal},
+		{GroupDashboard, "POST", "/portal/{path+}", authPages, a.portal},
 		{GroupClick, "GET", "/c/{offerId}", authNone, getOnly(a.click)},
 		{GroupFraud, "GET", "/api/v1/clicks", authKey, a.listClicks},
 		{GroupFraud, "GET", "/api/v1/clicks/{id}", authKey, byID(a.svc.Clicks.Click)},
@@ -349,10 +356,19 @@ func muxPattern(path string) string { return strings.ReplaceAll(path, "+}", "...
 
 // pages hands a request to the dashboard.
 func (a *API) pages(w http.ResponseWriter, r *http.Request, _ identity.Principal) error {
-	if a.cfg.Dashboard == nil {
+	return serveOr404(a.cfg.Dashboard, w, r)
+}
+
+// portal hands a request to the partner portal.
+func (a *API) portal(w http.ResponseWriter, r *http.Request, _ identity.Principal) error {
+	return serveOr404(a.cfg.Portal, w, r)
+}
+
+func serveOr404(h http.Handler, w http.ResponseWriter, r *http.Request) error {
+	if h == nil {
 		return tally.Errorf(tally.ECodeNotFound, "No such endpoint: %s %s.", r.Method, r.URL.Path)
 	}
-	a.cfg.Dashboard.ServeHTTP(w, r)
+	h.ServeHTTP(w, r)
 	return nil
 }
 
