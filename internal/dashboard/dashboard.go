@@ -96,6 +96,7 @@ func (d *Dashboard) routes() *http.ServeMux {
 		"GET /dashboard/partners/{id}":                         endpoints.partner,
 		"POST /dashboard/partners/{id}/{action}":               d.partnerAction,
 		"POST /dashboard/partners/{id}/postback":               endpoints.savePostback,
+		"POST /dashboard/partners/{id}/invite":                 endpoints.invite,
 		"POST /dashboard/partners/{id}/postback/recover":       endpoints.recoverPostback,
 		"POST /dashboard/partners/{id}/postback/{action}":      endpoints.postbackAction,
 		"GET /dashboard/conversions":                           d.conversions,

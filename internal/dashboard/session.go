@@ -1,27 +1,12 @@
 package dashboard
 
 import (
-	"fmt"
-	"math"
 	"net/http"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/accounts"
-	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/web"
-)
-
-// Sign-in throttling: attempts per client IP and per e-mail address in
-// fixed 15-minute windows, counted in the store (so across instances)
-// before the password is checked, which also bounds the hashing work one
-// client can cause.
-const (
-	signInWindow   = 15 * time.Minute
-	signInsPerIP   = 30
-	signInsPerUser = 10
 )
 
 type signInData struct {
@@ -47,20 +32,14 @@ func (d *Dashboard) signIn(w http.ResponseWriter, r *http.Request) {
 		data.Error = msg
 		d.site.RenderStatus(w, status, "sign-in", web.View{Title: "Sign in", Data: data})
 	}
-	for _, limit := range []struct {
-		bucket string
-		n      int
-	}{{"signin-ip:" + httpapi.ClientIP(r), signInsPerIP}, {"signin-email:" + email, signInsPerUser}} {
-		dec, err := d.svc.Limits.AllowPer(r.Context(), limit.bucket, limit.n, signInWindow)
-		if err != nil {
-			d.site.ErrorPage(w, r, nil, err)
-			return
-		}
-		if !dec.Allowed {
-			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(dec.Wait.Seconds()))))
-			fail(http.StatusTooManyRequests, fmt.Sprintf("Too many sign-in attempts. Try again in %d minutes.", int(math.Ceil(dec.Wait.Minutes()))))
-			return
-		}
+	refusal, err := web.ThrottleSignIn(w, r, d.svc.Limits, "signin", email)
+	if err != nil {
+		d.site.ErrorPage(w, r, nil, err)
+		return
+	}
+	if refusal != "" {
+		fail(http.StatusTooManyRequests, refusal)
+		return
 	}
 	u, err := d.svc.Accounts.SignIn(r.Context(), email, r.PostFormValue("password"))
 	if err != nil {

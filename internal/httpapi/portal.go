@@ -34,12 +34,16 @@ func InviteURL(r *http.Request, token string) string {
 	return PublicBase(r) + "/portal/invite/" + token
 }
 
-// PublicBase is {public_base_url} as the request reached it: https when
-// it came over TLS or through API Gateway, which says so in
-// X-Forwarded-Proto.
+// Secure reports whether the request came over https (directly, or through
+// API Gateway, which says so in X-Forwarded-Proto), so cookies get Secure.
+func Secure(r *http.Request) bool {
+	return r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https"
+}
+
+// PublicBase is {public_base_url} as the request reached it.
 func PublicBase(r *http.Request) string {
 	scheme := "http"
-	if r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https" {
+	if Secure(r) {
 		scheme = "https"
 	}
 	return scheme + "://" + r.Host

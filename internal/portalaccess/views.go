@@ -192,7 +192,9 @@ type Conversion struct {
 	Status         string
 	PayoutCents    int64
 	Currency       string
-	Subs           [5]string
+	Sub1, Sub2     string
+	Sub3, Sub4     string
+	Sub5           string
 	ReversalReason string
 	CreatedAt      tally.Time
 }
@@ -211,7 +213,7 @@ func (v *Views) Conversions(ctx context.Context, sess Session, status string, p 
 			continue
 		}
 		out = append(out, Conversion{ID: c.ID, OfferID: c.OfferID, OfferName: names[c.OfferID], Status: c.Status,
-			PayoutCents: c.PayoutCents, Currency: c.Currency, Subs: [5]string{c.Sub1, c.Sub2, c.Sub3, c.Sub4, c.Sub5},
+			PayoutCents: c.PayoutCents, Currency: c.Currency, Sub1: c.Sub1, Sub2: c.Sub2, Sub3: c.Sub3, Sub4: c.Sub4, Sub5: c.Sub5,
 			ReversalReason: c.ReversalReason, CreatedAt: c.CreatedAt})
 	}
 	return out, next, err

@@ -105,7 +105,7 @@ func TestViewsShowThePartnerItsOwnAndNoRevenue(t *testing.T) {
 			t.Fatalf("first page of conversions: %+v %q %v", list, next, err)
 		}
 		rest, _, err := v.Conversions(ctx, sess, "", records.ListParams{Limit: 10, Cursor: next})
-		if err != nil || len(rest) != 1 || rest[0].ID != mine[0].ID || rest[0].OfferName != "Running shoes" || rest[0].PayoutCents != 12346 || rest[0].Subs[0] != "spring" {
+		if err != nil || len(rest) != 1 || rest[0].ID != mine[0].ID || rest[0].OfferName != "Running shoes" || rest[0].PayoutCents != 12346 || rest[0].Sub1 != "spring" {
 			t.Errorf("second page of conversions: %+v, %v", rest, err)
 		}
 		lines, _, err := v.Payouts(ctx, sess, records.ListParams{})
@@ -122,7 +122,7 @@ func TestViewsShowThePartnerItsOwnAndNoRevenue(t *testing.T) {
 
 		// Bob's session sees Bob's only.
 		bobs, _, err := v.Conversions(ctx, w.signedIn(bob), "", records.ListParams{})
-		if err != nil || len(bobs) != 1 || bobs[0].Subs[0] != "other" {
+		if err != nil || len(bobs) != 1 || bobs[0].Sub1 != "other" {
 			t.Errorf("Bob's conversions %+v, %v", bobs, err)
 		}
 	})
