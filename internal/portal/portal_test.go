@@ -20,9 +20,11 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/accounts"
 	"github.com/tally-hq/tally/internal/browsertest"
 	"github.com/tally-hq/tally/internal/clicks"
 	"github.com/tally-hq/tally/internal/conversions"
+	"github.com/tally-hq/tally/internal/dashboard"
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/endpoints"
@@ -76,6 +78,7 @@ func newWorld(t *testing.T, st store.Store) *world {
 	go svc.Pipeline.Run(ctx)
 	cfg := httpapi.Config{Logger: quiet}
 	cfg.Portal = portal.New(svc.API(), cfg)
+	cfg.Dashboard = dashboard.New(svc.API(), cfg) // where a brand invites its partners
 	srv := httptest.NewServer(httpapi.New(svc.API(), cfg).Handler())
 	t.Cleanup(srv.Close)
 	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "counted") }))
@@ -83,6 +86,9 @@ func newWorld(t *testing.T, st store.Store) *world {
 
 	w := &world{t: t, srv: srv, svc: svc, deliveries: map[string]string{}}
 	w.acme, w.bolt = w.brand("Acme Shoes"), w.brand("Bolt Bikes")
+	if _, err := svc.Accounts.CreateUser(ctx, accounts.UserInput{BrandID: &w.acme, Email: ptr("owner@acme.example"), Password: ptr(pw)}); err != nil {
+		t.Fatal(err)
+	}
 	w.offer = w.newOffer(w.acme, "Running shoes")
 	w.newOffer(w.acme, "Trail socks")
 	boltOffer := w.newOffer(w.bolt, "City bikes")
