@@ -11,7 +11,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/tally-hq/tally"
-	"github.com/tally-hq/tally/internal/identity"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/records"
@@ -177,11 +176,7 @@ func (s *Service) StartSession(ctx context.Context, u tally.User) (string, Sessi
 	}
 	now := s.db.Now()
 	sess := Session{UserID: u.ID, BrandID: u.BrandID, BrandName: b.Name, Email: u.Email, CreatedAt: tally.NewTime(now), ExpiresAt: tally.NewTime(now.Add(SessionTTL))}
-	err = s.db.Transact(ctx, store.Put(store.Item{
-		Key:       keys.Session(identity.Hash(token)),
-		Data:      records.MustJSON(sess),
-		ExpiresAt: sess.ExpiresAt.Unix(),
-	}, store.NotExists()))
+	err = PutByToken(ctx, s.db, keys.Session, token, sess, sess.ExpiresAt)
 	return token, sess, err
 }
 
@@ -190,16 +185,11 @@ var errNoSession = tally.Errorf(tally.ECodeUnauthorized, "Sign in to continue.")
 
 // Session returns the live session of a token.
 func (s *Service) Session(ctx context.Context, token string) (Session, error) {
-	if token == "" || len(token) > 100 {
-		return Session{}, errNoSession
-	}
-	sess, err := records.Get[Session](ctx, s.db, keys.Session(identity.Hash(token)))
+	sess, found, err := GetByToken(ctx, s.db, keys.Session, token, func(s Session) tally.Time { return s.ExpiresAt })
 	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return Session{}, errNoSession
 	case err != nil:
 		return Session{}, err
-	case !s.db.Now().Before(sess.ExpiresAt.Time): // the TTL deletes it later, lazily
+	case !found:
 		return Session{}, errNoSession
 	}
 	return sess, nil
@@ -207,8 +197,5 @@ func (s *Service) Session(ctx context.Context, token string) (Session, error) {
 
 // EndSession signs a session out; ending an unknown one is not an error.
 func (s *Service) EndSession(ctx context.Context, token string) error {
-	if token == "" || len(token) > 100 {
-		return nil
-	}
-	return s.db.Transact(ctx, store.Delete(keys.Session(identity.Hash(token))))
+	return DeleteByToken(ctx, s.db, keys.Session, token)
 }

@@ -12,7 +12,6 @@ package portalaccess
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"time"
 
@@ -89,11 +88,7 @@ func (s *Service) Invite(ctx context.Context, brandID, partnerID string) (Invite
 	}
 	now := s.db.Now()
 	inv := invitation{BrandID: brandID, PartnerID: partnerID, CreatedAt: tally.NewTime(now), ExpiresAt: tally.NewTime(now.Add(InviteTTL))}
-	err = s.db.Transact(ctx, store.Put(store.Item{
-		Key:       keys.PortalInvite(identity.Hash(token)),
-		Data:      records.MustJSON(inv),
-		ExpiresAt: inv.ExpiresAt.Unix(),
-	}, store.NotExists()))
+	err = accounts.PutByToken(ctx, s.db, keys.PortalInvite, token, inv, inv.ExpiresAt)
 	return Invite{Token: token, ExpiresAt: inv.ExpiresAt}, err
 }
 
@@ -123,16 +118,11 @@ func (s *Service) Invitation(ctx context.Context, token string) (Invited, error)
 }
 
 func (s *Service) invitation(ctx context.Context, token string) (invitation, error) {
-	if token == "" || len(token) > 100 {
-		return invitation{}, errInvitation
-	}
-	inv, err := records.Get[invitation](ctx, s.db, keys.PortalInvite(identity.Hash(token)))
+	inv, found, err := accounts.GetByToken(ctx, s.db, keys.PortalInvite, token, func(i invitation) tally.Time { return i.ExpiresAt })
 	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return invitation{}, errInvitation
 	case err != nil:
 		return invitation{}, err
-	case !s.db.Now().Before(inv.ExpiresAt.Time): // the TTL deletes it later, lazily
+	case !found:
 		return invitation{}, errInvitation
 	}
 	return inv, nil
@@ -284,11 +274,7 @@ func (s *Service) startSession(ctx context.Context, p tally.Partner) (string, Se
 	now := s.db.Now()
 	sess := Session{BrandID: p.BrandID, BrandName: b.Name, PartnerID: p.ID, PartnerName: p.Name, Email: p.Email,
 		CreatedAt: tally.NewTime(now), ExpiresAt: tally.NewTime(now.Add(SessionTTL))}
-	err = s.db.Transact(ctx, store.Put(store.Item{
-		Key:       keys.PortalSession(identity.Hash(token)),
-		Data:      records.MustJSON(sess),
-		ExpiresAt: sess.ExpiresAt.Unix(),
-	}, store.NotExists()))
+	err = accounts.PutByToken(ctx, s.db, keys.PortalSession, token, sess, sess.ExpiresAt)
 	return token, sess, err
 }
 
@@ -298,16 +284,11 @@ var errNoSession = tally.Errorf(tally.ECodeUnauthorized, "Sign in to continue.")
 // Session returns the live session of a token. A session whose partner
 // is no longer active (banned, rejected) ends here, at its next request.
 func (s *Service) Session(ctx context.Context, token string) (Session, error) {
-	if token == "" || len(token) > 100 {
-		return Session{}, errNoSession
-	}
-	sess, err := records.Get[Session](ctx, s.db, keys.PortalSession(identity.Hash(token)))
+	sess, found, err := accounts.GetByToken(ctx, s.db, keys.PortalSession, token, func(s Session) tally.Time { return s.ExpiresAt })
 	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return Session{}, errNoSession
 	case err != nil:
 		return Session{}, err
-	case !s.db.Now().Before(sess.ExpiresAt.Time): // the TTL deletes it later, lazily
+	case !found:
 		return Session{}, errNoSession
 	}
 	p, err := s.partners.Partner(ctx, sess.BrandID, sess.PartnerID)
@@ -326,8 +307,5 @@ func (s *Service) Session(ctx context.Context, token string) (Session, error) {
 
 // EndSession signs a session out; ending an unknown one is not an error.
 func (s *Service) EndSession(ctx context.Context, token string) error {
-	if token == "" || len(token) > 100 {
-		return nil
-	}
-	return s.db.Transact(ctx, store.Delete(keys.PortalSession(identity.Hash(token))))
+	return accounts.DeleteByToken(ctx, s.db, keys.PortalSession, token)
 }
