@@ -79,13 +79,14 @@ func (d *Dashboard) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	settings, endpoints := settingsPages{d}, endpointPages{d}
 	mux.HandleFunc("GET /dashboard/assets/{file}", d.site.Asset)
-	mux.HandleFunc("GET /dashboard/sign-in", d.signInPage)
-	mux.HandleFunc("POST /dashboard/sign-in", d.signIn)
+	signIn := d.signIn()
+	mux.HandleFunc("GET /dashboard/sign-in", d.site.SignInPage(signIn))
+	mux.HandleFunc("POST /dashboard/sign-in", d.site.SignInForm(signIn))
 	mux.HandleFunc("GET /apply/{brandId}", d.applyPage)
 	mux.HandleFunc("POST /apply/{brandId}", d.apply)
 	pages := map[string]pageFunc{
 		"GET /dashboard":                                       d.overview,
-		"POST /dashboard/sign-out":                             d.signOut,
+		"POST /dashboard/sign-out":                             d.site.SignOut(signIn),
 		"GET /dashboard/offers":                                d.offers,
 		"GET /dashboard/offers/new":                            d.newOffer,
 		"POST /dashboard/offers":                               d.createOffer,

@@ -96,13 +96,14 @@ func partner(r *web.Request) portalaccess.Session {
 func (p *Portal) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /portal/assets/{file}", p.site.Asset)
-	mux.HandleFunc("GET /portal/sign-in", p.signInPage)
-	mux.HandleFunc("POST /portal/sign-in", p.signIn)
+	signIn := p.signIn()
+	mux.HandleFunc("GET /portal/sign-in", p.site.SignInPage(signIn))
+	mux.HandleFunc("POST /portal/sign-in", p.site.SignInForm(signIn))
 	mux.HandleFunc("GET /portal/invite/{token}", p.invitePage)
 	mux.HandleFunc("POST /portal/invite/{token}", p.acceptInvite)
 	pages := map[string]web.PageFunc{
 		"GET /portal":                          p.overview,
-		"POST /portal/sign-out":                p.signOut,
+		"POST /portal/sign-out":                p.site.SignOut(signIn),
 		"GET /portal/links":                    p.links,
 		"GET /portal/conversions":              p.conversions,
 		"GET /portal/payouts":                  p.payouts,

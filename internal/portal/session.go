@@ -1,69 +1,29 @@
 package portal
 
 import (
+	"context"
 	"net/http"
-	"strings"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/portalaccess"
 	"github.com/tally-hq/tally/internal/web"
 )
 
-type signInData struct {
-	Email, Next, Error, Form string
-}
-
-func (p *Portal) signInPage(w http.ResponseWriter, r *http.Request) {
-	if _, err := p.access.Session(r.Context(), p.site.SessionToken(r)); err == nil {
-		http.Redirect(w, r, p.site.Local(r.URL.Query().Get("next")), http.StatusSeeOther)
-		return
+// signIn is how the portal signs partners in: throttled like the
+// dashboard's sign-in, in buckets of its own.
+func (p *Portal) signIn() web.SignIn {
+	return web.SignIn{
+		Limits: p.limits, Kind: "portal-signin", TTL: portalaccess.SessionTTL,
+		Live: func(ctx context.Context, token string) bool {
+			_, err := p.access.Session(ctx, token)
+			return err == nil
+		},
+		Check: func(ctx context.Context, email, password string) (string, error) {
+			token, _, err := p.access.SignIn(ctx, email, password)
+			return token, err
+		},
+		End: p.access.EndSession,
 	}
-	p.site.Render(w, "sign-in", web.View{Title: "Sign in", Data: signInData{Next: r.URL.Query().Get("next"), Form: web.FormToken(w, r)}})
-}
-
-// signIn checks the e-mail address and password, throttled like the
-// dashboard's sign-in (in buckets of its own).
-func (p *Portal) signIn(w http.ResponseWriter, r *http.Request) {
-	if !web.ValidFormToken(r) {
-		p.site.FormExpired(w)
-		return
-	}
-	email := strings.ToLower(strings.TrimSpace(r.PostFormValue("email")))
-	data := signInData{Email: email, Next: r.PostFormValue("next"), Form: web.FormToken(w, r)}
-	fail := func(status int, msg string) {
-		data.Error = msg
-		p.site.RenderStatus(w, status, "sign-in", web.View{Title: "Sign in", Data: data})
-	}
-	refusal, err := web.ThrottleSignIn(w, r, p.limits, "portal-signin", email)
-	if err != nil {
-		p.site.ErrorPage(w, r, nil, err)
-		return
-	}
-	if refusal != "" {
-		fail(http.StatusTooManyRequests, refusal)
-		return
-	}
-	token, _, err := p.access.SignIn(r.Context(), email, r.PostFormValue("password"))
-	if err != nil {
-		if tally.ErrorCode(err) == tally.ECodeUnauthorized {
-			fail(http.StatusUnauthorized, tally.ErrorMessage(err))
-			return
-		}
-		p.site.ErrorPage(w, r, nil, err)
-		return
-	}
-	// A fresh token at every sign-in: a token planted before it is useless.
-	p.site.SetSession(w, r, token, int(portalaccess.SessionTTL.Seconds()))
-	http.Redirect(w, r, p.site.Local(data.Next), http.StatusSeeOther)
-}
-
-func (p *Portal) signOut(w http.ResponseWriter, r *web.Request) error {
-	if err := p.access.EndSession(r.Context(), r.Token); err != nil {
-		return err
-	}
-	p.site.SetSession(w, r.Request, "", -1)
-	http.Redirect(w, r.Request, "/portal/sign-in", http.StatusSeeOther)
-	return nil
 }
 
 // inviteData is the invitation page: who is invited, where, and the form
