@@ -21,6 +21,9 @@ import (
 	"testing"
 	"time"
 
+	cdpbrowser "github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
 	"github.com/tally-hq/tally/internal/reporoot"
@@ -178,8 +181,15 @@ func (b *Tab) Fill(form string, values map[string]string) {
 // to load.
 func (b *Tab) Submit(button, pathRE string) {
 	b.T.Helper()
+	b.Leave("click "+button, chromedp.Click(chromedp.CSS(button)), pathRE)
+}
+
+// Leave runs an action that leaves the page (a click, Enter in a form)
+// and waits for the page at a path matching pathRE to load.
+func (b *Tab) Leave(what string, action chromedp.Action[chromedp.Void], pathRE string) {
+	b.T.Helper()
 	mark := Eval[float64](b, "window.__page = Math.random()")
-	b.Do("click "+button, chromedp.Click(chromedp.CSS(button)))
+	b.Do(what, action)
 	re := regexp.MustCompile(pathRE)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -190,7 +200,7 @@ func (b *Tab) Submit(button, pathRE string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			b.T.Fatalf("after clicking %s: no page at %s (%v, %v)\n%s", button, pathRE, state, err, b.Text("body"))
+			b.T.Fatalf("after %s: no page at %s (%v, %v)\n%s", what, pathRE, state, err, b.Text("body"))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -239,4 +249,39 @@ func (b *Tab) Offscreen(sel string) []string {
 		}
 		return false;
 	}).map(e => (e.innerText || e.textContent || e.tagName).trim().slice(0, 40))`, sel))
+}
+
+// Awaited is Eval of a promise: its value once it resolves.
+func Awaited[T any](b *Tab, js string) T {
+	b.T.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 60*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js, chromedp.EvalAwaitPromise))
+	if err != nil {
+		b.T.Fatalf("%s: %v", js, err)
+	}
+	return v
+}
+
+// Scripts switches the tab's JavaScript on or off (for the pages it loads
+// from now on).
+func (b *Tab) Scripts(on bool) {
+	b.T.Helper()
+	b.Do("switch scripts", func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, t, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: !on})
+		return chromedp.Void{}, err
+	})
+}
+
+// AllowClipboard lets the site's pages write and read the clipboard, as a
+// person's click on a Copy button may.
+func (b *Tab) AllowClipboard() {
+	b.T.Helper()
+	for _, name := range []string{"clipboard-write", "clipboard-read"} {
+		b.Do("allow "+name, func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+			_, err := cdp.Call(ctx, t, cdpbrowser.SetPermission, cdpbrowser.SetPermissionParams{
+				Permission: &cdpbrowser.PermissionDescriptor{Name: name}, Setting: cdpbrowser.PermissionSettingGranted, Origin: b.base})
+			return chromedp.Void{}, err
+		})
+	}
 }
