@@ -164,6 +164,7 @@ var functions = []function{
 		"POST /api/v1/partners/{id}/reject",
 		"POST /api/v1/partners/{id}/ban",
 		"POST /api/v1/partners/{id}/reactivate", // partner money
+		"POST /api/v1/partners/{id}/invite",     // the partner portal
 		"PUT /api/v1/partners/{id}/postback",
 		"GET /api/v1/partners/{id}/postback",
 		"DELETE /api/v1/partners/{id}/postback",
@@ -225,6 +226,9 @@ var functions = []function{
 		"POST /dashboard/{path+}",
 		"GET /apply/{brandId}",
 		"POST /apply/{brandId}",
+		"GET /portal", // the partner portal
+		"GET /portal/{path+}",
+		"POST /portal/{path+}",
 	}},
 	{ID: "ClickFunction", Dir: "click", Timeout: 10, Kind: apiFunction, Routes: []string{
 		"GET /c/{offerId}",

@@ -1,7 +1,8 @@
 // Command partners is the Lambda function behind the partner routes:
 // GET /api/v1/partners, GET /api/v1/partners/{id}, and
-// POST /api/v1/partners/{id}/approve, /reject and /ban, and a partner's
-// postback (/api/v1/partners/{id}/postback: PUT, GET, DELETE, test, enable).
+// POST /api/v1/partners/{id}/approve, /reject, /ban, /reactivate and
+// /invite (to the partner portal), and a partner's postback
+// (/api/v1/partners/{id}/postback: PUT, GET, DELETE, test, enable).
 package main
 
 import (

@@ -5,16 +5,12 @@ package accounts
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/tally-hq/tally"
-	"github.com/tally-hq/tally/internal/identity"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/records"
@@ -30,10 +26,8 @@ type Service struct {
 	db        *records.DB
 	brands    brands
 	passwords Passwords
-	// dummyHash is checked against when no user has the address, so that
-	// an unknown address takes as long to refuse as a wrong password. It
-	// is made on first use: hashing takes tens of milliseconds and 19 MB,
-	// which every function would otherwise pay at start, signing in or not.
+	// dummyHash is checked against when no user has the address
+	// (UnknownUserHash).
 	dummyHash func() string
 }
 
@@ -52,13 +46,7 @@ type brands interface {
 // New returns the Service over db, whose users belong to brands, their
 // passwords hashed by passwords.
 func New(db *records.DB, b brands, passwords Passwords) *Service {
-	return &Service{db: db, brands: b, passwords: passwords, dummyHash: sync.OnceValue(func() string {
-		h, err := passwords.Hash("no user has this password")
-		if err != nil {
-			panic(err) // crypto/rand does not fail on supported platforms
-		}
-		return h
-	})}
+	return &Service{db: db, brands: b, passwords: passwords, dummyHash: UnknownUserHash(passwords)}
 }
 
 const (
@@ -178,22 +166,17 @@ type Session struct {
 
 // StartSession makes a session for u and returns its token.
 func (s *Service) StartSession(ctx context.Context, u tally.User) (string, Session, error) {
-	raw := make([]byte, 32)
-	if _, err := rand.Read(raw); err != nil {
+	token, err := NewToken()
+	if err != nil {
 		return "", Session{}, err
 	}
-	token := base64.RawURLEncoding.EncodeToString(raw)
 	b, err := s.brands.Brand(ctx, u.BrandID)
 	if err != nil {
 		return "", Session{}, err
 	}
 	now := s.db.Now()
 	sess := Session{UserID: u.ID, BrandID: u.BrandID, BrandName: b.Name, Email: u.Email, CreatedAt: tally.NewTime(now), ExpiresAt: tally.NewTime(now.Add(SessionTTL))}
-	err = s.db.Transact(ctx, store.Put(store.Item{
-		Key:       keys.Session(identity.Hash(token)),
-		Data:      records.MustJSON(sess),
-		ExpiresAt: sess.ExpiresAt.Unix(),
-	}, store.NotExists()))
+	err = PutByToken(ctx, s.db, keys.Session, token, sess, sess.ExpiresAt)
 	return token, sess, err
 }
 
@@ -202,16 +185,11 @@ var errNoSession = tally.Errorf(tally.ECodeUnauthorized, "Sign in to continue.")
 
 // Session returns the live session of a token.
 func (s *Service) Session(ctx context.Context, token string) (Session, error) {
-	if token == "" || len(token) > 100 {
-		return Session{}, errNoSession
-	}
-	sess, err := records.Get[Session](ctx, s.db, keys.Session(identity.Hash(token)))
+	sess, found, err := GetByToken(ctx, s.db, keys.Session, token, func(s Session) tally.Time { return s.ExpiresAt })
 	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return Session{}, errNoSession
 	case err != nil:
 		return Session{}, err
-	case !s.db.Now().Before(sess.ExpiresAt.Time): // the TTL deletes it later, lazily
+	case !found:
 		return Session{}, errNoSession
 	}
 	return sess, nil
@@ -219,8 +197,5 @@ func (s *Service) Session(ctx context.Context, token string) (Session, error) {
 
 // EndSession signs a session out; ending an unknown one is not an error.
 func (s *Service) EndSession(ctx context.Context, token string) error {
-	if token == "" || len(token) > 100 {
-		return nil
-	}
-	return s.db.Transact(ctx, store.Delete(keys.Session(identity.Hash(token))))
+	return DeleteByToken(ctx, s.db, keys.Session, token)
 }

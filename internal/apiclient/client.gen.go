@@ -4992,6 +4992,96 @@ func (e BanPartner500JSONResponseBodyErrorCode) Valid() bool {
 	}
 }
 
+// Defines values for InvitePartner401JSONResponseBodyErrorCode.
+const (
+	InvitePartner401JSONResponseBodyErrorCodeUnauthorized InvitePartner401JSONResponseBodyErrorCode = "unauthorized"
+)
+
+// Valid indicates whether the value is a known member of the InvitePartner401JSONResponseBodyErrorCode enum.
+func (e InvitePartner401JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case InvitePartner401JSONResponseBodyErrorCodeUnauthorized:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for InvitePartner404JSONResponseBodyErrorCode.
+const (
+	InvitePartner404JSONResponseBodyErrorCodeNotFound InvitePartner404JSONResponseBodyErrorCode = "not_found"
+)
+
+// Valid indicates whether the value is a known member of the InvitePartner404JSONResponseBodyErrorCode enum.
+func (e InvitePartner404JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case InvitePartner404JSONResponseBodyErrorCodeNotFound:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for InvitePartner409JSONResponseBodyErrorCode.
+const (
+	InvitePartner409JSONResponseBodyErrorCodeInvalidTransition InvitePartner409JSONResponseBodyErrorCode = "invalid_transition"
+)
+
+// Valid indicates whether the value is a known member of the InvitePartner409JSONResponseBodyErrorCode enum.
+func (e InvitePartner409JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case InvitePartner409JSONResponseBodyErrorCodeInvalidTransition:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for InvitePartner422JSONResponseBodyErrorCode.
+const (
+	InvitePartner422JSONResponseBodyErrorCodeValidationError InvitePartner422JSONResponseBodyErrorCode = "validation_error"
+)
+
+// Valid indicates whether the value is a known member of the InvitePartner422JSONResponseBodyErrorCode enum.
+func (e InvitePartner422JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case InvitePartner422JSONResponseBodyErrorCodeValidationError:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for InvitePartner429JSONResponseBodyErrorCode.
+const (
+	InvitePartner429JSONResponseBodyErrorCodeRateLimitExceeded InvitePartner429JSONResponseBodyErrorCode = "rate_limit_exceeded"
+)
+
+// Valid indicates whether the value is a known member of the InvitePartner429JSONResponseBodyErrorCode enum.
+func (e InvitePartner429JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case InvitePartner429JSONResponseBodyErrorCodeRateLimitExceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for InvitePartner500JSONResponseBodyErrorCode.
+const (
+	InvitePartner500JSONResponseBodyErrorCodeInternalError InvitePartner500JSONResponseBodyErrorCode = "internal_error"
+)
+
+// Valid indicates whether the value is a known member of the InvitePartner500JSONResponseBodyErrorCode enum.
+func (e InvitePartner500JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case InvitePartner500JSONResponseBodyErrorCodeInternalError:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DeletePostback401JSONResponseBodyErrorCode.
 const (
 	DeletePostback401JSONResponseBodyErrorCodeUnauthorized DeletePostback401JSONResponseBodyErrorCode = "unauthorized"
@@ -8165,6 +8255,15 @@ type PayoutTerms struct {
 // Examples: 12.5
 type Percent = float32
 
+// PortalInvite defines model for PortalInvite.
+type PortalInvite struct {
+	// ExpiresAt When the link stops working, 7 days after it was made.
+	ExpiresAt Timestamp `json:"expiresAt"`
+
+	// InviteUrl The partner's invitation link, `{public_base_url}/portal/invite/<token>`; the token is the secret, shown only in this answer.
+	InviteUrl string `json:"inviteUrl"`
+}
+
 // Postback A partner's postback and its health.
 type Postback struct {
 	// BrandId Examples: brd_01kb7k3m5n6p7q8r9s0t1v2w3x
@@ -9556,6 +9655,24 @@ type BanPartner429JSONResponseBodyErrorCode string
 
 // BanPartner500JSONResponseBodyErrorCode defines parameters for BanPartner.
 type BanPartner500JSONResponseBodyErrorCode string
+
+// InvitePartner401JSONResponseBodyErrorCode defines parameters for InvitePartner.
+type InvitePartner401JSONResponseBodyErrorCode string
+
+// InvitePartner404JSONResponseBodyErrorCode defines parameters for InvitePartner.
+type InvitePartner404JSONResponseBodyErrorCode string
+
+// InvitePartner409JSONResponseBodyErrorCode defines parameters for InvitePartner.
+type InvitePartner409JSONResponseBodyErrorCode string
+
+// InvitePartner422JSONResponseBodyErrorCode defines parameters for InvitePartner.
+type InvitePartner422JSONResponseBodyErrorCode string
+
+// InvitePartner429JSONResponseBodyErrorCode defines parameters for InvitePartner.
+type InvitePartner429JSONResponseBodyErrorCode string
+
+// InvitePartner500JSONResponseBodyErrorCode defines parameters for InvitePartner.
+type InvitePartner500JSONResponseBodyErrorCode string
 
 // DeletePostback401JSONResponseBodyErrorCode defines parameters for DeletePostback.
 type DeletePostback401JSONResponseBodyErrorCode string
@@ -11959,6 +12076,13 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/partners/{id}/ban (the `BanPartner` operationId).
 	BanPartner(ctx context.Context, id PartnerIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// InvitePartner Invite a partner to the partner portal
+	//
+	// Makes an invitation to the partner portal for an `active` partner and answers its link, `{public_base_url}/portal/invite/<token>`, shown this once: only a hash of the token is stored. On that page the partner sets a password (12 to 256 characters) and is signed in; afterwards it signs in at `{public_base_url}/portal` with the e-mail address of its application and that password. The link works once and for 7 days. Inviting a partner that has a password already lets it set a new one. Any other status than `active` answers 409 `invalid_transition`. The request has no body.
+	//
+	// Corresponds with POST /api/v1/partners/{id}/invite (the `InvitePartner` operationId).
+	InvitePartner(ctx context.Context, id PartnerIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// DeletePostback Delete a partner's postback
 	//
 	// Deletes the postback and answers with it as it was. Its pending deliveries fail at their next attempt, without a request; its deliveries stay in the log.
@@ -13075,6 +13199,23 @@ func (c *Client) GetPartnerBalance(ctx context.Context, id PartnerIdPath, reqEdi
 // Corresponds with POST /api/v1/partners/{id}/ban (the `BanPartner` operationId).
 func (c *Client) BanPartner(ctx context.Context, id PartnerIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewBanPartnerRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// InvitePartner Invite a partner to the partner portal
+//
+// Makes an invitation to the partner portal for an `active` partner and answers its link, `{public_base_url}/portal/invite/<token>`, shown this once: only a hash of the token is stored. On that page the partner sets a password (12 to 256 characters) and is signed in; afterwards it signs in at `{public_base_url}/portal` with the e-mail address of its application and that password. The link works once and for 7 days. Inviting a partner that has a password already lets it set a new one. Any other status than `active` answers 409 `invalid_transition`. The request has no body.
+//
+// Corresponds with POST /api/v1/partners/{id}/invite (the `InvitePartner` operationId).
+func (c *Client) InvitePartner(ctx context.Context, id PartnerIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewInvitePartnerRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -15545,6 +15686,40 @@ func NewBanPartnerRequest(server string, id PartnerIdPath) (*http.Request, error
 	return req, nil
 }
 
+// NewInvitePartnerRequest constructs an http.Request for the InvitePartner method
+func NewInvitePartnerRequest(server string, id PartnerIdPath) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/partners/%s/invite", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewDeletePostbackRequest constructs an http.Request for the DeletePostback method
 func NewDeletePostbackRequest(server string, id PartnerIdPath) (*http.Request, error) {
 	var err error
@@ -17047,6 +17222,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/v1/partners/{id}/ban (the `BanPartner` operationId).
 	BanPartnerWithResponse(ctx context.Context, id PartnerIdPath, reqEditors ...RequestEditorFn) (*BanPartnerResponse, error)
+
+	// InvitePartnerWithResponse Invite a partner to the partner portal
+	//
+	// Makes an invitation to the partner portal for an `active` partner and answers its link, `{public_base_url}/portal/invite/<token>`, shown this once: only a hash of the token is stored. On that page the partner sets a password (12 to 256 characters) and is signed in; afterwards it signs in at `{public_base_url}/portal` with the e-mail address of its application and that password. The link works once and for 7 days. Inviting a partner that has a password already lets it set a new one. Any other status than `active` answers 409 `invalid_transition`. The request has no body.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/partners/{id}/invite (the `InvitePartner` operationId).
+	InvitePartnerWithResponse(ctx context.Context, id PartnerIdPath, reqEditors ...RequestEditorFn) (*InvitePartnerResponse, error)
 
 	// DeletePostbackWithResponse Delete a partner's postback
 	//
@@ -23207,6 +23391,159 @@ func (r BanPartnerResponse) ContentType() string {
 	return ""
 }
 
+// InvitePartnerResponse201Headers the declared response headers of an HTTP 201 response for InvitePartner
+type InvitePartnerResponse201Headers struct {
+	CacheControl        string
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// InvitePartnerResponse401Headers the declared response headers of an HTTP 401 response for InvitePartner
+type InvitePartnerResponse401Headers struct {
+	WWWAuthenticate     string
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// InvitePartnerResponse404Headers the declared response headers of an HTTP 404 response for InvitePartner
+type InvitePartnerResponse404Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// InvitePartnerResponse409Headers the declared response headers of an HTTP 409 response for InvitePartner
+type InvitePartnerResponse409Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// InvitePartnerResponse422Headers the declared response headers of an HTTP 422 response for InvitePartner
+type InvitePartnerResponse422Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// InvitePartnerResponse429Headers the declared response headers of an HTTP 429 response for InvitePartner
+type InvitePartnerResponse429Headers struct {
+	RetryAfter          int
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// InvitePartnerResponse500Headers the declared response headers of an HTTP 500 response for InvitePartner
+type InvitePartnerResponse500Headers struct {
+	XRequestId string
+}
+
+type InvitePartnerResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *PortalInvite
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *InvalidTransition
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ValidationError
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimited
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *InvitePartnerResponse201Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *InvitePartnerResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *InvitePartnerResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *InvitePartnerResponse409Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *InvitePartnerResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *InvitePartnerResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *InvitePartnerResponse500Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r InvitePartnerResponse) GetJSON201() *PortalInvite {
+	return r.JSON201
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r InvitePartnerResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r InvitePartnerResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r InvitePartnerResponse) GetJSON409() *InvalidTransition {
+	return r.JSON409
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r InvitePartnerResponse) GetJSON422() *ValidationError {
+	return r.JSON422
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r InvitePartnerResponse) GetJSON429() *RateLimited {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r InvitePartnerResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r InvitePartnerResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r InvitePartnerResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r InvitePartnerResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r InvitePartnerResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // DeletePostbackResponse200Headers the declared response headers of an HTTP 200 response for DeletePostback
 type DeletePostbackResponse200Headers struct {
 	XRateLimitLimit     int
@@ -26572,6 +26909,21 @@ func (c *ClientWithResponses) BanPartnerWithResponse(ctx context.Context, id Par
 		return nil, err
 	}
 	return ParseBanPartnerResponse(rsp)
+}
+
+// InvitePartnerWithResponse Invite a partner to the partner portal
+//
+// Makes an invitation to the partner portal for an `active` partner and answers its link, `{public_base_url}/portal/invite/<token>`, shown this once: only a hash of the token is stored. On that page the partner sets a password (12 to 256 characters) and is signed in; afterwards it signs in at `{public_base_url}/portal` with the e-mail address of its application and that password. The link works once and for 7 days. Inviting a partner that has a password already lets it set a new one. Any other status than `active` answers 409 `invalid_transition`. The request has no body.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/partners/{id}/invite (the `InvitePartner` operationId).
+func (c *ClientWithResponses) InvitePartnerWithResponse(ctx context.Context, id PartnerIdPath, reqEditors ...RequestEditorFn) (*InvitePartnerResponse, error) {
+	rsp, err := c.InvitePartner(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseInvitePartnerResponse(rsp)
 }
 
 // DeletePostbackWithResponse Delete a partner's postback
@@ -37600,6 +37952,294 @@ func ParseBanPartnerResponse(rsp *http.Response) (*BanPartnerResponse, error) {
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers BanPartnerResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseInvitePartnerResponse parses an HTTP response from a InvitePartnerWithResponse call
+func ParseInvitePartnerResponse(rsp *http.Response) (*InvitePartnerResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &InvitePartnerResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest PortalInvite
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest InvalidTransition
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ValidationError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers InvitePartnerResponse201Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 401:
+		var headers InvitePartnerResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers InvitePartnerResponse404Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers InvitePartnerResponse409Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 422:
+		var headers InvitePartnerResponse422Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers InvitePartnerResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers InvitePartnerResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {

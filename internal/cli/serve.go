@@ -24,6 +24,7 @@ import (
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/metrics"
+	"github.com/tally-hq/tally/internal/portal"
 	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store/bolt"
 	"github.com/tally-hq/tally/internal/webhooks"
@@ -149,6 +150,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		wroteInfo = true
 	}
 	cfg.Dashboard = dashboard.New(svc.API(), cfg)
+	cfg.Portal = portal.New(svc.API(), cfg)
 	api := httpapi.New(svc.API(), cfg)
 	conns := newConnLimit(ln, maxConns)
 	srv := &http.Server{

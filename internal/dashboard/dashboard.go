@@ -99,13 +99,14 @@ func (d *Dashboard) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	settings, endpoints := settingsPages{d}, endpointPages{d}
 	mux.HandleFunc("GET /dashboard/assets/{file}", d.site.Asset)
-	mux.HandleFunc("GET /dashboard/sign-in", d.signInPage)
-	mux.HandleFunc("POST /dashboard/sign-in", d.signIn)
+	signIn := d.signIn()
+	mux.HandleFunc("GET /dashboard/sign-in", d.site.SignInPage(signIn))
+	mux.HandleFunc("POST /dashboard/sign-in", d.site.SignInForm(signIn))
 	mux.HandleFunc("GET /apply/{brandId}", d.applyPage)
 	mux.HandleFunc("POST /apply/{brandId}", d.apply)
 	pages := map[string]pageFunc{
 		"GET /dashboard":                                       d.overview,
-		"POST /dashboard/sign-out":                             d.signOut,
+		"POST /dashboard/sign-out":                             d.site.SignOut(signIn),
 		"GET /dashboard/offers":                                d.offers,
 		"GET /dashboard/offers/new":                            d.newOffer,
 		"POST /dashboard/offers":                               d.createOffer,
@@ -116,6 +117,7 @@ func (d *Dashboard) routes() *http.ServeMux {
 		"GET /dashboard/partners/{id}":                         endpoints.partner,
 		"POST /dashboard/partners/{id}/{action}":               d.partnerAction,
 		"POST /dashboard/partners/{id}/postback":               endpoints.savePostback,
+		"POST /dashboard/partners/{id}/invite":                 endpoints.invite,
 		"POST /dashboard/partners/{id}/postback/recover":       endpoints.recoverPostback,
 		"POST /dashboard/partners/{id}/postback/{action}":      endpoints.postbackAction,
 		"GET /dashboard/conversions":                           d.conversions,

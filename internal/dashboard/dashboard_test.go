@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally/internal/accounts"
+	"github.com/tally-hq/tally/internal/browsertest"
 	"github.com/tally-hq/tally/internal/dashboard"
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/httpapi"
@@ -33,7 +34,7 @@ import (
 // TestMain stops DynamoDB Local and the browser the tests started.
 func TestMain(m *testing.M) {
 	code := dynamotest.Run(m)
-	stopBrowser()
+	browsertest.Stop()
 	os.Exit(code)
 }
 

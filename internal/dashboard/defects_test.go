@@ -13,6 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/browsertest"
 	"github.com/tally-hq/tally/internal/clicks"
 	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/endpoints"
@@ -68,19 +69,19 @@ func TestNoticeSaysTheLastAction(t *testing.T) {
 		s := newSite(t, st, httpapi.Config{})
 		p := s.program(t, "Boots", "USD", 2)
 		b := s.newTab(t)
-		b.open("/dashboard/conversions?status=pending")
-		b.submit(`tr[data-conversion="`+p.convs[0].ID+`"] form[action$="/approve"] button`, `^/dashboard/conversions$`)
-		if f := b.text(".flash"); f != "The conversion was approved." {
+		b.Open("/dashboard/conversions?status=pending")
+		b.Submit(`tr[data-conversion="`+p.convs[0].ID+`"] form[action$="/approve"] button`, `^/dashboard/conversions$`)
+		if f := b.Text(".flash"); f != "The conversion was approved." {
 			t.Errorf("after approving: %q", f)
 		}
-		b.submit(`tr[data-conversion="`+p.convs[1].ID+`"] form[action$="/reject"] button`, `^/dashboard/conversions`)
-		if eval[bool](b, `!!document.querySelector("[data-confirm]")`) {
-			b.submit(`[data-confirm] form button`, `^/dashboard/conversions$`)
+		b.Submit(`tr[data-conversion="`+p.convs[1].ID+`"] form[action$="/reject"] button`, `^/dashboard/conversions`)
+		if browsertest.Eval[bool](b, `!!document.querySelector("[data-confirm]")`) {
+			b.Submit(`[data-confirm] form button`, `^/dashboard/conversions$`)
 		}
-		if f := b.text(".flash"); f != "The conversion was rejected." {
+		if f := b.Text(".flash"); f != "The conversion was rejected." {
 			t.Errorf("after approving one conversion and rejecting another the notice says %q", f)
 		}
-		if q := eval[string](b, "location.search"); strings.Count(q, "done=") != 1 {
+		if q := browsertest.Eval[string](b, "location.search"); strings.Count(q, "done=") != 1 {
 			t.Errorf("the page's address carries notices %q", q)
 		}
 	})
@@ -133,28 +134,28 @@ func TestIrreversibleActionsAskFirst(t *testing.T) {
 					return "kept"
 				}, "kept", tally.ECodeNotFound},
 		} {
-			b.open(tc.page)
-			b.submit(tc.button, `.`)
-			if !eval[bool](b, `!!document.querySelector("[data-confirm]")`) {
-				t.Errorf("%s: no confirmation; the page is %s", tc.name, eval[string](b, "location.pathname"))
+			b.Open(tc.page)
+			b.Submit(tc.button, `.`)
+			if !browsertest.Eval[bool](b, `!!document.querySelector("[data-confirm]")`) {
+				t.Errorf("%s: no confirmation; the page is %s", tc.name, browsertest.Eval[string](b, "location.pathname"))
 			}
 			if got := tc.state(); got != tc.before {
 				t.Errorf("%s: %q after the first click, want %q until confirmed", tc.name, got, tc.before)
 				continue
 			}
-			b.shot("confirm-" + tc.name + "-1280")
+			b.Shot("confirm-" + tc.name + "-1280")
 			if tc.name == "ban" {
-				b.width(390)
-				b.shot("confirm-ban-390")
-				if off := b.offscreen("[data-confirm] button, [data-cancel]"); len(off) > 0 {
+				b.Width(390)
+				b.Shot("confirm-ban-390")
+				if off := b.Offscreen("[data-confirm] button, [data-cancel]"); len(off) > 0 {
 					t.Errorf("the confirmation's buttons out of reach at 390 px: %v", off)
 				}
-				b.width(1280)
+				b.Width(1280)
 			}
-			if href := eval[string](b, `document.querySelector("[data-cancel]").getAttribute("href")`); href != tc.cancelTo {
+			if href := browsertest.Eval[string](b, `document.querySelector("[data-cancel]").getAttribute("href")`); href != tc.cancelTo {
 				t.Errorf("%s: Cancel goes to %q, want %q", tc.name, href, tc.cancelTo)
 			}
-			b.submit(`[data-confirm] form button`, `.`)
+			b.Submit(`[data-confirm] form button`, `.`)
 			if got := tc.state(); got != tc.after {
 				t.Errorf("%s: %q after confirming, want %q", tc.name, got, tc.after)
 			}
@@ -177,14 +178,14 @@ func TestPhoneReachesEverything(t *testing.T) {
 			"phone-partners": "/dashboard/partners", "phone-conversions": "/dashboard/conversions",
 			"phone-reports": "/dashboard/reports?time=day&offer=1&partner=1",
 		} {
-			b.atBothWidths(path, name, func(w int64) {
-				if off := b.offscreen("header nav a, main nav.tabs a"); len(off) > 0 {
+			b.AtBothWidths(path, name, func(w int64) {
+				if off := b.Offscreen("header nav a, main nav.tabs a"); len(off) > 0 {
 					t.Errorf("%s at %d px: navigation links out of view: %v", path, w, off)
 				}
-				if off := b.offscreen("main td button, main td, main th"); len(off) > 0 {
+				if off := b.Offscreen("main td button, main td, main th"); len(off) > 0 {
 					t.Errorf("%s at %d px: cells or actions out of view: %v", path, w, off)
 				}
-				if sw := eval[float64](b, "document.documentElement.scrollWidth"); sw > float64(w) {
+				if sw := browsertest.Eval[float64](b, "document.documentElement.scrollWidth"); sw > float64(w) {
 					t.Errorf("%s at %d px: the page is %v px wide", path, w, sw)
 				}
 			})
@@ -210,12 +211,12 @@ func TestChartsShowEveryCurrencyInFull(t *testing.T) {
 		s.program(t, "Boots", "USD", 2)
 		s.program(t, "Stiefel", "EUR", 1)
 		b := s.newTab(t)
-		b.atBothWidths("/dashboard", "charts-overview", func(w int64) {
-			if cut := eval[[]string](b, axisCheck); len(cut) > 0 {
+		b.AtBothWidths("/dashboard", "charts-overview", func(w int64) {
+			if cut := browsertest.Eval[[]string](b, axisCheck); len(cut) > 0 {
 				t.Errorf("at %d px these axis labels are cut off or too small: %v", w, cut)
 			}
 		})
-		titles := eval[[]string](b, `Array.from(document.querySelectorAll("figure.chart figcaption")).map(f => f.innerText)`)
+		titles := browsertest.Eval[[]string](b, `Array.from(document.querySelectorAll("figure.chart figcaption")).map(f => f.innerText)`)
 		for _, want := range []string{"Revenue per day (USD)", "Payout per day (USD)", "Revenue per day (EUR)", "Payout per day (EUR)"} {
 			if !strings.Contains(strings.Join(titles, "|"), want) {
 				t.Errorf("no chart %q among %q", want, titles)
@@ -233,21 +234,21 @@ func TestReportHasTotalsAndFits(t *testing.T) {
 		s.program(t, "Boots", "USD", 2)
 		s.program(t, "Stiefel", "EUR", 1)
 		b := s.newTab(t)
-		b.atBothWidths("/dashboard/reports?time=day&offer=1&partner=1", "report-totals", func(w int64) {
-			if off := b.offscreen("main th, main td"); len(off) > 0 {
+		b.AtBothWidths("/dashboard/reports?time=day&offer=1&partner=1", "report-totals", func(w int64) {
+			if off := b.Offscreen("main th, main td"); len(off) > 0 {
 				t.Errorf("at %d px these cells are out of view: %v", w, off)
 			}
 		})
-		if got := b.text(`tr[data-total="USD"] [data-col="revenue"]`); got != "25,010.00" {
+		if got := b.Text(`tr[data-total="USD"] [data-col="revenue"]`); got != "25,010.00" {
 			t.Errorf("the USD total's revenue is %q, want 25,010.00", got)
 		}
-		if got := b.text(`tr[data-total="EUR"] [data-col="conversions"]`); !strings.HasPrefix(got, "1") {
+		if got := b.Text(`tr[data-total="EUR"] [data-col="conversions"]`); !strings.HasPrefix(got, "1") {
 			t.Errorf("the EUR total's conversions: %q", got)
 		}
-		if got := b.text(`tr[data-total="USD"] [data-col="rate"]`); got != "300.0%" {
+		if got := b.Text(`tr[data-total="USD"] [data-col="rate"]`); got != "300.0%" {
 			t.Errorf("the USD total's conversion rate is %q, want 300.0%% (3 conversions of 1 click)", got)
 		}
-		if tag := eval[string](b, `document.querySelector("[name=timezone]").tagName`); tag != "SELECT" {
+		if tag := browsertest.Eval[string](b, `document.querySelector("[name=timezone]").tagName`); tag != "SELECT" {
 			t.Errorf("the time zone is a %s, want a list to choose from", tag)
 		}
 	})
@@ -267,22 +268,22 @@ func TestClicksListIsCompact(t *testing.T) {
 			}
 		}
 		b := s.newTab(t)
-		b.open("/dashboard/clicks")
-		b.shot("clicks-50-1280")
-		rows := eval[float64](b, `document.querySelectorAll("tr[data-click]").length`)
-		height := eval[float64](b, `document.querySelector("main table").getBoundingClientRect().height`)
+		b.Open("/dashboard/clicks")
+		b.Shot("clicks-50-1280")
+		rows := browsertest.Eval[float64](b, `document.querySelectorAll("tr[data-click]").length`)
+		height := browsertest.Eval[float64](b, `document.querySelector("main table").getBoundingClientRect().height`)
 		if rows != 50 || height/rows > 70 {
 			t.Errorf("%v clicks take %v px (%.0f px a row); want at most 70 px a row", rows, height, height/rows)
 		}
-		if title := eval[string](b, `document.querySelector("[data-ua]").title`); title != long {
+		if title := browsertest.Eval[string](b, `document.querySelector("[data-ua]").title`); title != long {
 			t.Errorf("the whole User-Agent is not at hand: %q", title)
 		}
-		b.do("type a min score", chromedp.SendKeys(`input[name="minScore"]`, "abc"))
-		b.submit(`form.filters button`, `^/dashboard/clicks$`)
-		if msg := b.text("#filter-error"); msg != "Min score must be a whole number from 0 to 100." {
+		b.Do("type a min score", chromedp.SendKeys(`input[name="minScore"]`, "abc"))
+		b.Submit(`form.filters button`, `^/dashboard/clicks$`)
+		if msg := b.Text("#filter-error"); msg != "Min score must be a whole number from 0 to 100." {
 			t.Errorf("min score abc: %q", msg)
 		}
-		b.shot("clicks-bad-score-1280")
+		b.Shot("clicks-bad-score-1280")
 	})
 }
 
@@ -299,17 +300,17 @@ func TestMessagesInMarketersWords(t *testing.T) {
 			"/dashboard/reports?from=soon":                         "Enter the start date as a date, such as 2026-11-01.",
 			"/dashboard/clicks?minScore=abc":                       "Min score must be a whole number from 0 to 100.",
 		} {
-			if status := b.open(path); status != 422 {
+			if status := b.Open(path); status != 422 {
 				t.Errorf("%s: status %d, want 422", path, status)
 			}
-			if got := b.text("[role=alert]"); got != want {
+			if got := b.Text("[role=alert]"); got != want {
 				t.Errorf("%s says %q, want %q", path, got, want)
 			}
 		}
-		b.shot("messages-report-dates-1280")
+		b.Shot("messages-report-dates-1280")
 		for _, path := range []string{"/dashboard", "/dashboard/clicks", "/dashboard/conversions"} {
-			b.open(path)
-			if text := b.text("main"); strings.Contains(text, "/api/") || strings.Contains(text, "{offerId}") {
+			b.Open(path)
+			if text := b.Text("main"); strings.Contains(text, "/api/") || strings.Contains(text, "{offerId}") {
 				t.Errorf("%s speaks API: %q", path, text)
 			}
 		}

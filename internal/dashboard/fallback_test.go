@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/browsertest"
 	"github.com/tally-hq/tally/internal/clicks"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/offers"
@@ -36,40 +37,40 @@ func TestPausedOfferLinkServesVisitors(t *testing.T) {
 		b := s.newTab(t)
 
 		for _, w := range []int64{1280, 390} {
-			b.width(w)
-			if status := b.open(link); status != http.StatusNotFound {
+			b.Width(w)
+			if status := b.Open(link); status != http.StatusNotFound {
 				t.Errorf("paused offer's link at %d px: status %d, want 404", w, status)
 			}
-			b.shot(map[int64]string{1280: "paused-link-1280", 390: "paused-link-390"}[w])
-			body := b.text("body")
-			if !strings.Contains(b.text("h1"), "not available") || strings.ContainsAny(body, "{}") || strings.Contains(body, "not_found") || strings.Contains(body, "pid") {
+			b.Shot(map[int64]string{1280: "paused-link-1280", 390: "paused-link-390"}[w])
+			body := b.Text("body")
+			if !strings.Contains(b.Text("h1"), "not available") || strings.ContainsAny(body, "{}") || strings.Contains(body, "not_found") || strings.Contains(body, "pid") {
 				t.Errorf("paused offer's link at %d px shows %q", w, body)
 			}
-			if sw := eval[float64](b, "document.documentElement.scrollWidth"); sw > float64(w) {
+			if sw := browsertest.Eval[float64](b, "document.documentElement.scrollWidth"); sw > float64(w) {
 				t.Errorf("the page for visitors is %v px wide at %d px", sw, w)
 			}
 		}
-		b.width(1280)
+		b.Width(1280)
 
-		b.open("/dashboard/offers/" + p.offer.ID + "/edit")
+		b.Open("/dashboard/offers/" + p.offer.ID + "/edit")
 		form := `form[action="/dashboard/offers/` + p.offer.ID + `"]`
-		b.fill(form, map[string]string{"fallbackUrl": "shop.example/more"})
-		b.submit(form+" button", `^/dashboard/offers/`)
-		if msg := b.text(`label:has(> [name="fallbackUrl"]) .field-error`); !strings.HasPrefix(msg, "Fallback URL") {
+		b.Fill(form, map[string]string{"fallbackUrl": "shop.example/more"})
+		b.Submit(form+" button", `^/dashboard/offers/`)
+		if msg := b.Text(`label:has(> [name="fallbackUrl"]) .field-error`); !strings.HasPrefix(msg, "Fallback URL") {
 			t.Errorf("a fallback that is no URL: %q", msg)
 		}
-		b.shot("offer-fallback-error-1280")
-		b.fill(form, map[string]string{"fallbackUrl": shop.URL + "/more?from={offer_id}"})
-		b.submit(form+" button", `^/dashboard/offers/off_`)
-		if got := b.text("main .facts"); !strings.Contains(got, shop.URL+"/more?from={offer_id}") {
+		b.Shot("offer-fallback-error-1280")
+		b.Fill(form, map[string]string{"fallbackUrl": shop.URL + "/more?from={offer_id}"})
+		b.Submit(form+" button", `^/dashboard/offers/off_`)
+		if got := b.Text("main .facts"); !strings.Contains(got, shop.URL+"/more?from={offer_id}") {
 			t.Errorf("the offer's page does not show its fallback: %q", got)
 		}
-		b.atBothWidths("/dashboard/offers/"+p.offer.ID, "offer-fallback", func(int64) {})
+		b.AtBothWidths("/dashboard/offers/"+p.offer.ID, "offer-fallback", func(int64) {})
 
-		if status := b.open(link); status != http.StatusOK || b.text("h1") != "More deals" {
-			t.Errorf("paused offer's link with a fallback: %d %q, want the fallback page", status, b.text("h1"))
+		if status := b.Open(link); status != http.StatusOK || b.Text("h1") != "More deals" {
+			t.Errorf("paused offer's link with a fallback: %d %q, want the fallback page", status, b.Text("h1"))
 		}
-		if href := eval[string](b, "location.href"); href != shop.URL+"/more?from="+p.offer.ID {
+		if href := browsertest.Eval[string](b, "location.href"); href != shop.URL+"/more?from="+p.offer.ID {
 			t.Errorf("the visitor landed on %s", href)
 		}
 		if got, _, err := s.svc.Clicks.Clicks(ctx, s.brandID, clicks.ClickFilter{}, records.ListParams{}); err != nil || len(got) != 0 {

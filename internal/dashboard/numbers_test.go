@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tally-hq/tally/internal/browsertest"
 	"github.com/tally-hq/tally/internal/clicks"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/store"
@@ -31,7 +32,7 @@ func TestListsShowTheNumbers(t *testing.T) {
 		cells := func(row string) map[string]string {
 			got := map[string]string{}
 			for col := range want {
-				got[col] = b.text(row + ` [data-col="` + col + `"]`)
+				got[col] = b.Text(row + ` [data-col="` + col + `"]`)
 			}
 			return got
 		}
@@ -49,34 +50,34 @@ func TestListsShowTheNumbers(t *testing.T) {
 			{"/dashboard/partners", "numbers-partners", `tr[data-partner="` + boots.partner.ID + `"]`, `tr[data-partner="` + stiefel.partner.ID + `"]`},
 			{"/dashboard", "numbers-overview", `.top-partners tr[data-partner="` + boots.partner.ID + `"]`, `.top-partners tr[data-partner="` + stiefel.partner.ID + `"]`},
 		} {
-			b.atBothWidths(page.path, page.name, func(w int64) {
+			b.AtBothWidths(page.path, page.name, func(w int64) {
 				check(page.path, page.row, want)
 				check(page.path, page.other, map[string]string{"clicks": "0", "conversions": "1", "rate": "—", "revenue": "12,500.00 EUR"})
-				if off := b.offscreen("main td, main th"); len(off) > 0 {
+				if off := b.Offscreen("main td, main th"); len(off) > 0 {
 					t.Errorf("%s at %d px: cells out of view: %v", page.path, w, off)
 				}
-				if sw := eval[float64](b, "document.documentElement.scrollWidth"); sw > float64(w) {
+				if sw := browsertest.Eval[float64](b, "document.documentElement.scrollWidth"); sw > float64(w) {
 					t.Errorf("%s at %d px: the page is %v px wide", page.path, w, sw)
 				}
 			})
 		}
-		if first := eval[string](b, `document.querySelector(".top-partners tbody tr").dataset.partner`); first != boots.partner.ID {
+		if first := browsertest.Eval[string](b, `document.querySelector(".top-partners tbody tr").dataset.partner`); first != boots.partner.ID {
 			t.Errorf("the top partner is %s, want %s (the most revenue)", first, boots.partner.ID)
 		}
 
 		// Another period has other numbers; a wrong date says so in words.
-		b.open("/dashboard/offers?from=2001-01-01&to=2001-01-31")
+		b.Open("/dashboard/offers?from=2001-01-01&to=2001-01-31")
 		check("offers in January 2001", `tr[data-offer="`+boots.offer.ID+`"]`, map[string]string{"clicks": "0", "conversions": "0", "revenue": "—"})
-		if v := eval[string](b, `document.querySelector("[data-period] [name=from]").value`); v != "2001-01-01" {
+		if v := browsertest.Eval[string](b, `document.querySelector("[data-period] [name=from]").value`); v != "2001-01-01" {
 			t.Errorf("the period's form shows from %q", v)
 		}
-		if status := b.open("/dashboard/partners?status=active&from=soon"); status != 422 {
+		if status := b.Open("/dashboard/partners?status=active&from=soon"); status != 422 {
 			t.Errorf("partners from=soon: status %d, want 422", status)
 		}
-		if msg := b.text("[role=alert]"); msg != "Enter the start date as a date, such as 2026-11-01." {
+		if msg := b.Text("[role=alert]"); msg != "Enter the start date as a date, such as 2026-11-01." {
 			t.Errorf("partners from=soon says %q", msg)
 		}
-		if !strings.Contains(b.text("main table"), boots.partner.Name) {
+		if !strings.Contains(b.Text("main table"), boots.partner.Name) {
 			t.Errorf("the partners are not listed when the dates are wrong")
 		}
 	})

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/offers"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/web"
@@ -159,7 +160,7 @@ func (d *Dashboard) offerData(r *request) (offerData, error) {
 	if err != nil {
 		return offerData{}, err
 	}
-	data := offerData{Offer: o, Link: web.PublicBase(r.Request) + "/c/" + o.ID + "?pid="}
+	data := offerData{Offer: o, Link: httpapi.PublicBase(r.Request) + "/c/" + o.ID + "?pid="}
 	return data, d.offerTerms(r, &data)
 }
 

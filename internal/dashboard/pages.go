@@ -10,6 +10,7 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/dashboard/chart"
+	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/money"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/reports"
@@ -140,7 +141,7 @@ func (d *Dashboard) partners(w http.ResponseWriter, r *request) error {
 		return err
 	}
 	d.site.RenderStatus(w, p.Status(), "partners", r.View("Partners", "partners", partnersData{
-		Partners: partners, Status: status, Page: web.PageOf(r, next), ApplyURL: web.PublicBase(r.Request) + "/apply/" + r.Subject,
+		Partners: partners, Status: status, Page: web.PageOf(r, next), ApplyURL: httpapi.PublicBase(r.Request) + "/apply/" + r.Subject,
 		Statuses: []string{tally.PartnerApplied, tally.PartnerActive, tally.PartnerRejected, tally.PartnerBanned},
 		Period:   p, Numbers: numbers,
 	}))

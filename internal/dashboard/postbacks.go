@@ -6,6 +6,7 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/web"
 )
@@ -16,14 +17,14 @@ type partnerData struct {
 	tally.Partner
 	Links     []trackingLink
 	Postback  *tally.Postback
-	Macros    []string
-	Events    []string          // the events a postback may fire on
 	Values    map[string]string // url, since
 	Checked   []string
 	Errors    map[string]string // url, events, since
 	Balances  []tally.Balance
 	Terms     []termRow // its own terms, by offer
 	TermsForm termsForm
+	// Invite is a new invitation to the partner portal, shown this once.
+	Invite *httpapi.PortalInvite
 }
 
 // trackingLink is an offer's link for one partner.
@@ -37,7 +38,7 @@ func (d endpointPages) partnerData(r *request) (partnerData, error) {
 	if err != nil {
 		return partnerData{}, err
 	}
-	data := partnerData{Partner: p, Macros: endpoints.PostbackMacros(), Events: endpoints.PostbackEvents(),
+	data := partnerData{Partner: p,
 		Values: map[string]string{}, Errors: map[string]string{}, Checked: []string{tally.EventConversionCreated}}
 	pb, err := d.svc.Endpoints.Postback(r.Context(), r.Subject, p.ID)
 	switch {
@@ -54,7 +55,7 @@ func (d endpointPages) partnerData(r *request) (partnerData, error) {
 	data.Balances = b.Data
 	offers, _, err := d.svc.Offers.OffersWithTerms(r.Context(), r.Subject, records.ListParams{Limit: records.MaxLimit})
 	for _, o := range offers {
-		data.Links = append(data.Links, trackingLink{Offer: o.Offer, URL: web.PublicBase(r.Request) + "/c/" + o.ID + "?pid=" + p.ID})
+		data.Links = append(data.Links, trackingLink{Offer: o.Offer, URL: httpapi.PublicBase(r.Request) + "/c/" + o.ID + "?pid=" + p.ID})
 	}
 	partnerTerms(&data, offers)
 	return data, err
@@ -65,6 +66,22 @@ func (d endpointPages) partner(w http.ResponseWriter, r *request) error {
 	if err != nil {
 		return err
 	}
+	d.site.Render(w, "partner", r.View(data.Name, "partners", data))
+	return nil
+}
+
+// invite makes an invitation to the partner portal and shows its link on
+// the partner's page, this once: only its hash is stored.
+func (d endpointPages) invite(w http.ResponseWriter, r *request) error {
+	data, err := d.partnerData(r)
+	if err != nil {
+		return err
+	}
+	inv, err := d.svc.Portal.Invite(r.Context(), r.Subject, data.ID)
+	if err != nil {
+		return err
+	}
+	data.Invite = &httpapi.PortalInvite{InviteURL: httpapi.InviteURL(r.Request, inv.Token), ExpiresAt: inv.ExpiresAt}
 	d.site.Render(w, "partner", r.View(data.Name, "partners", data))
 	return nil
 }
@@ -85,7 +102,7 @@ func (d endpointPages) savePostback(w http.ResponseWriter, r *request) error {
 		if !web.IsCode(err, tally.ECodeValidation) {
 			return err
 		}
-		data.Errors[web.FieldOr(err, "url", "url", "events")] = postbackMessage(err)
+		data.Errors[web.FieldOr(err, "url", "url", "events")] = web.PostbackMessage(err)
 		data.Values["url"], data.Checked = u, in.Events
 		d.site.RenderStatus(w, http.StatusUnprocessableEntity, "partner", r.View(data.Name, "partners", data))
 		return nil
@@ -93,16 +110,10 @@ func (d endpointPages) savePostback(w http.ResponseWriter, r *request) error {
 	return web.Redirect(w, r, "/dashboard/partners/"+data.ID, "postback-saved")
 }
 
-// postbackMessage says a postback error in the form's words.
-func postbackMessage(err error) string {
-	msg := tally.ErrorMessage(err)
-	if strings.HasPrefix(msg, "events must name at least one event") {
-		return "Tick at least one event."
-	}
-	if rest, ok := strings.CutPrefix(msg, "url"); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, ":")) {
-		return "URL" + rest
-	}
-	return msg
+// PostbackForm is the page's form that sets the postback.
+func (d partnerData) PostbackForm(csrf string) web.PostbackForm {
+	return web.PostbackForm{Action: "/dashboard/partners/" + d.ID + "/postback", CSRF: csrf, Exists: d.Postback != nil,
+		URL: d.Values["url"], Checked: d.Checked, Errors: d.Errors}
 }
 
 // postbackAction runs one of the postback's buttons and returns to the

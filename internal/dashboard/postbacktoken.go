@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/identity"
 	"github.com/tally-hq/tally/internal/web"
 )
@@ -19,7 +20,7 @@ type postbackTokenData struct {
 }
 
 func (d settingsPages) postbackTokenData(r *request) (postbackTokenData, error) {
-	data := postbackTokenData{Base: web.PublicBase(r.Request)}
+	data := postbackTokenData{Base: httpapi.PublicBase(r.Request)}
 	t, err := d.svc.Identity.PostbackToken(r.Context(), r.Subject)
 	switch {
 	case err == nil:

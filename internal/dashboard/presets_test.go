@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tally-hq/tally/internal/browsertest"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
@@ -33,31 +34,31 @@ func TestDatePresets(t *testing.T) {
 			{"/dashboard/conversions?status=pending", "presets-conversions", "status"},
 			{"/dashboard/clicks", "presets-clicks", ""},
 		} {
-			b.atBothWidths(page.path, page.name, func(w int64) {
-				if off := b.offscreen("nav.presets a"); len(off) > 0 {
+			b.AtBothWidths(page.path, page.name, func(w int64) {
+				if off := b.Offscreen("nav.presets a"); len(off) > 0 {
 					t.Errorf("%s at %d px: presets out of view: %v", page.path, w, off)
 				}
 			})
 			for label, want := range ranges {
-				b.open(page.path)
-				b.submit(`nav.presets a[href*="from=`+want[0]+`&"][href*="to=`+want[1]+`"]`, `^/dashboard/`)
-				q, err := url.ParseQuery(eval[string](b, "location.search.slice(1)"))
+				b.Open(page.path)
+				b.Submit(`nav.presets a[href*="from=`+want[0]+`&"][href*="to=`+want[1]+`"]`, `^/dashboard/`)
+				q, err := url.ParseQuery(browsertest.Eval[string](b, "location.search.slice(1)"))
 				if err != nil || q.Get("from") != want[0] || q.Get("to") != want[1] || (page.keep != "" && q.Get(page.keep) == "") {
 					t.Errorf("%s, %s: at ?%s", page.path, label, q.Encode())
 				}
 				// On the 1st, today is this month: either may be marked.
-				if got := b.text(`nav.presets a[aria-current]`); ranges[got] != want {
+				if got := b.Text(`nav.presets a[aria-current]`); ranges[got] != want {
 					t.Errorf("%s, %s: the preset marked is %q", page.path, label, got)
 				}
-				if v := eval[string](b, `document.querySelector("input[name=from]").value`); v != want[0] {
+				if v := browsertest.Eval[string](b, `document.querySelector("input[name=from]").value`); v != want[0] {
 					t.Errorf("%s, %s: the form's start date is %q, want %s", page.path, label, v, want[0])
 				}
 			}
 		}
-		b.open("/dashboard/reports")
-		b.submit(`nav.presets a[href*="from=`+ranges["Last month"][0]+`&"]`, `^/dashboard/reports$`)
-		b.shot("presets-reports-last-month-1280")
-		if got := eval[string](b, `new URLSearchParams(location.search).get("time")`); got != "day" {
+		b.Open("/dashboard/reports")
+		b.Submit(`nav.presets a[href*="from=`+ranges["Last month"][0]+`&"]`, `^/dashboard/reports$`)
+		b.Shot("presets-reports-last-month-1280")
+		if got := browsertest.Eval[string](b, `new URLSearchParams(location.search).get("time")`); got != "day" {
 			t.Errorf("a report preset from the first page is by %q, want day", got)
 		}
 	})

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tally-hq/tally/internal/browsertest"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
@@ -79,68 +80,68 @@ func TestPayoutTermsInTheBrowser(t *testing.T) {
 		b := s.newTab(t)
 		reachable := func(page string) func(int64) {
 			return func(w int64) {
-				if off := b.offscreen("[data-terms-form] button, [data-terms-form] input, [data-terms-form] select, [data-terms-list] button"); len(off) > 0 {
+				if off := b.Offscreen("[data-terms-form] button, [data-terms-form] input, [data-terms-form] select, [data-terms-list] button"); len(off) > 0 {
 					t.Errorf("%s at %d px: out of reach: %v", page, w, off)
 				}
 			}
 		}
-		b.atBothWidths("/dashboard/offers/"+d.offer.ID, "terms-offer-empty", reachable("offer page"))
+		b.AtBothWidths("/dashboard/offers/"+d.offer.ID, "terms-offer-empty", reachable("offer page"))
 
 		choose := func(kind string) {
-			eval[bool](b, `(document.querySelector("[data-terms-form] input[name=payoutKind][value=`+kind+`]").checked = true)`)
+			browsertest.Eval[bool](b, `(document.querySelector("[data-terms-form] input[name=payoutKind][value=`+kind+`]").checked = true)`)
 		}
-		b.open("/dashboard/offers/" + d.offer.ID)
-		b.fill("[data-terms-form]", map[string]string{"partner": d.partner.ID, "payoutPercent": "12.555"})
+		b.Open("/dashboard/offers/" + d.offer.ID)
+		b.Fill("[data-terms-form]", map[string]string{"partner": d.partner.ID, "payoutPercent": "12.555"})
 		choose("percent")
-		b.submit("[data-terms-form] button", `^/dashboard/offers/`+d.offer.ID+`/terms$`)
-		if e := b.text("[data-terms-form] .field-error"); !strings.Contains(e, "at most two decimals") {
+		b.Submit("[data-terms-form] button", `^/dashboard/offers/`+d.offer.ID+`/terms$`)
+		if e := b.Text("[data-terms-form] .field-error"); !strings.Contains(e, "at most two decimals") {
 			t.Errorf("12.555%%: %q", e)
 		}
-		b.width(390)
-		b.shot("terms-offer-error-390")
-		b.width(1280)
+		b.Width(390)
+		b.Shot("terms-offer-error-390")
+		b.Width(1280)
 		if all, _ := s.svc.Offers.AllTerms(ctx, s.brandID, d.offer.ID); len(all) != 0 {
 			t.Fatalf("a refused form set terms: %+v", all)
 		}
-		b.fill("[data-terms-form]", map[string]string{"payoutPercent": "12.5"})
-		b.submit("[data-terms-form] button", `^/dashboard/offers/`+d.offer.ID+`$`)
-		if got := b.text(`[data-terms="` + d.partner.ID + `"]`); !strings.Contains(got, "Pat <i>Reviews</i>") || !strings.Contains(got, "12.5% of revenue") {
+		b.Fill("[data-terms-form]", map[string]string{"payoutPercent": "12.5"})
+		b.Submit("[data-terms-form] button", `^/dashboard/offers/`+d.offer.ID+`$`)
+		if got := b.Text(`[data-terms="` + d.partner.ID + `"]`); !strings.Contains(got, "Pat <i>Reviews</i>") || !strings.Contains(got, "12.5% of revenue") {
 			t.Errorf("the offer's terms: %q", got)
 		}
-		b.atBothWidths("/dashboard/offers/"+d.offer.ID, "terms-offer", reachable("offer page"))
+		b.AtBothWidths("/dashboard/offers/"+d.offer.ID, "terms-offer", reachable("offer page"))
 
 		// Replaced from the partner's page, with a fixed amount.
-		b.open("/dashboard/partners/" + d.partner.ID)
-		b.fill("[data-terms-form]", map[string]string{"offer": d.offer.ID, "payout": "4.25"})
+		b.Open("/dashboard/partners/" + d.partner.ID)
+		b.Fill("[data-terms-form]", map[string]string{"offer": d.offer.ID, "payout": "4.25"})
 		choose("fixed")
-		b.submit("[data-terms-form] button", `^/dashboard/partners/`+d.partner.ID+`$`)
-		if got := b.text(`[data-terms="` + d.offer.ID + `"]`); !strings.Contains(got, "4.25 USD") || !strings.Contains(got, "instead of 3.00 USD") {
+		b.Submit("[data-terms-form] button", `^/dashboard/partners/`+d.partner.ID+`$`)
+		if got := b.Text(`[data-terms="` + d.offer.ID + `"]`); !strings.Contains(got, "4.25 USD") || !strings.Contains(got, "instead of 3.00 USD") {
 			t.Errorf("the partner's terms: %q", got)
 		}
-		b.atBothWidths("/dashboard/partners/"+d.partner.ID, "terms-partner", reachable("partner page"))
+		b.AtBothWidths("/dashboard/partners/"+d.partner.ID, "terms-partner", reachable("partner page"))
 
 		// Removing asks first; Cancel changes nothing, confirming removes.
-		b.submit(`[data-terms="`+d.offer.ID+`"] button`, `/terms/`+d.partner.ID+`/delete$`)
-		if h := b.text("[data-confirm] h1"); !strings.Contains(h, "Remove") {
+		b.Submit(`[data-terms="`+d.offer.ID+`"] button`, `/terms/`+d.partner.ID+`/delete$`)
+		if h := b.Text("[data-confirm] h1"); !strings.Contains(h, "Remove") {
 			t.Errorf("confirmation heading: %q", h)
 		}
-		b.width(390)
-		b.shot("terms-remove-confirm-390")
-		if off := b.offscreen("[data-confirm] button, [data-confirm] a"); len(off) > 0 {
+		b.Width(390)
+		b.Shot("terms-remove-confirm-390")
+		if off := b.Offscreen("[data-confirm] button, [data-confirm] a"); len(off) > 0 {
 			t.Errorf("the confirmation's buttons out of reach at 390 px: %v", off)
 		}
-		b.width(1280)
+		b.Width(1280)
 		if all, _ := s.svc.Offers.AllTerms(ctx, s.brandID, d.offer.ID); len(all) != 1 {
 			t.Fatalf("asking removed the terms: %+v", all)
 		}
-		b.submit("[data-confirm] button", `^/dashboard/partners/`+d.partner.ID+`$`)
+		b.Submit("[data-confirm] button", `^/dashboard/partners/`+d.partner.ID+`$`)
 		if all, _ := s.svc.Offers.AllTerms(ctx, s.brandID, d.offer.ID); len(all) != 0 {
 			t.Fatalf("terms left after removing: %+v", all)
 		}
-		if f := b.text(".flash"); !strings.Contains(f, "The terms were removed") {
+		if f := b.Text(".flash"); !strings.Contains(f, "The terms were removed") {
 			t.Errorf("after removing: %q", f)
 		}
-		if got := b.text("#terms + p + p"); !strings.Contains(got, "None") {
+		if got := b.Text("#terms + p + p"); !strings.Contains(got, "None") {
 			t.Errorf("the partner's page after removing: %q", got)
 		}
 	})

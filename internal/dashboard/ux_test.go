@@ -13,12 +13,10 @@ import (
 	"testing"
 	"time"
 
-	cdpbrowser "github.com/chromedp/cdproto/browser"
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/browsertest"
 	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/offers"
@@ -42,12 +40,12 @@ func TestPagerGoesBothWays(t *testing.T) {
 			}
 		}
 		b := s.newTab(t)
-		b.open("/dashboard/offers")
+		b.Open("/dashboard/offers")
 		rows := func() []string {
-			return eval[[]string](b, `Array.from(document.querySelectorAll("tr[data-offer]")).map(r => r.dataset.offer)`)
+			return browsertest.Eval[[]string](b, `Array.from(document.querySelectorAll("tr[data-offer]")).map(r => r.dataset.offer)`)
 		}
 		links := func() (newer, older bool) {
-			return eval[bool](b, `!!document.querySelector(".pager a[rel=prev]")`), eval[bool](b, `!!document.querySelector(".pager a[rel=next]")`)
+			return browsertest.Eval[bool](b, `!!document.querySelector(".pager a[rel=prev]")`), browsertest.Eval[bool](b, `!!document.querySelector(".pager a[rel=next]")`)
 		}
 		var pages [][]string
 		for i := range 3 {
@@ -57,21 +55,21 @@ func TestPagerGoesBothWays(t *testing.T) {
 				t.Errorf("page %d: Newer %v, Older %v", i+1, newer, older)
 			}
 			if i == 1 {
-				b.atBothWidths(eval[string](b, "location.pathname + location.search"), "pager", func(w int64) {
-					if off := b.offscreen(".pager a"); len(off) > 0 {
+				b.AtBothWidths(browsertest.Eval[string](b, "location.pathname + location.search"), "pager", func(w int64) {
+					if off := b.Offscreen(".pager a"); len(off) > 0 {
 						t.Errorf("at %d px the pager's links are out of view: %v", w, off)
 					}
 				})
 			}
 			if i < 2 {
-				b.submit(".pager a[rel=next]", `^/dashboard/offers$`)
+				b.Submit(".pager a[rel=next]", `^/dashboard/offers$`)
 			}
 		}
 		if len(pages[0]) != 50 || len(pages[1]) != 50 || len(pages[2]) != 20 || pages[0][0] == pages[1][0] {
 			t.Fatalf("pages of %d, %d and %d offers", len(pages[0]), len(pages[1]), len(pages[2]))
 		}
 		for i := 1; i >= 0; i-- {
-			b.submit(".pager a[rel=prev]", `^/dashboard/offers$`)
+			b.Submit(".pager a[rel=prev]", `^/dashboard/offers$`)
 			if got := rows(); fmt.Sprint(got) != fmt.Sprint(pages[i]) {
 				t.Errorf("Newer to page %d shows %d offers from %v, want those from %v", i+1, len(got), got[:1], pages[i][:1])
 			}
@@ -82,41 +80,6 @@ func TestPagerGoesBothWays(t *testing.T) {
 	})
 }
 
-// awaited is eval of a promise: its value once it resolves.
-func awaited[T any](b *tab, js string) T {
-	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 60*time.Second)
-	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js, chromedp.EvalAwaitPromise))
-	if err != nil {
-		b.t.Fatalf("%s: %v", js, err)
-	}
-	return v
-}
-
-// scripts switches the tab's JavaScript on or off (for the pages it loads
-// from now on).
-func (b *tab) scripts(on bool) {
-	b.t.Helper()
-	b.do("switch scripts", func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
-		_, err := cdp.Call(ctx, t, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: !on})
-		return chromedp.Void{}, err
-	})
-}
-
-// allowClipboard lets the site's pages write and read the clipboard, as a
-// person's click on a Copy button may.
-func (b *tab) allowClipboard() {
-	b.t.Helper()
-	for _, name := range []string{"clipboard-write", "clipboard-read"} {
-		b.do("allow "+name, func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
-			_, err := cdp.Call(ctx, t, cdpbrowser.SetPermission, cdpbrowser.SetPermissionParams{
-				Permission: &cdpbrowser.PermissionDescriptor{Name: name}, Setting: cdpbrowser.PermissionSettingGranted, Origin: b.base})
-			return chromedp.Void{}, err
-		})
-	}
-}
-
 // Tracking links, a new API key, a new webhook secret and the postback URL
 // are plain text to select without JavaScript; with it, each has a Copy
 // button that puts it on the clipboard and says so.
@@ -125,22 +88,22 @@ func TestCopyButtons(t *testing.T) {
 		s := newSite(t, st, httpapi.Config{})
 		d := s.fill(t)
 		b := s.newTab(t)
-		b.allowClipboard()
+		b.AllowClipboard()
 		copyable := `Array.from(document.querySelectorAll("[data-copy]")).map(e => [e.innerText.trim(), !!(e.nextElementSibling && e.nextElementSibling.matches("button.copy"))])`
 
-		b.open("/dashboard/settings/keys")
-		b.fill(`form[action="/dashboard/settings/keys"]`, map[string]string{"name": "Order system"})
-		b.submit(`form[action="/dashboard/settings/keys"] button`, `^/dashboard/settings/keys$`)
-		key := b.text("[data-new-key]")
-		if !strings.HasPrefix(key, "tally_sk_") || !eval[bool](b, `!!document.querySelector("[data-new-key] + button.copy")`) {
+		b.Open("/dashboard/settings/keys")
+		b.Fill(`form[action="/dashboard/settings/keys"]`, map[string]string{"name": "Order system"})
+		b.Submit(`form[action="/dashboard/settings/keys"] button`, `^/dashboard/settings/keys$`)
+		key := b.Text("[data-new-key]")
+		if !strings.HasPrefix(key, "tally_sk_") || !browsertest.Eval[bool](b, `!!document.querySelector("[data-new-key] + button.copy")`) {
 			t.Errorf("the new key %q has no Copy button", key)
 		}
-		b.shot("copy-key-1280")
-		b.do("copy the key", chromedp.Click(chromedp.CSS("[data-new-key] + button.copy")))
-		if got := awaited[string](b, `new Promise(r => setTimeout(() => r(document.querySelector("[data-new-key] + button.copy").innerText), 100))`); got != "Copied" {
+		b.Shot("copy-key-1280")
+		b.Do("copy the key", chromedp.Click(chromedp.CSS("[data-new-key] + button.copy")))
+		if got := browsertest.Awaited[string](b, `new Promise(r => setTimeout(() => r(document.querySelector("[data-new-key] + button.copy").innerText), 100))`); got != "Copied" {
 			t.Errorf("after a click the button says %q, want Copied", got)
 		}
-		if got := awaited[string](b, `navigator.clipboard.readText().catch(e => String(e))`); got != key {
+		if got := browsertest.Awaited[string](b, `navigator.clipboard.readText().catch(e => String(e))`); got != key {
 			t.Errorf("the clipboard holds %q, want the key", got)
 		}
 
@@ -149,9 +112,9 @@ func TestCopyButtons(t *testing.T) {
 			{"/dashboard/settings/postback-token", "[data-postback-url]"},
 		} {
 			for _, js := range []bool{true, false} {
-				b.scripts(js)
-				b.atBothWidths(page.path, fmt.Sprintf("copy-%s-js-%v", strings.Trim(page.sel, "[]"), js), func(w int64) {
-					got := eval[[][]any](b, copyable)
+				b.Scripts(js)
+				b.AtBothWidths(page.path, fmt.Sprintf("copy-%s-js-%v", strings.Trim(page.sel, "[]"), js), func(w int64) {
+					got := browsertest.Eval[[][]any](b, copyable)
 					if len(got) == 0 || got[0][0] == "" {
 						t.Fatalf("%s: nothing to copy", page.path)
 					}
@@ -160,14 +123,14 @@ func TestCopyButtons(t *testing.T) {
 							t.Errorf("%s at %d px with JavaScript %v: %q has a Copy button: %v", page.path, w, js, v[0], v[1])
 						}
 					}
-					if off := b.offscreen("button.copy"); len(off) > 0 {
+					if off := b.Offscreen("button.copy"); len(off) > 0 {
 						t.Errorf("%s at %d px: Copy buttons out of view", page.path, w)
 					}
 				})
 			}
-			b.scripts(true)
+			b.Scripts(true)
 		}
-		if got := eval[string](b, `document.querySelector("[data-postback-url]").innerText`); !strings.Contains(got, "/postback?click_id=") {
+		if got := browsertest.Eval[string](b, `document.querySelector("[data-postback-url]").innerText`); !strings.Contains(got, "/postback?click_id=") {
 			t.Errorf("the postback URL reads %q", got)
 		}
 	})
@@ -197,31 +160,31 @@ func TestBrandTimeZone(t *testing.T) {
 		clock.Set(time.Date(2026, 11, 20, 11, 40, 0, 0, time.UTC))
 
 		b := s.newTab(t)
-		if got := b.text("main p.muted"); got != "Today is 2026-11-20 (UTC)." {
+		if got := b.Text("main p.muted"); got != "Today is 2026-11-20 (UTC)." {
 			t.Errorf("before choosing a zone the overview says %q", got)
 		}
-		b.open("/dashboard/settings")
-		if tag := eval[string](b, `document.querySelector("[name=timezone]").tagName`); tag != "SELECT" {
+		b.Open("/dashboard/settings")
+		if tag := browsertest.Eval[string](b, `document.querySelector("[name=timezone]").tagName`); tag != "SELECT" {
 			t.Fatalf("the time zone is a %s, want a list", tag)
 		}
-		if v := eval[string](b, `document.querySelector("[name=timezone]").value`); v != "UTC" {
+		if v := browsertest.Eval[string](b, `document.querySelector("[name=timezone]").value`); v != "UTC" {
 			t.Errorf("a new brand's zone is %q, want UTC", v)
 		}
-		b.fill("form[data-general]", map[string]string{"timezone": "Nowhere/Atlantis"})
-		b.submit("form[data-general] button", `^/dashboard/settings/general$`)
-		if got := b.text("#timezone-error"); got != "Choose a time zone from the list." {
+		b.Fill("form[data-general]", map[string]string{"timezone": "Nowhere/Atlantis"})
+		b.Submit("form[data-general] button", `^/dashboard/settings/general$`)
+		if got := b.Text("#timezone-error"); got != "Choose a time zone from the list." {
 			t.Errorf("a zone not on the list: %q", got)
 		}
-		b.fill("form[data-general]", map[string]string{"timezone": "Pacific/Auckland"})
-		b.submit("form[data-general] button", `^/dashboard/settings/general$`)
-		if f := b.text(".flash"); !strings.HasPrefix(f, "The time zone was saved.") {
+		b.Fill("form[data-general]", map[string]string{"timezone": "Pacific/Auckland"})
+		b.Submit("form[data-general] button", `^/dashboard/settings/general$`)
+		if f := b.Text(".flash"); !strings.HasPrefix(f, "The time zone was saved.") {
 			t.Errorf("after saving: %q", f)
 		}
-		b.atBothWidths("/dashboard/settings/general", "settings-general", func(w int64) {
-			if v := eval[string](b, `document.querySelector("[name=timezone]").value`); v != "Pacific/Auckland" {
+		b.AtBothWidths("/dashboard/settings/general", "settings-general", func(w int64) {
+			if v := browsertest.Eval[string](b, `document.querySelector("[name=timezone]").value`); v != "Pacific/Auckland" {
 				t.Errorf("the saved zone shows as %q", v)
 			}
-			if off := b.offscreen("main select, main button, main nav.tabs a"); len(off) > 0 {
+			if off := b.Offscreen("main select, main button, main nav.tabs a"); len(off) > 0 {
 				t.Errorf("at %d px out of view: %v", w, off)
 			}
 		})
@@ -229,26 +192,26 @@ func TestBrandTimeZone(t *testing.T) {
 			t.Errorf("the brand's zone is %q", b.Timezone)
 		}
 
-		b.atBothWidths("/dashboard", "timezone-overview", func(int64) {})
-		if got := b.text("main p.muted"); got != "Today is 2026-11-21 (Pacific/Auckland)." {
+		b.AtBothWidths("/dashboard", "timezone-overview", func(int64) {})
+		if got := b.Text("main p.muted"); got != "Today is 2026-11-21 (Pacific/Auckland)." {
 			t.Errorf("the overview says %q", got)
 		}
-		if got := b.text(`[data-stat="conversions"]`); !strings.HasPrefix(got, "1") {
+		if got := b.Text(`[data-stat="conversions"]`); !strings.HasPrefix(got, "1") {
 			t.Errorf("conversions today in Auckland: %q, want 1 (the other was on the 20th there)", got)
 		}
 
-		b.open("/dashboard/conversions")
-		b.submit(`nav.presets a[href*="from=2026-11-21&"][href*="to=2026-11-21"]`, `^/dashboard/conversions$`)
-		got := eval[[]string](b, `Array.from(document.querySelectorAll("tr[data-conversion]")).map(r => r.dataset.conversion + " " + r.querySelector("td").innerText)`)
+		b.Open("/dashboard/conversions")
+		b.Submit(`nav.presets a[href*="from=2026-11-21&"][href*="to=2026-11-21"]`, `^/dashboard/conversions$`)
+		got := browsertest.Eval[[]string](b, `Array.from(document.querySelectorAll("tr[data-conversion]")).map(r => r.dataset.conversion + " " + r.querySelector("td").innerText)`)
 		if want := early.ID + " 2026-11-21 00:30 NZDT"; len(got) != 1 || got[0] != want {
 			t.Errorf("today's conversions in Auckland: %q, want [%s]", got, want)
 		}
 
-		b.atBothWidths("/dashboard/reports", "timezone-report", func(int64) {})
-		if v := eval[string](b, `document.querySelector("[name=timezone]").value`); v != "Pacific/Auckland" {
+		b.AtBothWidths("/dashboard/reports", "timezone-report", func(int64) {})
+		if v := browsertest.Eval[string](b, `document.querySelector("[name=timezone]").value`); v != "Pacific/Auckland" {
 			t.Errorf("the report's zone is %q, want the brand's", v)
 		}
-		days := eval[[]string](b, `Array.from(document.querySelectorAll("main tbody tr")).filter(r => r.querySelector("[data-col=conversions]").innerText.trim()[0] !== "0").map(r => r.cells[0].innerText + ": " + r.querySelector("[data-col=conversions]").innerText.split("\n")[0])`)
+		days := browsertest.Eval[[]string](b, `Array.from(document.querySelectorAll("main tbody tr")).filter(r => r.querySelector("[data-col=conversions]").innerText.trim()[0] !== "0").map(r => r.cells[0].innerText + ": " + r.querySelector("[data-col=conversions]").innerText.split("\n")[0])`)
 		if fmt.Sprint(days) != "[2026-11-20: 1 2026-11-21: 1]" {
 			t.Errorf("the report's days with conversions: %q", days)
 		}
@@ -288,8 +251,8 @@ func TestSearch(t *testing.T) {
 		b := s.newTab(t)
 		searchFor := func(q, pathRE string) {
 			t.Helper()
-			b.fill("header form.search", map[string]string{"q": q})
-			b.leave("search for "+q, chromedp.SendKeys("header form.search input", "\r"), pathRE)
+			b.Fill("header form.search", map[string]string{"q": q})
+			b.Leave("search for "+q, chromedp.SendKeys("header form.search input", "\r"), pathRE)
 		}
 		for _, tc := range []struct{ q, to string }{
 			{"order-1", "/dashboard/conversions/" + d.conv.ID},
@@ -297,31 +260,31 @@ func TestSearch(t *testing.T) {
 			{d.click.ID, "/dashboard/clicks/" + d.click.ID},
 			{"  REVIEWS ", "/dashboard/partners/" + d.partner.ID},
 		} {
-			b.open("/dashboard")
+			b.Open("/dashboard")
 			searchFor(tc.q, "^"+tc.to+"$")
 		}
 
-		b.open("/dashboard/offers")
+		b.Open("/dashboard/offers")
 		searchFor("pat", `^/dashboard/search$`)
-		got := eval[[]string](b, `Array.from(document.querySelectorAll("tr[data-result]")).map(r => r.dataset.result)`)
+		got := browsertest.Eval[[]string](b, `Array.from(document.querySelectorAll("tr[data-result]")).map(r => r.dataset.result)`)
 		if len(got) != 2 || !slices.Contains(got, d.partner.ID) || !slices.Contains(got, patricia.ID) {
 			t.Errorf("pat finds %v, want this brand's two partners %s and %s", got, d.partner.ID, patricia.ID)
 		}
-		b.atBothWidths("/dashboard/search?q=pat", "search-results", func(w int64) {
-			if off := b.offscreen("header form.search input, main td, main th"); len(off) > 0 {
+		b.AtBothWidths("/dashboard/search?q=pat", "search-results", func(w int64) {
+			if off := b.Offscreen("header form.search input, main td, main th"); len(off) > 0 {
 				t.Errorf("at %d px out of view: %v", w, off)
 			}
 		})
 
 		for _, q := range []string{"other-order", otherClick, path.Base(d.otherIDs[2]), "nobody-at-all"} {
-			b.open("/dashboard/search?q=" + url.QueryEscape(q))
-			if got := eval[string](b, "location.pathname"); got != "/dashboard/search" {
+			b.Open("/dashboard/search?q=" + url.QueryEscape(q))
+			if got := browsertest.Eval[string](b, "location.pathname"); got != "/dashboard/search" {
 				t.Errorf("%s opens %s", q, got)
 			}
-			if msg := b.text("[data-no-results]"); !strings.HasPrefix(msg, "Nothing matches “"+q+"”.") {
+			if msg := b.Text("[data-no-results]"); !strings.HasPrefix(msg, "Nothing matches “"+q+"”.") {
 				t.Errorf("%s: %q", q, msg)
 			}
 		}
-		b.shot("search-none-1280")
+		b.Shot("search-none-1280")
 	})
 }

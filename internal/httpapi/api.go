@@ -31,6 +31,7 @@ import (
 	"github.com/tally-hq/tally/internal/offers"
 	"github.com/tally-hq/tally/internal/partners"
 	"github.com/tally-hq/tally/internal/payouts"
+	"github.com/tally-hq/tally/internal/portalaccess"
 	"github.com/tally-hq/tally/internal/ratelimit"
 	"github.com/tally-hq/tally/internal/reports"
 	"github.com/tally-hq/tally/internal/trace"
@@ -58,6 +59,9 @@ type Config struct {
 	// Dashboard serves the dashboard's pages and the partner application
 	// page (GroupDashboard); nil answers them 404.
 	Dashboard http.Handler
+	// Portal serves the partner portal's pages at /portal (GroupDashboard
+	// too); nil answers them 404.
+	Portal http.Handler
 	// RequestAttrs, when set, adds attributes to every log line of a
 	// request (a Lambda adds its invocation's ids).
 	RequestAttrs func(*http.Request) []any
@@ -107,7 +111,8 @@ type Services struct {
 	Endpoints   *endpoints.Service
 	Deliveries  *endpoints.Log
 	Payouts     *payouts.Service
-	Store       StoreReader // GET /readyz
+	Portal      *portalaccess.Service // partner portal invitations (and the portal's sign-in)
+	Store       StoreReader           // GET /readyz
 	// Now is the time, in UTC to the millisecond (records.DB.Now).
 	Now func() time.Time
 }
@@ -202,6 +207,7 @@ func (a *API) routes() []route {
 		{GroupPartners, "POST", "/api/v1/partners/{id}/reject", authKey, byID(a.svc.Partners.RejectPartner)},
 		{GroupPartners, "POST", "/api/v1/partners/{id}/ban", authKey, byID(a.svc.Partners.BanPartner)},
 		{GroupPartners, "POST", "/api/v1/partners/{id}/reactivate", authKey, byID(a.svc.Partners.ReactivatePartner)},
+		{GroupPartners, "POST", "/api/v1/partners/{id}/invite", authKey, noStore(a.invitePartner)},
 		{GroupPartners, "PUT", "/api/v1/partners/{id}/postback", authKey, byIDWithBody(decodeBody, a.svc.Endpoints.PutPostback)},
 		{GroupPartners, "GET", "/api/v1/partners/{id}/postback", authKey, byID(a.svc.Endpoints.Postback)},
 		{GroupPartners, "DELETE", "/api/v1/partners/{id}/postback", authKey, byID(a.svc.Endpoints.DeletePostback)},
@@ -250,6 +256,10 @@ func (a *API) routes() []route {
 		{GroupDashboard, "POST", "/dashboard/{path+}", authPages, a.pages},
 		{GroupDashboard, "GET", "/apply/{brandId}", authPages, a.pages},
 		{GroupDashboard, "POST", "/apply/{brandId}", authPages, a.pages},
+		// The partner portal's pages, served by the same function.
+		{GroupDashboard, "GET", "/portal", authPages, a.portal},
+		{GroupDashboard, "GET", "/portal/{path+}", authPages, a.portal},
+		{GroupDashboard, "POST", "/portal/{path+}", authPages, a.portal},
 		{GroupClick, "GET", "/c/{offerId}", authNone, getOnly(a.click)},
 		{GroupFraud, "GET", "/api/v1/clicks", authKey, a.listClicks},
 		{GroupFraud, "GET", "/api/v1/clicks/{id}", authKey, byID(a.svc.Clicks.Click)},
@@ -346,10 +356,19 @@ func muxPattern(path string) string { return strings.ReplaceAll(path, "+}", "...
 
 // pages hands a request to the dashboard.
 func (a *API) pages(w http.ResponseWriter, r *http.Request, _ identity.Principal) error {
-	if a.cfg.Dashboard == nil {
+	return serveOr404(a.cfg.Dashboard, w, r)
+}
+
+// portal hands a request to the partner portal.
+func (a *API) portal(w http.ResponseWriter, r *http.Request, _ identity.Principal) error {
+	return serveOr404(a.cfg.Portal, w, r)
+}
+
+func serveOr404(h http.Handler, w http.ResponseWriter, r *http.Request) error {
+	if h == nil {
 		return tally.Errorf(tally.ECodeNotFound, "No such endpoint: %s %s.", r.Method, r.URL.Path)
 	}
-	a.cfg.Dashboard.ServeHTTP(w, r)
+	h.ServeHTTP(w, r)
 	return nil
 }
 

@@ -818,6 +818,7 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	withKey(oasCall{method: "GET", path: "/api/v1/conversions?page=2", status: 422, code: "validation_error"})
 
 	// --- Partner money.
+	portalCalls := oasPortal(t, call, withKey, srv.URL, p1.ID, p3.ID, otherKey)
 	moneyCalls := oasMoney(t, call, withKey, oasMoneySetup{offer: autoOffer, active: p1.ID, banned: p3.ID, approved: c1.ID, approvedEUR: c2.ID, otherKey: otherKey, st: st})
 
 	// --- Reports.
@@ -1247,6 +1248,7 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 		{method: "DELETE", path: "/api/v1/postback-token"},
 	}
 	keyed = append(keyed, moneyCalls...)
+	keyed = append(keyed, portalCalls...)
 	for _, c := range keyed {
 		c.srv, c.status, c.code = srv, 401, "unauthorized"
 		c.invalid = true
@@ -1324,8 +1326,8 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	if missing := o.unseen(); len(missing) > 0 {
 		t.Errorf("documented answers the session never produced (operationId status):\n  %s", strings.Join(missing, "\n  "))
 	}
-	if ops := o.operations(); len(ops) != 62 {
-		t.Errorf("the document has %d operations, want the 62 routes of the API besides /_admin: %v", len(ops), ops)
+	if ops := o.operations(); len(ops) != 63 {
+		t.Errorf("the document has %d operations, want the 63 routes of the API besides /_admin: %v", len(ops), ops)
 	} else {
 		t.Logf("checked %d exchanges against %d operations of %s", o.calls, len(ops), oasPath)
 	}

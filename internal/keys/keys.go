@@ -98,6 +98,22 @@ func User(email string) store.Key        { return store.Key{PK: "USER#" + email,
 func UsersByBrand(brandID string) string { return "BRD#" + brandID + "#USR" }
 func Session(tokenHash string) store.Key { return store.Key{PK: "SESS#" + tokenHash, SK: "#SESS"} }
 
+// The partner portal: an invitation is found by the hash of its token; a
+// partner's portal sign-in by its application's e-mail address (one
+// address may be a partner of several brands: a partition lists them, by
+// brand and partner); a portal session by the hash of its token, apart
+// from the dashboard's so that one kind of token never opens the other.
+func PortalInvite(tokenHash string) store.Key {
+	return store.Key{PK: "PINV#" + tokenHash, SK: "#PINV"}
+}
+func PortalLoginsPK(email string) string { return "PLOGIN#" + email }
+func PortalLogin(email, brandID, partnerID string) store.Key {
+	return store.Key{PK: PortalLoginsPK(email), SK: brandID + "#" + partnerID}
+}
+func PortalSession(tokenHash string) store.Key {
+	return store.Key{PK: "PSESS#" + tokenHash, SK: "#PSESS"}
+}
+
 // A brand's postback token is found by the hash of its secret (the
 // postback) and from the brand (showing, rotating and deleting it).
 func PostbackToken(secretHash string) store.Key {

@@ -43,6 +43,7 @@ import (
 	"github.com/tally-hq/tally/internal/lambdafn/rollup"
 	"github.com/tally-hq/tally/internal/offers"
 	"github.com/tally-hq/tally/internal/partners"
+	"github.com/tally-hq/tally/internal/portal"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/servicetest"
@@ -226,6 +227,7 @@ func newFixture(t *testing.T, st store.Store, opts ...service.Option) *fixture {
 	f.svc = servicetest.New(st, append([]service.Option{service.WithClock(f.clock.Now), service.WithLoopbackReceivers()}, opts...)...)
 	f.cfg = httpapi.Config{Logger: slog.New(slog.NewJSONHandler(f.logs, nil))}
 	f.cfg.Dashboard = dashboard.New(f.svc.API(), f.cfg)
+	f.cfg.Portal = portal.New(f.svc.API(), f.cfg)
 	f.executions = &fakeExecutions{}
 	f.sender = delivery.NewSender(delivery.Options{AllowLoopback: true, Timeout: 5 * time.Second})
 	var err error
@@ -611,6 +613,14 @@ var cases = map[string]sampleCase{
 			t.Errorf("Location %q", r.header("Location"))
 		}
 	}},
+	"dashboard-portal": {api: func(t *testing.T, f *fixture, call func() response) {
+		r := call()
+		wantStatus(t, r, 200)
+		if !strings.Contains(r.page, `action="/portal/sign-in"`) || len(r.cookies) != 1 || !strings.Contains(r.cookies[0], "; Secure") ||
+			!strings.Contains(r.cookies[0], "HttpOnly") || !strings.Contains(r.cookies[0], "SameSite=Lax") {
+			t.Errorf("the portal's sign-in page: cookies %q, page %.300s", r.cookies, r.page)
+		}
+	}},
 	"dashboard-apply": {api: func(t *testing.T, f *fixture, call func() response) {
 		r := call()
 		wantStatus(t, r, 200)
@@ -652,6 +662,16 @@ var cases = map[string]sampleCase{
 			}
 		},
 	},
+	"partners-invite": {api: func(t *testing.T, f *fixture, call func() response) {
+		r := call()
+		wantStatus(t, r, 201)
+		if u, _ := r.body["inviteUrl"].(string); !strings.HasPrefix(u, "https://a1b2c3d4e5.execute-api.eu-west-1.amazonaws.com/portal/invite/") || r.body["expiresAt"] == nil {
+			t.Errorf("invitation %v: want a link on the API's https host", r.body)
+		}
+		if r.header("Cache-Control") != "no-store" {
+			t.Errorf("Cache-Control %q", r.header("Cache-Control"))
+		}
+	}},
 	"partners-approve": {
 		setup: func(t *testing.T, f *fixture) {
 			f.vars["TALLY_PARTNER_ID"] = f.appliedPartner(t, "Run Reviews", "team@runreviews.example").ID

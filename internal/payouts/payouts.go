@@ -13,6 +13,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/csv"
+	"errors"
 	"io"
 	"maps"
 	"slices"
@@ -317,6 +318,42 @@ func (s *Service) Payouts(ctx context.Context, brandID, status string, p records
 		out[i] = r.Payout
 	}
 	return out, next, err
+}
+
+// PartnerLine is one partner's line of a payout, with the payout's
+// currency, status and times: what the partner portal shows.
+type PartnerLine struct {
+	PayoutID    string      `json:"payoutId"`
+	Currency    string      `json:"currency"`
+	Status      string      `json:"status"`
+	AmountCents int64       `json:"amountCents"`
+	Conversions int64       `json:"conversions"`
+	CreatedAt   tally.Time  `json:"createdAt"`
+	PaidAt      *tally.Time `json:"paidAt"`
+}
+
+// PartnerLines lists a partner's lines in the brand's payouts, newest
+// first. It pages through the payouts (they are few: one a month or so)
+// and reads the partner's line of each, so a page may hold fewer lines
+// than its limit, and the cursor, when not empty, goes on.
+func (s *Service) PartnerLines(ctx context.Context, brandID, partnerID string, p records.ListParams) ([]PartnerLine, string, error) {
+	list, next, err := s.Payouts(ctx, brandID, "", p)
+	if err != nil {
+		return nil, "", err
+	}
+	out := []PartnerLine{}
+	for _, pay := range list {
+		it, err := s.db.Get(ctx, keys.PayoutLine(pay.ID, partnerID))
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		out = append(out, PartnerLine{PayoutID: pay.ID, Currency: pay.Currency, Status: pay.Status,
+			AmountCents: it.Nums["amount"], Conversions: it.Nums["conversions"], CreatedAt: pay.CreatedAt, PaidAt: pay.PaidAt})
+	}
+	return out, next, nil
 }
 
 // linesPerWrite is how many lines one transaction moves to paid: two

@@ -24,6 +24,7 @@ import (
 	"github.com/tally-hq/tally/internal/partners"
 	"github.com/tally-hq/tally/internal/password"
 	"github.com/tally-hq/tally/internal/payouts"
+	"github.com/tally-hq/tally/internal/portalaccess"
 	"github.com/tally-hq/tally/internal/ratelimit"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/reports"
@@ -47,6 +48,7 @@ type Service struct {
 	Endpoints   *endpoints.Service
 	Deliveries  *endpoints.Log
 	Payouts     *payouts.Service
+	Portal      *portalaccess.Service
 	Webhooks    *webhooks.Engine
 	// Pipeline delivers in this process (WithPipeline); nil otherwise.
 	Pipeline *webhooks.Pipeline
@@ -242,6 +244,7 @@ func New(st store.Store, opts ...Option) *Service {
 	s.Endpoints = endpoints.New(s.DB, s.Events, s.Partners, c.checkURL)
 	s.Deliveries = endpoints.NewLog(s.DB, s.Endpoints, c.deliveryRetention, c.requeue)
 	s.Payouts = payouts.New(s.DB, s.Events, s.Partners)
+	s.Portal = portalaccess.New(s.DB, s.Partners, s.Identity, password.Argon2id{})
 	return s
 }
 
@@ -250,7 +253,7 @@ func (s *Service) API() httpapi.Services {
 	return httpapi.Services{
 		Identity: s.Identity, Limits: s.Limits, Accounts: s.Accounts, Offers: s.Offers, Partners: s.Partners,
 		Conversions: s.Conversions, Reports: s.Reports, Clicks: s.Clicks, Endpoints: s.Endpoints,
-		Deliveries: s.Deliveries, Payouts: s.Payouts, Now: s.DB.Now, Store: s.DB,
+		Deliveries: s.Deliveries, Payouts: s.Payouts, Portal: s.Portal, Now: s.DB.Now, Store: s.DB,
 	}
 }
 

@@ -19,21 +19,6 @@ const (
 	csrfField  = "csrf"
 )
 
-// Secure reports whether the request came over https (directly, or through
-// API Gateway, which says so in X-Forwarded-Proto), so cookies get Secure.
-func Secure(r *http.Request) bool {
-	return r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https"
-}
-
-// PublicBase is {public_base_url} as the browser reached it.
-func PublicBase(r *http.Request) string {
-	scheme := "http"
-	if Secure(r) {
-		scheme = "https"
-	}
-	return scheme + "://" + r.Host
-}
-
 // SessionToken is the token in the site's session cookie, or "".
 func (s *Site) SessionToken(r *http.Request) string {
 	c, err := r.Cookie(s.cfg.Cookie)
@@ -48,7 +33,7 @@ func (s *Site) SessionToken(r *http.Request) string {
 func (s *Site) SetSession(w http.ResponseWriter, r *http.Request, token string, maxAge int) {
 	http.SetCookie(w, &http.Cookie{
 		Name: s.cfg.Cookie, Value: token, Path: s.cfg.Base, MaxAge: maxAge,
-		HttpOnly: true, Secure: Secure(r), SameSite: http.SameSiteLaxMode,
+		HttpOnly: true, Secure: httpapi.Secure(r), SameSite: http.SameSiteLaxMode,
 	})
 }
 
@@ -72,7 +57,7 @@ func FormToken(w http.ResponseWriter, r *http.Request) string {
 	}
 	token := hex.EncodeToString(raw)
 	http.SetCookie(w, &http.Cookie{
-		Name: formCookie, Value: token, Path: "/", HttpOnly: true, Secure: Secure(r), SameSite: http.SameSiteLaxMode,
+		Name: formCookie, Value: token, Path: "/", HttpOnly: true, Secure: httpapi.Secure(r), SameSite: http.SameSiteLaxMode,
 	})
 	return token
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/tally-hq/tally/internal/outbox"
 	"github.com/tally-hq/tally/internal/partners"
 	"github.com/tally-hq/tally/internal/payouts"
+	"github.com/tally-hq/tally/internal/portalaccess"
 	"github.com/tally-hq/tally/internal/ratelimit"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/reports"
@@ -189,6 +190,7 @@ type Option func(*options)
 type options struct {
 	zones     func(name string) (*time.Location, error)
 	pages     func(httpapi.Services, httpapi.Config) http.Handler
+	portal    func(httpapi.Services, httpapi.Config) http.Handler
 	requeue   endpoints.Requeue
 	passwords accounts.Passwords
 	observer  Observer
@@ -215,6 +217,12 @@ func WithZones(load func(name string) (*time.Location, error)) Option {
 // (dashboard.New).
 func WithPages(pages func(httpapi.Services, httpapi.Config) http.Handler) Option {
 	return func(o *options) { o.pages = pages }
+}
+
+// WithPortal serves the partner portal's routes of httpapi.GroupDashboard
+// with the handler portal makes (portal.New).
+func WithPortal(portal func(httpapi.Services, httpapi.Config) http.Handler) Option {
+	return func(o *options) { o.portal = portal }
 }
 
 // WithRequeue hands deliveries that a manual retry or a recovery made
@@ -252,6 +260,9 @@ func Serve(groups []string, opts ...Option) {
 	svc := Services(db, settings, append([]Option{WithObserver(metrics)}, opts...)...)
 	if o.pages != nil {
 		cfg.Dashboard = o.pages(svc, cfg)
+	}
+	if o.portal != nil {
+		cfg.Portal = o.portal(svc, cfg)
 	}
 	handler, err := APIHandler(svc, cfg, groups...)
 	if err != nil {
@@ -295,5 +306,6 @@ func Services(db *records.DB, settings app.Settings, opts ...Option) httpapi.Ser
 	if o.passwords != nil {
 		s.Accounts = accounts.New(db, s.Identity, o.passwords)
 	}
+	s.Portal = portalaccess.New(db, s.Partners, s.Identity, o.passwords)
 	return s
 }
