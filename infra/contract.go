@@ -189,6 +189,7 @@ var functions = []function{
 		"GET /api/v1/keys",
 		"POST /api/v1/keys",
 		"DELETE /api/v1/keys/{id}",
+		"GET /api/v1/audit-log",
 	}},
 	{ID: "DashboardFunction", Dir: "dashboard", Timeout: 10, Kind: apiFunction, Routes: []string{
 		"GET /dashboard",
