@@ -7,6 +7,7 @@ import (
 	"github.com/tally-hq/tally/internal/clicks"
 	"github.com/tally-hq/tally/internal/fraud"
 	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/web"
 )
 
 // clickRow is a click with its offer's and partner's names, and whether it
@@ -20,13 +21,13 @@ type clickRow struct {
 type clicksData struct {
 	Rows       []clickRow
 	Filter     clicks.ClickFilter
-	Offers     picker
-	Partners   picker
+	Offers     web.Picker
+	Partners   web.Picker
 	Threshold  int
-	Page       page
+	Page       web.Page
 	Error      string
 	ErrorField string
-	Presets    []preset
+	Presets    []web.Preset
 }
 
 // clickNamer makes clicks into rows: their offer's and partner's names, and
@@ -37,7 +38,7 @@ type clickNamer struct {
 }
 
 func (d *Dashboard) clickNamer(r *request) (clickNamer, error) {
-	settings, err := d.svc.Clicks.FraudSettings(r.Context(), r.brandID())
+	settings, err := d.svc.Clicks.FraudSettings(r.Context(), r.Subject)
 	if err != nil {
 		return clickNamer{}, err
 	}
@@ -57,22 +58,22 @@ func (d *Dashboard) clicks(w http.ResponseWriter, r *request) error {
 		return err
 	}
 	data := clicksData{Filter: f, Offers: n.dir.offerPicker(f.OfferID), Partners: n.dir.partnerPicker(f.PartnerID), Threshold: n.threshold,
-		Presets: presetsFor(r.URL.Query(), "/dashboard/clicks", d.svc.Now())}
-	clicks, next, err := d.svc.Clicks.Clicks(r.Context(), r.brandID(), f, records.ListParams{Cursor: q.Get("cursor")})
+		Presets: web.Presets(r.URL.Query(), "/dashboard/clicks", d.svc.Now())}
+	clicks, next, err := d.svc.Clicks.Clicks(r.Context(), r.Subject, f, records.ListParams{Cursor: q.Get("cursor")})
 	if err != nil {
-		if !isCode(err, tally.ECodeValidation) {
+		if !web.IsCode(err, tally.ECodeValidation) {
 			return err
 		}
-		data.ErrorField = fieldOf(err, "offerId", "partnerId", "minScore", "from", "to")
+		data.ErrorField = web.FieldOf(err, "offerId", "partnerId", "minScore", "from", "to")
 		data.Error = filterMessage(err, data.ErrorField)
-		renderStatus(w, http.StatusUnprocessableEntity, "clicks", r.view("Clicks", "clicks", data))
+		d.site.RenderStatus(w, http.StatusUnprocessableEntity, "clicks", r.View("Clicks", "clicks", data))
 		return nil
 	}
 	for _, c := range clicks {
 		data.Rows = append(data.Rows, n.row(c))
 	}
-	data.Page = pageOf(r, next)
-	render(w, "clicks", r.view("Clicks", "clicks", data))
+	data.Page = web.PageOf(r, next)
+	d.site.Render(w, "clicks", r.View("Clicks", "clicks", data))
 	return nil
 }
 
@@ -98,7 +99,7 @@ type clickData struct {
 }
 
 func (d *Dashboard) click(w http.ResponseWriter, r *request) error {
-	c, err := d.svc.Clicks.Click(r.Context(), r.brandID(), r.PathValue("id"))
+	c, err := d.svc.Clicks.Click(r.Context(), r.Subject, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -110,6 +111,6 @@ func (d *Dashboard) click(w http.ResponseWriter, r *request) error {
 	for _, s := range c.FraudSignals {
 		data.Signals = append(data.Signals, signal{Name: s, Meaning: signalMeanings[s], Weight: fraud.Weights[s]})
 	}
-	render(w, "click", r.view("Click", "clicks", data))
+	d.site.Render(w, "click", r.View("Click", "clicks", data))
 	return nil
 }

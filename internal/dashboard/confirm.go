@@ -1,57 +1,76 @@
 package dashboard
 
 import (
+	"fmt"
 	"net/http"
-	"net/url"
+	"strings"
+
+	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/conversions"
+	"github.com/tally-hq/tally/internal/web"
 )
 
-// confirmation is the step between a button that acts at once and cannot
-// be undone (ban, reject, revoke, delete) and the action itself: the
-// button's form posts to the action, which answers with this page instead
-// of acting; its own form posts again to the same address with confirm=yes
-// and the CSRF token. It needs no JavaScript, and a form that skips it
-// changes nothing.
-type confirmation struct {
-	Active  string // the nav item the page belongs to
-	Heading string // a question: "Ban Pat Reviews?"
-	Message string // what follows, and whether it can be undone
-	Button  string // the confirming button's label: "Ban the partner"
-	Cancel  string // where Cancel goes: the page the button was on
-
-	// Filled in by confirmed.
-	Action, Back string
+// confirmData is a page that asks before a change that cannot be undone
+// from the dashboard: a form that posts the change, so it works without
+// JavaScript.
+type confirmData struct {
+	Title, Message, Action, Button, Back string
+	// Reasons, when set, asks for a reversal's reason and note.
+	Reasons []string
+	Errors  map[string]string
 }
 
-// confirmed reports whether the request carries the confirmation step's
-// answer. When it does not, it renders the confirmation page, and the
-// caller returns without acting. A form's back field (where to return
-// after the action) is carried through, and is where Cancel goes too.
-func confirmed(w http.ResponseWriter, r *request, c confirmation) bool {
-	if r.PostFormValue("confirm") == "yes" {
-		return true
-	}
-	c.Action = r.URL.Path
-	if b := r.PostFormValue("back"); b != "" && localNext(b) == b {
-		c.Back, c.Cancel = b, b
-	}
-	render(w, "confirm", r.view(c.Heading, c.Active, c))
-	return false
-}
-
-// withoutNotice is a page's address without the notice a redirect put on
-// it (?done=…&n=…), so that a form returning there shows its own notice
-// only.
-func withoutNotice(to string) string {
-	u, err := url.Parse(to)
+// confirmReverse asks for a reversal's reason before reversing.
+func (d *Dashboard) confirmReverse(w http.ResponseWriter, r *request) error {
+	c, err := d.svc.Conversions.Conversion(r.Context(), r.Subject, r.PathValue("id"))
 	if err != nil {
-		return to
+		return err
 	}
-	q := u.Query()
-	if !q.Has("done") && !q.Has("n") {
-		return to
+	d.site.Render(w, "confirm-form", r.View("Reverse conversion", "conversions", reverseForm(c)))
+	return nil
+}
+
+func reverseForm(c tally.Conversion) confirmData {
+	return confirmData{
+		Title:   "Reverse conversion " + c.ID,
+		Message: fmt.Sprintf("Its revenue and its payout of %s leave the reports and the partner's balance; when a payout already paid it, the next payout subtracts it. Your webhooks and the partner's postback are told. This cannot be undone.", web.Money(c.PayoutCents, c.Currency)),
+		Action:  "/dashboard/conversions/" + c.ID + "/reverse", Button: "Reverse", Back: "/dashboard/conversions/" + c.ID,
+		Reasons: []string{tally.ReversalRefund, tally.ReversalChargeback, tally.ReversalFraud, tally.ReversalOther},
+		Errors:  map[string]string{},
 	}
-	q.Del("done")
-	q.Del("n")
-	u.RawQuery = q.Encode()
-	return u.String()
+}
+
+// reverse reverses a conversion with the reason and note of the form.
+func (d *Dashboard) reverse(w http.ResponseWriter, r *request) error {
+	reason, note := r.PostFormValue("reason"), strings.TrimSpace(r.PostFormValue("note"))
+	in := conversions.ReversalInput{Reason: &reason}
+	if note != "" {
+		in.Note = &note
+	}
+	c, err := d.svc.Conversions.ReverseConversion(r.Context(), r.Subject, r.PathValue("id"), in)
+	if web.IsCode(err, tally.ECodeValidation) {
+		form := reverseForm(c)
+		form.Action = "/dashboard/conversions/" + r.PathValue("id") + "/reverse"
+		form.Errors[web.FieldOr(err, "reason", "reason", "note")] = tally.ErrorMessage(err)
+		d.site.RenderStatus(w, http.StatusUnprocessableEntity, "confirm-form", r.View("Reverse conversion", "conversions", form))
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return web.Redirect(w, r, "/dashboard/conversions/"+c.ID, "conversion-reversed")
+}
+
+// confirmReactivate asks before reinstating a partner.
+func (d *Dashboard) confirmReactivate(w http.ResponseWriter, r *request) error {
+	p, err := d.svc.Partners.Partner(r.Context(), r.Subject, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	d.site.Render(w, "confirm-form", r.View("Reactivate partner", "partners", confirmData{
+		Title:   "Reactivate " + p.Name,
+		Message: "The partner becomes active again: its tracking links and conversions are accepted, and the auto-ban rule counts its high-risk clicks from now on. Your webhooks are told.",
+		Action:  "/dashboard/partners/" + p.ID + "/reactivate", Button: "Reactivate", Back: "/dashboard/partners/" + p.ID,
+	}))
+	return nil
 }

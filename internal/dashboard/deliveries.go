@@ -6,6 +6,7 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/web"
 )
 
 // deliveryRow is a delivery with its latest attempt and, for a postback,
@@ -21,14 +22,14 @@ type deliveriesData struct {
 	Filter   endpoints.DeliveryFilter
 	Types    []string
 	Statuses []string
-	Partners picker
-	Page     page
+	Partners web.Picker
+	Page     web.Page
 }
 
 func (d endpointPages) deliveries(w http.ResponseWriter, r *request) error {
 	q := r.URL.Query()
 	f := endpoints.DeliveryFilter{Type: q.Get("type"), Status: q.Get("status"), SubscriptionID: q.Get("subscriptionId"), PartnerID: q.Get("partnerId")}
-	ds, next, err := d.svc.Deliveries.Deliveries(r.Context(), r.brandID(), f, records.ListParams{Cursor: q.Get("cursor")})
+	ds, next, err := d.svc.Deliveries.Deliveries(r.Context(), r.Subject, f, records.ListParams{Cursor: q.Get("cursor")})
 	if err != nil {
 		return err
 	}
@@ -45,8 +46,8 @@ func (d endpointPages) deliveries(w http.ResponseWriter, r *request) error {
 	}
 	partners := dir.partnerPicker(f.PartnerID)
 	partners.Label = "Partner (postbacks)"
-	render(w, "deliveries", r.view("Delivery log", "deliveries", deliveriesData{
-		Rows: rows, Filter: f, Page: pageOf(r, next), Partners: partners,
+	d.site.Render(w, "deliveries", r.View("Delivery log", "deliveries", deliveriesData{
+		Rows: rows, Filter: f, Page: web.PageOf(r, next), Partners: partners,
 		Types:    []string{tally.DeliveryWebhook, tally.DeliveryPostback},
 		Statuses: []string{tally.DeliveryPending, tally.DeliverySucceeded, tally.DeliveryFailed},
 	}))
@@ -59,26 +60,26 @@ type deliveryData struct {
 }
 
 func (d endpointPages) delivery(w http.ResponseWriter, r *request) error {
-	del, err := d.svc.Deliveries.Delivery(r.Context(), r.brandID(), r.PathValue("id"))
+	del, err := d.svc.Deliveries.Delivery(r.Context(), r.Subject, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
 	data := deliveryData{Delivery: del}
 	if del.PartnerID != "" {
-		p, err := d.svc.Partners.Partner(r.Context(), r.brandID(), del.PartnerID)
+		p, err := d.svc.Partners.Partner(r.Context(), r.Subject, del.PartnerID)
 		if err != nil {
 			return err
 		}
 		data.PartnerName = p.Name
 	}
-	render(w, "delivery", r.view("Delivery", "deliveries", data))
+	d.site.Render(w, "delivery", r.View("Delivery", "deliveries", data))
 	return nil
 }
 
 func (d endpointPages) retryDelivery(w http.ResponseWriter, r *request) error {
-	del, err := d.svc.Deliveries.RetryDelivery(r.Context(), r.brandID(), r.PathValue("id"))
+	del, err := d.svc.Deliveries.RetryDelivery(r.Context(), r.Subject, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	return redirect(w, r, "/dashboard/activity/deliveries/"+del.ID, "delivery-retried")
+	return web.Redirect(w, r, "/dashboard/activity/deliveries/"+del.ID, "delivery-retried")
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/tally-hq/tally/internal/clicks"
 	"github.com/tally-hq/tally/internal/fraud"
 	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/web"
 )
 
 // fraudData is Settings → Fraud: the settings form, the blocklist and the
@@ -20,7 +21,7 @@ type fraudData struct {
 	Blocked     []tally.BlockedIP
 	BlockValues map[string]string
 	BlockErrors map[string]string
-	Page        page
+	Page        web.Page
 	Weights     []signal
 }
 
@@ -31,18 +32,18 @@ var fraudLabels = map[string]string{
 
 // fraudData reads the settings and a page of the blocklist.
 func (d settingsPages) fraudData(r *request) (fraudData, error) {
-	s, err := d.svc.Clicks.FraudSettings(r.Context(), r.brandID())
+	s, err := d.svc.Clicks.FraudSettings(r.Context(), r.Subject)
 	if err != nil {
 		return fraudData{}, err
 	}
-	blocked, next, err := d.svc.Clicks.BlockedIPs(r.Context(), r.brandID(), records.ListParams{Cursor: r.URL.Query().Get("cursor")})
+	blocked, next, err := d.svc.Clicks.BlockedIPs(r.Context(), r.Subject, records.ListParams{Cursor: r.URL.Query().Get("cursor")})
 	data := fraudData{
 		Settings: map[string]string{
 			"threshold":              strconv.Itoa(s.Threshold),
 			"autoBan.highRiskClicks": strconv.Itoa(s.AutoBan.HighRiskClicks),
 			"autoBan.windowHours":    strconv.Itoa(s.AutoBan.WindowHours),
 		},
-		AutoBan: s.AutoBan.Enabled, Errors: map[string]string{}, Blocked: blocked, Page: pageOf(r, next),
+		AutoBan: s.AutoBan.Enabled, Errors: map[string]string{}, Blocked: blocked, Page: web.PageOf(r, next),
 		BlockValues: map[string]string{}, BlockErrors: map[string]string{},
 	}
 	for _, name := range []string{tally.SignalBlockedIP, tally.SignalBotUserAgent, tally.SignalDatacenterIP, tally.SignalMissingUserAgent, tally.SignalIPVelocity} {
@@ -56,7 +57,7 @@ func (d settingsPages) fraudSettings(w http.ResponseWriter, r *request) error {
 	if err != nil {
 		return err
 	}
-	render(w, "fraud", r.settingsView("Fraud", "fraud", data))
+	d.site.Render(w, "fraud", settingsView(r, "Fraud", "fraud", data))
 	return nil
 }
 
@@ -80,27 +81,27 @@ func (d settingsPages) saveFraudSettings(w http.ResponseWriter, r *request) erro
 		}
 	}
 	if len(data.Errors) == 0 {
-		_, err = d.svc.Clicks.UpdateFraudSettings(r.Context(), r.brandID(), in)
+		_, err = d.svc.Clicks.UpdateFraudSettings(r.Context(), r.Subject, in)
 		if err == nil {
-			return redirect(w, r, "/dashboard/settings/fraud", "fraud-saved")
+			return web.Redirect(w, r, "/dashboard/settings/fraud", "fraud-saved")
 		}
-		if !isCode(err, tally.ECodeValidation) {
+		if !web.IsCode(err, tally.ECodeValidation) {
 			return err
 		}
-		data.Errors[fieldOf(err, "threshold", "autoBan.highRiskClicks", "autoBan.windowHours")] = tally.ErrorMessage(err)
+		data.Errors[web.FieldOf(err, "threshold", "autoBan.highRiskClicks", "autoBan.windowHours")] = tally.ErrorMessage(err)
 	}
-	labelled(data.Errors, fraudLabels)
-	renderStatus(w, http.StatusUnprocessableEntity, "fraud", r.settingsView("Fraud", "fraud", data))
+	web.Labelled(data.Errors, fraudLabels)
+	d.site.RenderStatus(w, http.StatusUnprocessableEntity, "fraud", settingsView(r, "Fraud", "fraud", data))
 	return nil
 }
 
 func (d settingsPages) blockIP(w http.ResponseWriter, r *request) error {
 	cidr, note := strings.TrimSpace(r.PostFormValue("cidr")), strings.TrimSpace(r.PostFormValue("note"))
-	_, err := d.svc.Clicks.BlockIP(r.Context(), r.brandID(), clicks.BlockedIPInput{CIDR: &cidr, Note: &note})
+	_, err := d.svc.Clicks.BlockIP(r.Context(), r.Subject, clicks.BlockedIPInput{CIDR: &cidr, Note: &note})
 	if err == nil {
-		return redirect(w, r, "/dashboard/settings/fraud", "ip-blocked")
+		return web.Redirect(w, r, "/dashboard/settings/fraud", "ip-blocked")
 	}
-	if !isCode(err, tally.ECodeValidation, tally.ECodeConflict) {
+	if !web.IsCode(err, tally.ECodeValidation, tally.ECodeConflict) {
 		return err
 	}
 	data, derr := d.fraudData(r)
@@ -108,19 +109,19 @@ func (d settingsPages) blockIP(w http.ResponseWriter, r *request) error {
 		return derr
 	}
 	data.BlockValues["cidr"], data.BlockValues["note"] = cidr, note
-	field := fieldOf(err, "cidr", "note")
+	field := web.FieldOf(err, "cidr", "note")
 	if field == "" {
 		field = "cidr"
 	}
 	data.BlockErrors[field] = tally.ErrorMessage(err)
-	labelled(data.BlockErrors, fraudLabels)
-	renderStatus(w, http.StatusUnprocessableEntity, "fraud", r.settingsView("Fraud", "fraud", data))
+	web.Labelled(data.BlockErrors, fraudLabels)
+	d.site.RenderStatus(w, http.StatusUnprocessableEntity, "fraud", settingsView(r, "Fraud", "fraud", data))
 	return nil
 }
 
 func (d settingsPages) unblockIP(w http.ResponseWriter, r *request) error {
-	if _, err := d.svc.Clicks.UnblockIP(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
+	if _, err := d.svc.Clicks.UnblockIP(r.Context(), r.Subject, r.PathValue("id")); err != nil {
 		return err
 	}
-	return redirect(w, r, "/dashboard/settings/fraud", "ip-unblocked")
+	return web.Redirect(w, r, "/dashboard/settings/fraud", "ip-unblocked")
 }

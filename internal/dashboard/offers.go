@@ -9,17 +9,18 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/offers"
 	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/web"
 )
 
 type offersData struct {
 	Offers  []tally.Offer
-	Page    page
-	Period  period
+	Page    web.Page
+	Period  web.Period
 	Numbers map[string][]reportRow // by offer id, over Period
 }
 
 func (d *Dashboard) offers(w http.ResponseWriter, r *request) error {
-	offers, next, err := d.svc.Offers.Offers(r.Context(), r.brandID(), records.ListParams{Cursor: r.URL.Query().Get("cursor")})
+	offers, next, err := d.svc.Offers.Offers(r.Context(), r.Subject, records.ListParams{Cursor: r.URL.Query().Get("cursor")})
 	if err != nil {
 		return err
 	}
@@ -27,7 +28,7 @@ func (d *Dashboard) offers(w http.ResponseWriter, r *request) error {
 	if err != nil {
 		return err
 	}
-	renderStatus(w, p.status(), "offers", r.view("Offers", "offers", offersData{Offers: offers, Page: pageOf(r, next), Period: p, Numbers: numbers}))
+	d.site.RenderStatus(w, p.Status(), "offers", r.View("Offers", "offers", offersData{Offers: offers, Page: web.PageOf(r, next), Period: p, Numbers: numbers}))
 	return nil
 }
 
@@ -64,7 +65,7 @@ var offerLabels = map[string]string{"name": "Name", "destinationUrl": "Destinati
 	"payoutCents": "Payout", "payoutPercent": "Payout share", "currency": "Currency", "holdHours": "Hold hours", "attributionWindowDays": "Attribution window", "fallbackUrl": "Fallback URL"}
 
 func (d *Dashboard) newOffer(w http.ResponseWriter, r *request) error {
-	render(w, "offer-form", r.view("New offer", "offers", offerForm{
+	d.site.Render(w, "offer-form", r.View("New offer", "offers", offerForm{
 		Values: map[string]string{"currency": "USD", "approval": tally.ApprovalAuto, "status": tally.OfferActive, "holdHours": "0",
 			"attributionWindowDays": strconv.Itoa(tally.DefaultAttributionWindowDays)},
 		Currencies: formCurrencies, CapNames: capNames, Choice: payoutChoice{Kind: payoutFixed},
@@ -86,7 +87,7 @@ func readOfferForm(r *request, edited *tally.Offer) (offerForm, offers.OfferInpu
 	}
 	in := offers.OfferInput{Name: ptr(v["name"]), DestinationURL: ptr(v["destinationUrl"]), Currency: ptr(v["currency"]),
 		Approval: ptr(v["approval"]), Status: ptr(v["status"]), Caps: &tally.Caps{}, FallbackURL: ptr(v["fallbackUrl"])}
-	if cents, ok := parseMoney(v["revenue"], v["currency"]); ok {
+	if cents, ok := web.ParseMoney(v["revenue"], v["currency"]); ok {
 		in.RevenueCents = &cents
 	} else if v["revenue"] != "" {
 		f.Errors["revenueCents"] = msgAmount
@@ -125,21 +126,21 @@ func readOfferForm(r *request, edited *tally.Offer) (offerForm, offers.OfferInpu
 			f.Errors[field] = msg
 		}
 	}
-	labelled(f.Errors, offerLabels)
+	web.Labelled(f.Errors, offerLabels)
 	return f, in
 }
 
 func (d *Dashboard) createOffer(w http.ResponseWriter, r *request) error {
 	f, in := readOfferForm(r, nil)
 	if len(f.Errors) > 0 {
-		renderStatus(w, http.StatusUnprocessableEntity, "offer-form", r.view("New offer", "offers", f))
+		d.site.RenderStatus(w, http.StatusUnprocessableEntity, "offer-form", r.View("New offer", "offers", f))
 		return nil
 	}
-	o, err := d.svc.Offers.CreateOffer(r.Context(), r.brandID(), in)
+	o, err := d.svc.Offers.CreateOffer(r.Context(), r.Subject, in)
 	if err != nil {
 		return err
 	}
-	return redirect(w, r, "/dashboard/offers/"+o.ID, "offer-created")
+	return web.Redirect(w, r, "/dashboard/offers/"+o.ID, "offer-created")
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -154,11 +155,11 @@ type offerData struct {
 }
 
 func (d *Dashboard) offerData(r *request) (offerData, error) {
-	o, err := d.svc.Offers.Offer(r.Context(), r.brandID(), r.PathValue("id"))
+	o, err := d.svc.Offers.Offer(r.Context(), r.Subject, r.PathValue("id"))
 	if err != nil {
 		return offerData{}, err
 	}
-	data := offerData{Offer: o, Link: publicBase(r.Request) + "/c/" + o.ID + "?pid="}
+	data := offerData{Offer: o, Link: web.PublicBase(r.Request) + "/c/" + o.ID + "?pid="}
 	return data, d.offerTerms(r, &data)
 }
 
@@ -167,18 +168,18 @@ func (d *Dashboard) offer(w http.ResponseWriter, r *request) error {
 	if err != nil {
 		return err
 	}
-	render(w, "offer", r.view(data.Name, "offers", data))
+	d.site.Render(w, "offer", r.View(data.Name, "offers", data))
 	return nil
 }
 
 // editOffer shows the offer form filled with the offer.
 func (d *Dashboard) editOffer(w http.ResponseWriter, r *request) error {
-	o, err := d.svc.Offers.Offer(r.Context(), r.brandID(), r.PathValue("id"))
+	o, err := d.svc.Offers.Offer(r.Context(), r.Subject, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
 	f := offerForm{Offer: &o, Errors: map[string]string{}, Currencies: formCurrencies, CapNames: capNames, Values: map[string]string{
-		"name": o.Name, "destinationUrl": o.DestinationURL, "revenue": moneyIn(o.RevenueCents, o.Currency), "payout": moneyIn(o.PayoutCents, o.Currency),
+		"name": o.Name, "destinationUrl": o.DestinationURL, "revenue": web.MoneyIn(o.RevenueCents, o.Currency), "payout": web.MoneyIn(o.PayoutCents, o.Currency),
 		"currency": o.Currency, "approval": o.Approval, "status": o.Status, "holdHours": strconv.Itoa(o.HoldHours),
 		"attributionWindowDays": strconv.Itoa(o.AttributionWindowDays), "fallbackUrl": o.FallbackURL,
 	}}
@@ -191,36 +192,36 @@ func (d *Dashboard) editOffer(w http.ResponseWriter, r *request) error {
 			f.Values[name] = strconv.FormatInt(*limit, 10)
 		}
 	}
-	render(w, "offer-form", r.view("Edit "+o.Name, "offers", f))
+	d.site.Render(w, "offer-form", r.View("Edit "+o.Name, "offers", f))
 	return nil
 }
 
 // updateOffer saves the form as PATCH /offers/{id} would: every field of
 // the form, a cap left empty removed.
 func (d *Dashboard) updateOffer(w http.ResponseWriter, r *request) error {
-	o, err := d.svc.Offers.Offer(r.Context(), r.brandID(), r.PathValue("id"))
+	o, err := d.svc.Offers.Offer(r.Context(), r.Subject, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
 	f, in := readOfferForm(r, &o)
 	if len(f.Errors) > 0 {
-		renderStatus(w, http.StatusUnprocessableEntity, "offer-form", r.view("Edit "+o.Name, "offers", f))
+		d.site.RenderStatus(w, http.StatusUnprocessableEntity, "offer-form", r.View("Edit "+o.Name, "offers", f))
 		return nil
 	}
 	patch := offers.OfferPatch{Name: in.Name, DestinationURL: in.DestinationURL, RevenueCents: in.RevenueCents, PayoutCents: in.PayoutCents,
 		PayoutPercent: in.PayoutPercent, Status: in.Status, Approval: in.Approval, HoldHours: cmpOr(in.HoldHours, 0), AttributionWindowDays: in.AttributionWindowDays,
 		FallbackURL: in.FallbackURL,
 		Caps:        map[string]*int64{"daily": in.Caps.Daily, "weekly": in.Caps.Weekly, "monthly": in.Caps.Monthly, "global": in.Caps.Global}}
-	if _, err := d.svc.Offers.UpdateOffer(r.Context(), r.brandID(), o.ID, patch); err != nil {
-		if !isCode(err, tally.ECodeValidation) {
+	if _, err := d.svc.Offers.UpdateOffer(r.Context(), r.Subject, o.ID, patch); err != nil {
+		if !web.IsCode(err, tally.ECodeValidation) {
 			return err
 		}
-		f.Errors[fieldOr(err, "name", offerFields...)] = tally.ErrorMessage(err)
-		labelled(f.Errors, offerLabels)
-		renderStatus(w, http.StatusUnprocessableEntity, "offer-form", r.view("Edit "+o.Name, "offers", f))
+		f.Errors[web.FieldOr(err, "name", offerFields...)] = tally.ErrorMessage(err)
+		web.Labelled(f.Errors, offerLabels)
+		d.site.RenderStatus(w, http.StatusUnprocessableEntity, "offer-form", r.View("Edit "+o.Name, "offers", f))
 		return nil
 	}
-	return redirect(w, r, "/dashboard/offers/"+o.ID, "offer-updated")
+	return web.Redirect(w, r, "/dashboard/offers/"+o.ID, "offer-updated")
 }
 
 // cmpOr is p, or a pointer to def when p is nil: an empty hold means none.

@@ -3,7 +3,6 @@ package dashboard
 import (
 	"cmp"
 	"context"
-	"html/template"
 	"math"
 	"net/http"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"github.com/tally-hq/tally/internal/money"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/reports"
+	"github.com/tally-hq/tally/internal/web"
 )
 
 // amount is a sum in one currency.
@@ -42,7 +42,7 @@ type overviewData struct {
 func (d *Dashboard) overview(w http.ResponseWriter, r *request) error {
 	ctx := r.Context()
 	today := d.svc.Now().Format(time.DateOnly)
-	now, err := d.svc.Reports.Report(ctx, r.brandID(), reports.ReportQuery{From: today, To: today})
+	now, err := d.svc.Reports.Report(ctx, r.Subject, reports.ReportQuery{From: today, To: today})
 	if err != nil {
 		return err
 	}
@@ -55,7 +55,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *request) error {
 		data.Revenue = append(data.Revenue, amount{row.RevenueCents, row.Currency})
 		data.Payout = append(data.Payout, amount{row.PayoutCents, row.Currency})
 	}
-	month, err := d.svc.Reports.Report(ctx, r.brandID(), reports.ReportQuery{To: today, GroupBy: []string{"day"}})
+	month, err := d.svc.Reports.Report(ctx, r.Subject, reports.ReportQuery{To: today, GroupBy: []string{"day"}})
 	if err != nil {
 		return err
 	}
@@ -63,19 +63,19 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *request) error {
 	if data.TopPartners, data.TopFrom, err = d.topPartners(r, today); err != nil {
 		return err
 	}
-	applied, more, err := d.svc.Partners.Partners(ctx, r.brandID(), tally.PartnerApplied, records.ListParams{Limit: 20})
+	applied, more, err := d.svc.Partners.Partners(ctx, r.Subject, tally.PartnerApplied, records.ListParams{Limit: 20})
 	if err != nil {
 		return err
 	}
 	data.Applications, data.ApplicationsMore = len(applied), more != ""
-	recent, _, err := d.svc.Conversions.Conversions(ctx, r.brandID(), conversions.ConversionFilter{}, records.ListParams{Limit: 5})
+	recent, _, err := d.svc.Conversions.Conversions(ctx, r.Subject, conversions.ConversionFilter{}, records.ListParams{Limit: 5})
 	if err != nil {
 		return err
 	}
 	if data.Recent, err = d.conversionRows(r, recent); err != nil {
 		return err
 	}
-	render(w, "overview", r.view("Overview", "overview", data))
+	d.site.Render(w, "overview", r.View("Overview", "overview", data))
 	return nil
 }
 
@@ -109,8 +109,8 @@ func dayCharts(rep reports.Report) (clicks, conversions chart.Chart, moneyCharts
 		var rp, pp []chart.Point
 		for _, day := range order {
 			m := amounts[currency][day]
-			rp = append(rp, chart.Point{Label: day[5:], Value: float64(m[0]), Tip: day + ": " + moneyOf(m[0], currency) + " revenue"})
-			pp = append(pp, chart.Point{Label: day[5:], Value: float64(m[1]), Tip: day + ": " + moneyOf(m[1], currency) + " payout"})
+			rp = append(rp, chart.Point{Label: day[5:], Value: float64(m[0]), Tip: day + ": " + web.Money(m[0], currency) + " revenue"})
+			pp = append(pp, chart.Point{Label: day[5:], Value: float64(m[1]), Tip: day + ": " + web.Money(m[1], currency) + " payout"})
 		}
 		unit := math.Pow10(money.Exponent(currency))
 		in := func(v float64) string { return chart.Compact(v / unit) }
@@ -119,33 +119,19 @@ func dayCharts(rep reports.Report) (clicks, conversions chart.Chart, moneyCharts
 	return clicks, conversions, charts
 }
 
-// page is a list page's paging: the next page's cursor, if any, and the
-// query that opens it (the same filters).
-type page struct {
-	Next  string
-	Query template.URL
-}
-
-func pageOf(r *request, next string) page {
-	q := r.URL.Query()
-	q.Set("cursor", next)
-	q.Del("done")
-	return page{Next: next, Query: template.URL(q.Encode())}
-}
-
 type partnersData struct {
 	Partners []tally.Partner
 	Status   string
 	Statuses []string
 	ApplyURL string
-	Page     page
-	Period   period
+	Page     web.Page
+	Period   web.Period
 	Numbers  map[string][]reportRow // by partner id, over Period
 }
 
 func (d *Dashboard) partners(w http.ResponseWriter, r *request) error {
 	status := r.URL.Query().Get("status")
-	partners, next, err := d.svc.Partners.Partners(r.Context(), r.brandID(), status, records.ListParams{Cursor: r.URL.Query().Get("cursor")})
+	partners, next, err := d.svc.Partners.Partners(r.Context(), r.Subject, status, records.ListParams{Cursor: r.URL.Query().Get("cursor")})
 	if err != nil {
 		return err
 	}
@@ -153,21 +139,12 @@ func (d *Dashboard) partners(w http.ResponseWriter, r *request) error {
 	if err != nil {
 		return err
 	}
-	renderStatus(w, p.status(), "partners", r.view("Partners", "partners", partnersData{
-		Partners: partners, Status: status, Page: pageOf(r, next), ApplyURL: publicBase(r.Request) + "/apply/" + r.brandID(),
+	d.site.RenderStatus(w, p.Status(), "partners", r.View("Partners", "partners", partnersData{
+		Partners: partners, Status: status, Page: web.PageOf(r, next), ApplyURL: web.PublicBase(r.Request) + "/apply/" + r.Subject,
 		Statuses: []string{tally.PartnerApplied, tally.PartnerActive, tally.PartnerRejected, tally.PartnerBanned},
 		Period:   p, Numbers: numbers,
 	}))
 	return nil
-}
-
-// publicBase is {public_base_url} as the browser reached it.
-func publicBase(r *http.Request) string {
-	scheme := "http"
-	if secure(r) {
-		scheme = "https"
-	}
-	return scheme + "://" + r.Host
 }
 
 func (d *Dashboard) partnerAction(w http.ResponseWriter, r *request) error {
@@ -180,35 +157,27 @@ func (d *Dashboard) partnerAction(w http.ResponseWriter, r *request) error {
 	}
 	switch r.PathValue("action") {
 	case "reject", "ban":
-		p, err := d.svc.Partners.Partner(r.Context(), r.brandID(), r.PathValue("id"))
+		p, err := d.svc.Partners.Partner(r.Context(), r.Subject, r.PathValue("id"))
 		if err != nil {
 			return err
 		}
-		c := confirmation{Active: "partners", Heading: "Reject the application of " + p.Name + "?",
+		c := web.Confirmation{Active: "partners", Heading: "Reject the application of " + p.Name + "?",
 			Message: "They cannot apply again with this e-mail address. You can reactivate them later from their page.",
 			Button:  "Reject the application", Cancel: "/dashboard/partners/" + p.ID}
 		if r.PathValue("action") == "ban" {
 			c.Heading, c.Button = "Ban "+p.Name+"?", "Ban the partner"
 			c.Message = "Their tracking links stop recording clicks and their conversions are refused from now on, until you reactivate them from their page."
 		}
-		if !confirmed(w, r, c) {
+		if !web.Confirmed(w, r, c) {
 			return nil
 		}
 	}
-	p, err := do(r.Context(), r.brandID(), r.PathValue("id"))
+	p, err := do(r.Context(), r.Subject, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
 	done := map[string]string{"approve": "partner-approved", "reject": "partner-rejected", "ban": "partner-banned", "reactivate": "partner-reactivated"}[r.PathValue("action")]
-	return redirect(w, r, backTo(r, "/dashboard/partners/"+p.ID), done)
-}
-
-// backTo is where a form asked to return to (a dashboard page), or def.
-func backTo(r *request, def string) string {
-	if b := r.PostFormValue("back"); b != "" && localNext(b) == b {
-		return withoutNotice(b)
-	}
-	return def
+	return web.Redirect(w, r, web.BackTo(r, "/dashboard/partners/"+p.ID), done)
 }
 
 // conversionRow is a conversion with its offer's and partner's names.
@@ -245,13 +214,13 @@ type directory struct {
 func (d *Dashboard) directory(r *request) (directory, error) {
 	dir := directory{names: map[string]string{}}
 	var err error
-	if dir.offers, _, err = d.svc.Offers.Offers(r.Context(), r.brandID(), records.ListParams{Limit: records.MaxLimit}); err != nil {
+	if dir.offers, _, err = d.svc.Offers.Offers(r.Context(), r.Subject, records.ListParams{Limit: records.MaxLimit}); err != nil {
 		return dir, err
 	}
 	for _, o := range dir.offers {
 		dir.names[o.ID] = o.Name
 	}
-	if dir.partners, _, err = d.svc.Partners.Partners(r.Context(), r.brandID(), "", records.ListParams{Limit: records.MaxLimit}); err != nil {
+	if dir.partners, _, err = d.svc.Partners.Partners(r.Context(), r.Subject, "", records.ListParams{Limit: records.MaxLimit}); err != nil {
 		return dir, err
 	}
 	for _, p := range dir.partners {
@@ -260,59 +229,66 @@ func (d *Dashboard) directory(r *request) (directory, error) {
 	return dir, nil
 }
 
-// picker is a filter's select of offers or partners by name.
-type picker struct {
-	Name, Label string
-	Choices     []choice
+// partnersByID returns the brand's partners with ids, by id: the
+// directory's, and a read of each one beyond it; one that no longer exists
+// has only its id.
+func (d *Dashboard) partnersByID(r *request, ids []string) (map[string]tally.Partner, error) {
+	dir, err := d.directory(r)
+	if err != nil {
+		return nil, err
+	}
+	return d.withPartners(r, dir, ids)
 }
 
-type choice struct {
-	Value, Label string
-	Selected     bool
+// withPartners is partnersByID over a directory already read.
+func (d *Dashboard) withPartners(r *request, dir directory, ids []string) (map[string]tally.Partner, error) {
+	byID := map[string]tally.Partner{}
+	for _, p := range dir.partners {
+		byID[p.ID] = p
+	}
+	for _, id := range ids {
+		if _, ok := byID[id]; ok {
+			continue
+		}
+		p, err := d.svc.Partners.Partner(r.Context(), r.Subject, id)
+		if err != nil && !web.IsCode(err, tally.ECodeNotFound) {
+			return nil, err
+		}
+		p.ID = id
+		byID[id] = p
+	}
+	return byID, nil
 }
 
 // offerPicker and partnerPicker offer the directory's offers and partners,
 // and the current value even when it is not among them.
-func (dir directory) offerPicker(current string) picker {
-	p := picker{Name: "offerId", Label: "Offer"}
+func (dir directory) offerPicker(current string) web.Picker {
+	p := web.Picker{Name: "offerId", Label: "Offer"}
 	for _, o := range dir.offers {
-		p.Choices = append(p.Choices, choice{o.ID, o.Name, o.ID == current})
+		p.Choices = append(p.Choices, web.Choice{Value: o.ID, Label: o.Name, Selected: o.ID == current})
 	}
-	return p.withCurrent(current)
+	return p.WithCurrent(current)
 }
 
-func (dir directory) partnerPicker(current string) picker {
-	p := picker{Name: "partnerId", Label: "Partner"}
+func (dir directory) partnerPicker(current string) web.Picker {
+	p := web.Picker{Name: "partnerId", Label: "Partner"}
 	for _, pr := range dir.partners {
-		p.Choices = append(p.Choices, choice{pr.ID, pr.Name, pr.ID == current})
+		p.Choices = append(p.Choices, web.Choice{Value: pr.ID, Label: pr.Name, Selected: pr.ID == current})
 	}
-	return p.withCurrent(current)
-}
-
-func (p picker) withCurrent(current string) picker {
-	if current == "" {
-		return p
-	}
-	for _, c := range p.Choices {
-		if c.Selected {
-			return p
-		}
-	}
-	p.Choices = append(p.Choices, choice{current, current, true})
-	return p
+	return p.WithCurrent(current)
 }
 
 type conversionsData struct {
 	Rows     []conversionRow
 	Filter   conversions.ConversionFilter
-	Offers   picker
-	Partners picker
+	Offers   web.Picker
+	Partners web.Picker
 	Statuses []string
-	Page     page
+	Page     web.Page
 	Back     string
 	// A filter the list refused, and the field it is about.
 	Error, ErrorField string
-	Presets           []preset
+	Presets           []web.Preset
 }
 
 func (d *Dashboard) conversions(w http.ResponseWriter, r *request) error {
@@ -322,25 +298,25 @@ func (d *Dashboard) conversions(w http.ResponseWriter, r *request) error {
 	if err != nil {
 		return err
 	}
-	data := conversionsData{Filter: f, Offers: dir.offerPicker(f.OfferID), Partners: dir.partnerPicker(f.PartnerID), Back: r.URL.RequestURI(), Presets: presetsFor(r.URL.Query(), "/dashboard/conversions", d.svc.Now()),
+	data := conversionsData{Filter: f, Offers: dir.offerPicker(f.OfferID), Partners: dir.partnerPicker(f.PartnerID), Back: r.URL.RequestURI(), Presets: web.Presets(r.URL.Query(), "/dashboard/conversions", d.svc.Now()),
 		Statuses: []string{tally.ConversionPending, tally.ConversionApproved, tally.ConversionRejected, tally.ConversionReversed}}
-	cs, next, err := d.svc.Conversions.Conversions(r.Context(), r.brandID(), f, records.ListParams{Cursor: q.Get("cursor")})
+	cs, next, err := d.svc.Conversions.Conversions(r.Context(), r.Subject, f, records.ListParams{Cursor: q.Get("cursor")})
 	if err != nil {
-		if !isCode(err, tally.ECodeValidation) {
+		if !web.IsCode(err, tally.ECodeValidation) {
 			return err
 		}
-		data.ErrorField = fieldOf(err, "status", "offerId", "partnerId", "from", "to")
+		data.ErrorField = web.FieldOf(err, "status", "offerId", "partnerId", "from", "to")
 		data.Error = filterMessage(err, data.ErrorField)
-		renderStatus(w, http.StatusUnprocessableEntity, "conversions", r.view("Conversions", "conversions", data))
+		d.site.RenderStatus(w, http.StatusUnprocessableEntity, "conversions", r.View("Conversions", "conversions", data))
 		return nil
 	}
-	data.Rows, data.Page = namedRows(cs, dir.names), pageOf(r, next)
-	render(w, "conversions", r.view("Conversions", "conversions", data))
+	data.Rows, data.Page = namedRows(cs, dir.names), web.PageOf(r, next)
+	d.site.Render(w, "conversions", r.View("Conversions", "conversions", data))
 	return nil
 }
 
 func (d *Dashboard) conversion(w http.ResponseWriter, r *request) error {
-	c, err := d.svc.Conversions.Conversion(r.Context(), r.brandID(), r.PathValue("id"))
+	c, err := d.svc.Conversions.Conversion(r.Context(), r.Subject, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -348,7 +324,7 @@ func (d *Dashboard) conversion(w http.ResponseWriter, r *request) error {
 	if err != nil {
 		return err
 	}
-	render(w, "conversion", r.view("Conversion", "conversions", rows[0]))
+	d.site.Render(w, "conversion", r.View("Conversion", "conversions", rows[0]))
 	return nil
 }
 
@@ -360,19 +336,19 @@ func (d *Dashboard) conversionAction(w http.ResponseWriter, r *request) error {
 		return tally.Errorf(tally.ECodeNotFound, "No such action.")
 	}
 	if r.PathValue("action") == "reject" {
-		c, err := d.svc.Conversions.Conversion(r.Context(), r.brandID(), r.PathValue("id"))
+		c, err := d.svc.Conversions.Conversion(r.Context(), r.Subject, r.PathValue("id"))
 		if err != nil {
 			return err
 		}
-		if !confirmed(w, r, confirmation{Active: "conversions", Heading: "Reject this conversion of " + moneyOf(c.RevenueCents, c.Currency) + "?",
-			Message: "The partner is not paid its payout of " + moneyOf(c.PayoutCents, c.Currency) + ", and the rejection cannot be undone.",
+		if !web.Confirmed(w, r, web.Confirmation{Active: "conversions", Heading: "Reject this conversion of " + web.Money(c.RevenueCents, c.Currency) + "?",
+			Message: "The partner is not paid its payout of " + web.Money(c.PayoutCents, c.Currency) + ", and the rejection cannot be undone.",
 			Button:  "Reject the conversion", Cancel: "/dashboard/conversions/" + c.ID}) {
 			return nil
 		}
 	}
-	c, err := do(r.Context(), r.brandID(), r.PathValue("id"))
+	c, err := do(r.Context(), r.Subject, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	return redirect(w, r, backTo(r, "/dashboard/conversions/"+c.ID), "conversion-"+c.Status)
+	return web.Redirect(w, r, web.BackTo(r, "/dashboard/conversions/"+c.ID), "conversion-"+c.Status)
 }

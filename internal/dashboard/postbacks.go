@@ -7,6 +7,7 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/web"
 )
 
 // partnerData is a partner's page: the partner, its tracking link for each
@@ -32,28 +33,28 @@ type trackingLink struct {
 }
 
 func (d endpointPages) partnerData(r *request) (partnerData, error) {
-	p, err := d.svc.Partners.Partner(r.Context(), r.brandID(), r.PathValue("id"))
+	p, err := d.svc.Partners.Partner(r.Context(), r.Subject, r.PathValue("id"))
 	if err != nil {
 		return partnerData{}, err
 	}
 	data := partnerData{Partner: p, Macros: endpoints.PostbackMacros(), Events: endpoints.PostbackEvents(),
 		Values: map[string]string{}, Errors: map[string]string{}, Checked: []string{tally.EventConversionCreated}}
-	pb, err := d.svc.Endpoints.Postback(r.Context(), r.brandID(), p.ID)
+	pb, err := d.svc.Endpoints.Postback(r.Context(), r.Subject, p.ID)
 	switch {
 	case err == nil:
 		data.Postback, data.Checked = &pb, pb.Events
 		data.Values["url"], data.Values["since"] = pb.URL, sinceDefault(d.svc.Now(), pb.EndpointHealth)
-	case !isCode(err, tally.ECodeNotFound):
+	case !web.IsCode(err, tally.ECodeNotFound):
 		return data, err
 	}
-	b, err := d.svc.Payouts.Balance(r.Context(), r.brandID(), p.ID)
+	b, err := d.svc.Payouts.Balance(r.Context(), r.Subject, p.ID)
 	if err != nil {
 		return data, err
 	}
 	data.Balances = b.Data
-	offers, _, err := d.svc.Offers.OffersWithTerms(r.Context(), r.brandID(), records.ListParams{Limit: records.MaxLimit})
+	offers, _, err := d.svc.Offers.OffersWithTerms(r.Context(), r.Subject, records.ListParams{Limit: records.MaxLimit})
 	for _, o := range offers {
-		data.Links = append(data.Links, trackingLink{Offer: o.Offer, URL: publicBase(r.Request) + "/c/" + o.ID + "?pid=" + p.ID})
+		data.Links = append(data.Links, trackingLink{Offer: o.Offer, URL: web.PublicBase(r.Request) + "/c/" + o.ID + "?pid=" + p.ID})
 	}
 	partnerTerms(&data, offers)
 	return data, err
@@ -64,7 +65,7 @@ func (d endpointPages) partner(w http.ResponseWriter, r *request) error {
 	if err != nil {
 		return err
 	}
-	render(w, "partner", r.view(data.Name, "partners", data))
+	d.site.Render(w, "partner", r.View(data.Name, "partners", data))
 	return nil
 }
 
@@ -80,16 +81,16 @@ func (d endpointPages) savePostback(w http.ResponseWriter, r *request) error {
 	if in.Events == nil {
 		in.Events = []string{} // none ticked: refused, not the default
 	}
-	if _, err := d.svc.Endpoints.PutPostback(r.Context(), r.brandID(), data.ID, in); err != nil {
-		if !isCode(err, tally.ECodeValidation) {
+	if _, err := d.svc.Endpoints.PutPostback(r.Context(), r.Subject, data.ID, in); err != nil {
+		if !web.IsCode(err, tally.ECodeValidation) {
 			return err
 		}
-		data.Errors[fieldOr(err, "url", "url", "events")] = postbackMessage(err)
+		data.Errors[web.FieldOr(err, "url", "url", "events")] = postbackMessage(err)
 		data.Values["url"], data.Checked = u, in.Events
-		renderStatus(w, http.StatusUnprocessableEntity, "partner", r.view(data.Name, "partners", data))
+		d.site.RenderStatus(w, http.StatusUnprocessableEntity, "partner", r.View(data.Name, "partners", data))
 		return nil
 	}
-	return redirect(w, r, "/dashboard/partners/"+data.ID, "postback-saved")
+	return web.Redirect(w, r, "/dashboard/partners/"+data.ID, "postback-saved")
 }
 
 // postbackMessage says a postback error in the form's words.
@@ -108,7 +109,7 @@ func postbackMessage(err error) string {
 // partner's page with its notice.
 func (d endpointPages) postbackAction(w http.ResponseWriter, r *request) error {
 	id := r.PathValue("id")
-	ctx, brand := r.Context(), r.brandID()
+	ctx, brand := r.Context(), r.Subject
 	var err error
 	done := "postback-" + r.PathValue("action")
 	switch r.PathValue("action") {
@@ -119,7 +120,7 @@ func (d endpointPages) postbackAction(w http.ResponseWriter, r *request) error {
 		_, err = d.svc.Endpoints.EnablePostback(ctx, brand, id)
 		done = "postback-enabled"
 	case "delete":
-		if !confirmed(w, r, confirmation{Active: "partners", Heading: "Delete this partner's postback?",
+		if !web.Confirmed(w, r, web.Confirmation{Active: "partners", Heading: "Delete this partner's postback?",
 			Message: "The partner gets no more postbacks, pending retries included, until a new one is set.",
 			Button:  "Delete the postback", Cancel: "/dashboard/partners/" + id}) {
 			return nil
@@ -132,7 +133,7 @@ func (d endpointPages) postbackAction(w http.ResponseWriter, r *request) error {
 	if err != nil {
 		return err
 	}
-	return redirect(w, r, "/dashboard/partners/"+id, done)
+	return web.Redirect(w, r, "/dashboard/partners/"+id, done)
 }
 
 // recoverPostback queues again the postback's failed deliveries since the
@@ -146,14 +147,14 @@ func (d endpointPages) recoverPostback(w http.ResponseWriter, r *request) error 
 		return tally.Errorf(tally.ECodeNotFound, "Partner %s has no postback.", data.ID)
 	}
 	since := strings.TrimSpace(r.PostFormValue("since"))
-	rec, err := d.svc.Deliveries.RecoverPostback(r.Context(), r.brandID(), data.ID, endpoints.RecoverInput{Since: sinceOf(since)})
+	rec, err := d.svc.Deliveries.RecoverPostback(r.Context(), r.Subject, data.ID, endpoints.RecoverInput{Since: sinceOf(since)})
 	if err != nil {
-		if !isCode(err, tally.ECodeValidation, tally.ECodeInvalidTransition) {
+		if !web.IsCode(err, tally.ECodeValidation, tally.ECodeInvalidTransition) {
 			return err
 		}
 		data.Values["since"], data.Errors["since"] = since, recoverMessage(err, d.svc.Now())
-		renderStatus(w, http.StatusUnprocessableEntity, "partner", r.view(data.Name, "partners", data))
+		d.site.RenderStatus(w, http.StatusUnprocessableEntity, "partner", r.View(data.Name, "partners", data))
 		return nil
 	}
-	return redirect(w, r, "/dashboard/partners/"+data.ID, recovered("postback", rec))
+	return web.Redirect(w, r, "/dashboard/partners/"+data.ID, recovered("postback", rec))
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/identity"
+	"github.com/tally-hq/tally/internal/web"
 )
 
 // postbackTokenData is Settings → Postback token: the brand's token for
@@ -18,12 +19,12 @@ type postbackTokenData struct {
 }
 
 func (d settingsPages) postbackTokenData(r *request) (postbackTokenData, error) {
-	data := postbackTokenData{Base: publicBase(r.Request)}
-	t, err := d.svc.Identity.PostbackToken(r.Context(), r.brandID())
+	data := postbackTokenData{Base: web.PublicBase(r.Request)}
+	t, err := d.svc.Identity.PostbackToken(r.Context(), r.Subject)
 	switch {
 	case err == nil:
 		data.Token = &t
-	case !isCode(err, tally.ECodeNotFound):
+	case !web.IsCode(err, tally.ECodeNotFound):
 		return data, err
 	}
 	return data, nil
@@ -34,7 +35,7 @@ func (d settingsPages) postbackToken(w http.ResponseWriter, r *request) error {
 	if err != nil {
 		return err
 	}
-	render(w, "postback-token", r.settingsView("Postback token", "postback-token", data))
+	d.site.Render(w, "postback-token", settingsView(r, "Postback token", "postback-token", data))
 	return nil
 }
 
@@ -45,23 +46,23 @@ func (d settingsPages) createPostbackToken(w http.ResponseWriter, r *request) er
 	if err != nil {
 		return err
 	}
-	t, err := d.svc.Identity.CreatePostbackToken(r.Context(), r.brandID())
+	t, err := d.svc.Identity.CreatePostbackToken(r.Context(), r.Subject)
 	if err != nil {
 		return err
 	}
 	data := postbackTokenData{Token: &t.PostbackToken, Created: &t, Replaced: before.Token != nil, Base: before.Base}
-	render(w, "postback-token", r.settingsView("Postback token", "postback-token", data))
+	d.site.Render(w, "postback-token", settingsView(r, "Postback token", "postback-token", data))
 	return nil
 }
 
 func (d settingsPages) deletePostbackToken(w http.ResponseWriter, r *request) error {
-	if !confirmed(w, r, confirmation{Active: "settings", Heading: "Delete the postback token?",
+	if !web.Confirmed(w, r, web.Confirmation{Active: "settings", Heading: "Delete the postback token?",
 		Message: "Postbacks sent with it are refused until you make another token, and the systems that use it need the new one.",
 		Button:  "Delete the token", Cancel: "/dashboard/settings/postback-token"}) {
 		return nil
 	}
-	if _, err := d.svc.Identity.DeletePostbackToken(r.Context(), r.brandID()); err != nil {
+	if _, err := d.svc.Identity.DeletePostbackToken(r.Context(), r.Subject); err != nil {
 		return err
 	}
-	return redirect(w, r, "/dashboard/settings/postback-token", "token-deleted")
+	return web.Redirect(w, r, "/dashboard/settings/postback-token", "token-deleted")
 }

@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/dashboard/chart"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/reports"
+	"github.com/tally-hq/tally/internal/web"
 )
 
 // zones are offered in the time zone field (and the zone a link asked
@@ -40,7 +42,7 @@ func (r reportRow) EPC() string {
 	if r.Clicks == 0 {
 		return "—"
 	}
-	return moneyIn((r.RevenueCents+r.Clicks/2)/r.Clicks, r.Currency)
+	return web.MoneyIn((r.RevenueCents+r.Clicks/2)/r.Clicks, r.Currency)
 }
 
 // totals sums rows per currency, in the order the currencies first come.
@@ -79,7 +81,7 @@ type reportsData struct {
 	CSV        string
 	Error      string
 	ErrorField string
-	Presets    []preset
+	Presets    []web.Preset
 }
 
 // reportForm is what the report form asks for.
@@ -113,18 +115,18 @@ func (d *Dashboard) reports(w http.ResponseWriter, r *request) error {
 	if !kept.Has("time") { // the page as first opened is by day: so are its presets
 		kept.Set("time", form.Time)
 	}
-	data := reportsData{Query: form, Zones: zones, Presets: presetsFor(kept, "/dashboard/reports", d.svc.Now())}
-	if form.Timezone != "" && !contains(zones, form.Timezone) {
+	data := reportsData{Query: form, Zones: zones, Presets: web.Presets(kept, "/dashboard/reports", d.svc.Now())}
+	if form.Timezone != "" && !slices.Contains(zones, form.Timezone) {
 		data.Zones = append([]string{form.Timezone}, zones...)
 	}
-	rep, err := d.svc.Reports.Report(r.Context(), r.brandID(), rq)
+	rep, err := d.svc.Reports.Report(r.Context(), r.Subject, rq)
 	if err != nil {
-		if !isCode(err, tally.ECodeValidation) {
+		if !web.IsCode(err, tally.ECodeValidation) {
 			return err
 		}
-		data.ErrorField = fieldOf(err, "from", "to", "timezone", "groupBy")
+		data.ErrorField = web.FieldOf(err, "from", "to", "timezone", "groupBy")
 		data.Error = filterMessage(err, data.ErrorField)
-		renderStatus(w, http.StatusUnprocessableEntity, "reports", r.view("Reports", "reports", data))
+		d.site.RenderStatus(w, http.StatusUnprocessableEntity, "reports", r.View("Reports", "reports", data))
 		return nil
 	}
 	data.Report = rep
@@ -146,7 +148,7 @@ func (d *Dashboard) reports(w http.ResponseWriter, r *request) error {
 		q.Set(k, v)
 	}
 	data.CSV = "/dashboard/reports.csv?" + q.Encode()
-	render(w, "reports", r.view("Reports", "reports", data))
+	d.site.Render(w, "reports", r.View("Reports", "reports", data))
 	return nil
 }
 
@@ -201,8 +203,8 @@ func countCharts(by string, order []string, per countsBy) (clicks, conversions c
 			c = &counts{}
 		}
 		kp = append(kp, chart.Point{Label: label, Value: float64(c.clicks), Part: float64(c.highRisk),
-			Tip: fmt.Sprintf("%s: %s clicks, %s high-risk", k, number(c.clicks), number(c.highRisk))})
-		cp = append(cp, chart.Point{Label: label, Value: float64(c.conversions), Tip: fmt.Sprintf("%s: %s conversions", k, number(c.conversions))})
+			Tip: fmt.Sprintf("%s: %s clicks, %s high-risk", k, web.Number(c.clicks), web.Number(c.highRisk))})
+		cp = append(cp, chart.Point{Label: label, Value: float64(c.conversions), Tip: fmt.Sprintf("%s: %s conversions", k, web.Number(c.conversions))})
 	}
 	count := chart.Compact
 	clicks = chart.New("Clicks per "+by, kp, count)
@@ -213,7 +215,7 @@ func countCharts(by string, order []string, per countsBy) (clicks, conversions c
 // reportCSV is the report's CSV download, the same as the API's.
 func (d *Dashboard) reportCSV(w http.ResponseWriter, r *request) error {
 	_, rq := readReportForm(r.URL.Query())
-	rep, err := d.svc.Reports.Report(r.Context(), r.brandID(), rq)
+	rep, err := d.svc.Reports.Report(r.Context(), r.Subject, rq)
 	if err != nil {
 		return err
 	}
@@ -221,19 +223,4 @@ func (d *Dashboard) reportCSV(w http.ResponseWriter, r *request) error {
 	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s"`, httpapi.ReportFilename(rep)))
 	_ = rep.WriteCSV(w) // the client went away; nothing left to tell it
 	return nil
-}
-
-// fieldOf names the form field an error is about: the field it carries,
-// or the first of fields its message starts with.
-func fieldOf(err error, fields ...string) string {
-	if f := tally.ErrorField(err); f != "" {
-		return f
-	}
-	msg := tally.ErrorMessage(err)
-	for _, f := range fields {
-		if strings.HasPrefix(msg, f+" ") || strings.HasPrefix(msg, f+":") || strings.HasPrefix(msg, f+"[") {
-			return f
-		}
-	}
-	return ""
 }

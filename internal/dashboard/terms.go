@@ -7,7 +7,7 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/offers"
-	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/web"
 )
 
 // Payout kinds, the radio buttons of a payout choice.
@@ -67,7 +67,7 @@ func readPayout(r *request, currency string) (payoutChoice, *int64, *json.Number
 		}
 		return c, nil, nil
 	}
-	cents, ok := parseMoney(c.Amount, currency)
+	cents, ok := web.ParseMoney(c.Amount, currency)
 	switch {
 	case c.Amount == "":
 		c.AmountError = msgAmountNone
@@ -112,7 +112,7 @@ func payoutText(cents *int64, percent *tally.Percent, currency string) string {
 		return percent.String() + "% of revenue"
 	}
 	if cents != nil {
-		return moneyOf(*cents, currency)
+		return web.Money(*cents, currency)
 	}
 	return ""
 }
@@ -125,31 +125,28 @@ func offerPayout(o tally.Offer) string {
 // offerTerms fills in the offer page's terms, with partners' names, and
 // the form that sets them.
 func (d *Dashboard) offerTerms(r *request, data *offerData) error {
-	terms, err := d.svc.Offers.AllTerms(r.Context(), r.brandID(), data.ID)
+	terms, err := d.svc.Offers.AllTerms(r.Context(), r.Subject, data.ID)
 	if err != nil {
 		return err
 	}
-	ps, _, err := d.svc.Partners.Partners(r.Context(), r.brandID(), "", records.ListParams{Limit: records.MaxLimit})
+	dir, err := d.directory(r)
 	if err != nil {
 		return err
 	}
-	byID := map[string]tally.Partner{}
-	for _, p := range ps {
-		byID[p.ID] = p
+	ids := make([]string, len(terms))
+	for i, t := range terms {
+		ids[i] = t.PartnerID
+	}
+	byID, err := d.withPartners(r, dir, ids)
+	if err != nil {
+		return err
 	}
 	for _, t := range terms {
-		p, ok := byID[t.PartnerID]
-		if !ok {
-			if p, err = d.svc.Partners.Partner(r.Context(), r.brandID(), t.PartnerID); err != nil && !isCode(err, tally.ECodeNotFound) {
-				return err
-			}
-			p.ID = t.PartnerID
-		}
-		data.Terms = append(data.Terms, termRow{Offer: data.Offer, Partner: p, Payout: payoutText(t.PayoutCents, t.PayoutPercent, data.Currency)})
+		data.Terms = append(data.Terms, termRow{Offer: data.Offer, Partner: byID[t.PartnerID], Payout: payoutText(t.PayoutCents, t.PayoutPercent, data.Currency)})
 	}
 	data.TermsForm = termsForm{Action: "/dashboard/offers/" + data.ID + "/terms", Pick: "partner",
 		Payout: payoutChoice{ID: "terms", Kind: payoutFixed, Currency: data.Currency}}
-	for _, p := range ps {
+	for _, p := range dir.partners {
 		if p.Status == tally.PartnerActive || p.Status == tally.PartnerApplied {
 			data.TermsForm.Options = append(data.TermsForm.Options, option{p.ID, p.Name + " (" + p.Email + ")"})
 		}
@@ -181,8 +178,8 @@ func (d *Dashboard) putTerms(r *request, offerID, partnerID, currency string, fo
 	if form.Error != "" || choice.failed() {
 		return false, nil
 	}
-	_, err := d.svc.Offers.PutTerms(r.Context(), r.brandID(), offerID, partnerID, offers.TermsInput{PayoutCents: cents, PayoutPercent: percent})
-	if isCode(err, tally.ECodeValidation) || isCode(err, tally.ECodeConflict) || isCode(err, tally.ECodeNotFound) {
+	_, err := d.svc.Offers.PutTerms(r.Context(), r.Subject, offerID, partnerID, offers.TermsInput{PayoutCents: cents, PayoutPercent: percent})
+	if web.IsCode(err, tally.ECodeValidation) || web.IsCode(err, tally.ECodeConflict) || web.IsCode(err, tally.ECodeNotFound) {
 		form.Error = tally.ErrorMessage(err)
 		return false, nil
 	}
@@ -202,9 +199,9 @@ func (d *Dashboard) saveOfferTerms(w http.ResponseWriter, r *request) error {
 		return err
 	}
 	if ok {
-		return redirect(w, r, "/dashboard/offers/"+data.ID+"#terms", "terms-saved")
+		return web.Redirect(w, r, "/dashboard/offers/"+data.ID+"#terms", "terms-saved")
 	}
-	renderStatus(w, http.StatusUnprocessableEntity, "offer", r.view(data.Name, "offers", data))
+	d.site.RenderStatus(w, http.StatusUnprocessableEntity, "offer", r.View(data.Name, "offers", data))
 	return nil
 }
 
@@ -217,7 +214,7 @@ func (d *Dashboard) savePartnerTerms(w http.ResponseWriter, r *request) error {
 	offerID := r.PostFormValue("offer")
 	data.TermsForm.Picked = offerID
 	currency := ""
-	if o, err := d.svc.Offers.Offer(r.Context(), r.brandID(), offerID); err == nil {
+	if o, err := d.svc.Offers.Offer(r.Context(), r.Subject, offerID); err == nil {
 		currency = o.Currency
 	} else if offerID != "" {
 		data.TermsForm.Error = tally.ErrorMessage(err)
@@ -227,35 +224,35 @@ func (d *Dashboard) savePartnerTerms(w http.ResponseWriter, r *request) error {
 		return err
 	}
 	if ok {
-		return redirect(w, r, "/dashboard/partners/"+data.ID+"#terms", "terms-saved")
+		return web.Redirect(w, r, "/dashboard/partners/"+data.ID+"#terms", "terms-saved")
 	}
-	renderStatus(w, http.StatusUnprocessableEntity, "partner", r.view(data.Name, "partners", data))
+	d.site.RenderStatus(w, http.StatusUnprocessableEntity, "partner", r.View(data.Name, "partners", data))
 	return nil
 }
 
 // deleteTerms removes a partner's terms on an offer, once confirmed.
 func (d *Dashboard) deleteTerms(w http.ResponseWriter, r *request) error {
-	o, err := d.svc.Offers.Offer(r.Context(), r.brandID(), r.PathValue("id"))
+	o, err := d.svc.Offers.Offer(r.Context(), r.Subject, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	p, err := d.svc.Partners.Partner(r.Context(), r.brandID(), r.PathValue("partnerId"))
+	p, err := d.svc.Partners.Partner(r.Context(), r.Subject, r.PathValue("partnerId"))
 	if err != nil {
 		return err
 	}
-	t, err := d.svc.Offers.Terms(r.Context(), r.brandID(), o.ID, p.ID)
+	t, err := d.svc.Offers.Terms(r.Context(), r.Subject, o.ID, p.ID)
 	if err != nil {
 		return err
 	}
 	back := "/dashboard/offers/" + o.ID + "#terms"
-	if !confirmed(w, r, confirmation{Active: "offers", Heading: "Remove " + p.Name + "'s terms on " + o.Name + "?",
+	if !web.Confirmed(w, r, web.Confirmation{Active: "offers", Heading: "Remove " + p.Name + "'s terms on " + o.Name + "?",
 		Message: p.Name + " earns " + payoutText(t.PayoutCents, t.PayoutPercent, o.Currency) + " per conversion now; after this, the offer's " +
 			offerPayout(o) + ", from its next conversion on. Conversions already recorded keep their payout.",
 		Button: "Remove the terms", Cancel: back}) {
 		return nil
 	}
-	if _, err := d.svc.Offers.DeleteTerms(r.Context(), r.brandID(), o.ID, p.ID); err != nil {
+	if _, err := d.svc.Offers.DeleteTerms(r.Context(), r.Subject, o.ID, p.ID); err != nil {
 		return err
 	}
-	return redirect(w, r, backTo(r, back), "terms-removed")
+	return web.Redirect(w, r, web.BackTo(r, back), "terms-removed")
 }

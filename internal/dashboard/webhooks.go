@@ -12,6 +12,7 @@ import (
 	"github.com/tally-hq/tally/internal/catalog"
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/web"
 )
 
 type webhooksData struct {
@@ -22,12 +23,12 @@ type webhooksData struct {
 	Errors        map[string]string
 	Created       *tally.Subscription
 	Secret        string // shown once, right after creation
-	Page          page
+	Page          web.Page
 }
 
 func (d endpointPages) webhooksData(r *request) (webhooksData, error) {
-	subs, next, err := d.svc.Endpoints.Subscriptions(r.Context(), r.brandID(), records.ListParams{Cursor: r.URL.Query().Get("cursor")})
-	return webhooksData{Subscriptions: subs, Events: catalog.Subscribable(), Page: pageOf(r, next), Values: map[string]string{}, Errors: map[string]string{}}, err
+	subs, next, err := d.svc.Endpoints.Subscriptions(r.Context(), r.Subject, records.ListParams{Cursor: r.URL.Query().Get("cursor")})
+	return webhooksData{Subscriptions: subs, Events: catalog.Subscribable(), Page: web.PageOf(r, next), Values: map[string]string{}, Errors: map[string]string{}}, err
 }
 
 func (d endpointPages) webhooks(w http.ResponseWriter, r *request) error {
@@ -36,7 +37,7 @@ func (d endpointPages) webhooks(w http.ResponseWriter, r *request) error {
 		return err
 	}
 	data.Checked = []string{tally.EventConversionCreated}
-	render(w, "webhooks", r.view("Webhooks", "webhooks", data))
+	d.site.Render(w, "webhooks", r.View("Webhooks", "webhooks", data))
 	return nil
 }
 
@@ -58,22 +59,22 @@ func (d endpointPages) createWebhook(w http.ResponseWriter, r *request) error {
 	if err != nil {
 		return err
 	}
-	sub, err := d.svc.Endpoints.CreateSubscription(r.Context(), r.brandID(), endpoints.SubscriptionInput{URL: &u, Events: events, Secret: &secret})
+	sub, err := d.svc.Endpoints.CreateSubscription(r.Context(), r.Subject, endpoints.SubscriptionInput{URL: &u, Events: events, Secret: &secret})
 	data, lerr := d.webhooksData(r)
 	if lerr != nil {
 		return lerr
 	}
 	if err != nil {
-		if !isCode(err, tally.ECodeValidation, tally.ECodeConflict) {
+		if !web.IsCode(err, tally.ECodeValidation, tally.ECodeConflict) {
 			return err
 		}
-		data.Errors[fieldOr(err, "url", "url", "events")] = tally.ErrorMessage(err)
+		data.Errors[web.FieldOr(err, "url", "url", "events")] = tally.ErrorMessage(err)
 		data.Values["url"], data.Checked = u, events
-		renderStatus(w, http.StatusUnprocessableEntity, "webhooks", r.view("Webhooks", "webhooks", data))
+		d.site.RenderStatus(w, http.StatusUnprocessableEntity, "webhooks", r.View("Webhooks", "webhooks", data))
 		return nil
 	}
 	data.Created, data.Secret, data.Checked = &sub, secret, []string{tally.EventConversionCreated}
-	render(w, "webhooks", r.view("Webhooks", "webhooks", data))
+	d.site.Render(w, "webhooks", r.View("Webhooks", "webhooks", data))
 	return nil
 }
 
@@ -90,7 +91,7 @@ type webhookData struct {
 }
 
 func (d endpointPages) webhookData(r *request) (webhookData, error) {
-	sub, err := d.svc.Endpoints.Subscription(r.Context(), r.brandID(), r.PathValue("id"))
+	sub, err := d.svc.Endpoints.Subscription(r.Context(), r.Subject, r.PathValue("id"))
 	return webhookData{Subscription: sub, Events: catalog.Subscribable(), Checked: sub.Events, Errors: map[string]string{},
 		Values: map[string]string{"url": sub.URL, "since": sinceDefault(d.svc.Now(), sub.EndpointHealth)}}, err
 }
@@ -100,7 +101,7 @@ func (d endpointPages) webhook(w http.ResponseWriter, r *request) error {
 	if err != nil {
 		return err
 	}
-	render(w, "webhook", r.view("Webhook", "webhooks", data))
+	d.site.Render(w, "webhook", r.View("Webhook", "webhooks", data))
 	return nil
 }
 
@@ -130,22 +131,22 @@ func (d endpointPages) updateWebhook(w http.ResponseWriter, r *request) error {
 		}
 		in.Secret = &secret
 	}
-	sub, err := d.svc.Endpoints.UpdateSubscription(r.Context(), r.brandID(), data.ID, in)
+	sub, err := d.svc.Endpoints.UpdateSubscription(r.Context(), r.Subject, data.ID, in)
 	if err != nil {
-		if !isCode(err, tally.ECodeValidation) {
+		if !web.IsCode(err, tally.ECodeValidation) {
 			return err
 		}
-		data.Errors[fieldOr(err, "url", "url", "events")] = tally.ErrorMessage(err)
+		data.Errors[web.FieldOr(err, "url", "url", "events")] = tally.ErrorMessage(err)
 		data.Values["url"], data.Checked = u, in.Events
-		renderStatus(w, http.StatusUnprocessableEntity, "webhook", r.view("Webhook", "webhooks", data))
+		d.site.RenderStatus(w, http.StatusUnprocessableEntity, "webhook", r.View("Webhook", "webhooks", data))
 		return nil
 	}
 	if !rotate {
-		return redirect(w, r, "/dashboard/webhooks/"+sub.ID, "webhook-updated")
+		return web.Redirect(w, r, "/dashboard/webhooks/"+sub.ID, "webhook-updated")
 	}
 	data.Subscription, data.Checked, data.Values["url"] = sub, sub.Events, sub.URL
 	data.Secret, data.Rotated = *in.Secret, sub.PreviousSecretExpiresAt
-	render(w, "webhook", r.view("Webhook", "webhooks", data))
+	d.site.Render(w, "webhook", r.View("Webhook", "webhooks", data))
 	return nil
 }
 
@@ -153,38 +154,38 @@ func (d endpointPages) updateWebhook(w http.ResponseWriter, r *request) error {
 // subscription and gives it a new key: a whsec_ secret, shown once, or an
 // Ed25519 key, whose public key the page shows.
 func (d endpointPages) rotateStandardKey(w http.ResponseWriter, r *request, data webhookData, in endpoints.SubscriptionInput) error {
-	_, err := d.svc.Endpoints.UpdateSubscription(r.Context(), r.brandID(), data.ID, in)
+	_, err := d.svc.Endpoints.UpdateSubscription(r.Context(), r.Subject, data.ID, in)
 	if err != nil {
-		if !isCode(err, tally.ECodeValidation) {
+		if !web.IsCode(err, tally.ECodeValidation) {
 			return err
 		}
-		data.Errors[fieldOr(err, "url", "url", "events")] = tally.ErrorMessage(err)
+		data.Errors[web.FieldOr(err, "url", "url", "events")] = tally.ErrorMessage(err)
 		data.Values["url"], data.Checked = *in.URL, in.Events
-		renderStatus(w, http.StatusUnprocessableEntity, "webhook", r.view("Webhook", "webhooks", data))
+		d.site.RenderStatus(w, http.StatusUnprocessableEntity, "webhook", r.View("Webhook", "webhooks", data))
 		return nil
 	}
-	sub, err := d.svc.Endpoints.RotateSubscriptionKey(r.Context(), r.brandID(), data.ID)
+	sub, err := d.svc.Endpoints.RotateSubscriptionKey(r.Context(), r.Subject, data.ID)
 	if err != nil {
 		return err
 	}
 	data.Subscription, data.Checked, data.Values["url"] = sub, sub.Events, sub.URL
 	data.Secret, data.Rotated = sub.Secret, sub.PreviousSecretExpiresAt
-	render(w, "webhook", r.view("Webhook", "webhooks", data))
+	d.site.Render(w, "webhook", r.View("Webhook", "webhooks", data))
 	return nil
 }
 
 func (d endpointPages) testWebhook(w http.ResponseWriter, r *request) error {
-	if _, err := d.svc.Endpoints.SendTestEvent(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
+	if _, err := d.svc.Endpoints.SendTestEvent(r.Context(), r.Subject, r.PathValue("id")); err != nil {
 		return err
 	}
-	return redirect(w, r, backTo(r, "/dashboard/webhooks"), "webhook-tested")
+	return web.Redirect(w, r, web.BackTo(r, "/dashboard/webhooks"), "webhook-tested")
 }
 
 func (d endpointPages) enableWebhook(w http.ResponseWriter, r *request) error {
-	if _, err := d.svc.Endpoints.EnableSubscription(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
+	if _, err := d.svc.Endpoints.EnableSubscription(r.Context(), r.Subject, r.PathValue("id")); err != nil {
 		return err
 	}
-	return redirect(w, r, backTo(r, "/dashboard/webhooks/"+r.PathValue("id")), "webhook-enabled")
+	return web.Redirect(w, r, web.BackTo(r, "/dashboard/webhooks/"+r.PathValue("id")), "webhook-enabled")
 }
 
 // recoverWebhook queues again the webhook's failed deliveries since the
@@ -195,32 +196,32 @@ func (d endpointPages) recoverWebhook(w http.ResponseWriter, r *request) error {
 		return err
 	}
 	since := strings.TrimSpace(r.PostFormValue("since"))
-	rec, err := d.svc.Deliveries.RecoverSubscription(r.Context(), r.brandID(), data.ID, endpoints.RecoverInput{Since: sinceOf(since)})
+	rec, err := d.svc.Deliveries.RecoverSubscription(r.Context(), r.Subject, data.ID, endpoints.RecoverInput{Since: sinceOf(since)})
 	if err != nil {
-		if !isCode(err, tally.ECodeValidation, tally.ECodeInvalidTransition) {
+		if !web.IsCode(err, tally.ECodeValidation, tally.ECodeInvalidTransition) {
 			return err
 		}
 		data.Values["since"], data.Errors["since"] = since, recoverMessage(err, d.svc.Now())
-		renderStatus(w, http.StatusUnprocessableEntity, "webhook", r.view("Webhook", "webhooks", data))
+		d.site.RenderStatus(w, http.StatusUnprocessableEntity, "webhook", r.View("Webhook", "webhooks", data))
 		return nil
 	}
-	return redirect(w, r, "/dashboard/webhooks/"+data.ID, recovered("webhook", rec))
+	return web.Redirect(w, r, "/dashboard/webhooks/"+data.ID, recovered("webhook", rec))
 }
 
 func (d endpointPages) deleteWebhook(w http.ResponseWriter, r *request) error {
-	sub, err := d.svc.Endpoints.Subscription(r.Context(), r.brandID(), r.PathValue("id"))
+	sub, err := d.svc.Endpoints.Subscription(r.Context(), r.Subject, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	if !confirmed(w, r, confirmation{Active: "webhooks", Heading: "Delete the webhook to " + sub.URL + "?",
+	if !web.Confirmed(w, r, web.Confirmation{Active: "webhooks", Heading: "Delete the webhook to " + sub.URL + "?",
 		Message: "Every delivery to this URL stops, pending retries included, and a deleted webhook cannot be restored.",
 		Button:  "Delete the webhook", Cancel: "/dashboard/webhooks/" + sub.ID}) {
 		return nil
 	}
-	if _, err := d.svc.Endpoints.DeleteSubscription(r.Context(), r.brandID(), r.PathValue("id")); err != nil {
+	if _, err := d.svc.Endpoints.DeleteSubscription(r.Context(), r.Subject, r.PathValue("id")); err != nil {
 		return err
 	}
-	return redirect(w, r, "/dashboard/webhooks", "webhook-deleted")
+	return web.Redirect(w, r, "/dashboard/webhooks", "webhook-deleted")
 }
 
 // sinceDefault is the recover form's first date: the day the endpoint
@@ -265,12 +266,4 @@ func recovered(what string, rec endpoints.Recovery) string {
 		done += "-more"
 	}
 	return done + "&n=" + strconv.Itoa(rec.Recovered)
-}
-
-// fieldOr is fieldOf with a default for errors that name no field.
-func fieldOr(err error, def string, fields ...string) string {
-	if f := fieldOf(err, fields...); f != "" {
-		return f
-	}
-	return def
 }
