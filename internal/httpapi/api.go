@@ -267,6 +267,7 @@ func (a *API) routes() []route {
 		{GroupAdmin, "GET", "/_admin/keys", authAdmin, a.adminListKeys},
 		{GroupAdmin, "POST", "/_admin/keys/{id}/revoke", authAdmin, a.adminRevokeKey},
 		{GroupAdmin, "POST", "/_admin/users", authAdmin, a.adminCreateUser},
+		{GroupAdmin, "POST", "/_admin/users/reset", authAdmin, a.adminResetPassword},
 		{GroupHealth, "GET", "/healthz", authNone, healthz},
 		{GroupHealth, "GET", "/readyz", authNone, a.readyz},
 	}
