@@ -47,20 +47,15 @@ func (d *Dashboard) signIn(w http.ResponseWriter, r *http.Request) {
 		data.Error = msg
 		d.site.RenderStatus(w, status, "sign-in", web.View{Title: "Sign in", Data: data})
 	}
-	for _, limit := range []struct {
-		bucket string
-		n      int
-	}{{"signin-ip:" + httpapi.ClientIP(r), signInsPerIP}, {"signin-email:" + email, signInsPerUser}} {
-		dec, err := d.svc.Limits.AllowPer(r.Context(), limit.bucket, limit.n, signInWindow)
-		if err != nil {
-			d.site.ErrorPage(w, r, nil, err)
-			return
-		}
-		if !dec.Allowed {
-			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(dec.Wait.Seconds()))))
-			fail(http.StatusTooManyRequests, fmt.Sprintf("Too many sign-in attempts. Try again in %d minutes.", int(math.Ceil(dec.Wait.Minutes()))))
-			return
-		}
+	wait, err := d.throttleSignIn(r, email)
+	if err != nil {
+		d.site.ErrorPage(w, r, nil, err)
+		return
+	}
+	if wait > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+		fail(http.StatusTooManyRequests, fmt.Sprintf("Too many sign-in attempts. Try again in %d minutes.", int(math.Ceil(wait.Minutes()))))
+		return
 	}
 	u, err := d.svc.Accounts.SignIn(r.Context(), email, r.PostFormValue("password"))
 	if err != nil {
@@ -80,6 +75,30 @@ func (d *Dashboard) signIn(w http.ResponseWriter, r *http.Request) {
 	d.site.SetSession(w, r, token, int(accounts.SessionTTL.Seconds()))
 	http.Redirect(w, r, d.site.Local(data.Next), http.StatusSeeOther)
 }
+
+// throttleSignIn counts a sign-in attempt from r's client (and for email,
+// when given) and says how long to wait when there were too many (0: go
+// on).
+func (d *Dashboard) throttleSignIn(r *http.Request, email string) (time.Duration, error) {
+	limits := []struct {
+		bucket string
+		n      int
+	}{{"signin-ip:" + httpapi.ClientIP(r), signInsPerIP}, {"signin-email:" + email, signInsPerUser}}
+	if email == "" {
+		limits = limits[:1]
+	}
+	for _, limit := range limits {
+		dec, err := d.svc.Limits.AllowPer(r.Context(), limit.bucket, limit.n, signInWindow)
+		if err != nil || !dec.Allowed {
+			return dec.Wait, err
+		}
+	}
+	return 0, nil
+}
+
+// throttle counts an attempt of an invitation's or a reset's form against
+// its client's sign-in budget: the same guessing, the same hashing.
+func (d *Dashboard) throttle(r *http.Request) (time.Duration, error) { return d.throttleSignIn(r, "") }
 
 func (d *Dashboard) signOut(w http.ResponseWriter, r *request) error {
 	if err := d.svc.Accounts.EndSession(r.Context(), r.Token); err != nil {
