@@ -200,6 +200,9 @@ func (p *Pages) removeUser(w http.ResponseWriter, r *web.Request) error {
 	if _, err := p.svc.Accounts.RemoveUser(r.Context(), r.Subject, u.ID); err != nil {
 		return err
 	}
+	if u.ID == r.View("", "", nil).UserID {
+		return web.Redirect(w, r, "/dashboard/sign-in", "") // their session ended with them
+	}
 	return web.Redirect(w, r, "/dashboard/settings/team", "user-removed")
 }
 
