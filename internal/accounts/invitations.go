@@ -132,11 +132,8 @@ func (s *Service) PendingInvitation(ctx context.Context, token string) (Invitati
 // uses the invitation up, in one transaction: of two acceptances at once,
 // one makes the user.
 func (s *Service) AcceptInvitation(ctx context.Context, token, password string) (tally.User, error) {
-	inv, key, err := byToken[Invitation](ctx, s, keys.Invitation, token, errInvitationGone)
+	inv, key, err := withPassword[Invitation](ctx, s, keys.Invitation, token, password, errInvitationGone)
 	if err != nil {
-		return tally.User{}, err
-	}
-	if err := checkPassword(&password); err != nil {
 		return tally.User{}, err
 	}
 	u, err := s.newUser(inv.BrandID, inv.Email, inv.Role, password)

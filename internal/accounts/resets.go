@@ -84,11 +84,8 @@ func (s *Service) PendingReset(ctx context.Context, token string) (PasswordReset
 // UseReset sets the user's new password and uses the reset up, in one
 // transaction; every session the user had ends.
 func (s *Service) UseReset(ctx context.Context, token, password string) (tally.User, error) {
-	r, key, err := byToken[PasswordReset](ctx, s, keys.PasswordReset, token, errResetGone)
+	r, key, err := withPassword[PasswordReset](ctx, s, keys.PasswordReset, token, password, errResetGone)
 	if err != nil {
-		return tally.User{}, err
-	}
-	if err := checkPassword(&password); err != nil {
 		return tally.User{}, err
 	}
 	hash, err := s.passwords.Hash(password)

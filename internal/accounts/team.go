@@ -174,6 +174,16 @@ func (s *Service) owners(ctx context.Context, brandID string) (int, error) {
 // expires (an invitation, a password reset).
 type expiring interface{ expiry() time.Time }
 
+// withPassword reads the live record of a token whose form sets password,
+// and checks the password.
+func withPassword[T expiring](ctx context.Context, s *Service, key func(hash string) store.Key, token, password string, gone error) (T, store.Key, error) {
+	v, k, err := byToken[T](ctx, s, key, token, gone)
+	if err == nil {
+		err = checkPassword(&password)
+	}
+	return v, k, err
+}
+
 // byToken reads the live record of a token: a token that is unknown,
 // used or expired is gone.
 func byToken[T expiring](ctx context.Context, s *Service, key func(hash string) store.Key, token string, gone error) (T, store.Key, error) {

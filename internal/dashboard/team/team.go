@@ -7,6 +7,7 @@
 package team
 
 import (
+	"context"
 	"embed"
 	"errors"
 	"math"
@@ -69,15 +70,16 @@ func (p *Pages) Routes() map[string]web.PageFunc {
 	}
 }
 
-// Public are the pages an invitation's or a reset's link opens, for
-// people not signed in.
+// Public are the pages an invitation's or a reset's link opens
+// (/dashboard/invite/{token}, /dashboard/reset/{token}), for people not
+// signed in.
 func (p *Pages) Public() map[string]http.HandlerFunc {
-	return map[string]http.HandlerFunc{
-		"GET /dashboard/invite/{token}":  p.invitationPage,
-		"POST /dashboard/invite/{token}": p.acceptInvitation,
-		"GET /dashboard/reset/{token}":   p.resetPage,
-		"POST /dashboard/reset/{token}":  p.useReset,
+	routes := map[string]http.HandlerFunc{}
+	for path, l := range p.linkPages() {
+		routes["GET /dashboard/"+path+"/{token}"] = p.showLink(l)
+		routes["POST /dashboard/"+path+"/{token}"] = p.submitLink(l)
 	}
+	return routes
 }
 
 // shownLink is a link made a moment ago, shown this once.
@@ -222,24 +224,39 @@ func (p *Pages) makeReset(w http.ResponseWriter, r *web.Request) error {
 
 // passwordData is the page an invitation's or a reset's link opens.
 type passwordData struct {
-	Heading, Intro, Email, Button, Error, Form string
+	Title, Heading, Intro, Email, Button, Error, Form string
 }
 
-func (p *Pages) invitationPage(w http.ResponseWriter, r *http.Request) {
-	inv, err := p.svc.Accounts.PendingInvitation(r.Context(), r.PathValue("token"))
-	if err != nil {
-		p.site.ErrorPage(w, r, nil, err)
-		return
+// linkPage is a page a secret link opens, which sets a password and signs
+// in: find is what the page says for a live link, use sets the password
+// (using the link up), done is the notice on the dashboard after.
+type linkPage struct {
+	find func(ctx context.Context, token string) (passwordData, error)
+	use  func(ctx context.Context, token, password string) (tally.User, error)
+	done string
+}
+
+func (p *Pages) linkPages() map[string]linkPage {
+	acc := p.svc.Accounts
+	return map[string]linkPage{
+		"invite": {find: func(ctx context.Context, token string) (passwordData, error) {
+			inv, err := acc.PendingInvitation(ctx, token)
+			return invitationData(inv), err
+		}, use: acc.AcceptInvitation, done: "joined"},
+		"reset": {find: func(ctx context.Context, token string) (passwordData, error) {
+			reset, err := acc.PendingReset(ctx, token)
+			return passwordData{Title: "Set a new password", Heading: "Set a new password", Email: reset.Email, Button: "Set the password and sign in",
+				Intro: "Choose a new password for " + reset.Email + ". Every session you have elsewhere ends when it is set."}, err
+		}, use: acc.UseReset, done: "password-reset"},
 	}
-	p.site.Render(w, "set-password", web.View{Title: "Join " + inv.BrandName, Data: invitationData(inv, web.FormToken(w, r))})
 }
 
-func invitationData(inv accounts.Invitation, form string) passwordData {
+func invitationData(inv accounts.Invitation) passwordData {
 	what := "see everything and change nothing"
 	if inv.Role == tally.RoleOwner {
 		what = "see and change everything, and manage the team"
 	}
-	return passwordData{Heading: "Join " + inv.BrandName + " on Tally", Email: inv.Email, Button: "Join and sign in", Form: form,
+	return passwordData{Title: "Join " + inv.BrandName, Heading: "Join " + inv.BrandName + " on Tally", Email: inv.Email, Button: "Join and sign in",
 		Intro: inv.InvitedBy + " invited you as " + article(inv.Role) + ": you will " + what + ". Choose a password to sign in with."}
 }
 
@@ -250,58 +267,41 @@ func article(role string) string {
 	return "a viewer"
 }
 
-func (p *Pages) acceptInvitation(w http.ResponseWriter, r *http.Request) {
-	if !p.admitted(w, r) {
-		return
+// showLink serves a link's page: a form for the password, or 404 for a
+// link that is used, withdrawn or expired.
+func (p *Pages) showLink(l linkPage) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		data, err := l.find(r.Context(), r.PathValue("token"))
+		if err != nil {
+			p.site.ErrorPage(w, r, nil, err)
+			return
+		}
+		data.Form = web.FormToken(w, r)
+		p.site.Render(w, "set-password", web.View{Title: data.Title, Data: data})
 	}
-	token := r.PathValue("token")
-	inv, err := p.svc.Accounts.PendingInvitation(r.Context(), token)
-	if err != nil {
-		p.site.ErrorPage(w, r, nil, err)
-		return
-	}
-	u, err := p.svc.Accounts.AcceptInvitation(r.Context(), token, r.PostFormValue("password"))
-	if web.IsCode(err, tally.ECodeValidation) {
-		data := invitationData(inv, web.FormToken(w, r))
-		data.Error = tally.ErrorMessage(err)
-		p.site.RenderStatus(w, http.StatusUnprocessableEntity, "set-password", web.View{Title: "Join " + inv.BrandName, Data: data})
-		return
-	}
-	p.signInAs(w, r, u, err, "joined")
 }
 
-func (p *Pages) resetPage(w http.ResponseWriter, r *http.Request) {
-	reset, err := p.svc.Accounts.PendingReset(r.Context(), r.PathValue("token"))
-	if err != nil {
-		p.site.ErrorPage(w, r, nil, err)
-		return
+// submitLink sets the password a link's form sends and signs in; a
+// password that will not do shows the form again, saying why.
+func (p *Pages) submitLink(l linkPage) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !p.admitted(w, r) {
+			return
+		}
+		token := r.PathValue("token")
+		data, err := l.find(r.Context(), token)
+		if err != nil {
+			p.site.ErrorPage(w, r, nil, err)
+			return
+		}
+		u, err := l.use(r.Context(), token, r.PostFormValue("password"))
+		if web.IsCode(err, tally.ECodeValidation) {
+			data.Form, data.Error = web.FormToken(w, r), tally.ErrorMessage(err)
+			p.site.RenderStatus(w, http.StatusUnprocessableEntity, "set-password", web.View{Title: data.Title, Data: data})
+			return
+		}
+		p.signInAs(w, r, u, err, l.done)
 	}
-	p.site.Render(w, "set-password", web.View{Title: "Set a new password", Data: resetData(reset, web.FormToken(w, r))})
-}
-
-func resetData(reset accounts.PasswordReset, form string) passwordData {
-	return passwordData{Heading: "Set a new password", Email: reset.Email, Button: "Set the password and sign in", Form: form,
-		Intro: "Choose a new password for " + reset.Email + ". Every session you have elsewhere ends when it is set."}
-}
-
-func (p *Pages) useReset(w http.ResponseWriter, r *http.Request) {
-	if !p.admitted(w, r) {
-		return
-	}
-	token := r.PathValue("token")
-	reset, err := p.svc.Accounts.PendingReset(r.Context(), token)
-	if err != nil {
-		p.site.ErrorPage(w, r, nil, err)
-		return
-	}
-	u, err := p.svc.Accounts.UseReset(r.Context(), token, r.PostFormValue("password"))
-	if web.IsCode(err, tally.ECodeValidation) {
-		data := resetData(reset, web.FormToken(w, r))
-		data.Error = tally.ErrorMessage(err)
-		p.site.RenderStatus(w, http.StatusUnprocessableEntity, "set-password", web.View{Title: "Set a new password", Data: data})
-		return
-	}
-	p.signInAs(w, r, u, err, "password-reset")
 }
 
 // admitted checks a link's form: its token, then the sign-in throttle
