@@ -76,6 +76,12 @@ func TestTeamPagesInTheBrowser(t *testing.T) {
 			t.Fatalf("after joining: %s", b.text("body"))
 		}
 
+		// The link works once.
+		if status := b.open(invite); status != 404 || !strings.Contains(b.text("h1"), "no longer works") {
+			t.Errorf("the used invitation link: %d %s", status, b.text("main"))
+		}
+		b.shot("invite-used-1280")
+
 		// A viewer sees every page and nothing that would change anything.
 		for _, path := range []string{"/dashboard", "/dashboard/offers", "/dashboard/offers/" + d.offer.ID, "/dashboard/partners",
 			"/dashboard/partners/" + d.partner.ID, "/dashboard/conversions", "/dashboard/conversions/" + d.conv.ID, "/dashboard/clicks",

@@ -140,3 +140,51 @@ func TestAuditLogPage(t *testing.T) {
 }
 
 func unescape(href string) string { return strings.ReplaceAll(href, "&amp;", "&") }
+
+// The team's forms keep the last owner, sign out an owner who removes
+// themselves, and the link pages count against the sign-in throttle.
+func TestTeamForms(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		s := newSite(t, st, httpapi.Config{})
+		c := client(t)
+		s.signIn(c, "")
+		csrf := token(t, s.get(c, "/dashboard/settings/team"))
+		users, _, _ := s.svc.Accounts.Users(context.Background(), s.brandID, records.ListParams{})
+		me := users[0].ID
+		if p := s.post(c, "/dashboard/settings/team/users/"+me+"/role", url.Values{"csrf": {csrf}, "role": {"viewer"}}); p.status != 409 || !strings.Contains(p.body, "only owner") {
+			t.Errorf("the last owner becomes a viewer: %d", p.status)
+		}
+		if p := s.post(c, "/dashboard/settings/team/users/"+me+"/remove", url.Values{"csrf": {csrf}}); p.status != 200 || !strings.Contains(p.body, "data-confirm") {
+			t.Errorf("removing yourself does not ask first: %d", p.status)
+		}
+		other := s.addViewer(t)
+		if _, err := s.svc.Accounts.SetRole(context.Background(), s.brandID, other.ID, tally.RoleOwner); err != nil {
+			t.Fatal(err)
+		}
+		p := s.post(c, "/dashboard/settings/team/users/"+me+"/remove", url.Values{"csrf": {csrf}, "confirm": {"yes"}})
+		if p.status != 303 || p.header.Get("Location") != "/dashboard/sign-in" {
+			t.Errorf("removing yourself: %d to %q, want the sign-in page", p.status, p.header.Get("Location"))
+		}
+		if p := s.get(c, "/dashboard"); p.status != 303 {
+			t.Errorf("the removed owner's session still opens pages: %d", p.status)
+		}
+
+		// Guessing links is as slow as guessing passwords.
+		anon := client(t)
+		form := token(t, s.get(anon, "/dashboard/sign-in"))
+		limited := 0
+		for i := range 31 {
+			p := s.post(anon, "/dashboard/reset/guess"+strconv.Itoa(i), url.Values{"csrf": {form}, "password": {"a long enough password"}})
+			switch p.status {
+			case 404:
+			case 429:
+				limited++
+			default:
+				t.Fatalf("a guessed reset link: %d", p.status)
+			}
+		}
+		if limited != 2 { // the owner's sign-in from this address took one of the 30 attempts
+			t.Errorf("%d of 31 guesses refused, want the last two", limited)
+		}
+	})
+}

@@ -273,7 +273,7 @@ func (p *Pages) showLink(l linkPage) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		data, err := l.find(r.Context(), r.PathValue("token"))
 		if err != nil {
-			p.site.ErrorPage(w, r, nil, err)
+			p.linkError(w, r, err)
 			return
 		}
 		data.Form = web.FormToken(w, r)
@@ -291,7 +291,7 @@ func (p *Pages) submitLink(l linkPage) http.HandlerFunc {
 		token := r.PathValue("token")
 		data, err := l.find(r.Context(), token)
 		if err != nil {
-			p.site.ErrorPage(w, r, nil, err)
+			p.linkError(w, r, err)
 			return
 		}
 		u, err := l.use(r.Context(), token, r.PostFormValue("password"))
@@ -302,6 +302,22 @@ func (p *Pages) submitLink(l linkPage) http.HandlerFunc {
 		}
 		p.signInAs(w, r, u, err, l.done)
 	}
+}
+
+// linkError answers a link that no longer works (404) with a page that
+// says so and what to do, and any other error as the site does.
+func (p *Pages) linkError(w http.ResponseWriter, r *http.Request, err error) {
+	if !web.IsCode(err, tally.ECodeNotFound) {
+		p.site.ErrorPage(w, r, nil, err)
+		return
+	}
+	p.message(w, http.StatusNotFound, "This link no longer works", tally.ErrorMessage(err))
+}
+
+// message renders a page of a heading and a message, for people not
+// signed in.
+func (p *Pages) message(w http.ResponseWriter, status int, heading, msg string) {
+	p.site.RenderStatus(w, status, "error", web.View{Title: heading, Data: struct{ Heading, Message string }{heading, msg}})
 }
 
 // admitted checks a link's form: its token, then the sign-in throttle
@@ -318,8 +334,8 @@ func (p *Pages) admitted(w http.ResponseWriter, r *http.Request) bool {
 	}
 	if wait > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
-		p.site.RenderStatus(w, http.StatusTooManyRequests, "error", web.View{Title: "Too many attempts", Data: struct{ Heading, Message string }{
-			"Too many attempts", "Too many attempts from this address. Try again in " + strconv.Itoa(int(math.Ceil(wait.Minutes()))) + " minutes."}})
+		p.message(w, http.StatusTooManyRequests, "Too many attempts",
+			"Too many attempts from this address. Try again in "+strconv.Itoa(int(math.Ceil(wait.Minutes())))+" minutes.")
 		return false
 	}
 	return true
