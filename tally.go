@@ -13,8 +13,11 @@ import (
 
 // Brand is a tenant. Every other record belongs to exactly one brand.
 type Brand struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// Timezone is the IANA zone the brand's days are counted in on the
+	// dashboard (its overview, date ranges and times); UTC unless set.
+	Timezone  string `json:"timezone"`
 	CreatedAt Time   `json:"createdAt"`
 }
 

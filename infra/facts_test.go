@@ -690,6 +690,8 @@ func (t *cfnTemplate) functionFacts(f map[string]string, id string, p map[string
 	f[fn+" timeout"] = t.orDefault(p["Timeout"], "3")
 	logging, _ := p["LoggingConfig"].(map[string]any)
 	f[fn+" logs"] = t.orDefault(logging["LogGroup"], "/aws/lambda/<name>")
+	f[fn+" log format"] = t.orDefault(logging["LogFormat"], "Text")
+	f[fn+" system log level"] = t.orDefault(logging["SystemLogLevel"], "INFO")
 	f[fn+" reserved"] = t.orDefault(p["ReservedConcurrentExecutions"], "unreserved")
 	env, _ := p["Environment"].(map[string]any)
 	vars, _ := env["Variables"].(map[string]any)

@@ -278,6 +278,8 @@ Outputs:
 		"grant Fn Table":                  "dynamodb:BatchGetItem dynamodb:DescribeTable dynamodb:GetItem dynamodb:Query dynamodb:Scan",
 		"grant Fn Table/index":            "dynamodb:BatchGetItem dynamodb:DescribeTable dynamodb:GetItem dynamodb:Query dynamodb:Scan",
 		"function Fn logs":                "/aws/lambda/<name>",
+		"function Fn log format":          "Text",
+		"function Fn system log level":    "INFO",
 		"function Fn reserved":            "unreserved",
 		"grant Fn Queue":                  "sqs:SendMessage",
 		"output Url":                      "${Table.Arn}/y",

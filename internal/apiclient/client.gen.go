@@ -68,6 +68,7 @@ func (e AttemptError) Valid() bool {
 
 // Defines values for AuditEntryAction.
 const (
+	AuditEntryActionBrandTimezoneChanged  AuditEntryAction = "brand.timezone_changed"
 	AuditEntryActionConversionApproved    AuditEntryAction = "conversion.approved"
 	AuditEntryActionConversionRejected    AuditEntryAction = "conversion.rejected"
 	AuditEntryActionConversionReversed    AuditEntryAction = "conversion.reversed"
@@ -104,6 +105,8 @@ const (
 // Valid indicates whether the value is a known member of the AuditEntryAction enum.
 func (e AuditEntryAction) Valid() bool {
 	switch e {
+	case AuditEntryActionBrandTimezoneChanged:
+		return true
 	case AuditEntryActionConversionApproved:
 		return true
 	case AuditEntryActionConversionRejected:

@@ -108,6 +108,7 @@ const (
 	PostbackTokenDeleted = "postback_token.deleted"
 	PayoutCreated        = "payout.created"
 	PayoutPaid           = "payout.paid"
+	BrandTimezoneChanged = "brand.timezone_changed"
 	FraudSettingsUpdated = "fraud.settings_updated"
 	AddressBlocked       = "fraud.address_blocked"
 	AddressUnblocked     = "fraud.address_unblocked"

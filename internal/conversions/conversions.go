@@ -458,6 +458,29 @@ func (s *Service) Conversion(ctx context.Context, brandID, conversionID string) 
 	return records.GetByID[tally.Conversion](ctx, s.db, "conversion", "cnv_", conversionID, func() store.Key { return keys.Conversion(brandID, conversionID) })
 }
 
+// ConversionByTxn returns the conversion recorded for an offer with an
+// externalTxnId, read through the pair's idempotency marker (kept 400 days
+// after the conversion, markerTTL): two reads, no scan. Not found when the
+// pair was never recorded, or its conversion is not written yet.
+func (s *Service) ConversionByTxn(ctx context.Context, brandID, offerID, externalTxnID string) (tally.Conversion, error) {
+	if externalTxnID == "" || !ids.Valid("off_", offerID) {
+		return tally.Conversion{}, records.NotFound(store.ErrNotFound, "conversion", externalTxnID)
+	}
+	marker, err := s.db.Get(ctx, keys.Txn(brandID, offerID, externalTxnID))
+	if err != nil {
+		return tally.Conversion{}, records.NotFound(err, "conversion", externalTxnID)
+	}
+	var id string
+	if json.Unmarshal(marker.Data, &id) != nil { // a marker holding the whole conversion
+		var first tally.Conversion
+		if err := records.Decode(marker, &first); err != nil {
+			return first, err
+		}
+		id = first.ID
+	}
+	return s.Conversion(ctx, brandID, id)
+}
+
 // ConversionFilter narrows GET /conversions. From and To are RFC 3339
 // timestamps or dates (YYYY-MM-DD; To includes the whole day).
 type ConversionFilter struct {

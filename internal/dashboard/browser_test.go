@@ -178,8 +178,15 @@ func (b *tab) fill(form string, values map[string]string) {
 // to load.
 func (b *tab) submit(button, pathRE string) {
 	b.t.Helper()
+	b.leave("click "+button, chromedp.Click(chromedp.CSS(button)), pathRE)
+}
+
+// leave runs an action that leaves the page (a click, Enter in a form)
+// and waits for the page at a path matching pathRE to load.
+func (b *tab) leave(what string, action chromedp.Action[chromedp.Void], pathRE string) {
+	b.t.Helper()
 	mark := eval[float64](b, "window.__page = Math.random()")
-	b.do("click "+button, chromedp.Click(chromedp.CSS(button)))
+	b.do(what, action)
 	re := regexp.MustCompile(pathRE)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -190,7 +197,7 @@ func (b *tab) submit(button, pathRE string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			b.t.Fatalf("after clicking %s: no page at %s (%v, %v)\n%s", button, pathRE, state, err, b.text("body"))
+			b.t.Fatalf("after %s: no page at %s (%v, %v)\n%s", what, pathRE, state, err, b.text("body"))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

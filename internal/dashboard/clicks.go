@@ -58,8 +58,10 @@ func (d *Dashboard) clicks(w http.ResponseWriter, r *request) error {
 		return err
 	}
 	data := clicksData{Filter: f, Offers: n.dir.offerPicker(f.OfferID), Partners: n.dir.partnerPicker(f.PartnerID), Threshold: n.threshold,
-		Presets: web.Presets(r.URL.Query(), "/dashboard/clicks", d.svc.Now())}
-	clicks, next, err := d.svc.Clicks.Clicks(r.Context(), r.Subject, f, records.ListParams{Cursor: q.Get("cursor")})
+		Presets: web.Presets(r.URL.Query(), "/dashboard/clicks", d.svc.Now().In(r.Zone()))}
+	within := f // the dates are the brand's days
+	within.From, within.To = web.DayBounds(f.From, f.To, r.Zone())
+	clicks, next, err := d.svc.Clicks.Clicks(r.Context(), r.Subject, within, records.ListParams{Cursor: q.Get("cursor")})
 	if err != nil {
 		if !web.IsCode(err, tally.ECodeValidation) {
 			return err

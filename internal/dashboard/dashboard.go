@@ -1,14 +1,17 @@
 // Package dashboard serves Tally's web pages: the dashboard a brand's users
 // sign in to at /dashboard, and the public partner application page at
 // /apply/{brandId}. Pages are rendered on the server from Go templates;
-// the stylesheet and icon are embedded in the binary (package web), the charts are SVG
-// drawn here, and no page loads anything from another host or needs
-// JavaScript.
+// the stylesheet, icon and script are embedded in the binary (package
+// web), the charts are SVG drawn here, and no page loads anything from
+// another host or needs JavaScript: the one script adds Copy buttons
+// beside values marked data-copy, which are plain text to select without
+// it.
 //
 // The page machinery (layout, sessions, CSRF, headers, confirmation step,
 // formatting) is package web's; the payout pages are a package of their
-// own (payoutpages), as are the team and audit log pages (team), mounted
-// here. Viewers see every page and change nothing (asUser). Each page lives in a file of its own
+// own (payoutpages), as are Settings → General (brandsettings), the
+// search (search) and the team and audit log pages (team), mounted here.
+// Viewers see every page and change nothing (asUser). Each page lives in a file of its own
 // (offers.go, partners.go, …) and is one route in routes(); a new feature
 // adds its file, its template and its line in the navigation (nav in
 // render.go).
@@ -24,9 +27,12 @@ import (
 	"strings"
 
 	"github.com/tally-hq/tally/internal/audit"
+	"github.com/tally-hq/tally/internal/dashboard/brandsettings"
 	"github.com/tally-hq/tally/internal/dashboard/payoutpages"
+	"github.com/tally-hq/tally/internal/dashboard/search"
 	"github.com/tally-hq/tally/internal/dashboard/team"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/tzdb"
 	"github.com/tally-hq/tally/internal/web"
 )
 
@@ -52,10 +58,11 @@ func New(svc httpapi.Services, cfg httpapi.Config) http.Handler {
 	}
 	all := maps.Clone(flashes)
 	maps.Copy(all, payoutpages.Flashes)
+	maps.Copy(all, brandsettings.Flashes)
 	maps.Copy(all, team.Flashes)
 	d := &Dashboard{svc: svc, cfg: cfg, site: web.New(web.Config{
 		Base: "/dashboard", Name: "Dashboard", Cookie: sessionCookie, Logger: cfg.Logger,
-		Templates: []fs.FS{templates, payoutpages.Templates, team.Templates}, Funcs: funcs, Flashes: all,
+		Templates: []fs.FS{templates, payoutpages.Templates, brandsettings.Templates, search.Templates, team.Templates}, Funcs: funcs, Flashes: all,
 	})}
 	return d.site.Protect(d.routes())
 }
@@ -82,11 +89,24 @@ type request = web.Request
 // pageFunc serves one signed-in page.
 type pageFunc = web.PageFunc
 
-// session looks up a signed-in user's session for web.Site.SignedIn.
+// session looks up a signed-in user's session for web.Site.SignedIn, and
+// the brand's time zone (read each time, so a change shows at once on
+// every session's next page).
 func (d *Dashboard) session(ctx context.Context, token string) (string, web.View, error) {
 	sess, err := d.svc.Accounts.Session(ctx, token)
-	return sess.BrandID, web.View{Account: sess.BrandName, AccountID: sess.BrandID, Email: sess.Email, UserID: sess.UserID,
-		ReadOnly: !sess.CanChange(), Nav: nav}, err
+	if err != nil {
+		return "", web.View{}, err
+	}
+	b, err := d.svc.Identity.Brand(ctx, sess.BrandID)
+	if err != nil {
+		return "", web.View{}, err
+	}
+	v := web.View{Account: sess.BrandName, AccountID: sess.BrandID, Email: sess.Email, UserID: sess.UserID,
+		ReadOnly: !sess.CanChange(), Nav: nav, Search: search.Path}
+	if zone, err := tzdb.LoadLocation(b.Timezone); err == nil { // set from tzdb's own names
+		v.Zone = zone
+	}
+	return sess.BrandID, v, nil
 }
 
 // signOut is the one form a viewer may send.
@@ -173,7 +193,7 @@ func (d *Dashboard) pages() map[string]pageFunc {
 		"GET /dashboard/activity/deliveries/{id}":              endpoints.delivery,
 		"POST /dashboard/activity/deliveries/{id}/retry":       endpoints.retryDelivery,
 		"GET /dashboard/settings": func(w http.ResponseWriter, r *request) error {
-			return web.Redirect(w, r, "/dashboard/settings/keys", "")
+			return web.Redirect(w, r, "/dashboard/settings/general", "")
 		},
 		"GET /dashboard/settings/fraud":                          settings.fraudSettings,
 		"POST /dashboard/settings/fraud":                         settings.saveFraudSettings,
@@ -187,6 +207,8 @@ func (d *Dashboard) pages() map[string]pageFunc {
 		"POST /dashboard/settings/keys/{id}/revoke":              settings.revokeKey,
 	}
 	maps.Copy(pages, payoutpages.New(d.svc, d.site, d.partnersByID).Routes())
+	maps.Copy(pages, brandsettings.New(d.svc, d.site, settingsView).Routes())
+	maps.Copy(pages, search.New(d.svc, d.site).Routes())
 	maps.Copy(pages, d.teamPages().Routes())
 	return pages
 }

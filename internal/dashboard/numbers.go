@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"cmp"
-	"net/url"
 	"slices"
 
 	"github.com/tally-hq/tally"
@@ -16,13 +15,8 @@ import (
 // leaves the numbers out and says so in p.Error.
 func (d *Dashboard) numbersBy(r *request, group, path string) (map[string][]reportRow, web.Period, error) {
 	q := r.URL.Query()
-	p := web.Period{Path: path, From: q.Get("from"), To: q.Get("to"), Keep: url.Values{}, Presets: web.Presets(q, path, d.svc.Now())}
-	for k, v := range q {
-		if k != "from" && k != "to" && k != "cursor" && k != "done" {
-			p.Keep[k] = v
-		}
-	}
-	rep, err := d.svc.Reports.Report(r.Context(), r.Subject, reports.ReportQuery{From: p.From, To: p.To, GroupBy: []string{group}})
+	p := web.Period{Path: path, From: q.Get("from"), To: q.Get("to"), Keep: web.Filters(q, "from", "to"), Presets: web.Presets(q, path, d.svc.Now().In(r.Zone()))}
+	rep, err := d.svc.Reports.Report(r.Context(), r.Subject, reports.ReportQuery{From: p.From, To: p.To, Timezone: r.Zone().String(), GroupBy: []string{group}})
 	if err != nil {
 		if !web.IsCode(err, tally.ECodeValidation) {
 			return nil, p, err
@@ -43,7 +37,7 @@ func (d *Dashboard) numbersBy(r *request, group, path string) (map[string][]repo
 // topPartners are the five partners that brought the most revenue in the
 // 30 days ending today, and the first of those days.
 func (d *Dashboard) topPartners(r *request, today string) ([]partnerNumbers, string, error) {
-	rep, err := d.svc.Reports.Report(r.Context(), r.Subject, reports.ReportQuery{To: today, GroupBy: []string{"partner"}})
+	rep, err := d.svc.Reports.Report(r.Context(), r.Subject, reports.ReportQuery{To: today, Timezone: r.Zone().String(), GroupBy: []string{"partner"}})
 	if err != nil {
 		return nil, "", err
 	}

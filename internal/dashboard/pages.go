@@ -6,7 +6,6 @@ import (
 	"math"
 	"net/http"
 	"slices"
-	"time"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/conversions"
@@ -38,11 +37,12 @@ type overviewData struct {
 	TopFrom                string
 }
 
-// overview shows today's numbers (UTC) and the last 30 days.
+// overview shows today's numbers and the last 30 days, days of the
+// brand's zone.
 func (d *Dashboard) overview(w http.ResponseWriter, r *request) error {
 	ctx := r.Context()
-	today := d.svc.Now().Format(time.DateOnly)
-	now, err := d.svc.Reports.Report(ctx, r.Subject, reports.ReportQuery{From: today, To: today})
+	today, zone := r.Today(d.svc.Now()), r.Zone().String()
+	now, err := d.svc.Reports.Report(ctx, r.Subject, reports.ReportQuery{From: today, To: today, Timezone: zone})
 	if err != nil {
 		return err
 	}
@@ -55,7 +55,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *request) error {
 		data.Revenue = append(data.Revenue, amount{row.RevenueCents, row.Currency})
 		data.Payout = append(data.Payout, amount{row.PayoutCents, row.Currency})
 	}
-	month, err := d.svc.Reports.Report(ctx, r.Subject, reports.ReportQuery{To: today, GroupBy: []string{"day"}})
+	month, err := d.svc.Reports.Report(ctx, r.Subject, reports.ReportQuery{To: today, Timezone: zone, GroupBy: []string{"day"}})
 	if err != nil {
 		return err
 	}
@@ -298,9 +298,11 @@ func (d *Dashboard) conversions(w http.ResponseWriter, r *request) error {
 	if err != nil {
 		return err
 	}
-	data := conversionsData{Filter: f, Offers: dir.offerPicker(f.OfferID), Partners: dir.partnerPicker(f.PartnerID), Back: r.URL.RequestURI(), Presets: web.Presets(r.URL.Query(), "/dashboard/conversions", d.svc.Now()),
+	data := conversionsData{Filter: f, Offers: dir.offerPicker(f.OfferID), Partners: dir.partnerPicker(f.PartnerID), Back: r.URL.RequestURI(), Presets: web.Presets(r.URL.Query(), "/dashboard/conversions", d.svc.Now().In(r.Zone())),
 		Statuses: []string{tally.ConversionPending, tally.ConversionApproved, tally.ConversionRejected, tally.ConversionReversed}}
-	cs, next, err := d.svc.Conversions.Conversions(r.Context(), r.Subject, f, records.ListParams{Cursor: q.Get("cursor")})
+	within := f // the dates are the brand's days
+	within.From, within.To = web.DayBounds(f.From, f.To, r.Zone())
+	cs, next, err := d.svc.Conversions.Conversions(r.Context(), r.Subject, within, records.ListParams{Cursor: q.Get("cursor")})
 	if err != nil {
 		if !web.IsCode(err, tally.ECodeValidation) {
 			return err

@@ -32,11 +32,12 @@ var nav = []web.NavItem{
 	{Key: "webhooks", Label: "Webhooks", Href: "/dashboard/webhooks"},
 	{Key: "deliveries", Label: "Delivery log", Href: "/dashboard/activity/deliveries", Section: "Activity"},
 	{Key: "audit", Label: "Audit log", Href: "/dashboard/activity/audit", Section: "Activity"},
-	{Key: "settings", Label: "Settings", Href: "/dashboard/settings/keys"},
+	{Key: "settings", Label: "Settings", Href: "/dashboard/settings/general"},
 }
 
 // settingsTabs are the Settings pages, in order.
 var settingsTabs = []web.NavItem{
+	{Key: "general", Label: "General", Href: "/dashboard/settings/general", Section: "Settings"},
 	{Key: "keys", Label: "API keys", Href: "/dashboard/settings/keys", Section: "Settings"},
 	{Key: "fraud", Label: "Fraud", Href: "/dashboard/settings/fraud", Section: "Settings"},
 	{Key: "postback-token", Label: "Postback token", Href: "/dashboard/settings/postback-token", Section: "Settings"},

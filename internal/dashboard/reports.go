@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -90,8 +91,10 @@ type reportForm struct {
 	Offer, Partner           bool
 }
 
-func readReportForm(q url.Values) (reportForm, reports.ReportQuery) {
-	f := reportForm{From: q.Get("from"), To: q.Get("to"), Timezone: q.Get("timezone"), Time: q.Get("time"),
+// readReportForm reads the form; its zone is the brand's, zone, unless it
+// asks for another.
+func readReportForm(q url.Values, zone string) (reportForm, reports.ReportQuery) {
+	f := reportForm{From: q.Get("from"), To: q.Get("to"), Timezone: cmp.Or(q.Get("timezone"), zone), Time: q.Get("time"),
 		Offer: q.Get("offer") == "1", Partner: q.Get("partner") == "1"}
 	if len(q) == 0 { // the page as first opened: the last 30 days, by day
 		f.Time = "day"
@@ -110,12 +113,12 @@ func readReportForm(q url.Values) (reportForm, reports.ReportQuery) {
 }
 
 func (d *Dashboard) reports(w http.ResponseWriter, r *request) error {
-	form, rq := readReportForm(r.URL.Query())
+	form, rq := readReportForm(r.URL.Query(), r.Zone().String())
 	kept := r.URL.Query()
 	if !kept.Has("time") { // the page as first opened is by day: so are its presets
 		kept.Set("time", form.Time)
 	}
-	data := reportsData{Query: form, Zones: zones, Presets: web.Presets(kept, "/dashboard/reports", d.svc.Now())}
+	data := reportsData{Query: form, Zones: zones, Presets: web.Presets(kept, "/dashboard/reports", d.svc.Now().In(r.Zone()))}
 	if form.Timezone != "" && !slices.Contains(zones, form.Timezone) {
 		data.Zones = append([]string{form.Timezone}, zones...)
 	}
@@ -214,7 +217,7 @@ func countCharts(by string, order []string, per countsBy) (clicks, conversions c
 
 // reportCSV is the report's CSV download, the same as the API's.
 func (d *Dashboard) reportCSV(w http.ResponseWriter, r *request) error {
-	_, rq := readReportForm(r.URL.Query())
+	_, rq := readReportForm(r.URL.Query(), r.Zone().String())
 	rep, err := d.svc.Reports.Report(r.Context(), r.Subject, rq)
 	if err != nil {
 		return err

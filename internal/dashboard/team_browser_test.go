@@ -86,7 +86,7 @@ func TestTeamPagesInTheBrowser(t *testing.T) {
 		for _, path := range []string{"/dashboard", "/dashboard/offers", "/dashboard/offers/" + d.offer.ID, "/dashboard/partners",
 			"/dashboard/partners/" + d.partner.ID, "/dashboard/conversions", "/dashboard/conversions/" + d.conv.ID, "/dashboard/clicks",
 			"/dashboard/webhooks", "/dashboard/webhooks/" + d.sub.ID, "/dashboard/payouts", "/dashboard/activity/deliveries",
-			"/dashboard/activity/audit", "/dashboard/settings/keys", "/dashboard/settings/fraud", "/dashboard/settings/postback-token", team} {
+			"/dashboard/activity/audit", "/dashboard/settings/general", "/dashboard/settings/keys", "/dashboard/settings/fraud", "/dashboard/settings/postback-token", team} {
 			if status := b.open(path); status != 200 {
 				t.Errorf("a viewer's %s: %d", path, status)
 			}

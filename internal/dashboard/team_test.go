@@ -115,18 +115,18 @@ func TestAuditLogPage(t *testing.T) {
 			}
 		}
 		first := s.get(c, "/dashboard/activity/audit")
-		if n := strings.Count(first.body, "data-action="); n != 50 || strings.Contains(first.body, "data-newer") || !strings.Contains(first.body, "203.0.113.59") {
-			t.Fatalf("first page: %d entries, newer link %v", n, strings.Contains(first.body, "data-newer"))
+		if n := strings.Count(first.body, "data-action="); n != 50 || strings.Contains(first.body, `rel="prev"`) || !strings.Contains(first.body, "203.0.113.59") {
+			t.Fatalf("first page: %d entries, newer link %v", n, strings.Contains(first.body, `rel="prev"`))
 		}
-		older := regexp.MustCompile(`href="([^"]+)" data-older`).FindStringSubmatch(first.body)
+		older := regexp.MustCompile(`href="([^"]+)" rel="next"`).FindStringSubmatch(first.body)
 		if older == nil {
 			t.Fatal("no older link on the first page")
 		}
 		second := s.get(c, unescape(older[1]))
-		if n := strings.Count(second.body, "data-action="); n != 11 || strings.Contains(second.body, "data-older") || !strings.Contains(second.body, `data-action="key.created"`) {
+		if n := strings.Count(second.body, "data-action="); n != 11 || strings.Contains(second.body, `rel="next"`) || !strings.Contains(second.body, `data-action="key.created"`) {
 			t.Fatalf("second page: %d entries", n)
 		}
-		newer := regexp.MustCompile(`href="([^"]+)" data-newer`).FindStringSubmatch(second.body)
+		newer := regexp.MustCompile(`href="([^"]+)" rel="prev"`).FindStringSubmatch(second.body)
 		if newer == nil {
 			t.Fatal("no newer link on the second page")
 		}

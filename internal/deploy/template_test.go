@@ -1567,7 +1567,7 @@ func TestStreamFilterPassesEventInsertsOnly(t *testing.T) {
 	// The fan-out makes its event from the stream's record of it.
 	for _, op := range slices.Clone(rec.ops) {
 		if op.Kind == store.OpPut && op.Item.SK == conv.ID && strings.HasPrefix(op.Item.PK, "BRD#") {
-			_, err = svc.Webhooks.DispatchConversion(ctx, op.Item)
+			_, err = svc.Webhooks.DispatchConversion(ctx, op.Item, nil)
 			must(err)
 		}
 	}

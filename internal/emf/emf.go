@@ -1,12 +1,14 @@
 // Package emf publishes the Lambda functions' metrics as CloudWatch
-// Embedded Metric Format log lines: one JSON line per event, which
-// CloudWatch Logs turns into metrics of the namespace Tally, without an
-// API call or an agent. The metrics are the local server's counters (package
-// metrics), under the same names and labels (dimensions), and the
-// reconciler's own; docs/aws.md lists them.
+// Embedded Metric Format log lines, which CloudWatch Logs turns into
+// metrics of the namespace Tally, without an API call or an agent: one JSON
+// line per event, or, in an invocation wrapped by PerInvocation, as few
+// lines as its events fit in, written at its end. The metrics are the local
+// server's counters (package metrics), under the same names and labels
+// (dimensions), and the reconciler's own; docs/aws.md lists them.
 package emf
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"strconv"
@@ -17,13 +19,15 @@ import (
 // Namespace is the CloudWatch namespace of every metric.
 const Namespace = "Tally"
 
-// Metrics writes a line for each event it is told of. It is the observer
-// of the HTTP API (httpapi.RequestObserver) and of the capabilities
-// (clicks.Observer, conversions.Observer, webhooks.Observer).
+// Metrics writes the events it is told of. It is the observer of the HTTP
+// API (httpapi.RequestObserver) and of the capabilities (clicks.Observer,
+// conversions.Observer, webhooks.Observer).
 type Metrics struct {
-	mu  sync.Mutex // one line per Write, whole
-	w   io.Writer
-	now func() time.Time
+	mu      sync.Mutex // one Write at a time, each of whole lines; guards open and pending
+	w       io.Writer
+	now     func() time.Time
+	open    int     // invocations under way in PerInvocation: while any, events wait in pending
+	pending []*line // the events of the invocations under way, merged
 }
 
 // New returns metrics written to w (a function's stdout, which Lambda
@@ -54,60 +58,164 @@ type metadata struct {
 	CloudWatchMetrics []directive `json:"CloudWatchMetrics"`
 }
 
-// on makes a directive of one metric over the dimensions named (none: the
-// metric's one series).
-func on(dimensions []string, name, unit string) directive {
-	if dimensions == nil {
-		dimensions = []string{}
-	}
-	return directive{Namespace: Namespace, Dimensions: [][]string{dimensions}, Metrics: []metric{{name, unit}}}
+// maxValues is how many values one metric takes in a line (EMF's limit).
+const maxValues = 100
+
+// line is one EMF line in the making: the dimensions' values, each
+// metric's values and the directives that describe them.
+type line struct {
+	at         time.Time
+	dims       map[string]string
+	values     map[string][]float64
+	directives []directive
 }
 
-// write writes one line: fields (the dimensions' values and the metrics'),
-// described by directives.
-func (m *Metrics) write(fields map[string]any, directives ...directive) {
-	fields["_aws"] = metadata{Timestamp: m.now().UnixMilli(), CloudWatchMetrics: directives}
-	line, err := json.Marshal(fields)
-	if err != nil {
-		return // strings and numbers only: it does not fail
+// fits reports whether ev can join l: no dimension of either has another
+// value in the other, and no metric of ev has its fill of values in l.
+func (l *line) fits(ev *line) bool {
+	for k, v := range ev.dims {
+		if w, ok := l.dims[k]; ok && w != v {
+			return false
+		}
+	}
+	for name := range ev.values {
+		if len(l.values[name]) >= maxValues {
+			return false
+		}
+	}
+	return true
+}
+
+// merge adds ev's dimensions and values to l. A metric declared in both
+// has the same directive (its dimensions are fixed by its name), so l
+// keeps its own.
+func (l *line) merge(ev *line) {
+	for k, v := range ev.dims {
+		l.dims[k] = v
+	}
+	for _, d := range ev.directives {
+		if _, ok := l.values[d.Metrics[0].Name]; !ok {
+			l.directives = append(l.directives, d)
+		}
+	}
+	for name, vs := range ev.values {
+		l.values[name] = append(l.values[name], vs...)
+	}
+}
+
+// marshal is the line as CloudWatch reads it: a metric of one value as a
+// number, of several as an array (each value a sample).
+func (l *line) marshal() []byte {
+	fields := map[string]any{"_aws": metadata{Timestamp: l.at.UnixMilli(), CloudWatchMetrics: l.directives}}
+	for k, v := range l.dims {
+		fields[k] = v
+	}
+	for name, vs := range l.values {
+		if len(vs) == 1 {
+			fields[name] = vs[0]
+		} else {
+			fields[name] = vs
+		}
+	}
+	b, _ := json.Marshal(fields) // strings and numbers only: it does not fail
+	return append(b, '\n')
+}
+
+// event is one metric's value over the dimensions named (none: the
+// metric's one series), with those dimensions' values.
+type event struct {
+	name, unit string
+	value      float64
+	dims       []string
+}
+
+// write writes the events of one occurrence (dims, the values of their
+// dimensions): at once, or in an invocation under way, with its others.
+func (m *Metrics) write(dims map[string]string, events ...event) {
+	l := &line{at: m.now(), dims: dims, values: map[string][]float64{}}
+	for _, e := range events {
+		names := e.dims
+		if names == nil {
+			names = []string{}
+		}
+		l.directives = append(l.directives, directive{Namespace: Namespace, Dimensions: [][]string{names}, Metrics: []metric{{e.name, e.unit}}})
+		l.values[e.name] = []float64{e.value}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	_, _ = m.w.Write(append(line, '\n')) // a metric is not worth failing a request for
+	if m.open == 0 {
+		_, _ = m.w.Write(l.marshal()) // a metric is not worth failing a request for
+		return
+	}
+	for _, p := range m.pending {
+		if p.fits(l) {
+			p.merge(l)
+			return
+		}
+	}
+	m.pending = append(m.pending, l)
+}
+
+// PerInvocation returns h, writing the metrics of its invocations at their
+// end, in as few lines as they fit in (one for a request's, one for a batch
+// of deliveries with the same type and outcome): a log line costs its bytes
+// and 26 more, and one line's metadata serves all its events. The lines
+// are timed at their first event.
+func PerInvocation[In, Out any](m *Metrics, h func(context.Context, In) (Out, error)) func(context.Context, In) (Out, error) {
+	return func(ctx context.Context, in In) (Out, error) {
+		m.mu.Lock()
+		m.open++
+		m.mu.Unlock()
+		defer m.flush()
+		return h(ctx, in)
+	}
+}
+
+// flush ends an invocation: when none is left under way, it writes what
+// waits.
+func (m *Metrics) flush() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.open--
+	if m.open > 0 {
+		return
+	}
+	var b []byte
+	for _, l := range m.pending {
+		b = append(b, l.marshal()...)
+	}
+	m.pending = nil
+	if len(b) > 0 {
+		_, _ = m.w.Write(b)
+	}
 }
 
 // RequestServed writes tally_http_requests_total by route, method and code,
 // and tally_http_request_duration_seconds by route.
 func (m *Metrics) RequestServed(route, method string, status int, took time.Duration) {
-	m.write(map[string]any{
-		"route": route, "method": method, "code": strconv.Itoa(status),
-		"tally_http_requests_total": 1, "tally_http_request_duration_seconds": took.Seconds(),
-	},
-		on([]string{"route", "method", "code"}, "tally_http_requests_total", count),
-		on([]string{"route"}, "tally_http_request_duration_seconds", seconds))
+	m.write(map[string]string{"route": route, "method": method, "code": strconv.Itoa(status)},
+		event{"tally_http_requests_total", count, 1, []string{"route", "method", "code"}},
+		event{"tally_http_request_duration_seconds", seconds, took.Seconds(), []string{"route"}})
 }
 
 // ClickRecorded writes tally_clicks_total.
 func (m *Metrics) ClickRecorded() {
-	m.write(map[string]any{"tally_clicks_total": 1}, on(nil, "tally_clicks_total", count))
+	m.write(map[string]string{}, event{"tally_clicks_total", count, 1, nil})
 }
 
 // ConversionEntered writes tally_conversions_total by status.
 func (m *Metrics) ConversionEntered(status string) {
-	m.write(map[string]any{"status": status, "tally_conversions_total": 1},
-		on([]string{"status"}, "tally_conversions_total", count))
+	m.write(map[string]string{"status": status}, event{"tally_conversions_total", count, 1, []string{"status"}})
 }
 
 // AttemptRecorded writes tally_deliveries_total by type and outcome, and
 // tally_delivery_attempt_duration_seconds by type when a request was sent.
 func (m *Metrics) AttemptRecorded(deliveryType, outcome string, latency time.Duration, sent bool) {
-	fields := map[string]any{"type": deliveryType, "outcome": outcome, "tally_deliveries_total": 1}
-	directives := []directive{on([]string{"type", "outcome"}, "tally_deliveries_total", count)}
+	events := []event{{"tally_deliveries_total", count, 1, []string{"type", "outcome"}}}
 	if sent {
-		fields["tally_delivery_attempt_duration_seconds"] = latency.Seconds()
-		directives = append(directives, on([]string{"type"}, "tally_delivery_attempt_duration_seconds", seconds))
+		events = append(events, event{"tally_delivery_attempt_duration_seconds", seconds, latency.Seconds(), []string{"type"}})
 	}
-	m.write(fields, directives...)
+	m.write(map[string]string{"type": deliveryType, "outcome": outcome}, events...)
 }
 
 // Reconciled writes a reconciler run's ReconcilerDeferrals (1 when the run
@@ -119,6 +227,7 @@ func (m *Metrics) Reconciled(function string, deferred bool, skipped int) {
 	if deferred {
 		d = 1
 	}
-	m.write(map[string]any{"FunctionName": function, "ReconcilerDeferrals": d, "ReconcilerSkipped": skipped},
-		on([]string{"FunctionName"}, "ReconcilerDeferrals", count), on([]string{"FunctionName"}, "ReconcilerSkipped", count))
+	m.write(map[string]string{"FunctionName": function},
+		event{"ReconcilerDeferrals", count, float64(d), []string{"FunctionName"}},
+		event{"ReconcilerSkipped", count, float64(skipped), []string{"FunctionName"}})
 }

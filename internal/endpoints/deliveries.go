@@ -1,7 +1,6 @@
 package endpoints
 
 import (
-	"encoding/json"
 	"strconv"
 	"time"
 
@@ -68,7 +67,7 @@ func DeliveryItem(rec DeliveryRecord, keep time.Duration) store.Item {
 		some = some || responses[i] != ""
 	}
 	if some {
-		it.Attrs[responsesAttr] = string(records.MustJSON(responses))
+		it.Attrs[responsesAttr] = packResponses(responses)
 	}
 	it.Data = records.MustJSON(rec)
 	switch {
@@ -87,8 +86,8 @@ const responsesAttr = "responses"
 // FromItem puts the receivers' answers back in the attempts (items written
 // before they had an attribute of their own keep them in Data).
 func (rec *DeliveryRecord) FromItem(it store.Item) {
-	var responses []string
-	if json.Unmarshal([]byte(it.Attrs[responsesAttr]), &responses) != nil {
+	responses, err := unpackResponses(it.Attrs[responsesAttr])
+	if err != nil {
 		return
 	}
 	for i := range min(len(responses), len(rec.Attempts)) {

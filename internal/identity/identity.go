@@ -4,6 +4,7 @@
 package identity
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -65,15 +66,22 @@ func (s *Service) CreateBrand(ctx context.Context, name string) (tally.Brand, er
 	}
 	name = strings.TrimSpace(name)
 	now := s.db.Now()
-	b := tally.Brand{ID: ids.New("brd_", now), Name: name, CreatedAt: tally.NewTime(now)}
-	it := store.Item{Key: keys.Brand(b.ID), GSI1: store.IndexKey{PK: keys.Brands, SK: b.ID}, Data: records.MustJSON(b)}
-	err := s.db.Transact(ctx, store.Put(it, store.NotExists()))
+	b := tally.Brand{ID: ids.New("brd_", now), Name: name, Timezone: "UTC", CreatedAt: tally.NewTime(now)}
+	err := s.db.Transact(ctx, store.Put(brandItem(b), store.NotExists()))
 	return b, err
+}
+
+func brandItem(b tally.Brand) store.Item {
+	return store.Item{Key: keys.Brand(b.ID), GSI1: store.IndexKey{PK: keys.Brands, SK: b.ID}, Data: records.MustJSON(b)}
 }
 
 // Brands lists the brands, newest first (the admin API).
 func (s *Service) Brands(ctx context.Context, p records.ListParams) ([]tally.Brand, string, error) {
-	return records.List[tally.Brand](ctx, s.db, []records.Partition{{Index: store.GSI1, PK: keys.Brands}}, p, nil)
+	bs, next, err := records.List[tally.Brand](ctx, s.db, []records.Partition{{Index: store.GSI1, PK: keys.Brands}}, p, nil)
+	for i := range bs {
+		bs[i].Timezone = cmp.Or(bs[i].Timezone, "UTC")
+	}
+	return bs, next, err
 }
 
 // Brand returns a brand.
@@ -82,7 +90,29 @@ func (s *Service) Brand(ctx context.Context, brandID string) (tally.Brand, error
 		return tally.Brand{}, records.NotFound(store.ErrNotFound, "brand", brandID)
 	}
 	b, err := records.Get[tally.Brand](ctx, s.db, keys.Brand(brandID))
+	b.Timezone = cmp.Or(b.Timezone, "UTC") // brands made before there was a zone
 	return b, records.NotFound(err, "brand", brandID)
+}
+
+// SetBrandTimezone sets the zone the brand's days are counted in. The
+// zone comes loaded (the caller has the zone database; most of Tally's
+// functions do without one): a zone of no name, or the machine's Local,
+// is refused.
+func (s *Service) SetBrandTimezone(ctx context.Context, brandID string, zone *time.Location) (tally.Brand, error) {
+	if zone == nil || zone == time.Local || zone.String() == "Local" || zone.String() == "" {
+		return tally.Brand{}, validate.InvalidField("timezone", "timezone must be an IANA time zone name such as UTC, Europe/Paris or America/New_York.")
+	}
+	b, err := s.Brand(ctx, brandID)
+	if err != nil {
+		return b, err
+	}
+	if b.Timezone == zone.String() {
+		return b, nil // nothing changes
+	}
+	summary := "time zone " + cmp.Or(b.Timezone, "UTC") + " → " + zone.String()
+	b.Timezone = zone.String()
+	return b, s.db.Transact(ctx, append([]store.Op{store.Put(brandItem(b), store.Exists())},
+		audit.Record(ctx, brandID, audit.BrandTimezoneChanged, brandID, summary, s.db.Now())...)...)
 }
 
 // apiKeyRecord is the stored form of a key: the public fields and the hash.

@@ -2,11 +2,14 @@ package lambdafn_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -17,6 +20,7 @@ import (
 	"github.com/tally-hq/tally/internal/lambdafn/api"
 	"github.com/tally-hq/tally/internal/lambdafn/attempt"
 	"github.com/tally-hq/tally/internal/testenv"
+	"github.com/tally-hq/tally/internal/webhooks"
 )
 
 // emfSamples reads CloudWatch Embedded Metric Format lines as CloudWatch
@@ -58,41 +62,71 @@ func emfSamples(t *testing.T, out string) map[string][]float64 {
 				dims = append(dims, name+"="+v)
 			}
 			for _, m := range d.Metrics {
-				v, ok := line[m.Name].(float64)
+				vs, ok := values(line[m.Name])
 				if !ok || !slices.Contains([]string{"Count", "Seconds"}, m.Unit) {
-					t.Fatalf("metric %s (unit %q) has no number value: %q", m.Name, m.Unit, sc.Text())
+					t.Fatalf("metric %s (unit %q) has no number value nor array of up to 100: %q", m.Name, m.Unit, sc.Text())
 				}
 				key := m.Name + "{" + strings.Join(dims, ",") + "}"
-				samples[key] = append(samples[key], v)
+				samples[key] = append(samples[key], vs...)
 			}
 		}
 	}
 	return samples
 }
 
-// The functions publish the local server's counters as EMF lines on their
-// stdout: an API function its requests, clicks and conversions; the
-// attempt functions their attempts.
-func TestFunctionsPublishEMF(t *testing.T) {
-	f := newFixture(t, testenv.DynamoDB(t))
-	out := &testenv.SyncBuffer{}
-	metrics := emf.New(out)
+// values is a metric's value in an EMF line: a number, or an array of up
+// to 100 numbers, each a sample.
+func values(v any) ([]float64, bool) {
+	if n, ok := v.(float64); ok {
+		return []float64{n}, true
+	}
+	a, ok := v.([]any)
+	if !ok || len(a) == 0 || len(a) > 100 {
+		return nil, false
+	}
+	out := make([]float64, len(a))
+	for i, x := range a {
+		if out[i], ok = x.(float64); !ok {
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+// emfAPI is the click and conversion routes of an API function whose
+// metrics are written to out, on a new fixture, with the settings they use.
+func emfAPI(t *testing.T) (f *fixture, metrics *emf.Metrics, out *testenv.SyncBuffer, settings app.Settings, h api.APIFunc) {
+	f = newFixture(t, testenv.DynamoDB(t))
+	out = &testenv.SyncBuffer{}
+	metrics = emf.New(out)
 	settings, err := app.ReadSettings()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := f.cfg
 	cfg.Requests = metrics
-	h, err := api.APIHandler(api.Services(f.svc.DB, settings, api.WithObserver(metrics)), cfg, httpapi.GroupClick, httpapi.GroupConversions)
+	h, err = api.APIHandler(api.Services(f.svc.DB, settings, api.WithObserver(metrics)), cfg, httpapi.GroupClick, httpapi.GroupConversions)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return f, metrics, out, settings, h
+}
+
+// emfRequest is a request of the fixture's API key.
+func emfRequest(f *fixture, method, path, query, body string) events.APIGatewayV2HTTPRequest {
+	return events.APIGatewayV2HTTPRequest{Version: "2.0", RawPath: path, RawQueryString: query, Body: body,
+		Headers: map[string]string{"user-agent": "Mozilla/5.0", "authorization": "Bearer " + f.key, "content-type": "application/json"},
+		RequestContext: events.APIGatewayV2HTTPRequestContext{Stage: "$default",
+			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: method, Path: path, SourceIP: "198.51.100.9", Protocol: "HTTP/1.1"}}}
+}
+
+// The functions publish the local server's counters as EMF lines on their
+// stdout: an API function its requests, clicks and conversions; the
+// attempt functions their attempts.
+func TestFunctionsPublishEMF(t *testing.T) {
+	f, metrics, out, settings, h := emfAPI(t)
 	call := func(method, path, query, body string) response {
-		ev := events.APIGatewayV2HTTPRequest{Version: "2.0", RawPath: path, RawQueryString: query, Body: body,
-			Headers: map[string]string{"user-agent": "Mozilla/5.0", "authorization": "Bearer " + f.key, "content-type": "application/json"},
-			RequestContext: events.APIGatewayV2HTTPRequestContext{Stage: "$default",
-				HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: method, Path: path, SourceIP: "198.51.100.9", Protocol: "HTTP/1.1"}}}
-		return invokeAPI(t, f, h, ev)
+		return invokeAPI(t, f, h, emfRequest(f, method, path, query, body))
 	}
 	wantStatus(t, call("GET", "/c/"+f.offer.ID, "pid="+f.partner.ID, ""), 302)
 	wantStatus(t, call("POST", "/api/v1/conversions", "", fmt.Sprintf(`{"offerId":%q,"partnerId":%q,"externalTxnId":"emf-1"}`, f.offer.ID, f.partner.ID)), 201)
@@ -125,6 +159,55 @@ func TestFunctionsPublishEMF(t *testing.T) {
 		if v := got[key]; len(v) != 1 || v[0] < 0 { // an attempt's latency is in whole milliseconds: 0 on loopback
 			t.Errorf("%s: %v, want one duration", key, v)
 		}
+	}
+	if t.Failed() {
+		t.Logf("the lines:\n%s", out)
+	}
+}
+
+// An invocation's metrics are written at its end in as few lines as they
+// fit in: a conversion request's in one line, a batch's attempts in one
+// line per outcome (their attempts sent at once), each event a sample as
+// before.
+func TestFunctionsPublishEMFOncePerInvocation(t *testing.T) {
+	f, metrics, out, _, h := emfAPI(t)
+	ev := emfRequest(f, "POST", "/api/v1/conversions", "", fmt.Sprintf(`{"offerId":%q,"partnerId":%q,"externalTxnId":"emf-once"}`, f.offer.ID, f.partner.ID))
+	wantStatus(t, invokeAPI(t, f, emf.PerInvocation(metrics, h), ev), 201)
+	if lines := strings.Count(out.String(), "\n"); lines != 1 {
+		t.Errorf("a conversion request wrote %d EMF lines, want 1:\n%s", lines, out)
+	}
+
+	batch := emf.PerInvocation(metrics, func(context.Context, int) (int, error) {
+		var wg sync.WaitGroup
+		for i := range 12 {
+			wg.Go(func() {
+				outcome := webhooks.OutcomeSucceeded
+				if i%4 == 0 {
+					outcome = webhooks.OutcomeRetrying
+				}
+				metrics.AttemptRecorded(tally.DeliveryWebhook, outcome, time.Duration(i)*time.Millisecond, true)
+			})
+		}
+		wg.Wait()
+		return 0, nil
+	})
+	before := out.String()
+	if _, err := batch(t.Context(), 0); err != nil {
+		t.Fatal(err)
+	}
+	written := strings.TrimPrefix(out.String(), before)
+	if lines := strings.Count(written, "\n"); lines != 2 {
+		t.Errorf("a batch of 12 attempts with 2 outcomes wrote %d EMF lines, want 2:\n%s", lines, written)
+	}
+	got := emfSamples(t, written)
+	if n := len(got["tally_deliveries_total{type=webhook,outcome=succeeded}"]); n != 9 {
+		t.Errorf("succeeded: %d samples, want 9", n)
+	}
+	if n := len(got["tally_deliveries_total{type=webhook,outcome=retrying}"]); n != 3 {
+		t.Errorf("retrying: %d samples, want 3", n)
+	}
+	if n := len(got["tally_delivery_attempt_duration_seconds{type=webhook}"]); n != 12 {
+		t.Errorf("attempt durations: %d samples, want 12", n)
 	}
 	if t.Failed() {
 		t.Logf("the lines:\n%s", out)

@@ -14,6 +14,8 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -64,3 +66,27 @@ func embedded(name string) (*time.Location, error) {
 	}
 	return time.LoadLocationFromTZData(name, data)
 }
+
+// regions are the areas of the zones Names lists: the database's other
+// names (US/Pacific, Etc/GMT+5, …) are old aliases or fixed offsets.
+var regions = []string{"Africa/", "America/", "Antarctica/", "Asia/", "Atlantic/", "Australia/", "Europe/", "Indian/", "Pacific/"}
+
+// Names are the zones to choose from, sorted: UTC and the embedded
+// database's zones of a region ("Europe/Paris", "America/Argentina/Salta").
+var Names = sync.OnceValue(func() []string {
+	names := []string{"UTC"}
+	r, err := db()
+	if err != nil {
+		return names
+	}
+	for _, f := range r.File {
+		for _, region := range regions {
+			if strings.HasPrefix(f.Name, region) && !strings.HasSuffix(f.Name, "/") {
+				names = append(names, f.Name)
+				break
+			}
+		}
+	}
+	slices.Sort(names[1:])
+	return names
+})

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -64,5 +66,24 @@ func TestEmbeddedIsTheToolchains(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Skipf("zoneinfo.zip.gz is not %s's zoneinfo.zip: run `go generate ./internal/tzdb` to embed this toolchain's", runtime.Version())
+	}
+}
+
+// Names lists the zones people live in, each of which loads, and not the
+// database's aliases.
+func TestNames(t *testing.T) {
+	names := Names()
+	for _, want := range []string{"UTC", "Pacific/Auckland", "America/Los_Angeles", "Asia/Kathmandu", "America/Argentina/Salta"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("no %s among %d names", want, len(names))
+		}
+	}
+	for _, name := range names {
+		if strings.HasPrefix(name, "US/") || strings.HasPrefix(name, "Etc/") {
+			t.Errorf("alias %s listed", name)
+		}
+		if _, err := LoadLocation(name); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }

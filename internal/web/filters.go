@@ -3,6 +3,7 @@ package web
 import (
 	"net/http"
 	"net/url"
+	"slices"
 	"time"
 )
 
@@ -60,12 +61,11 @@ type Preset struct {
 }
 
 // Presets links path over today, the last 7 days, this month and last
-// month (UTC days, as the lists' dates are), keeping the page's other
+// month, days of now's zone (the account's), keeping the page's other
 // filters in q: plain links, which need no JavaScript.
 func Presets(q url.Values, path string, now time.Time) []Preset {
-	now = now.UTC()
 	today := now.Format(time.DateOnly)
-	first := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+	first := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, now.Location())
 	var out []Preset
 	for _, p := range []struct{ label, from, to string }{
 		{"Today", today, today},
@@ -73,15 +73,38 @@ func Presets(q url.Values, path string, now time.Time) []Preset {
 		{"This month", first.Format(time.DateOnly), today},
 		{"Last month", first.AddDate(0, -1, 0).Format(time.DateOnly), first.AddDate(0, 0, -1).Format(time.DateOnly)},
 	} {
-		link := url.Values{}
-		for k, v := range q {
-			if k != "cursor" && k != "done" {
-				link[k] = v
-			}
-		}
+		link := Filters(q)
 		link.Set("from", p.from)
 		link.Set("to", p.to)
 		out = append(out, Preset{Label: p.label, Href: path + "?" + link.Encode(), Current: q.Get("from") == p.from && q.Get("to") == p.to})
 	}
 	return out
+}
+
+// Filters is a page's query without its paging and notice (cursor, back,
+// done, n) nor the keys in drop: what a link or form to the same list with
+// other dates keeps.
+func Filters(q url.Values, drop ...string) url.Values {
+	out := url.Values{}
+	for k, v := range q {
+		if !slices.Contains(drop, k) && !slices.Contains([]string{"cursor", "back", "done", "n"}, k) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// DayBounds are a list filter's from and to dates (YYYY-MM-DD, of the
+// account's zone) as the moments they stand for: the first millisecond of
+// from and the last of to, in RFC 3339. A value that is no date is kept
+// as it is, for the list to refuse in its own words.
+func DayBounds(from, to string, zone *time.Location) (string, string) {
+	bound := func(date string, days int, shift time.Duration) string {
+		d, err := time.Parse(time.DateOnly, date)
+		if err != nil {
+			return date
+		}
+		return time.Date(d.Year(), d.Month(), d.Day()+days, 0, 0, 0, 0, zone).Add(shift).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	}
+	return bound(from, 0, 0), bound(to, 1, -time.Millisecond)
 }

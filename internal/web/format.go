@@ -78,13 +78,25 @@ func Number(n int64) string {
 }
 
 // When writes a time for people: "2026-11-22 10:04 UTC".
-func When(t tally.Time) string { return t.UTC().Format("2006-01-02 15:04") + " UTC" }
+func When(t tally.Time) string { return WhenIn(t, time.UTC) }
 
-func whenPtr(t *tally.Time) string {
+// WhenIn writes a time for people in a zone, which it names:
+// "2026-11-23 00:30 NZDT"; "2026-11-22 16:19 +0545" where the zone has no
+// abbreviation.
+func WhenIn(t tally.Time, zone *time.Location) string {
+	return t.In(zone).Format("2006-01-02 15:04 MST")
+}
+
+func whenPtr(t *tally.Time, zone *time.Location) string {
 	if t == nil {
 		return ""
 	}
-	return When(*t)
+	return WhenIn(*t, zone)
+}
+
+// seconds writes a time to the second in a zone.
+func seconds(t tally.Time, zone *time.Location) string {
+	return t.In(zone).Format("2006-01-02 15:04:05 MST")
 }
 
 // Ago is how long ago t was, roughly, for "last used".
@@ -195,17 +207,56 @@ func IsCode(err error, codes ...string) bool {
 	return false
 }
 
-// Page is a list page's paging: the next page's cursor, if any, and the
-// query that opens it (the same filters); the template "pager" links it.
+// Page is a list page's paging: links to the older page and back to the
+// newer one, each with the page's filters; the template "pager" shows
+// them. The store's cursors only go forward, so a page's address carries
+// the trail of cursors that opened the pages before it (?back=, oldest
+// first, the newest page's empty cursor left out): Newer opens the last
+// of them, Older adds the page's own cursor to the trail.
 type Page struct {
-	Next  string
-	Query template.URL
+	Older, Newer string // the pages' addresses; "" when there is none
 }
 
-// PageOf is the paging of a list whose next page starts at cursor next.
+// maxTrail bounds the cursors an address carries: from deeper than that,
+// Newer goes as far back as the trail reaches and then to the newest page.
+const maxTrail = 40
+
+// PageOf is the paging of a list page whose next page starts at cursor
+// next ("" on the last page).
 func PageOf(r *Request, next string) Page {
 	q := r.URL.Query()
-	q.Set("cursor", next)
 	q.Del("done")
-	return Page{Next: next, Query: template.URL(q.Encode())}
+	q.Del("n")
+	cursor := q.Get("cursor")
+	var trail []string
+	if b := q.Get("back"); b != "" {
+		trail = strings.Split(b, ",")
+	}
+	at := func(cursor string, trail []string) string {
+		q.Del("cursor")
+		q.Del("back")
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		if len(trail) > 0 {
+			q.Set("back", strings.Join(trail, ","))
+		}
+		return r.URL.Path + "?" + q.Encode()
+	}
+	var p Page
+	if cursor != "" {
+		if len(trail) == 0 {
+			p.Newer = at("", nil)
+		} else {
+			p.Newer = at(trail[len(trail)-1], trail[:len(trail)-1])
+		}
+	}
+	if next != "" {
+		older := trail
+		if cursor != "" {
+			older = append(older[:len(older):len(older)], cursor)
+		}
+		p.Older = at(next, older[max(0, len(older)-maxTrail):])
+	}
+	return p
 }

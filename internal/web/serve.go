@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/httpapi"
@@ -46,6 +47,13 @@ func (r *Request) View(title, active string, data any) View {
 	v.Flash = r.site.flash(r.URL.Query())
 	return v
 }
+
+// Zone is the zone the account counts its days in: UTC unless the
+// session's view says another.
+func (r *Request) Zone() *time.Location { return zoneOf(r.view.Zone) }
+
+// Today is the date in the account's zone at now.
+func (r *Request) Today(now time.Time) string { return now.In(r.Zone()).Format(time.DateOnly) }
 
 // PageFunc serves one signed-in page; an error it returns is rendered as a
 // page (404, 409, …).

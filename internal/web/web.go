@@ -4,8 +4,9 @@
 // layout and partials, renders views, guards sessions, CSRF tokens and
 // cross-origin forms, sets the security headers, asks before irreversible
 // actions without JavaScript, and formats money, numbers and times for
-// people. The stylesheet and icon are embedded here and served under each
-// site's path.
+// people. The stylesheet, icon and the one script (copy buttons, which
+// the pages work without) are embedded here and served under each site's
+// path.
 //
 // A site's templates are templates/*.html files of its fs.FS (an embed.FS,
 // say): each page defines "content"; a file whose name starts with "_"
@@ -27,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/tally-hq/tally"
 )
@@ -57,8 +59,8 @@ type Config struct {
 type Site struct {
 	cfg         Config
 	crossOrigin *http.CrossOriginProtection
-	once        sync.Once
-	pages       map[string]*template.Template
+	mu          sync.Mutex
+	pages       map[string]map[string]*template.Template // by zone name, then page
 }
 
 // New returns the site cfg describes.
@@ -95,10 +97,24 @@ type View struct {
 	ReadOnly bool
 	CSRF     string // the session's CSRF token, for the forms
 	Nav      []NavItem
+	Search   string // where the header's search box sends to; none when ""
 	Flash    string // a notice after a redirect
 	Tabs     []NavItem
 	Tab      string // the current tab's key
-	Data     any
+	// Zone is the one the account counts its days in, and the pages'
+	// times are written in; nil is UTC.
+	Zone *time.Location
+	Data any
+}
+
+// ZoneName is the name of the view's zone: "Pacific/Auckland", "UTC".
+func (v View) ZoneName() string { return zoneOf(v.Zone).String() }
+
+func zoneOf(loc *time.Location) *time.Location {
+	if loc == nil {
+		return time.UTC
+	}
+	return loc
 }
 
 // funcs are the template functions every page has.
@@ -106,7 +122,7 @@ var funcs = template.FuncMap{
 	"money":    Money,
 	"moneyIn":  MoneyIn,
 	"when":     When,
-	"whenPtr":  whenPtr,
+	"whenPtr":  func(t *tally.Time) string { return whenPtr(t, time.UTC) },
 	"number":   Number,
 	"join":     strings.Join,
 	"contains": slices.Contains[[]string],
@@ -114,45 +130,63 @@ var funcs = template.FuncMap{
 	"inc":      func(i int) int { return i + 1 },
 	"list":     func(v ...string) []string { return v },
 	"field":    NewField,
-	"seconds":  func(t tally.Time) string { return t.UTC().Format("2006-01-02 15:04:05") + " UTC" },
+	"seconds":  func(t tally.Time) string { return seconds(t, time.UTC) },
 	"sentence": FirstSentence,
 	"lower":    strings.ToLower,
 }
 
-// templates parses every page with the layout and partials once, on first
-// use (so a function that never renders a page never pays for it).
-func (s *Site) templates() map[string]*template.Template {
-	s.once.Do(func() {
-		const layoutFile = "templates/layout.html"
-		sources := append([]fs.FS{sharedFiles}, s.cfg.Templates...)
-		layout := template.Must(template.New("layout").Funcs(funcs).Funcs(s.cfg.Funcs).ParseFS(sharedFiles, layoutFile))
-		type file struct {
-			src  fs.FS
-			name string
+// templates are the pages in a zone: every page parsed with the layout
+// and partials once per zone a view asks for, on first use (so a function
+// that never renders a page never pays for it). A zone's pages differ in
+// the functions that write times; the zones are those accounts chose.
+func (s *Site) templates(zone *time.Location) map[string]*template.Template {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if pages, ok := s.pages[zone.String()]; ok {
+		return pages
+	}
+	const layoutFile = "templates/layout.html"
+	sources := append([]fs.FS{sharedFiles}, s.cfg.Templates...)
+	layout := template.Must(template.New("layout").Funcs(funcs).Funcs(s.cfg.Funcs).Funcs(zoneFuncs(zone)).ParseFS(sharedFiles, layoutFile))
+	type file struct {
+		src  fs.FS
+		name string
+	}
+	var files []file
+	for i, src := range sources {
+		names, err := fs.Glob(src, "templates/*.html")
+		if err != nil {
+			panic(err)
 		}
-		var pages []file
-		for i, src := range sources {
-			names, err := fs.Glob(src, "templates/*.html")
-			if err != nil {
-				panic(err)
+		for _, name := range names {
+			switch {
+			case i == 0 && name == layoutFile:
+			case strings.HasPrefix(path.Base(name), "_"):
+				template.Must(layout.ParseFS(src, name))
+			default:
+				files = append(files, file{src, name})
 			}
-			for _, name := range names {
-				switch {
-				case i == 0 && name == layoutFile:
-				case strings.HasPrefix(path.Base(name), "_"):
-					template.Must(layout.ParseFS(src, name))
-				default:
-					pages = append(pages, file{src, name})
-				}
-			}
 		}
-		s.pages = map[string]*template.Template{}
-		for _, f := range pages {
-			page := strings.TrimSuffix(path.Base(f.name), ".html")
-			s.pages[page] = template.Must(template.Must(layout.Clone()).ParseFS(f.src, f.name))
-		}
-	})
-	return s.pages
+	}
+	pages := map[string]*template.Template{}
+	for _, f := range files {
+		page := strings.TrimSuffix(path.Base(f.name), ".html")
+		pages[page] = template.Must(template.Must(layout.Clone()).ParseFS(f.src, f.name))
+	}
+	if s.pages == nil {
+		s.pages = map[string]map[string]*template.Template{}
+	}
+	s.pages[zone.String()] = pages
+	return pages
+}
+
+// zoneFuncs are the template functions that write times in a zone.
+func zoneFuncs(zone *time.Location) template.FuncMap {
+	return template.FuncMap{
+		"when":    func(t tally.Time) string { return WhenIn(t, zone) },
+		"whenPtr": func(t *tally.Time) string { return whenPtr(t, zone) },
+		"seconds": func(t tally.Time) string { return seconds(t, zone) },
+	}
 }
 
 // Render renders a page with status 200.
@@ -164,7 +198,7 @@ func (s *Site) Render(w http.ResponseWriter, page string, v View) {
 // memory first, so a template error answers 500 rather than half a page.
 func (s *Site) RenderStatus(w http.ResponseWriter, status int, page string, v View) {
 	var buf bytes.Buffer
-	t, ok := s.templates()[page]
+	t, ok := s.templates(zoneOf(v.Zone))[page]
 	if !ok {
 		panic("web: no template " + page)
 	}
@@ -191,7 +225,7 @@ func (s *Site) flash(q url.Values) string {
 	return text
 }
 
-// Asset serves the embedded stylesheet and icon ({file} of the route),
+// Asset serves the embedded stylesheet, icon and script ({file} of the route),
 // cacheable for a day.
 func (s *Site) Asset(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("file")
@@ -200,7 +234,7 @@ func (s *Site) Asset(w http.ResponseWriter, r *http.Request) {
 		s.NoPage(w, r)
 		return
 	}
-	types := map[string]string{".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
+	types := map[string]string{".css": "text/css; charset=utf-8", ".svg": "image/svg+xml", ".js": "text/javascript; charset=utf-8"}
 	w.Header().Set("Content-Type", types[path.Ext(name)])
 	w.Header().Set("Cache-Control", "public, max-age=86400")
 	_, _ = w.Write(b)

@@ -46,6 +46,12 @@ type DeliveryMessage struct {
 	// same way: the step that finds them all written after writing its own
 	// takes the event out of the outbox.
 	Siblings []string `json:"siblings,omitempty"`
+	// Envelope and Outbox carry, with a planned delivery of an event made
+	// from the stream, the event's envelope and the conversion whose outbox
+	// entry the event leaves, so that attempt 1 need not read the event
+	// (which does not change).
+	Envelope json.RawMessage `json:"envelope,omitempty"`
+	Outbox   string          `json:"outbox,omitempty"`
 }
 
 // maxCarried is the most deliveries of an event that Dispatch carries in
@@ -102,7 +108,9 @@ func (s *Engine) FanOut(ctx context.Context, eventID string) ([]endpoints.Delive
 // the outbox (FirstAttempt). The deliveries of an event with more, or of
 // one fanned out before, are written as FanOut writes them, and their
 // messages carry only refs.
-func (s *Engine) Dispatch(ctx context.Context, eventID string) ([]DeliveryMessage, error) {
+//
+// The fan-outs of a batch share reads (nil: the event's own).
+func (s *Engine) Dispatch(ctx context.Context, eventID string, reads *Reads) ([]DeliveryMessage, error) {
 	item, err := s.db.Get(ctx, keys.Event(eventID))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil // expired long ago: nothing left to deliver
@@ -110,12 +118,15 @@ func (s *Engine) Dispatch(ctx context.Context, eventID string) ([]DeliveryMessag
 	if err != nil {
 		return nil, err
 	}
-	return s.dispatch(ctx, item)
+	return s.dispatch(ctx, item, reads)
 }
 
 // dispatch is Dispatch of the event item read as item.
-func (s *Engine) dispatch(ctx context.Context, item store.Item) ([]DeliveryMessage, error) {
-	plan, err := s.planFanOutOf(ctx, item, map[string][]endpoints.StoredSubscription{})
+func (s *Engine) dispatch(ctx context.Context, item store.Item, reads *Reads) ([]DeliveryMessage, error) {
+	if reads == nil {
+		reads = NewReads()
+	}
+	plan, err := s.planFanOutOf(ctx, item, reads)
 	if err != nil || plan == nil {
 		return nil, err
 	}
@@ -123,6 +134,9 @@ func (s *Engine) dispatch(ctx context.Context, item store.Item) ([]DeliveryMessa
 		msgs := make([]DeliveryMessage, n)
 		for i, rec := range plan.recs {
 			msgs[i] = DeliveryMessage{DeliveryRef: rec.Ref(), Planned: records.MustJSON(rec)}
+			if id := item.Attrs[outboxAttr]; id != "" {
+				msgs[i].Envelope, msgs[i].Outbox = item.Data, id
+			}
 			for j, other := range plan.recs {
 				if j != i {
 					msgs[i].Siblings = append(msgs[i].Siblings, other.ID)
@@ -185,10 +199,10 @@ type firstAttempt struct {
 // planFanOuts reads what fanning out events needs, skipping those with
 // nothing to do. On an error it returns the plans made before it.
 func (s *Engine) planFanOuts(ctx context.Context, eventIDs []string) ([]*fanOutPlan, error) {
-	subs := map[string][]endpoints.StoredSubscription{} // the brands' subscriptions, read once
+	reads := NewReads()
 	var plans []*fanOutPlan
 	for _, id := range eventIDs {
-		plan, err := s.planFanOut(ctx, id, subs)
+		plan, err := s.planFanOut(ctx, id, reads)
 		if err != nil {
 			return plans, err
 		}
@@ -201,7 +215,7 @@ func (s *Engine) planFanOuts(ctx context.Context, eventIDs []string) ([]*fanOutP
 
 // planFanOut reads what fanning out an event needs; nil means there is
 // nothing to do.
-func (s *Engine) planFanOut(ctx context.Context, eventID string, subs map[string][]endpoints.StoredSubscription) (*fanOutPlan, error) {
+func (s *Engine) planFanOut(ctx context.Context, eventID string, reads *Reads) (*fanOutPlan, error) {
 	item, err := s.db.Get(ctx, keys.Event(eventID))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil // expired long ago: nothing left to deliver
@@ -209,22 +223,18 @@ func (s *Engine) planFanOut(ctx context.Context, eventID string, subs map[string
 	if err != nil {
 		return nil, err
 	}
-	return s.planFanOutOf(ctx, item, subs)
+	return s.planFanOutOf(ctx, item, reads)
 }
 
 // planFanOutOf is planFanOut of the event item read as item.
-func (s *Engine) planFanOutOf(ctx context.Context, item store.Item, subs map[string][]endpoints.StoredSubscription) (*fanOutPlan, error) {
+func (s *Engine) planFanOutOf(ctx context.Context, item store.Item, reads *Reads) (*fanOutPlan, error) {
 	var evt tally.Event
 	if err := records.Decode(item, &evt); err != nil {
 		return nil, err
 	}
-	brandSubs, ok := subs[evt.BrandID]
-	if !ok {
-		var err error
-		if brandSubs, err = endpoints.Stored(ctx, s.db, evt.BrandID); err != nil {
-			return nil, err
-		}
-		subs[evt.BrandID] = brandSubs
+	brandSubs, err := reads.subscriptions(ctx, s.db, evt.BrandID)
+	if err != nil {
+		return nil, err
 	}
 	now := s.db.Now()
 	plan := &fanOutPlan{event: item, outboxed: inOutbox(item)}
@@ -242,7 +252,7 @@ func (s *Engine) planFanOutOf(ctx context.Context, item store.Item, subs map[str
 		})
 		plan.eps, plan.subs = append(plan.eps, sub.Item), append(plan.subs, &sub.Rec)
 	}
-	pb, pbItem, err := s.postbackDelivery(ctx, item, evt)
+	pb, pbItem, err := s.postbackDelivery(ctx, item, evt, reads)
 	if err != nil {
 		return nil, err
 	}
@@ -826,7 +836,7 @@ func ptrTo[T any](v T) *T { return &v }
 // is one for a partner whose postback is enabled and fires on it (a test
 // goes to its postback whatever its state), and the postback's item. The
 // event item is as stored.
-func (s *Engine) postbackDelivery(ctx context.Context, item store.Item, evt tally.Event) (*endpoints.DeliveryRecord, store.Item, error) {
+func (s *Engine) postbackDelivery(ctx context.Context, item store.Item, evt tally.Event, reads *Reads) (*endpoints.DeliveryRecord, store.Item, error) {
 	var (
 		partnerID string
 		values    endpoints.PostbackValues
@@ -848,11 +858,8 @@ func (s *Engine) postbackDelivery(ctx context.Context, item store.Item, evt tall
 	default:
 		return nil, store.Item{}, nil
 	}
-	pbItem, err := s.db.Get(ctx, keys.Postback(evt.BrandID, partnerID))
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, store.Item{}, nil
-	}
-	if err != nil {
+	pbItem, ok, err := reads.postback(ctx, s.db, evt.BrandID, partnerID)
+	if err != nil || !ok {
 		return nil, store.Item{}, err
 	}
 	var pb endpoints.PostbackRecord

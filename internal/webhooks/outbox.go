@@ -52,8 +52,9 @@ func (s *Engine) writeCreatedEvent(ctx context.Context, c tally.Conversion, from
 
 // DispatchConversion is Dispatch for a conversion the stream shows
 // inserted (a new image marked by conversions.ForStream): it writes the
-// conversion's conversion.created event and dispatches it.
-func (s *Engine) DispatchConversion(ctx context.Context, conversion store.Item) ([]DeliveryMessage, error) {
+// conversion's conversion.created event and dispatches it, with the
+// batch's reads (nil: its own).
+func (s *Engine) DispatchConversion(ctx context.Context, conversion store.Item, reads *Reads) ([]DeliveryMessage, error) {
 	var c tally.Conversion
 	if err := records.Decode(conversion, &c); err != nil {
 		return nil, err
@@ -62,7 +63,7 @@ func (s *Engine) DispatchConversion(ctx context.Context, conversion store.Item) 
 	if err != nil {
 		return nil, err
 	}
-	return s.dispatch(ctx, evt)
+	return s.dispatch(ctx, evt, reads)
 }
 
 // inOutbox says whether an event's deliveries may not all be written yet:

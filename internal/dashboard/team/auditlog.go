@@ -1,9 +1,7 @@
 package team
 
 import (
-	"cmp"
 	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/tally-hq/tally/internal/audit"
@@ -34,6 +32,7 @@ var actionLabels = map[string]string{
 	audit.PostbackTokenDeleted: "Postback token deleted",
 	audit.PayoutCreated:        "Payout created",
 	audit.PayoutPaid:           "Payout marked paid",
+	audit.BrandTimezoneChanged: "Time zone changed",
 	audit.FraudSettingsUpdated: "Fraud settings changed",
 	audit.AddressBlocked:       "Address blocked",
 	audit.AddressUnblocked:     "Address unblocked",
@@ -64,16 +63,11 @@ type entryRow struct {
 
 type auditData struct {
 	Entries []entryRow
-	// Newer and Older open the pages before and after this one; the
-	// cursors of the pages before ride along in the query (?prev=), as
-	// a list's cursor only goes on.
-	Newer, Older string
+	Page    web.Page
 }
 
 func (p *Pages) auditLog(w http.ResponseWriter, r *web.Request) error {
-	q := r.URL.Query()
-	cursor := q.Get("cursor")
-	entries, next, err := p.svc.Audit.Entries(r.Context(), r.Subject, records.ListParams{Cursor: cursor})
+	entries, next, err := p.svc.Audit.Entries(r.Context(), r.Subject, records.ListParams{Cursor: r.URL.Query().Get("cursor")})
 	if err != nil {
 		return err
 	}
@@ -93,26 +87,7 @@ func (p *Pages) auditLog(w http.ResponseWriter, r *web.Request) error {
 		}
 		data.Entries = append(data.Entries, row)
 	}
-	var prev []string
-	if s := q.Get("prev"); s != "" {
-		prev = strings.Split(s, " ")
-	}
-	if cursor != "" {
-		newer := url.Values{}
-		if n := len(prev); n > 0 {
-			if prev[n-1] != "-" {
-				newer.Set("cursor", prev[n-1])
-			}
-			if n > 1 {
-				newer.Set("prev", strings.Join(prev[:n-1], " "))
-			}
-		}
-		data.Newer = "/dashboard/activity/audit?" + newer.Encode()
-	}
-	if next != "" {
-		older := url.Values{"cursor": {next}, "prev": {strings.Join(append(prev, cmp.Or(cursor, "-")), " ")}}
-		data.Older = "/dashboard/activity/audit?" + older.Encode()
-	}
+	data.Page = web.PageOf(r, next)
 	p.site.Render(w, "audit", r.View("Audit log", "audit", data))
 	return nil
 }

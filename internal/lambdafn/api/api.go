@@ -258,7 +258,8 @@ func Serve(groups []string, opts ...Option) {
 	if err != nil {
 		lambdafn.Fatal(log, err)
 	}
-	lambda.Start(handler)
+	// A request's metrics are one EMF line.
+	lambda.Start(emf.PerInvocation(metrics, handler))
 }
 
 // Services wires the capabilities the API's routes call over db as on

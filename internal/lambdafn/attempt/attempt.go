@@ -21,16 +21,16 @@ import (
 
 // Serve runs the retry state machine's task. It never returns.
 func Serve() {
-	lambda.Start(Handler(Engine(lambdafn.Logger()), CloudSender()))
+	lambda.Start(Handler(Engine(lambdafn.Logger(), emf.New(os.Stdout)), CloudSender()))
 }
 
 // Engine is the webhook engine over the function's table, its fan-outs
 // written apart (webhooks.Apart: DynamoDB bills each item of a transaction
-// twice), its attempts counted as CloudWatch Embedded Metric Format lines on
-// stdout. A configuration error ends the process.
-func Engine(log *slog.Logger) *webhooks.Engine {
+// twice), its attempts counted in metrics (CloudWatch Embedded Metric Format
+// lines on stdout). A configuration error ends the process.
+func Engine(log *slog.Logger, metrics *emf.Metrics) *webhooks.Engine {
 	db, settings := lambdafn.Start(log)
-	return NewEngine(db, settings, emf.New(os.Stdout))
+	return NewEngine(db, settings, metrics)
 }
 
 // NewEngine is the webhook engine over db with settings, as Engine makes

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 
@@ -28,6 +29,7 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/awsenv"
+	"github.com/tally-hq/tally/internal/emf"
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/lambdafn/attempt"
@@ -37,13 +39,15 @@ import (
 // ServeDeliver runs the function behind the delivery queue. It never returns.
 func ServeDeliver() {
 	log := lambdafn.Logger()
-	engine := attempt.Engine(log)
+	// A batch's attempts are counted in one EMF line per outcome.
+	metrics := emf.New(os.Stdout)
+	engine := attempt.Engine(log, metrics)
 	cfg, err := awsenv.Config()
 	if err != nil {
 		lambdafn.Fatal(log, err)
 	}
 	client := sfn.NewFromConfig(cfg, func(o *sfn.Options) { o.BaseEndpoint = awsenv.Endpoint("SFN") })
-	lambda.Start(DeliverHandler(engine, attempt.CloudSender(), client, lambdafn.MustEnv(log, lambdafn.EnvRetryStateMachineARN), log))
+	lambda.Start(emf.PerInvocation(metrics, DeliverHandler(engine, attempt.CloudSender(), client, lambdafn.MustEnv(log, lambdafn.EnvRetryStateMachineARN), log)))
 }
 
 // Executions is the part of the Step Functions client deliver uses.

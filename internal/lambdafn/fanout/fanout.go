@@ -80,8 +80,9 @@ func Handler(engine *webhooks.Engine, q queue.Queue, queueURL string, log *slog.
 		errs := make([]error, len(ev.Records))
 		var wg sync.WaitGroup
 		slots := make(chan struct{}, fanoutWorkers)
+		reads := webhooks.NewReads() // each brand's subscriptions read once for the batch
 		for i, rec := range ev.Records {
-			dispatch, ok := dispatcher(engine, rec)
+			dispatch, ok := dispatcher(engine, rec, reads)
 			if !ok {
 				continue
 			}
@@ -122,7 +123,7 @@ func Handler(engine *webhooks.Engine, q queue.Queue, queueURL string, log *slog.
 // item (webhooks.Engine.Dispatch) but one the fan-out made, or a
 // conversion whose event the fan-out makes
 // (webhooks.Engine.DispatchConversion, from the record's new image).
-func dispatcher(engine *webhooks.Engine, rec events.DynamoDBEventRecord) (func(context.Context) ([]webhooks.DeliveryMessage, error), bool) {
+func dispatcher(engine *webhooks.Engine, rec events.DynamoDBEventRecord, reads *webhooks.Reads) (func(context.Context) ([]webhooks.DeliveryMessage, error), bool) {
 	if rec.EventName != string(events.DynamoDBOperationTypeInsert) {
 		return nil, false
 	}
@@ -133,7 +134,7 @@ func dispatcher(engine *webhooks.Engine, rec events.DynamoDBEventRecord) (func(c
 	_, made := rec.Change.NewImage["outbox"] // an event the fan-out made
 	if eventID, ok := strings.CutPrefix(pk.String(), "EVT#"); ok && !made {
 		return func(ctx context.Context) ([]webhooks.DeliveryMessage, error) {
-			return engine.Dispatch(ctx, eventID)
+			return engine.Dispatch(ctx, eventID, reads)
 		}, true
 	}
 	if v, ok := rec.Change.NewImage["fanout"]; !ok || v.DataType() != events.DataTypeString || v.String() != "stream" {
@@ -144,7 +145,7 @@ func dispatcher(engine *webhooks.Engine, rec events.DynamoDBEventRecord) (func(c
 		if err != nil {
 			return nil, fmt.Errorf("stream record %s: %w", rec.Change.SequenceNumber, err)
 		}
-		return engine.DispatchConversion(ctx, item)
+		return engine.DispatchConversion(ctx, item, reads)
 	}, true
 }
 
@@ -338,13 +339,14 @@ func (r Reconciler) fanOutAll(ctx context.Context, engine *webhooks.Engine, q qu
 	msgs := make([][]webhooks.DeliveryMessage, len(evts))
 	errs := make([]error, len(evts))
 	var left atomic.Bool
+	reads := webhooks.NewReads()
 	each(len(evts), r.Workers, func(i int) {
 		if time.Now().After(stop) {
 			left.Store(true)
 			errs[i] = errLeft
 			return
 		}
-		msgs[i], errs[i] = engine.Dispatch(ctx, evts[i])
+		msgs[i], errs[i] = engine.Dispatch(ctx, evts[i], reads)
 	})
 	var all []queue.Message
 	var owner []int // the event of each of all
