@@ -256,11 +256,13 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		switch {
 		case f.ReadOnly || f.Kind == fallbackFunction: // they only read, and count requests
 			allow(role, table.TableArn(), nil, readOnlyActions...)
-			allow(role, table.TableArn(), &map[string]any{
-				"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": rateCounterKeys},
-			}, "dynamodb:UpdateItem")
 		default:
 			allow(role, table.TableArn(), nil, tableActions[f.Kind]...)
+		}
+		for _, action := range []string{put, update, del} { // each only in its partitions
+			if keys := writeKeys[f.ID][action]; keys != nil {
+				allow(role, table.TableArn(), &map[string]any{"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": keys}}, action)
+			}
 		}
 		if slices.Contains(queriesIndexes, f.Kind) || f.Kind == fallbackFunction {
 			allow(role, jsii.String(*table.TableArn()+"/index/*"), nil, "dynamodb:Query")

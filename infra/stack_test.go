@@ -131,6 +131,7 @@ func wantEnv(id string) map[string]any {
 		env["TALLY_DELIVERY_QUEUE_URL"] = ref("DeliveryQueue")
 	case "DeliverFunction":
 		env["TALLY_RETRY_STATE_MACHINE_ARN"] = ref("RetryStateMachine")
+		env["TALLY_DELIVERY_QUEUE_URL"] = ref("DeliveryQueue") // paced deliveries wait in it
 	}
 	if id == "ReconcilerFunction" {
 		env["TALLY_DELIVER_MAX_CONCURRENCY"] = ref("DeliverMaxConcurrency")
@@ -243,6 +244,7 @@ func TestFunctions(t *testing.T) {
 				"TALLY_TABLE":                   ref("Table"),
 				"TALLY_DELIVERY_RETENTION_DAYS": ref("DeliveryRetentionDays"),
 				"TALLY_RETRY_STATE_MACHINE_ARN": ref("RetryStateMachine"),
+				"TALLY_DELIVERY_QUEUE_URL":      ref("DeliveryQueue"),
 			})},
 		})
 	})
@@ -866,12 +868,17 @@ func TestEventSourceMappings(t *testing.T) {
 func TestLeastPrivilege(t *testing.T) {
 	s := synth(t)
 	f := facts(t, newCDKTemplate(s))
-	readWrite := "dynamodb:ConditionCheckItem dynamodb:DeleteItem dynamodb:GetItem dynamodb:PutItem dynamodb:Query dynamodb:UpdateItem"
 	want := map[string]string{}
 	for id := range timeouts {
 		want["grant "+id+" "+id+"LogGroup"] = "logs:CreateLogStream logs:PutLogEvents"
 		if slices.Contains(apiFunctions, id) && id != "ReportsFunction" && id != "HealthFunction" {
-			want["grant "+id+" Table"] = readWrite
+			// Writes only in the partitions of its writeKeys.
+			actions := []string{"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:Query"}
+			for action, keys := range writeKeys[id] {
+				actions = append(actions, action+" if "+leadingKeys(t, keys))
+			}
+			slices.Sort(actions)
+			want["grant "+id+" Table"] = strings.Join(actions, " ")
 			want["grant "+id+" Table/index"] = "dynamodb:Query"
 		}
 	}
@@ -888,7 +895,7 @@ func TestLeastPrivilege(t *testing.T) {
 	want["grant RollupFunction Table"] = "dynamodb:GetItem dynamodb:PutItem dynamodb:UpdateItem"
 	want["grant RollupFunction Table/stream"] = "dynamodb:DescribeStream dynamodb:GetRecords dynamodb:GetShardIterator dynamodb:ListStreams"
 	want["grant DeliverFunction Table"] = "dynamodb:DeleteItem dynamodb:GetItem dynamodb:PutItem dynamodb:UpdateItem"
-	want["grant DeliverFunction DeliveryQueue"] = "sqs:DeleteMessage sqs:GetQueueAttributes sqs:ReceiveMessage"
+	want["grant DeliverFunction DeliveryQueue"] = "sqs:DeleteMessage sqs:GetQueueAttributes sqs:ReceiveMessage sqs:SendMessage" // and paced deliveries back
 	want["grant DeliverFunction RetryStateMachine"] = "states:StartExecution"
 	want["grant DeliverFunction RetryStateMachine/executions"] = "states:DescribeExecution"
 	want["grant AttemptFunction Table"] = "dynamodb:GetItem dynamodb:PutItem dynamodb:UpdateItem"
@@ -981,4 +988,18 @@ func cdkAssert(t *testing.T, assertion func()) {
 		}
 	}()
 	assertion()
+}
+
+// leadingKeys is the condition that lets a write name only the partitions
+// of patterns, as the facts show it.
+func leadingKeys(t *testing.T, patterns []string) string {
+	t.Helper()
+	if len(patterns) == 0 {
+		t.Fatal("no writeKeys")
+	}
+	b, err := json.Marshal(map[string]any{"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": patterns}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -394,7 +394,7 @@ func TestBootstrap(t *testing.T) {
 	// The environment of each function, per docs/aws.md.
 	envOf := func(fn function) []string {
 		env := slices.Clone(base)
-		if fn.kind == kindFanout || fn.kind == kindReconciler || fn.name == "deliveries" || fn.name == "dashboard" {
+		if fn.kind == kindFanout || fn.kind == kindReconciler || fn.kind == kindDeliver || fn.name == "deliveries" || fn.name == "dashboard" {
 			env = append(env, "TALLY_DELIVERY_QUEUE_URL="+deliveryQueue.URL)
 		}
 		if fn.kind == kindDeliver {
@@ -628,7 +628,7 @@ func bootstrapReconciler(t *testing.T, p *lambdaProcess, st *dynamo.Store, deliv
 		t.Fatalf("queued %q, want the delivery of %s among them", deliveryQueue.messages(t)[before:], evt.ID)
 	}
 	// The deliver function's step: attempt 1 writes the delivery.
-	h := deliver.DeliverHandler(f.svc.Webhooks, f.sender, f.executions, stateMachineARN, f.cfg.Logger)
+	h := deliver.DeliverHandler(f.svc.Webhooks, f.sender, f.executions, stateMachineARN, deliver.Later(deliveryQueue.client, deliveryQueue.URL), f.cfg.Logger)
 	if out, err := h(lambdaContext(t, "deliver-invocation"), events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m1", Body: msg}}}); err != nil || len(out.BatchItemFailures) > 0 {
 		t.Fatalf("deliver: %+v, %v", out, err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/tally-hq/tally/internal/deploy"
 	"github.com/tally-hq/tally/internal/dynamotest"
 	"github.com/tally-hq/tally/internal/lambdafn/fanout"
+	"github.com/tally-hq/tally/internal/partitions"
 	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/store/dynamo"
@@ -181,33 +182,7 @@ func allows(g deploy.Grant, a usedAction) bool {
 	if !ok || len(like) != 1 || a.leadingKey == "" {
 		return false
 	}
-	return slices.ContainsFunc(like["dynamodb:LeadingKeys"], func(pattern string) bool { return stringLike(pattern, a.leadingKey) })
-}
-
-// stringLike matches s against an IAM StringLike pattern: * is any run of
-// characters, ? any one, everything else itself.
-func stringLike(pattern, s string) bool {
-	for pattern != "" {
-		switch pattern[0] {
-		case '*':
-			for i := len(s); i >= 0; i-- {
-				if stringLike(pattern[1:], s[i:]) {
-					return true
-				}
-			}
-			return false
-		case '?':
-			if s == "" {
-				return false
-			}
-		default:
-			if s == "" || s[0] != pattern[0] {
-				return false
-			}
-		}
-		pattern, s = pattern[1:], s[1:]
-	}
-	return s == ""
+	return slices.ContainsFunc(like["dynamodb:LeadingKeys"], func(pattern string) bool { return partitions.StringLike(pattern, a.leadingKey) })
 }
 
 // TestConversionOutboxIsAllowed runs the AWS path of new conversions

@@ -429,6 +429,10 @@ func apiHandler(t *testing.T, f *fixture, groups []string) api.APIFunc {
 // sampleCase is what one sample must do through its function. Exactly one
 // of the checks is set, the one for its function's kind.
 type sampleCase struct {
+	// onAWS wires the fixture as the functions run on AWS (service.OnAWS:
+	// rollups left to the stream), where the function's role allows only
+	// that: the click's does not let it update rollups.
+	onAWS bool
 	// setup adjusts the fixture (and f.vars) before the sample is filled in.
 	setup func(t *testing.T, f *fixture)
 	// api checks an API sample; call invokes it (again).
@@ -779,7 +783,7 @@ var cases = map[string]sampleCase{
 	},
 	// The tracking link: API Gateway's sourceIp is the visitor, whatever
 	// X-Forwarded-For claims.
-	"click-follow": {api: func(t *testing.T, f *fixture, call func() response) {
+	"click-follow": {onAWS: true, api: func(t *testing.T, f *fixture, call func() response) {
 		r := call()
 		wantStatus(t, r, 302)
 		loc := r.header("Location")
@@ -959,7 +963,11 @@ func TestSamples(t *testing.T) {
 					if used != nil {
 						defer used.allowedFor(t, tpl, fn.name)
 					}
-					f := newFixture(t, st)
+					var opts []service.Option
+					if c.onAWS {
+						opts = append(opts, service.OnAWS())
+					}
+					f := newFixture(t, st, opts...)
 					if c.setup != nil {
 						c.setup(t, f)
 					}

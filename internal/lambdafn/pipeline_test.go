@@ -359,7 +359,7 @@ func fanoutCall(t *testing.T, f *fixture) func(events.DynamoDBEvent) events.Dyna
 }
 
 func deliverCall(t *testing.T, f *fixture) func(events.SQSEvent) events.SQSEventResponse {
-	h := deliver.DeliverHandler(f.svc.Webhooks, f.sender, f.executions, stateMachineARN, f.cfg.Logger)
+	h := deliver.DeliverHandler(f.svc.Webhooks, f.sender, f.executions, stateMachineARN, deliver.Later(f.deliveryQueue(t).client, f.deliveryQueue(t).URL), f.cfg.Logger)
 	return func(ev events.SQSEvent) events.SQSEventResponse {
 		t.Helper()
 		out, err := h(lambdaContext(t, "deliver-invocation"), ev)

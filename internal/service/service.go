@@ -72,6 +72,7 @@ type config struct {
 	requeue           endpoints.Requeue
 	health            endpoints.HealthConfig
 	localRates        bool
+	sharedPace        bool
 	queue             outbox.Queue
 	rollups           reports.Rollups
 	writing           conversions.Writing
@@ -130,6 +131,12 @@ func WithRequeue(queue endpoints.Requeue) Option { return func(c *config) { c.re
 // only one serving from its store (the embedded one, whose file is locked
 // to one process).
 func WithProcessRateLimits() Option { return func(c *config) { c.localRates = true } }
+
+// WithSharedPace holds the attempts to an endpoint with a maxPerSecond to
+// it in counters in the store (webhooks.Config.Pace), as the AWS functions
+// do, whose attempts run in many processes; without it the engine leaves
+// pacing to the local pipeline's scheduler.
+func WithSharedPace() Option { return func(c *config) { c.sharedPace = true } }
 
 // WithEndpointHealth sets when an endpoint (a webhook subscription or a
 // partner's postback) is disabled: after failures consecutive failed
@@ -211,7 +218,11 @@ func New(st store.Store, opts ...Option) *Service {
 		o(&c)
 	}
 	s := &Service{DB: records.New(st, c.clock, c.ids)}
-	s.Webhooks = webhooks.New(s.DB, webhooks.Config{Health: c.health, RetryScale: c.retryScale, DeliveryRetention: c.deliveryRetention, Writes: c.writes, Observer: c.observer})
+	var pace webhooks.Pacer
+	if c.sharedPace {
+		pace = ratelimit.NewShared(s.DB)
+	}
+	s.Webhooks = webhooks.New(s.DB, webhooks.Config{Health: c.health, RetryScale: c.retryScale, DeliveryRetention: c.deliveryRetention, Writes: c.writes, Observer: c.observer, Pace: pace})
 	var notify func([]string)
 	if p := c.pipeline; p != nil {
 		s.Pipeline = webhooks.NewPipeline(s.Webhooks, p.sender, p.workers, p.log, p.opts...)
@@ -252,7 +263,7 @@ func (s *Service) API() httpapi.Services {
 // tests of the AWS path, which drive the functions' handlers with it.
 func OnAWS() Option {
 	return func(c *config) {
-		for _, o := range []Option{ForDynamoDB(), WithStreamRollups(), WithStreamConversions()} {
+		for _, o := range []Option{ForDynamoDB(), WithStreamRollups(), WithStreamConversions(), WithSharedPace()} {
 			o(c)
 		}
 	}

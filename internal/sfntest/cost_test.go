@@ -319,7 +319,7 @@ func (p *costPipeline) run(t *testing.T, tag string, n int, key, offerID, partne
 	fan := bill{stage: "fan-out (stream)", db: p.meter.Take(), sqs: p.q.take(), invocations: float64(n) / fanoutBatch, lambdaMs: float64(n) * fanoutMsPerRecord,
 		logBytes: p.logged(float64(n) / fanoutBatch)}
 
-	h := emf.PerInvocation(p.metrics, deliver.DeliverHandler(p.service().Webhooks, loopbackSender(), p.ex, stateMachineARN, p.log)) // as deliver.ServeDeliver starts it
+	h := emf.PerInvocation(p.metrics, deliver.DeliverHandler(p.service().Webhooks, loopbackSender(), p.ex, stateMachineARN, deliver.Later(p.q, deliveryQueue.URL), p.log)) // as deliver.ServeDeliver starts it
 	msgs := 0
 	for {
 		got := sqstest.Receive(t, client, deliveryQueue, deliverBatch, 0)
@@ -568,7 +568,7 @@ func costDownReceiver(t *testing.T, name string, answer []byte) {
 	if err != nil || res.Released < n {
 		t.Fatalf("reconciler: %+v, %v; want the %d parked deliveries released", res, err, n)
 	}
-	h := emf.PerInvocation(p.metrics, deliver.DeliverHandler(p.service().Webhooks, loopbackSender(), p.ex, stateMachineARN, p.log))
+	h := emf.PerInvocation(p.metrics, deliver.DeliverHandler(p.service().Webhooks, loopbackSender(), p.ex, stateMachineARN, deliver.Later(p.q, deliveryQueue.URL), p.log))
 	for {
 		// Waits a second before taking an empty answer as the end: a
 		// receive that does not wait may come back empty from a queue

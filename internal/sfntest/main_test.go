@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -67,6 +68,9 @@ type fixture struct {
 	sfn      *sfn.Client // the deliver function's client, at workflow
 	taskLog  string      // the attempt program's runs (SFNTEST_TASK_LOG)
 	failFile string      // runs the attempt program fails on purpose (SFNTEST_FAIL_FILE)
+	// later is where deliver queues paced messages again: nowhere, unless
+	// the test has a queue (newPipeline).
+	later deliver.Requeue
 }
 
 func newFixture(t *testing.T) *fixture { return newFixtureWaiting(t, waitTime) }
@@ -74,7 +78,7 @@ func newFixture(t *testing.T) *fixture { return newFixtureWaiting(t, waitTime) }
 // newFixtureWaiting is newFixture with every Wait state's time set to wait.
 func newFixtureWaiting(t *testing.T, wait time.Duration) *fixture {
 	t.Helper()
-	f := &fixture{endpoint: dynamotest.Endpoint(t), log: slog.New(slog.NewTextHandler(testWriter{t}, nil))}
+	f := &fixture{endpoint: dynamotest.Endpoint(t), log: slog.New(slog.NewTextHandler(testWriter{t}, nil)), later: noQueue}
 	f.client, f.table = dynamotest.NewTable(t)
 	f.svc = servicetest.New(dynamo.New(f.client, f.table), service.WithLoopbackReceivers())
 	var err error
@@ -91,6 +95,11 @@ func newFixtureWaiting(t *testing.T, wait time.Duration) *fixture {
 		BaseEndpoint: aws.String(f.workflow.URL),
 	})
 	return f
+}
+
+// noQueue is the fixture's deliver.Requeue when the test has no queue.
+func noQueue(context.Context, webhooks.DeliveryMessage, time.Duration) error {
+	return errors.New("no queue to put a paced delivery back in")
 }
 
 // failOnPurpose makes the attempt program fail the runs listed ("3",
@@ -129,7 +138,7 @@ func loopbackSender() *delivery.Sender {
 func (f *fixture) deliver(t *testing.T, msgs ...events.SQSMessage) []string {
 	t.Helper()
 	before := len(f.workflow.Names())
-	h := deliver.DeliverHandler(f.function().Webhooks, loopbackSender(), f.sfn, stateMachineARN, f.log)
+	h := deliver.DeliverHandler(f.function().Webhooks, loopbackSender(), f.sfn, stateMachineARN, f.later, f.log)
 	resp, err := h(lambdaContext(t.Context(), "deliver"), roundTrip(t, events.SQSEvent{Records: msgs}))
 	if err != nil || len(resp.BatchItemFailures) > 0 {
 		t.Fatalf("deliver: %v, failures %+v", err, resp.BatchItemFailures)

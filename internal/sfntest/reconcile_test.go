@@ -21,6 +21,7 @@ import (
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/lambdafn/api"
+	"github.com/tally-hq/tally/internal/lambdafn/deliver"
 	"github.com/tally-hq/tally/internal/lambdafn/fanout"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
 	"github.com/tally-hq/tally/internal/records"
@@ -66,6 +67,7 @@ func newPipelineWaiting(t *testing.T, wait, visibility time.Duration, status fun
 	t.Helper()
 	p := &pipeline{fixture: newFixtureWaiting(t, wait), sqs: sqstest.NewClient(sqstest.Endpoint(t)), send: sqstest.NewSender(sqstest.Endpoint(t))}
 	p.queue, p.dlq = sqstest.NewQueueWithDLQ(t, p.sqs, visibility, 5)
+	p.later = deliver.Later(p.send, p.queue.URL)
 	p.rcv = newReceiver(t, status)
 	p.subscribe(t, p.rcv.URL, secret, tally.EventConversionCreated)
 	return p

@@ -306,12 +306,16 @@ func (s *Server) stopExecution(body []byte) (int, any) {
 	return http.StatusOK, map[string]any{"stopDate": epoch(e.stopped)}
 }
 
+// paceStates is how the names of the retry workflow's pace waits begin
+// (statemachine.PaceState; the statemachine package's test holds them to it).
+const paceStates = "Pace"
+
 // RetryWorkflow is the deployed retry workflow, statemachine/retry.asl.json
 // (read from the repository, with attemptARN substituted), as an Execution
 // without input: every attempt task and the abandon task run the attempt
 // program (package sfntest/attempt, built here) over the DynamoDB table at
-// endpoint, every Wait state pauses wait (AsDefined: until the time it
-// reads), and a failed task is retried
+// endpoint, every Wait state but the pace's (statemachine.PaceState) pauses
+// wait (AsDefined: until the time it reads), and a failed task is retried
 // after 10 ms. env adds to the program's environment.
 func RetryWorkflow(t testing.TB, attemptARN, table, endpoint string, wait time.Duration, env ...string) Execution {
 	t.Helper()
@@ -333,6 +337,11 @@ func RetryWorkflow(t testing.TB, attemptARN, table, endpoint string, wait time.D
 			ex.Tasks[name], ex.Retries[name] = bin, 10*time.Millisecond
 		case "Wait":
 			ex.Waits[name] = wait
+			if strings.HasPrefix(name, paceStates) {
+				// A paced attempt's wait is its endpoint's pace: shortened,
+				// it would only ask again sooner to be refused again.
+				ex.Waits[name] = AsDefined
+			}
 		}
 	}
 	ex.Env = append([]string{

@@ -119,10 +119,15 @@ func (r *Refused) Error() string {
 
 // Message is a message to send. Group is its message group (empty: none):
 // on a standard queue, the tenant that SQS fair queues balance the
-// delivery of messages across.
+// delivery of messages across. Delay keeps it from being received until
+// then (DelaySeconds: whole seconds, at most 15 minutes; 0: the queue's).
 type Message struct {
 	Body, Group string
+	Delay       time.Duration
 }
+
+// MaxDelay is the longest Delay SQS takes.
+const MaxDelay = 15 * time.Minute
 
 // Messages are messages with bodies and no group.
 func Messages(bodies ...string) []Message {
@@ -144,13 +149,14 @@ func (c *Client) SendBatch(ctx context.Context, queueURL string, msgs []Message)
 		ID             string `json:"Id"`
 		MessageBody    string `json:"MessageBody"`
 		MessageGroupID string `json:"MessageGroupId,omitempty"`
+		DelaySeconds   int    `json:"DelaySeconds,omitempty"`
 	}
 	in := struct {
 		QueueURL string  `json:"QueueUrl"`
 		Entries  []entry `json:"Entries"`
 	}{QueueURL: queueURL}
 	for i, m := range msgs {
-		in.Entries = append(in.Entries, entry{ID: strconv.Itoa(i), MessageBody: m.Body, MessageGroupID: m.Group})
+		in.Entries = append(in.Entries, entry{ID: strconv.Itoa(i), MessageBody: m.Body, MessageGroupID: m.Group, DelaySeconds: int(min(m.Delay, MaxDelay).Seconds())})
 	}
 	var out struct {
 		Failed []struct {

@@ -255,6 +255,22 @@ func Receive(t testing.TB, c *sqs.Client, q Queue, max int, wait time.Duration) 
 	return msgs
 }
 
+// ReceiveN receives until n messages have come or a receive that waited
+// comes back empty: one receive may return fewer messages than the queue
+// holds (SQS samples its servers; fauxqs does so under load too).
+func ReceiveN(t testing.TB, c *sqs.Client, q Queue, n int, wait time.Duration) []events.SQSMessage {
+	t.Helper()
+	var msgs []events.SQSMessage
+	for len(msgs) < n {
+		got := Receive(t, c, q, min(n-len(msgs), 10), wait)
+		if len(got) == 0 {
+			break
+		}
+		msgs = append(msgs, got...)
+	}
+	return msgs
+}
+
 // Finish does what Lambda's SQS event source does after the function
 // answered a batch with a partial batch response: it deletes the messages
 // that are not reported as failures; the others become visible again after

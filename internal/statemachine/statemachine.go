@@ -29,6 +29,10 @@ func WaitState(retry int) string      { return fmt.Sprintf("Wait%d", retry) }
 func AttemptState(attempt int) string { return fmt.Sprintf("Attempt%d", attempt) }
 func decideState(attempt int) string  { return fmt.Sprintf("Decide%d", attempt) }
 
+// PaceState waits, when attempt's task found its endpoint's pace used up
+// (the result says paced, and when to ask again), before the same attempt.
+func PaceState(attempt int) string { return fmt.Sprintf("Pace%d", attempt) }
+
 const (
 	startState  = "Start"
 	resumeState = "Resume"
@@ -80,7 +84,10 @@ func Timeout() time.Duration {
 // when an earlier execution of the schedule ended without deciding the
 // delivery) has {"attempt", "resumeAt"} too: it waits until resumeAt and
 // goes on at that attempt. An attempt task that fails after its retries is
-// caught: the delivery is marked failed rather than left pending.
+// caught: the delivery is marked failed rather than left pending. A task
+// that found its endpoint's pace used up (paced: no attempt made, nothing
+// written) waits in a Pace state until the nextAttemptAt it returned and
+// asks for the same attempt again.
 func Definition() ([]byte, error) {
 	states := map[string]any{
 		doneState:      map[string]any{"Type": "Succeed"},
@@ -124,15 +131,20 @@ func Definition() ([]byte, error) {
 				"FunctionName": "${" + AttemptFunctionVar + "}",
 				"Payload":      map[string]any{"brandId.$": "$.brandId", "deliveryId.$": "$.deliveryId", "attempt": attempt},
 			},
-			"ResultSelector": map[string]any{"status.$": "$.Payload.status", "attempts.$": "$.Payload.attempts", "nextAttemptAt.$": "$.Payload.nextAttemptAt"},
+			"ResultSelector": map[string]any{"status.$": "$.Payload.status", "attempts.$": "$.Payload.attempts", "nextAttemptAt.$": "$.Payload.nextAttemptAt", "paced.$": "$.Payload.paced"},
 			"ResultPath":     "$.result",
 			"Retry":          taskRetry,
 			"Catch":          []any{map[string]any{"ErrorEquals": []string{"States.ALL"}, "ResultPath": "$.error", "Next": AbandonState}},
 			"Next":           decideState(attempt),
 		}
+		// A paced task made no attempt: the same one waits for its turn.
+		// The wait is no attempt, and costs no retry of the schedule.
+		states[PaceState(attempt)] = map[string]any{
+			"Type": "Wait", "TimestampPath": "$.result.nextAttemptAt", "Next": AttemptState(attempt),
+		}
 		states[decideState(attempt)] = map[string]any{
 			"Type": "Choice",
-			"Choices": []any{map[string]any{"And": []any{
+			"Choices": []any{map[string]any{"Variable": "$.result.paced", "BooleanEquals": true, "Next": PaceState(attempt)}, map[string]any{"And": []any{
 				map[string]any{"Variable": "$.result.status", "StringEquals": "pending"},
 				map[string]any{"Variable": "$.result.nextAttemptAt", "IsTimestamp": true},
 			}, "Next": next}},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,13 +65,14 @@ func TestWaitsTakeTheDecidedTime(t *testing.T) {
 			attempts++
 			name = st.Next
 		case "Choice":
-			// Pending with a time to wait for goes on; anything else is done.
-			if c := st.Choices; st.Default != "Done" || len(c) != 1 || len(c[0].And) != 2 ||
-				c[0].And[0].Variable != "$.result.status" || c[0].And[0].StringEquals != "pending" ||
-				c[0].And[1].Variable != "$.result.nextAttemptAt" || !c[0].And[1].IsTimestamp {
+			// Paced waits for its turn (TestPacedAttemptsWaitForTheirTurn);
+			// pending with a time to wait for goes on; anything else is done.
+			if c := st.Choices; st.Default != "Done" || len(c) != 2 || len(c[1].And) != 2 ||
+				c[1].And[0].Variable != "$.result.status" || c[1].And[0].StringEquals != "pending" ||
+				c[1].And[1].Variable != "$.result.nextAttemptAt" || !c[1].And[1].IsTimestamp {
 				t.Fatalf("choice %s: %+v", name, st)
 			}
-			name = st.Choices[0].Next
+			name = st.Choices[1].Next
 		case "Succeed":
 			if len(waits) != len(webhooks.RetrySchedule) || attempts != len(webhooks.RetrySchedule) {
 				t.Fatalf("the workflow waits %v with %d attempts, want %v with one attempt after each", waits, attempts, webhooks.RetrySchedule)
@@ -109,6 +111,7 @@ type state struct {
 		Variable      string
 		NumericEquals int
 		StringEquals  string
+		BooleanEquals *bool
 		Next          string
 		And           []struct {
 			Variable     string
@@ -132,6 +135,34 @@ func parse(t *testing.T, raw []byte) definition {
 		t.Fatal(err)
 	}
 	return def
+}
+
+// A task that found its endpoint's pace used up made no attempt: its
+// decision waits until the time the task returned and asks for the same
+// attempt again, so the wait is neither an attempt nor a step of the
+// schedule. The pace waits' names are what sfntest lets wait as defined.
+func TestPacedAttemptsWaitForTheirTurn(t *testing.T) {
+	raw, err := statemachine.Definition()
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := parse(t, raw)
+	for attempt := 2; attempt <= webhooks.MaxAttempts; attempt++ {
+		task := def.States[statemachine.AttemptState(attempt)]
+		if got := task.ResultSelector["paced.$"]; got != "$.Payload.paced" {
+			t.Errorf("attempt %d keeps paced from %q, want $.Payload.paced", attempt, got)
+		}
+		decide := def.States[task.Next]
+		if c := decide.Choices; len(c) == 0 || c[0].Variable != "$.result.paced" || c[0].BooleanEquals == nil || !*c[0].BooleanEquals {
+			t.Fatalf("after attempt %d: %+v, want a first choice on $.result.paced", attempt, decide)
+		}
+		name := decide.Choices[0].Next
+		wait := def.States[name]
+		if name != statemachine.PaceState(attempt) || !strings.HasPrefix(name, "Pace") || wait.Type != "Wait" ||
+			wait.TimestampPath != "$.result.nextAttemptAt" || wait.Next != statemachine.AttemptState(attempt) {
+			t.Errorf("a paced attempt %d goes to %s: %+v, want a wait until $.result.nextAttemptAt, then %s again", attempt, name, wait, statemachine.AttemptState(attempt))
+		}
+	}
 }
 
 // Every attempt task that fails after its retries is caught by the abandon

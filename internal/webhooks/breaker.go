@@ -101,7 +101,9 @@ func (s *Engine) FirstAttempt(ctx context.Context, msg DeliveryMessage, sender S
 		return AttemptResult{}, err
 	}
 	res, err := s.firstAttempt(ctx, rec, event.Data, sender)
-	if err != nil || !inOutbox(event) {
+	if err != nil || res.Paced || !inOutbox(event) {
+		// A paced delivery may be unwritten still: its event stays in the
+		// outbox until its turn comes.
 		return res, err
 	}
 	// The sibling written last sees the others: each reads after its own

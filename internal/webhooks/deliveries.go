@@ -52,6 +52,10 @@ type DeliveryMessage struct {
 	// (which does not change).
 	Envelope json.RawMessage `json:"envelope,omitempty"`
 	Outbox   string          `json:"outbox,omitempty"`
+	// Waited counts the times the delivery's endpoint's pace sent the
+	// message back to the queue (AttemptResult.Paced): each wait is spread
+	// a little wider.
+	Waited int `json:"waited,omitempty"`
 }
 
 // maxCarried is the most deliveries of an event that Dispatch carries in
@@ -605,6 +609,11 @@ type AttemptResult struct {
 	// receiver's Retry-After holds on AWS too.
 	NextAttemptAt *tally.Time `json:"nextAttemptAt"`
 	Parked        bool        `json:"parked,omitempty"` // waits for its endpoint's circuit: no schedule of its own
+	// Paced says the step made no attempt: the endpoint's pace (Config.Pace)
+	// is used up for this second. Nothing was written; the same attempt is
+	// asked for again at NextAttemptAt. Always present, for the retry
+	// workflow's Choice states.
+	Paced bool `json:"paced"`
 	// Pace is the endpoint's maxPerSecond as the attempt read it (0: none),
 	// for the local pipeline's scheduler.
 	Pace int `json:"-"`
@@ -663,6 +672,11 @@ func (s *Engine) send(ctx context.Context, rec endpoints.DeliveryRecord, ep stor
 	req, err := s.request(rec, ep, envelope)
 	if err != nil {
 		return AttemptResult{}, err
+	}
+	if next, ok, err := s.takePace(ctx, rec, ep); err != nil {
+		return AttemptResult{}, err
+	} else if !ok {
+		return s.paced(rec, next), nil
 	}
 	if lease > 0 {
 		if err := s.claim(ctx, rec, lease); err != nil {

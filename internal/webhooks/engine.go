@@ -27,6 +27,7 @@ type Engine struct {
 	deliveryRetention time.Duration
 	writes            FanOutWrites
 	observer          Observer
+	pacer             Pacer
 }
 
 // Config is how an Engine runs.
@@ -42,6 +43,11 @@ type Config struct {
 	Writes FanOutWrites
 	// Observer is told of each attempt recorded; nil: nobody is.
 	Observer Observer
+	// Pace holds the attempts to an endpoint with a maxPerSecond to it
+	// (nil: the transport paces them, as the local Pipeline does): an
+	// attempt past it is not made, and its step says when to ask again
+	// (AttemptResult.Paced).
+	Pace Pacer
 }
 
 // New returns an Engine over db.
@@ -49,7 +55,7 @@ func New(db *records.DB, c Config) *Engine {
 	if c.RetryScale == 0 {
 		c.RetryScale = 1
 	}
-	return &Engine{db: db, health: c.Health, retryScale: c.RetryScale, deliveryRetention: c.DeliveryRetention, writes: c.Writes, observer: c.Observer}
+	return &Engine{db: db, health: c.Health, retryScale: c.RetryScale, deliveryRetention: c.DeliveryRetention, writes: c.Writes, observer: c.Observer, pacer: c.Pace}
 }
 
 // Now is the engine's time, in UTC to the millisecond.

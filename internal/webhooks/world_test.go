@@ -11,6 +11,7 @@ import (
 	"github.com/tally-hq/tally/internal/offers"
 	"github.com/tally-hq/tally/internal/outbox"
 	"github.com/tally-hq/tally/internal/partners"
+	"github.com/tally-hq/tally/internal/ratelimit"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/reports"
 	"github.com/tally-hq/tally/internal/ssrf"
@@ -48,6 +49,7 @@ type worldConfig struct {
 	clock    func() time.Time
 	loopback bool
 	observer Observer
+	pace     bool
 }
 
 func withClock(clock func() time.Time) worldOption {
@@ -58,6 +60,9 @@ func withClock(clock func() time.Time) worldOption {
 func withObserver(observer Observer) worldOption {
 	return func(c *worldConfig) { c.observer = observer }
 }
+
+// withPace paces attempts in the store's counters, as the AWS functions do.
+func withPace() worldOption { return func(c *worldConfig) { c.pace = true } }
 
 // withLoopback lets endpoints be on loopback, as on the local server.
 func withLoopback() worldOption { return func(c *worldConfig) { c.loopback = true } }
@@ -80,11 +85,16 @@ func newWorld(t *testing.T, st store.Store, opts ...worldOption) *world {
 	w.offersService = offers.New(db, time.Minute)
 	w.conversionsService = conversions.New(db, w.events, w.offersService, w.partnersService, reports.InWrite{}, conversions.InTransaction{}, nil)
 	w.endpointsService = endpoints.New(db, w.events, w.partnersService, func(u string) error { return ssrf.CheckURL(u, c.loopback) })
+	var pace Pacer
+	if c.pace {
+		pace = ratelimit.NewShared(db)
+	}
 	w.Engine = New(db, Config{
 		Health:            endpoints.HealthConfig{Failures: endpoints.DefaultDisableAfterFailures, Failing: endpoints.DefaultDisableAfterFailing},
 		DeliveryRetention: 30 * 24 * time.Hour,
 		Writes:            Batched{},
 		Observer:          c.observer,
+		Pace:              pace,
 	})
 	w.Log = endpoints.NewLog(db, w.endpointsService, 30*24*time.Hour, endpoints.NoRequeue)
 	return w

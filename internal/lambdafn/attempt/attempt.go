@@ -15,6 +15,7 @@ import (
 	"github.com/tally-hq/tally/internal/emf"
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/lambdafn"
+	"github.com/tally-hq/tally/internal/ratelimit"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/webhooks"
 )
@@ -34,9 +35,12 @@ func Engine(log *slog.Logger, metrics *emf.Metrics) *webhooks.Engine {
 }
 
 // NewEngine is the webhook engine over db with settings, as Engine makes
-// it, telling observer (nil: nobody) of each attempt recorded.
+// it, telling observer (nil: nobody) of each attempt recorded. Attempts to
+// an endpoint with a maxPerSecond take a place in its counter for the
+// second (ratelimit.Shared), shared by every instance of both functions.
 func NewEngine(db *records.DB, settings app.Settings, observer webhooks.Observer) *webhooks.Engine {
-	return webhooks.New(db, webhooks.Config{Health: settings.Health(), DeliveryRetention: settings.DeliveryRetention, Writes: webhooks.Apart{}, Observer: observer})
+	return webhooks.New(db, webhooks.Config{Health: settings.Health(), DeliveryRetention: settings.DeliveryRetention, Writes: webhooks.Apart{}, Observer: observer,
+		Pace: ratelimit.NewShared(db)})
 }
 
 // CloudSender sends to public https receivers only (the SSRF guard).

@@ -17,9 +17,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
@@ -33,6 +35,7 @@ import (
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/lambdafn/attempt"
+	"github.com/tally-hq/tally/internal/lambdafn/queue"
 	"github.com/tally-hq/tally/internal/webhooks"
 )
 
@@ -47,7 +50,33 @@ func ServeDeliver() {
 		lambdafn.Fatal(log, err)
 	}
 	client := sfn.NewFromConfig(cfg, func(o *sfn.Options) { o.BaseEndpoint = awsenv.Endpoint("SFN") })
-	lambda.Start(emf.PerInvocation(metrics, DeliverHandler(engine, attempt.CloudSender(), client, lambdafn.MustEnv(log, lambdafn.EnvRetryStateMachineARN), log)))
+	later := Later(queue.NewClient(log), lambdafn.MustEnv(log, lambdafn.EnvDeliveryQueueURL))
+	lambda.Start(emf.PerInvocation(metrics, DeliverHandler(engine, attempt.CloudSender(), client, lambdafn.MustEnv(log, lambdafn.EnvRetryStateMachineARN), later, log)))
+}
+
+// Requeue queues a delivery message again, to be received after a delay:
+// a paced delivery's turn.
+type Requeue func(ctx context.Context, msg webhooks.DeliveryMessage, delay time.Duration) error
+
+// Later is the Requeue that sends to the delivery queue at queueURL.
+func Later(q queue.Queue, queueURL string) Requeue {
+	return func(ctx context.Context, msg webhooks.DeliveryMessage, delay time.Duration) error {
+		return queue.SendLater(ctx, q, queueURL, msg, delay)
+	}
+}
+
+// paceDelay is how long a paced message waits in the queue: until its
+// turn (next: the next second, spread over it), in the whole seconds SQS
+// delays by, and 0 to 3 seconds more the more often it has waited (a
+// spread of 1, 2, then 4 seconds), so that a backlog of more than a
+// second's pace comes back spread over the seconds after, not all at each
+// second's start to be refused again. A wider spread would cost a large
+// backlog fewer returns, but leave a small one's last seconds idle
+// (docs/aws.md, "Per-endpoint pace").
+func paceDelay(next, now time.Time, waited int) time.Duration {
+	d := max(next.Sub(now), time.Second)
+	spread := 1 << min(waited, 2)
+	return (d + time.Second - 1).Truncate(time.Second) + time.Duration(rand.IntN(spread))*time.Second
 }
 
 // Executions is the part of the Step Functions client deliver uses.
@@ -71,8 +100,12 @@ const maxRestarts = 3
 // maxRestarts the delivery is marked failed instead. Failed messages are
 // reported (partial batch response) and retried by SQS, then go to the
 // dead-letter queue. The order of the reported failures is not the order of
-// the batch.
-func DeliverHandler(engine *webhooks.Engine, sender webhooks.Sender, ex Executions, stateMachineARN string, log *slog.Logger) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
+// the batch. A message whose delivery's endpoint has used up its pace for
+// this second (webhooks.AttemptResult.Paced: no attempt made) is queued
+// again with a delay (later) and counts as handled: the rest of the batch
+// does not wait for it, and its wait is not an attempt. Should the
+// function end before that send, SQS gives the message again.
+func DeliverHandler(engine *webhooks.Engine, sender webhooks.Sender, ex Executions, stateMachineARN string, later Requeue, log *slog.Logger) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
 	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 		// The messages are attempted at once, so a batch takes as long as its
 		// slowest receiver (at most the 10 s limit), not the sum of them.
@@ -100,7 +133,7 @@ func DeliverHandler(engine *webhooks.Engine, sender webhooks.Sender, ex Executio
 		}
 		for _, key := range order {
 			wg.Go(func() {
-				if err := deliver(ctx, engine, sender, ex, stateMachineARN, first[key]); err != nil {
+				if err := deliver(ctx, engine, sender, ex, stateMachineARN, later, first[key]); err != nil {
 					log.Error("delivery failed", "messageIds", ids[key], "err", err.Error())
 					mu.Lock()
 					for _, id := range ids[key] {
@@ -115,12 +148,17 @@ func DeliverHandler(engine *webhooks.Engine, sender webhooks.Sender, ex Executio
 	}
 }
 
-func deliver(ctx context.Context, engine *webhooks.Engine, sender webhooks.Sender, ex Executions, stateMachineARN, body string) error {
+func deliver(ctx context.Context, engine *webhooks.Engine, sender webhooks.Sender, ex Executions, stateMachineARN string, later Requeue, body string) error {
 	var msg webhooks.DeliveryMessage
 	if err := json.Unmarshal([]byte(body), &msg); err != nil || msg.BrandID == "" || msg.DeliveryID == "" {
 		return fmt.Errorf("not a delivery message: %q", body)
 	}
 	res, err := engine.FirstAttempt(ctx, msg, sender)
+	if err == nil && res.Paced {
+		delay := paceDelay(res.NextAttemptAt.Time, engine.Now(), msg.Waited)
+		msg.Waited++
+		return later(ctx, msg, delay)
+	}
 	if err != nil || res.Status != tally.DeliveryPending || res.Parked {
 		return err
 	}

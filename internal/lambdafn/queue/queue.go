@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"time"
 
 	"github.com/tally-hq/tally/internal/awsenv"
 	"github.com/tally-hq/tally/internal/endpoints"
@@ -61,11 +62,7 @@ func Send(ctx context.Context, q Queue, queueURL string, all []Message) (int, er
 		chunk := all[start:min(start+sqsjson.MaxBatch, len(all))]
 		msgs := make([]sqsjson.Message, len(chunk))
 		for i, m := range chunk {
-			body, _ := json.Marshal(m) // strings and a record always marshal
-			// The brand is the message group: with the queue a fair
-			// queue, one brand's backlog or slow receivers do not hold
-			// up the others' deliveries (docs/aws.md, "Fair delivery").
-			msgs[i] = sqsjson.Message{Body: string(body), Group: m.Brand()}
+			msgs[i] = sqsMessage(m, 0)
 		}
 		if err := q.SendBatch(ctx, queueURL, msgs); err != nil {
 			first := 0
@@ -82,6 +79,24 @@ func Send(ctx context.Context, q Queue, queueURL string, all []Message) (int, er
 		}
 	}
 	return len(all), nil
+}
+
+// SendLater queues the delivery message m to be received no sooner than
+// delay from now (whole seconds, at most sqsjson.MaxDelay).
+func SendLater(ctx context.Context, q Queue, queueURL string, m Message, delay time.Duration) error {
+	if err := q.SendBatch(ctx, queueURL, []sqsjson.Message{sqsMessage(m, delay)}); err != nil {
+		return fmt.Errorf("queue the delivery again: %w", err)
+	}
+	return nil
+}
+
+// sqsMessage is the queue's message of m, received after delay.
+func sqsMessage(m Message, delay time.Duration) sqsjson.Message {
+	body, _ := json.Marshal(m) // strings and a record always marshal
+	// The brand is the message group: with the queue a fair queue, one
+	// brand's backlog or slow receivers do not hold up the others'
+	// deliveries (docs/aws.md, "Fair delivery").
+	return sqsjson.Message{Body: string(body), Group: m.Brand(), Delay: delay}
 }
 
 // Requeue returns the endpoints.Requeue that queues a manually
