@@ -103,7 +103,7 @@ var writeKeys = map[string]map[string][]string{
 	"ApplicationsFunction": {put: {"BRD#*", "EVT#*"}, update: {"KEY#*", "RATE#*"}},
 	"WebhooksFunction":     {put: {"BRD#*", "CONFIG", "EVT#*"}, update: {"BRD#*", "KEY#*", "RATE#*"}, del: {"BRD#*"}},
 	"DeliveriesFunction":   {put: {"BRD#*", "CONFIG"}, update: {"KEY#*", "RATE#*"}},
-	"KeysFunction":         {put: {"CONFIG", "KEY#*"}, update: {"BRD#*", "KEY#*", "RATE#*"}},
+	"KeysFunction":         {put: {"BRD#*", "CONFIG", "KEY#*"}, update: {"BRD#*", "KEY#*", "RATE#*"}},
 	"DashboardFunction":    {put: dashboardWrites, update: dashboardWrites, del: dashboardWrites},
 	"ClickFunction":        {put: {"BRD#*", "EVT#*"}, update: {"HRC#*", "KEY#*", "RATE#*", "VEL#*"}},
 	"FraudFunction":        {put: {"BRD#*", "CONFIG"}, update: {"BRD#*", "KEY#*", "RATE#*"}, del: {"BRD#*"}},
@@ -120,7 +120,7 @@ const (
 
 // dashboardWrites are every partition the dashboard's code names: its
 // templates call methods by reflection, which the derivation cannot follow.
-var dashboardWrites = []string{"BAL#*", "BRD#*", "CONFIG", "EVT#*", "HRC#*", "KEY#*", "OFF#*", "OWED#*", "PAY#*", "PBT#*", "RATE#*", "SESS#*", "TXN#*", "USER#*"}
+var dashboardWrites = []string{"BAL#*", "BRD#*", "CONFIG", "EVT#*", "HRC#*", "INV#*", "KEY#*", "OFF#*", "OWED#*", "PAY#*", "PBT#*", "RATE#*", "RST#*", "SESS#*", "TXN#*", "USER#*"}
 
 // errorsAlarm and throttlesAlarm describe each kind of function's
 // <Function>ErrorsAlarm and <Function>ThrottlesAlarm (%s: its logical id).

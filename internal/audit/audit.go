@@ -146,7 +146,7 @@ func Record(ctx context.Context, brandID, action, targetID, summary string, at t
 func Op(a Actor, brandID, action, targetID, summary string, at time.Time) store.Op {
 	e := Entry{ID: ids.New("aud_", at), At: tally.NewTime(at), Actor: a, Action: action, TargetID: targetID, Summary: summary}
 	return store.Put(store.Item{
-		Key:       store.Key{PK: keys.AuditPK(brandID), SK: e.ID},
+		Key:       keys.AuditEntry(brandID, e.ID),
 		Data:      records.MustJSON(e),
 		ExpiresAt: at.Add(Retention).Unix(),
 	})

@@ -117,6 +117,9 @@ func PasswordReset(tokenHash string) store.Key {
 // by time). Entries are people's changes, a few a minute at most, which
 // one partition carries.
 func AuditPK(brandID string) string { return "BRD#" + brandID + "#AUD" }
+func AuditEntry(brandID, entryID string) store.Key {
+	return store.Key{PK: AuditPK(brandID), SK: entryID}
+}
 
 // A brand's postback token is found by the hash of its secret (the
 // postback) and from the brand (showing, rotating and deleting it).
