@@ -38,11 +38,20 @@ type APIKey struct {
 // User signs in to the dashboard and sees only the brand it belongs to.
 // Its password is stored as an Argon2id hash and never shown.
 type User struct {
-	ID        string `json:"id"`
-	BrandID   string `json:"brandId"`
-	Email     string `json:"email"`
+	ID      string `json:"id"`
+	BrandID string `json:"brandId"`
+	Email   string `json:"email"`
+	// Role is RoleOwner (changes anything, manages the team) or
+	// RoleViewer (sees everything, changes nothing).
+	Role      string `json:"role"`
 	CreatedAt Time   `json:"createdAt"`
 }
+
+// Roles of a brand's users.
+const (
+	RoleOwner  = "owner"
+	RoleViewer = "viewer"
+)
 
 // Offer statuses and approval modes.
 const (

@@ -96,14 +96,14 @@ const maxRecordAge = 6 * 3600
 // template.yaml to them; the parity test holds this stack to template.yaml.
 var writeKeys = map[string]map[string][]string{
 	"OffersFunction":       {put: {"BRD#*", "CONFIG", "OFF#*"}, update: {"KEY#*", "RATE#*"}},
-	"PartnersFunction":     {put: {"BRD#*", "CONFIG", "EVT#*"}, update: {"BRD#*", "KEY#*", "RATE#*"}, del: {"BRD#*", "HRC#*"}},
+	"PartnersFunction":     {put: partnersWrites, update: partnersWrites, del: partnersWrites},
 	"ConversionsFunction":  {put: {"BRD#*", "CONFIG", "EVT#*", "OBX#*", "PBT#*", "TXN#*"}, update: {"BAL#*", "BRD#*", "CAP#*", "KEY#*", "OWED#*", "RATE#*"}, del: {"BRD#*", "PBT#*"}},
 	"ReportsFunction":      {update: {"RATE#*", "KEY#*"}},
 	"PayoutsFunction":      {put: {"BRD#*", "CONFIG", "EVT#*"}, update: {"BAL#*", "BRD#*", "KEY#*", "PAY#*", "RATE#*"}, del: {"OWED#*"}},
 	"ApplicationsFunction": {put: {"BRD#*", "EVT#*"}, update: {"KEY#*", "RATE#*"}},
 	"WebhooksFunction":     {put: {"BRD#*", "CONFIG", "EVT#*"}, update: {"BRD#*", "KEY#*", "RATE#*"}, del: {"BRD#*"}},
 	"DeliveriesFunction":   {put: {"BRD#*", "CONFIG"}, update: {"KEY#*", "RATE#*"}},
-	"KeysFunction":         {put: {"CONFIG", "KEY#*"}, update: {"BRD#*", "KEY#*", "RATE#*"}},
+	"KeysFunction":         {put: {"BRD#*", "CONFIG", "KEY#*"}, update: {"BRD#*", "KEY#*", "RATE#*"}},
 	"DashboardFunction":    {put: dashboardWrites, update: dashboardWrites, del: dashboardWrites},
 	"ClickFunction":        {put: {"BRD#*", "EVT#*"}, update: {"HRC#*", "KEY#*", "RATE#*", "VEL#*"}},
 	"FraudFunction":        {put: {"BRD#*", "CONFIG"}, update: {"BRD#*", "KEY#*", "RATE#*"}, del: {"BRD#*"}},
@@ -118,9 +118,14 @@ const (
 	del    = "dynamodb:DeleteItem"
 )
 
+// partnersWrites are what the partners function may write: its invitations
+// to the portal share the accounts' token helpers (accounts.PutByToken),
+// whose keys the derivation follows to every caller's prefix.
+var partnersWrites = []string{"BRD#*", "CONFIG", "EVT#*", "HRC#*", "KEY#*", "PBT#*", "PINV#*", "RATE#*"}
+
 // dashboardWrites are every partition the dashboard's code names: its
 // templates call methods by reflection, which the derivation cannot follow.
-var dashboardWrites = []string{"BAL#*", "BRD#*", "CONFIG", "EVT#*", "HRC#*", "KEY#*", "OFF#*", "OWED#*", "PAY#*", "PBT#*", "RATE#*", "SESS#*", "TXN#*", "USER#*"}
+var dashboardWrites = []string{"BAL#*", "BRD#*", "CAP#*", "CONFIG", "EVT#*", "HOLDLEASE#*", "HRC#*", "INV#*", "KEY#*", "OBX#*", "OFF#*", "OWED#*", "PAY#*", "PBT#*", "PINV#*", "PLOGIN#*", "PSESS#*", "RATE#*", "RST#*", "RUCP#*", "SESS#*", "TXN#*", "USER#*"}
 
 // errorsAlarm and throttlesAlarm describe each kind of function's
 // <Function>ErrorsAlarm and <Function>ThrottlesAlarm (%s: its logical id).
@@ -219,6 +224,7 @@ var functions = []function{
 		"GET /api/v1/keys",
 		"POST /api/v1/keys",
 		"DELETE /api/v1/keys/{id}",
+		"GET /api/v1/audit-log",
 	}},
 	{ID: "DashboardFunction", Dir: "dashboard", Timeout: 10, Kind: apiFunction, Routes: []string{
 		"GET /dashboard",

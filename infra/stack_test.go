@@ -97,6 +97,7 @@ var (
 		"GET /api/v1/keys":                                      "KeysFunction",
 		"POST /api/v1/keys":                                     "KeysFunction",
 		"DELETE /api/v1/keys/{id}":                              "KeysFunction",
+		"GET /api/v1/audit-log":                                 "KeysFunction",
 		"GET /dashboard":                                        "DashboardFunction",
 		"GET /dashboard/{path+}":                                "DashboardFunction",
 		"POST /dashboard/{path+}":                               "DashboardFunction",

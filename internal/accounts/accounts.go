@@ -18,10 +18,8 @@ import (
 	"github.com/tally-hq/tally/internal/validate"
 )
 
-// Password length bounds, in characters: long enough for a passphrase to
-// resist guessing (sign-in is throttled too), short enough that hashing
-// cannot be made expensive by the input.
-// Service keeps the users and their sessions.
+// Service keeps the users and their sessions, the team's invitations and
+// password resets.
 type Service struct {
 	db        *records.DB
 	brands    brands
@@ -49,15 +47,37 @@ func New(db *records.DB, b brands, passwords Passwords) *Service {
 	return &Service{db: db, brands: b, passwords: passwords, dummyHash: UnknownUserHash(passwords)}
 }
 
+// Password length bounds, in characters: long enough for a passphrase to
+// resist guessing (sign-in is throttled too), short enough that hashing
+// cannot be made expensive by the input.
 const (
 	MinPasswordLen = 12
 	maxPasswordLen = 256
 )
 
-// userRecord is the stored form of a user: the public fields and the hash.
+// userRecord is the stored form of a user: the public fields, the hash,
+// and the epoch of its sessions: a password reset moves it on, which
+// ends every session begun before.
 type userRecord struct {
 	tally.User
 	PasswordHash string `json:"passwordHash"`
+	Epoch        int64  `json:"epoch,omitempty"`
+}
+
+// FromItem reads a user stored before roles existed as an owner: every
+// user could change everything then.
+func (r *userRecord) FromItem(store.Item) {
+	if r.Role == "" {
+		r.Role = tally.RoleOwner
+	}
+}
+
+func userItem(u userRecord) store.Item {
+	return store.Item{
+		Key:  keys.User(u.Email),
+		GSI1: store.IndexKey{PK: keys.UsersByBrand(u.BrandID), SK: u.ID},
+		Data: records.MustJSON(u),
+	}
 }
 
 // UserInput is the admin API's body for a new dashboard user.
@@ -67,9 +87,9 @@ type UserInput struct {
 	Password *string `json:"password"`
 }
 
-// CreateUser makes a dashboard user of a brand. E-mail addresses are unique
-// across brands (sign-in finds the brand by the address); a second user
-// with the same address answers 409.
+// CreateUser makes a dashboard user of a brand, an owner. E-mail addresses
+// are unique across brands (sign-in finds the brand by the address); a
+// second user with the same address answers 409.
 func (s *Service) CreateUser(ctx context.Context, in UserInput) (tally.User, error) {
 	if in.Email != nil {
 		e := strings.ToLower(strings.TrimSpace(*in.Email))
@@ -81,21 +101,29 @@ func (s *Service) CreateUser(ctx context.Context, in UserInput) (tally.User, err
 	if _, err := s.brands.Brand(ctx, *in.BrandID); err != nil {
 		return tally.User{}, err
 	}
-	hash, err := s.passwords.Hash(*in.Password)
+	u, err := s.newUser(*in.BrandID, *in.Email, tally.RoleOwner, *in.Password)
 	if err != nil {
 		return tally.User{}, err
 	}
-	now := s.db.Now()
-	u := userRecord{User: tally.User{ID: ids.New("usr_", now), BrandID: *in.BrandID, Email: *in.Email, CreatedAt: tally.NewTime(now)}, PasswordHash: hash}
-	err = s.db.Transact(ctx, store.Put(store.Item{
-		Key:  keys.User(u.Email),
-		GSI1: store.IndexKey{PK: keys.UsersByBrand(u.BrandID), SK: u.ID},
-		Data: records.MustJSON(u),
-	}, store.NotExists()))
+	err = s.db.Transact(ctx, store.Put(userItem(u), store.NotExists()))
 	if _, failed := store.FailedOp(err); failed {
-		return tally.User{}, tally.Errorf(tally.ECodeConflict, "A user with the email %s exists already.", u.Email)
+		return tally.User{}, userExists(u.Email)
 	}
 	return u.User, err
+}
+
+// newUser is the record of a new user, its password hashed.
+func (s *Service) newUser(brandID, email, role, pw string) (userRecord, error) {
+	hash, err := s.passwords.Hash(pw)
+	if err != nil {
+		return userRecord{}, err
+	}
+	now := s.db.Now()
+	return userRecord{User: tally.User{ID: ids.New("usr_", now), BrandID: brandID, Email: email, Role: role, CreatedAt: tally.NewTime(now)}, PasswordHash: hash}, nil
+}
+
+func userExists(email string) error {
+	return tally.Errorf(tally.ECodeConflict, "A user with the email %s exists already.", email)
 }
 
 func checkPassword(pw *string) error {
@@ -162,7 +190,17 @@ type Session struct {
 	Email     string     `json:"email"`
 	CreatedAt tally.Time `json:"createdAt"`
 	ExpiresAt tally.Time `json:"expiresAt"`
+	// Epoch is the user's epoch when the session began: a password reset
+	// since ends it.
+	Epoch int64 `json:"epoch,omitempty"`
+	// Role is the user's role as it is now (read with the session, not
+	// kept in it, so a change of role is in force at once).
+	Role string `json:"-"`
 }
+
+// CanChange reports whether the session's user may change anything: only
+// owners may.
+func (s Session) CanChange() bool { return s.Role == tally.RoleOwner }
 
 // StartSession makes a session for u and returns its token.
 func (s *Service) StartSession(ctx context.Context, u tally.User) (string, Session, error) {
@@ -174,8 +212,13 @@ func (s *Service) StartSession(ctx context.Context, u tally.User) (string, Sessi
 	if err != nil {
 		return "", Session{}, err
 	}
+	rec, err := records.Get[userRecord](ctx, s.db, keys.User(u.Email))
+	if err != nil {
+		return "", Session{}, err
+	}
 	now := s.db.Now()
-	sess := Session{UserID: u.ID, BrandID: u.BrandID, BrandName: b.Name, Email: u.Email, CreatedAt: tally.NewTime(now), ExpiresAt: tally.NewTime(now.Add(SessionTTL))}
+	sess := Session{UserID: u.ID, BrandID: u.BrandID, BrandName: b.Name, Email: u.Email, CreatedAt: tally.NewTime(now), ExpiresAt: tally.NewTime(now.Add(SessionTTL)),
+		Epoch: rec.Epoch, Role: rec.Role}
 	err = PutByToken(ctx, s.db, keys.Session, token, sess, sess.ExpiresAt)
 	return token, sess, err
 }
@@ -183,7 +226,9 @@ func (s *Service) StartSession(ctx context.Context, u tally.User) (string, Sessi
 // errNoSession answers a missing, unknown, expired or ended session.
 var errNoSession = tally.Errorf(tally.ECodeUnauthorized, "Sign in to continue.")
 
-// Session returns the live session of a token.
+// Session returns the live session of a token, with its user's role. A
+// session whose user was removed, or whose password was reset since it
+// began, has ended.
 func (s *Service) Session(ctx context.Context, token string) (Session, error) {
 	sess, found, err := GetByToken(ctx, s.db, keys.Session, token, func(s Session) tally.Time { return s.ExpiresAt })
 	switch {
@@ -192,6 +237,16 @@ func (s *Service) Session(ctx context.Context, token string) (Session, error) {
 	case !found:
 		return Session{}, errNoSession
 	}
+	u, err := records.Get[userRecord](ctx, s.db, keys.User(sess.Email))
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return Session{}, errNoSession
+	case err != nil:
+		return Session{}, err
+	case u.ID != sess.UserID || u.Epoch != sess.Epoch:
+		return Session{}, errNoSession
+	}
+	sess.Role = u.Role
 	return sess, nil
 }
 

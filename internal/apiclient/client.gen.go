@@ -66,6 +66,138 @@ func (e AttemptError) Valid() bool {
 	}
 }
 
+// Defines values for AuditEntryAction.
+const (
+	AuditEntryActionBrandTimezoneChanged  AuditEntryAction = "brand.timezone_changed"
+	AuditEntryActionConversionApproved    AuditEntryAction = "conversion.approved"
+	AuditEntryActionConversionRejected    AuditEntryAction = "conversion.rejected"
+	AuditEntryActionConversionReversed    AuditEntryAction = "conversion.reversed"
+	AuditEntryActionFraudAddressBlocked   AuditEntryAction = "fraud.address_blocked"
+	AuditEntryActionFraudAddressUnblocked AuditEntryAction = "fraud.address_unblocked"
+	AuditEntryActionFraudSettingsUpdated  AuditEntryAction = "fraud.settings_updated"
+	AuditEntryActionKeyCreated            AuditEntryAction = "key.created"
+	AuditEntryActionKeyRevoked            AuditEntryAction = "key.revoked"
+	AuditEntryActionOfferCreated          AuditEntryAction = "offer.created"
+	AuditEntryActionOfferTermsChanged     AuditEntryAction = "offer.terms_changed"
+	AuditEntryActionOfferUpdated          AuditEntryAction = "offer.updated"
+	AuditEntryActionPartnerApproved       AuditEntryAction = "partner.approved"
+	AuditEntryActionPartnerBanned         AuditEntryAction = "partner.banned"
+	AuditEntryActionPartnerReactivated    AuditEntryAction = "partner.reactivated"
+	AuditEntryActionPartnerRejected       AuditEntryAction = "partner.rejected"
+	AuditEntryActionPasswordReset         AuditEntryAction = "password.reset"
+	AuditEntryActionPasswordResetCreated  AuditEntryAction = "password.reset_created"
+	AuditEntryActionPayoutCreated         AuditEntryAction = "payout.created"
+	AuditEntryActionPayoutPaid            AuditEntryAction = "payout.paid"
+	AuditEntryActionPostbackDeleted       AuditEntryAction = "postback.deleted"
+	AuditEntryActionPostbackTokenCreated  AuditEntryAction = "postback_token.created"
+	AuditEntryActionPostbackTokenDeleted  AuditEntryAction = "postback_token.deleted"
+	AuditEntryActionPostbackUpdated       AuditEntryAction = "postback.updated"
+	AuditEntryActionUserInvitationRevoked AuditEntryAction = "user.invitation_revoked"
+	AuditEntryActionUserInvited           AuditEntryAction = "user.invited"
+	AuditEntryActionUserJoined            AuditEntryAction = "user.joined"
+	AuditEntryActionUserRemoved           AuditEntryAction = "user.removed"
+	AuditEntryActionUserRoleChanged       AuditEntryAction = "user.role_changed"
+	AuditEntryActionWebhookCreated        AuditEntryAction = "webhook.created"
+	AuditEntryActionWebhookDeleted        AuditEntryAction = "webhook.deleted"
+	AuditEntryActionWebhookUpdated        AuditEntryAction = "webhook.updated"
+)
+
+// Valid indicates whether the value is a known member of the AuditEntryAction enum.
+func (e AuditEntryAction) Valid() bool {
+	switch e {
+	case AuditEntryActionBrandTimezoneChanged:
+		return true
+	case AuditEntryActionConversionApproved:
+		return true
+	case AuditEntryActionConversionRejected:
+		return true
+	case AuditEntryActionConversionReversed:
+		return true
+	case AuditEntryActionFraudAddressBlocked:
+		return true
+	case AuditEntryActionFraudAddressUnblocked:
+		return true
+	case AuditEntryActionFraudSettingsUpdated:
+		return true
+	case AuditEntryActionKeyCreated:
+		return true
+	case AuditEntryActionKeyRevoked:
+		return true
+	case AuditEntryActionOfferCreated:
+		return true
+	case AuditEntryActionOfferTermsChanged:
+		return true
+	case AuditEntryActionOfferUpdated:
+		return true
+	case AuditEntryActionPartnerApproved:
+		return true
+	case AuditEntryActionPartnerBanned:
+		return true
+	case AuditEntryActionPartnerReactivated:
+		return true
+	case AuditEntryActionPartnerRejected:
+		return true
+	case AuditEntryActionPasswordReset:
+		return true
+	case AuditEntryActionPasswordResetCreated:
+		return true
+	case AuditEntryActionPayoutCreated:
+		return true
+	case AuditEntryActionPayoutPaid:
+		return true
+	case AuditEntryActionPostbackDeleted:
+		return true
+	case AuditEntryActionPostbackTokenCreated:
+		return true
+	case AuditEntryActionPostbackTokenDeleted:
+		return true
+	case AuditEntryActionPostbackUpdated:
+		return true
+	case AuditEntryActionUserInvitationRevoked:
+		return true
+	case AuditEntryActionUserInvited:
+		return true
+	case AuditEntryActionUserJoined:
+		return true
+	case AuditEntryActionUserRemoved:
+		return true
+	case AuditEntryActionUserRoleChanged:
+		return true
+	case AuditEntryActionWebhookCreated:
+		return true
+	case AuditEntryActionWebhookDeleted:
+		return true
+	case AuditEntryActionWebhookUpdated:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AuditEntryActorType.
+const (
+	Admin  AuditEntryActorType = "admin"
+	Key    AuditEntryActorType = "key"
+	System AuditEntryActorType = "system"
+	User   AuditEntryActorType = "user"
+)
+
+// Valid indicates whether the value is a known member of the AuditEntryActorType enum.
+func (e AuditEntryActorType) Valid() bool {
+	switch e {
+	case Admin:
+		return true
+	case Key:
+		return true
+	case System:
+		return true
+	case User:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CapReachedDataCap.
 const (
 	Daily   CapReachedDataCap = "daily"
@@ -2604,6 +2736,66 @@ func (e TestSubscription500JSONResponseBodyErrorCode) Valid() bool {
 	}
 }
 
+// Defines values for ListAuditLog401JSONResponseBodyErrorCode.
+const (
+	ListAuditLog401JSONResponseBodyErrorCodeUnauthorized ListAuditLog401JSONResponseBodyErrorCode = "unauthorized"
+)
+
+// Valid indicates whether the value is a known member of the ListAuditLog401JSONResponseBodyErrorCode enum.
+func (e ListAuditLog401JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ListAuditLog401JSONResponseBodyErrorCodeUnauthorized:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListAuditLog422JSONResponseBodyErrorCode.
+const (
+	ListAuditLog422JSONResponseBodyErrorCodeValidationError ListAuditLog422JSONResponseBodyErrorCode = "validation_error"
+)
+
+// Valid indicates whether the value is a known member of the ListAuditLog422JSONResponseBodyErrorCode enum.
+func (e ListAuditLog422JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ListAuditLog422JSONResponseBodyErrorCodeValidationError:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListAuditLog429JSONResponseBodyErrorCode.
+const (
+	ListAuditLog429JSONResponseBodyErrorCodeRateLimitExceeded ListAuditLog429JSONResponseBodyErrorCode = "rate_limit_exceeded"
+)
+
+// Valid indicates whether the value is a known member of the ListAuditLog429JSONResponseBodyErrorCode enum.
+func (e ListAuditLog429JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ListAuditLog429JSONResponseBodyErrorCodeRateLimitExceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListAuditLog500JSONResponseBodyErrorCode.
+const (
+	ListAuditLog500JSONResponseBodyErrorCodeInternalError ListAuditLog500JSONResponseBodyErrorCode = "internal_error"
+)
+
+// Valid indicates whether the value is a known member of the ListAuditLog500JSONResponseBodyErrorCode enum.
+func (e ListAuditLog500JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ListAuditLog500JSONResponseBodyErrorCodeInternalError:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListClicks401JSONResponseBodyErrorCode.
 const (
 	ListClicks401JSONResponseBodyErrorCodeUnauthorized ListClicks401JSONResponseBodyErrorCode = "unauthorized"
@@ -5037,21 +5229,6 @@ func (e InvitePartner409JSONResponseBodyErrorCode) Valid() bool {
 	}
 }
 
-// Defines values for InvitePartner422JSONResponseBodyErrorCode.
-const (
-	InvitePartner422JSONResponseBodyErrorCodeValidationError InvitePartner422JSONResponseBodyErrorCode = "validation_error"
-)
-
-// Valid indicates whether the value is a known member of the InvitePartner422JSONResponseBodyErrorCode enum.
-func (e InvitePartner422JSONResponseBodyErrorCode) Valid() bool {
-	switch e {
-	case InvitePartner422JSONResponseBodyErrorCodeValidationError:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for InvitePartner429JSONResponseBodyErrorCode.
 const (
 	InvitePartner429JSONResponseBodyErrorCodeRateLimitExceeded InvitePartner429JSONResponseBodyErrorCode = "rate_limit_exceeded"
@@ -6876,6 +7053,47 @@ type AttemptError string
 
 // AttributionWindowDays How many days after a click a conversion can still name it (`clickId`); older clicks answer 422. Clicks are kept this long plus 7 days.
 type AttributionWindowDays = int
+
+// AuditEntry defines model for AuditEntry.
+type AuditEntry struct {
+	// Action What changed.
+	Action AuditEntryAction `json:"action"`
+
+	// Actor Who made the change: `user` (a dashboard user: `id` and `name`, the e-mail address), `key` (`id` of the API key; never its secret), `admin` (the `tally` command) or `system` (a rule of the brand's, named in `name`).
+	Actor struct {
+		Id   *string             `json:"id,omitempty"`
+		Name *string             `json:"name,omitempty"`
+		Type AuditEntryActorType `json:"type"`
+	} `json:"actor"`
+
+	// At RFC 3339 in UTC with milliseconds.
+	//
+	// Examples: 2026-11-22T10:04:05.123Z
+	At Timestamp `json:"at"`
+
+	// Id Examples: aud_01kb7k3m5n6p7q8r9s0t1v2w3x
+	Id string `json:"id"`
+
+	// Summary What changed, as a person reads it.
+	Summary string `json:"summary"`
+
+	// TargetId The id of the record changed (for a partner's postback, the partner's).
+	TargetId string `json:"targetId"`
+}
+
+// AuditEntryAction What changed.
+type AuditEntryAction string
+
+// AuditEntryActorType defines model for AuditEntry.Actor.Type.
+type AuditEntryActorType string
+
+// AuditEntryList defines model for AuditEntryList.
+type AuditEntryList struct {
+	Data []AuditEntry `json:"data"`
+
+	// NextCursor Pass it as `cursor` for the next page; null on the last page.
+	NextCursor *NextCursor `json:"nextCursor"`
+}
 
 // Balance defines model for Balance.
 type Balance struct {
@@ -9053,6 +9271,27 @@ type TestSubscription429JSONResponseBodyErrorCode string
 // TestSubscription500JSONResponseBodyErrorCode defines parameters for TestSubscription.
 type TestSubscription500JSONResponseBodyErrorCode string
 
+// ListAuditLogParams defines parameters for ListAuditLog.
+type ListAuditLogParams struct {
+	// Limit Page size.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `nextCursor` of the previous page, with the same filters. Any other value answers 422.
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListAuditLog401JSONResponseBodyErrorCode defines parameters for ListAuditLog.
+type ListAuditLog401JSONResponseBodyErrorCode string
+
+// ListAuditLog422JSONResponseBodyErrorCode defines parameters for ListAuditLog.
+type ListAuditLog422JSONResponseBodyErrorCode string
+
+// ListAuditLog429JSONResponseBodyErrorCode defines parameters for ListAuditLog.
+type ListAuditLog429JSONResponseBodyErrorCode string
+
+// ListAuditLog500JSONResponseBodyErrorCode defines parameters for ListAuditLog.
+type ListAuditLog500JSONResponseBodyErrorCode string
+
 // ListClicksParams defines parameters for ListClicks.
 type ListClicksParams struct {
 	// OfferId Only clicks on this offer.
@@ -9664,9 +9903,6 @@ type InvitePartner404JSONResponseBodyErrorCode string
 
 // InvitePartner409JSONResponseBodyErrorCode defines parameters for InvitePartner.
 type InvitePartner409JSONResponseBodyErrorCode string
-
-// InvitePartner422JSONResponseBodyErrorCode defines parameters for InvitePartner.
-type InvitePartner422JSONResponseBodyErrorCode string
 
 // InvitePartner429JSONResponseBodyErrorCode defines parameters for InvitePartner.
 type InvitePartner429JSONResponseBodyErrorCode string
@@ -11783,6 +12019,13 @@ type ClientInterface interface {
 	// Corresponds with POST /api/public/webhooks/{id}/test (the `TestSubscription` operationId).
 	TestSubscription(ctx context.Context, id SubscriptionIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListAuditLog List the audit log
+	//
+	// The brand's changes of the last 90 days, newest first: each with when, who (a dashboard user, an API key by its id, the `tally` command, or a rule of the brand's such as the auto-ban rule), what (`action`), the record changed (`targetId`) and a summary. An entry is written in the same transaction as its change: a change is never stored without its entry, and a request that fails or changes nothing writes none. Recording conversions and clicks, applications, test sends and retries are not changes of the brand's set-up and are not in it; approvals after a hold time, made by nobody, are not either.
+	//
+	// Corresponds with GET /api/v1/audit-log (the `ListAuditLog` operationId).
+	ListAuditLog(ctx context.Context, params *ListAuditLogParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListClicks List clicks
 	//
 	// The brand's clicks, newest first, narrowed by any of the filters.
@@ -12516,6 +12759,23 @@ func (c *Client) RotateSubscriptionKey(ctx context.Context, id SubscriptionIdPat
 // Corresponds with POST /api/public/webhooks/{id}/test (the `TestSubscription` operationId).
 func (c *Client) TestSubscription(ctx context.Context, id SubscriptionIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewTestSubscriptionRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListAuditLog List the audit log
+//
+// The brand's changes of the last 90 days, newest first: each with when, who (a dashboard user, an API key by its id, the `tally` command, or a rule of the brand's such as the auto-ban rule), what (`action`), the record changed (`targetId`) and a summary. An entry is written in the same transaction as its change: a change is never stored without its entry, and a request that fails or changes nothing writes none. Recording conversions and clicks, applications, test sends and retries are not changes of the brand's set-up and are not in it; approvals after a hold time, made by nobody, are not either.
+//
+// Corresponds with GET /api/v1/audit-log (the `ListAuditLog` operationId).
+func (c *Client) ListAuditLog(ctx context.Context, params *ListAuditLogParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAuditLogRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -14066,6 +14326,72 @@ func NewTestSubscriptionRequest(server string, id SubscriptionIdPath) (*http.Req
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListAuditLogRequest constructs an http.Request for the ListAuditLog method
+func NewListAuditLogRequest(server string, params *ListAuditLogParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/audit-log")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -16884,6 +17210,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/public/webhooks/{id}/test (the `TestSubscription` operationId).
 	TestSubscriptionWithResponse(ctx context.Context, id SubscriptionIdPath, reqEditors ...RequestEditorFn) (*TestSubscriptionResponse, error)
 
+	// ListAuditLogWithResponse List the audit log
+	//
+	// The brand's changes of the last 90 days, newest first: each with when, who (a dashboard user, an API key by its id, the `tally` command, or a rule of the brand's such as the auto-ban rule), what (`action`), the record changed (`targetId`) and a summary. An entry is written in the same transaction as its change: a change is never stored without its entry, and a request that fails or changes nothing writes none. Recording conversions and clicks, applications, test sends and retries are not changes of the brand's set-up and are not in it; approvals after a hold time, made by nobody, are not either.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/audit-log (the `ListAuditLog` operationId).
+	ListAuditLogWithResponse(ctx context.Context, params *ListAuditLogParams, reqEditors ...RequestEditorFn) (*ListAuditLogResponse, error)
+
 	// ListClicksWithResponse List clicks
 	//
 	// The brand's clicks, newest first, narrowed by any of the filters.
@@ -19047,6 +19382,124 @@ func (r TestSubscriptionResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r TestSubscriptionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListAuditLogResponse200Headers the declared response headers of an HTTP 200 response for ListAuditLog
+type ListAuditLogResponse200Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// ListAuditLogResponse401Headers the declared response headers of an HTTP 401 response for ListAuditLog
+type ListAuditLogResponse401Headers struct {
+	WWWAuthenticate     string
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// ListAuditLogResponse422Headers the declared response headers of an HTTP 422 response for ListAuditLog
+type ListAuditLogResponse422Headers struct {
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// ListAuditLogResponse429Headers the declared response headers of an HTTP 429 response for ListAuditLog
+type ListAuditLogResponse429Headers struct {
+	RetryAfter          int
+	XRateLimitLimit     int
+	XRateLimitRemaining int
+	XRateLimitReset     int
+	XRequestId          string
+}
+
+// ListAuditLogResponse500Headers the declared response headers of an HTTP 500 response for ListAuditLog
+type ListAuditLogResponse500Headers struct {
+	XRequestId string
+}
+
+type ListAuditLogResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AuditEntryList
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *ValidationError
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimited
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListAuditLogResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListAuditLogResponse401Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *ListAuditLogResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListAuditLogResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ListAuditLogResponse500Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAuditLogResponse) GetJSON200() *AuditEntryList {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListAuditLogResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r ListAuditLogResponse) GetJSON422() *ValidationError {
+	return r.JSON422
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r ListAuditLogResponse) GetJSON429() *RateLimited {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r ListAuditLogResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAuditLogResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAuditLogResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAuditLogResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAuditLogResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -23425,14 +23878,6 @@ type InvitePartnerResponse409Headers struct {
 	XRequestId          string
 }
 
-// InvitePartnerResponse422Headers the declared response headers of an HTTP 422 response for InvitePartner
-type InvitePartnerResponse422Headers struct {
-	XRateLimitLimit     int
-	XRateLimitRemaining int
-	XRateLimitReset     int
-	XRequestId          string
-}
-
 // InvitePartnerResponse429Headers the declared response headers of an HTTP 429 response for InvitePartner
 type InvitePartnerResponse429Headers struct {
 	RetryAfter          int
@@ -23458,8 +23903,6 @@ type InvitePartnerResponse struct {
 	JSON404 *NotFound
 	// JSON409 the response for an HTTP 409 `application/json` response
 	JSON409 *InvalidTransition
-	// JSON422 the response for an HTTP 422 `application/json` response
-	JSON422 *ValidationError
 	// JSON429 the response for an HTTP 429 `application/json` response
 	JSON429 *RateLimited
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -23472,8 +23915,6 @@ type InvitePartnerResponse struct {
 	Headers404 *InvitePartnerResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *InvitePartnerResponse409Headers
-	// Headers422 the parsed response headers for an HTTP 422 response
-	Headers422 *InvitePartnerResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *InvitePartnerResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -23498,11 +23939,6 @@ func (r InvitePartnerResponse) GetJSON404() *NotFound {
 // GetJSON409 returns the response for an HTTP 409 `application/json` response
 func (r InvitePartnerResponse) GetJSON409() *InvalidTransition {
 	return r.JSON409
-}
-
-// GetJSON422 returns the response for an HTTP 422 `application/json` response
-func (r InvitePartnerResponse) GetJSON422() *ValidationError {
-	return r.JSON422
 }
 
 // GetJSON429 returns the response for an HTTP 429 `application/json` response
@@ -26336,6 +26772,21 @@ func (c *ClientWithResponses) TestSubscriptionWithResponse(ctx context.Context, 
 		return nil, err
 	}
 	return ParseTestSubscriptionResponse(rsp)
+}
+
+// ListAuditLogWithResponse List the audit log
+//
+// The brand's changes of the last 90 days, newest first: each with when, who (a dashboard user, an API key by its id, the `tally` command, or a rule of the brand's such as the auto-ban rule), what (`action`), the record changed (`targetId`) and a summary. An entry is written in the same transaction as its change: a change is never stored without its entry, and a request that fails or changes nothing writes none. Recording conversions and clicks, applications, test sends and retries are not changes of the brand's set-up and are not in it; approvals after a hold time, made by nobody, are not either.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/audit-log (the `ListAuditLog` operationId).
+func (c *ClientWithResponses) ListAuditLogWithResponse(ctx context.Context, params *ListAuditLogParams, reqEditors ...RequestEditorFn) (*ListAuditLogResponse, error) {
+	rsp, err := c.ListAuditLog(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAuditLogResponse(rsp)
 }
 
 // ListClicksWithResponse List clicks
@@ -30159,6 +30610,211 @@ func ParseTestSubscriptionResponse(rsp *http.Response) (*TestSubscriptionRespons
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers TestSubscriptionResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListAuditLogResponse parses an HTTP response from a ListAuditLogWithResponse call
+func ParseListAuditLogResponse(rsp *http.Response) (*ListAuditLogResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAuditLogResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AuditEntryList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ValidationError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListAuditLogResponse200Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListAuditLogResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 422:
+		var headers ListAuditLogResponse422Headers
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListAuditLogResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitLimit = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitRemaining = value
+		}
+		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRateLimitReset = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers ListAuditLogResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -38007,13 +38663,6 @@ func ParseInvitePartnerResponse(rsp *http.Response) (*InvitePartnerResponse, err
 		}
 		response.JSON409 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest ValidationError
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON422 = &dest
-
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest RateLimited
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -38169,37 +38818,6 @@ func ParseInvitePartnerResponse(rsp *http.Response) (*InvitePartnerResponse, err
 			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
-	case rsp.StatusCode == 422:
-		var headers InvitePartnerResponse422Headers
-		if values := rsp.Header.Values("X-RateLimit-Limit"); len(values) > 0 {
-			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.XRateLimitLimit = value
-		}
-		if values := rsp.Header.Values("X-RateLimit-Remaining"); len(values) > 0 {
-			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.XRateLimitRemaining = value
-		}
-		if values := rsp.Header.Values("X-RateLimit-Reset"); len(values) > 0 {
-			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.XRateLimitReset = value
-		}
-		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.XRequestId = value
-		}
-		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
 		var headers InvitePartnerResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {

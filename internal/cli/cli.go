@@ -49,6 +49,9 @@ const usage = `Usage:
   tally users create --brand BRAND_ID --email EMAIL [--data DIR]
                                                       create a dashboard user; the password is read
                                                       from standard input (one line)
+  tally users reset --email EMAIL [--url BASE_URL] [--data DIR]
+                                                      make a password reset link for a dashboard
+                                                      user (works once, for an hour)
   tally table create                                  create the DynamoDB table TALLY_TABLE
   tally listen [--port 9000] [--secret SECRET] [--status 204]
                                                       a webhook receiver for development: checks
@@ -212,6 +215,17 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return err
 		}
 		return adminCall(ctx, *data, stdout, stderr, "POST", "/_admin/users", map[string]string{"brandId": *brand, "email": *email, "password": pw})
+	case "users reset":
+		fs, data := flags("users reset")
+		email := fs.String("email", "", "the user's e-mail address")
+		base := fs.String("url", "http://127.0.0.1:8080", "the public base URL the link starts with")
+		if err := parseFlags(fs, args[2:]); err != nil {
+			return err
+		}
+		if *email == "" {
+			return misuse("users reset needs --email")
+		}
+		return adminCall(ctx, *data, stdout, stderr, "POST", "/_admin/users/reset", map[string]string{"email": *email, "baseUrl": *base})
 	case "table create":
 		if err := parseFlags(flag.NewFlagSet("table create", flag.ContinueOnError), args[2:]); err != nil {
 			return err

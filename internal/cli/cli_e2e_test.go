@@ -568,6 +568,7 @@ func TestHelpExitsZeroAndMisuseTwo(t *testing.T) {
 		{[]string{"keys", "create", "--brand", "brd_x", "--data", data, "-h"}, "-brand"},
 		{[]string{"keys", "revoke", "key_x", "-h", "--data", data}, "tally keys revoke KEY_ID"},
 		{[]string{"users", "create", "-h"}, "-email"},
+		{[]string{"users", "reset", "-h"}, "tally users reset --email EMAIL"},
 		{[]string{"table", "create", "-h"}, "tally table create"},
 	} {
 		r := tally(t, environ, c.args...)

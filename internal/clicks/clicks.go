@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/audit"
 	"github.com/tally-hq/tally/internal/fraud"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/jsonenc"
@@ -314,7 +315,8 @@ func (s *Service) insertClick(ctx context.Context, offer offers.Entry, in ClickI
 			if err != nil {
 				return c, err
 			}
-			ops = append(ops, evt)
+			ops = append(ops, evt, audit.Op(audit.Rule("Auto-ban rule"), c.BrandID, audit.PartnerBanned, ban.ID,
+				fmt.Sprintf("%s (%s): %d high-risk clicks within %d hours", ban.Name, ban.Email, fc.settings.AutoBan.HighRiskClicks, fc.settings.AutoBan.WindowHours), now))
 		}
 
 		err := s.events.Transact(ctx, ops...)

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/audit"
 	"github.com/tally-hq/tally/internal/cidr"
 	"github.com/tally-hq/tally/internal/fraud"
 	"github.com/tally-hq/tally/internal/ids"
@@ -76,7 +77,12 @@ func (s *Service) UpdateFraudSettings(ctx context.Context, brandID string, in Fr
 	if err != nil {
 		return settings, err
 	}
-	if err := s.events.Transact(ctx, store.Put(store.Item{Key: keys.FraudSettings(brandID), Data: records.MustJSON(settings)})); err != nil {
+	before, err := s.FraudSettings(ctx, brandID)
+	if err != nil {
+		return settings, err
+	}
+	if err := s.events.Transact(ctx, append([]store.Op{store.Put(store.Item{Key: keys.FraudSettings(brandID), Data: records.MustJSON(settings)})},
+		audit.Record(ctx, brandID, audit.FraudSettingsUpdated, brandID, audit.Changes(before, settings), s.db.Now())...)...); err != nil {
 		return settings, err
 	}
 	s.configs.Forget(brandID)
@@ -107,10 +113,11 @@ func (s *Service) BlockIP(ctx context.Context, brandID string, in BlockedIPInput
 	}
 	now := s.db.Now()
 	b := tally.BlockedIP{ID: ids.New("bip_", now), BrandID: brandID, CIDR: prefix.String(), Note: validate.Deref(in.Note, ""), CreatedAt: tally.NewTime(now)}
-	err = s.events.Transact(ctx,
+	err = s.events.Transact(ctx, append([]store.Op{
 		store.Increment(keys.BlockedIPCount(brandID), map[string]int64{"n": 1}, store.NumLess("n", maxBlockedIPs)),
 		store.Put(store.Item{Key: keys.BlockedCIDR(brandID, b.CIDR), Data: records.MustJSON(b.ID)}, store.NotExists()),
-		store.Put(store.Item{Key: keys.BlockedIP(brandID, b.ID), Data: records.MustJSON(b)}, store.NotExists()))
+		store.Put(store.Item{Key: keys.BlockedIP(brandID, b.ID), Data: records.MustJSON(b)}, store.NotExists())},
+		audit.Record(ctx, brandID, audit.AddressBlocked, b.ID, strings.TrimSpace(b.CIDR+" "+b.Note), now)...)...)
 	switch i, failed := store.FailedOp(err); {
 	case failed && i == 0:
 		return tally.BlockedIP{}, tally.Errorf(tally.ECodeConflict, "A brand blocks at most %d ranges; delete one first, or block a wider range.", maxBlockedIPs)
@@ -146,10 +153,11 @@ func (s *Service) UnblockIP(ctx context.Context, brandID, id string) (tally.Bloc
 	if err != nil {
 		return b, err
 	}
-	err = s.events.Transact(ctx,
+	err = s.events.Transact(ctx, append([]store.Op{
 		store.Delete(keys.BlockedIP(brandID, id), store.Exists()),
 		store.Delete(keys.BlockedCIDR(brandID, b.CIDR)),
-		store.Increment(keys.BlockedIPCount(brandID), map[string]int64{"n": -1}))
+		store.Increment(keys.BlockedIPCount(brandID), map[string]int64{"n": -1})},
+		audit.Record(ctx, brandID, audit.AddressUnblocked, b.ID, b.CIDR, s.db.Now())...)...)
 	if _, failed := store.FailedOp(err); failed {
 		return tally.BlockedIP{}, records.NotFound(store.ErrNotFound, "blocked IP range", id) // deleted meanwhile
 	}

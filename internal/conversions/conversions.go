@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/audit"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/jsonenc"
 	"github.com/tally-hq/tally/internal/keys"
@@ -547,6 +548,7 @@ func (s *Service) decideConversion(ctx context.Context, brandID, conversionID, t
 	}
 	ops := append([]store.Op{store.Put(Item(c), store.AttrEquals("status", tally.ConversionPending))}, reports.ConversionIncrements(c, reports.Decided(c, to))...)
 	ops = append(ops, ledger.Decided(c)...)
+	ops = append(ops, audit.Record(ctx, brandID, name, c.ID, auditSummary(c, tally.ConversionPending), now)...)
 	err = s.events.Transact(ctx, append(ops, evt)...)
 	if _, failed := store.FailedOp(err); failed {
 		current, err := s.Conversion(ctx, brandID, conversionID)

@@ -4,7 +4,9 @@ import (
 	"context"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/audit"
 	"github.com/tally-hq/tally/internal/ledger"
+	"github.com/tally-hq/tally/internal/money"
 	"github.com/tally-hq/tally/internal/reports"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/validate"
@@ -55,6 +57,8 @@ func (s *Service) ReverseConversion(ctx context.Context, brandID, conversionID s
 		ops := append([]store.Op{store.Put(Item(c), store.AttrEquals("status", tally.ConversionApproved))},
 			reports.ConversionIncrements(c, reports.Decided(c, tally.ConversionReversed))...)
 		ops = append(ops, ledger.Reversed(c)...)
+		ops = append(ops, audit.Record(ctx, brandID, tally.EventConversionReversed, c.ID,
+			auditSummary(c, tally.ConversionApproved)+" ("+c.ReversalReason+")", now)...)
 		err = s.events.Transact(ctx, append(ops, evt)...)
 		if _, failed := store.FailedOp(err); failed {
 			continue // reversed meanwhile: read it again
@@ -68,4 +72,11 @@ func (s *Service) ReverseConversion(ctx context.Context, brandID, conversionID s
 
 func notReversible(status string) error {
 	return tally.Errorf(tally.ECodeInvalidTransition, "Cannot reverse a conversion whose status is %q; only approved conversions can be.", status)
+}
+
+// auditSummary describes a conversion's change of status from previous,
+// for the audit log.
+func auditSummary(c tally.Conversion, previous string) string {
+	return previous + " → " + c.Status + ", offer " + c.OfferID + ", partner " + c.PartnerID +
+		", payout " + money.Major(c.PayoutCents, c.Currency) + " " + c.Currency
 }

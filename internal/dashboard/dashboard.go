@@ -9,8 +9,9 @@
 //
 // The page machinery (layout, sessions, CSRF, headers, confirmation step,
 // formatting) is package web's; the payout pages are a package of their
-// own (payoutpages), as are Settings → General (brandsettings) and the
-// search (search), mounted here. Each page lives in a file of its own
+// own (payoutpages), as are Settings → General (brandsettings), the
+// search (search) and the team and audit log pages (team), mounted here.
+// Viewers see every page and change nothing (asUser). Each page lives in a file of its own
 // (offers.go, partners.go, …) and is one route in routes(); a new feature
 // adds its file, its template and its line in the navigation (nav in
 // render.go).
@@ -22,10 +23,14 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"slices"
+	"strings"
 
+	"github.com/tally-hq/tally/internal/audit"
 	"github.com/tally-hq/tally/internal/dashboard/brandsettings"
 	"github.com/tally-hq/tally/internal/dashboard/payoutpages"
 	"github.com/tally-hq/tally/internal/dashboard/search"
+	"github.com/tally-hq/tally/internal/dashboard/team"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/tzdb"
 	"github.com/tally-hq/tally/internal/web"
@@ -54,11 +59,19 @@ func New(svc httpapi.Services, cfg httpapi.Config) http.Handler {
 	all := maps.Clone(flashes)
 	maps.Copy(all, payoutpages.Flashes)
 	maps.Copy(all, brandsettings.Flashes)
+	maps.Copy(all, team.Flashes)
 	d := &Dashboard{svc: svc, cfg: cfg, site: web.New(web.Config{
 		Base: "/dashboard", Name: "Dashboard", Cookie: sessionCookie, Logger: cfg.Logger,
-		Templates: []fs.FS{templates, payoutpages.Templates, brandsettings.Templates, search.Templates}, Funcs: funcs, Flashes: all,
+		Templates: []fs.FS{templates, payoutpages.Templates, brandsettings.Templates, search.Templates, team.Templates}, Funcs: funcs, Flashes: all,
 	})}
 	return d.site.Protect(d.routes())
+}
+
+// Routes lists the dashboard's signed-in pages as "METHOD /path", sorted:
+// every POST among them changes something, and only owners may send it
+// (but sign-out).
+func Routes() []string {
+	return slices.Sorted(maps.Keys((&Dashboard{}).pages()))
 }
 
 // settingsPages are the Settings section's pages: API keys, fraud
@@ -88,25 +101,62 @@ func (d *Dashboard) session(ctx context.Context, token string) (string, web.View
 	if err != nil {
 		return "", web.View{}, err
 	}
-	v := web.View{Account: sess.BrandName, AccountID: sess.BrandID, Email: sess.Email, Nav: nav, Search: search.Path}
+	v := web.View{Account: sess.BrandName, AccountID: sess.BrandID, Email: sess.Email, UserID: sess.UserID,
+		ReadOnly: !sess.CanChange(), Nav: nav, Search: search.Path}
 	if zone, err := tzdb.LoadLocation(b.Timezone); err == nil { // set from tzdb's own names
 		v.Zone = zone
 	}
 	return sess.BrandID, v, nil
 }
 
+// signOut is the one form a viewer may send.
+const signOut = "POST /dashboard/sign-out"
+
+// asUser serves a signed-in page as its user: the changes it makes are
+// theirs in the audit log, and a form that changes something is refused
+// (403) to a viewer, whatever the page showed.
+func asUser(pattern string, fn pageFunc) pageFunc {
+	changes := strings.HasPrefix(pattern, "POST ") && pattern != signOut
+	return func(w http.ResponseWriter, r *request) error {
+		v := r.View("", "", nil)
+		if changes && v.ReadOnly {
+			r.Refuse(w, "Only an owner can do this",
+				"You are a viewer of "+v.Account+": you see everything, and an owner makes the changes. Ask an owner to do it, or to make you an owner (Settings › Team).")
+			return nil
+		}
+		r.Request = r.WithContext(audit.WithActor(r.Context(), audit.User(v.UserID, v.Email)))
+		return fn(w, r)
+	}
+}
+
 func (d *Dashboard) routes() *http.ServeMux {
 	mux := http.NewServeMux()
-	settings, endpoints := settingsPages{d}, endpointPages{d}
 	mux.HandleFunc("GET /dashboard/assets/{file}", d.site.Asset)
 	signIn := d.signIn()
 	mux.HandleFunc("GET /dashboard/sign-in", d.site.SignInPage(signIn))
 	mux.HandleFunc("POST /dashboard/sign-in", d.site.SignInForm(signIn))
 	mux.HandleFunc("GET /apply/{brandId}", d.applyPage)
 	mux.HandleFunc("POST /apply/{brandId}", d.apply)
+	for pattern, fn := range d.teamPages().Public() {
+		mux.HandleFunc(pattern, fn)
+	}
+	for pattern, fn := range d.pages() {
+		mux.Handle(pattern, d.site.SignedIn(d.session, asUser(pattern, fn)))
+	}
+	mux.HandleFunc("/", d.site.NoPage)
+	return mux
+}
+
+func (d *Dashboard) teamPages() *team.Pages {
+	return team.New(d.svc, d.site, settingsView, d.throttle)
+}
+
+// pages are the signed-in pages, by route.
+func (d *Dashboard) pages() map[string]pageFunc {
+	settings, endpoints := settingsPages{d}, endpointPages{d}
 	pages := map[string]pageFunc{
 		"GET /dashboard":                                       d.overview,
-		"POST /dashboard/sign-out":                             d.site.SignOut(signIn),
+		signOut:                                                d.site.SignOut(d.signIn()),
 		"GET /dashboard/offers":                                d.offers,
 		"GET /dashboard/offers/new":                            d.newOffer,
 		"POST /dashboard/offers":                               d.createOffer,
@@ -161,9 +211,6 @@ func (d *Dashboard) routes() *http.ServeMux {
 	maps.Copy(pages, payoutpages.New(d.svc, d.site, d.partnersByID).Routes())
 	maps.Copy(pages, brandsettings.New(d.svc, d.site, settingsView).Routes())
 	maps.Copy(pages, search.New(d.svc, d.site).Routes())
-	for pattern, fn := range pages {
-		mux.Handle(pattern, d.site.SignedIn(d.session, fn))
-	}
-	mux.HandleFunc("/", d.site.NoPage)
-	return mux
+	maps.Copy(pages, d.teamPages().Routes())
+	return pages
 }

@@ -31,6 +31,7 @@ var nav = []web.NavItem{
 	{Key: "payouts", Label: "Payouts", Href: "/dashboard/payouts"},
 	{Key: "webhooks", Label: "Webhooks", Href: "/dashboard/webhooks"},
 	{Key: "deliveries", Label: "Delivery log", Href: "/dashboard/activity/deliveries", Section: "Activity"},
+	{Key: "audit", Label: "Audit log", Href: "/dashboard/activity/audit", Section: "Activity"},
 	{Key: "settings", Label: "Settings", Href: "/dashboard/settings/general"},
 }
 
@@ -40,6 +41,7 @@ var settingsTabs = []web.NavItem{
 	{Key: "keys", Label: "API keys", Href: "/dashboard/settings/keys", Section: "Settings"},
 	{Key: "fraud", Label: "Fraud", Href: "/dashboard/settings/fraud", Section: "Settings"},
 	{Key: "postback-token", Label: "Postback token", Href: "/dashboard/settings/postback-token", Section: "Settings"},
+	{Key: "team", Label: "Team", Href: "/dashboard/settings/team", Section: "Settings"},
 }
 
 // settingsView is the view of the Settings page whose tab is tab.

@@ -2,6 +2,8 @@ package dashboard
 
 import (
 	"context"
+	"net/http"
+	"time"
 
 	"github.com/tally-hq/tally/internal/accounts"
 	"github.com/tally-hq/tally/internal/web"
@@ -26,3 +28,7 @@ func (d *Dashboard) signIn() web.SignIn {
 		End: d.svc.Accounts.EndSession,
 	}
 }
+
+// throttle counts an attempt of an invitation's or a reset's form against
+// its client's sign-in budget.
+func (d *Dashboard) throttle(r *http.Request) (time.Duration, error) { return d.signIn().Wait(r, "") }

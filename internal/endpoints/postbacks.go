@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/audit"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/money"
 	"github.com/tally-hq/tally/internal/outbox"
@@ -206,7 +207,8 @@ func (s *Service) PutPostback(ctx context.Context, brandID, partnerID string, in
 			op = replaceEndpointRecord(it, rec)
 			it = op.Item
 		}
-		err = s.events.Transact(ctx, op, outbox.CountEndpoint(brandID))
+		err = s.events.Transact(ctx, append([]store.Op{op, outbox.CountEndpoint(brandID)},
+			audit.Record(ctx, brandID, audit.PostbackUpdated, partnerID, rec.URL+" ("+strings.Join(rec.Events, ", ")+")", now.Time)...)...)
 		if _, raced := store.FailedOp(err); raced {
 			continue // created, changed or deleted meanwhile: start over
 		}
@@ -242,7 +244,8 @@ func (s *Service) DeletePostback(ctx context.Context, brandID, partnerID string)
 	if err != nil {
 		return tally.Postback{}, err
 	}
-	err = s.events.Transact(ctx, store.Delete(keys.Postback(brandID, partnerID), store.Exists()))
+	err = s.events.Transact(ctx, append([]store.Op{store.Delete(keys.Postback(brandID, partnerID), store.Exists())},
+		audit.Record(ctx, brandID, audit.PostbackDeleted, partnerID, rec.URL, s.db.Now())...)...)
 	if _, gone := store.FailedOp(err); gone {
 		return tally.Postback{}, tally.Errorf(tally.ECodeNotFound, "Partner %s has no postback.", partnerID)
 	}

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/audit"
 	"github.com/tally-hq/tally/internal/catalog"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
@@ -183,10 +184,11 @@ func (s *Service) CreateSubscription(ctx context.Context, brandID string, in Sub
 		}
 	}
 	item := newEndpointItem(keys.Subscription(brandID, rec.ID), rec)
-	err := s.events.Transact(ctx,
+	err := s.events.Transact(ctx, append([]store.Op{
 		store.Increment(keys.SubscriptionCount(brandID), map[string]int64{"n": 1}, store.NumLess("n", maxSubscriptions)),
 		store.Put(item, store.NotExists()),
-		outbox.CountEndpoint(brandID))
+		outbox.CountEndpoint(brandID)},
+		audit.Record(ctx, brandID, audit.WebhookCreated, rec.ID, rec.URL+" ("+strings.Join(rec.Events, ", ")+")", now)...)...)
 	if i, failed := store.FailedOp(err); failed && i == 0 {
 		return tally.Subscription{}, tally.Errorf(tally.ECodeConflict, "A brand has at most %d webhook subscriptions; delete one first.", maxSubscriptions)
 	}
@@ -220,7 +222,8 @@ func (s *Service) RotateSubscriptionKey(ctx context.Context, brandID, subscripti
 		key, publicKey := newKey(rec.SignatureAlgorithm)
 		rec.PreviousSecret, rec.PreviousSecretExpiresAt = rec.Secret, ptrTo(tally.NewTime(now.Add(SecretRotationWindow)))
 		rec.Secret, rec.PublicKey, rec.UpdatedAt = key, publicKey, tally.NewTime(now)
-		err = s.events.Transact(ctx, replaceEndpointRecord(it, rec))
+		err = s.events.Transact(ctx, append([]store.Op{replaceEndpointRecord(it, rec)},
+			audit.Record(ctx, brandID, audit.WebhookUpdated, rec.ID, rec.URL+": signing key rotated", now)...)...)
 		if _, raced := store.FailedOp(err); raced {
 			continue
 		}
@@ -304,9 +307,10 @@ func (s *Service) DeleteSubscription(ctx context.Context, brandID, subscriptionI
 	if err != nil {
 		return tally.Subscription{}, err
 	}
-	err = s.events.Transact(ctx,
+	err = s.events.Transact(ctx, append([]store.Op{
 		store.Delete(keys.Subscription(brandID, subscriptionID), store.Exists()),
-		store.Increment(keys.SubscriptionCount(brandID), map[string]int64{"n": -1}))
+		store.Increment(keys.SubscriptionCount(brandID), map[string]int64{"n": -1})},
+		audit.Record(ctx, brandID, audit.WebhookDeleted, subscriptionID, rec.URL, s.db.Now())...)...)
 	if _, failed := store.FailedOp(err); failed {
 		return tally.Subscription{}, records.NotFound(store.ErrNotFound, "webhook subscription", subscriptionID)
 	}
@@ -378,6 +382,7 @@ func (s *Service) UpdateSubscription(ctx context.Context, brandID, subscriptionI
 			(in.Secret == nil || *in.Secret == rec.Secret) && (in.MaxPerSecond == nil || rec.MaxPerSecond != nil && *in.MaxPerSecond == *rec.MaxPerSecond) {
 			return rec.Subscription, nil
 		}
+		before, beforeSecret := rec.Subscription, rec.Secret
 		if in.URL != nil {
 			rec.URL = *in.URL
 		}
@@ -395,8 +400,12 @@ func (s *Service) UpdateSubscription(ctx context.Context, brandID, subscriptionI
 			rec.Secret, rec.HasSecret = *in.Secret, true
 		}
 		rec.UpdatedAt = tally.NewTime(now)
-		op := replaceEndpointRecord(it, rec)
-		err = s.events.Transact(ctx, op)
+		summary := audit.Changes(before, rec.Subscription, "updatedAt", "previousSecretExpiresAt", "hasSecret")
+		if in.Secret != nil && *in.Secret != beforeSecret {
+			summary = strings.TrimPrefix(summary+", signing secret changed", ", ")
+		}
+		err = s.events.Transact(ctx, append([]store.Op{replaceEndpointRecord(it, rec)},
+			audit.Record(ctx, brandID, audit.WebhookUpdated, rec.ID, rec.URL+": "+summary, now)...)...)
 		if _, raced := store.FailedOp(err); raced {
 			continue // an attempt or another change came first: apply to the new state
 		}

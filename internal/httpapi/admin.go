@@ -2,10 +2,12 @@ package httpapi
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/accounts"
 	"github.com/tally-hq/tally/internal/identity"
+	"github.com/tally-hq/tally/internal/validate"
 )
 
 // The admin API lets the CLI manage brands and keys through a running local
@@ -99,5 +101,30 @@ func (a *API) adminCreateUser(w http.ResponseWriter, r *http.Request, _ identity
 		return err
 	}
 	writeJSON(w, http.StatusCreated, u)
+	return nil
+}
+
+// adminResetPassword makes a password reset link for a dashboard user
+// (tally users reset), at the public base URL the command was given.
+func (a *API) adminResetPassword(w http.ResponseWriter, r *http.Request, _ identity.Principal) error {
+	var in struct {
+		Email   *string `json:"email"`
+		BaseURL *string `json:"baseUrl"`
+	}
+	if err := decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	if err := validate.First(validate.Email("email", in.Email), validate.HTTPURL("baseUrl", in.BaseURL, true)); err != nil {
+		return err
+	}
+	reset, token, err := a.svc.Accounts.CreateResetByEmail(r.Context(), *in.Email)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusCreated, map[string]any{
+		"userId": reset.UserID, "email": reset.Email, "expiresAt": reset.ExpiresAt,
+		"resetUrl": strings.TrimSuffix(*in.BaseURL, "/") + "/dashboard/reset/" + token,
+	})
 	return nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/accounts"
 	"github.com/tally-hq/tally/internal/app"
+	"github.com/tally-hq/tally/internal/audit"
 	"github.com/tally-hq/tally/internal/clicks"
 	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/endpoints"
@@ -112,7 +113,8 @@ type Services struct {
 	Deliveries  *endpoints.Log
 	Payouts     *payouts.Service
 	Portal      *portalaccess.Service // partner portal invitations (and the portal's sign-in)
-	Store       StoreReader           // GET /readyz
+	Audit       *audit.Log
+	Store       StoreReader // GET /readyz
 	// Now is the time, in UTC to the millisecond (records.DB.Now).
 	Now func() time.Time
 }
@@ -249,6 +251,7 @@ func (a *API) routes() []route {
 		{GroupKeys, "GET", "/api/v1/keys", authKey, listed(a.svc.Identity.ActiveAPIKeys)},
 		{GroupKeys, "POST", "/api/v1/keys", authKey, noStore(created(decodeOptionalBody, a.svc.Identity.CreateKey))},
 		{GroupKeys, "DELETE", "/api/v1/keys/{id}", authKey, byID(a.svc.Identity.DeleteAPIKey)},
+		{GroupKeys, "GET", "/api/v1/audit-log", authKey, listed(a.svc.Audit.Entries)},
 		// The dashboard's pages, under two greedy routes (API Gateway's
 		// {name+}, net/http's {name...}), and the partner application page.
 		{GroupDashboard, "GET", "/dashboard", authPages, a.pages},
@@ -274,6 +277,7 @@ func (a *API) routes() []route {
 		{GroupAdmin, "GET", "/_admin/keys", authAdmin, a.adminListKeys},
 		{GroupAdmin, "POST", "/_admin/keys/{id}/revoke", authAdmin, a.adminRevokeKey},
 		{GroupAdmin, "POST", "/_admin/users", authAdmin, a.adminCreateUser},
+		{GroupAdmin, "POST", "/_admin/users/reset", authAdmin, a.adminResetPassword},
 		{GroupHealth, "GET", "/healthz", authNone, healthz},
 		{GroupHealth, "GET", "/readyz", authNone, a.readyz},
 	}
@@ -422,12 +426,24 @@ func (a *API) guard(mode auth, handle handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, err := a.admit(w, r, mode)
 		if err == nil {
-			err = handle(w, r, p)
+			err = handle(w, r.WithContext(actorOf(r.Context(), mode, p)), p)
 		}
 		if err != nil {
 			writeError(w, r, err)
 		}
 	})
+}
+
+// actorOf is ctx carrying who makes the changes a request of mode makes,
+// for the audit log: the key's holder, or the admin commands.
+func actorOf(ctx context.Context, mode auth, p identity.Principal) context.Context {
+	switch mode {
+	case authKey:
+		return audit.WithActor(ctx, audit.Key(p.KeyID))
+	case authAdmin:
+		return audit.WithActor(ctx, audit.Admin())
+	}
+	return ctx
 }
 
 // admitHolder counts a request that authenticated as p against the

@@ -1199,6 +1199,11 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	withKey(oasCall{method: "DELETE", path: keysPath + "/" + madeKey.ID, status: 404, code: "not_found"})
 	call(oasCall{method: "GET", path: keysPath, key: madeKey.Key, status: 401, code: "unauthorized"})
 
+	// --- The audit log: the changes above, newest first.
+	withKey(oasCall{method: "GET", path: "/api/v1/audit-log", status: 200})
+	withKey(oasCall{method: "GET", path: "/api/v1/audit-log?limit=1", status: 200})
+	withKey(oasCall{method: "GET", path: "/api/v1/audit-log?limit=101", status: 422, code: "validation_error", invalid: true})
+
 	keyed := []oasCall{
 		{method: "GET", path: "/api/v1/offers"},
 		{method: "POST", path: "/api/v1/offers", body: newOffer(nil)},
@@ -1235,6 +1240,7 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 		{method: "GET", path: keysPath},
 		{method: "POST", path: keysPath, body: map[string]any{}},
 		{method: "DELETE", path: keysPath + "/" + madeKey.ID},
+		{method: "GET", path: "/api/v1/audit-log"},
 		{method: "GET", path: "/api/v1/clicks"},
 		{method: "GET", path: "/api/v1/clicks/" + clicked},
 		{method: "GET", path: "/api/v1/fraud/settings"},
@@ -1326,8 +1332,8 @@ func TestOpenAPIDocumentMatchesTheHandlers(t *testing.T) {
 	if missing := o.unseen(); len(missing) > 0 {
 		t.Errorf("documented answers the session never produced (operationId status):\n  %s", strings.Join(missing, "\n  "))
 	}
-	if ops := o.operations(); len(ops) != 63 {
-		t.Errorf("the document has %d operations, want the 63 routes of the API besides /_admin: %v", len(ops), ops)
+	if ops := o.operations(); len(ops) != 64 {
+		t.Errorf("the document has %d operations, want the 64 routes of the API besides /_admin: %v", len(ops), ops)
 	} else {
 		t.Logf("checked %d exchanges against %d operations of %s", o.calls, len(ops), oasPath)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/audit"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/records"
@@ -105,8 +106,13 @@ func (s *Service) SetBrandTimezone(ctx context.Context, brandID string, zone *ti
 	if err != nil {
 		return b, err
 	}
+	if b.Timezone == zone.String() {
+		return b, nil // nothing changes
+	}
+	summary := "time zone " + cmp.Or(b.Timezone, "UTC") + " → " + zone.String()
 	b.Timezone = zone.String()
-	return b, s.db.Transact(ctx, store.Put(brandItem(b), store.Exists()))
+	return b, s.db.Transact(ctx, append([]store.Op{store.Put(brandItem(b), store.Exists())},
+		audit.Record(ctx, brandID, audit.BrandTimezoneChanged, brandID, summary, s.db.Now())...)...)
 }
 
 // apiKeyRecord is the stored form of a key: the public fields and the hash.
@@ -188,13 +194,23 @@ func (s *Service) CreateKey(ctx context.Context, brandID string, in APIKeyInput)
 		Hash:    Hash(secret),
 		Counted: true,
 	}
-	err := s.db.Transact(ctx,
+	err := s.db.Transact(ctx, append([]store.Op{
 		store.Increment(keys.APIKeyCount(brandID), map[string]int64{activeKeys: 1}, store.NumLess(activeKeys, MaxActiveKeys)),
-		store.Put(apiKeyItem(rec), store.NotExists()))
+		store.Put(apiKeyItem(rec), store.NotExists())},
+		audit.Record(ctx, brandID, audit.KeyCreated, rec.ID, keyLabel(rec.APIKey), now)...)...)
 	if i, failed := store.FailedOp(err); failed && i == 0 {
 		return CreatedAPIKey{}, tally.Errorf(tally.ECodeConflict, "A brand has at most %d active API keys; revoke one first.", MaxActiveKeys)
 	}
 	return CreatedAPIKey{APIKey: rec.APIKey, Key: secret}, err
+}
+
+// keyLabel names a key in the audit log by its name and the first
+// characters of its secret, as the key list shows them.
+func keyLabel(k tally.APIKey) string {
+	if k.Name == "" {
+		return k.Prefix + "…"
+	}
+	return k.Name + " (" + k.Prefix + "…)"
 }
 
 func apiKeyItem(rec apiKeyRecord) store.Item {
@@ -280,6 +296,7 @@ func (s *Service) revokeAPIKey(ctx context.Context, brandID, keyID string) (tall
 	if rec.Counted {
 		ops = append(ops, store.Increment(keys.APIKeyCount(rec.BrandID), map[string]int64{activeKeys: -1}))
 	}
+	ops = append(ops, audit.Record(ctx, rec.BrandID, audit.KeyRevoked, rec.ID, keyLabel(rec.APIKey), at.Time)...)
 	err = s.db.Transact(ctx, ops...)
 	if _, failed := store.FailedOp(err); failed {
 		// Revoked by another request meanwhile, which counted it out.

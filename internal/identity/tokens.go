@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/audit"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/records"
@@ -57,6 +58,7 @@ func (s *Service) CreatePostbackToken(ctx context.Context, brandID string) (Crea
 		} else {
 			ops = append(ops, store.Put(pointer, store.AttrEquals("tokenId", cur.ID)), store.Delete(keys.PostbackToken(cur.Hash)))
 		}
+		ops = append(ops, audit.Record(ctx, brandID, audit.PostbackTokenCreated, rec.ID, rec.Prefix+"…", now)...)
 		err = s.db.Transact(ctx, ops...)
 		if _, failed := store.FailedOp(err); failed {
 			continue // rotated by another request meanwhile: rotate what is there now
@@ -91,9 +93,10 @@ func (s *Service) DeletePostbackToken(ctx context.Context, brandID string) (tall
 		if err != nil {
 			return tally.PostbackToken{}, err
 		}
-		err = s.db.Transact(ctx,
+		err = s.db.Transact(ctx, append([]store.Op{
 			store.Delete(keys.BrandPostbackToken(brandID), store.AttrEquals("tokenId", cur.ID)),
-			store.Delete(keys.PostbackToken(cur.Hash)))
+			store.Delete(keys.PostbackToken(cur.Hash))},
+			audit.Record(ctx, brandID, audit.PostbackTokenDeleted, cur.ID, cur.Prefix+"…", s.db.Now())...)...)
 		if _, failed := store.FailedOp(err); failed {
 			continue
 		}

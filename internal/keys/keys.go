@@ -114,6 +114,29 @@ func PortalSession(tokenHash string) store.Key {
 	return store.Key{PK: "PSESS#" + tokenHash, SK: "#PSESS"}
 }
 
+// Team is the item every change that could take a brand's last owner away
+// (a role change, a removal) updates under a condition on its revision,
+// so that two such changes at once cannot both pass the owner count.
+func Team(brandID string) store.Key { return store.Key{PK: BrandPK(brandID), SK: "#TEAM"} }
+
+// Team invitations and password resets are found by the hash of their
+// token; invitations are listed per brand (GSI1, by id) while pending.
+func Invitation(tokenHash string) store.Key {
+	return store.Key{PK: "INV#" + tokenHash, SK: "#INV"}
+}
+func InvitationsByBrand(brandID string) string { return "BRD#" + brandID + "#INV" }
+func PasswordReset(tokenHash string) store.Key {
+	return store.Key{PK: "RST#" + tokenHash, SK: "#RST"}
+}
+
+// A brand's audit log: one partition per brand, sorted by entry id (and so
+// by time). Entries are people's changes, a few a minute at most, which
+// one partition carries.
+func AuditPK(brandID string) string { return "BRD#" + brandID + "#AUD" }
+func AuditEntry(brandID, entryID string) store.Key {
+	return store.Key{PK: AuditPK(brandID), SK: entryID}
+}
+
 // A brand's postback token is found by the hash of its secret (the
 // postback) and from the brand (showing, rotating and deleting it).
 func PostbackToken(secretHash string) store.Key {

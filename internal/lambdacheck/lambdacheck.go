@@ -39,7 +39,7 @@ const MaxAPISize = 9 * (1 << 20)
 // calls methods by name through reflection, which keeps the linker from
 // dropping any exported method of a reachable type (3.4 MiB more, measured
 // on an API function; docs/aws.md).
-const MaxPagesSize = 13 * (1 << 20)
+const MaxPagesSize = 27 * (1 << 19) // 13.5 MiB
 
 // InitMargin is how much longer than the hello world a function may take
 // to start.

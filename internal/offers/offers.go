@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/audit"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/records"
@@ -144,9 +145,10 @@ func (s *Service) CreateOffer(ctx context.Context, brandID string, in OfferInput
 		UpdatedAt:             tally.NewTime(now),
 	}
 	e := Entry{Offer: o, Rev: 1}
-	err := s.db.Transact(ctx,
+	err := s.db.Transact(ctx, append([]store.Op{
 		store.Put(item(e), store.NotExists()),
-		store.Put(store.Item{Key: keys.OfferRef(o.ID), Data: records.MustJSON(brandID)}, store.NotExists()))
+		store.Put(store.Item{Key: keys.OfferRef(o.ID), Data: records.MustJSON(brandID)}, store.NotExists())},
+		audit.Record(ctx, brandID, audit.OfferCreated, o.ID, o.Name, now)...)...)
 	if err != nil {
 		return tally.Offer{}, err
 	}
@@ -419,7 +421,8 @@ func (s *Service) UpdateOffer(ctx context.Context, brandID, offerID string, in O
 		}
 		o.UpdatedAt = tally.NewTime(s.db.Now())
 		next := Entry{Offer: o, Rev: cur.Rev + 1, Terms: cur.Terms}
-		err = s.db.Transact(ctx, store.Put(item(next), store.Exists(), store.NumEquals("rev", cur.Rev)))
+		err = s.db.Transact(ctx, append([]store.Op{store.Put(item(next), store.Exists(), store.NumEquals("rev", cur.Rev))},
+			audit.Record(ctx, brandID, audit.OfferUpdated, o.ID, o.Name+": "+audit.Changes(cur.Offer, o, "updatedAt"), o.UpdatedAt.Time)...)...)
 		if _, failed := store.FailedOp(err); failed {
 			continue // changed (or deleted) meanwhile: apply the patch to what is there now
 		}

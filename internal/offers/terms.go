@@ -7,7 +7,9 @@ import (
 	"slices"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/audit"
 	"github.com/tally-hq/tally/internal/keys"
+	"github.com/tally-hq/tally/internal/money"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/validate"
@@ -90,7 +92,9 @@ func (s *Service) PutTerms(ctx context.Context, brandID, offerID, partnerID stri
 		return tally.PayoutTerms{}, err
 	}
 	t := tally.PayoutTerms{OfferID: offerID, PartnerID: partnerID, PayoutCents: in.PayoutCents, PayoutPercent: percentOf(in.PayoutPercent)}
-	err := s.changeTerms(ctx, brandID, offerID, func(terms map[string]tally.PayoutTerms) error {
+	err := s.changeTerms(ctx, brandID, offerID, func(o tally.Offer) string {
+		return "terms of partner " + partnerID + " set: " + termsText(t, o.Currency)
+	}, func(terms map[string]tally.PayoutTerms) error {
 		if _, ok := terms[partnerID]; !ok && len(terms) >= maxTerms {
 			return tally.Errorf(tally.ECodeConflict, "Offer %q has terms for %d partners, the most it can; delete some first.", offerID, maxTerms)
 		}
@@ -105,7 +109,7 @@ func (s *Service) PutTerms(ctx context.Context, brandID, offerID, partnerID stri
 // payout again. It returns the terms deleted.
 func (s *Service) DeleteTerms(ctx context.Context, brandID, offerID, partnerID string) (tally.PayoutTerms, error) {
 	var gone tally.PayoutTerms
-	err := s.changeTerms(ctx, brandID, offerID, func(terms map[string]tally.PayoutTerms) error {
+	err := s.changeTerms(ctx, brandID, offerID, func(tally.Offer) string { return "terms of partner " + partnerID + " deleted" }, func(terms map[string]tally.PayoutTerms) error {
 		t, ok := terms[partnerID]
 		if !ok {
 			return tally.Errorf(tally.ECodeNotFound, "Partner %q has no terms of its own on offer %q.", partnerID, offerID)
@@ -119,8 +123,9 @@ func (s *Service) DeleteTerms(ctx context.Context, brandID, offerID, partnerID s
 
 // changeTerms applies change to the offer's terms and writes them with
 // the next revision, on the condition that the revision read is still
-// the stored one, so that no concurrent change is lost.
-func (s *Service) changeTerms(ctx context.Context, brandID, offerID string, change func(map[string]tally.PayoutTerms) error) error {
+// the stored one, so that no concurrent change is lost; summary says what
+// changed, for the audit log.
+func (s *Service) changeTerms(ctx context.Context, brandID, offerID string, summary func(tally.Offer) string, change func(map[string]tally.PayoutTerms) error) error {
 	for {
 		cur, err := s.Load(ctx, brandID, offerID)
 		if err != nil {
@@ -134,7 +139,8 @@ func (s *Service) changeTerms(ctx context.Context, brandID, offerID string, chan
 			return err
 		}
 		next := Entry{Offer: cur.Offer, Rev: cur.Rev + 1, Terms: terms}
-		err = s.db.Transact(ctx, store.Put(item(next), store.Exists(), store.NumEquals("rev", cur.Rev)))
+		err = s.db.Transact(ctx, append([]store.Op{store.Put(item(next), store.Exists(), store.NumEquals("rev", cur.Rev))},
+			audit.Record(ctx, brandID, audit.TermsChanged, offerID, cur.Offer.Name+": "+summary(cur.Offer), s.db.Now())...)...)
 		if _, failed := store.FailedOp(err); failed {
 			continue
 		}
@@ -144,4 +150,12 @@ func (s *Service) changeTerms(ctx context.Context, brandID, offerID string, chan
 		s.entries.Put(brandID+"/"+offerID, next)
 		return nil
 	}
+}
+
+// termsText is terms as a person reads them: "5.00 USD" or "12.5%".
+func termsText(t tally.PayoutTerms, currency string) string {
+	if t.PayoutPercent != nil {
+		return string(records.MustJSON(t.PayoutPercent)) + "%"
+	}
+	return money.Major(validate.Deref(t.PayoutCents, 0), currency) + " " + currency
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/audit"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/outbox"
@@ -215,7 +216,8 @@ func (s *Service) transitionPartner(ctx context.Context, brandID, partnerID, act
 		if err != nil {
 			return tally.Partner{}, err
 		}
-		err = s.events.Transact(ctx, store.Put(Item(p), store.AttrEquals("status", previous)), evt)
+		err = s.events.Transact(ctx, append([]store.Op{store.Put(Item(p), store.AttrEquals("status", previous)), evt},
+			audit.Record(ctx, brandID, t.event, p.ID, p.Name+" ("+p.Email+"): "+previous+" → "+p.Status, now)...)...)
 		if _, failed := store.FailedOp(err); failed {
 			continue // changed under us: decide again on the new status
 		}

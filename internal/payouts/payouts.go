@@ -14,6 +14,7 @@ import (
 	"context"
 	"encoding/csv"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"slices"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/audit"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/ledger"
@@ -104,8 +106,8 @@ func (in CreateInput) validate(today string) error {
 }
 
 // claimsPerWrite is how many owed entries one transaction claims, with
-// room for the line, the balance and the payout.
-const claimsPerWrite = store.MaxTransactOps - 3
+// room for the line, the balance, the payout and its audit log entry.
+const claimsPerWrite = store.MaxTransactOps - 4
 
 // CreatePayout batches what the brand owes in a currency, through a day
 // and for some partners if asked, into a pending payout with one line per
@@ -182,6 +184,15 @@ func (s *Service) owed(ctx context.Context, brandID string, in CreateInput, now 
 	return byPartner, nil
 }
 
+// payoutSummary describes a new payout for the audit log (its totals
+// are known once every partner's entries are claimed).
+func payoutSummary(p tally.Payout) string {
+	if p.Through != "" {
+		return "payout in " + p.Currency + " of conversions approved through " + p.Through
+	}
+	return "payout in " + p.Currency
+}
+
 // batch is a payout being created: stored once its first claim is.
 type batch struct {
 	tally.Payout
@@ -221,6 +232,7 @@ func (s *Service) claim(ctx context.Context, p *batch, partnerID string, entries
 			ledger.Move(p.BrandID, partnerID, p.Currency, p.ID, -amount, amount, 0))
 		if !p.stored {
 			ops = append(ops, store.Put(payoutItem(p.Payout, amount, n), store.NotExists()))
+			ops = append(ops, audit.Record(ctx, p.BrandID, audit.PayoutCreated, p.ID, payoutSummary(p.Payout), p.CreatedAt.Time)...)
 		} else {
 			ops = append(ops, store.Increment(keys.Payout(p.BrandID, p.ID), map[string]int64{"totalCents": amount, "conversions": n}))
 		}
@@ -383,9 +395,10 @@ func (s *Service) MarkPaid(ctx context.Context, brandID, payoutID string) (tally
 		if err != nil {
 			return p, err
 		}
-		err = s.events.Transact(ctx, store.Op{Kind: store.OpUpdate, Key: keys.Payout(brandID, payoutID),
+		err = s.events.Transact(ctx, append([]store.Op{store.Op{Kind: store.OpUpdate, Key: keys.Payout(brandID, payoutID),
 			Set:   map[string]string{"status": tally.PayoutPaid, "paidAt": tally.NewTime(now).Format(tally.TimeLayout)},
-			Conds: []store.Cond{store.AttrEquals("status", tally.PayoutPending)}}, evt)
+			Conds: []store.Cond{store.AttrEquals("status", tally.PayoutPending)}}, evt},
+			audit.Record(ctx, brandID, audit.PayoutPaid, p.ID, fmt.Sprintf("%s %s to %d partners", money.Major(p.TotalCents, p.Currency), p.Currency, len(lines)), now)...)...)
 		if _, failed := store.FailedOp(err); failed {
 			return s.MarkPaid(ctx, brandID, payoutID) // paid meanwhile: complete it, or say so
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally/internal/accounts"
+	"github.com/tally-hq/tally/internal/audit"
 	"github.com/tally-hq/tally/internal/clicks"
 	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/endpoints"
@@ -49,6 +50,7 @@ type Service struct {
 	Deliveries  *endpoints.Log
 	Payouts     *payouts.Service
 	Portal      *portalaccess.Service
+	Audit       *audit.Log
 	Webhooks    *webhooks.Engine
 	// Pipeline delivers in this process (WithPipeline); nil otherwise.
 	Pipeline *webhooks.Pipeline
@@ -245,6 +247,7 @@ func New(st store.Store, opts ...Option) *Service {
 	s.Deliveries = endpoints.NewLog(s.DB, s.Endpoints, c.deliveryRetention, c.requeue)
 	s.Payouts = payouts.New(s.DB, s.Events, s.Partners)
 	s.Portal = portalaccess.New(s.DB, s.Partners, s.Identity, password.Argon2id{})
+	s.Audit = audit.NewLog(s.DB)
 	return s
 }
 
@@ -253,7 +256,7 @@ func (s *Service) API() httpapi.Services {
 	return httpapi.Services{
 		Identity: s.Identity, Limits: s.Limits, Accounts: s.Accounts, Offers: s.Offers, Partners: s.Partners,
 		Conversions: s.Conversions, Reports: s.Reports, Clicks: s.Clicks, Endpoints: s.Endpoints,
-		Deliveries: s.Deliveries, Payouts: s.Payouts, Portal: s.Portal, Now: s.DB.Now, Store: s.DB,
+		Deliveries: s.Deliveries, Payouts: s.Payouts, Portal: s.Portal, Audit: s.Audit, Now: s.DB.Now, Store: s.DB,
 	}
 }
 

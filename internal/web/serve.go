@@ -130,6 +130,13 @@ func (s *Site) Refuse(w http.ResponseWriter, heading, message string) {
 	s.RenderStatus(w, http.StatusForbidden, "error", View{Title: "Refused", Data: errorData{Heading: heading, Message: message}})
 }
 
+// Refuse answers a signed-in request 403 with a page saying why, in the
+// site's navigation.
+func (r *Request) Refuse(w http.ResponseWriter, heading, message string) {
+	data := errorData{Heading: heading, Message: message}
+	r.site.RenderStatus(w, http.StatusForbidden, "error", r.View("Refused", "", data))
+}
+
 // FormExpired refuses a form without its valid CSRF token.
 func (s *Site) FormExpired(w http.ResponseWriter) {
 	s.Refuse(w, "This form has expired",

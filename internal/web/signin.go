@@ -81,7 +81,7 @@ func (s *Site) SignInForm(in SignIn) http.HandlerFunc {
 			data.Error = msg
 			s.RenderStatus(w, status, "sign-in", View{Title: "Sign in", Data: data})
 		}
-		refusal, err := throttleSignIn(w, r, in.Limits, in.Kind, email)
+		refusal, err := throttleSignIn(w, r, in, email)
 		if err != nil {
 			s.ErrorPage(w, r, nil, err)
 			return
@@ -117,23 +117,39 @@ func (s *Site) SignOut(in SignIn) PageFunc {
 	}
 }
 
-// throttleSignIn counts a sign-in attempt against the client address's
-// and the e-mail address's budgets, in buckets named from kind ("signin":
-// the dashboard's). When either budget is spent it sets Retry-After and
-// returns the message to show instead of checking the password; else "".
-func throttleSignIn(w http.ResponseWriter, r *http.Request, limits Limits, kind, email string) (string, error) {
-	for _, limit := range []struct {
+// Wait counts an attempt from r's client address (and, when email is
+// given, for that address) against the sign-in budgets, in buckets named
+// from Kind, and says how long to wait when either is spent (0: go on).
+// Forms that take a secret link's password (invitations, resets) count
+// against the same client budget: the same guessing, the same hashing.
+func (in SignIn) Wait(r *http.Request, email string) (time.Duration, error) {
+	limits := []struct {
 		bucket string
 		n      int
-	}{{kind + "-ip:" + httpapi.ClientIP(r), signInsPerIP}, {kind + "-email:" + email, signInsPerUser}} {
-		dec, err := limits.AllowPer(r.Context(), limit.bucket, limit.n, signInWindow)
+	}{{in.Kind + "-ip:" + httpapi.ClientIP(r), signInsPerIP}, {in.Kind + "-email:" + email, signInsPerUser}}
+	if email == "" {
+		limits = limits[:1]
+	}
+	for _, limit := range limits {
+		dec, err := in.Limits.AllowPer(r.Context(), limit.bucket, limit.n, signInWindow)
 		if err != nil {
-			return "", err
+			return 0, err
 		}
 		if !dec.Allowed {
-			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(dec.Wait.Seconds()))))
-			return fmt.Sprintf("Too many sign-in attempts. Try again in %d minutes.", int(math.Ceil(dec.Wait.Minutes()))), nil
+			return dec.Wait, nil
 		}
 	}
-	return "", nil
+	return 0, nil
+}
+
+// throttleSignIn counts a sign-in attempt (Wait). When a budget is spent
+// it sets Retry-After and returns the message to show instead of checking
+// the password; else "".
+func throttleSignIn(w http.ResponseWriter, r *http.Request, in SignIn, email string) (string, error) {
+	wait, err := in.Wait(r, email)
+	if err != nil || wait <= 0 {
+		return "", err
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+	return fmt.Sprintf("Too many sign-in attempts. Try again in %d minutes.", int(math.Ceil(wait.Minutes()))), nil
 }

@@ -91,12 +91,16 @@ type View struct {
 	Account   string // the signed-in account's name, beside the logo
 	AccountID string // its id, as the name's title
 	Email     string // who is signed in
-	CSRF      string // the session's CSRF token, for the forms
-	Nav       []NavItem
-	Search    string // where the header's search box sends to; none when ""
-	Flash     string // a notice after a redirect
-	Tabs      []NavItem
-	Tab       string // the current tab's key
+	UserID    string // the signed-in user's id
+	// ReadOnly is a signed-in user who may look but not change anything
+	// (a viewer): pages leave out the forms that would change something.
+	ReadOnly bool
+	CSRF     string // the session's CSRF token, for the forms
+	Nav      []NavItem
+	Search   string // where the header's search box sends to; none when ""
+	Flash    string // a notice after a redirect
+	Tabs     []NavItem
+	Tab      string // the current tab's key
 	// Zone is the one the account counts its days in, and the pages'
 	// times are written in; nil is UTC.
 	Zone *time.Location

@@ -24,6 +24,7 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/accounts"
 	"github.com/tally-hq/tally/internal/app"
+	"github.com/tally-hq/tally/internal/audit"
 	"github.com/tally-hq/tally/internal/clicks"
 	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/emf"
@@ -293,6 +294,7 @@ func Services(db *records.DB, settings app.Settings, opts ...Option) httpapi.Ser
 		Limits:   ratelimit.NewShared(db),
 		Offers:   offers.New(db, cacheTTL),
 		Reports:  reports.New(db, zones),
+		Audit:    audit.NewLog(db),
 		Now:      db.Now,
 		Store:    db,
 	}
