@@ -96,7 +96,7 @@ const maxRecordAge = 6 * 3600
 // template.yaml to them; the parity test holds this stack to template.yaml.
 var writeKeys = map[string]map[string][]string{
 	"OffersFunction":       {put: {"BRD#*", "CONFIG", "OFF#*"}, update: {"KEY#*", "RATE#*"}},
-	"PartnersFunction":     {put: partnersWrites, update: partnersWrites, del: partnersWrites},
+	"PartnersFunction":     {put: {"BRD#*", "CONFIG", "EVT#*", "PINV#*"}, update: {"BRD#*", "KEY#*", "RATE#*"}, del: {"BRD#*", "HRC#*"}},
 	"ConversionsFunction":  {put: {"BRD#*", "CONFIG", "EVT#*", "OBX#*", "PBT#*", "TXN#*"}, update: {"BAL#*", "BRD#*", "CAP#*", "KEY#*", "OWED#*", "RATE#*"}, del: {"BRD#*", "PBT#*"}},
 	"ReportsFunction":      {update: {"RATE#*", "KEY#*"}},
 	"PayoutsFunction":      {put: {"BRD#*", "CONFIG", "EVT#*"}, update: {"BAL#*", "BRD#*", "KEY#*", "PAY#*", "RATE#*"}, del: {"OWED#*"}},
@@ -117,11 +117,6 @@ const (
 	update = "dynamodb:UpdateItem"
 	del    = "dynamodb:DeleteItem"
 )
-
-// partnersWrites are what the partners function may write: its invitations
-// to the portal share the accounts' token helpers (accounts.PutByToken),
-// whose keys the derivation follows to every caller's prefix.
-var partnersWrites = []string{"BRD#*", "CONFIG", "EVT#*", "HRC#*", "KEY#*", "PBT#*", "PINV#*", "RATE#*"}
 
 // dashboardWrites are every partition the dashboard's code names: its
 // templates call methods by reflection, which the derivation cannot follow.

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/identity"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/records"
@@ -219,7 +220,7 @@ func (s *Service) StartSession(ctx context.Context, u tally.User) (string, Sessi
 	now := s.db.Now()
 	sess := Session{UserID: u.ID, BrandID: u.BrandID, BrandName: b.Name, Email: u.Email, CreatedAt: tally.NewTime(now), ExpiresAt: tally.NewTime(now.Add(SessionTTL)),
 		Epoch: rec.Epoch, Role: rec.Role}
-	err = PutByToken(ctx, s.db, keys.Session, token, sess, sess.ExpiresAt)
+	err = PutSecret(ctx, s.db, keys.Session(identity.Hash(token)), sess, sess.ExpiresAt)
 	return token, sess, err
 }
 
@@ -252,5 +253,9 @@ func (s *Service) Session(ctx context.Context, token string) (Session, error) {
 
 // EndSession signs a session out; ending an unknown one is not an error.
 func (s *Service) EndSession(ctx context.Context, token string) error {
-	return DeleteByToken(ctx, s.db, keys.Session, token)
+	hash, ok := TokenHash(token)
+	if !ok {
+		return nil
+	}
+	return s.db.Transact(ctx, store.Delete(keys.Session(hash)))
 }

@@ -48,20 +48,31 @@ func UnknownUserHash(passwords Passwords) func() string {
 // Records found by the hash of a secret token (sessions, invitations):
 // only the hash is stored, and each record lasts until it expires.
 
-// PutByToken stores v under key(the token's hash) until expiresAt: the
-// store's TTL deletes it after.
-func PutByToken(ctx context.Context, db *records.DB, key func(tokenHash string) store.Key, token string, v any, expiresAt tally.Time) error {
-	return db.Transact(ctx, store.Put(store.Item{Key: key(identity.Hash(token)), Data: records.MustJSON(v), ExpiresAt: expiresAt.Unix()}, store.NotExists()))
+// TokenHash is the hash a token's record is stored under; ok is false for
+// an empty or overlong token, which no record has.
+func TokenHash(token string) (hash string, ok bool) {
+	if token == "" || len(token) > 100 {
+		return "", false
+	}
+	return identity.Hash(token), true
+}
+
+// PutSecret stores v at key (made from a token's hash) until expiresAt:
+// the store's TTL deletes it after. The callers make the key, so that the
+// partitions each function writes can be traced to its key builder.
+func PutSecret(ctx context.Context, db *records.DB, key store.Key, v any, expiresAt tally.Time) error {
+	return db.Transact(ctx, store.Put(store.Item{Key: key, Data: records.MustJSON(v), ExpiresAt: expiresAt.Unix()}, store.NotExists()))
 }
 
 // GetByToken reads the record of token under key(its hash) while
 // expiresAt of it has not passed: found is false for an empty, overlong,
 // unknown or expired token (the TTL deletes expired records lazily).
 func GetByToken[T any](ctx context.Context, db *records.DB, key func(tokenHash string) store.Key, token string, expiresAt func(T) tally.Time) (v T, found bool, err error) {
-	if token == "" || len(token) > 100 {
+	hash, ok := TokenHash(token)
+	if !ok {
 		return v, false, nil
 	}
-	v, err = records.Get[T](ctx, db, key(identity.Hash(token)))
+	v, err = records.Get[T](ctx, db, key(hash))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return v, false, nil
@@ -69,13 +80,4 @@ func GetByToken[T any](ctx context.Context, db *records.DB, key func(tokenHash s
 		return v, false, err
 	}
 	return v, db.Now().Before(expiresAt(v).Time), nil
-}
-
-// DeleteByToken deletes the record of token under key(its hash); an
-// unknown one is no error.
-func DeleteByToken(ctx context.Context, db *records.DB, key func(tokenHash string) store.Key, token string) error {
-	if token == "" || len(token) > 100 {
-		return nil
-	}
-	return db.Transact(ctx, store.Delete(key(identity.Hash(token))))
 }

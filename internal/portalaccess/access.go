@@ -88,7 +88,7 @@ func (s *Service) Invite(ctx context.Context, brandID, partnerID string) (Invite
 	}
 	now := s.db.Now()
 	inv := invitation{BrandID: brandID, PartnerID: partnerID, CreatedAt: tally.NewTime(now), ExpiresAt: tally.NewTime(now.Add(InviteTTL))}
-	err = accounts.PutByToken(ctx, s.db, keys.PortalInvite, token, inv, inv.ExpiresAt)
+	err = accounts.PutSecret(ctx, s.db, keys.PortalInvite(identity.Hash(token)), inv, inv.ExpiresAt)
 	return Invite{Token: token, ExpiresAt: inv.ExpiresAt}, err
 }
 
@@ -274,7 +274,7 @@ func (s *Service) startSession(ctx context.Context, p tally.Partner) (string, Se
 	now := s.db.Now()
 	sess := Session{BrandID: p.BrandID, BrandName: b.Name, PartnerID: p.ID, PartnerName: p.Name, Email: p.Email,
 		CreatedAt: tally.NewTime(now), ExpiresAt: tally.NewTime(now.Add(SessionTTL))}
-	err = accounts.PutByToken(ctx, s.db, keys.PortalSession, token, sess, sess.ExpiresAt)
+	err = accounts.PutSecret(ctx, s.db, keys.PortalSession(identity.Hash(token)), sess, sess.ExpiresAt)
 	return token, sess, err
 }
 
@@ -307,5 +307,9 @@ func (s *Service) Session(ctx context.Context, token string) (Session, error) {
 
 // EndSession signs a session out; ending an unknown one is not an error.
 func (s *Service) EndSession(ctx context.Context, token string) error {
-	return accounts.DeleteByToken(ctx, s.db, keys.PortalSession, token)
+	hash, ok := accounts.TokenHash(token)
+	if !ok {
+		return nil
+	}
+	return s.db.Transact(ctx, store.Delete(keys.PortalSession(hash)))
 }
