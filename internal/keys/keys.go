@@ -106,6 +106,9 @@ func Session(tokenHash string) store.Key { return store.Key{PK: "SESS#" + tokenH
 func PortalInvite(tokenHash string) store.Key {
 	return store.Key{PK: "PINV#" + tokenHash, SK: "#PINV"}
 }
+func PortalLatestInvite(brandID, partnerID string) store.Key {
+	return store.Key{PK: "PINV#" + brandID + "#" + partnerID, SK: "#LATEST"}
+}
 func PortalLoginsPK(email string) string { return "PLOGIN#" + email }
 func PortalLogin(email, brandID, partnerID string) store.Key {
 	return store.Key{PK: PortalLoginsPK(email), SK: brandID + "#" + partnerID}

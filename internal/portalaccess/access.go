@@ -12,6 +12,7 @@ package portalaccess
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -72,8 +73,9 @@ type Invite struct {
 }
 
 // Invite makes an invitation to the portal for one of the brand's active
-// partners. Each invitation works once; a partner that signed in already
-// and is invited again sets a new password with it.
+// partners. Each invitation works once, and only while it is the
+// partner's latest; a partner that signed in already and is invited again
+// sets a new password with it, which ends its earlier sessions.
 func (s *Service) Invite(ctx context.Context, brandID, partnerID string) (Invite, error) {
 	p, err := s.partners.Partner(ctx, brandID, partnerID)
 	if err != nil {
@@ -88,8 +90,18 @@ func (s *Service) Invite(ctx context.Context, brandID, partnerID string) (Invite
 	}
 	now := s.db.Now()
 	inv := invitation{BrandID: brandID, PartnerID: partnerID, CreatedAt: tally.NewTime(now), ExpiresAt: tally.NewTime(now.Add(InviteTTL))}
-	err = accounts.PutSecret(ctx, s.db, keys.PortalInvite(identity.Hash(token)), inv, inv.ExpiresAt)
+	hash := identity.Hash(token)
+	err = s.db.Transact(ctx,
+		store.Put(store.Item{Key: keys.PortalInvite(hash), Data: records.MustJSON(inv), ExpiresAt: inv.ExpiresAt.Unix()}, store.NotExists()),
+		store.Put(store.Item{Key: keys.PortalLatestInvite(brandID, partnerID), Data: records.MustJSON(latestInvite{TokenHash: hash}), ExpiresAt: inv.ExpiresAt.Unix()}),
+	)
 	return Invite{Token: token, ExpiresAt: inv.ExpiresAt}, err
+}
+
+// latestInvite names a partner's latest invitation, the only one of its
+// invitations that works.
+type latestInvite struct {
+	TokenHash string `json:"tokenHash"`
 }
 
 // errInvitation answers an unknown, used or expired invitation, or one
@@ -124,6 +136,14 @@ func (s *Service) invitation(ctx context.Context, token string) (invitation, err
 		return invitation{}, err
 	case !found:
 		return invitation{}, errInvitation
+	}
+	// Only the partner's latest invitation works: a brand that invites
+	// again (the first link did not arrive) spends the earlier links.
+	switch latest, err := records.Get[latestInvite](ctx, s.db, keys.PortalLatestInvite(inv.BrandID, inv.PartnerID)); {
+	case errors.Is(err, store.ErrNotFound) || (err == nil && latest.TokenHash != identity.Hash(token)):
+		return invitation{}, errInvitation
+	case err != nil:
+		return invitation{}, err
 	}
 	return inv, nil
 }
@@ -300,9 +320,29 @@ func (s *Service) Session(ctx context.Context, token string) (Session, error) {
 		return Session{}, errNotActive
 	case err != nil:
 		return Session{}, err
+	case sess.CreatedAt.Before(p.UpdatedAt.Time):
+		// The partner's status changed since the session began (a ban
+		// and a reinstatement with no request between): it has ended.
+		return Session{}, s.endedSession(ctx, token)
+	}
+	// A password set since the session began (a later invitation) ends it.
+	l, err := records.Get[login](ctx, s.db, keys.PortalLogin(emailKey(sess.Email), sess.BrandID, sess.PartnerID))
+	switch {
+	case errors.Is(err, store.ErrNotFound) || (err == nil && sess.CreatedAt.Before(l.UpdatedAt.Time)):
+		return Session{}, s.endedSession(ctx, token)
+	case err != nil:
+		return Session{}, err
 	}
 	sess.PartnerName = p.Name
 	return sess, nil
+}
+
+// endedSession deletes a session that has ended and answers errNoSession.
+func (s *Service) endedSession(ctx context.Context, token string) error {
+	if err := s.EndSession(ctx, token); err != nil {
+		return err
+	}
+	return errNoSession
 }
 
 // EndSession signs a session out; ending an unknown one is not an error.

@@ -221,3 +221,72 @@ func TestOneAddressAtTwoBrands(t *testing.T) {
 		}
 	}
 }
+
+// A brand that invites a partner again (the first link did not arrive)
+// spends the earlier link, and a password set by a later link ends the
+// sessions begun before it.
+func TestLaterInvitationEndsEarlierOnes(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		ctx := context.Background()
+		w := newWorld(t, st)
+		p := w.partner(w.brand("Acme"), "ann@example.com", true)
+		first := w.invite(p)
+		w.clock.Advance(time.Minute)
+		second := w.invite(p)
+		_, _, err := w.svc.Portal.AcceptInvite(ctx, first, pw)
+		wantCode(t, "the earlier link", err, tally.ECodeNotFound)
+		if _, err := w.svc.Portal.Invitation(ctx, first); err == nil {
+			t.Error("the earlier link's page still offers to set a password")
+		}
+		w.clock.Advance(time.Minute)
+		old, _, err := w.svc.Portal.AcceptInvite(ctx, second, pw)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		// Invited again: the new password ends the session of the old one.
+		w.clock.Advance(time.Minute)
+		third := w.invite(p)
+		w.clock.Advance(time.Minute)
+		own, _, err := w.svc.Portal.AcceptInvite(ctx, third, pw+" new")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = w.svc.Portal.Session(ctx, old)
+		wantCode(t, "a session from before the new password", err, tally.ECodeUnauthorized)
+		if _, err := w.svc.Portal.Session(ctx, own); err != nil {
+			t.Errorf("the session of the new password: %v", err)
+		}
+		_, _, err = w.svc.Portal.SignIn(ctx, "ann@example.com", pw)
+		wantCode(t, "the old password", err, tally.ECodeUnauthorized)
+	})
+}
+
+// A ban and a reinstatement with no request between still end the
+// partner's sessions.
+func TestBanEndsSessionsEvenIfReinstatedFirst(t *testing.T) {
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		ctx := context.Background()
+		w := newWorld(t, st)
+		brand := w.brand("Acme")
+		p := w.partner(brand, "ann@example.com", true)
+		w.clock.Advance(time.Minute)
+		token, _, err := w.svc.Portal.AcceptInvite(ctx, w.invite(p), pw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.clock.Advance(time.Minute)
+		if _, err := w.svc.Partners.BanPartner(ctx, brand, p.ID); err != nil {
+			t.Fatal(err)
+		}
+		w.clock.Advance(time.Minute)
+		if _, err := w.svc.Partners.ReactivatePartner(ctx, brand, p.ID); err != nil {
+			t.Fatal(err)
+		}
+		_, err = w.svc.Portal.Session(ctx, token)
+		wantCode(t, "a session from before the ban", err, tally.ECodeUnauthorized)
+		if _, _, err := w.svc.Portal.SignIn(ctx, "ann@example.com", pw); err != nil {
+			t.Errorf("signing in again once reinstated: %v", err)
+		}
+	})
+}
