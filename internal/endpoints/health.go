@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/audit"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/outbox"
 	"github.com/tally-hq/tally/internal/records"
@@ -298,7 +299,7 @@ func Applied(it store.Item, op store.Op) store.Item {
 
 // enableEndpoint re-enables the endpoint at key with a fresh start: no
 // failures counted. It answers the item as it is afterwards.
-func (s *Service) enableEndpoint(ctx context.Context, key store.Key) (store.Item, error) {
+func (s *Service) enableEndpoint(ctx context.Context, key store.Key, entry enabledEntry) (store.Item, error) {
 	for {
 		it, err := s.db.Get(ctx, key)
 		if err != nil {
@@ -309,10 +310,13 @@ func (s *Service) enableEndpoint(ctx context.Context, key store.Key) (store.Item
 			Set:   map[string]string{"status": tally.EndpointEnabled, "disabledReason": ""},
 			Add:   map[string]int64{"rev": 1, "fails": -h.Fails, "failed": -h.Failed, "failingSince": -h.FailingSince},
 			Conds: []store.Cond{store.Exists(), store.NumEquals("rev", h.Rev)}}
+		var logged []store.Op
 		if h.Status == tally.EndpointDisabled {
-			up.Set["statusChangedAt"] = strconv.FormatInt(s.db.Now().UnixMilli(), 10)
+			now := s.db.Now()
+			up.Set["statusChangedAt"] = strconv.FormatInt(now.UnixMilli(), 10)
+			logged = audit.Record(ctx, entry.brandID, entry.action, entry.targetID, entry.summary(it), now)
 		}
-		after, err := s.db.Update(ctx, up)
+		after, err := s.updateLogged(ctx, up, logged)
 		if _, changed := store.FailedOp(err); changed {
 			continue // an attempt was recorded meanwhile: read again
 		}
@@ -326,6 +330,34 @@ func (s *Service) enableEndpoint(ctx context.Context, key store.Key) (store.Item
 	}
 }
 
+// enabledEntry is the audit log's entry for an endpoint enabled again:
+// summary makes its text from the endpoint's item.
+type enabledEntry struct {
+	brandID, action, targetID string
+	summary                   func(store.Item) string
+}
+
+// updateLogged applies up, with the audit log's entry when there is one
+// (in one transaction), and answers the item as it is afterwards.
+func (s *Service) updateLogged(ctx context.Context, up store.Op, logged []store.Op) (store.Item, error) {
+	if len(logged) == 0 {
+		return s.db.Update(ctx, up)
+	}
+	if err := s.db.Transact(ctx, append([]store.Op{up}, logged...)...); err != nil {
+		return store.Item{}, err
+	}
+	return s.db.Get(ctx, up.Key)
+}
+
+// endpointURL is the summary of an enabled endpoint: its URL.
+func endpointURL(it store.Item) string {
+	var e struct {
+		URL string `json:"url"`
+	}
+	_ = records.Decode(it, &e) // a summary without the URL is still an entry
+	return e.URL
+}
+
 // EnableSubscription re-enables a webhook subscription, with its failure
 // count back at zero. Enabling an enabled one changes nothing else.
 func (s *Service) EnableSubscription(ctx context.Context, brandID, subscriptionID string) (tally.Subscription, error) {
@@ -333,7 +365,7 @@ func (s *Service) EnableSubscription(ctx context.Context, brandID, subscriptionI
 		return tally.Subscription{}, err
 	}
 	var rec SubscriptionRecord
-	err := s.enableAndDecode(ctx, keys.Subscription(brandID, subscriptionID), &rec)
+	err := s.enableAndDecode(ctx, keys.Subscription(brandID, subscriptionID), &rec, enabledEntry{brandID, audit.WebhookEnabled, subscriptionID, endpointURL})
 	return rec.Subscription, records.NotFound(err, "webhook subscription", subscriptionID)
 }
 
@@ -343,12 +375,12 @@ func (s *Service) EnablePostback(ctx context.Context, brandID, partnerID string)
 		return tally.Postback{}, err
 	}
 	var rec PostbackRecord
-	err := s.enableAndDecode(ctx, keys.Postback(brandID, partnerID), &rec)
+	err := s.enableAndDecode(ctx, keys.Postback(brandID, partnerID), &rec, enabledEntry{brandID, audit.PostbackEnabled, partnerID, endpointURL})
 	return rec.Postback, records.NotFound(err, "postback of partner", partnerID)
 }
 
-func (s *Service) enableAndDecode(ctx context.Context, key store.Key, v any) error {
-	it, err := s.enableEndpoint(ctx, key)
+func (s *Service) enableAndDecode(ctx context.Context, key store.Key, v any, entry enabledEntry) error {
+	it, err := s.enableEndpoint(ctx, key, entry)
 	if err != nil {
 		return err
 	}

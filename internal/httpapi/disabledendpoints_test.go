@@ -72,6 +72,16 @@ func TestDisabledEndpointsTakeNoRetriesAndShowWhenTheyChanged(t *testing.T) {
 			if v := get(path); v.Status != tally.EndpointEnabled || !v.UpdatedAt.Equal(tally.NewTime(enabledAt).Time) {
 				t.Errorf("%s enabled at %v: status %s, updatedAt %v", path, enabledAt, v.Status, v.UpdatedAt)
 			}
+			e.must(200, e.call("POST", path+"/enable", key, nil)) // enabled already: no entry
+		}
+		var enabled []string
+		for _, en := range e.auditLog(key) {
+			if strings.HasSuffix(en.Action, ".enabled") {
+				enabled = append(enabled, en.Action+" "+en.TargetID+" "+en.Summary)
+			}
+		}
+		if want := []string{"postback.enabled " + partner + " " + down.srv.URL + "/pb?c={conversion_id}", "webhook.enabled " + strings.TrimPrefix(subPath, "/api/public/webhooks/") + " " + down.srv.URL}; strings.Join(enabled, "; ") != strings.Join(want, "; ") {
+			t.Errorf("the audit log's enablings:\n got %q\nwant %q", enabled, want)
 		}
 		for _, d := range failed {
 			var got tally.Delivery
