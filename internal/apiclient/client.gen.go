@@ -82,6 +82,7 @@ const (
 	AuditEntryActionOfferUpdated          AuditEntryAction = "offer.updated"
 	AuditEntryActionPartnerApproved       AuditEntryAction = "partner.approved"
 	AuditEntryActionPartnerBanned         AuditEntryAction = "partner.banned"
+	AuditEntryActionPartnerPortalInvited  AuditEntryAction = "partner.portal_invited"
 	AuditEntryActionPartnerReactivated    AuditEntryAction = "partner.reactivated"
 	AuditEntryActionPartnerRejected       AuditEntryAction = "partner.rejected"
 	AuditEntryActionPasswordReset         AuditEntryAction = "password.reset"
@@ -89,6 +90,7 @@ const (
 	AuditEntryActionPayoutCreated         AuditEntryAction = "payout.created"
 	AuditEntryActionPayoutPaid            AuditEntryAction = "payout.paid"
 	AuditEntryActionPostbackDeleted       AuditEntryAction = "postback.deleted"
+	AuditEntryActionPostbackEnabled       AuditEntryAction = "postback.enabled"
 	AuditEntryActionPostbackTokenCreated  AuditEntryAction = "postback_token.created"
 	AuditEntryActionPostbackTokenDeleted  AuditEntryAction = "postback_token.deleted"
 	AuditEntryActionPostbackUpdated       AuditEntryAction = "postback.updated"
@@ -99,6 +101,7 @@ const (
 	AuditEntryActionUserRoleChanged       AuditEntryAction = "user.role_changed"
 	AuditEntryActionWebhookCreated        AuditEntryAction = "webhook.created"
 	AuditEntryActionWebhookDeleted        AuditEntryAction = "webhook.deleted"
+	AuditEntryActionWebhookEnabled        AuditEntryAction = "webhook.enabled"
 	AuditEntryActionWebhookUpdated        AuditEntryAction = "webhook.updated"
 )
 
@@ -133,6 +136,8 @@ func (e AuditEntryAction) Valid() bool {
 		return true
 	case AuditEntryActionPartnerBanned:
 		return true
+	case AuditEntryActionPartnerPortalInvited:
+		return true
 	case AuditEntryActionPartnerReactivated:
 		return true
 	case AuditEntryActionPartnerRejected:
@@ -146,6 +151,8 @@ func (e AuditEntryAction) Valid() bool {
 	case AuditEntryActionPayoutPaid:
 		return true
 	case AuditEntryActionPostbackDeleted:
+		return true
+	case AuditEntryActionPostbackEnabled:
 		return true
 	case AuditEntryActionPostbackTokenCreated:
 		return true
@@ -167,6 +174,8 @@ func (e AuditEntryAction) Valid() bool {
 		return true
 	case AuditEntryActionWebhookDeleted:
 		return true
+	case AuditEntryActionWebhookEnabled:
+		return true
 	case AuditEntryActionWebhookUpdated:
 		return true
 	default:
@@ -176,22 +185,25 @@ func (e AuditEntryAction) Valid() bool {
 
 // Defines values for AuditEntryActorType.
 const (
-	Admin  AuditEntryActorType = "admin"
-	Key    AuditEntryActorType = "key"
-	System AuditEntryActorType = "system"
-	User   AuditEntryActorType = "user"
+	AuditEntryActorTypeAdmin   AuditEntryActorType = "admin"
+	AuditEntryActorTypeKey     AuditEntryActorType = "key"
+	AuditEntryActorTypePartner AuditEntryActorType = "partner"
+	AuditEntryActorTypeSystem  AuditEntryActorType = "system"
+	AuditEntryActorTypeUser    AuditEntryActorType = "user"
 )
 
 // Valid indicates whether the value is a known member of the AuditEntryActorType enum.
 func (e AuditEntryActorType) Valid() bool {
 	switch e {
-	case Admin:
+	case AuditEntryActorTypeAdmin:
 		return true
-	case Key:
+	case AuditEntryActorTypeKey:
 		return true
-	case System:
+	case AuditEntryActorTypePartner:
 		return true
-	case User:
+	case AuditEntryActorTypeSystem:
+		return true
+	case AuditEntryActorTypeUser:
 		return true
 	default:
 		return false
@@ -7059,7 +7071,7 @@ type AuditEntry struct {
 	// Action What changed.
 	Action AuditEntryAction `json:"action"`
 
-	// Actor Who made the change: `user` (a dashboard user: `id` and `name`, the e-mail address), `key` (`id` of the API key; never its secret), `admin` (the `tally` command) or `system` (a rule of the brand's, named in `name`).
+	// Actor Who made the change: `user` (a dashboard user: `id` and `name`, the e-mail address), `key` (`id` of the API key; never its secret), `admin` (the `tally` command), `partner` (a partner in the partner portal: its `id` and, in `name`, its e-mail address) or `system` (a rule of the brand's, named in `name`).
 	Actor struct {
 		Id   *string             `json:"id,omitempty"`
 		Name *string             `json:"name,omitempty"`

@@ -31,10 +31,11 @@ const Retention = 90 * 24 * time.Hour
 
 // Kinds of actor.
 const (
-	ActorUser   = "user"   // a dashboard user; Name is the e-mail address
-	ActorKey    = "key"    // an API key; ID is the key's id, never its secret
-	ActorAdmin  = "admin"  // the tally command on the server's machine
-	ActorSystem = "system" // a rule of the brand's (the auto-ban rule); Name says which
+	ActorUser    = "user"    // a dashboard user; Name is the e-mail address
+	ActorKey     = "key"     // an API key; ID is the key's id, never its secret
+	ActorAdmin   = "admin"   // the tally command on the server's machine
+	ActorSystem  = "system"  // a rule of the brand's (the auto-ban rule); Name says which
+	ActorPartner = "partner" // a partner, in the partner portal; Name is its e-mail address
 )
 
 // Actor is who made a change.
@@ -54,6 +55,8 @@ func (a Actor) Label() string {
 		return "API key " + a.ID
 	case ActorAdmin:
 		return "tally command"
+	case ActorPartner:
+		return "partner " + a.Name
 	}
 	return a.Name
 }
@@ -66,6 +69,11 @@ func Key(keyID string) Actor { return Actor{Type: ActorKey, ID: keyID} }
 
 // Admin is the actor of the admin commands' changes.
 func Admin() Actor { return Actor{Type: ActorAdmin} }
+
+// Partner is the actor of the changes a partner makes in the portal.
+func Partner(partnerID, email string) Actor {
+	return Actor{Type: ActorPartner, ID: partnerID, Name: email}
+}
 
 // Rule is the actor of the changes a brand's rule makes by itself.
 func Rule(name string) Actor { return Actor{Type: ActorSystem, Name: name} }
@@ -95,6 +103,7 @@ const (
 	PartnerRejected      = "partner.rejected"
 	PartnerBanned        = "partner.banned"
 	PartnerReactivated   = "partner.reactivated"
+	PartnerInvited       = "partner.portal_invited"
 	KeyCreated           = "key.created"
 	KeyRevoked           = "key.revoked"
 	WebhookCreated       = "webhook.created"

@@ -64,6 +64,7 @@ func TestAuditLogOfAPIChanges(t *testing.T) {
 		e.must(409, e.call("POST", "/api/v1/conversions/"+conv+"/approve", key, nil)) // refused: no entry
 		payout := e.must(201, e.call("POST", "/api/v1/payouts", key, map[string]any{"currency": "USD"})).field(t, "id")
 		e.must(200, e.call("POST", "/api/v1/payouts/"+payout+"/paid", key, nil))
+		invite := e.must(201, e.call("POST", "/api/v1/partners/"+partner+"/invite", key, nil)).field(t, "inviteUrl")
 		e.must(200, e.call("POST", "/api/v1/partners/"+partner+"/ban", key, nil))
 		created := e.must(201, e.call("POST", "/api/v1/keys", key, map[string]any{"name": "CI"}))
 		newKeyID, newSecret := created.field(t, "id"), created.field(t, "key")
@@ -75,12 +76,12 @@ func TestAuditLogOfAPIChanges(t *testing.T) {
 
 		log := e.auditLog(key)
 		want := []string{"webhook.deleted", "webhook.updated", "webhook.created", "key.revoked", "key.created", "partner.banned",
-			"payout.paid", "payout.created", "conversion.approved", "partner.approved", "offer.updated", "offer.updated", "offer.created"}
+			"partner.portal_invited", "payout.paid", "payout.created", "conversion.approved", "partner.approved", "offer.updated", "offer.updated", "offer.created"}
 		if got := actions(log); strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Fatalf("audit log actions:\ngot  %v\nwant %v", got, want)
 		}
 		targets := map[string]string{"webhook.deleted": sub, "key.revoked": newKeyID, "partner.banned": partner, "payout.paid": payout,
-			"conversion.approved": conv, "offer.created": offer}
+			"conversion.approved": conv, "offer.created": offer, "partner.portal_invited": partner}
 		for i, en := range log {
 			if en.Actor != audit.Key(ownKeyID) {
 				t.Errorf("entry %d actor %+v, want the key %s", i, en.Actor, ownKeyID)
@@ -92,14 +93,14 @@ func TestAuditLogOfAPIChanges(t *testing.T) {
 				t.Errorf("entry %d is not older than the one before it", i)
 			}
 		}
-		if got := log[11].Summary; !strings.Contains(got, "status active → paused") {
+		if got := log[12].Summary; !strings.Contains(got, "status active → paused") {
 			t.Errorf("offer.updated summary %q does not say what changed", got)
 		}
 		if got := log[1].Summary; !strings.Contains(got, "partner.banned") {
 			t.Errorf("webhook.updated summary %q does not say what changed", got)
 		}
 		raw := e.must(200, e.call("GET", "/api/v1/audit-log?limit=100", key, nil)).body
-		for _, secret := range []string{key, newSecret, whSecret} {
+		for _, secret := range []string{key, newSecret, whSecret, invite[strings.LastIndex(invite, "/")+1:]} {
 			if strings.Contains(string(raw), secret) {
 				t.Errorf("the audit log shows a secret: %s", raw)
 			}

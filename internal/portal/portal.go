@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/audit"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/portalaccess"
 	"github.com/tally-hq/tally/internal/web"
@@ -93,6 +94,16 @@ func partner(r *web.Request) portalaccess.Session {
 	return portalaccess.Session{BrandID: brandID, PartnerID: partnerID}
 }
 
+// asPartner serves a page as its partner: the changes it makes (its
+// postback) are the partner's in the brand's audit log.
+func asPartner(fn web.PageFunc) web.PageFunc {
+	return func(w http.ResponseWriter, r *web.Request) error {
+		v := r.View("", "", nil)
+		r.Request = r.WithContext(audit.WithActor(r.Context(), audit.Partner(v.AccountID, v.Email)))
+		return fn(w, r)
+	}
+}
+
 func (p *Portal) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /portal/assets/{file}", p.site.Asset)
@@ -114,7 +125,7 @@ func (p *Portal) routes() *http.ServeMux {
 		"GET /portal/postback/deliveries/{id}": p.delivery,
 	}
 	for pattern, fn := range pages {
-		mux.Handle(pattern, p.site.SignedIn(p.session, fn))
+		mux.Handle(pattern, p.site.SignedIn(p.session, asPartner(fn)))
 	}
 	mux.HandleFunc("/", p.site.NoPage)
 	return mux

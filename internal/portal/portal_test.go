@@ -21,6 +21,7 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/accounts"
+	"github.com/tally-hq/tally/internal/audit"
 	"github.com/tally-hq/tally/internal/browsertest"
 	"github.com/tally-hq/tally/internal/clicks"
 	"github.com/tally-hq/tally/internal/conversions"
@@ -325,6 +326,11 @@ func TestPortalKeepsEachPartnerToItsOwn(t *testing.T) {
 		}
 		if pb, _ := w.svc.Endpoints.Postback(context.Background(), w.acme, w.bob.ID); strings.Contains(pb.URL, "ann.example") {
 			t.Errorf("Ann's form changed Bob's postback: %+v", pb)
+		}
+		// The brand's audit log says Ann changed it.
+		entries, _, err := w.svc.Audit.Entries(context.Background(), w.acme, records.ListParams{Limit: 1})
+		if err != nil || len(entries) != 1 || entries[0].Action != audit.PostbackUpdated || entries[0].Actor != audit.Partner(w.ann.ID, w.ann.Email) {
+			t.Errorf("the audit log after Ann's change: %+v, %v", entries, err)
 		}
 
 		// Banning Ann ends her session at its next request.

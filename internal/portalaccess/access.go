@@ -18,6 +18,7 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/accounts"
+	"github.com/tally-hq/tally/internal/audit"
 	"github.com/tally-hq/tally/internal/identity"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/records"
@@ -91,10 +92,10 @@ func (s *Service) Invite(ctx context.Context, brandID, partnerID string) (Invite
 	now := s.db.Now()
 	inv := invitation{BrandID: brandID, PartnerID: partnerID, CreatedAt: tally.NewTime(now), ExpiresAt: tally.NewTime(now.Add(InviteTTL))}
 	hash := identity.Hash(token)
-	err = s.db.Transact(ctx,
+	err = s.db.Transact(ctx, append([]store.Op{
 		store.Put(store.Item{Key: keys.PortalInvite(hash), Data: records.MustJSON(inv), ExpiresAt: inv.ExpiresAt.Unix()}, store.NotExists()),
 		store.Put(store.Item{Key: keys.PortalLatestInvite(brandID, partnerID), Data: records.MustJSON(latestInvite{TokenHash: hash}), ExpiresAt: inv.ExpiresAt.Unix()}),
-	)
+	}, audit.Record(ctx, brandID, audit.PartnerInvited, partnerID, "portal invitation for "+p.Name+" <"+p.Email+">", now)...)...)
 	return Invite{Token: token, ExpiresAt: inv.ExpiresAt}, err
 }
 
