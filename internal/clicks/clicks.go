@@ -98,8 +98,12 @@ const clickRetention = 7 * 24 * time.Hour
 
 var subFields = [...]string{"sub1", "sub2", "sub3", "sub4", "sub5"}
 
-func (in ClickInput) validate() error {
-	for i, v := range in.Subs {
+func (in ClickInput) validate() error { return ValidateSubs(in.Subs) }
+
+// ValidateSubs checks sub1–sub5 as a tracking link's query gives them: a
+// link whose subs fail it records no click.
+func ValidateSubs(subs [5]string) error {
+	for i, v := range subs {
 		if err := validate.Text(subFields[i], &v, false, 255); err != nil {
 			return err
 		}

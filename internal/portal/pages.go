@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/clicks"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/payouts"
 	"github.com/tally-hq/tally/internal/portalaccess"
@@ -30,6 +31,7 @@ type linksData struct {
 	Offer string
 	Subs  [5]string
 	Built string
+	Error string // why the sub-IDs make no working link
 }
 
 // link is a tracking link with its full address.
@@ -50,9 +52,12 @@ func (p *Portal) links(w http.ResponseWriter, r *web.Request) error {
 	for i := range data.Subs {
 		data.Subs[i] = strings.TrimSpace(q.Get("sub" + string(rune('1'+i))))
 	}
+	if err := clicks.ValidateSubs(data.Subs); err != nil {
+		data.Error = tally.ErrorMessage(err)
+	}
 	for _, l := range list {
 		data.Links = append(data.Links, link{Link: l, URL: base + l.Path})
-		if l.OfferID == data.Offer {
+		if l.OfferID == data.Offer && data.Error == "" {
 			data.Built = base + portalaccess.TrackingPath(l.OfferID, sess.PartnerID, data.Subs)
 		}
 	}

@@ -296,6 +296,19 @@ func TestPortalKeepsEachPartnerToItsOwn(t *testing.T) {
 			}
 			w.noRevenue(path, p.body)
 		}
+		// The sub-ID builder makes no link that the click route would
+		// refuse: a sub over 255 characters is named instead.
+		offerID := regexp.MustCompile(`/c/(off_[0-9a-z]+)`).FindStringSubmatch(w.do(c, "GET", "/portal/links", nil).body)
+		if offerID == nil {
+			t.Fatal("no tracking link on the Links page")
+		}
+		built := w.do(c, "GET", "/portal/links?offer="+offerID[1]+"&sub1=spring", nil).body
+		long := w.do(c, "GET", "/portal/links?offer="+offerID[1]+"&sub1="+strings.Repeat("x", 256), nil).body
+		if !strings.Contains(built, "data-built-link") || strings.Contains(built, "data-builder-error") ||
+			strings.Contains(long, "data-built-link") || !strings.Contains(long, "data-builder-error") {
+			t.Errorf("the builder: a good sub built a link %v, a 256-character one was refused %v",
+				strings.Contains(built, "data-built-link"), strings.Contains(long, "data-builder-error"))
+		}
 		conv := w.do(c, "GET", "/portal/conversions", nil).body
 		for _, want := range []string{"spring", "summer", "autumn", "5.00"} {
 			if !strings.Contains(conv, want) {
