@@ -131,10 +131,7 @@ func asUser(pattern string, fn pageFunc) pageFunc {
 
 func (d *Dashboard) routes() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /dashboard/assets/{file}", d.site.Asset)
-	signIn := d.signIn()
-	mux.HandleFunc("GET /dashboard/sign-in", d.site.SignInPage(signIn))
-	mux.HandleFunc("POST /dashboard/sign-in", d.site.SignInForm(signIn))
+	d.site.Mount(mux, d.signIn())
 	mux.HandleFunc("GET /apply/{brandId}", d.applyPage)
 	mux.HandleFunc("POST /apply/{brandId}", d.apply)
 	for pattern, fn := range d.teamPages().Public() {

@@ -106,10 +106,8 @@ func asPartner(fn web.PageFunc) web.PageFunc {
 
 func (p *Portal) routes() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /portal/assets/{file}", p.site.Asset)
 	signIn := p.signIn()
-	mux.HandleFunc("GET /portal/sign-in", p.site.SignInPage(signIn))
-	mux.HandleFunc("POST /portal/sign-in", p.site.SignInForm(signIn))
+	p.site.Mount(mux, signIn)
 	mux.HandleFunc("GET /portal/invite/{token}", p.invitePage)
 	mux.HandleFunc("POST /portal/invite/{token}", p.acceptInvite)
 	pages := map[string]web.PageFunc{

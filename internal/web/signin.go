@@ -55,6 +55,14 @@ type SignInData struct {
 	Action, Email, Next, Error, Form string
 }
 
+// Mount adds to mux what a site serves to anyone: its assets and its
+// sign-in page and form.
+func (s *Site) Mount(mux *http.ServeMux, in SignIn) {
+	mux.HandleFunc("GET "+s.cfg.Base+"/assets/{file}", s.Asset)
+	mux.HandleFunc("GET "+s.cfg.Base+"/sign-in", s.SignInPage(in))
+	mux.HandleFunc("POST "+s.cfg.Base+"/sign-in", s.SignInForm(in))
+}
+
 // SignInPage serves the site's sign-in page.
 func (s *Site) SignInPage(in SignIn) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
