@@ -77,6 +77,13 @@ func TestPagerGoesBothWays(t *testing.T) {
 		if newer, _ := links(); newer {
 			t.Error("back on the first page, there is a Newer link")
 		}
+
+		// With more offers than a search reads, it says order ids were
+		// looked up in the newest only.
+		b.Open("/dashboard/search?q=order-nowhere")
+		if !strings.Contains(b.Text("[data-offers-bounded]"), "newest 100 offers") {
+			t.Errorf("a search among 120 offers does not say it read the newest 100: %q", b.Text("main"))
+		}
 	})
 }
 

@@ -62,7 +62,10 @@ type results struct {
 	PartnersMore bool // more partners match than the page lists
 	Searched     int  // the partners whose names were searched
 	Bounded      bool // the brand has more partners than were searched
-	Error        string
+	// OffersRead is how many offers order ids were looked up in when the
+	// brand has more; 0 when it has no more.
+	OffersRead int
+	Error      string
 }
 
 // maxListed bounds the partners a search lists.
@@ -140,18 +143,19 @@ func (p *Pages) find(r *web.Request, res *results) error {
 	case err != nil && !web.IsCode(err, tally.ECodeNotFound): // another brand's record, or none, is not found
 		return err
 	}
-	if res.Conversions, err = p.byOrderID(ctx, brand, q); err != nil {
+	if res.Conversions, res.OffersRead, err = p.byOrderID(ctx, brand, q); err != nil {
 		return err
 	}
 	return p.byName(ctx, brand, res)
 }
 
 // byOrderID finds the conversions recorded with externalTxnId q, in the
-// brand's newest offers.
-func (p *Pages) byOrderID(ctx context.Context, brand, q string) ([]tally.Conversion, error) {
-	offers, _, err := p.svc.Offers.Offers(ctx, brand, records.ListParams{Limit: maxOffers})
+// brand's newest offers; read is how many offers that was when the brand
+// has older ones (0 when it has not).
+func (p *Pages) byOrderID(ctx context.Context, brand, q string) (found []tally.Conversion, read int, err error) {
+	offers, next, err := p.svc.Offers.Offers(ctx, brand, records.ListParams{Limit: maxOffers})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var (
 		mu    sync.Mutex
@@ -176,7 +180,10 @@ func (p *Pages) byOrderID(ctx context.Context, brand, q string) ([]tally.Convers
 		})
 	}
 	wg.Wait()
-	return out, first
+	if next != "" {
+		read = len(offers)
+	}
+	return out, read, first
 }
 
 // byName finds the partners among the brand's newest whose name or
