@@ -7,7 +7,6 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/audit"
-	"github.com/tally-hq/tally/internal/identity"
 	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/records"
@@ -188,18 +187,13 @@ func withPassword[T expiring](ctx context.Context, s *Service, key func(hash str
 // used or expired is gone.
 func byToken[T expiring](ctx context.Context, s *Service, key func(hash string) store.Key, token string, gone error) (T, store.Key, error) {
 	var zero T
-	if token == "" || len(token) > 100 {
+	v, found, err := GetByToken(ctx, s.db, key, token, func(v T) tally.Time { return tally.Time{Time: v.expiry()} })
+	switch {
+	case err != nil:
+		return zero, store.Key{}, err
+	case !found:
 		return zero, store.Key{}, gone
 	}
-	k := key(identity.Hash(token))
-	v, err := records.Get[T](ctx, s.db, k)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return zero, k, gone
-	case err != nil:
-		return zero, k, err
-	case !s.db.Now().Before(v.expiry()): // the TTL deletes it later, lazily
-		return zero, k, gone
-	}
-	return v, k, nil
+	hash, _ := TokenHash(token)
+	return v, key(hash), nil
 }
