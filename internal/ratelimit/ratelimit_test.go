@@ -92,10 +92,9 @@ func raceEach(t *testing.T, limits []*ratelimit.Shared, bucket string, limit int
 
 // least is the fewest requests the package doc says instances admit in a
 // window of a bucket of limit offered offered: min(limit − instances ×
-// (MostLeased−1), offered − instances × ⌊(shards−1)/MaxTries⌋), each
-// instance making one request at a time.
-func least(instances, limit, shards, offered int) int {
-	return min(limit-instances*(ratelimit.MostLeased(limit)-1), offered-instances*((shards-1)/ratelimit.MaxTries))
+// (MostLeased−1), offered − inFlight × ⌊(shards−1)/MaxTries⌋).
+func least(instances, inFlight, limit, shards, offered int) int {
+	return min(limit-instances*(ratelimit.MostLeased(limit)-1), offered-inFlight*((shards-1)/ratelimit.MaxTries))
 }
 
 // One key's counter is spread over shards so that it can be allowed more
@@ -122,7 +121,7 @@ func TestSharedAdmitsTheLimitAndNoMore(t *testing.T) {
 				clock := testenv.MidMinute() // fixed: the race cannot straddle two windows
 				limits := instances(st, clock.Now, inFlight)
 				for _, offered := range []int{tc.limit, 2 * tc.limit} {
-					low := least(inFlight, tc.limit, tc.shards, offered)
+					low := least(inFlight, inFlight, tc.limit, tc.shards, offered)
 					got := race(t, limits, "key:"+strconv.Itoa(offered), tc.limit, tc.per, offered)
 					if got > tc.limit || got < low {
 						t.Errorf("%d offered at a limit of %d: %d admitted, want %d to %d", offered, tc.limit, got, low, tc.limit)
@@ -133,7 +132,7 @@ func TestSharedAdmitsTheLimitAndNoMore(t *testing.T) {
 			})
 		})
 	}
-	if got := least(inFlight, 100, 1, 100); got != 100 {
+	if got := least(inFlight, inFlight, 100, 1, 100); got != 100 {
 		t.Errorf("at the default limit the bound is %d, want exactly the limit", got)
 	}
 }
@@ -164,7 +163,7 @@ func TestSharedUnderUnevenLoad(t *testing.T) {
 						offered[i] = (times*tc.limit*w + 53) / 54 // rounded up: at least times × limit in all
 						total += offered[i]
 					}
-					low := least(len(weights), tc.limit, tc.shards, total)
+					low := least(len(weights), len(weights), tc.limit, tc.shards, total)
 					got := raceUneven(t, limits, "key:"+strconv.Itoa(times), tc.limit, tc.per, offered)
 					if got > tc.limit || got < low {
 						t.Errorf("%d offered unevenly at a limit of %d: %d admitted, want %d to %d", total, tc.limit, got, low, tc.limit)
@@ -175,6 +174,31 @@ func TestSharedUnderUnevenLoad(t *testing.T) {
 			})
 		})
 	}
+}
+
+// One instance serving a key's requests many at once (a tally serve on
+// DynamoDB) holds one lease at a time: it leaves at most MostLeased−1
+// places taken and unused however many requests are in flight.
+func TestOneInstanceServingManyAtOnce(t *testing.T) {
+	eachStore(t, func(t *testing.T, st store.Store) {
+		clock := testenv.MidMinute()
+		one := instances(st, clock.Now, 1)[0]
+		const inFlight, limit, offered = 16, 6_400, 3_200 // one shard, leases of up to 64
+		limits := make([]*ratelimit.Shared, inFlight)
+		for i := range limits {
+			limits[i] = one
+		}
+		if got := race(t, limits, "key:busy", limit, time.Minute, offered); got != offered {
+			t.Errorf("%d offered at once through one instance at a limit of %d: %d admitted, want all", offered, limit, got)
+		}
+		it, err := st.Get(context.Background(), keys.RateShard("key:busy", clock.Now().Truncate(time.Minute).Unix(), 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if unused := int(it.Nums["n"]) - offered; unused > ratelimit.MostLeased(limit)-1 {
+			t.Errorf("%d requests, %d at once through one instance: %d places taken and unused, want at most %d", offered, inFlight, unused, ratelimit.MostLeased(limit)-1)
+		}
+	})
 }
 
 // A request that finds its shard full counts in another: a shard filled
@@ -268,7 +292,7 @@ func TestRefusedRequestsWriteNothing(t *testing.T) {
 
 // Remaining counts down with the requests admitted: for a bucket of one
 // shard exactly (TestRefusedRequestsWriteNothing), for one of many within
-// a tenth of the limit (the spread of random picks, scaled).
+// a tenth of the limit (the spread of the shards' counts, scaled).
 func TestRemainingFollowsTheCount(t *testing.T) {
 	eachStore(t, func(t *testing.T, st store.Store) {
 		clock := testenv.MidMinute()
