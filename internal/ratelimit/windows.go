@@ -173,7 +173,9 @@ func (f *windows) counted(k windowKey, end, now time.Time, shard int, size, coun
 func leaseSize(most, served int64, since, left time.Duration) int64 {
 	size := min(most, served)
 	if since > 0 {
-		size = min(size, 1+int64(float64(served)*left.Seconds()/since.Seconds()))
+		if use := float64(served) * left.Seconds() / since.Seconds(); use < float64(size-1) {
+			size = 1 + int64(use)
+		}
 	}
 	return max(size, 1)
 }
