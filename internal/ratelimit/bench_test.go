@@ -9,17 +9,20 @@ import (
 	"github.com/tally-hq/tally/internal/ratelimit"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store/bolt"
+	"github.com/tally-hq/tally/internal/testenv"
 )
 
 // BenchmarkShared counts requests in the embedded store: "admitted" each
-// in a bucket of its own (one write each), "refused" in one bucket whose
-// window is full.
+// in a bucket of its own (one write each), "leased" back to back in one
+// bucket with a high limit (most from the instance's lease: it reports the
+// writes a request), "refused" in one bucket whose window is full.
 func BenchmarkShared(b *testing.B) {
-	st, err := bolt.Open(b.TempDir()+"/tally.db", bolt.WithoutSweep())
+	bst, err := bolt.Open(b.TempDir()+"/tally.db", bolt.WithoutSweep())
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer st.Close()
+	defer bst.Close()
+	st := testenv.CountWrites(bst)
 	now := time.Now().Truncate(time.Minute).Add(20 * time.Second)
 	limits := ratelimit.NewShared(records.New(st, func() time.Time { return now }, records.ShardZeroIDs{}))
 	ctx := context.Background()
@@ -29,6 +32,15 @@ func BenchmarkShared(b *testing.B) {
 				b.Fatal(d, err)
 			}
 		}
+	})
+	b.Run("leased", func(b *testing.B) {
+		st.Take()
+		for range b.N {
+			if d, err := limits.Allow(ctx, "bench:leased", 1<<30); err != nil || !d.Allowed {
+				b.Fatal(d, err)
+			}
+		}
+		b.ReportMetric(float64(st.Take())/float64(b.N), "writes/op")
 	})
 	b.Run("refused", func(b *testing.B) {
 		for range 2 {

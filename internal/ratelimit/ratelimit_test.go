@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -47,16 +48,33 @@ func instances(st store.Store, clock func() time.Time, n int) []*ratelimit.Share
 }
 
 // race makes offered requests of bucket at once, one at a time on each
-// instance as on a Lambda instance, and returns how many were admitted.
+// instance as on a Lambda instance, each taking the next request as it is
+// free (an even load), and returns how many were admitted.
 func race(t *testing.T, limits []*ratelimit.Shared, bucket string, limit int, per time.Duration, offered int) int {
 	t.Helper()
-	var admitted, next atomic.Int64
+	var next atomic.Int64
+	return raceEach(t, limits, bucket, limit, per, func(int) bool { return next.Add(1) <= int64(offered) })
+}
+
+// raceUneven is race with instance i making offered[i] requests, one after
+// another: an uneven load, whose instances stop at different times.
+func raceUneven(t *testing.T, limits []*ratelimit.Shared, bucket string, limit int, per time.Duration, offered []int) int {
+	t.Helper()
+	made := make([]int, len(limits))
+	return raceEach(t, limits, bucket, limit, per, func(i int) bool { made[i]++; return made[i] <= offered[i] })
+}
+
+// raceEach runs the instances at once, instance i making requests one
+// after another while more(i), and returns how many were admitted.
+func raceEach(t *testing.T, limits []*ratelimit.Shared, bucket string, limit int, per time.Duration, more func(i int) bool) int {
+	t.Helper()
+	var admitted atomic.Int64
 	var wg sync.WaitGroup
-	for _, lim := range limits {
+	for i, lim := range limits {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for next.Add(1) <= int64(offered) {
+			for more(i) {
 				d, err := lim.AllowPer(context.Background(), bucket, limit, per)
 				if err != nil {
 					t.Error(err)
@@ -72,11 +90,19 @@ func race(t *testing.T, limits []*ratelimit.Shared, bucket string, limit int, pe
 	return int(admitted.Load())
 }
 
+// least is the fewest requests the package doc says instances admit in a
+// window of a bucket of limit offered offered: min(limit − instances ×
+// (MostLeased−1), offered − inFlight × ⌊(shards−1)/MaxTries⌋).
+func least(instances, inFlight, limit, shards, offered int) int {
+	return min(limit-instances*(ratelimit.MostLeased(limit)-1), offered-inFlight*((shards-1)/ratelimit.MaxTries))
+}
+
 // One key's counter is spread over shards so that it can be allowed more
 // than one item takes; however many instances race, they admit no more
 // than the limit in a window, and no fewer than the package doc states:
-// exactly the limit when more is offered, and at most ⌊(shards−1)/3⌋ per
-// request in flight short of it when about the limit is offered.
+// exactly the limit at the default limit (no leases, one shard), and for
+// higher limits at most the places the instances' leases can hold unused,
+// or ⌊(shards−1)/3⌋ per request in flight, short of it.
 func TestSharedAdmitsTheLimitAndNoMore(t *testing.T) {
 	const inFlight = 16 // instances, one request at a time each
 	for _, tc := range []struct {
@@ -85,7 +111,7 @@ func TestSharedAdmitsTheLimitAndNoMore(t *testing.T) {
 		per    time.Duration
 		shards int
 	}{
-		{"one shard", 100, time.Minute, 1},
+		{"one shard", 100, time.Minute, 1}, // the default RateLimit: exact
 		// Windows of 100 ms: the shards of a high limit with few requests.
 		{"four shards", 160, 100 * time.Millisecond, 4},  // 1,600 a second: 40 a shard
 		{"eight shards", 400, 100 * time.Millisecond, 8}, // 4,000 a second: 50 a shard
@@ -94,19 +120,85 @@ func TestSharedAdmitsTheLimitAndNoMore(t *testing.T) {
 			eachStore(t, func(t *testing.T, st store.Store) {
 				clock := testenv.MidMinute() // fixed: the race cannot straddle two windows
 				limits := instances(st, clock.Now, inFlight)
-				short := inFlight * ((tc.shards - 1) / ratelimit.MaxTries)
-
-				if got := race(t, limits, "key:about", tc.limit, tc.per, tc.limit); got > tc.limit || got < tc.limit-short {
-					t.Errorf("%d offered at a limit of %d: %d admitted, want %d to %d", tc.limit, tc.limit, got, tc.limit-short, tc.limit)
-				} else {
-					t.Logf("%d offered at a limit of %d: %d admitted (bound %d)", tc.limit, tc.limit, got, tc.limit-short)
-				}
-				if got := race(t, limits, "key:over", tc.limit, tc.per, 2*tc.limit); got != tc.limit {
-					t.Errorf("%d offered at a limit of %d: %d admitted, want exactly the limit", 2*tc.limit, tc.limit, got)
+				for _, offered := range []int{tc.limit, 2 * tc.limit} {
+					low := least(inFlight, inFlight, tc.limit, tc.shards, offered)
+					got := race(t, limits, "key:"+strconv.Itoa(offered), tc.limit, tc.per, offered)
+					if got > tc.limit || got < low {
+						t.Errorf("%d offered at a limit of %d: %d admitted, want %d to %d", offered, tc.limit, got, low, tc.limit)
+					} else {
+						t.Logf("%d offered at a limit of %d: %d admitted (bound %d)", offered, tc.limit, got, low)
+					}
 				}
 			})
 		})
 	}
+	if got := least(inFlight, inFlight, 100, 1, 100); got != 100 {
+		t.Errorf("at the default limit the bound is %d, want exactly the limit", got)
+	}
+}
+
+// Instances that each serve a different share of a key's requests and stop
+// at different times (the ones with few requests leave their leases
+// unused) admit no more than the limit and no fewer than the bound: at the
+// default limit exactly the limit.
+func TestSharedUnderUnevenLoad(t *testing.T) {
+	weights := []int{1, 1, 2, 3, 5, 8, 13, 21} // instance i's share of the requests: 54 in all
+	for _, tc := range []struct {
+		name   string
+		limit  int
+		per    time.Duration
+		shards int
+	}{
+		{"default limit", 100, time.Minute, 1},
+		{"one shard", 6_400, time.Minute, 1},   // 107 a second: leases of up to 64
+		{"four shards", 2_000, time.Second, 4}, // leases of up to 31
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eachStore(t, func(t *testing.T, st store.Store) {
+				clock := testenv.MidMinute()
+				limits := instances(st, clock.Now, len(weights))
+				for _, times := range []int{1, 2} { // offered the limit, then twice it
+					offered, total := make([]int, len(weights)), 0
+					for i, w := range weights {
+						offered[i] = (times*tc.limit*w + 53) / 54 // rounded up: at least times × limit in all
+						total += offered[i]
+					}
+					low := least(len(weights), len(weights), tc.limit, tc.shards, total)
+					got := raceUneven(t, limits, "key:"+strconv.Itoa(times), tc.limit, tc.per, offered)
+					if got > tc.limit || got < low {
+						t.Errorf("%d offered unevenly at a limit of %d: %d admitted, want %d to %d", total, tc.limit, got, low, tc.limit)
+					} else {
+						t.Logf("%d offered unevenly at a limit of %d: %d admitted (bound %d)", total, tc.limit, got, low)
+					}
+				}
+			})
+		})
+	}
+}
+
+// One instance serving a key's requests many at once (a tally serve on
+// DynamoDB) holds one lease at a time: it leaves at most MostLeased−1
+// places taken and unused however many requests are in flight.
+func TestOneInstanceServingManyAtOnce(t *testing.T) {
+	eachStore(t, func(t *testing.T, st store.Store) {
+		clock := testenv.MidMinute()
+		one := instances(st, clock.Now, 1)[0]
+		const inFlight, limit, offered = 16, 6_400, 3_200 // one shard, leases of up to 64
+		limits := make([]*ratelimit.Shared, inFlight)
+		for i := range limits {
+			limits[i] = one
+		}
+		if got := race(t, limits, "key:busy", limit, time.Minute, offered); got != offered {
+			t.Errorf("%d offered at once through one instance at a limit of %d: %d admitted, want all", offered, limit, got)
+		}
+		it, err := st.Get(context.Background(), keys.RateShard("key:busy", clock.Now().Truncate(time.Minute).Unix(), 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if unused := int(it.Nums["n"]) - offered; unused > ratelimit.MostLeased(limit)-1 {
+			t.Errorf("%d requests, %d at once through one instance: %d places taken and unused, want at most %d", offered, inFlight, unused, ratelimit.MostLeased(limit)-1)
+		}
+	})
 }
 
 // A request that finds its shard full counts in another: a shard filled
@@ -200,7 +292,7 @@ func TestRefusedRequestsWriteNothing(t *testing.T) {
 
 // Remaining counts down with the requests admitted: for a bucket of one
 // shard exactly (TestRefusedRequestsWriteNothing), for one of many within
-// a tenth of the limit (the spread of random picks, scaled).
+// a tenth of the limit (the spread of the shards' counts, scaled).
 func TestRemainingFollowsTheCount(t *testing.T) {
 	eachStore(t, func(t *testing.T, st store.Store) {
 		clock := testenv.MidMinute()
@@ -215,6 +307,60 @@ func TestRemainingFollowsTheCount(t *testing.T) {
 				t.Errorf("after %d of %d: Remaining %d, want %d ± %d", i+1, limit, d.Remaining, left, limit/10)
 				break
 			}
+		}
+	})
+}
+
+// An instance serving a key back to back takes its places in leases that
+// double with what it has served, up to MostLeased: 20 requests at a limit
+// of 6,000 a minute take 6 writes (1, 1, 2, 4, 8 and 16 places), with
+// Remaining counting down one by one; at the default limit (100 a minute)
+// there is no lease, a write per request.
+func TestLeasesSpareWrites(t *testing.T) {
+	eachMeteredStore(t, func(t *testing.T, st store.Store, writes func() float64) {
+		clock := testenv.MidMinute()
+		for _, tc := range []struct {
+			limit  int
+			writes float64
+		}{{100, 20}, {6_000, 6}} {
+			limits := instances(st, clock.Now, 1)
+			bucket := "key:" + strconv.Itoa(tc.limit)
+			for i := range 20 {
+				d, err := limits[0].Allow(context.Background(), bucket, tc.limit)
+				if err != nil || !d.Allowed || d.Remaining != tc.limit-1-i {
+					t.Fatalf("limit %d, request %d: %+v, %v; want allowed, %d remaining", tc.limit, i+1, d, err, tc.limit-1-i)
+				}
+			}
+			if got := writes(); got != tc.writes {
+				t.Errorf("20 requests back to back at a limit of %d a minute billed %v write units, want %v", tc.limit, got, tc.writes)
+			}
+		}
+	})
+}
+
+// A lease is no more than its instance, at its rate in the window, will
+// use before the window ends: one serving a request a second through a
+// minute leaves at most one place unused (the bound is MostLeased−1, 63).
+func TestALeaseIsWhatTheInstanceWillUse(t *testing.T) {
+	eachStore(t, func(t *testing.T, st store.Store) {
+		start := testenv.MidMinute().Now().Truncate(time.Minute)
+		clock := testenv.NewClock(start)
+		limits := instances(st, clock.Now, 1)
+		const limit = 6_400 // one shard, leases of up to 64
+		admitted := 0
+		for range 60 {
+			if d, err := limits[0].Allow(context.Background(), "key:slow", limit); err != nil || !d.Allowed {
+				t.Fatalf("request %d: %+v, %v", admitted+1, d, err)
+			}
+			admitted++
+			clock.Advance(time.Second)
+		}
+		it, err := st.Get(context.Background(), keys.RateShard("key:slow", start.Unix(), 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if taken := int(it.Nums["n"]); taken < admitted || taken > admitted+1 {
+			t.Errorf("a request a second for a minute: %d places taken for %d admitted, want at most 1 unused", taken, admitted)
 		}
 	})
 }

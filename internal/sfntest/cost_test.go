@@ -72,6 +72,13 @@ const (
 	alarmVolume = 10e6
 	// month is a billing month, for the byte-months of storage.
 	month = 730 * time.Hour
+	// rateLimit is the API keys' RateLimit (requests a minute): the
+	// alarmVolume is 3.9 conversions a second on average, more than the
+	// default 100 a minute (1.7 a second) admits, so a stack that carries
+	// it raises the limit; 6,000 a minute (100 a second) leaves room for
+	// peaks of 25 times the average. It sets the rate counter's leases
+	// (ratelimit.MostLeased: up to 64 places a write).
+	rateLimit = 6_000
 )
 
 // bill is what one stage of the pipeline did, counted on the real code
@@ -264,7 +271,7 @@ func (c *logCounter) take() int {
 func (p *costPipeline) run(t *testing.T, tag string, n int, key, offerID, partnerID string) []bill {
 	ctx := t.Context()
 	started := len(p.ex.names)
-	handler, err := api.APIHandler(p.service().API(), httpapi.Config{Logger: p.log, Requests: p.metrics}, httpapi.GroupConversions)
+	handler, err := api.APIHandler(p.service().API(), httpapi.Config{Logger: p.log, Requests: p.metrics, RateLimit: rateLimit}, httpapi.GroupConversions)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,13 +6,13 @@ import (
 	"time"
 )
 
-// The windows remembered full stay within their bound, the ended ones
+// The windows remembered stay within their bound, the ended ones
 // forgotten first.
-func TestFullShardsIsBounded(t *testing.T) {
-	f := newFullShards(100)
+func TestRememberedWindowsAreBounded(t *testing.T) {
+	f := newWindows(100)
 	start := time.Unix(1_800_000_000, 0)
-	key := func(i int, window time.Time) fullKey {
-		return fullKey{bucket: "ip:" + strconv.Itoa(i), window: window.UnixNano(), per: time.Minute, limit: 10}
+	key := func(i int, window time.Time) windowKey {
+		return windowKey{bucket: "ip:" + strconv.Itoa(i), window: window.UnixNano(), per: time.Minute, limit: 10}
 	}
 	for i := range 100 {
 		f.mark(key(i, start), start.Add(time.Minute), 0)
