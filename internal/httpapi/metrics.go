@@ -22,7 +22,9 @@ type RequestObserver interface {
 // writes one line. When the Requests observer is one, the API tells it of
 // each request with RequestLine, with the fields that find the request
 // (requestId, traceId, brandId and, when it is not the route, path) that
-// the metrics do not hold already, and writes no line of its own.
+// the metrics do not hold already, and writes no line of its own. The
+// request's line is at Info: below the logger's level, the observer is
+// told of the request with RequestServed, and writes its metrics alone.
 type RequestLineObserver interface {
 	RequestObserver
 	RequestLine(route, method string, status int, took time.Duration, fields ...slog.Attr)
@@ -42,7 +44,7 @@ func (a *API) measure(next http.Handler) http.Handler {
 		status := http.StatusInternalServerError // unless the handler returns: observe answers a panic 500
 		defer func() {
 			route, method, took := routeOf(r), methodOf(r), time.Since(start)
-			if !writesLines {
+			if !writesLines || !a.cfg.Logger.Enabled(r.Context(), slog.LevelInfo) {
 				a.cfg.Requests.RequestServed(route, method, status, took)
 				return
 			}
