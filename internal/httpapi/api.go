@@ -623,7 +623,7 @@ type requestInfo struct {
 
 // lineFields are the fields of the request's line that find it and that
 // its metrics (route, method, status, duration) do not hold: the path only
-// when it is not the route's pattern, the brand only when a key named one.
+// when it is not the route's pattern, the brand only when the request had one.
 func (info *requestInfo) lineFields(r *http.Request, route string) []slog.Attr {
 	fields := []slog.Attr{slog.String("requestId", info.id), slog.String("traceId", info.traceID)}
 	if info.brandID != "" {
