@@ -4,13 +4,16 @@
 // line per event, or, in an invocation wrapped by PerInvocation, as few
 // lines as its events fit in, written at its end. The metrics are the local
 // server's counters (package metrics), under the same names and labels
-// (dimensions), and the reconciler's own; docs/aws.md lists them.
+// (dimensions), and the reconciler's own; docs/aws.md lists them. An API
+// request's line is also its log line: the fields that find the request
+// beside its metrics (RequestLine).
 package emf
 
 import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -61,20 +64,22 @@ type metadata struct {
 // maxValues is how many values one metric takes in a line (EMF's limit).
 const maxValues = 100
 
-// line is one EMF line in the making: the dimensions' values, each
-// metric's values and the directives that describe them.
+// line is one EMF line in the making: its string fields (the dimensions'
+// values, and a request's fields that are no dimension), each metric's
+// values and the directives that describe them.
 type line struct {
 	at         time.Time
-	dims       map[string]string
+	fields     map[string]string
 	values     map[string][]float64
 	directives []directive
 }
 
-// fits reports whether ev can join l: no dimension of either has another
-// value in the other, and no metric of ev has its fill of values in l.
+// fits reports whether ev can join l: no field of either has another value
+// in the other (two requests' lines never merge: each has its requestId),
+// and no metric of ev has its fill of values in l.
 func (l *line) fits(ev *line) bool {
-	for k, v := range ev.dims {
-		if w, ok := l.dims[k]; ok && w != v {
+	for k, v := range ev.fields {
+		if w, ok := l.fields[k]; ok && w != v {
 			return false
 		}
 	}
@@ -86,12 +91,12 @@ func (l *line) fits(ev *line) bool {
 	return true
 }
 
-// merge adds ev's dimensions and values to l. A metric declared in both
+// merge adds ev's fields and values to l. A metric declared in both
 // has the same directive (its dimensions are fixed by its name), so l
 // keeps its own.
 func (l *line) merge(ev *line) {
-	for k, v := range ev.dims {
-		l.dims[k] = v
+	for k, v := range ev.fields {
+		l.fields[k] = v
 	}
 	for _, d := range ev.directives {
 		if _, ok := l.values[d.Metrics[0].Name]; !ok {
@@ -107,7 +112,7 @@ func (l *line) merge(ev *line) {
 // number, of several as an array (each value a sample).
 func (l *line) marshal() []byte {
 	fields := map[string]any{"_aws": metadata{Timestamp: l.at.UnixMilli(), CloudWatchMetrics: l.directives}}
-	for k, v := range l.dims {
+	for k, v := range l.fields {
 		fields[k] = v
 	}
 	for name, vs := range l.values {
@@ -129,10 +134,11 @@ type event struct {
 	dims       []string
 }
 
-// write writes the events of one occurrence (dims, the values of their
-// dimensions): at once, or in an invocation under way, with its others.
-func (m *Metrics) write(dims map[string]string, events ...event) {
-	l := &line{at: m.now(), dims: dims, values: map[string][]float64{}}
+// write writes the events of one occurrence (fields, the values of their
+// dimensions and any other fields of the occurrence): at once, or in an
+// invocation under way, with its others.
+func (m *Metrics) write(fields map[string]string, events ...event) {
+	l := &line{at: m.now(), fields: fields, values: map[string][]float64{}}
 	for _, e := range events {
 		names := e.dims
 		if names == nil {
@@ -193,9 +199,23 @@ func (m *Metrics) flush() {
 // RequestServed writes tally_http_requests_total by route, method and code,
 // and tally_http_request_duration_seconds by route.
 func (m *Metrics) RequestServed(route, method string, status int, took time.Duration) {
-	m.write(map[string]string{"route": route, "method": method, "code": strconv.Itoa(status)},
+	m.RequestLine(route, method, status, took)
+}
+
+// RequestLine writes RequestServed's metrics with the request's log fields
+// (httpapi.RequestLineObserver) on their line, as properties CloudWatch
+// does not make metrics of and Logs Insights queries: in an invocation
+// wrapped by PerInvocation, the request's one log line, its clicks' and
+// conversions' metrics included. The duration is in whole microseconds:
+// the nanoseconds would only lengthen the line.
+func (m *Metrics) RequestLine(route, method string, status int, took time.Duration, fields ...slog.Attr) {
+	line := map[string]string{"route": route, "method": method, "code": strconv.Itoa(status)}
+	for _, f := range fields {
+		line[f.Key] = f.Value.String()
+	}
+	m.write(line,
 		event{"tally_http_requests_total", count, 1, []string{"route", "method", "code"}},
-		event{"tally_http_request_duration_seconds", seconds, took.Seconds(), []string{"route"}})
+		event{"tally_http_request_duration_seconds", seconds, took.Round(time.Microsecond).Seconds(), []string{"route"}})
 }
 
 // ClickRecorded writes tally_clicks_total.

@@ -66,7 +66,8 @@ type Config struct {
 	// RequestAttrs, when set, adds attributes to every log line of a
 	// request (a Lambda adds its invocation's ids).
 	RequestAttrs func(*http.Request) []any
-	// Requests, when set, is told of every request answered (metrics).
+	// Requests, when set, is told of every request answered (metrics);
+	// one that is a RequestLineObserver writes the request's line too.
 	Requests RequestObserver
 }
 
@@ -609,12 +610,29 @@ func (a *API) limit(w http.ResponseWriter, r *http.Request, bucket string, limit
 // nothing below the level a loaded server runs at, and making a logger
 // with attributes costs allocations on every request.
 type requestInfo struct {
+	id      string
+	traceID string
 	brandID string
+	logged  bool // the Requests observer wrote the request's line (RequestLineObserver)
 
 	once  sync.Once
 	log   *slog.Logger
 	attrs func() []any // the request's attributes
 	base  *slog.Logger
+}
+
+// lineFields are the fields of the request's line that find it and that
+// its metrics (route, method, status, duration) do not hold: the path only
+// when it is not the route's pattern, the brand only when the request had one.
+func (info *requestInfo) lineFields(r *http.Request, route string) []slog.Attr {
+	fields := []slog.Attr{slog.String("requestId", info.id), slog.String("traceId", info.traceID)}
+	if info.brandID != "" {
+		fields = append(fields, slog.String("brandId", info.brandID))
+	}
+	if r.URL.Path != route {
+		fields = append(fields, slog.String("path", r.URL.Path))
+	}
+	return fields
 }
 
 func (info *requestInfo) logger() *slog.Logger {
@@ -632,14 +650,15 @@ func setBrand(ctx context.Context, brandID string) {
 
 // observe gives every request an id (X-Request-Id) and a span of its
 // caller's trace (traceparent) or of a new one, a logger that carries both,
-// one JSON log line when it ends, and turns a panic into a 500.
+// one JSON log line when it ends (unless the Requests observer wrote it),
+// and turns a panic into a 500.
 func (a *API) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		reqID := ids.New("req_", start)
 		w.Header().Set("X-Request-Id", reqID)
 		span := trace.Continue(r.Header.Values(trace.Header))
-		info := &requestInfo{base: a.cfg.Logger, attrs: func() []any {
+		info := &requestInfo{id: reqID, traceID: span.TraceIDString(), base: a.cfg.Logger, attrs: func() []any {
 			attrs := []any{"requestId", reqID, "traceId", span.TraceIDString(), "spanId", span.SpanIDString()}
 			if a.cfg.RequestAttrs != nil {
 				attrs = append(attrs, a.cfg.RequestAttrs(r)...)
@@ -659,7 +678,7 @@ func (a *API) observe(next http.Handler) http.Handler {
 					writeError(rec, r, fmt.Errorf("panic: %v", v))
 				}
 			}
-			if a.cfg.Logger.Enabled(ctx, slog.LevelInfo) {
+			if !info.logged && a.cfg.Logger.Enabled(ctx, slog.LevelInfo) {
 				info.logger().Info("request", "method", r.Method, "path", r.URL.Path, "status", rec.status,
 					"durationMs", time.Since(start).Milliseconds(), "brandId", info.brandID)
 			}

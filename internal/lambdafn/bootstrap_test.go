@@ -334,24 +334,30 @@ func (l *lineLog) text() string {
 	return strings.Join(l.lines, "\n") + string(l.partial)
 }
 
-// of returns the records of one invocation, waiting (briefly) for one whose
-// msg is want: the process writes them before it answers, but they travel
-// through a pipe.
-func (l *lineLog) of(requestID, want string) []map[string]any {
+// answer decodes an API function's answer to invocation id and waits
+// (briefly) for its log lines: the process writes them before it answers,
+// but they travel through a pipe. They are the lines of the invocation
+// (awsRequestId) and the request's own (requestId: the answer's
+// X-Request-Id), which ends them.
+func (p *lambdaProcess) answer(t *testing.T, res invocationResult, id string) response {
+	t.Helper()
+	r := apiResponse(t, res.body, nil)
+	requestID := r.header("X-Request-Id")
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		l.mu.Lock()
+		p.logs.mu.Lock()
 		var out []map[string]any
 		found := false
-		for _, r := range l.records {
-			if r["awsRequestId"] == requestID {
-				out = append(out, r)
-				found = found || r["msg"] == want
+		for _, rec := range p.logs.records {
+			if rec["awsRequestId"] == id || rec["requestId"] == requestID {
+				out = append(out, rec)
+				found = found || isRequestLine(rec) && rec["requestId"] == requestID
 			}
 		}
-		l.mu.Unlock()
+		p.logs.mu.Unlock()
 		if found || time.Now().After(deadline) {
-			return out
+			r.logs = out
+			return r
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -441,7 +447,7 @@ func TestBootstrap(t *testing.T) {
 							if res.errorType != "" {
 								t.Fatalf("the function answered an error (API Gateway would answer a bare 500): %s", res.body)
 							}
-							r := apiResponse(t, res.body, p.logs.of(id, "request"))
+							r := p.answer(t, res, id)
 							checkCommon(t, r, ev, fn)
 							return r
 						})
@@ -718,7 +724,7 @@ func bootstrapManualRetry(t *testing.T, p *lambdaProcess, st *dynamo.Store, deli
 	ev.RequestContext.RouteKey, ev.RequestContext.HTTP.Method, ev.RequestContext.HTTP.Path = ev.RouteKey, "POST", path
 	before := len(deliveryQueue.messages(t))
 	res, id := p.invoke(t, []byte(mustJSON(t, ev)))
-	r := apiResponse(t, res.body, p.logs.of(id, "request"))
+	r := p.answer(t, res, id)
 	wantStatus(t, r, 200)
 	wantField(t, r.body, "status", tally.DeliveryPending)
 	wantQueued(t, f, deliveryQueue, before, d)
@@ -750,7 +756,7 @@ func bootstrapDashboardRetry(t *testing.T, p *lambdaProcess, st *dynamo.Store, d
 			ev.Headers["content-type"] = "application/x-www-form-urlencoded"
 		}
 		res, id := p.invoke(t, []byte(mustJSON(t, ev)))
-		return apiResponse(t, res.body, p.logs.of(id, "request"))
+		return p.answer(t, res, id)
 	}
 	path := "/dashboard/activity/deliveries/" + d.ID
 	shown := page("GET", path, "")

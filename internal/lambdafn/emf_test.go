@@ -213,3 +213,63 @@ func TestFunctionsPublishEMFOncePerInvocation(t *testing.T) {
 		t.Logf("the lines:\n%s", out)
 	}
 }
+
+// A request through an API function writes one log line: its metrics as
+// EMF, with the fields that find it (requestId, traceId, brandId, and the
+// path when it is not the route's pattern) beside them, and no line of the
+// logger's; the line is valid EMF as CloudWatch reads it, and the request's
+// fields are no metrics' dimensions.
+func TestRequestWritesOneLine(t *testing.T) {
+	f, metrics, out, _, h := emfAPI(t)
+	h = emf.PerInvocation(metrics, h)
+	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for _, c := range []struct {
+		name, method, path, body, route, code, path2 string
+	}{
+		{"posted", "POST", "/api/v1/conversions", fmt.Sprintf(`{"offerId":%q,"partnerId":%q,"externalTxnId":"one-line"}`, f.offer.ID, f.partner.ID),
+			"/api/v1/conversions", "201", ""},
+		{"read", "GET", "/api/v1/conversions/" + f.conversion.ID, "", "/api/v1/conversions/{id}", "200", "/api/v1/conversions/" + f.conversion.ID},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := out.String()
+			ev := emfRequest(f, c.method, c.path, "", c.body)
+			ev.Headers["traceparent"] = traceparent
+			r := invokeAPI(t, f, h, ev)
+			written := strings.TrimPrefix(out.String(), before)
+			if lines := strings.Count(written, "\n"); lines != 1 || len(r.logs) != 0 {
+				t.Fatalf("the request wrote %d EMF lines and %d lines through its logger, want 1 and none:\n%s%v", lines, len(r.logs), written, r.logs)
+			}
+			samples := emfSamples(t, written)
+			key := fmt.Sprintf("tally_http_requests_total{route=%s,method=%s,code=%s}", c.route, c.method, c.code)
+			if !slices.Equal(samples[key], []float64{1}) || len(samples["tally_http_request_duration_seconds{route="+c.route+"}"]) != 1 {
+				t.Errorf("samples %v, want %s and its duration", samples, key)
+			}
+			var line map[string]any
+			if err := json.Unmarshal([]byte(written), &line); err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]any{"requestId": r.header("X-Request-Id"), "traceId": "4bf92f3577b34da6a3ce929d0e0e4736", "brandId": f.brand.ID}
+			if c.path2 != "" {
+				want["path"] = c.path2
+			}
+			for k, v := range want {
+				if line[k] != v {
+					t.Errorf("%s = %v, want %v", k, line[k], v)
+				}
+			}
+			absent := []string{"msg", "level", "time", "durationMs", "spanId", "apigwRequestId", "awsRequestId"}
+			if c.path2 == "" {
+				absent = append(absent, "path")
+			}
+			for _, k := range absent {
+				if line[k] != nil {
+					t.Errorf("the line has %s (%v): redundant with its other fields, or constant", k, line[k])
+				}
+			}
+			if c.code == "201" && line["status"] != tally.ConversionApproved {
+				t.Errorf("status = %v, want the conversion's status (tally_conversions_total's dimension)", line["status"])
+			}
+			t.Logf("the line (%d bytes): %s", len(written), written)
+		})
+	}
+}

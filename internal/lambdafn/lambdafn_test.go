@@ -1058,22 +1058,37 @@ func checkCommon(t *testing.T, r response, ev events.APIGatewayV2HTTPRequest, fn
 	}
 	var line map[string]any
 	for _, l := range r.logs {
-		if l["msg"] == "request" {
+		if isRequestLine(l) {
 			line = l
 		}
 	}
+	_, metered := line["_aws"]
 	switch {
 	case line == nil:
 		t.Errorf("no request log line in %v", r.logs)
-	case line["apigwRequestId"] != ev.RequestContext.RequestID:
-		t.Errorf("log line apigwRequestId = %v, want requestContext.requestId %q", line["apigwRequestId"], ev.RequestContext.RequestID)
-	case line["awsRequestId"] == nil || line["requestId"] != r.header("X-Request-Id"):
-		t.Errorf("log line %v lacks the invocation's awsRequestId or the X-Request-Id", line)
-	case line["status"] != float64(r.status):
-		t.Errorf("log line status %v, answer %d", line["status"], r.status)
+	case line["requestId"] != r.header("X-Request-Id"):
+		t.Errorf("log line %v lacks the X-Request-Id", line)
 	case !traceID.MatchString(fmt.Sprint(line["traceId"])):
 		t.Errorf("log line traceId = %v, want the trace the request started", line["traceId"])
+	case metered && line["code"] != strconv.Itoa(r.status):
+		t.Errorf("log line code %v, answer %d", line["code"], r.status)
+	case metered:
+		emfSamples(t, fmt.Sprintln(mustJSON(t, line)))
+	case line["apigwRequestId"] != ev.RequestContext.RequestID:
+		t.Errorf("log line apigwRequestId = %v, want requestContext.requestId %q", line["apigwRequestId"], ev.RequestContext.RequestID)
+	case line["awsRequestId"] == nil:
+		t.Errorf("log line %v lacks the invocation's awsRequestId", line)
+	case line["status"] != float64(r.status):
+		t.Errorf("log line status %v, answer %d", line["status"], r.status)
 	}
+}
+
+// isRequestLine reports whether a log record is a request's line: the
+// logger's ("request"), or, from a function whose metrics write it, its
+// EMF line, with the request's metrics and fields.
+func isRequestLine(rec map[string]any) bool {
+	_, metered := rec["tally_http_requests_total"]
+	return rec["msg"] == "request" || metered && rec["requestId"] != nil
 }
 
 var traceID = regexp.MustCompile(`^[0-9a-f]{32}$`)

@@ -59,10 +59,11 @@ type APIFunc func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGa
 // the connection come from, which the per-IP rate limit of the application
 // form counts by (X-Forwarded-For is not trusted; a client can write it).
 //
-// Each request's log line carries apigwRequestId (requestContext.requestId,
-// which API Gateway also returns to the client as the apigw-requestid
-// header) and awsRequestId (the Lambda invocation), next to the API's own
-// requestId (X-Request-Id).
+// Each line a request logs through cfg.Logger (its warnings and errors,
+// and its request line unless cfg.Requests writes that: emf.Metrics)
+// carries apigwRequestId (requestContext.requestId, which API Gateway also
+// returns to the client as the apigw-requestid header) and awsRequestId
+// (the Lambda invocation), next to the API's own requestId (X-Request-Id).
 func APIHandler(svc httpapi.Services, cfg httpapi.Config, groups ...string) (APIFunc, error) {
 	if err := checkGroups(groups); err != nil {
 		return nil, err
@@ -255,7 +256,9 @@ func Serve(groups []string, opts ...Option) {
 		lambdafn.Fatal(log, err)
 	}
 	db, settings := lambdafn.Start(log)
-	// Metrics go to stdout as CloudWatch Embedded Metric Format lines.
+	// Metrics go to stdout as CloudWatch Embedded Metric Format lines; a
+	// request's line holds the fields that find it too (it is the
+	// request's log line: httpapi.RequestLineObserver).
 	metrics := emf.New(os.Stdout)
 	cfg.Requests = metrics
 	svc := Services(db, settings, append([]Option{WithObserver(metrics)}, opts...)...)
@@ -269,7 +272,7 @@ func Serve(groups []string, opts ...Option) {
 	if err != nil {
 		lambdafn.Fatal(log, err)
 	}
-	// A request's metrics are one EMF line.
+	// A request writes one line (more only for its warnings and errors).
 	lambda.Start(emf.PerInvocation(metrics, handler))
 }
 
