@@ -96,6 +96,10 @@ func (ix Index) Entry(it map[string]types.AttributeValue) map[string]types.Attri
 // IndexEntryOverhead is what DynamoDB adds to the size of each index entry.
 const IndexEntryOverhead = 100
 
+// ItemStorageOverhead is what DynamoDB adds to each item's size in the
+// storage it bills (not in its writes).
+const ItemStorageOverhead = 100
+
 func (m *Meter) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
 	out, err := m.API.GetItem(ctx, in, o...)
 	size := 0

@@ -6,6 +6,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/tally-hq/tally/internal/store"
+	"github.com/tally-hq/tally/internal/store/dynamo"
 )
 
 // StreamFilterPatterns are the filters of the fan-out's event source
@@ -42,7 +43,9 @@ func StreamItem(image map[string]events.DynamoDBAttributeValue) (it store.Item, 
 		case name == "sk":
 			it.SK = v.String()
 		case name == "data":
-			it.Data = v.Binary()
+			if it.Data, err = dynamo.UnpackData(v.Binary()); err != nil {
+				return it, err
+			}
 		case v.DataType() == events.DataTypeString:
 			if it.Attrs == nil {
 				it.Attrs = map[string]string{}

@@ -401,7 +401,7 @@ func (f *fixture) storage(t *testing.T, before map[string]map[string]types.Attri
 			}
 			months = time.Unix(at, 0).Sub(now).Hours() / month.Hours()
 		}
-		size, idx := float64(dynamotest.ItemSize(it)), 0.0
+		size, idx := float64(dynamotest.ItemSize(it)+dynamotest.ItemStorageOverhead), 0.0
 		for _, ix := range dynamotest.Indexes {
 			if ix.Has(it) {
 				idx += float64(dynamotest.ItemSize(ix.Entry(it)) + dynamotest.IndexEntryOverhead)

@@ -44,7 +44,7 @@ func marshalItem(it store.Item) map[string]types.AttributeValue {
 		}
 	}
 	if it.Data != nil {
-		av[attrData] = &types.AttributeValueMemberB{Value: it.Data}
+		av[attrData] = &types.AttributeValueMemberB{Value: packData(it.Data)}
 	}
 	if it.ExpiresAt != 0 {
 		av[attrTTL] = num(it.ExpiresAt)
@@ -84,7 +84,7 @@ func unmarshalItem(av map[string]types.AttributeValue) (store.Item, error) {
 			if !ok {
 				return store.Item{}, fmt.Errorf("dynamo: attribute %q is %T, want binary", name, v)
 			}
-			it.Data = b.Value
+			it.Data, err = UnpackData(b.Value)
 		case attrTTL:
 			it.ExpiresAt, err = asInt(name, v)
 		default:

@@ -1,0 +1,4 @@
+package dynamo
+
+// PackData is packData, for the benchmark.
+var PackData = packData
