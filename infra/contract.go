@@ -74,8 +74,8 @@ const (
 )
 
 // fanoutFilters are the stream filters: only inserted event items
-// (outbox) but those the fan-out makes, and inserted conversions whose
-// event the fan-out makes.
+// (outbox) but those the fan-out wrote itself (a stack deployed before
+// has them), and inserted conversions whose event the fan-out makes.
 var fanoutFilters = []string{
 	`{"eventName":["INSERT"],"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"EVT#"}]}},"NewImage":{"outbox":{"S":[{"exists":false}]}}}}`,
 	`{"eventName":["INSERT"],"dynamodb":{"NewImage":{"fanout":{"S":["stream"]}}}}`,

@@ -536,7 +536,13 @@ func (s *Service) decideConversion(ctx context.Context, brandID, conversionID, t
 	if c.Status != tally.ConversionPending {
 		return c, tally.Errorf(tally.ECodeInvalidTransition, "Cannot %s a conversion whose status is %q; only pending conversions can be.", verb, c.Status)
 	}
+	// A decision comes after the conversion's record, even on a clock a
+	// little behind the one that recorded it: an approval at its createdAt
+	// would read as an approval on creation (AsCreated).
 	now := s.db.Now()
+	if !now.After(c.CreatedAt.Time) {
+		now = c.CreatedAt.Add(time.Millisecond)
+	}
 	c.Status, c.UpdatedAt, c.ApproveAt = to, tally.NewTime(now), nil
 	if to == tally.ConversionApproved {
 		c.ApprovedAt = &c.UpdatedAt

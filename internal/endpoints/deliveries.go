@@ -22,6 +22,11 @@ type DeliveryRecord struct {
 	// Trace is the span its event kept (trace.Attr): each attempt sends a
 	// new span of that trace. Empty: none is sent.
 	Trace string `json:"trace,omitempty"`
+	// Conversion names the conversion whose conversion.created the
+	// delivery sends when that event is not stored: its envelope is made
+	// from the conversion (conversions.CreatedEvent), the same at every
+	// attempt. Empty: the envelope is the stored event's.
+	Conversion string `json:"conversion,omitempty"`
 	// Unsaved: planned by webhooks.Engine.Dispatch and not written yet; its first write
 	// is conditioned on the delivery being absent.
 	Unsaved bool `json:"-"`

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/outgoing"
 	"github.com/tally-hq/tally/internal/records"
@@ -55,11 +56,11 @@ func (s *Log) withRequests(ctx context.Context, recs []DeliveryRecord) ([]tally.
 				return nil, err
 			}
 			if _, ok := envelopes[rec.EventID]; !ok {
-				it, err := s.db.Get(ctx, keys.Event(rec.EventID))
-				if err != nil && !errors.Is(err, store.ErrNotFound) {
+				env, err := Envelope(ctx, s.db, rec)
+				if err != nil {
 					return nil, err
 				}
-				envelopes[rec.EventID] = it.Data // expired: no body left to show
+				envelopes[rec.EventID] = env // nil when expired: no body left to show
 			}
 		}
 		at := rec.shownAt()
@@ -67,6 +68,29 @@ func (s *Log) withRequests(ctx context.Context, recs []DeliveryRecord) ([]tally.
 		out[i].Request = ptrTo(rec.Request(sub, envelopes[rec.EventID], at).Shown(at))
 	}
 	return out, nil
+}
+
+// Envelope is the body of the webhook delivery rec: its event's envelope,
+// read from the event item, or made from its conversion when the event is
+// not stored (rec.Conversion; conversions.CreatedEvent, the same bytes
+// whatever the conversion became since). nil when the event or the
+// conversion is gone (an event expires as its deliveries do).
+func Envelope(ctx context.Context, db *records.DB, rec DeliveryRecord) ([]byte, error) {
+	if rec.Conversion != "" {
+		c, err := records.Get[tally.Conversion](ctx, db, keys.Conversion(rec.BrandID, rec.Conversion))
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return records.MustJSON(conversions.CreatedEvent(c)), nil
+	}
+	it, err := db.Get(ctx, keys.Event(rec.EventID))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	return it.Data, err
 }
 
 // subscriptionOf reads the subscription of a webhook delivery, once per
@@ -105,6 +129,9 @@ func (c *conversionEvents) has(d *DeliveryRecord) bool {
 	case tally.EventConversionCreated, tally.EventConversionApproved, tally.EventConversionRejected, tally.EventConversionReversed:
 	default:
 		return false
+	}
+	if d.Conversion != "" {
+		return d.Conversion == c.conversionID // its conversion.created, not stored
 	}
 	if of, ok := c.of[d.EventID]; ok || c.err != nil {
 		return of

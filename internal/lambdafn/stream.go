@@ -12,8 +12,9 @@ import (
 // StreamFilterPatterns are the filters of the fan-out's event source
 // mapping on the table's stream (FilterCriteria in template.yaml and
 // infra/; a record passes when one matches): inserted event items, whose
-// partition key starts with "EVT#", but those the fan-out makes itself
-// (they name their conversion's outbox entry), and inserted conversions
+// partition key starts with "EVT#", but conversion.created items the
+// fan-out wrote itself (they name their conversion's outbox entry; it
+// writes none now, and a stack deployed before has them), and inserted conversions
 // whose event the fan-out makes (conversions.ForStream marks them). Only those
 // reach the fan-out (fanout.Handler). internal/deploy's test checks the template against
 // them and against the keys the services write.

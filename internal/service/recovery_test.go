@@ -220,16 +220,16 @@ func TestReconcilerLeavesTheEntryOfARetryInProgress(t *testing.T) {
 		t.Fatal("the stopped request succeeded")
 	}
 
-	reconcile := func(now time.Time) []string {
+	reconcile := func(now time.Time) webhooks.Dropped {
 		t.Helper()
 		svc := servicetest.New(st, service.WithClock(func() time.Time { return now }), service.WithStreamConversions())
 		d, err := svc.Webhooks.Overdue(f.ctx, now.Add(-10*time.Minute), 10)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return d.Events
+		return d
 	}
-	var during []string
+	var during webhooks.Dropped
 	c, created, err := record(&writeHook{Store: st, on: outboxPut, after: func() { during = reconcile(time.Now()) }})
 	if err != nil || created || c.ExternalTxnID != "order-1" {
 		t.Fatalf("the retry: %+v, created %v, %v; want the conversion as first recorded", c, created, err)
@@ -246,7 +246,11 @@ func TestReconcilerLeavesTheEntryOfARetryInProgress(t *testing.T) {
 		t.Fatalf("%d outbox entries after the retry, want its conversion's 1", entries)
 	}
 	// The brand's other events are in the outbox too (nothing fans out here).
-	if got := reconcile(time.Now().Add(11 * time.Minute)); len(got) != len(during)+1 {
-		t.Errorf("the run after the grace fanned out %v, want %v and the conversion's event", got, during)
+	if len(during.Conversions) != 0 {
+		t.Errorf("the run during the retry fans out conversion %s, want it left", during.Conversions[0].Entry.SK)
+	}
+	if got := reconcile(time.Now().Add(11 * time.Minute)); !slices.Equal(got.Events, during.Events) ||
+		len(got.Conversions) != 1 || got.Conversions[0].Entry.SK != c.ID {
+		t.Errorf("the run after the grace fans out events %v and %d conversions, want %v and the conversion %s", got.Events, len(got.Conversions), during.Events, c.ID)
 	}
 }

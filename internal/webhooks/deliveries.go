@@ -264,7 +264,7 @@ func (s *Engine) planFanOutOf(ctx context.Context, item store.Item, reads *Reads
 		plan.recs, plan.eps, plan.subs = append(plan.recs, *pb), append(plan.eps, pbItem), append(plan.subs, nil)
 	}
 	for i := range plan.recs {
-		plan.recs[i].Trace = item.Attrs[trace.Attr]
+		plan.recs[i].Trace, plan.recs[i].Conversion = item.Attrs[trace.Attr], item.Attrs[conversionAttr]
 	}
 	if len(plan.recs) == 0 && !plan.outboxed {
 		return nil, nil
@@ -655,19 +655,19 @@ func (s *Engine) attempt(ctx context.Context, ref endpoints.DeliveryRef, n int, 
 
 // send makes the next attempt of rec to its endpoint, read as ep, and
 // records it; with a lease it claims the attempt first (claim). A webhook's
-// envelope is read from its event unless given.
+// envelope is its event's (endpoints.Envelope) unless given.
 func (s *Engine) send(ctx context.Context, rec endpoints.DeliveryRecord, ep store.Item, envelope []byte, sender Sender, lease time.Duration) (AttemptResult, error) {
 	if rec.Type == tally.DeliveryWebhook && envelope == nil {
-		evt, err := s.db.Get(ctx, keys.Event(rec.EventID))
-		if errors.Is(err, store.ErrNotFound) {
-			// Expired (events are kept as long as deliveries, counted from
-			// the event; a delivery retried later than that): nothing to send.
-			return s.recordAttempt(ctx, rec, nil, nil)
-		}
-		if err != nil {
+		var err error
+		if envelope, err = endpoints.Envelope(ctx, s.db, rec); err != nil {
 			return AttemptResult{}, err
 		}
-		envelope = evt.Data
+		if envelope == nil {
+			// Expired (events are kept as long as deliveries, counted from
+			// the event; a delivery retried later than that), or its
+			// conversion deleted: nothing to send.
+			return s.recordAttempt(ctx, rec, nil, nil)
+		}
 	}
 	req, err := s.request(rec, ep, envelope)
 	if err != nil {

@@ -51,9 +51,12 @@ func (s *Engine) abandonParked(ctx context.Context, ref endpoints.DeliveryRef, l
 
 // Dropped is what Overdue found.
 type Dropped struct {
-	Events     []string                // ids of events to fan out again
-	Deliveries []endpoints.DeliveryRef // pending deliveries to queue again
-	Skipped    []Skipped               // items it could not read (skip)
+	Events []string // ids of events to fan out again
+	// Conversions are those whose conversion.created, made from the
+	// conversion, is fanned out again (DispatchOutboxed).
+	Conversions []Outboxed
+	Deliveries  []endpoints.DeliveryRef // pending deliveries to queue again
+	Skipped     []Skipped               // items it could not read (skip)
 }
 
 // Overdue lists what a transport that does not watch the indexes itself
@@ -64,10 +67,9 @@ type Dropped struct {
 // partitions, oldest first, at most limit of each: the first page of a
 // Sweep, which reads them all. Fanning out and attempting again are
 // idempotent, so the caller re-drives them through the usual steps. Only
-// the conversions' entries are written: each gets its event (as the fan-out
-// from the stream makes it) so that its id can be re-driven, or is deleted
-// when its conversion was never written (outboxedConversions). An entry it
-// cannot read is skipped, with a backoff (skip).
+// the conversions' entries are written: one is deleted when its conversion
+// was never written (outboxedConversions). An entry it cannot read is
+// skipped, with a backoff (skip).
 func (s *Engine) Overdue(ctx context.Context, cutoff time.Time, limit int) (Dropped, error) {
 	return s.Sweep(cutoff, limit, 1).Next(ctx, limit)
 }

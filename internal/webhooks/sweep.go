@@ -107,7 +107,7 @@ func (w *Sweep) Done() bool {
 }
 
 // Next returns the next page: at most n events, n conversions' outbox
-// entries (made into events: outboxedConversions) and n deliveries, each
+// entries (their conversions: outboxedConversions) and n deliveries, each
 // oldest first. An item that waits out a skip's backoff is passed over; one
 // it cannot read is skipped (skip).
 func (w *Sweep) Next(ctx context.Context, n int) (Dropped, error) {
@@ -120,8 +120,9 @@ func (w *Sweep) Next(ctx context.Context, n int) (Dropped, error) {
 		return d, err
 	}
 	items, err = w.entries.next(ctx, n)
-	created, skipped := w.s.outboxedConversions(ctx, w.cutoff, w.usable(items), w.workers)
-	d.Events, d.Skipped = append(d.Events, created...), append(d.Skipped, skipped...)
+	var skipped []Skipped
+	d.Conversions, skipped = w.s.outboxedConversions(ctx, w.cutoff, w.usable(items), w.workers)
+	d.Skipped = append(d.Skipped, skipped...)
 	if err != nil {
 		return d, err
 	}
@@ -149,21 +150,21 @@ func (w *Sweep) usable(items []store.Item) []store.Item {
 	return out
 }
 
-// outboxedConversions makes the events of the conversions' outbox entries
-// (outboxedConversion), workers at a time, and returns their ids; an
+// outboxedConversions reads the conversions of outbox entries
+// (outboxedConversion), workers at a time, and returns those written; an
 // entry written after cutoff (a retry in progress) is left.
-func (s *Engine) outboxedConversions(ctx context.Context, cutoff time.Time, entries []store.Item, workers int) ([]string, []Skipped) {
+func (s *Engine) outboxedConversions(ctx context.Context, cutoff time.Time, entries []store.Item, workers int) ([]Outboxed, []Skipped) {
 	var (
 		mu      sync.Mutex
 		wg      sync.WaitGroup
-		out     []string
+		out     []Outboxed
 		skipped []Skipped
 		next    = make(chan store.Item)
 	)
 	for range workers {
 		wg.Go(func() {
 			for it := range next {
-				id, err := s.outboxedConversion(ctx, it)
+				o, written, err := s.outboxedConversion(ctx, it)
 				var sk Skipped
 				if err != nil {
 					sk = skip(ctx, s.db, it, err)
@@ -172,8 +173,8 @@ func (s *Engine) outboxedConversions(ctx context.Context, cutoff time.Time, entr
 				switch {
 				case err != nil:
 					skipped = append(skipped, sk)
-				case id != "":
-					out = append(out, id)
+				case written:
+					out = append(out, o)
 				}
 				mu.Unlock()
 			}

@@ -120,7 +120,8 @@ func Handler(engine *webhooks.Engine, q queue.Queue, queueURL string, log *slog.
 }
 
 // dispatcher returns the fan-out of a stream record that inserts an event
-// item (webhooks.Engine.Dispatch) but one the fan-out made, or a
+// item (webhooks.Engine.Dispatch) but one the fan-out wrote itself (a
+// conversion.created of a stack deployed before), or a
 // conversion whose event the fan-out makes
 // (webhooks.Engine.DispatchConversion, from the record's new image).
 func dispatcher(engine *webhooks.Engine, rec events.DynamoDBEventRecord, reads *webhooks.Reads) (func(context.Context) ([]webhooks.DeliveryMessage, error), bool) {
@@ -298,7 +299,7 @@ func (r Reconciler) sweep(ctx context.Context, engine *webhooks.Engine, q queue.
 		if err != nil {
 			return []error{err}
 		}
-		done, failed, left := r.fanOutAll(ctx, engine, q, queueURL, page.Events, stop)
+		done, failed, left := r.fanOutAll(ctx, q, queueURL, redrives(engine, page), stop)
 		res.Events += done
 		res.OutOfTime = res.OutOfTime || left
 		skipped(failed)
@@ -330,12 +331,43 @@ func (r Reconciler) release(ctx context.Context, engine *webhooks.Engine, q queu
 	return err
 }
 
+// redrive is the fan-out of an event a sweep found, and the skip of what
+// found it when that fails.
+type redrive struct {
+	dispatch func(context.Context, *webhooks.Reads) ([]webhooks.DeliveryMessage, error)
+	skip     func(context.Context, error) webhooks.Skipped
+}
+
+// redrives are the fan-outs of a sweep's page: its events, by id
+// (webhooks.Engine.Dispatch, skipped with SkipEvent), and its conversions,
+// whose conversion.created is made from them (DispatchOutboxed, skipped
+// with SkipOutboxed).
+func redrives(engine *webhooks.Engine, page webhooks.Dropped) []redrive {
+	var out []redrive
+	for _, id := range page.Events {
+		out = append(out, redrive{
+			dispatch: func(ctx context.Context, reads *webhooks.Reads) ([]webhooks.DeliveryMessage, error) {
+				return engine.Dispatch(ctx, id, reads)
+			},
+			skip: func(ctx context.Context, err error) webhooks.Skipped { return engine.SkipEvent(ctx, id, err) },
+		})
+	}
+	for _, o := range page.Conversions {
+		out = append(out, redrive{
+			dispatch: func(ctx context.Context, reads *webhooks.Reads) ([]webhooks.DeliveryMessage, error) {
+				return engine.DispatchOutboxed(ctx, o, reads)
+			},
+			skip: func(ctx context.Context, err error) webhooks.Skipped { return engine.SkipOutboxed(ctx, o, err) },
+		})
+	}
+	return out
+}
+
 // fanOutAll fans out events, Workers at a time, then queues their messages
 // together (send); it starts no fan-out after stop. It returns how many it
 // fanned out, those that failed (their fan-out or the queueing of one of
-// their messages), skipped (webhooks.Engine.SkipEvent), and whether it
-// left some for stop.
-func (r Reconciler) fanOutAll(ctx context.Context, engine *webhooks.Engine, q queue.Queue, queueURL string, evts []string, stop time.Time) (int, []webhooks.Skipped, bool) {
+// their messages), skipped, and whether it left some for stop.
+func (r Reconciler) fanOutAll(ctx context.Context, q queue.Queue, queueURL string, evts []redrive, stop time.Time) (int, []webhooks.Skipped, bool) {
 	msgs := make([][]webhooks.DeliveryMessage, len(evts))
 	errs := make([]error, len(evts))
 	var left atomic.Bool
@@ -346,7 +378,7 @@ func (r Reconciler) fanOutAll(ctx context.Context, engine *webhooks.Engine, q qu
 			errs[i] = errLeft
 			return
 		}
-		msgs[i], errs[i] = engine.Dispatch(ctx, evts[i], reads)
+		msgs[i], errs[i] = evts[i].dispatch(ctx, reads)
 	})
 	var all []queue.Message
 	var owner []int // the event of each of all
@@ -373,7 +405,7 @@ func (r Reconciler) fanOutAll(ctx context.Context, engine *webhooks.Engine, q qu
 			done++
 			mu.Unlock()
 		case errs[i] != errLeft:
-			s := engine.SkipEvent(ctx, evts[i], errs[i])
+			s := evts[i].skip(ctx, errs[i])
 			mu.Lock()
 			failed = append(failed, s)
 			mu.Unlock()
