@@ -67,7 +67,7 @@ func DeliveryItem(rec DeliveryRecord, keep time.Duration) store.Item {
 		some = some || responses[i] != ""
 	}
 	if some {
-		it.Attrs[responsesAttr] = packResponses(responses)
+		putResponses(&it, responses)
 	}
 	it.Data = records.MustJSON(rec)
 	switch {
@@ -86,7 +86,7 @@ const responsesAttr = "responses"
 // FromItem puts the receivers' answers back in the attempts (items written
 // before they had an attribute of their own keep them in Data).
 func (rec *DeliveryRecord) FromItem(it store.Item) {
-	responses, err := unpackResponses(it.Attrs[responsesAttr])
+	responses, err := responsesOf(it)
 	if err != nil {
 		return
 	}

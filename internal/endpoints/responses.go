@@ -8,15 +8,20 @@ import (
 	"io"
 	"strings"
 	"sync"
+
+	"github.com/tally-hq/tally/internal/store"
 )
 
 // A delivery's receiver answers (the first 4 KiB of each attempt's body)
 // are most of what a delivery with a long answer writes and keeps: its
-// write units and its 30 days of storage. They are stored as their JSON,
-// or, when that is shorter, as the JSON compressed (DEFLATE) in base64
-// after deflatedPrefix: an HTML page's 4 KiB take about 2.6 KB so, where
-// their JSON, its <, > and & escaped, took about 5.4 KB. JSON starts with
-// "[", so the two forms are told apart by their first byte.
+// write units and its 30 days of storage. They are stored as their JSON
+// list in the string attribute responsesAttr, or, when that is shorter,
+// as the JSON compressed (DEFLATE) in the binary attribute of that name:
+// an HTML page's 4 KiB take about 1.9 KB so, where their JSON, its <, >
+// and & escaped, took about 5.4 KB. Items written before binary
+// attributes hold the compressed form in base64 after deflatedPrefix, in
+// the string attribute; JSON starts with "[", so the two string forms are
+// told apart by their first byte.
 const deflatedPrefix = "z"
 
 // maxResponsesJSON bounds what a stored answer list inflates to: the
@@ -28,8 +33,8 @@ var deflaters = sync.Pool{New: func() any {
 	return w
 }}
 
-// packResponses is the stored form of responses.
-func packResponses(responses []string) string {
+// putResponses stores responses in it, in the shorter of their two forms.
+func putResponses(it *store.Item, responses []string) {
 	var js bytes.Buffer
 	enc := json.NewEncoder(&js)
 	enc.SetEscapeHTML(false) // the answers are often HTML: their <, > and & as they are
@@ -37,27 +42,32 @@ func packResponses(responses []string) string {
 		panic(err) // strings only: it does not fail
 	}
 	js.Truncate(js.Len() - 1) // Encode's newline
-	var z strings.Builder
-	z.WriteString(deflatedPrefix)
-	b64 := base64.NewEncoder(base64.RawStdEncoding, &z)
+	var z bytes.Buffer
 	w := deflaters.Get().(*flate.Writer)
 	defer deflaters.Put(w)
-	w.Reset(b64)
+	w.Reset(&z)
 	_, _ = w.Write(js.Bytes()) // into memory: it does not fail
 	_ = w.Close()
-	_ = b64.Close()
 	if z.Len() < js.Len() {
-		return z.String()
+		it.Bins = map[string][]byte{responsesAttr: z.Bytes()}
+		return
 	}
-	return js.String()
+	it.Attrs[responsesAttr] = js.String()
 }
 
-// unpackResponses reads what packResponses stored (and the JSON that items
-// written before compression hold).
-func unpackResponses(stored string) ([]string, error) {
+// responsesOf reads what putResponses stored (and the forms of items
+// written before: JSON, HTML escaped, or DEFLATE in base64).
+func responsesOf(it store.Item) ([]string, error) {
+	var z io.Reader
+	stored := it.Attrs[responsesAttr]
+	if b, ok := it.Bins[responsesAttr]; ok {
+		z = bytes.NewReader(b)
+	} else if rest, ok := strings.CutPrefix(stored, deflatedPrefix); ok {
+		z = base64.NewDecoder(base64.RawStdEncoding, strings.NewReader(rest))
+	}
 	js := []byte(stored)
-	if rest, ok := strings.CutPrefix(stored, deflatedPrefix); ok {
-		r := flate.NewReader(base64.NewDecoder(base64.RawStdEncoding, strings.NewReader(rest)))
+	if z != nil {
+		r := flate.NewReader(z)
 		defer r.Close()
 		var err error
 		if js, err = io.ReadAll(io.LimitReader(r, maxResponsesJSON)); err != nil {
