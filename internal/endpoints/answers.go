@@ -103,8 +103,8 @@ func (a *Answers) Item(ctx context.Context, rec DeliveryRecord) store.Item {
 				packed[i] = p
 				continue
 			}
-			text, err := a.text(ctx, rec, p)
-			if err != nil || text == AnswerUnavailable {
+			text, ok, err := a.text(ctx, rec, p)
+			if err != nil || !ok {
 				packed[i] = p
 				continue
 			}
@@ -136,30 +136,30 @@ func (a *Answers) Show(ctx context.Context, rec *DeliveryRecord) error {
 		if p.form != answerAgainst || i >= len(rec.Attempts) {
 			continue
 		}
-		text, err := a.text(ctx, *rec, p)
+		text, ok, err := a.text(ctx, *rec, p)
 		if err != nil {
 			return err
+		}
+		if !ok {
+			text = AnswerUnavailable
 		}
 		rec.Attempts[i].Response = text
 	}
 	return nil
 }
 
-// text is the answer p of rec, AnswerUnavailable when its dictionary is
-// gone or it does not inflate.
-func (a *Answers) text(ctx context.Context, rec DeliveryRecord, p packedAnswer) (string, error) {
+// text is the answer p of rec; ok is false when its dictionary is gone or
+// it does not inflate.
+func (a *Answers) text(ctx context.Context, rec DeliveryRecord, p packedAnswer) (text string, ok bool, err error) {
 	d, err := a.dictionary(ctx, rec, p.week, "")
 	if errors.Is(err, store.ErrNotFound) {
-		return AnswerUnavailable, nil
+		return "", false, nil
 	}
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
-	text, err := p.text(d.text)
-	if err != nil {
-		return AnswerUnavailable, nil
-	}
-	return text, nil
+	text, err = p.text(d.text)
+	return text, err == nil, nil
 }
 
 // dictionary is rec's endpoint's dictionary of week w; when there is none

@@ -209,18 +209,24 @@ func TestDeliveryAnswersOutliveDictionaries(t *testing.T) {
 }
 
 // Processes that find an endpoint without a dictionary at once each offer
-// their answer as it: one is written, and every delivery reads back as
-// sent whichever it was compressed against.
+// their answer as it, and so do the attempts of one process (which wait
+// for one of them): one is written, and every delivery reads back as sent
+// whichever it was compressed against.
 func TestDeliveryAnswersRaceForTheDictionary(t *testing.T) {
 	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
 		e := newAnswersEnv(st, "brd_answerrace")
 		const n = 8
 		sent := make([]string, n)
+		shared := endpoints.NewAnswers(e.db, 30*24*time.Hour)
 		var wg sync.WaitGroup
 		for i := range n {
 			sent[i] = orderPage(i * 3)
 			wg.Go(func() {
-				it := endpoints.NewAnswers(e.db, 30*24*time.Hour).Item(t.Context(), e.record(fmt.Sprintf("wh_01JD8ZK4W3Q7M2N9B6V5C1X0%02d", i), sent[i]))
+				a := shared
+				if i%2 == 0 {
+					a = endpoints.NewAnswers(e.db, 30*24*time.Hour)
+				}
+				it := a.Item(t.Context(), e.record(fmt.Sprintf("wh_01JD8ZK4W3Q7M2N9B6V5C1X0%02d", i), sent[i]))
 				if err := st.Transact(t.Context(), store.Put(it)); err != nil {
 					t.Error(err)
 				}
