@@ -30,6 +30,10 @@ type DeliveryRecord struct {
 	// Unsaved: planned by webhooks.Engine.Dispatch and not written yet; its first write
 	// is conditioned on the delivery being absent.
 	Unsaved bool `json:"-"`
+	// packed holds the attempts' answers as read from the store, so that a
+	// write keeps them as they are; an answer compressed against a
+	// dictionary is empty in Attempts until Answers.Show reads it.
+	packed []packedAnswer
 }
 
 // AsRead is the condition that the delivery is stored as rec was read: as
@@ -49,8 +53,23 @@ type DeliveryRef struct {
 }
 
 // DeliveryItem is the stored delivery; it expires keep after its last
-// change (the table's TTL takes it and its attempts).
+// change (the table's TTL takes it and its attempts). The answers read with
+// it stay as they are stored; the others are compressed without a
+// dictionary (Answers.Item compresses them against one).
 func DeliveryItem(rec DeliveryRecord, keep time.Duration) store.Item {
+	packed := make([]packedAnswer, len(rec.Attempts))
+	for i, a := range rec.Attempts {
+		if i < len(rec.packed) {
+			packed[i] = rec.packed[i]
+		} else {
+			packed[i] = packNoDictionary(a.Response)
+		}
+	}
+	return deliveryItem(rec, keep, packed)
+}
+
+// deliveryItem is DeliveryItem with the attempts' answers packed.
+func deliveryItem(rec DeliveryRecord, keep time.Duration, packed []packedAnswer) store.Item {
 	shard := keys.ShardOf(rec.ID)
 	it := store.Item{
 		Key:       keys.Delivery(rec.BrandID, rec.ID),
@@ -62,17 +81,16 @@ func DeliveryItem(rec DeliveryRecord, keep time.Duration) store.Item {
 	// The receivers' answers (up to 4 KiB an attempt) go in an attribute of
 	// their own, which gsi1 and gsi2 leave out (store.IndexAttrs): written
 	// once, not once per index entry.
-	responses := make([]string, len(rec.Attempts))
 	if len(rec.Attempts) > 0 {
 		rec.Attempts = append([]tally.Attempt(nil), rec.Attempts...) // the caller's stay as they are
 	}
 	some := false
 	for i := range rec.Attempts {
-		responses[i], rec.Attempts[i].Response = rec.Attempts[i].Response, ""
-		some = some || responses[i] != ""
+		rec.Attempts[i].Response = ""
+		some = some || len(packed[i].bytes) > 0
 	}
 	if some {
-		it.Attrs[responsesAttr] = packResponses(responses)
+		it.Bins = map[string][]byte{responsesAttr: appendAnswers(nil, packed)}
 	}
 	it.Data = records.MustJSON(rec)
 	switch {
@@ -88,15 +106,19 @@ func DeliveryItem(rec DeliveryRecord, keep time.Duration) store.Item {
 // responsesAttr holds a delivery's receiver answers, one per attempt.
 const responsesAttr = "responses"
 
-// FromItem puts the receivers' answers back in the attempts (items written
-// before they had an attribute of their own keep them in Data).
+// FromItem puts the receivers' answers back in the attempts, but for those
+// compressed against a dictionary (Answers.Show reads them). Items written
+// before answers had an attribute of their own keep them in Data.
 func (rec *DeliveryRecord) FromItem(it store.Item) {
-	responses, err := unpackResponses(it.Attrs[responsesAttr])
+	packed, texts, err := answersOf(it)
 	if err != nil {
 		return
 	}
-	for i := range min(len(responses), len(rec.Attempts)) {
-		rec.Attempts[i].Response = responses[i]
+	if len(packed) == len(rec.Attempts) {
+		rec.packed = packed
+	}
+	for i := range min(len(texts), len(rec.Attempts)) {
+		rec.Attempts[i].Response = texts[i]
 	}
 }
 

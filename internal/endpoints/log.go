@@ -25,6 +25,7 @@ type Log struct {
 	endpoints *Service
 	// deliveryRetention is how long a delivery stays after its last change.
 	deliveryRetention time.Duration
+	answers           *Answers
 	// requeue hands a delivery made pending again to the transport that
 	// attempts it.
 	requeue Requeue
@@ -43,7 +44,7 @@ func NoRequeue(context.Context, DeliveryRef) error { return nil }
 // kept deliveryRetention after its last change, handing deliveries made
 // pending again to requeue.
 func NewLog(db *records.DB, e *Service, deliveryRetention time.Duration, requeue Requeue) *Log {
-	return &Log{db: db, endpoints: e, deliveryRetention: deliveryRetention, requeue: requeue}
+	return &Log{db: db, endpoints: e, deliveryRetention: deliveryRetention, answers: NewAnswers(db, deliveryRetention), requeue: requeue}
 }
 
 // RecoverInput is the body of the recover actions.
@@ -282,7 +283,7 @@ func (s *Log) restart(ctx context.Context, rec DeliveryRecord) (DeliveryRecord, 
 	now := s.db.Now()
 	rec.Status, rec.CycleStart = tally.DeliveryPending, len(rec.Attempts)
 	rec.NextAttemptAt, rec.UpdatedAt = ptrTo(tally.NewTime(now)), tally.NewTime(now)
-	err := s.db.Transact(ctx, store.Put(DeliveryItem(rec, s.deliveryRetention), store.AttrEquals("status", tally.DeliveryFailed), store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts)))))
+	err := s.db.Transact(ctx, store.Put(s.answers.Item(ctx, rec), store.AttrEquals("status", tally.DeliveryFailed), store.AttrEquals("attempts", strconv.Itoa(len(rec.Attempts)))))
 	if err != nil {
 		return rec, err
 	}

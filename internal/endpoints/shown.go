@@ -49,6 +49,9 @@ func (s *Log) withRequests(ctx context.Context, recs []DeliveryRecord) ([]tally.
 	subs := map[string]*SubscriptionRecord{}
 	out := make([]tally.Delivery, len(recs))
 	for i, rec := range recs {
+		if err := s.answers.Show(ctx, &rec); err != nil {
+			return nil, err
+		}
 		var sub *SubscriptionRecord
 		if rec.Type == tally.DeliveryWebhook {
 			var err error

@@ -390,6 +390,14 @@ func DeliveriesByTypeStatus(brandID, typ, status string, shard int) string {
 func DeliveriesByEndpoint(brandID, endpointID string, shard int) string {
 	return fmt.Sprintf("BRD#%s#EP#%s#WH#%d", brandID, endpointID, shard)
 }
+
+// AnswerDictionary is what a delivery's answers from one endpoint (a
+// subscription id or a partner id) are compressed against, one a week
+// (endpoints.Answers).
+func AnswerDictionary(brandID, endpointID string, week int64) store.Key {
+	return store.Key{PK: fmt.Sprintf("BRD#%s#ANS#%s", brandID, endpointID), SK: strconv.FormatInt(week, 10)}
+}
+
 func DueQueuePK(shard int) string { return "DUE#" + strconv.Itoa(shard) }
 
 // DueQueueSK sorts by due time, like the hold queue.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/outgoing"
 	"github.com/tally-hq/tally/internal/partners"
 	"github.com/tally-hq/tally/internal/records"
@@ -28,11 +31,13 @@ import (
 )
 
 // receiver is a webhook receiver on loopback that answers with the statuses
-// it is given, in turn (the last one repeats), and keeps what it got.
+// it is given, in turn (the last one repeats), and keeps what it got. It
+// answers `{"ok":false}`, or answer(n) to its request n (from 1) when set.
 type receiver struct {
 	srv      *httptest.Server
 	mu       sync.Mutex
 	statuses []int
+	answer   func(n int) string
 	got      []received
 	arrived  chan struct{}
 }
@@ -50,9 +55,13 @@ func newReceiver(t *testing.T, statuses ...int) *receiver {
 		r.mu.Lock()
 		r.got = append(r.got, received{header: req.Header.Clone(), body: body, at: time.Now()})
 		status := r.statuses[min(len(r.got), len(r.statuses))-1]
+		answer := `{"ok":false}`
+		if r.answer != nil {
+			answer = r.answer(len(r.got))
+		}
 		r.mu.Unlock()
 		w.WriteHeader(status)
-		w.Write([]byte(`{"ok":false}`))
+		w.Write([]byte(answer))
 		r.arrived <- struct{}{}
 	}))
 	t.Cleanup(r.srv.Close)
@@ -185,6 +194,54 @@ func TestRetryScheduleRunsToFailure(t *testing.T) {
 			t.Fatal(err)
 		}
 		p.waitFor("the manual retry", attemptsAre(webhooks.MaxAttempts+1))
+	})
+}
+
+// The log shows each attempt's answer as the receiver sent it, long ones
+// compressed against the endpoint's earlier answers included.
+func TestDeliveryLogShowsAnswersAsSent(t *testing.T) {
+	page := func(n int) string {
+		var b strings.Builder
+		b.WriteString("<!DOCTYPE html>\n<html><head><title>Not yet & not here</title></head><body><ul>\n")
+		for i := 0; b.Len() < 4096; i++ {
+			fmt.Fprintf(&b, "<li data-id=\"%d\">item %d of request %d</li>\n", i*31%997, i, n)
+		}
+		return b.String()[:4096]
+	}
+	testenv.ForEachStore(t, func(t *testing.T, st store.Store) {
+		clock := testenv.NewClock(start)
+		p := newPipelineFixture(t, st, clock)
+		rcv := newReceiver(t, 500, 500, 200)
+		rcv.answer = page
+		p.subscribe(rcv.srv.URL, []string{tally.EventPartnerApplied}, "whsec_0123456789abcdef")
+		p.partner(false)
+
+		p.waitFor("attempt 1", attemptsAre(1))
+		for retry, wait := range webhooks.RetrySchedule[:2] {
+			clock.Advance(wait)
+			p.pipeline.Wake()
+			p.waitFor("the retry", attemptsAre(retry+2))
+		}
+		d := p.waitFor("success", func(ds []tally.Delivery) bool { return len(ds) == 1 && ds[0].Status == tally.DeliverySucceeded })[0]
+		shown, err := p.svc.Deliveries.Delivery(p.ctx, p.brandID, d.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Compressed against the endpoint's dictionary: its first answer.
+		dicts, err := st.Query(p.ctx, store.Query{PK: keys.AnswerDictionary(p.brandID, d.SubscriptionID, 0).PK})
+		if err != nil || len(dicts.Items) != 1 || string(dicts.Items[0].Data) != page(1) {
+			t.Errorf("the endpoint's dictionaries: %d, %v; want its first answer", len(dicts.Items), err)
+		}
+		for _, got := range []tally.Delivery{d, shown} {
+			if len(got.Attempts) != 3 {
+				t.Fatalf("%d attempts, want 3", len(got.Attempts))
+			}
+			for i, a := range got.Attempts {
+				if a.Response != page(i+1) {
+					t.Errorf("attempt %d's answer reads %d bytes %.60q…, want %d bytes %.60q…", i+1, len(a.Response), a.Response, len(page(i+1)), page(i+1))
+				}
+			}
+		}
 	})
 }
 

@@ -69,6 +69,12 @@ func (it Item) Projection(ix Index) Item {
 			}
 			out.Nums[name] = v
 		}
+		if v, ok := it.Bins[name]; ok {
+			if out.Bins == nil {
+				out.Bins = map[string][]byte{}
+			}
+			out.Bins[name] = v
+		}
 	}
 	return out
 }
@@ -93,11 +99,16 @@ type IndexKey struct {
 // Item is one stored record.
 //
 // Attrs and Nums are top-level attributes that conditions can test and
-// updates can change; they share one namespace (a name is a string or a
-// number, not both). Data is the record body, opaque to the store (the
+// updates can change. Bins are top-level binary attributes (DynamoDB's B)
+// that only a put writes: bytes that are not text, such as compressed
+// ones, without base64's third more. The three share one namespace (a name
+// is a string, a number or bytes, not two of them); as in DynamoDB, an
+// update's Set of a binary attribute's name replaces it, an Add to one
+// fails, and no condition matches one. Data is the record body, opaque to the store (the
 // services keep JSON there). Attribute names must be non-empty and must not
 // collide with the reserved names in Reserved; names and string values must
-// be valid UTF-8. Empty maps and Data may come back as nil.
+// be valid UTF-8, and binary values non-empty. Empty maps and Data may come
+// back as nil.
 // Neither backend checks DynamoDB's 400 KB item size: keep items small.
 type Item struct {
 	Key
@@ -107,6 +118,7 @@ type Item struct {
 
 	Attrs map[string]string
 	Nums  map[string]int64
+	Bins  map[string][]byte
 	Data  []byte
 
 	// ExpiresAt is a Unix time in seconds after which the backend may delete
@@ -129,7 +141,7 @@ func (it Item) IndexKey(ix Index) IndexKey {
 }
 
 // Reserved are attribute names the backends use for the fixed fields of Item;
-// Attrs and Nums must not use them.
+// Attrs, Nums and Bins must not use them.
 var Reserved = []string{"pk", "sk", "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk", "gsi3pk", "gsi3sk", "data", "ttl"}
 
 // Query reads one partition of the table or an index, in sort-key order.

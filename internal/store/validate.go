@@ -116,6 +116,9 @@ func validateOp(op Op) error {
 		if err := validateAttrs(op.Item.Attrs, op.Item.Nums); err != nil {
 			return err
 		}
+		if err := validateBins(op.Item); err != nil {
+			return err
+		}
 	case OpUpdate:
 		if len(op.Set) == 0 && len(op.Add) == 0 && op.ExpiresAt == 0 {
 			// DynamoDB needs an update expression.
@@ -212,6 +215,25 @@ func validateAttrs(strs map[string]string, nums map[string]int64) error {
 	for name := range nums {
 		if err := validateAttr(name, ""); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// validateBins checks an item's binary attributes, which share the
+// namespace of its strings and numbers.
+func validateBins(it Item) error {
+	for name, v := range it.Bins {
+		if err := validateAttr(name, ""); err != nil {
+			return err
+		}
+		if len(v) == 0 {
+			return fmt.Errorf("binary attribute %q is empty", name)
+		}
+		_, isStr := it.Attrs[name]
+		_, isNum := it.Nums[name]
+		if isStr || isNum {
+			return fmt.Errorf("attribute %q is both binary and a string or number", name)
 		}
 	}
 	return nil

@@ -276,13 +276,13 @@ func (s *Engine) planFanOutOf(ctx context.Context, item store.Item, reads *Reads
 // ops is what the plan writes: each delivery only if absent, with its
 // first attempt where answered in time (recorded at now), and the event
 // out of the outbox.
-func (p *fanOutPlan) ops(s *Engine, now time.Time) []store.Op {
+func (p *fanOutPlan) ops(ctx context.Context, s *Engine, now time.Time) []store.Op {
 	var ops []store.Op
 	for i, rec := range p.recs {
 		if f := p.first[i]; f != nil && f.answered {
 			rec = s.withAttempt(rec, &f.at, now)
 		}
-		ops = append(ops, store.Put(endpoints.DeliveryItem(rec, s.deliveryRetention), store.NotExists()))
+		ops = append(ops, store.Put(s.answers.Item(ctx, rec), store.NotExists()))
 	}
 	switch id := p.event.Attrs[outboxAttr]; {
 	case id != "":
@@ -420,7 +420,7 @@ func (s *Engine) writeBatch(ctx context.Context, batch []*fanOutPlan, eps map[st
 		now := s.db.Now()
 		var ops []store.Op
 		for _, plan := range batch {
-			ops = append(ops, plan.ops(s, now)...)
+			ops = append(ops, plan.ops(ctx, s, now)...)
 		}
 		n := len(ops)
 		health := s.healthWrites(batch, eps, now)
@@ -517,7 +517,7 @@ func (s *Engine) writeEach(ctx context.Context, batch []*fanOutPlan) ([]endpoint
 			}
 		}
 		recs := plan.recs
-		err := s.db.Transact(ctx, plan.ops(s, s.db.Now())...)
+		err := s.db.Transact(ctx, plan.ops(ctx, s, s.db.Now())...)
 		if _, failed := store.FailedOp(err); failed {
 			recs, err = s.fanOutEach(ctx, plan.recs, plan.event, plan.outboxed)
 		}
@@ -740,7 +740,7 @@ func (s *Engine) recordAttempt(ctx context.Context, rec endpoints.DeliveryRecord
 	before := rec.AsRead()
 	now := s.db.Now()
 	rec = s.withAttempt(rec, at, now)
-	record := store.Put(endpoints.DeliveryItem(rec, s.deliveryRetention), before)
+	record := store.Put(s.answers.Item(ctx, rec), before)
 	for {
 		ops := []store.Op{record}
 		if ep != nil && at != nil {

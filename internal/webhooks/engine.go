@@ -25,6 +25,7 @@ type Engine struct {
 	retryScale float64
 	// deliveryRetention is how long a delivery stays after its last change.
 	deliveryRetention time.Duration
+	answers           *endpoints.Answers
 	writes            FanOutWrites
 	observer          Observer
 	pacer             Pacer
@@ -55,7 +56,8 @@ func New(db *records.DB, c Config) *Engine {
 	if c.RetryScale == 0 {
 		c.RetryScale = 1
 	}
-	return &Engine{db: db, health: c.Health, retryScale: c.RetryScale, deliveryRetention: c.DeliveryRetention, writes: c.Writes, observer: c.Observer, pacer: c.Pace}
+	return &Engine{db: db, health: c.Health, retryScale: c.RetryScale, deliveryRetention: c.DeliveryRetention,
+		answers: endpoints.NewAnswers(db, c.DeliveryRetention), writes: c.Writes, observer: c.Observer, pacer: c.Pace}
 }
 
 // Now is the engine's time, in UTC to the millisecond.

@@ -235,14 +235,21 @@ func updated(old store.Item, exists bool, op store.Op) (store.Item, error) {
 	if len(op.Add) > 0 || (len(op.Set) > 0 && len(it.Nums) > 0) { // a Set deletes a number of its name
 		it.Nums = cloneWithRoom(it.Nums, len(op.Add))
 	}
+	if len(op.Set) > 0 && len(it.Bins) > 0 { // a Set deletes bytes of its name
+		it.Bins = cloneWithRoom(it.Bins, 0)
+	}
 	for name, v := range op.Set {
-		// Like DynamoDB's SET, a string replaces a number of that name.
+		// Like DynamoDB's SET, a string replaces a number or bytes of that name.
 		delete(it.Nums, name)
+		delete(it.Bins, name)
 		it.Attrs[name] = v
 	}
 	for name, d := range op.Add {
 		if _, ok := it.Attrs[name]; ok {
 			return store.Item{}, fmt.Errorf("bolt: cannot add to string attribute %q", name)
+		}
+		if _, ok := it.Bins[name]; ok {
+			return store.Item{}, fmt.Errorf("bolt: cannot add to binary attribute %q", name)
 		}
 		n := it.Nums[name]
 		sum := n + d
@@ -285,10 +292,13 @@ func holds(c store.Cond, it store.Item, exists bool) bool {
 }
 
 // num returns the numeric attribute name, 0 when absent. It reports false
-// when name holds a string, which no numeric comparison matches (as in
+// when name holds a string or bytes, which no numeric comparison matches (as in
 // DynamoDB).
 func num(it store.Item, name string) (int64, bool) {
 	if _, ok := it.Attrs[name]; ok {
+		return 0, false
+	}
+	if _, ok := it.Bins[name]; ok {
 		return 0, false
 	}
 	return it.Nums[name], true

@@ -14,16 +14,21 @@ import (
 // few hundred nanoseconds, where JSON (with Data base64-encoded inside)
 // costs several microseconds, a large share of the local server's CPU.
 //
-//	format byte (codecV1)
+//	format byte (codecV2)
 //	gsi1pk gsi1sk gsi2pk gsi2sk gsi3pk gsi3sk   strings
 //	ttl                                         varint
 //	len(attrs), then name value per attr        uvarint, strings
 //	len(nums), then name value per number       uvarint, string varint
+//	len(bins), then name value per bin          uvarint, strings
 //	data                                        the rest
 //
-// A string is a uvarint length and its bytes. decode rejects a value whose
-// first byte is not codecV1.
-const codecV1 = 1
+// A string is a uvarint length and its bytes. Items written in codecV1, the
+// same without the bins, read as they are; decode rejects a value whose
+// first byte is neither.
+const (
+	codecV1 = 1
+	codecV2 = 2
+)
 
 var errCorrupt = errors.New("truncated or malformed item")
 
@@ -36,14 +41,18 @@ func encode(it store.Item) ([]byte, error) {
 	for k := range it.Nums {
 		n += 2*binary.MaxVarintLen64 + len(k)
 	}
-	b := make([]byte, 1, n+2*binary.MaxVarintLen64)
-	b[0] = codecV1
+	for k, v := range it.Bins {
+		n += 2*binary.MaxVarintLen64 + len(k) + len(v)
+	}
+	b := make([]byte, 1, n+3*binary.MaxVarintLen64)
+	b[0] = codecV2
 	for _, ik := range [...]store.IndexKey{it.GSI1, it.GSI2, it.GSI3} {
 		b = appendString(appendString(b, ik.PK), ik.SK)
 	}
 	b = binary.AppendVarint(b, it.ExpiresAt)
 	b = appendSorted(b, it.Attrs, appendString)
 	b = appendSorted(b, it.Nums, binary.AppendVarint)
+	b = appendSorted(b, it.Bins, appendBytes)
 	return append(b, it.Data...), nil
 }
 
@@ -69,6 +78,10 @@ func appendString(b []byte, s string) []byte {
 	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
 }
 
+func appendBytes(b, s []byte) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
 // decode returns a fresh item (no memory shared with the bbolt page).
 func decode(k store.Key, v []byte) (store.Item, error) {
 	return decodeParts(k, v, allParts)
@@ -89,7 +102,7 @@ const (
 
 // decodeParts is decode leaving out what want does not ask for.
 func decodeParts(k store.Key, v []byte, want parts) (store.Item, error) {
-	if len(v) == 0 || v[0] != codecV1 {
+	if len(v) == 0 || (v[0] != codecV1 && v[0] != codecV2) {
 		return store.Item{}, corrupt(k)
 	}
 	r := reader{b: v[1:]}
@@ -117,6 +130,15 @@ func decodeParts(k store.Key, v []byte, want parts) (store.Item, error) {
 		for range n {
 			name := r.string()
 			it.Nums[name] = r.varint()
+		}
+	}
+	if v[0] == codecV2 {
+		if n := r.count(); n > 0 {
+			it.Bins = make(map[string][]byte, n)
+			for range n {
+				name := r.string()
+				it.Bins[name] = append([]byte(nil), r.bytes()...)
+			}
 		}
 	}
 	if r.err != nil {

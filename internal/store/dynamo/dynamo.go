@@ -3,7 +3,8 @@
 // Every item is one DynamoDB item: the key in pk/sk, the secondary index keys
 // in gsiNpk/gsiNsk (absent when the item is not in that index, which keeps
 // the indexes sparse), the body in the binary attribute data, the expiry in
-// ttl, and each of Attrs and Nums as a top-level string or number attribute.
+// ttl, and each of Attrs, Nums and Bins as a top-level string, number or
+// binary attribute.
 package dynamo
 
 import (

@@ -55,6 +55,9 @@ func marshalItem(it store.Item) map[string]types.AttributeValue {
 	for name, v := range it.Nums {
 		av[name] = num(v)
 	}
+	for name, v := range it.Bins {
+		av[name] = &types.AttributeValueMemberB{Value: v}
+	}
 	return av
 }
 
@@ -99,8 +102,13 @@ func unmarshalItem(av map[string]types.AttributeValue) (store.Item, error) {
 					it.Nums = make(map[string]int64)
 				}
 				it.Nums[name], err = asInt(name, v)
+			case *types.AttributeValueMemberB:
+				if it.Bins == nil {
+					it.Bins = make(map[string][]byte)
+				}
+				it.Bins[name] = v.Value
 			default:
-				err = fmt.Errorf("dynamo: attribute %q is %T, want string or number", name, v)
+				err = fmt.Errorf("dynamo: attribute %q is %T, want string, number or binary", name, v)
 			}
 		}
 		if err != nil {

@@ -40,6 +40,10 @@ func (e *env) fullItem(name, sk string) store.Item {
 			"zero":       0,
 			"neg":        -42,
 		},
+		Bins: map[string][]byte{
+			"zipped": data[:300], // not UTF-8
+			"one":    {0},
+		},
 		Data:      data,
 		ExpiresAt: future,
 	}
@@ -54,6 +58,7 @@ func testPutGet(t *testing.T, e *env) {
 	// The store must not keep the caller's maps and slices.
 	full.Attrs["status"] = "changed"
 	full.Nums["max"] = 1
+	full.Bins["one"][0] = 'x'
 	full.Data[0] = 'x'
 	e.wantItem(t, want)
 	e.wantItem(t, bare)
@@ -62,6 +67,7 @@ func testPutGet(t *testing.T, e *env) {
 	got := e.get(t, want.Key)
 	got.Attrs["status"] = "changed"
 	got.Nums["max"] = 1
+	got.Bins["one"][0] = 'x'
 	got.Data[0] = 'x'
 	e.wantItem(t, want)
 
@@ -253,6 +259,22 @@ func testUpdateKeepsItem(t *testing.T, e *env) {
 			t.Errorf("Query(%s) after update = %d items, want only %s", ix, len(items), show(want.Projection(ix)))
 		}
 	}
+
+	// A string set in place of bytes replaces them; adding to bytes fails.
+	if _, err := e.s.Update(e.ctx, store.Increment(it.Key, map[string]int64{"zipped": 1})); err == nil {
+		t.Error("Update adding to a binary attribute succeeded")
+	}
+	e.wantItem(t, want)
+	got, err = e.s.Update(e.ctx, store.Op{Kind: store.OpUpdate, Key: it.Key, Set: map[string]string{"one": "1"}})
+	if err != nil {
+		t.Fatalf("Update setting a binary attribute's name: %v", err)
+	}
+	want.Attrs["one"] = "1"
+	delete(want.Bins, "one")
+	if !equal(got, want) {
+		t.Errorf("Update returned\n %s\nwant %s", show(got), show(want))
+	}
+	e.wantItem(t, want)
 }
 
 func testCanceled(t *testing.T, e *env) {

@@ -212,6 +212,9 @@ func normal(it store.Item) store.Item {
 	if len(it.Nums) == 0 {
 		it.Nums = nil
 	}
+	if len(it.Bins) == 0 {
+		it.Bins = nil
+	}
 	if len(it.Data) == 0 {
 		it.Data = nil
 	}
@@ -220,8 +223,8 @@ func normal(it store.Item) store.Item {
 
 // show formats an item for failure messages.
 func show(it store.Item) string {
-	return fmt.Sprintf("{%q/%q gsi1=%q gsi2=%q gsi3=%q attrs=%q nums=%v data=%q ttl=%d}",
-		it.PK, it.SK, it.GSI1, it.GSI2, it.GSI3, it.Attrs, it.Nums, it.Data, it.ExpiresAt)
+	return fmt.Sprintf("{%q/%q gsi1=%q gsi2=%q gsi3=%q attrs=%q nums=%v bins=%q data=%q ttl=%d}",
+		it.PK, it.SK, it.GSI1, it.GSI2, it.GSI3, it.Attrs, it.Nums, it.Bins, it.Data, it.ExpiresAt)
 }
 
 // clone returns a deep copy of it, so tests can keep an expectation while
@@ -229,6 +232,12 @@ func show(it store.Item) string {
 func clone(it store.Item) store.Item {
 	it.Attrs = maps.Clone(it.Attrs)
 	it.Nums = maps.Clone(it.Nums)
+	if bins := it.Bins; bins != nil {
+		it.Bins = make(map[string][]byte, len(bins))
+		for name, v := range bins {
+			it.Bins[name] = slices.Clone(v)
+		}
+	}
 	it.Data = slices.Clone(it.Data)
 	return it
 }

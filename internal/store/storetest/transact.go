@@ -11,7 +11,7 @@ import (
 func testConditions(t *testing.T, e *env) {
 	// The item that "present" cases start with.
 	base := func(k store.Key) store.Item {
-		return store.Item{Key: k, Attrs: map[string]string{"status": "active"}, Nums: map[string]int64{"n": 5}}
+		return store.Item{Key: k, Attrs: map[string]string{"status": "active"}, Nums: map[string]int64{"n": 5}, Bins: map[string][]byte{"b": []byte("5")}}
 	}
 	cases := []struct {
 		name    string
@@ -27,12 +27,15 @@ func testConditions(t *testing.T, e *env) {
 		{"AttrEquals/different", true, []store.Cond{store.AttrEquals("status", "paused")}, false},
 		{"AttrEquals/missing attr vs empty", true, []store.Cond{store.AttrEquals("other", "")}, false},
 		{"AttrEquals/number attr", true, []store.Cond{store.AttrEquals("n", "5")}, false},
+		{"AttrEquals/binary attr", true, []store.Cond{store.AttrEquals("b", "5")}, false},
 		{"AttrEquals/absent item", false, []store.Cond{store.AttrEquals("status", "active")}, false},
 		{"NumLess/less", true, []store.Cond{store.NumLess("n", 6)}, true},
 		{"NumLess/equal", true, []store.Cond{store.NumLess("n", 5)}, false},
 		{"NumLess/missing attr under 1", true, []store.Cond{store.NumLess("m", 1)}, true},
 		{"NumLess/missing attr under 0", true, []store.Cond{store.NumLess("m", 0)}, false},
 		{"NumLess/string attr", true, []store.Cond{store.NumLess("status", 10)}, false},
+		{"NumLess/binary attr", true, []store.Cond{store.NumLess("b", 10)}, false},
+		{"NumEquals/binary attr", true, []store.Cond{store.NumEquals("b", 0)}, false},
 		{"NumLess/absent item under 1", false, []store.Cond{store.NumLess("n", 1)}, true},
 		{"NumLess/absent item under 0", false, []store.Cond{store.NumLess("n", 0)}, false},
 		{"NumLess/absent item under -1", false, []store.Cond{store.NumLess("n", -1)}, false},
@@ -244,6 +247,11 @@ func testInvalid(t *testing.T, e *env) {
 		{"unknown op kind", []store.Op{{Key: k}}},
 		{"unknown condition kind", []store.Op{store.Put(item, store.Cond{})}},
 		{"attr and num of one name", []store.Op{store.Put(store.Item{Key: k, Attrs: map[string]string{"x": "1"}, Nums: map[string]int64{"x": 1}})}},
+		{"bin and attr of one name", []store.Op{store.Put(store.Item{Key: k, Attrs: map[string]string{"x": "1"}, Bins: map[string][]byte{"x": {1}}})}},
+		{"bin and num of one name", []store.Op{store.Put(store.Item{Key: k, Nums: map[string]int64{"x": 1}, Bins: map[string][]byte{"x": {1}}})}},
+		{"empty bin name", []store.Op{store.Put(store.Item{Key: k, Bins: map[string][]byte{"": {1}}})}},
+		{"empty bin value", []store.Op{store.Put(store.Item{Key: k, Bins: map[string][]byte{"b": {}}})}},
+		{"bin name not UTF-8", []store.Op{store.Put(store.Item{Key: k, Bins: map[string][]byte{"\xff": {1}}})}},
 		{"set and add of one name", []store.Op{{Kind: store.OpUpdate, Key: k, Set: map[string]string{"x": "1"}, Add: map[string]int64{"x": 1}}}},
 		{"empty attr name", []store.Op{store.Put(store.Item{Key: k, Attrs: map[string]string{"": "v"}})}},
 		{"empty num name", []store.Op{store.Put(store.Item{Key: k, Nums: map[string]int64{"": 1}})}},
@@ -279,6 +287,7 @@ func testInvalid(t *testing.T, e *env) {
 		cases = append(cases,
 			invalid{"attr " + name, []store.Op{store.Put(store.Item{Key: k, Attrs: map[string]string{name: "v"}})}},
 			invalid{"num " + name, []store.Op{store.Put(store.Item{Key: k, Nums: map[string]int64{name: 1}})}},
+			invalid{"bin " + name, []store.Op{store.Put(store.Item{Key: k, Bins: map[string][]byte{name: {1}}})}},
 			invalid{"set " + name, []store.Op{{Kind: store.OpUpdate, Key: k, Set: map[string]string{name: "v"}}}},
 			invalid{"add " + name, []store.Op{store.Increment(k, map[string]int64{name: 1})}},
 			invalid{"condition on " + name, []store.Op{store.Put(item, store.AttrEquals(name, "v"))}},
