@@ -122,8 +122,8 @@ const (
 // templates call methods by reflection, which the derivation cannot follow.
 var dashboardWrites = []string{"BAL#*", "BRD#*", "CAP#*", "CONFIG", "EVT#*", "HOLDLEASE#*", "HRC#*", "INV#*", "KEY#*", "OBX#*", "OFF#*", "OWED#*", "PAY#*", "PBT#*", "PINV#*", "PLOGIN#*", "PSESS#*", "RATE#*", "RST#*", "RUCP#*", "SESS#*", "TXN#*", "USER#*"}
 
-// errorsAlarm and throttlesAlarm describe each kind of function's
-// <Function>ErrorsAlarm and <Function>ThrottlesAlarm (%s: its logical id).
+// errorsAlarm describes each kind of function's <Function>ErrorsAlarm (%s:
+// its logical id).
 var errorsAlarm = map[kind]string{
 	apiFunction:        "%s failed an invocation (a crash or its 10 s timeout): API Gateway answered 500 for it.",
 	fallbackFunction:   "%s failed an invocation (a crash or its 10 s timeout): API Gateway answered 500 for it.",
@@ -135,16 +135,15 @@ var errorsAlarm = map[kind]string{
 	attemptFunction:    "A retry attempt task failed (%s, not the receiver); the state machine retries it, then abandons the delivery.",
 }
 
+// throttlesAlarm describes the <Function>ThrottlesAlarm of the kinds of
+// function with reserved concurrency, which Lambda refuses on their own;
+// the others share the account's, which lambdaThrottlesAlarm watches.
 var throttlesAlarm = map[kind]string{
-	apiFunction:        "Lambda refused to run %s (no concurrency left): its callers got a 5xx.",
-	fallbackFunction:   "Lambda refused to run %s (no concurrency left): its callers got a 5xx.",
-	approverFunction:   "An approver run (%s) was refused: the previous one still ran (reserved concurrency 1), approvals fall behind.",
+	approverFunction:   "An approver run (%s) was refused: 4 runs still went (its reserved concurrency), approvals fall behind.",
 	reconcilerFunction: "A reconciler run (%s) was refused: the previous one still ran (reserved concurrency 1).",
-	fanoutFunction:     "Lambda refused the fan-out (%s, no concurrency left): the stream waits and IteratorAge grows.",
-	rollupFunction:     "Lambda refused the rollups (%s, no concurrency left): the stream waits and IteratorAge grows.",
-	deliverFunction:    "Lambda refused deliver (%s, no concurrency left in the account): deliveries wait in DeliveryQueue.",
-	attemptFunction:    "Lambda refused an attempt task (%s, no concurrency left): the state machine retries it.",
 }
+
+const lambdaThrottlesAlarm = "Lambda refused to run a function of the account and region (no concurrency left): an API function's callers got a 5xx, stream and queue work waits and retries. The functions without reserved concurrency share the account's, so this watches them all."
 
 var functions = []function{
 	{ID: "OffersFunction", Dir: "offers", Timeout: 10, Kind: apiFunction, Routes: []string{

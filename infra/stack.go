@@ -483,11 +483,13 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		DimensionsMap: &map[string]*string{"FunctionName": reconciler.FunctionName()},
 		Period:        awscdk.Duration_Minutes(jsii.Number(5)), Statistic: jsii.String("Sum"),
 	})
-	alarms := []struct {
+	type alarmSpec struct {
 		id, description string
 		metric          awscloudwatch.Metric
 		threshold       float64
-	}{
+	}
+	alarms := []alarmSpec{
+		{"LambdaThrottlesAlarm", lambdaThrottlesAlarm, awslambda.Function_MetricAllThrottles(fiveMinutes), 0},
 		{"ApiServerErrorsAlarm", "The HTTP API answered 5xx (a function failed, timed out or was throttled, or answered 500 itself).", api.MetricServerError(fiveMinutes), 0},
 		{"DeliveryDLQAlarm", "Deliveries the delivery function failed 5 times are in DeliveryDLQ.", deliveryDLQ.MetricApproximateNumberOfMessagesVisible(nil), 0},
 		{"FanoutDLQAlarm", "Stream batches the fan-out failed are in FanoutDLQ.", fanoutDLQ.MetricApproximateNumberOfMessagesVisible(nil), 0},
@@ -502,20 +504,14 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 			deliveryQueue.MetricApproximateAgeOfOldestMessage(maximum), 600},
 		{"ReconcilerDeferralsAlarm", "A reconciler run left overdue work for a later run, because the delivery queue's backlog was over a minute of deliver's capacity (deliver is behind), or the run's time was up.", deferrals, 0},
 	}
-	// Every function's errors and throttles, one alarm each, named after it.
+	// Every function's errors, one alarm each, named after it; throttles of
+	// a function with reserved concurrency likewise, the others' together.
 	for _, f := range functions {
 		fn := byID[f.ID]
-		alarms = append(alarms,
-			struct {
-				id, description string
-				metric          awscloudwatch.Metric
-				threshold       float64
-			}{f.ID + "ErrorsAlarm", fmt.Sprintf(errorsAlarm[f.Kind], f.ID), fn.MetricErrors(fiveMinutes), 0},
-			struct {
-				id, description string
-				metric          awscloudwatch.Metric
-				threshold       float64
-			}{f.ID + "ThrottlesAlarm", fmt.Sprintf(throttlesAlarm[f.Kind], f.ID), fn.MetricThrottles(fiveMinutes), 0})
+		alarms = append(alarms, alarmSpec{f.ID + "ErrorsAlarm", fmt.Sprintf(errorsAlarm[f.Kind], f.ID), fn.MetricErrors(fiveMinutes), 0})
+		if description, ok := throttlesAlarm[f.Kind]; ok {
+			alarms = append(alarms, alarmSpec{f.ID + "ThrottlesAlarm", fmt.Sprintf(description, f.ID), fn.MetricThrottles(fiveMinutes), 0})
+		}
 	}
 	// Each alarm also says when it clears.
 	for _, a := range alarms {

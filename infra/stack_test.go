@@ -186,8 +186,8 @@ func TestResources(t *testing.T) {
 		"AWS::Lambda::EventSourceMapping":  3,
 		"AWS::Events::Rule":                float64(len(schedules)),
 		// An errors and a throttles alarm per function, and 13 others.
-		"AWS::CloudWatch::Alarm": float64(2*len(timeouts) + 13),
-		"AWS::KMS::Key":          1, // AlarmTopic's
+		"AWS::CloudWatch::Alarm": float64(len(timeouts) + 2 + 14), // errors of each function, throttles of the 2 reserved ones and of the account
+		"AWS::KMS::Key":          1,                               // AlarmTopic's
 		"AWS::SNS::Topic":        1,
 		"AWS::SNS::Subscription": 1, // with AlarmEmail set
 		"AWS::Logs::LogGroup":    float64(len(timeouts)),
@@ -752,8 +752,13 @@ func TestAlarms(t *testing.T) {
 	}
 	for id := range timeouts {
 		want[id+"ErrorsAlarm"] = alarm("AWS/Lambda", "Errors", "FunctionName", ref(id), "Sum", 0)
+	}
+	for _, id := range []string{"ApproverFunction", "ReconcilerFunction"} { // reserved concurrency
 		want[id+"ThrottlesAlarm"] = alarm("AWS/Lambda", "Throttles", "FunctionName", ref(id), "Sum", 0)
 	}
+	// The others share the account's concurrency: one alarm over them all.
+	want["LambdaThrottlesAlarm"] = alarm("AWS/Lambda", "Throttles", "", nil, "Sum", 0)
+	delete(want["LambdaThrottlesAlarm"], "Dimensions")
 	if got := len(s.resources("AWS::CloudWatch::Alarm")); got != len(want)+1 { // and TableThrottlesAlarm
 		t.Errorf("%d alarms, want %d", got, len(want)+1)
 	}

@@ -1118,8 +1118,8 @@ func TestAlarms(t *testing.T) {
 				t.Fatalf("%s has an expression and no metric", a.LogicalID)
 			}
 			metric, stat, period = a.Inputs[0].Namespace+" "+strings.Join(names, "+"), a.Inputs[0].Statistic, a.Inputs[0].Period
-		} else if len(a.Dimensions) != 1 {
-			t.Errorf("%s has dimensions %v, want one", a.LogicalID, a.Dimensions)
+		} else if len(a.Dimensions) != 1 && !(a.Namespace == "AWS/Lambda" && len(a.Dimensions) == 0) {
+			t.Errorf("%s has dimensions %v, want one (or none, all functions)", a.LogicalID, a.Dimensions)
 		}
 		got[a.LogicalID] = fmt.Sprintf("%s of %s: %s > %v", metric, watched(dims[0]), stat, a.Threshold)
 		if a.ComparisonOperator != "GreaterThanThreshold" || a.EvaluationPeriods != 1 || period != 300 || a.TreatMissingData != "notBreaching" {
@@ -1188,8 +1188,12 @@ func perFunction(t *testing.T, pattern string) []string {
 }
 
 // watched names the resource a metric's dimensions point at: the logical
-// id a dimension's value refers to (a queue by its name), or the value.
+// id a dimension's value refers to (a queue by its name), or the value;
+// "all functions" for AWS/Lambda's metric of the account and region.
 func watched(dims map[string]any) string {
+	if len(dims) == 0 {
+		return "all functions"
+	}
 	for _, name := range []string{"FunctionName", "QueueName", "StateMachineArn", "ApiId", "TableName"} {
 		switch v := dims[name].(type) {
 		case deploy.Intrinsic:
@@ -1248,11 +1252,14 @@ func TestEveryFailureHasAnAlarm(t *testing.T) {
 	for _, f := range fns {
 		by := map[string]any{"FunctionName": deploy.Ref(f.LogicalID)}
 		need(f.LogicalID+" fails", "AWS/Lambda", "Errors", by)
-		need(f.LogicalID+" is throttled", "AWS/Lambda", "Throttles", by)
+		if f.ReservedConcurrency > 0 { // refused on its own; the others share the account's
+			need(f.LogicalID+" is throttled", "AWS/Lambda", "Throttles", by)
+		}
 		if len(f.EventsOfType("DynamoDB")) > 0 {
 			need(f.LogicalID+" falls behind its stream", "AWS/Lambda", "IteratorAge", by)
 		}
 	}
+	need("a function without reserved concurrency is throttled", "AWS/Lambda", "Throttles", map[string]any{})
 	need("the HTTP API answers 5xx", "AWS/ApiGateway", "5xx", map[string]any{"ApiId": deploy.Ref("HttpApi")})
 	for _, id := range tpl.IDs("AWS::DynamoDB::Table") {
 		table, err := tpl.Table(id)
@@ -1323,7 +1330,7 @@ func TestRunbookHasEveryAlarm(t *testing.T) {
 	for _, id := range tpl.IDs("AWS::CloudWatch::Alarm") {
 		entry := id
 		for fn := range functions {
-			if rest, ok := strings.CutPrefix(id, fn); ok && (rest == "ErrorsAlarm" || rest == "ThrottlesAlarm") {
+			if rest, ok := strings.CutPrefix(id, fn); ok && rest == "ErrorsAlarm" {
 				entry = functionPattern + rest
 			}
 		}
