@@ -2,8 +2,6 @@ package webhooks
 
 import (
 	"context"
-	"errors"
-	"strings"
 	"time"
 
 	"github.com/tally-hq/tally"
@@ -16,8 +14,8 @@ import (
 	"github.com/tally-hq/tally/internal/trace"
 )
 
-// outboxAttr, on an event made from the stream, names the conversion whose
-// outbox entry it leaves when its deliveries are written.
+// outboxAttr, on an event made from the stream, names the conversion it
+// was made from; the fan-out's stream filter passes no event that has it.
 const outboxAttr = "outbox"
 
 // createdEvent is a conversion's conversion.created event as the fan-out
@@ -25,7 +23,7 @@ const outboxAttr = "outbox"
 // derived from the conversion's), so a repeated or re-driven fan-out
 // writes the same item. It is in no index (the events list, read by tests
 // and inspection, does not show it). It keeps the span the conversion's
-// item (or outbox entry) kept, read as from.
+// item kept, read as from.
 func createdEvent(c tally.Conversion, from store.Item, deliveryRetention time.Duration) store.Item {
 	evt := tally.Event{
 		ID:    ids.Derived("evt_", c.CreatedAt.Time, tally.EventConversionCreated+"/"+c.ID),
@@ -67,34 +65,14 @@ func (s *Engine) DispatchConversion(ctx context.Context, conversion store.Item, 
 }
 
 // inOutbox says whether an event's deliveries may not all be written yet:
-// it has its outbox key (gsi3), or it was made from the stream and names
-// its conversion's outbox entry (which may be gone already: leaving it
-// again costs a delete).
+// it has its outbox key (gsi3).
 func inOutbox(event store.Item) bool {
-	return event.GSI3 != (store.IndexKey{}) || event.Attrs[outboxAttr] != ""
+	return event.GSI3 != (store.IndexKey{})
 }
 
-// outboxedConversion is outboxedConversions for one entry: the id of its
-// event, or "" when the entry was deleted.
-func (s *Engine) outboxedConversion(ctx context.Context, it store.Item) (string, error) {
-	var c tally.Conversion
-	if err := records.Decode(it, &c); err != nil {
-		return "", err
-	}
-	_, err := s.db.Get(ctx, keys.Conversion(c.BrandID, c.ID))
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		err = s.db.Transact(ctx, store.Delete(it.Key, store.AttrEquals("at", it.Attrs["at"])))
-		if _, rewritten := store.FailedOp(err); rewritten {
-			err = nil // a retry of the request is completing it
-		}
-		return "", err
-	case err != nil:
-		return "", err
-	}
-	evt, err := s.writeCreatedEvent(ctx, c, it)
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimPrefix(evt.PK, "EVT#"), nil
+// fromStream says whether the fan-out made the event from the stream
+// (createdEvent): it is in no outbox, and a fan-out of it that failed is
+// made again from FanoutDLQ (StreamConversions).
+func fromStream(event store.Item) bool {
+	return event.Attrs[outboxAttr] != ""
 }

@@ -3,10 +3,13 @@ package webhooks
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
@@ -60,14 +63,59 @@ type Dropped struct {
 // (on AWS: the stream, the queue and the state machine) should have moved on
 // before cutoff but has not: events still in the outbox (not fanned out)
 // and pending deliveries whose next attempt was due. Both come from gsi3,
-// and the conversions' outbox entries (conversions.ForStream) from their
-// partitions, oldest first, at most limit of each: the first page of a
-// Sweep, which reads them all. Fanning out and attempting again are
-// idempotent, so the caller re-drives them through the usual steps. Only
-// the conversions' entries are written: each gets its event (as the fan-out
-// from the stream makes it) so that its id can be re-driven, or is deleted
-// when its conversion was never written (outboxedConversions). An entry it
-// cannot read is skipped, with a backoff (skip).
+// oldest first, at most limit of each: the first page of a Sweep, which
+// reads them all. Fanning out and attempting again are idempotent, so the
+// caller re-drives them through the usual steps. An item it cannot read is
+// skipped, with a backoff (skip).
 func (s *Engine) Overdue(ctx context.Context, cutoff time.Time, limit int) (Dropped, error) {
-	return s.Sweep(cutoff, limit, 1).Next(ctx, limit)
+	return s.Sweep(cutoff, limit).Next(ctx, limit)
+}
+
+// StreamConversions reads the conversions of every brand that are marked
+// for the fan-out (conversions.FanOutAttr) and whose ids (which sort by
+// the time they were made) fall between from and to, and hands them to
+// fn, a query's page at a time: the conversions whose stream records a
+// fan-out batch it gave up on may have held, its records' arrival times
+// being all that FanoutDLQ keeps of it. The caller dispatches them again
+// (DispatchConversion), which repeats nothing already done. fn returning
+// false stops the reading.
+func (s *Engine) StreamConversions(ctx context.Context, from, to time.Time, fn func([]store.Item) bool) error {
+	skFrom, skTo := ids.Floor("cnv_", from), ids.Ceil("cnv_", to)
+	brands := ""
+	for {
+		page, err := s.db.Query(ctx, store.Query{Index: store.GSI1, PK: keys.Brands, Limit: records.MaxScan, Cursor: brands})
+		if err != nil {
+			return err
+		}
+		for _, brand := range page.Items {
+			for shard := range keys.Shards {
+				more, err := s.streamConversionsOf(ctx, keys.ConversionPK(brand.GSI1.SK, shard), skFrom, skTo, fn)
+				if err != nil || !more {
+					return err
+				}
+			}
+		}
+		if brands = page.Cursor; brands == "" {
+			return nil
+		}
+	}
+}
+
+// streamConversionsOf is StreamConversions in one partition; false when fn
+// stopped it.
+func (s *Engine) streamConversionsOf(ctx context.Context, pk, skFrom, skTo string, fn func([]store.Item) bool) (bool, error) {
+	cursor := ""
+	for {
+		page, err := s.db.Query(ctx, store.Query{PK: pk, SKFrom: skFrom, SKTo: skTo, Limit: records.MaxScan, Cursor: cursor})
+		if err != nil {
+			return false, err
+		}
+		marked := slices.DeleteFunc(page.Items, func(it store.Item) bool { return it.Attrs[conversions.FanOutAttr] != conversions.FanOutFromStream })
+		if len(marked) > 0 && !fn(marked) {
+			return false, nil
+		}
+		if cursor = page.Cursor; cursor == "" {
+			return true, nil
+		}
+	}
 }
