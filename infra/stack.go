@@ -447,8 +447,8 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 	for _, id := range sendsDeliveries {
 		allow(roles[id], deliveryQueue.QueueArn(), nil, "sqs:SendMessage")
 	}
-	allow(roles["ReconcilerFunction"], deliveryQueue.QueueArn(), nil, "sqs:GetQueueAttributes")              // the backlog
-	allow(roles["ReconcilerFunction"], fanoutDLQ.QueueArn(), nil, "sqs:ReceiveMessage", "sqs:DeleteMessage") // failed stream batches
+	allow(roles["ReconcilerFunction"], deliveryQueue.QueueArn(), nil, "sqs:GetQueueAttributes")                                 // the backlog
+	allow(roles["ReconcilerFunction"], fanoutDLQ.QueueArn(), nil, "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:SendMessage") // failed stream batches, one left unfinished sent back
 	allow(roles["DeliverFunction"], retry.StateMachineArn(), nil, "states:StartExecution")
 	allow(roles["DeliverFunction"], jsii.String(fmt.Sprintf("arn:%s:states:%s:%s:execution:%s:*",
 		*stack.Partition(), *stack.Region(), *stack.Account(), *retry.StateMachineName())), nil, "states:DescribeExecution")

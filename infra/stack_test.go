@@ -907,7 +907,7 @@ func TestLeastPrivilege(t *testing.T) {
 	want["grant ReconcilerFunction Table"] = "dynamodb:GetItem dynamodb:PutItem dynamodb:Query"
 	want["grant ReconcilerFunction Table/index"] = "dynamodb:Query"
 	want["grant ReconcilerFunction DeliveryQueue"] = "sqs:GetQueueAttributes sqs:SendMessage"
-	want["grant ReconcilerFunction FanoutDLQ"] = "sqs:DeleteMessage sqs:ReceiveMessage" // failed stream batches
+	want["grant ReconcilerFunction FanoutDLQ"] = "sqs:DeleteMessage sqs:ReceiveMessage sqs:SendMessage" // failed stream batches
 	want["grant FanoutFunction DeliveryQueue"] = "sqs:SendMessage"
 	want["grant DeliveriesFunction DeliveryQueue"] = "sqs:SendMessage"
 	want["grant DashboardFunction DeliveryQueue"] = "sqs:SendMessage"

@@ -990,8 +990,8 @@ func TestLeastPrivilege(t *testing.T) {
 			add("DeliveryQueue", "sqs:SendMessage")
 		}
 		if m.Serve == "ServeReconciler" {
-			add("DeliveryQueue", "sqs:GetQueueAttributes")              // the backlog
-			add("FanoutDLQ", "sqs:ReceiveMessage", "sqs:DeleteMessage") // failed stream batches
+			add("DeliveryQueue", "sqs:GetQueueAttributes")                                 // the backlog
+			add("FanoutDLQ", "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:SendMessage") // failed stream batches
 		}
 		if f.Environment[lambdafn.EnvRetryStateMachineARN] != nil {
 			add("RetryStateMachine", "states:StartExecution")

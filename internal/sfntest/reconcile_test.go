@@ -1,6 +1,7 @@
 package sfntest_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,6 +20,7 @@ import (
 	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/lambdafn/api"
 	"github.com/tally-hq/tally/internal/lambdafn/deliver"
 	"github.com/tally-hq/tally/internal/lambdafn/fanout"
@@ -31,6 +33,7 @@ import (
 	"github.com/tally-hq/tally/internal/sqstest"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/store/dynamo"
+	"github.com/tally-hq/tally/internal/webhooks"
 )
 
 // These tests drop webhook work on purpose, each the way AWS can drop it,
@@ -280,6 +283,13 @@ func TestReconcileStreamBatchLost(t *testing.T) {
 // sequence numbers and its records' arrival times), not its records.
 func (p *pipeline) gaveUp(t *testing.T, batch []events.DynamoDBEventRecord) {
 	t.Helper()
+	p.gaveUpResumed(t, batch, webhooks.StreamPosition{})
+}
+
+// gaveUpResumed is gaveUp with the message as a reconciler run that ran
+// out of time queues it again: with where it got to.
+func (p *pipeline) gaveUpResumed(t *testing.T, batch []events.DynamoDBEventRecord, at webhooks.StreamPosition) {
+	t.Helper()
 	first, last := batch[0].Change.ApproximateCreationDateTime.Time, batch[0].Change.ApproximateCreationDateTime.Time
 	for _, rec := range batch {
 		if at := rec.Change.ApproximateCreationDateTime.Time; at.Before(first) {
@@ -288,12 +298,16 @@ func (p *pipeline) gaveUp(t *testing.T, batch []events.DynamoDBEventRecord) {
 			last = at
 		}
 	}
-	meta, _ := json.Marshal(map[string]any{"requestContext": map[string]any{"condition": "RetryAttemptsExhausted"},
+	msg := map[string]any{"requestContext": map[string]any{"condition": "RetryAttemptsExhausted"},
 		"DDBStreamBatchInfo": map[string]any{
 			"shardId": "shardId-00000001", "startSequenceNumber": batch[0].Change.SequenceNumber, "endSequenceNumber": batch[len(batch)-1].Change.SequenceNumber,
 			"approximateArrivalOfFirstRecord": first.UTC().Format(time.RFC3339Nano), "approximateArrivalOfLastRecord": last.UTC().Format(time.RFC3339Nano),
 			"batchSize": len(batch), "streamArn": batch[0].EventSourceArn,
-		}})
+		}}
+	if at != (webhooks.StreamPosition{}) {
+		msg["tallyResume"] = at
+	}
+	meta, _ := json.Marshal(msg)
 	if _, err := p.sqs.SendMessage(t.Context(), &sqs.SendMessageInput{QueueUrl: &p.fanoutDLQ.URL, MessageBody: ptr(string(meta))}); err != nil {
 		t.Fatal(err)
 	}
@@ -567,6 +581,30 @@ func TestReconcileConversionsTheStreamLost(t *testing.T) {
 	p.gaveUp(t, batch)
 	p.redriveBatch(t, 3)
 	p.recoveredConversions(t, delivered, a, b)
+}
+
+// A run ran out of time on a failed batch and queued its message again
+// with where it got to (tallyResume, after the second of four conversions
+// in the order it reads them: by shard, then id): the next run dispatches
+// only the conversions past it, and each conversion is delivered once.
+func TestReconcileConversionsBatchResumed(t *testing.T) {
+	t.Parallel()
+	p := newConversionPipeline(t)
+	ids := []string{p.convert(t, "order-1"), p.convert(t, "order-2"), p.convert(t, "order-3"), p.convert(t, "order-4")}
+	slices.SortFunc(ids, func(a, b string) int {
+		return cmp.Or(cmp.Compare(keys.ShardOf(a), keys.ShardOf(b)), strings.Compare(a, b))
+	})
+	all := p.conversionRecords(t)
+	done := slices.DeleteFunc(slices.Clone(all), func(rec events.DynamoDBEventRecord) bool {
+		return !slices.Contains(ids[:2], rec.Change.Keys["sk"].String())
+	})
+	p.fanout(t, p.send, done) // what the run that ran out of time dispatched
+	if n := p.deliverAll(t); n != 2 {
+		t.Fatalf("deliver took %d messages, want the first two conversions'", n)
+	}
+	p.gaveUpResumed(t, all, webhooks.StreamPosition{Brand: p.brand.ID, Shard: keys.ShardOf(ids[1]), After: ids[1]})
+	p.redriveBatch(t, 2)
+	p.recoveredConversions(t, ids...)
 }
 
 // The fan-out made the conversion's event but could not queue its

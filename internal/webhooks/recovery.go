@@ -71,25 +71,39 @@ func (s *Engine) Overdue(ctx context.Context, cutoff time.Time, limit int) (Drop
 	return s.Sweep(cutoff, limit).Next(ctx, limit)
 }
 
+// StreamPosition is where StreamConversions got to: past the conversion
+// After in shard Shard of brand Brand (the zero position: the start).
+type StreamPosition struct {
+	Brand string `json:"brandId,omitempty"`
+	Shard int    `json:"shard,omitempty"`
+	After string `json:"after,omitempty"`
+}
+
 // StreamConversions reads the conversions of every brand that are marked
 // for the fan-out (conversions.FanOutAttr) and whose ids (which sort by
-// the time they were made) fall between from and to, and hands them to
-// fn, a query's page at a time: the conversions whose stream records a
-// fan-out batch it gave up on may have held, its records' arrival times
-// being all that FanoutDLQ keeps of it. The caller dispatches them again
-// (DispatchConversion), which repeats nothing already done. fn returning
-// false stops the reading.
-func (s *Engine) StreamConversions(ctx context.Context, from, to time.Time, fn func([]store.Item) bool) error {
+// the time they were made) fall between from and to, from the position at
+// on (brands in id order, then shards, then ids), and hands them to fn, a
+// query's page at a time, with the position past that page: the
+// conversions whose stream records a fan-out batch it gave up on may have
+// held, its records' arrival times being all that FanoutDLQ keeps of it.
+// The caller dispatches them again (DispatchConversion), which repeats
+// nothing already done, and may go on later from a position fn was given.
+// fn returning false stops the reading.
+func (s *Engine) StreamConversions(ctx context.Context, from, to time.Time, at StreamPosition, fn func([]store.Item, StreamPosition) bool) error {
 	skFrom, skTo := ids.Floor("cnv_", from), ids.Ceil("cnv_", to)
 	brands := ""
 	for {
-		page, err := s.db.Query(ctx, store.Query{Index: store.GSI1, PK: keys.Brands, Limit: records.MaxScan, Cursor: brands})
+		page, err := s.db.Query(ctx, store.Query{Index: store.GSI1, PK: keys.Brands, SKFrom: at.Brand, Limit: records.MaxScan, Cursor: brands})
 		if err != nil {
 			return err
 		}
 		for _, brand := range page.Items {
-			for shard := range keys.Shards {
-				more, err := s.streamConversionsOf(ctx, keys.ConversionPK(brand.GSI1.SK, shard), skFrom, skTo, fn)
+			pos := StreamPosition{Brand: brand.GSI1.SK}
+			if pos.Brand == at.Brand {
+				pos = at
+			}
+			for ; pos.Shard < keys.Shards; pos.Shard, pos.After = pos.Shard+1, "" {
+				more, err := s.streamConversionsOf(ctx, pos, skFrom, skTo, fn)
 				if err != nil || !more {
 					return err
 				}
@@ -101,17 +115,23 @@ func (s *Engine) StreamConversions(ctx context.Context, from, to time.Time, fn f
 	}
 }
 
-// streamConversionsOf is StreamConversions in one partition; false when fn
-// stopped it.
-func (s *Engine) streamConversionsOf(ctx context.Context, pk, skFrom, skTo string, fn func([]store.Item) bool) (bool, error) {
+// streamConversionsOf is StreamConversions in the shard of pos, past its
+// After; false when fn stopped it.
+func (s *Engine) streamConversionsOf(ctx context.Context, pos StreamPosition, skFrom, skTo string, fn func([]store.Item, StreamPosition) bool) (bool, error) {
+	if pos.After != "" {
+		// Past After: ids have one length, so the next one differs from
+		// it within that length and sorts after any suffix of it.
+		skFrom = max(skFrom, pos.After+"~")
+	}
 	cursor := ""
 	for {
-		page, err := s.db.Query(ctx, store.Query{PK: pk, SKFrom: skFrom, SKTo: skTo, Limit: records.MaxScan, Cursor: cursor})
-		if err != nil {
-			return false, err
+		page, err := s.db.Query(ctx, store.Query{PK: keys.ConversionPK(pos.Brand, pos.Shard), SKFrom: skFrom, SKTo: skTo, Limit: records.MaxScan, Cursor: cursor})
+		if err != nil || len(page.Items) == 0 {
+			return err == nil, err
 		}
+		pos.After = page.Items[len(page.Items)-1].SK
 		marked := slices.DeleteFunc(page.Items, func(it store.Item) bool { return it.Attrs[conversions.FanOutAttr] != conversions.FanOutFromStream })
-		if len(marked) > 0 && !fn(marked) {
+		if len(marked) > 0 && !fn(marked, pos) {
 			return false, nil
 		}
 		if cursor = page.Cursor; cursor == "" {

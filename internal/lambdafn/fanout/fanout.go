@@ -25,6 +25,7 @@ import (
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/sqsjson"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/webhooks"
@@ -164,6 +165,7 @@ type ReconcileQueue interface {
 // of the SQS client it uses (*sqsjson.Client), and the queue's URL.
 type DLQ struct {
 	Client interface {
+		queue.Queue
 		Receive(ctx context.Context, queueURL string, n int, visibility time.Duration) ([]sqsjson.Received, error)
 		Delete(ctx context.Context, queueURL, receiptHandle string) error
 	}
@@ -433,10 +435,11 @@ func (r Reconciler) dispatchAll(ctx context.Context, q queue.Queue, queueURL str
 // (widened by BatchMargin, across brands: webhooks.Engine.StreamConversions),
 // Workers at a time, and queues their messages; the events the batch held
 // are in the outbox, for the sweep. It deletes a batch's message once all of
-// its conversions are dispatched and queued; one it could not read, or
-// whose dispatch failed or ran out of time, is left (batchVisibility) for a
-// later run, which dispatches it again, repeating nothing already done. It
-// returns the errors.
+// its conversions are dispatched and queued. One whose time ran out is
+// queued again with where it got to (failedBatch.Resume) for the next run;
+// one it could not read or whose dispatch failed is left
+// (batchVisibility), and a later run dispatches it again, repeating
+// nothing already done. It returns the errors.
 func (r Reconciler) streamBatches(ctx context.Context, engine *webhooks.Engine, q queue.Queue, queueURL string, stop time.Time, res *ReconcilerResult, log *slog.Logger) []error {
 	if r.FanoutDLQ == nil {
 		return nil
@@ -451,13 +454,13 @@ func (r Reconciler) streamBatches(ctx context.Context, engine *webhooks.Engine, 
 			return errs
 		}
 		for _, m := range msgs {
-			from, to, err := batchSpan(m.Body)
+			b, err := readBatch(m.Body)
 			if err == nil {
-				err = r.streamBatch(ctx, engine, q, queueURL, from.Add(-BatchMargin), to.Add(BatchMargin), stop, res)
+				err = r.streamBatch(ctx, engine, q, queueURL, &b, stop, res)
 			}
 			if errors.Is(err, errLeft) {
 				res.OutOfTime = true
-				return errs
+				err = r.FanoutDLQ.Client.SendBatch(ctx, r.FanoutDLQ.URL, sqsjson.Messages(b.body()))
 			}
 			if err == nil {
 				err = r.FanoutDLQ.Client.Delete(ctx, r.FanoutDLQ.URL, m.ReceiptHandle)
@@ -467,6 +470,9 @@ func (r Reconciler) streamBatches(ctx context.Context, engine *webhooks.Engine, 
 				errs = append(errs, fmt.Errorf("failed stream batch: %w", err))
 				continue
 			}
+			if res.OutOfTime {
+				return errs // the others received come back after batchVisibility
+			}
 			res.Batches++
 		}
 	}
@@ -474,12 +480,13 @@ func (r Reconciler) streamBatches(ctx context.Context, engine *webhooks.Engine, 
 	return errs
 }
 
-// streamBatch dispatches again the conversions made between from and to
-// (streamBatches); errLeft when stop came first.
-func (r Reconciler) streamBatch(ctx context.Context, engine *webhooks.Engine, q queue.Queue, queueURL string, from, to, stop time.Time, res *ReconcilerResult) error {
+// streamBatch dispatches again the conversions of b (streamBatches), and
+// moves b.Resume past each page it dispatched; errLeft when stop came
+// first.
+func (r Reconciler) streamBatch(ctx context.Context, engine *webhooks.Engine, q queue.Queue, queueURL string, b *failedBatch, stop time.Time, res *ReconcilerResult) error {
 	reads := webhooks.NewReads()
 	var failed error
-	err := engine.StreamConversions(ctx, from, to, func(items []store.Item) bool {
+	err := engine.StreamConversions(ctx, b.First.Add(-BatchMargin), b.Last.Add(BatchMargin), b.Resume, func(items []store.Item, next webhooks.StreamPosition) bool {
 		errs, _ := r.dispatchAll(ctx, q, queueURL, len(items), stop, func(i int) ([]webhooks.DeliveryMessage, error) {
 			return engine.DispatchConversion(ctx, items[i], reads)
 		})
@@ -491,28 +498,54 @@ func (r Reconciler) streamBatch(ctx context.Context, engine *webhooks.Engine, q 
 				failed = fmt.Errorf("conversion %s: %w", items[i].SK, err)
 			}
 		}
+		if failed == nil {
+			b.Resume = next
+		}
 		return failed == nil
 	})
 	return errors.Join(err, failed)
 }
 
-// batchSpan is when the first and the last record of a failed stream
-// batch reached the stream: what its FanoutDLQ message (Lambda's
-// on-failure record, its DDBStreamBatchInfo) says of it.
-func batchSpan(body string) (from, to time.Time, err error) {
-	var msg struct {
-		Info struct {
-			First time.Time `json:"approximateArrivalOfFirstRecord"`
-			Last  time.Time `json:"approximateArrivalOfLastRecord"`
-		} `json:"DDBStreamBatchInfo"`
+// failedBatch is a FanoutDLQ message: Lambda's on-failure record of a
+// stream batch, whose DDBStreamBatchInfo says when its first and last
+// records reached the stream, and, once a run ran out of time on it,
+// where that run got to.
+type failedBatch struct {
+	First, Last time.Time
+	Resume      webhooks.StreamPosition
+	fields      map[string]json.RawMessage // the message's, kept as they are
+}
+
+// resumeField is the field of a FanoutDLQ message the reconciler adds.
+const resumeField = "tallyResume"
+
+// readBatch reads a FanoutDLQ message.
+func readBatch(body string) (failedBatch, error) {
+	var b failedBatch
+	var info struct {
+		First time.Time `json:"approximateArrivalOfFirstRecord"`
+		Last  time.Time `json:"approximateArrivalOfLastRecord"`
 	}
-	if err := json.Unmarshal([]byte(body), &msg); err != nil {
-		return from, to, fmt.Errorf("read the message: %w", err)
+	if err := json.Unmarshal([]byte(body), &b.fields); err != nil {
+		return b, fmt.Errorf("read the message: %w", err)
 	}
-	if msg.Info.First.IsZero() || msg.Info.Last.Before(msg.Info.First) {
-		return from, to, fmt.Errorf("the message gives no arrival times (DDBStreamBatchInfo.approximateArrivalOfFirstRecord, …LastRecord)")
+	if err := json.Unmarshal(b.fields["DDBStreamBatchInfo"], &info); err != nil || info.First.IsZero() || info.Last.Before(info.First) {
+		return b, fmt.Errorf("the message gives no arrival times (DDBStreamBatchInfo.approximateArrivalOfFirstRecord, …LastRecord)")
 	}
-	return msg.Info.First, msg.Info.Last, nil
+	b.First, b.Last = info.First, info.Last
+	if raw, ok := b.fields[resumeField]; ok {
+		if err := json.Unmarshal(raw, &b.Resume); err != nil {
+			return b, fmt.Errorf("read the message's %s: %w", resumeField, err)
+		}
+	}
+	return b, nil
+}
+
+// body is the message of b, with where it got to.
+func (b failedBatch) body() string {
+	b.fields[resumeField] = records.MustJSON(b.Resume)
+	out, _ := json.Marshal(b.fields) // raw JSON fields always marshal
+	return string(out)
 }
 
 // errLeft marks an event a run had no time to fan out.
