@@ -285,7 +285,7 @@ func (r Reconciler) Handler(engine *webhooks.Engine, q ReconcileQueue, queueURL 
 			// deliveries carried in a lost message have nothing else that
 			// finds them. Deliveries wait for a run that reads it.
 			errs = append(errs, err)
-			errs = append(errs, r.streamBatches(ctx, engine, q, queueURL, stop, &res, log)...)
+			errs = append(errs, r.streamBatches(ctx, engine, q, queueURL, halfway(stop), &res, log)...)
 			errs = append(errs, r.sweep(ctx, engine, q, queueURL, stop, false, &res, skipped)...)
 		case res.Backlog >= r.Backlog:
 			res.Deferred = true
@@ -293,10 +293,12 @@ func (r Reconciler) Handler(engine *webhooks.Engine, q ReconcileQueue, queueURL 
 		default:
 			// The release first, with at most half the time: a sweep with
 			// more than a run can take does not starve it.
-			if err := r.release(ctx, engine, q, queueURL, time.Now().Add(time.Until(stop)/2), &res, skipped); err != nil {
+			if err := r.release(ctx, engine, q, queueURL, halfway(stop), &res, skipped); err != nil {
 				errs = append(errs, fmt.Errorf("release parked deliveries: %w", err))
 			}
-			errs = append(errs, r.streamBatches(ctx, engine, q, queueURL, stop, &res, log)...)
+			// Then the failed stream batches, with at most half of the rest:
+			// a span of many conversions does not starve the sweep.
+			errs = append(errs, r.streamBatches(ctx, engine, q, queueURL, halfway(stop), &res, log)...)
 			errs = append(errs, r.sweep(ctx, engine, q, queueURL, stop, true, &res, skipped)...)
 		}
 		if res.OutOfTime || res.Unfinished > 0 {
@@ -310,6 +312,9 @@ func (r Reconciler) Handler(engine *webhooks.Engine, q ReconcileQueue, queueURL 
 		return res, errors.Join(errs...)
 	}
 }
+
+// halfway is half the time from now to stop.
+func halfway(stop time.Time) time.Time { return time.Now().Add(time.Until(stop) / 2) }
 
 // stopAt is when a run starts nothing more (Margin).
 func (r Reconciler) stopAt(ctx context.Context) time.Time {
