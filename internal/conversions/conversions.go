@@ -662,6 +662,9 @@ func (s *Service) replay(ctx context.Context, c tally.Conversion) (tally.Convers
 	if err != nil || written {
 		return first, false, err
 	}
+	if !s.writing.apart(first, 0) { // its marker and conversion are one transaction
+		return first, false, fmt.Errorf("replay: the marker of %q names conversion %s, which is not there: %w", c.ExternalTxnID, first.ID, store.ErrNotFound)
+	}
 	created, err := s.putNew(ctx, first)
 	if err != nil || created {
 		return first, created, err

@@ -1693,7 +1693,7 @@ func TestStreamFilterPassesEventInsertsOnly(t *testing.T) {
 		}
 	}
 	// partner.applied, partner.approved, conversion.approved; the conversion
-	// (its outbox entry and marker are among the others).
+	// (its marker is among the others).
 	if nEvents < 3 || nMade != 1 || nConversions != 1 || nOthers < 6 || nRate != 1 {
 		t.Errorf("saw %d event writes, %d made by the fan-out, %d conversions, %d others, %d rate counts: the scenario no longer exercises the filter", nEvents, nMade, nConversions, nOthers, nRate)
 	}

@@ -477,7 +477,7 @@ func newConversionPipeline(t *testing.T) *conversionPipeline {
 }
 
 // conversionTraceID is the trace every conversion request continues: its
-// event, made from the stream or from the outbox entry, keeps it.
+// event, made from the stream or again from FanoutDLQ, keeps it.
 const conversionTraceID = "5c1f0e527f1b4d2f9a550c1d2e3f4a5b"
 
 // post records a conversion through the conversions function over st and
