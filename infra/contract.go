@@ -59,6 +59,7 @@ const (
 	envClickRateLimit       = "TALLY_CLICK_RATE_LIMIT"
 	envDeliveryRetention    = "TALLY_DELIVERY_RETENTION_DAYS"
 	envDeliverConcurrency   = "TALLY_DELIVER_MAX_CONCURRENCY"
+	envFanoutDLQURL         = "TALLY_FANOUT_DLQ_URL"
 )
 
 // approverRuns is the approver's reserved concurrency: the runs that
@@ -97,7 +98,7 @@ const maxRecordAge = 6 * 3600
 var writeKeys = map[string]map[string][]string{
 	"OffersFunction":       {put: {"BRD#*", "CONFIG", "OFF#*"}, update: {"KEY#*", "RATE#*"}},
 	"PartnersFunction":     {put: {"BRD#*", "CONFIG", "EVT#*", "PINV#*"}, update: {"BRD#*", "KEY#*", "RATE#*"}, del: {"BRD#*", "HRC#*"}},
-	"ConversionsFunction":  {put: {"BRD#*", "CONFIG", "EVT#*", "OBX#*", "PBT#*", "TXN#*"}, update: {"BAL#*", "BRD#*", "CAP#*", "KEY#*", "OWED#*", "RATE#*"}, del: {"BRD#*", "PBT#*"}},
+	"ConversionsFunction":  {put: {"BRD#*", "CONFIG", "EVT#*", "PBT#*", "TXN#*"}, update: {"BAL#*", "BRD#*", "CAP#*", "KEY#*", "OWED#*", "RATE#*"}, del: {"BRD#*", "PBT#*"}},
 	"ReportsFunction":      {update: {"RATE#*", "KEY#*"}},
 	"PayoutsFunction":      {put: {"BRD#*", "CONFIG", "EVT#*"}, update: {"BAL#*", "BRD#*", "KEY#*", "PAY#*", "RATE#*"}, del: {"OWED#*"}},
 	"ApplicationsFunction": {put: {"BRD#*", "EVT#*"}, update: {"KEY#*", "RATE#*"}},
@@ -120,7 +121,7 @@ const (
 
 // dashboardWrites are every partition the dashboard's code names: its
 // templates call methods by reflection, which the derivation cannot follow.
-var dashboardWrites = []string{"BAL#*", "BRD#*", "CAP#*", "CONFIG", "EVT#*", "HOLDLEASE#*", "HRC#*", "INV#*", "KEY#*", "OBX#*", "OFF#*", "OWED#*", "PAY#*", "PBT#*", "PINV#*", "PLOGIN#*", "PSESS#*", "RATE#*", "RST#*", "RUCP#*", "SESS#*", "TXN#*", "USER#*"}
+var dashboardWrites = []string{"BAL#*", "BRD#*", "CAP#*", "CONFIG", "EVT#*", "HOLDLEASE#*", "HRC#*", "INV#*", "KEY#*", "OFF#*", "OWED#*", "PAY#*", "PBT#*", "PINV#*", "PLOGIN#*", "PSESS#*", "RATE#*", "RST#*", "RUCP#*", "SESS#*", "TXN#*", "USER#*"}
 
 // errorsAlarm describes each kind of function's <Function>ErrorsAlarm (%s:
 // its logical id).
@@ -261,10 +262,10 @@ var functions = []function{
 var tableActions = map[kind][]string{
 	apiFunction:        {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:ConditionCheckItem"}, // and writeKeys' writes
 	approverFunction:   {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
-	fanoutFunction:     {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem"},      // DeleteItem: a conversion's outbox entry
-	deliverFunction:    {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}, // and the endpoint's health
+	fanoutFunction:     {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem"},
+	deliverFunction:    {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, // and the endpoint's health
 	attemptFunction:    {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
-	reconcilerFunction: {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem"},
+	reconcilerFunction: {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem"},
 	rollupFunction:     {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, // the shard checkpoints, the rollups
 }
 

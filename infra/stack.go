@@ -316,6 +316,7 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 	}
 	deliver.AddEnvironment(jsii.String(envRetryStateMachineARN), retry.StateMachineArn(), nil)
 	byID["ReconcilerFunction"].AddEnvironment(jsii.String(envDeliverConcurrency), deliverConcurrency.ValueAsString(), nil)
+	byID["ReconcilerFunction"].AddEnvironment(jsii.String(envFanoutDLQURL), fanoutDLQ.QueueUrl(), nil)
 
 	// HTTP API (payload format 2.0), one integration per function. The
 	// fallback's is the default integration: the $default route, which gets
@@ -436,7 +437,7 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 	})
 	overrideID(schedule, "ApproverSchedule")
 	reconcile := awsevents.NewRule(stack, jsii.String("ReconcilerSchedule"), &awsevents.RuleProps{
-		Description: jsii.String("Re-drives events not fanned out and deliveries overdue by more than 10 minutes."),
+		Description: jsii.String("Re-drives events not fanned out, the conversions of failed stream batches and deliveries overdue by more than 10 minutes."),
 		Schedule:    awsevents.Schedule_Expression(jsii.String(reconcilerSchedule)),
 		Targets:     &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(reconciler, nil)},
 	})
@@ -446,7 +447,8 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 	for _, id := range sendsDeliveries {
 		allow(roles[id], deliveryQueue.QueueArn(), nil, "sqs:SendMessage")
 	}
-	allow(roles["ReconcilerFunction"], deliveryQueue.QueueArn(), nil, "sqs:GetQueueAttributes") // the backlog
+	allow(roles["ReconcilerFunction"], deliveryQueue.QueueArn(), nil, "sqs:GetQueueAttributes")                                 // the backlog
+	allow(roles["ReconcilerFunction"], fanoutDLQ.QueueArn(), nil, "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:SendMessage") // failed stream batches, one left unfinished sent back
 	allow(roles["DeliverFunction"], retry.StateMachineArn(), nil, "states:StartExecution")
 	allow(roles["DeliverFunction"], jsii.String(fmt.Sprintf("arn:%s:states:%s:%s:execution:%s:*",
 		*stack.Partition(), *stack.Region(), *stack.Account(), *retry.StateMachineName())), nil, "states:DescribeExecution")

@@ -139,6 +139,7 @@ func wantEnv(id string) map[string]any {
 	}
 	if id == "ReconcilerFunction" {
 		env["TALLY_DELIVER_MAX_CONCURRENCY"] = ref("DeliverMaxConcurrency")
+		env["TALLY_FANOUT_DLQ_URL"] = ref("FanoutDLQ")
 	}
 	return env
 }
@@ -897,20 +898,21 @@ func TestLeastPrivilege(t *testing.T) {
 	}
 	want["grant ApproverFunction Table"] = "dynamodb:GetItem dynamodb:PutItem dynamodb:UpdateItem"
 	want["grant ApproverFunction Table/index"] = "dynamodb:Query"
-	want["grant FanoutFunction Table"] = "dynamodb:DeleteItem dynamodb:GetItem dynamodb:PutItem dynamodb:Query"
+	want["grant FanoutFunction Table"] = "dynamodb:GetItem dynamodb:PutItem dynamodb:Query"
 	want["grant FanoutFunction Table/stream"] = "dynamodb:DescribeStream dynamodb:GetRecords dynamodb:GetShardIterator dynamodb:ListStreams"
 	want["grant FanoutFunction FanoutDLQ"] = "sqs:SendMessage" // the stream's on-failure destination
 	want["grant RollupFunction RollupDLQ"] = "sqs:SendMessage"
 	want["grant RollupFunction Table"] = "dynamodb:GetItem dynamodb:PutItem dynamodb:UpdateItem"
 	want["grant RollupFunction Table/stream"] = "dynamodb:DescribeStream dynamodb:GetRecords dynamodb:GetShardIterator dynamodb:ListStreams"
-	want["grant DeliverFunction Table"] = "dynamodb:DeleteItem dynamodb:GetItem dynamodb:PutItem dynamodb:UpdateItem"
+	want["grant DeliverFunction Table"] = "dynamodb:GetItem dynamodb:PutItem dynamodb:UpdateItem"
 	want["grant DeliverFunction DeliveryQueue"] = "sqs:DeleteMessage sqs:GetQueueAttributes sqs:ReceiveMessage sqs:SendMessage" // and paced deliveries back
 	want["grant DeliverFunction RetryStateMachine"] = "states:StartExecution"
 	want["grant DeliverFunction RetryStateMachine/executions"] = "states:DescribeExecution"
 	want["grant AttemptFunction Table"] = "dynamodb:GetItem dynamodb:PutItem dynamodb:UpdateItem"
-	want["grant ReconcilerFunction Table"] = "dynamodb:DeleteItem dynamodb:GetItem dynamodb:PutItem dynamodb:Query"
+	want["grant ReconcilerFunction Table"] = "dynamodb:GetItem dynamodb:PutItem dynamodb:Query"
 	want["grant ReconcilerFunction Table/index"] = "dynamodb:Query"
 	want["grant ReconcilerFunction DeliveryQueue"] = "sqs:GetQueueAttributes sqs:SendMessage"
+	want["grant ReconcilerFunction FanoutDLQ"] = "sqs:DeleteMessage sqs:ReceiveMessage sqs:SendMessage" // failed stream batches
 	want["grant FanoutFunction DeliveryQueue"] = "sqs:SendMessage"
 	want["grant DeliveriesFunction DeliveryQueue"] = "sqs:SendMessage"
 	want["grant DashboardFunction DeliveryQueue"] = "sqs:SendMessage"

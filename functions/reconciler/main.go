@@ -1,5 +1,6 @@
 // Command reconciler is the scheduled Lambda function (an EventBridge rule,
 // every five minutes) that re-drives webhook work the pipeline dropped:
+// the conversions of the stream batches the fan-out gave up on (FanoutDLQ),
 // events not fanned out and pending deliveries whose next attempt is
 // overdue.
 package main

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -137,10 +136,11 @@ func (in ConversionInput) validate() error {
 
 // RecordConversion stores a conversion for the brand. It returns created =
 // false, and the first conversion, when the same (offer, externalTxnId) was
-// recorded before. The conversion, its idempotency marker, cap counters,
-// report rollup (unless reports.FromStream) and events are one transaction;
-// with ForStream, its outbox entry instead of its event, and
-// without caps or click no transaction (putConversion).
+// recorded before, or true with the first conversion when this request
+// completed it (replay). The conversion, its idempotency marker, cap
+// counters, report rollup (unless reports.FromStream) and events are one
+// transaction; with ForStream, without its event (the fan-out makes it from
+// the stream), and without caps or click no transaction (putConversion).
 //
 // A conversion that names a click takes its offer, partner and subs from
 // the click, which must be younger than the offer's attribution window.
@@ -182,13 +182,13 @@ func (s *Service) RecordConversion(ctx context.Context, brandID string, in Conve
 		if errors.Is(err, offers.ErrChanged) && attempt < offers.MaxReloads {
 			continue // the cache had an older revision, now replaced: build c again
 		}
+		if err == nil && !created {
+			c, created, err = s.replay(ctx, c)
+		}
 		if err == nil && created {
 			s.entered(c.Status)
 		}
-		if err != nil || created {
-			return c, created, err
-		}
-		return s.replay(ctx, c)
+		return c, created, err
 	}
 }
 
@@ -217,8 +217,8 @@ func (s *Service) refusedUnlessRecorded(ctx context.Context, c tally.Conversion,
 	if c.ExternalTxnID == "" {
 		return c, false, refusal
 	}
-	first, _, err := s.replay(ctx, c)
-	if errors.Is(err, store.ErrNotFound) {
+	first, written, err := s.firstRecorded(ctx, c)
+	if errors.Is(err, store.ErrNotFound) || err == nil && !written {
 		return c, false, refusal
 	}
 	return first, false, err
@@ -323,7 +323,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 	if s.writing.apart(c, len(caps)) {
 		return s.putConversion(ctx, c)
 	}
-	created, err := s.writing.created(ctx, s, c, now)
+	created, err := s.writing.created(s, c, now)
 	if err != nil {
 		return false, err
 	}
@@ -369,7 +369,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 			ops = append(ops, attributedOp(c))
 		}
 		ops = append(ops, rollups...)
-		ops = append(ops, created)
+		ops = append(ops, created...)
 		ops = append(ops, capEvents...)
 
 		err := s.events.Transact(ctx, ops...)
@@ -432,7 +432,7 @@ func conversionJSON(c *tally.Conversion) []byte {
 	return jsonenc.Conversion(make([]byte, 0, 640), c, jsonenc.EscapeHTML)
 }
 
-// idJSON is json.Marshal(id), the body of a slim idempotency marker.
+// idJSON is json.Marshal(id), the body of an idempotency marker.
 func idJSON(id string) []byte {
 	return jsonenc.String(make([]byte, 0, len(id)+2), id, jsonenc.EscapeHTML)
 }
@@ -592,23 +592,6 @@ func (s *Service) newConversionItem(ctx context.Context, c tally.Conversion) sto
 	return item
 }
 
-// outboxEntry is a conversion's outbox entry: the conversion as created
-// (its event is made from it when the stream's record of the conversion was
-// lost), and when it was written ("at", the wall clock), so that the
-// reconciler leaves an entry a retry completing an older conversion wrote
-// within its grace, and deletes an entry left by a failed request only as
-// it read it. It keeps the request's span for the event made from it.
-func (s *Service) outboxEntry(ctx context.Context, c tally.Conversion) store.Item {
-	attrs := map[string]string{"at": strconv.FormatInt(time.Now().UnixNano(), 10)}
-	trace.Keep(ctx, attrs)
-	return store.Item{
-		Key:       keys.ConversionOutbox(c.ID),
-		Attrs:     attrs,
-		Data:      records.MustJSON(c),
-		ExpiresAt: c.CreatedAt.Add(s.events.Keep()).Unix(),
-	}
-}
-
 // markerTTL is how long after its conversion an (offer, externalTxnId)
 // idempotency marker is kept, and the same pair replays the first
 // conversion: longer than any window in which the pair can come again for
@@ -624,11 +607,13 @@ func txnMarker(c tally.Conversion, data []byte) store.Item {
 }
 
 // putConversion writes a conversion without caps or click apart
-// (ForStream): the marker first, which makes this request the
-// conversion's creator; false when another request's marker is there.
+// (ForStream): its marker, holding its id, first, which makes this request
+// the conversion's creator, then the conversion. It returns false when
+// another request's marker is there, or when a retry completing the
+// conversion wrote it first (replay reads it then).
 func (s *Service) putConversion(ctx context.Context, c tally.Conversion) (bool, error) {
 	if c.ExternalTxnID != "" {
-		err := s.events.Transact(ctx, store.Put(txnMarker(c, records.MustJSON(c)), store.NotExists()))
+		err := s.events.Transact(ctx, store.Put(txnMarker(c, idJSON(c.ID)), store.NotExists()))
 		if _, exists := store.FailedOp(err); exists {
 			return false, nil
 		}
@@ -636,59 +621,61 @@ func (s *Service) putConversion(ctx context.Context, c tally.Conversion) (bool, 
 			return false, err
 		}
 	}
-	return true, s.completeConversion(ctx, c)
+	return s.putNew(ctx, c)
 }
 
-// completeConversion writes the outbox entry, then the conversion unless a
-// request completing the same one got there first, then slims the marker.
-// The entry comes first: once the conversion is there, its event can
-// always be made again.
-func (s *Service) completeConversion(ctx context.Context, c tally.Conversion) error {
-	if err := s.events.Transact(ctx, store.Put(s.outboxEntry(ctx, c))); err != nil {
-		return err
-	}
+// putNew writes c unless a conversion with its id is there: false then.
+func (s *Service) putNew(ctx context.Context, c tally.Conversion) (bool, error) {
 	err := s.events.Transact(ctx, store.Put(s.newConversionItem(ctx, c), store.NotExists()))
-	if _, exists := store.FailedOp(err); err != nil && !exists {
-		return err
+	if _, exists := store.FailedOp(err); exists {
+		return false, nil
 	}
-	s.slimMarker(ctx, c)
-	return nil
+	return err == nil, err
 }
 
-// slimMarker replaces the whole conversion in c's marker by its id, once
-// the conversion is written: a replay then reads the conversion, and the
-// marker, kept 400 days, is a fifth of the size (1 WRU now against 0.4 KB
-// for 13 months: docs/decisions.md, "Idempotency markers"). A failure is
-// not the request's: a marker left whole replays as well, it only costs
-// more to keep.
-func (s *Service) slimMarker(ctx context.Context, c tally.Conversion) {
-	if c.ExternalTxnID != "" {
-		_ = s.events.Transact(ctx, store.Put(txnMarker(c, idJSON(c.ID))))
-	}
-}
-
-// replay returns the conversion first recorded for c's (offer,
-// externalTxnId). A marker that holds the conversion (putConversion) may
-// have lost its request before the conversion was written: it is
-// completed now, as first recorded.
-func (s *Service) replay(ctx context.Context, c tally.Conversion) (tally.Conversion, bool, error) {
+// firstRecorded reads c's (offer, externalTxnId) marker and the conversion
+// it names. written is false when that conversion is not there: the
+// request that wrote the marker stopped before the conversion (putConversion),
+// or is still writing it; the conversion returned is then c with the
+// marker's id, or, for a marker holding the whole conversion (written by
+// older code), that conversion.
+func (s *Service) firstRecorded(ctx context.Context, c tally.Conversion) (first tally.Conversion, written bool, err error) {
 	marker, err := s.db.Get(ctx, keys.Txn(c.BrandID, c.OfferID, c.ExternalTxnID))
 	if err != nil {
-		return tally.Conversion{}, false, err
-	}
-	var first tally.Conversion
-	var firstID string
-	if json.Unmarshal(marker.Data, &firstID) == nil { // written with its conversion, in one transaction
-		first, err = records.Get[tally.Conversion](ctx, s.db, keys.Conversion(c.BrandID, firstID))
 		return first, false, err
 	}
-	if err := records.Decode(marker, &first); err != nil {
-		return first, false, err
+	first = c
+	if json.Unmarshal(marker.Data, &first.ID) != nil {
+		first = tally.Conversion{}
+		if err := records.Decode(marker, &first); err != nil {
+			return first, false, err
+		}
 	}
 	stored, err := records.Get[tally.Conversion](ctx, s.db, keys.Conversion(first.BrandID, first.ID))
 	if errors.Is(err, store.ErrNotFound) {
-		return first, false, s.completeConversion(ctx, first)
+		return first, false, nil
 	}
+	return stored, err == nil, err
+}
+
+// replay returns the conversion first recorded for c's (offer,
+// externalTxnId). When its marker's request left the conversion unwritten
+// (firstRecorded), this request writes it, from its own body with the
+// marker's id, and answers created; of requests racing to, one writes it
+// and the others read it.
+func (s *Service) replay(ctx context.Context, c tally.Conversion) (tally.Conversion, bool, error) {
+	first, written, err := s.firstRecorded(ctx, c)
+	if err != nil || written {
+		return first, false, err
+	}
+	if !s.writing.apart(first, 0) { // its marker and conversion are one transaction
+		return first, false, fmt.Errorf("replay: the marker of %q names conversion %s, which is not there: %w", c.ExternalTxnID, first.ID, store.ErrNotFound)
+	}
+	created, err := s.putNew(ctx, first)
+	if err != nil || created {
+		return first, created, err
+	}
+	stored, err := records.Get[tally.Conversion](ctx, s.db, keys.Conversion(first.BrandID, first.ID))
 	return stored, false, err
 }
 
@@ -705,9 +692,8 @@ type Writing interface {
 	// checks says whether the transaction checks the offer's and the
 	// partner's status.
 	checks() bool
-	// created is the operation that stands for c's conversion.created in
-	// its transaction.
-	created(ctx context.Context, s *Service, c tally.Conversion, now time.Time) (store.Op, error)
+	// created is what c's transaction writes for its conversion.created.
+	created(s *Service, c tally.Conversion, now time.Time) ([]store.Op, error)
 	// mark marks a new conversion's item for what the stream does with it.
 	mark(ctx context.Context, item *store.Item)
 }
@@ -730,8 +716,9 @@ func (InTransaction) admit(context.Context, *Service, tally.Offer, tally.Convers
 func (InTransaction) apart(tally.Conversion, int) bool { return false }
 func (InTransaction) checks() bool                     { return true }
 
-func (InTransaction) created(_ context.Context, s *Service, c tally.Conversion, now time.Time) (store.Op, error) {
-	return s.events.Event(c.BrandID, tally.EventConversionCreated, EventData(c, ""), now)
+func (InTransaction) created(s *Service, c tally.Conversion, now time.Time) ([]store.Op, error) {
+	evt, err := s.events.Event(c.BrandID, tally.EventConversionCreated, EventData(c, ""), now)
+	return []store.Op{evt}, err
 }
 
 func (InTransaction) mark(context.Context, *store.Item) {}
@@ -745,17 +732,18 @@ func (InTransaction) mark(context.Context, *store.Item) {}
 //     right before the write, not checked in it (a conversion racing a
 //     pause or a ban by milliseconds is accepted, as if it had come just
 //     before; docs/decisions.md);
-//   - a conversion without caps and without clickId is written as up to
-//     three conditional puts, no transaction: its idempotency marker
-//     (holding the whole conversion), its outbox entry, the conversion. A
-//     request that finds the marker completes what a crash between them
-//     left (replay); caps and clickId keep the transaction, which their
-//     counters and the click's update need;
+//   - a conversion without caps and without clickId is written as two
+//     conditional puts, no transaction: its idempotency marker (holding
+//     its id), then the conversion. A request that finds the marker and not
+//     the conversion completes what a crash between them left (replay);
+//     caps and clickId keep the transaction, which their counters and the
+//     click's update need;
 //   - its conversion.created event is not written by the request: the
 //     fan-out makes it from the conversion's insert in the stream
-//     (webhooks.Engine.DispatchConversion), and the conversion's outbox entry, an item in
-//     no index, keeps it recoverable until its deliveries are written
-//     (webhooks.Engine.Overdue).
+//     (webhooks.Engine.DispatchConversion). A stream batch the fan-out
+//     gives up on leaves its arrival times in FanoutDLQ, and the
+//     reconciler dispatches again the conversions marked for the stream
+//     (FanOutAttr) that were created then (webhooks.Engine.StreamConversions).
 //
 // The local server (either store) keeps the one transaction with the
 // event: its pipeline drains the outbox index, not a stream.
@@ -772,8 +760,8 @@ func (ForStream) admit(ctx context.Context, s *Service, offer tally.Offer, c tal
 func (ForStream) apart(c tally.Conversion, caps int) bool { return caps == 0 && c.ClickID == "" }
 func (ForStream) checks() bool                            { return false }
 
-func (ForStream) created(ctx context.Context, s *Service, c tally.Conversion, _ time.Time) (store.Op, error) {
-	return store.Put(s.outboxEntry(ctx, c)), nil // the fan-out makes the event from the stream
+func (ForStream) created(*Service, tally.Conversion, time.Time) ([]store.Op, error) {
+	return nil, nil // the fan-out makes the event from the stream
 }
 
 // mark marks the item for the fan-out, which makes its event with the

@@ -72,9 +72,7 @@ func TestIdempotencyMarkersExpire(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				// Either way, once the conversion is written its marker holds
-				// only the conversion's id (for the stream, the whole
-				// conversion until then).
+				// Either way, its marker holds only the conversion's id.
 				if want := `"` + first.ID + `"`; string(marker.Data) != want {
 					t.Errorf("marker holds %s, want %s", marker.Data, want)
 				}

@@ -526,6 +526,7 @@ func TestEnvironment(t *testing.T) {
 		lambdafn.EnvDeliveryQueueURL:     deploy.Ref("DeliveryQueue"),
 		lambdafn.EnvRetryStateMachineARN: deploy.Ref("RetryStateMachine"),
 		lambdafn.EnvDeliverConcurrency:   deploy.Ref("DeliverMaxConcurrency"),
+		lambdafn.EnvFanoutDLQURL:         deploy.Ref("FanoutDLQ"),
 		app.EnvRateLimit:                 deploy.Ref("RateLimit"),
 		app.EnvApplicationRateLimit:      deploy.Ref("ApplicationRateLimit"),
 		app.EnvClickRateLimit:            deploy.Ref("ClickRateLimit"),
@@ -944,10 +945,10 @@ func TestLeastPrivilege(t *testing.T) {
 	// What the pipeline's steps do to the table: read, and put whole items.
 	byKind := map[string][]string{
 		"ServeApprover":   {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
-		"ServeFanout":     {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem"},      // DeleteItem: a conversion's outbox entry
-		"ServeDeliver":    {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}, // and the endpoint's health
+		"ServeFanout":     {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem"},
+		"ServeDeliver":    {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, // and the endpoint's health
 		"ServeAttempt":    {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
-		"ServeReconciler": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem"},
+		"ServeReconciler": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem"},
 		"ServeRollup":     {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, // the shard's checkpoint, the rollups
 	}
 	indexKinds := []string{"ServeAPI", "ServeApprover", "ServeReconciler"} // they query gsi1–3
@@ -989,7 +990,8 @@ func TestLeastPrivilege(t *testing.T) {
 			add("DeliveryQueue", "sqs:SendMessage")
 		}
 		if m.Serve == "ServeReconciler" {
-			add("DeliveryQueue", "sqs:GetQueueAttributes") // the backlog
+			add("DeliveryQueue", "sqs:GetQueueAttributes")                                 // the backlog
+			add("FanoutDLQ", "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:SendMessage") // failed stream batches
 		}
 		if f.Environment[lambdafn.EnvRetryStateMachineARN] != nil {
 			add("RetryStateMachine", "states:StartExecution")
@@ -1707,7 +1709,7 @@ func TestStreamFilterPassesEventInsertsOnly(t *testing.T) {
 		}
 	}
 	// partner.applied, partner.approved, conversion.approved; the conversion
-	// (its outbox entry and marker are among the others).
+	// (its marker is among the others).
 	if nEvents < 3 || nMade != 1 || nConversions != 1 || nOthers < 6 || nRate != 1 {
 		t.Errorf("saw %d event writes, %d made by the fan-out, %d conversions, %d others, %d rate counts: the scenario no longer exercises the filter", nEvents, nMade, nConversions, nOthers, nRate)
 	}

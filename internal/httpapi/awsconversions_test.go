@@ -1,34 +1,26 @@
 package httpapi_test
 
 import (
-	"strconv"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/testenv"
 )
 
 // The conversions function on AWS (service.OnAWS) writes a
-// conversion without caps or clickId as conditional puts, the marker
-// first, and one with caps in a transaction; neither writes the
-// conversion.created event (the fan-out makes it from the stream), each
-// writes one outbox entry. These tests run that path on DynamoDB Local.
-
-// conversionOutbox counts the conversions' outbox entries in st.
-func conversionOutbox(t *testing.T, st store.Store) int {
-	t.Helper()
-	n := 0
-	for shard := range 32 {
-		page, err := st.Query(t.Context(), store.Query{PK: "OBX#" + strconv.Itoa(shard), Limit: 1000})
-		if err != nil {
-			t.Fatal(err)
-		}
-		n += len(page.Items)
-	}
-	return n
-}
+// conversion without caps or clickId as two conditional puts, the marker
+// (holding the conversion's id) first, and one with caps in a transaction;
+// neither writes the conversion.created event (the fan-out makes it from
+// the stream). These tests run that path on DynamoDB Local.
 
 func TestSameTransactionPostedConcurrentlyOnAWSIsRecordedOnce(t *testing.T) {
 	for _, tc := range []struct {
@@ -39,21 +31,13 @@ func TestSameTransactionPostedConcurrentlyOnAWSIsRecordedOnce(t *testing.T) {
 		{"capped, a transaction", map[string]any{"caps": map[string]any{"daily": 1000}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := testenv.DynamoDB(t)
-			raceSameTransaction(t, st, tc.offer, service.OnAWS())
-			if n := conversionOutbox(t, st); n != 1 {
-				t.Errorf("%d outbox entries, want 1", n)
-			}
+			raceSameTransaction(t, testenv.DynamoDB(t), tc.offer, service.OnAWS())
 		})
 	}
 }
 
 func TestDailyCapUnderConcurrencyOnAWS(t *testing.T) {
-	st := testenv.DynamoDB(t)
-	raceDailyCap(t, st, service.OnAWS())
-	if n := conversionOutbox(t, st); n != raceCap {
-		t.Errorf("%d outbox entries, want the %d conversions'", n, raceCap)
-	}
+	raceDailyCap(t, testenv.DynamoDB(t), service.OnAWS())
 }
 
 // On AWS the offer's and the partner's status are read just before the
@@ -94,7 +78,99 @@ func TestConversionOnAWSFollowsPauseAndBanAtOnce(t *testing.T) {
 	if got := a.listAll("/api/v1/conversions", key); len(got) != 2 {
 		t.Errorf("%d conversions stored, want the 2 accepted", len(got))
 	}
-	if n := conversionOutbox(t, st); n != 2 {
-		t.Errorf("%d outbox entries, want the 2 accepted conversions'", n)
+}
+
+// stopBeforeConversion is the table failing the write of any conversion:
+// a request stopped between its marker and its conversion.
+type stopBeforeConversion struct{ store.Store }
+
+func (s stopBeforeConversion) Transact(ctx context.Context, ops ...store.Op) error {
+	for _, op := range ops {
+		if op.Kind == store.OpPut && strings.Contains(op.Item.PK, "#CNV#") {
+			return errors.New("stopped on purpose")
+		}
+	}
+	return s.Store.Transact(ctx, ops...)
+}
+
+// A conversion's request stopped after its marker, before the conversion:
+// it answered 500, and nothing is listed. Its client's retries, many at
+// once, complete it: exactly one writes it, with the marker's id, and
+// answers 201; the others answer 200 with that conversion; one conversion
+// is stored, and later retries replay it.
+func TestRetriesCompleteAConversionStoppedAfterItsMarkerOnAWS(t *testing.T) {
+	st := testenv.DynamoDB(t)
+	stopped := newEnv(t, stopBeforeConversion{st}, httpapi.Config{RateLimit: 10_000}, service.OnAWS())
+	e := newEnv(t, st, httpapi.Config{RateLimit: 10_000}, service.OnAWS())
+	brandID, key := e.brand()
+	offerID := e.offer(key, nil)
+	partnerID := e.activePartner(brandID, key)
+	body := map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": "order-1", "revenueCents": 4200}
+	if r := stopped.call("POST", "/api/v1/conversions", key, body); r.status != 500 {
+		t.Fatalf("the stopped request answered %d %s, want 500", r.status, r.body)
+	}
+	if got := e.listAll("/api/v1/conversions", key); len(got) != 0 {
+		t.Fatalf("%d conversions listed after the stopped request, want none", len(got))
+	}
+	marker, err := st.Get(t.Context(), keys.Txn(brandID, offerID, "order-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var markerID string
+	if err := json.Unmarshal(marker.Data, &markerID); err != nil {
+		t.Fatalf("marker holds %s, want the conversion's id: %v", marker.Data, err)
+	}
+
+	answers, statuses := e.raceCalls(50, "POST", "/api/v1/conversions", key, func(int) any { return body })
+	if statuses[201] != 1 || statuses[200] != 49 {
+		t.Errorf("statuses = %v, want one 201 and 49 200s", statuses)
+	}
+	for _, r := range answers {
+		if id := r.field(t, "id"); id != markerID {
+			t.Fatalf("an answer named %s, want the marker's %s", id, markerID)
+		}
+	}
+	if got := e.listAll("/api/v1/conversions", key); len(got) != 1 {
+		t.Errorf("%d conversions stored, want 1", len(got))
+	}
+	r := e.must(200, e.call("POST", "/api/v1/conversions", key, body))
+	if r.field(t, "id") != markerID {
+		t.Errorf("a later retry answered %s, want %s", r.body, markerID)
+	}
+}
+
+// A marker holding the whole conversion (written by an older version of
+// the conversions function) still replays: with the conversion stored, the
+// retry answers 200 with it; without it (its request stopped), the retry
+// writes the conversion as the marker holds it and answers 201.
+func TestWholeMarkerReplaysOnAWS(t *testing.T) {
+	st := testenv.DynamoDB(t)
+	e := newEnv(t, st, httpapi.Config{RateLimit: 10_000}, service.OnAWS())
+	brandID, key := e.brand()
+	offerID := e.offer(key, nil)
+	partnerID := e.activePartner(brandID, key)
+	body := func(revenue int) map[string]any {
+		return map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": "order-1", "revenueCents": revenue}
+	}
+	first := e.must(201, e.call("POST", "/api/v1/conversions", key, body(4200)))
+	var c tally.Conversion
+	first.decode(t, &c)
+	whole := store.Item{Key: keys.Txn(brandID, offerID, "order-1"), Data: first.body, ExpiresAt: time.Now().Add(time.Hour).Unix()}
+	if err := st.Transact(t.Context(), store.Put(whole)); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.must(200, e.call("POST", "/api/v1/conversions", key, body(9900))); r.field(t, "id") != c.ID {
+		t.Errorf("retry with the conversion stored: %s, want %s", r.body, c.ID)
+	}
+	if err := st.Transact(t.Context(), store.Delete(keys.Conversion(brandID, c.ID))); err != nil {
+		t.Fatal(err)
+	}
+	var completed tally.Conversion
+	e.must(201, e.call("POST", "/api/v1/conversions", key, body(9900))).decode(t, &completed)
+	if completed.ID != c.ID || completed.RevenueCents != 4200 {
+		t.Errorf("retry without the conversion: %s with %d cents, want %s as the marker holds it (4200)", completed.ID, completed.RevenueCents, c.ID)
+	}
+	if got := e.listAll("/api/v1/conversions", key); len(got) != 1 {
+		t.Errorf("%d conversions stored, want 1", len(got))
 	}
 }

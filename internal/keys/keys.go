@@ -334,15 +334,6 @@ func EventsByBrand(brandID string, shard int) string {
 }
 func OutboxPK(shard int) string { return "OUTBOX#" + strconv.Itoa(shard) }
 
-// With conversions.ForStream a new conversion's event is made from the
-// stream, and the conversion's outbox entry is an item of its own, in no
-// index: written before the conversion, deleted once its event's
-// deliveries are written; sorted by conversion id, so by time.
-func ConversionOutboxPK(shard int) string { return "OBX#" + strconv.Itoa(shard) }
-func ConversionOutbox(conversionID string) store.Key {
-	return store.Key{PK: ConversionOutboxPK(QueueShardOf(conversionID)), SK: conversionID}
-}
-
 // Webhook subscriptions live in the brand partition.
 func Subscription(brandID, subscriptionID string) store.Key {
 	return store.Key{PK: BrandPK(brandID), SK: "SUB#" + subscriptionID}

@@ -50,6 +50,7 @@ import (
 	"github.com/tally-hq/tally/internal/lambdafn/deliver"
 	"github.com/tally-hq/tally/internal/lambdafn/fanout"
 	"github.com/tally-hq/tally/internal/sfntest"
+	"github.com/tally-hq/tally/internal/sqstest"
 	"github.com/tally-hq/tally/internal/store/dynamo"
 	"github.com/tally-hq/tally/internal/webhooks"
 )
@@ -397,11 +398,15 @@ func TestBootstrap(t *testing.T) {
 		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE=256", "AWS_LAMBDA_FUNCTION_VERSION=$LATEST",
 		"AWS_EXECUTION_ENV=AWS_Lambda_provided.al2023", "_HANDLER=bootstrap", "TZ=:UTC",
 	}
+	fanoutDLQ := sqstest.NewQueue(t, deliveryQueue.direct, nil)
 	// The environment of each function, per docs/aws.md.
 	envOf := func(fn function) []string {
 		env := slices.Clone(base)
 		if fn.kind == kindFanout || fn.kind == kindReconciler || fn.kind == kindDeliver || fn.name == "deliveries" || fn.name == "dashboard" {
 			env = append(env, "TALLY_DELIVERY_QUEUE_URL="+deliveryQueue.URL)
+		}
+		if fn.kind == kindReconciler {
+			env = append(env, "TALLY_FANOUT_DLQ_URL="+fanoutDLQ.URL)
 		}
 		if fn.kind == kindDeliver {
 			env = append(env, "TALLY_RETRY_STATE_MACHINE_ARN="+smARN)

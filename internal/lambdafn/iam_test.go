@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/deploy"
@@ -23,6 +23,7 @@ import (
 	"github.com/tally-hq/tally/internal/lambdafn/fanout"
 	"github.com/tally-hq/tally/internal/partitions"
 	"github.com/tally-hq/tally/internal/service"
+	"github.com/tally-hq/tally/internal/sqstest"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/store/dynamo"
 	"github.com/tally-hq/tally/internal/testenv"
@@ -185,26 +186,33 @@ func allows(g deploy.Grant, a usedAction) bool {
 	return slices.ContainsFunc(like["dynamodb:LeadingKeys"], func(pattern string) bool { return partitions.StringLike(pattern, a.leadingKey) })
 }
 
-// TestConversionOutboxIsAllowed runs the AWS path of new conversions
-// (service.OnAWS, as the functions wire it) through the
-// functions that take a conversion's outbox entry away, on DynamoDB Local,
-// and checks that each function's role allows what it did: the reconciler
-// makes the event of an entry older than its grace and deletes the entry
-// (no subscription), the fan-out makes the event from the conversion's
-// insert and deletes the entry (no subscription), and deliver deletes it
-// after attempt 1 (one subscription).
-func TestConversionOutboxIsAllowed(t *testing.T) {
+// TestStreamConversionsAreAllowed runs the AWS path of new conversions
+// (service.OnAWS, as the functions wire it) through the functions that
+// make and deliver their events, on DynamoDB Local, and checks that each
+// function's role allows what it did: the reconciler dispatches again the
+// conversion of a failed stream batch in FanoutDLQ (no subscription), the
+// fan-out makes the event from the conversion's insert (no subscription,
+// then one), and deliver makes attempt 1.
+func TestStreamConversionsAreAllowed(t *testing.T) {
 	client, table := dynamotest.NewTable(t)
 	used := &usedActions{API: client, seen: map[usedAction]bool{}}
 	f := newFixture(t, dynamo.New(used, table), service.OnAWS())
 	tpl := template(t)
 	q := f.deliveryQueue(t)
 
-	// The fixture's conversion: its stream record was lost.
+	// The fixture's conversion: its stream batch was given up.
+	fanoutDLQ := sqstest.NewQueue(t, q.direct, nil)
+	at := f.conversion.CreatedAt.UTC().Format(time.RFC3339Nano)
+	info, _ := json.Marshal(map[string]any{"DDBStreamBatchInfo": map[string]any{"approximateArrivalOfFirstRecord": at, "approximateArrivalOfLastRecord": at}})
+	if _, err := q.direct.SendMessage(t.Context(), &sqs.SendMessageInput{QueueUrl: &fanoutDLQ.URL, MessageBody: aws.String(string(info))}); err != nil {
+		t.Fatal(err)
+	}
 	f.clock.Add(time.Hour)
-	res, err := fanout.DefaultReconciler.Handler(f.svc.Webhooks, q.client, q.URL, f.cfg.Logger)(lambdaContext(t, "reconciler-invocation"), events.EventBridgeEvent{})
-	if err != nil || res.Events == 0 {
-		t.Fatalf("reconciler: %+v, %v; want the conversion's event fanned out", res, err)
+	r := fanout.DefaultReconciler
+	r.FanoutDLQ = &fanout.DLQ{Client: q.client, URL: fanoutDLQ.URL}
+	res, err := r.Handler(f.svc.Webhooks, q.client, q.URL, f.cfg.Logger)(lambdaContext(t, "reconciler-invocation"), events.EventBridgeEvent{})
+	if err != nil || res.Batches != 1 || res.Conversions != 1 {
+		t.Fatalf("reconciler: %+v, %v; want the conversion dispatched again", res, err)
 	}
 
 	fanout := func(c tally.Conversion) {
@@ -227,12 +235,6 @@ func TestConversionOutboxIsAllowed(t *testing.T) {
 	}
 	if n := f.receivers[sub.ID].count(); n != 1 {
 		t.Errorf("the receiver got %d requests, want 1", n)
-	}
-	for shard := range 32 {
-		page, err := f.st.Query(t.Context(), store.Query{PK: "OBX#" + strconv.Itoa(shard), Limit: 10})
-		if err != nil || len(page.Items) != 0 {
-			t.Errorf("outbox shard %d: %d entries left (%v), want none", shard, len(page.Items), err)
-		}
 	}
 	for _, fn := range []string{"reconciler", "fanout", "deliver"} {
 		used.allowedFor(t, tpl, fn)

@@ -29,6 +29,7 @@ const (
 	EnvDeliveryQueueURL     = "TALLY_DELIVERY_QUEUE_URL"      // fanout and reconciler send to it; deliveries requeues manual retries
 	EnvRetryStateMachineARN = "TALLY_RETRY_STATE_MACHINE_ARN" // deliver starts it
 	EnvDeliverConcurrency   = "TALLY_DELIVER_MAX_CONCURRENCY" // deliver's batches at once: the reconciler's backlog threshold follows it
+	EnvFanoutDLQURL         = "TALLY_FANOUT_DLQ_URL"          // the reconciler takes the fan-out's failed stream batches from it
 )
 
 // StopAt is when a run that must end by ctx's deadline starts no more

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/conversions"
@@ -44,12 +45,13 @@ func BenchmarkReconcileLostEvents(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-	}, func(res fanout.ReconcilerResult) int { return res.Events })
+	}, func(res fanout.ReconcilerResult) int { return res.Events }, false)
 }
 
 // BenchmarkReconcileLostConversions is BenchmarkReconcileLostEvents for
-// new conversions whose stream records were lost: each outbox entry makes
-// its conversion.created event, which is fanned out.
+// new conversions whose stream records were lost, a FanoutDLQ message
+// spanning their time: each conversion's conversion.created event is made
+// and fanned out.
 func BenchmarkReconcileLostConversions(b *testing.B) {
 	benchmarkReconcile(b, func(b *testing.B, svc *service.Service, brandID, subID string) func(int) {
 		o, err := svc.Offers.CreateOffer(b.Context(), brandID, offers.OfferInput{
@@ -75,7 +77,7 @@ func BenchmarkReconcileLostConversions(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-	}, func(res fanout.ReconcilerResult) int { return res.Events })
+	}, func(res fanout.ReconcilerResult) int { return res.Conversions }, true)
 }
 
 // BenchmarkReconcileLostDeliveries is BenchmarkReconcileLostEvents for
@@ -92,7 +94,7 @@ func BenchmarkReconcileLostDeliveries(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-	}, func(res fanout.ReconcilerResult) int { return res.Deliveries })
+	}, func(res fanout.ReconcilerResult) int { return res.Deliveries }, false)
 }
 
 // countingQueue counts SendMessageBatch calls.
@@ -108,8 +110,9 @@ func (q *countingQueue) SendBatch(ctx context.Context, url string, msgs []sqsjso
 
 // benchmarkReconcile runs the reconciler over lostItems items dropped by
 // the function prepare returns for a brand with one subscription to
-// conversion.created (its receiver is never called).
-func benchmarkReconcile(b *testing.B, prepare func(*testing.B, *service.Service, string, string) func(int), redriven func(fanout.ReconcilerResult) int) {
+// conversion.created (its receiver is never called); with streamLost,
+// FanoutDLQ holds a failed stream batch spanning the time they were made.
+func benchmarkReconcile(b *testing.B, prepare func(*testing.B, *service.Service, string, string) func(int), redriven func(fanout.ReconcilerResult) int, streamLost bool) {
 	endpoint := sqstest.Endpoint(b)
 	var items, ddbCalls, sqsCalls int
 	var rru, wru float64
@@ -130,6 +133,7 @@ func benchmarkReconcile(b *testing.B, prepare func(*testing.B, *service.Service,
 			b.Fatal(err)
 		}
 		lose := prepare(b, svc, brand.ID, sub.ID)
+		from := time.Now()
 		var wg sync.WaitGroup
 		for w := range 8 {
 			wg.Go(func() {
@@ -139,10 +143,19 @@ func benchmarkReconcile(b *testing.B, prepare func(*testing.B, *service.Service,
 			})
 		}
 		wg.Wait()
-		q := sqstest.NewQueue(b, sqstest.NewClient(endpoint), nil)
+		sqsClient := sqstest.NewClient(endpoint)
+		q, fanoutDLQ := sqstest.NewQueue(b, sqsClient, nil), sqstest.NewQueue(b, sqsClient, nil)
+		if streamLost {
+			info := fmt.Sprintf(`{"DDBStreamBatchInfo":{"approximateArrivalOfFirstRecord":%q,"approximateArrivalOfLastRecord":%q}}`,
+				from.UTC().Format(time.RFC3339Nano), time.Now().UTC().Format(time.RFC3339Nano))
+			if _, err := sqsClient.SendMessage(b.Context(), &sqs.SendMessageInput{QueueUrl: &fanoutDLQ.URL, MessageBody: &info}); err != nil {
+				b.Fatal(err)
+			}
+		}
 		sender := &countingQueue{ReconcileQueue: sqstest.NewSender(endpoint)}
 		r := fanout.DefaultReconciler
 		r.Backlog, r.Metrics = lostItems+1, emf.New(&testenv.SyncBuffer{})
+		r.FanoutDLQ = &fanout.DLQ{Client: sqstest.NewSender(endpoint), URL: fanoutDLQ.URL}
 		h := r.Handler(svc.Webhooks, sender, q.URL, slog.New(slog.DiscardHandler))
 		clock.Set(clock.Now().Add(time.Hour))
 		meter.Take()

@@ -2,16 +2,13 @@ package service_test
 
 import (
 	"context"
-	"errors"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tally-hq/tally"
-	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/servicetest"
@@ -166,91 +163,4 @@ func TestOverdueAndAbandon(t *testing.T) {
 			t.Errorf("a manual retry of the abandoned delivery: %v", err)
 		}
 	})
-}
-
-// writeHook is a store that calls after once a write of an op matching on
-// has succeeded, or fails that write when after is nil: a request stopped,
-// or another process running, between two of its writes.
-type writeHook struct {
-	store.Store
-	on    func(store.Op) bool
-	after func()
-}
-
-func (w *writeHook) Transact(ctx context.Context, ops ...store.Op) error {
-	if !slices.ContainsFunc(ops, w.on) {
-		return w.Store.Transact(ctx, ops...)
-	}
-	if w.after == nil {
-		return errors.New("stopped on purpose")
-	}
-	err := w.Store.Transact(ctx, ops...)
-	if after := w.after; err == nil && after != nil {
-		w.after = func() {}
-		after()
-	}
-	return err
-}
-
-func outboxPut(op store.Op) bool {
-	return op.Kind == store.OpPut && strings.HasPrefix(op.Item.PK, "OBX#")
-}
-
-// A conversion's first request (AWS: WithStreamConversions) stopped after
-// its marker and outbox entry; the client's retry, days later, completes
-// it as first recorded: it writes the entry again, then the conversion. A
-// reconciler run between those two writes finds an entry older than its
-// grace by the conversion's id and no conversion: it must leave it, as it
-// was written just now by a request still running (the conversion follows,
-// and its event depends on the entry if the stream's record is lost). The
-// next run after the grace fans it out.
-func TestReconcilerLeavesTheEntryOfARetryInProgress(t *testing.T) {
-	st := testenv.DynamoDB(t)
-	f := newFixture(t, st)
-	// Days back on the wall clock, which the entry's "at" and the
-	// reconciler's grace go by.
-	f.clock.Set(time.Now().Add(-72 * time.Hour))
-	offer, partner := f.offer(tally.ApprovalAuto, 0, tally.Caps{}), f.partner(true)
-	in := conversions.ConversionInput{OfferID: &offer.ID, PartnerID: &partner.ID, ExternalTxnID: ptr("order-1")}
-	record := func(st store.Store) (tally.Conversion, bool, error) {
-		return servicetest.New(st, service.WithClock(f.clock.Now), service.WithStreamConversions()).Conversions.RecordConversion(f.ctx, f.brandID, in)
-	}
-	conversionPut := func(op store.Op) bool { return op.Kind == store.OpPut && strings.Contains(op.Item.PK, "#CNV#") }
-	if _, _, err := record(&writeHook{Store: st, on: conversionPut}); err == nil {
-		t.Fatal("the stopped request succeeded")
-	}
-
-	reconcile := func(now time.Time) webhooks.Dropped {
-		t.Helper()
-		svc := servicetest.New(st, service.WithClock(func() time.Time { return now }), service.WithStreamConversions())
-		d, err := svc.Webhooks.Overdue(f.ctx, now.Add(-10*time.Minute), 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
-	var during webhooks.Dropped
-	c, created, err := record(&writeHook{Store: st, on: outboxPut, after: func() { during = reconcile(time.Now()) }})
-	if err != nil || created || c.ExternalTxnID != "order-1" {
-		t.Fatalf("the retry: %+v, created %v, %v; want the conversion as first recorded", c, created, err)
-	}
-	var entries int
-	for shard := range 32 {
-		page, err := st.Query(f.ctx, store.Query{PK: "OBX#" + strconv.Itoa(shard), Limit: 10})
-		if err != nil {
-			t.Fatal(err)
-		}
-		entries += len(page.Items)
-	}
-	if entries != 1 {
-		t.Fatalf("%d outbox entries after the retry, want its conversion's 1", entries)
-	}
-	// The brand's other events are in the outbox too (nothing fans out here).
-	if len(during.Conversions) != 0 {
-		t.Errorf("the run during the retry fans out conversion %s, want it left", during.Conversions[0].Entry.SK)
-	}
-	if got := reconcile(time.Now().Add(11 * time.Minute)); !slices.Equal(got.Events, during.Events) ||
-		len(got.Conversions) != 1 || got.Conversions[0].Entry.SK != c.ID {
-		t.Errorf("the run after the grace fans out events %v and %d conversions, want %v and the conversion %s", got.Events, len(got.Conversions), during.Events, c.ID)
-	}
 }

@@ -1,13 +1,13 @@
 package sfntest_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +20,7 @@ import (
 	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/lambdafn/api"
 	"github.com/tally-hq/tally/internal/lambdafn/deliver"
 	"github.com/tally-hq/tally/internal/lambdafn/fanout"
@@ -32,6 +33,7 @@ import (
 	"github.com/tally-hq/tally/internal/sqstest"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/store/dynamo"
+	"github.com/tally-hq/tally/internal/webhooks"
 )
 
 // These tests drop webhook work on purpose, each the way AWS can drop it,
@@ -51,6 +53,7 @@ type pipeline struct {
 	sqs        *sqs.Client     // the SDK's, for what the event source mapping and the test do
 	send       *sqsjson.Client // the functions' own
 	queue, dlq sqstest.Queue
+	fanoutDLQ  sqstest.Queue // the fan-out's on-failure destination
 	rcv        *receiver
 }
 
@@ -67,6 +70,7 @@ func newPipelineWaiting(t *testing.T, wait, visibility time.Duration, status fun
 	t.Helper()
 	p := &pipeline{fixture: newFixtureWaiting(t, wait), sqs: sqstest.NewClient(sqstest.Endpoint(t)), send: sqstest.NewSender(sqstest.Endpoint(t))}
 	p.queue, p.dlq = sqstest.NewQueueWithDLQ(t, p.sqs, visibility, 5)
+	p.fanoutDLQ = sqstest.NewQueue(t, p.sqs, nil)
 	p.later = deliver.Later(p.send, p.queue.URL)
 	p.rcv = newReceiver(t, status)
 	p.subscribe(t, p.rcv.URL, secret, tally.EventConversionCreated)
@@ -142,7 +146,9 @@ func (p *pipeline) reconcileAfter(t *testing.T, d time.Duration) fanout.Reconcil
 	t.Helper()
 	later := func() time.Time { return time.Now().Add(d) }
 	svc := servicetest.New(dynamo.New(p.client, p.table), service.OnAWS(), service.WithClock(later))
-	h := fanout.DefaultReconciler.Handler(svc.Webhooks, p.send, p.queue.URL, p.log)
+	r := fanout.DefaultReconciler
+	r.FanoutDLQ = &fanout.DLQ{Client: p.send, URL: p.fanoutDLQ.URL}
+	h := r.Handler(svc.Webhooks, p.send, p.queue.URL, p.log)
 	res, err := h(lambdaContext(t.Context(), "reconciler"), events.EventBridgeEvent{})
 	if err != nil {
 		t.Fatalf("reconciler: %+v, %v", res, err)
@@ -174,7 +180,7 @@ func (p *pipeline) recovered(t *testing.T, eventIDs ...string) {
 	if want := slices.Sorted(slices.Values(eventIDs)); !slices.Equal(got, want) {
 		t.Errorf("the receiver got events %v, want each of %v once", got, want)
 	}
-	if res := p.reconcile(t); res.Events != 0 || res.Deliveries != 0 {
+	if res := p.reconcile(t); res.Events != 0 || res.Deliveries != 0 || res.Conversions != 0 || res.Batches != 0 {
 		t.Errorf("a further run re-drove %+v, want nothing", res)
 	}
 	if left := sqstest.Receive(t, p.sqs, p.queue, 10, 0); len(left) != 0 {
@@ -264,19 +270,47 @@ func TestReconcileStreamBatchLost(t *testing.T) {
 			t.Fatalf("fanout with the queue down: %+v, want the first record reported", out)
 		}
 	}
-	// What Lambda sends to the on-failure destination: the batch's
-	// metadata, not its records.
-	fanoutDLQ := sqstest.NewQueue(t, p.sqs, nil)
-	meta, _ := json.Marshal(map[string]any{"requestContext": map[string]any{"condition": "RetryAttemptsExhausted"},
-		"DDBStreamBatchInfo": map[string]any{"startSequenceNumber": batch[0].Change.SequenceNumber, "endSequenceNumber": batch[1].Change.SequenceNumber, "batchSize": 2}})
-	if _, err := p.sqs.SendMessage(t.Context(), &sqs.SendMessageInput{QueueUrl: &fanoutDLQ.URL, MessageBody: ptr(string(meta))}); err != nil {
-		t.Fatal(err)
-	}
+	p.gaveUp(t, batch)
 	p.unwritten(t, a)
 	p.unwritten(t, b)
 
 	p.redrive(t, 2)
 	p.recovered(t, a, b)
+}
+
+// gaveUp sends FanoutDLQ what Lambda sends its on-failure destination when
+// it gives up on a stream batch: the batch's metadata (its shard's
+// sequence numbers and its records' arrival times), not its records.
+func (p *pipeline) gaveUp(t *testing.T, batch []events.DynamoDBEventRecord) {
+	t.Helper()
+	p.gaveUpResumed(t, batch, webhooks.StreamPosition{})
+}
+
+// gaveUpResumed is gaveUp with the message as a reconciler run that ran
+// out of time queues it again: with where it got to.
+func (p *pipeline) gaveUpResumed(t *testing.T, batch []events.DynamoDBEventRecord, at webhooks.StreamPosition) {
+	t.Helper()
+	first, last := batch[0].Change.ApproximateCreationDateTime.Time, batch[0].Change.ApproximateCreationDateTime.Time
+	for _, rec := range batch {
+		if at := rec.Change.ApproximateCreationDateTime.Time; at.Before(first) {
+			first = at
+		} else if at.After(last) {
+			last = at
+		}
+	}
+	msg := map[string]any{"requestContext": map[string]any{"condition": "RetryAttemptsExhausted"},
+		"DDBStreamBatchInfo": map[string]any{
+			"shardId": "shardId-00000001", "startSequenceNumber": batch[0].Change.SequenceNumber, "endSequenceNumber": batch[len(batch)-1].Change.SequenceNumber,
+			"approximateArrivalOfFirstRecord": first.UTC().Format(time.RFC3339Nano), "approximateArrivalOfLastRecord": last.UTC().Format(time.RFC3339Nano),
+			"batchSize": len(batch), "streamArn": batch[0].EventSourceArn,
+		}}
+	if at != (webhooks.StreamPosition{}) {
+		msg["tallyResume"] = at
+	}
+	meta, _ := json.Marshal(msg)
+	if _, err := p.sqs.SendMessage(t.Context(), &sqs.SendMessageInput{QueueUrl: &p.fanoutDLQ.URL, MessageBody: ptr(string(meta))}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Events written while the fan-out's event source mapping is recreated:
@@ -402,9 +436,9 @@ func TestReconcileEndedExecution(t *testing.T) {
 func ptr[T any](v T) *T { return &v }
 
 // The conversions' side (service.WithStreamConversions): a conversion's
-// request writes its marker, its outbox entry and the conversion, in that
-// order, and the fan-out makes its event from the stream. The drops below
-// lose the stream's record, the messages, or a step between two writes.
+// request writes its marker, then the conversion, and the fan-out makes
+// its event from the stream. The drops below lose the stream's record, or
+// a step between two writes.
 
 // errCrash is a write that failed on purpose.
 var errCrash = errors.New("crashed on purpose")
@@ -443,7 +477,7 @@ func newConversionPipeline(t *testing.T) *conversionPipeline {
 }
 
 // conversionTraceID is the trace every conversion request continues: its
-// event, made from the stream or from the outbox entry, keeps it.
+// event, made from the stream or again from FanoutDLQ, keeps it.
 const conversionTraceID = "5c1f0e527f1b4d2f9a550c1d2e3f4a5b"
 
 // post records a conversion through the conversions function over st and
@@ -476,28 +510,31 @@ func (p *conversionPipeline) convert(t *testing.T, txn string) string {
 	return c.ID
 }
 
-// outboxHas checks that the outbox holds n entries, and returns them.
-func (p *conversionPipeline) outboxHas(t *testing.T, n int) []store.Item {
+// conversionRecords are the stream's records of new conversions.
+func (p *conversionPipeline) conversionRecords(t *testing.T) []events.DynamoDBEventRecord {
 	t.Helper()
-	var entries []store.Item
-	st := dynamo.New(p.client, p.table)
-	for shard := range 32 {
-		page, err := st.Query(t.Context(), store.Query{PK: "OBX#" + strconv.Itoa(shard), Limit: 1000})
-		if err != nil {
-			t.Fatal(err)
-		}
-		entries = append(entries, page.Items...)
+	return slices.DeleteFunc(p.streamBatch(t), func(rec events.DynamoDBEventRecord) bool {
+		_, ok := rec.Change.NewImage[conversions.FanOutAttr]
+		return !ok
+	})
+}
+
+// redriveBatch runs the reconciler, which must take one failed stream
+// batch from FanoutDLQ and dispatch n conversions again, then the deliver
+// function, which must take their n messages.
+func (p *conversionPipeline) redriveBatch(t *testing.T, n int) {
+	t.Helper()
+	if res := p.reconcile(t); res.Batches != 1 || res.Conversions != n || res.Events != 0 {
+		t.Fatalf("reconciler %+v, want one batch and %d conversions dispatched again", res, n)
 	}
-	if len(entries) != n {
-		t.Fatalf("%d outbox entries, want %d", len(entries), n)
+	if got := p.deliverAll(t); got != n {
+		t.Errorf("deliver took %d messages, want %d", got, n)
 	}
-	return entries
 }
 
 // recoveredConversions checks the end state: the receiver got each
 // conversion's conversion.created once, in its request's trace, its
-// delivery succeeded at attempt 1, nothing is left in the outbox, and a
-// further run finds nothing.
+// delivery succeeded at attempt 1, and a further run finds nothing.
 func (p *conversionPipeline) recoveredConversions(t *testing.T, conversionIDs ...string) {
 	t.Helper()
 	events := map[string]string{} // conversion → event
@@ -520,99 +557,106 @@ func (p *conversionPipeline) recoveredConversions(t *testing.T, conversionIDs ..
 		eventIDs = append(eventIDs, events[id])
 	}
 	p.recovered(t, eventIDs...)
-	p.outboxHas(t, 0)
 }
 
-// The stream's records of new conversions are never read (the mapping was
-// being recreated, or a batch exhausted its retries before any fan-out):
-// their outbox entries make their events.
+// The stream's records of new conversions are never handled: a batch
+// exhausted its retries before any fan-out (its records expire with the
+// stream), and FanoutDLQ has the batch's arrival times. The reconciler
+// dispatches again every conversion made then: those never fanned out are
+// delivered, and one delivered already (its record was in the batch too)
+// is not delivered again.
 func TestReconcileConversionsTheStreamLost(t *testing.T) {
 	t.Parallel()
 	p := newConversionPipeline(t)
+	delivered := p.convert(t, "order-0")
+	p.fanout(t, p.send, p.conversionRecords(t))
+	if n := p.deliverAll(t); n != 1 {
+		t.Fatalf("deliver took %d messages, want the first conversion's", n)
+	}
 	a, b := p.convert(t, "order-1"), p.convert(t, "order-2")
-	p.outboxHas(t, 2)
-	p.redrive(t, 2)
-	p.recoveredConversions(t, a, b)
+	batch := p.conversionRecords(t)
+	if len(batch) != 3 {
+		t.Fatalf("the stream has %d conversion inserts, want 3", len(batch))
+	}
+	p.gaveUp(t, batch)
+	p.redriveBatch(t, 3)
+	p.recoveredConversions(t, delivered, a, b)
 }
 
-// The fan-out made the conversions' events but could not queue their
-// deliveries (SQS refuses; the batch is given up), or the queued messages
-// expired: the outbox entries stay until attempt 1 writes the deliveries.
-func TestReconcileConversionsMessagesLost(t *testing.T) {
+// A run ran out of time on a failed batch and queued its message again
+// with where it got to (tallyResume, after the second of four conversions
+// in the order it reads them: by shard, then id): the next run dispatches
+// only the conversions past it, and each conversion is delivered once.
+func TestReconcileConversionsBatchResumed(t *testing.T) {
+	t.Parallel()
+	p := newConversionPipeline(t)
+	ids := []string{p.convert(t, "order-1"), p.convert(t, "order-2"), p.convert(t, "order-3"), p.convert(t, "order-4")}
+	slices.SortFunc(ids, func(a, b string) int {
+		return cmp.Or(cmp.Compare(keys.ShardOf(a), keys.ShardOf(b)), strings.Compare(a, b))
+	})
+	all := p.conversionRecords(t)
+	done := slices.DeleteFunc(slices.Clone(all), func(rec events.DynamoDBEventRecord) bool {
+		return !slices.Contains(ids[:2], rec.Change.Keys["sk"].String())
+	})
+	p.fanout(t, p.send, done) // what the run that ran out of time dispatched
+	if n := p.deliverAll(t); n != 2 {
+		t.Fatalf("deliver took %d messages, want the first two conversions'", n)
+	}
+	p.gaveUpResumed(t, all, webhooks.StreamPosition{Brand: p.brand.ID, Shard: keys.ShardOf(ids[1]), After: ids[1]})
+	p.redriveBatch(t, 2)
+	p.recoveredConversions(t, ids...)
+}
+
+// The fan-out made the conversion's event but could not queue its
+// delivery (SQS refuses) until Lambda gave the batch up: the reconciler
+// dispatches it again from FanoutDLQ's message.
+func TestReconcileConversionsFanoutGaveUp(t *testing.T) {
 	t.Parallel()
 	p := newConversionPipeline(t)
 	a := p.convert(t, "order-1")
+	batch := p.conversionRecords(t)
 	down := sqstest.NewSender("http://127.0.0.1:1") // nothing listens: every call fails
 	for range 3 {
-		if out := p.fanout(t, down, p.streamBatch(t)); len(out.BatchItemFailures) != 1 {
+		if out := p.fanout(t, down, batch); len(out.BatchItemFailures) != 1 {
 			t.Fatalf("fanout with the queue down: %+v, want a failure", out)
 		}
 	}
-	b := p.convert(t, "order-2")
-	p.fanout(t, p.send, p.streamBatch(t))
-	if lost := sqstest.Drain(t, p.sqs, p.queue); len(lost) != 2 {
-		t.Fatalf("%d messages, want the two deliveries'", len(lost))
-	}
+	p.gaveUp(t, batch)
 	p.unwritten(t, "")
-	p.redrive(t, 2)
-	p.recoveredConversions(t, a, b)
-}
-
-// The deliver function wrote the delivery with attempt 1's outcome and
-// stopped before deleting the conversion's outbox entry (the test writes
-// it back): the reconciler fans the event out again, and deliver, finding
-// the delivery written, sends nothing and deletes the entry.
-func TestReconcileConversionDeliverStoppedBeforeTheOutbox(t *testing.T) {
-	t.Parallel()
-	p := newConversionPipeline(t)
-	a := p.convert(t, "order-1")
-	p.deliverStoppedBeforeTheOutbox(t, p.outboxHas(t, 1)[0])
+	p.redriveBatch(t, 1)
 	p.recoveredConversions(t, a)
 }
 
-// A conversion's request stops between two of its writes (its function
-// timed out, or the table failed it), so the client got an error: the
-// conversion was not accepted, and nothing is delivered for it. The
-// reconciler deletes an outbox entry whose conversion was never written.
-// The client's retry, which finds the marker, completes the conversion as
-// first recorded, and it is delivered once.
+// A conversion's request stops between its marker and the conversion (its
+// function timed out, or the table failed it), so the client got an
+// error: nothing was accepted, and nothing is delivered for it. The
+// client's retry, which finds the marker and no conversion, writes the
+// conversion with the marker's id (201); later retries replay it (200),
+// and it is delivered once.
 func TestReconcileConversionRequestStopped(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name  string
-		crash func(store.Op) bool
-		entry bool // the outbox entry was written
-	}{
-		{"after the marker", func(op store.Op) bool { return strings.HasPrefix(op.Target().PK, "OBX#") }, false},
-		{"after the outbox entry", func(op store.Op) bool { return strings.Contains(op.Target().PK, "#CNV#") }, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			p := newConversionPipeline(t)
-			if status, _ := p.post(t, crashingStore{dynamo.New(p.client, p.table), tc.crash}, "order-1"); status != http.StatusInternalServerError {
-				t.Fatalf("the stopped request answered %d, want 500", status)
-			}
-			p.outboxHas(t, map[bool]int{true: 1}[tc.entry])
-			if res := p.reconcile(t); res.Events != 0 {
-				t.Fatalf("reconciler %+v, want nothing fanned out", res)
-			}
-			p.outboxHas(t, 0) // the entry of a conversion never written is deleted
-			if cs, _, err := p.svc.Conversions.Conversions(t.Context(), p.brand.ID, conversions.ConversionFilter{}, records.ListParams{Limit: 10}); err != nil || len(cs) != 0 {
-				t.Fatalf("conversions %+v, %v; want none", cs, err)
-			}
-
-			status, c := p.post(t, dynamo.New(p.client, p.table), "order-1")
-			if status != http.StatusOK || c.ID == "" {
-				t.Fatalf("the retry answered %d %+v, want 200 with the conversion", status, c)
-			}
-			if again, c2 := p.post(t, dynamo.New(p.client, p.table), "order-1"); again != http.StatusOK || c2.ID != c.ID {
-				t.Fatalf("a further retry answered %d %s, want 200 with %s", again, c2.ID, c.ID)
-			}
-			p.fanout(t, p.send, p.streamBatch(t))
-			if n := p.deliverAll(t); n != 1 {
-				t.Errorf("deliver took %d messages, want 1", n)
-			}
-			p.recoveredConversions(t, c.ID)
-		})
+	p := newConversionPipeline(t)
+	stopped := crashingStore{dynamo.New(p.client, p.table), func(op store.Op) bool { return strings.Contains(op.Target().PK, "#CNV#") }}
+	if status, _ := p.post(t, stopped, "order-1"); status != http.StatusInternalServerError {
+		t.Fatalf("the stopped request answered %d, want 500", status)
 	}
+	if res := p.reconcile(t); res.Events != 0 || res.Conversions != 0 {
+		t.Fatalf("reconciler %+v, want nothing fanned out", res)
+	}
+	if cs, _, err := p.svc.Conversions.Conversions(t.Context(), p.brand.ID, conversions.ConversionFilter{}, records.ListParams{Limit: 10}); err != nil || len(cs) != 0 {
+		t.Fatalf("conversions %+v, %v; want none", cs, err)
+	}
+
+	status, c := p.post(t, dynamo.New(p.client, p.table), "order-1")
+	if status != http.StatusCreated || c.ID == "" {
+		t.Fatalf("the retry answered %d %+v, want 201 with the conversion", status, c)
+	}
+	if again, c2 := p.post(t, dynamo.New(p.client, p.table), "order-1"); again != http.StatusOK || c2.ID != c.ID {
+		t.Fatalf("a further retry answered %d %s, want 200 with %s", again, c2.ID, c.ID)
+	}
+	p.fanout(t, p.send, p.streamBatch(t))
+	if n := p.deliverAll(t); n != 1 {
+		t.Errorf("deliver took %d messages, want 1", n)
+	}
+	p.recoveredConversions(t, c.ID)
 }

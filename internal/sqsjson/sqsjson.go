@@ -1,6 +1,6 @@
-// Package sqsjson is the SQS client of Tally's Lambda functions: the two
-// calls they make (SendMessageBatch, GetQueueAttributes) over SQS's JSON
-// protocol, signed with Signature Version 4 by the SDK's signer (which the
+// Package sqsjson is the SQS client of Tally's Lambda functions: the
+// calls they make (SendMessageBatch, GetQueueAttributes, and the
+// reconciler's ReceiveMessage and DeleteMessage) over SQS's JSON protocol, signed with Signature Version 4 by the SDK's signer (which the
 // DynamoDB client links anyway).
 //
 // The SDK's SQS client registers every operation's schema at init and adds
@@ -200,6 +200,38 @@ func (c *Client) ApproximateNumberOfMessages(ctx context.Context, queueURL strin
 	return n, nil
 }
 
+// Received is a message received: its body, and the handle that deletes
+// it.
+type Received struct {
+	Body          string `json:"Body"`
+	ReceiptHandle string `json:"ReceiptHandle"`
+}
+
+// Receive receives up to n messages (1 to MaxBatch) without waiting for
+// any, each hidden from other receivers for visibility (whole seconds).
+func (c *Client) Receive(ctx context.Context, queueURL string, n int, visibility time.Duration) ([]Received, error) {
+	in := struct {
+		QueueURL            string `json:"QueueUrl"`
+		MaxNumberOfMessages int    `json:"MaxNumberOfMessages"`
+		VisibilityTimeout   int    `json:"VisibilityTimeout"`
+		WaitTimeSeconds     int    `json:"WaitTimeSeconds"`
+	}{queueURL, min(max(n, 1), MaxBatch), int(visibility.Seconds()), 0}
+	var out struct {
+		Messages []Received `json:"Messages"`
+	}
+	err := c.call(ctx, "ReceiveMessage", queueURL, in, &out)
+	return out.Messages, err
+}
+
+// Delete deletes a received message.
+func (c *Client) Delete(ctx context.Context, queueURL, receiptHandle string) error {
+	in := struct {
+		QueueURL      string `json:"QueueUrl"`
+		ReceiptHandle string `json:"ReceiptHandle"`
+	}{queueURL, receiptHandle}
+	return c.call(ctx, "DeleteMessage", queueURL, in, nil)
+}
+
 // call makes one operation's request, retried.
 func (c *Client) call(ctx context.Context, op, queueURL string, in, out any) error {
 	body, err := json.Marshal(in)
@@ -269,6 +301,9 @@ func (c *Client) do(ctx context.Context, op, endpoint string, body []byte, hash 
 	}
 	if resp.StatusCode != http.StatusOK {
 		return answerError(op, resp, data)
+	}
+	if out == nil {
+		return nil // an answer without a result (DeleteMessage)
 	}
 	if err := json.Unmarshal(data, out); err != nil {
 		return fmt.Errorf("sqs %s: the answer: %w", op, err)

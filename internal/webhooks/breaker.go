@@ -88,8 +88,8 @@ func (s *Engine) FirstAttempt(ctx context.Context, msg DeliveryMessage, sender S
 	if msg.Planned == nil {
 		return s.firstAttempt(ctx, rec, nil, sender)
 	}
-	if msg.Envelope != nil {
-		return s.firstAttemptCarried(ctx, msg, rec, sender)
+	if msg.Envelope != nil { // an event made from the stream: not read, and in no outbox
+		return s.firstAttempt(ctx, rec, msg.Envelope, sender)
 	}
 	// Once the event's deliveries are written (this one now, or by an
 	// earlier step whose message came again), its work is done.
@@ -112,19 +112,6 @@ func (s *Engine) FirstAttempt(ctx context.Context, msg DeliveryMessage, sender S
 		return res, err
 	}
 	return res, leaveOutbox(ctx, s.db, event)
-}
-
-// firstAttemptCarried is FirstAttempt of a message that carries its
-// event's envelope and outbox entry: the event is not read.
-func (s *Engine) firstAttemptCarried(ctx context.Context, msg DeliveryMessage, rec endpoints.DeliveryRecord, sender Sender) (AttemptResult, error) {
-	res, err := s.firstAttempt(ctx, rec, msg.Envelope, sender)
-	if err != nil {
-		return res, err
-	}
-	if all, err := written(ctx, s.db, msg.BrandID, msg.Siblings); err != nil || !all {
-		return res, err
-	}
-	return res, leaveOutbox(ctx, s.db, store.Item{Attrs: map[string]string{outboxAttr: msg.Outbox}})
 }
 
 // firstAttempt is FirstAttempt on the delivery rec, stored or planned; a

@@ -40,18 +40,17 @@ type DeliveryMessage struct {
 	// with at most maxCarried: attempt 1 writes it once, with its outcome
 	// (FirstAttempt). The event stays in the outbox until all of its
 	// deliveries are written, so a message lost on the way is re-driven
-	// with the event.
+	// with the event. An event made from the stream is in no outbox: a
+	// message lost after the fan-out queued it is kept by DeliveryDLQ.
 	Planned json.RawMessage `json:"planned,omitempty"`
 	// Siblings are the ids of the event's other deliveries, carried the
-	// same way: the step that finds them all written after writing its own
-	// takes the event out of the outbox.
+	// same way (for an event in the outbox): the step that finds them all
+	// written after writing its own takes the event out of the outbox.
 	Siblings []string `json:"siblings,omitempty"`
-	// Envelope and Outbox carry, with a planned delivery of an event made
-	// from the stream, the event's envelope and the conversion whose outbox
-	// entry the event leaves, so that attempt 1 need not read the event
-	// (which does not change).
+	// Envelope carries, with a planned delivery of an event made from the
+	// stream, the event's envelope, so that attempt 1 need not read the
+	// event (which does not change).
 	Envelope json.RawMessage `json:"envelope,omitempty"`
-	Outbox   string          `json:"outbox,omitempty"`
 	// Waited counts the times the delivery's endpoint's pace sent the
 	// message back to the queue (AttemptResult.Paced): each wait is spread
 	// a little wider.
@@ -134,12 +133,13 @@ func (s *Engine) dispatch(ctx context.Context, item store.Item, reads *Reads) ([
 	if err != nil || plan == nil {
 		return nil, err
 	}
-	if n := len(plan.recs); n > 0 && n <= maxCarried && plan.outboxed {
+	if n := len(plan.recs); n > 0 && n <= maxCarried && (plan.outboxed || fromStream(item)) {
 		msgs := make([]DeliveryMessage, n)
 		for i, rec := range plan.recs {
 			msgs[i] = DeliveryMessage{DeliveryRef: rec.Ref(), Planned: records.MustJSON(rec)}
-			if id := item.Attrs[outboxAttr]; id != "" {
-				msgs[i].Envelope, msgs[i].Outbox = item.Data, id
+			if fromStream(item) {
+				msgs[i].Envelope = item.Data
+				continue
 			}
 			for j, other := range plan.recs {
 				if j != i {
@@ -284,10 +284,7 @@ func (p *fanOutPlan) ops(ctx context.Context, s *Engine, now time.Time) []store.
 		}
 		ops = append(ops, store.Put(s.answers.Item(ctx, rec), store.NotExists()))
 	}
-	switch id := p.event.Attrs[outboxAttr]; {
-	case id != "":
-		ops = append(ops, store.Delete(keys.ConversionOutbox(id)))
-	case p.outboxed:
+	if p.outboxed {
 		out := p.event
 		out.GSI3 = store.IndexKey{}
 		ops = append(ops, store.Put(out, store.Exists()))
@@ -576,13 +573,9 @@ func written(ctx context.Context, db *records.DB, brandID string, ids []string) 
 	return true, nil
 }
 
-// leaveOutbox writes the event, read as event, without its outbox key, or
-// deletes its conversion's outbox entry (createdEvent): its deliveries are
-// written.
+// leaveOutbox writes the event, read as event, without its outbox key: its
+// deliveries are written.
 func leaveOutbox(ctx context.Context, db *records.DB, event store.Item) error {
-	if id := event.Attrs[outboxAttr]; id != "" {
-		return db.Transact(ctx, store.Delete(keys.ConversionOutbox(id)))
-	}
 	event.GSI3 = store.IndexKey{}
 	err := db.Transact(ctx, store.Put(event, store.Exists()))
 	if _, gone := store.FailedOp(err); gone {

@@ -3,10 +3,13 @@ package webhooks
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/ids"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/store"
@@ -51,25 +54,88 @@ func (s *Engine) abandonParked(ctx context.Context, ref endpoints.DeliveryRef, l
 
 // Dropped is what Overdue found.
 type Dropped struct {
-	Events []string // ids of events to fan out again
-	// Conversions are those whose conversion.created, made from the
-	// conversion, is fanned out again (DispatchOutboxed).
-	Conversions []Outboxed
-	Deliveries  []endpoints.DeliveryRef // pending deliveries to queue again
-	Skipped     []Skipped               // items it could not read (skip)
+	Events     []string                // ids of events to fan out again
+	Deliveries []endpoints.DeliveryRef // pending deliveries to queue again
+	Skipped    []Skipped               // items it could not read (skip)
 }
 
 // Overdue lists what a transport that does not watch the indexes itself
 // (on AWS: the stream, the queue and the state machine) should have moved on
 // before cutoff but has not: events still in the outbox (not fanned out)
 // and pending deliveries whose next attempt was due. Both come from gsi3,
-// and the conversions' outbox entries (conversions.ForStream) from their
-// partitions, oldest first, at most limit of each: the first page of a
-// Sweep, which reads them all. Fanning out and attempting again are
-// idempotent, so the caller re-drives them through the usual steps. Only
-// the conversions' entries are written: one is deleted when its conversion
-// was never written (outboxedConversions). An entry it cannot read is
+// oldest first, at most limit of each: the first page of a Sweep, which
+// reads them all. Fanning out and attempting again are idempotent, so the
+// caller re-drives them through the usual steps. An item it cannot read is
 // skipped, with a backoff (skip).
 func (s *Engine) Overdue(ctx context.Context, cutoff time.Time, limit int) (Dropped, error) {
-	return s.Sweep(cutoff, limit, 1).Next(ctx, limit)
+	return s.Sweep(cutoff, limit).Next(ctx, limit)
+}
+
+// StreamPosition is where StreamConversions got to: past the conversion
+// After in shard Shard of brand Brand (the zero position: the start).
+type StreamPosition struct {
+	Brand string `json:"brandId,omitempty"`
+	Shard int    `json:"shard,omitempty"`
+	After string `json:"after,omitempty"`
+}
+
+// StreamConversions reads the conversions of every brand that are marked
+// for the fan-out (conversions.FanOutAttr) and whose ids (which sort by
+// the time they were made) fall between from and to, from the position at
+// on (brands in id order, then shards, then ids), and hands them to fn, a
+// query's page at a time, with the position past that page: the
+// conversions whose stream records a fan-out batch it gave up on may have
+// held, its records' arrival times being all that FanoutDLQ keeps of it.
+// The caller dispatches them again (DispatchConversion), which repeats
+// nothing already done, and may go on later from a position fn was given.
+// fn returning false stops the reading.
+func (s *Engine) StreamConversions(ctx context.Context, from, to time.Time, at StreamPosition, fn func([]store.Item, StreamPosition) bool) error {
+	skFrom, skTo := ids.Floor("cnv_", from), ids.Ceil("cnv_", to)
+	brands := ""
+	for {
+		page, err := s.db.Query(ctx, store.Query{Index: store.GSI1, PK: keys.Brands, SKFrom: at.Brand, Limit: records.MaxScan, Cursor: brands})
+		if err != nil {
+			return err
+		}
+		for _, brand := range page.Items {
+			pos := StreamPosition{Brand: brand.GSI1.SK}
+			if pos.Brand == at.Brand {
+				pos = at
+			}
+			for ; pos.Shard < keys.Shards; pos.Shard, pos.After = pos.Shard+1, "" {
+				more, err := s.streamConversionsOf(ctx, pos, skFrom, skTo, fn)
+				if err != nil || !more {
+					return err
+				}
+			}
+		}
+		if brands = page.Cursor; brands == "" {
+			return nil
+		}
+	}
+}
+
+// streamConversionsOf is StreamConversions in the shard of pos, past its
+// After; false when fn stopped it.
+func (s *Engine) streamConversionsOf(ctx context.Context, pos StreamPosition, skFrom, skTo string, fn func([]store.Item, StreamPosition) bool) (bool, error) {
+	if pos.After != "" {
+		// Past After: ids have one length, so the next one differs from
+		// it within that length and sorts after any suffix of it.
+		skFrom = max(skFrom, pos.After+"~")
+	}
+	cursor := ""
+	for {
+		page, err := s.db.Query(ctx, store.Query{PK: keys.ConversionPK(pos.Brand, pos.Shard), SKFrom: skFrom, SKTo: skTo, Limit: records.MaxScan, Cursor: cursor})
+		if err != nil || len(page.Items) == 0 {
+			return err == nil, err
+		}
+		pos.After = page.Items[len(page.Items)-1].SK
+		marked := slices.DeleteFunc(page.Items, func(it store.Item) bool { return it.Attrs[conversions.FanOutAttr] != conversions.FanOutFromStream })
+		if len(marked) > 0 && !fn(marked, pos) {
+			return false, nil
+		}
+		if cursor = page.Cursor; cursor == "" {
+			return true, nil
+		}
+	}
 }

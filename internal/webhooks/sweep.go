@@ -2,8 +2,6 @@ package webhooks
 
 import (
 	"context"
-	"strconv"
-	"sync"
 	"time"
 
 	"github.com/tally-hq/tally/internal/endpoints"
@@ -79,35 +77,29 @@ func (q *shardedQueue) drained() bool {
 // delivery queued again stays due until it is attempted) are not read
 // twice by one Sweep.
 type Sweep struct {
-	s       *Engine
-	cutoff  time.Time
-	workers int
-	events  *shardedQueue // events in the outbox
-	entries *shardedQueue // the conversions' outbox entries
-	due     *shardedQueue // pending deliveries, by next attempt
+	s      *Engine
+	events *shardedQueue // events in the outbox
+	due    *shardedQueue // pending deliveries, by next attempt
 }
 
 // Sweep starts reading what should have moved on before cutoff (Overdue),
-// in pages of about page of each kind; workers bounds the conversions'
-// outbox entries it handles at once (each takes a read and a write).
-func (s *Engine) Sweep(cutoff time.Time, page, workers int) *Sweep {
+// in pages of about page of each kind.
+func (s *Engine) Sweep(cutoff time.Time, page int) *Sweep {
 	// The oldest items are spread over the shards by hash: a shard's page
 	// holds about its share of the next page, with room to spare.
 	perShard := max(2*page/keys.QueueShards, 25)
-	return &Sweep{s: s, cutoff: cutoff, workers: max(workers, 1),
-		events:  newShardedQueue(s.db, store.GSI3, keys.OutboxPK, ids.Ceil("evt_", cutoff), perShard),
-		entries: newShardedQueue(s.db, store.Table, keys.ConversionOutboxPK, ids.Ceil("cnv_", cutoff), perShard),
-		due:     newShardedQueue(s.db, store.GSI3, keys.DueQueuePK, keys.DueQueueSK(cutoff, "~"), perShard),
+	return &Sweep{s: s,
+		events: newShardedQueue(s.db, store.GSI3, keys.OutboxPK, ids.Ceil("evt_", cutoff), perShard),
+		due:    newShardedQueue(s.db, store.GSI3, keys.DueQueuePK, keys.DueQueueSK(cutoff, "~"), perShard),
 	}
 }
 
 // Done says whether the sweep has read everything.
 func (w *Sweep) Done() bool {
-	return w.events.drained() && w.entries.drained() && w.due.drained()
+	return w.events.drained() && w.due.drained()
 }
 
-// Next returns the next page: at most n events, n conversions' outbox
-// entries (their conversions: outboxedConversions) and n deliveries, each
+// Next returns the next page: at most n events and n deliveries, each
 // oldest first. An item that waits out a skip's backoff is passed over; one
 // it cannot read is skipped (skip).
 func (w *Sweep) Next(ctx context.Context, n int) (Dropped, error) {
@@ -116,13 +108,6 @@ func (w *Sweep) Next(ctx context.Context, n int) (Dropped, error) {
 	for _, it := range w.usable(items) {
 		d.Events = append(d.Events, it.GSI3.SK)
 	}
-	if err != nil {
-		return d, err
-	}
-	items, err = w.entries.next(ctx, n)
-	var skipped []Skipped
-	d.Conversions, skipped = w.s.outboxedConversions(ctx, w.cutoff, w.usable(items), w.workers)
-	d.Skipped = append(d.Skipped, skipped...)
 	if err != nil {
 		return d, err
 	}
@@ -148,45 +133,4 @@ func (w *Sweep) usable(items []store.Item) []store.Item {
 		}
 	}
 	return out
-}
-
-// outboxedConversions reads the conversions of outbox entries
-// (outboxedConversion), workers at a time, and returns those written; an
-// entry written after cutoff (a retry in progress) is left.
-func (s *Engine) outboxedConversions(ctx context.Context, cutoff time.Time, entries []store.Item, workers int) ([]Outboxed, []Skipped) {
-	var (
-		mu      sync.Mutex
-		wg      sync.WaitGroup
-		out     []Outboxed
-		skipped []Skipped
-		next    = make(chan store.Item)
-	)
-	for range workers {
-		wg.Go(func() {
-			for it := range next {
-				o, written, err := s.outboxedConversion(ctx, it)
-				var sk Skipped
-				if err != nil {
-					sk = skip(ctx, s.db, it, err)
-				}
-				mu.Lock()
-				switch {
-				case err != nil:
-					skipped = append(skipped, sk)
-				case written:
-					out = append(out, o)
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	for _, it := range entries {
-		if at, err := strconv.ParseInt(it.Attrs["at"], 10, 64); err == nil && at > cutoff.UnixNano() {
-			continue
-		}
-		next <- it
-	}
-	close(next)
-	wg.Wait()
-	return out, skipped
 }

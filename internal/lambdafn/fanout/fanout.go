@@ -5,6 +5,7 @@ package fanout
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,7 +25,9 @@ import (
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/lambdafn/queue"
+	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/sqsjson"
+	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/webhooks"
 )
 
@@ -39,6 +42,7 @@ func ServeFanout() {
 func ServeReconciler() {
 	log, engine, client, url := start()
 	r := DefaultReconciler
+	r.FanoutDLQ = &DLQ{Client: client, URL: lambdafn.MustEnv(log, lambdafn.EnvFanoutDLQURL)}
 	if n, err := strconv.Atoi(os.Getenv(lambdafn.EnvDeliverConcurrency)); err == nil && n > 0 {
 		r.Backlog = BacklogFor(n)
 	}
@@ -120,8 +124,7 @@ func Handler(engine *webhooks.Engine, q queue.Queue, queueURL string, log *slog.
 }
 
 // dispatcher returns the fan-out of a stream record that inserts an event
-// item (webhooks.Engine.Dispatch) but one the fan-out wrote itself (a
-// conversion.created of a stack deployed before), or a
+// item (webhooks.Engine.Dispatch) but one the fan-out made, or a
 // conversion whose event the fan-out makes
 // (webhooks.Engine.DispatchConversion, from the record's new image).
 func dispatcher(engine *webhooks.Engine, rec events.DynamoDBEventRecord, reads *webhooks.Reads) (func(context.Context) ([]webhooks.DeliveryMessage, error), bool) {
@@ -158,19 +161,33 @@ type ReconcileQueue interface {
 	ApproximateNumberOfMessages(ctx context.Context, queueURL string) (int, error)
 }
 
+// DLQ is a dead-letter queue the reconciler takes messages from: the part
+// of the SQS client it uses (*sqsjson.Client), and the queue's URL.
+type DLQ struct {
+	Client interface {
+		queue.Queue
+		Receive(ctx context.Context, queueURL string, n int, visibility time.Duration) ([]sqsjson.Received, error)
+		Delete(ctx context.Context, queueURL, receiptHandle string) error
+	}
+	URL string
+}
+
 // Reconciler re-drives the webhook work the AWS transport dropped. Every
 // stage may lose work for good: a stream batch that exhausts its retries
 // leaves only metadata in FanoutDLQ, and the records expire with the
 // stream; events written while the event source mapping is recreated are
 // never read (it starts at LATEST); a delivery message received 5 times
 // goes to DeliveryDLQ, or expires with the queue's retention; an execution
-// can end without deciding its delivery. The table still knows all of it:
+// can end without deciding its delivery. The table still knows most of it:
 // events whose deliveries are not all written keep their outbox key (those
 // their messages carry are written by attempt 1), pending deliveries their
 // due key (gsi3). A run fans out again the events that have been in the
 // outbox longer than Grace, and queues again the pending deliveries whose next
 // attempt is overdue by more than Grace; both steps are idempotent, so a
-// false alarm costs a repeated step, not a repeated request.
+// false alarm costs a repeated step, not a repeated request. A new
+// conversion's event is made by the fan-out from the stream and is in no
+// outbox: a batch given up leaves its records' arrival times in FanoutDLQ,
+// and a run dispatches again the conversions made then (streamBatches).
 type Reconciler struct {
 	// Grace is how long work may wait before it counts as dropped: well
 	// above what the stream, the queue and the state machine take when
@@ -201,7 +218,21 @@ type Reconciler struct {
 	Margin time.Duration
 	// Metrics receives each run's deferral and skips (ReconcilerDeferralsAlarm).
 	Metrics *emf.Metrics
+	// FanoutDLQ is the fan-out's on-failure destination, whose messages a
+	// run takes (streamBatches); nil: none.
+	FanoutDLQ *DLQ
 }
+
+// BatchMargin widens a failed stream batch's arrival span when the
+// reconciler looks for its conversions by id: an id is made before its
+// request reads the offer and the partner and writes the marker and the
+// conversion, which the stream then carries.
+const BatchMargin = time.Minute
+
+// batchVisibility hides a FanoutDLQ message a run took from other runs
+// for as long as a run lasts: one it leaves (a dispatch failed, its time
+// was up) is taken again by the next.
+const batchVisibility = 4 * time.Minute
 
 // DefaultReconciler is the deployed reconciler's configuration (docs/aws.md,
 // "The reconciler", for the figures).
@@ -210,16 +241,18 @@ var DefaultReconciler = Reconciler{Grace: 10 * time.Minute, Page: 500, Backlog: 
 
 // ReconcilerResult is what a run did.
 type ReconcilerResult struct {
-	Events     int  `json:"events"`     // events fanned out again
-	Deliveries int  `json:"deliveries"` // deliveries queued again
-	Released   int  `json:"released"`   // parked deliveries queued: their endpoint's circuit closed, or the next probe
-	Failed     int  `json:"failed"`     // parked deliveries failed: they waited out a probe's failed schedule
-	Circuits   int  `json:"circuits"`   // endpoints whose wait lists were read: open circuits, or recently closed
-	Backlog    int  `json:"backlog"`    // visible messages in the delivery queue
-	Deferred   bool `json:"deferred"`   // events and deliveries were left for a later run: the queue has a backlog
-	Skipped    int  `json:"skipped"`    // items skipped, each until its backoff ends (webhooks.Skipped)
-	Unfinished int  `json:"unfinished"` // endpoints whose release is left for the next run: out of time or over Release
-	OutOfTime  bool `json:"outOfTime"`  // events or deliveries found were left for the next run: the run's time was up
+	Events      int  `json:"events"`      // events fanned out again
+	Batches     int  `json:"batches"`     // failed stream batches taken from FanoutDLQ
+	Conversions int  `json:"conversions"` // conversions dispatched again for them
+	Deliveries  int  `json:"deliveries"`  // deliveries queued again
+	Released    int  `json:"released"`    // parked deliveries queued: their endpoint's circuit closed, or the next probe
+	Failed      int  `json:"failed"`      // parked deliveries failed: they waited out a probe's failed schedule
+	Circuits    int  `json:"circuits"`    // endpoints whose wait lists were read: open circuits, or recently closed
+	Backlog     int  `json:"backlog"`     // visible messages in the delivery queue
+	Deferred    bool `json:"deferred"`    // events and deliveries were left for a later run: the queue has a backlog
+	Skipped     int  `json:"skipped"`     // items skipped, each until its backoff ends (webhooks.Skipped)
+	Unfinished  int  `json:"unfinished"`  // endpoints whose release is left for the next run: out of time or over Release
+	OutOfTime   bool `json:"outOfTime"`   // events or deliveries found were left for the next run: the run's time was up
 }
 
 // Handler returns the scheduled handler. A run that could not re-drive
@@ -252,6 +285,7 @@ func (r Reconciler) Handler(engine *webhooks.Engine, q ReconcileQueue, queueURL 
 			// deliveries carried in a lost message have nothing else that
 			// finds them. Deliveries wait for a run that reads it.
 			errs = append(errs, err)
+			errs = append(errs, r.streamBatches(ctx, engine, q, queueURL, halfway(stop), &res, log)...)
 			errs = append(errs, r.sweep(ctx, engine, q, queueURL, stop, false, &res, skipped)...)
 		case res.Backlog >= r.Backlog:
 			res.Deferred = true
@@ -259,9 +293,12 @@ func (r Reconciler) Handler(engine *webhooks.Engine, q ReconcileQueue, queueURL 
 		default:
 			// The release first, with at most half the time: a sweep with
 			// more than a run can take does not starve it.
-			if err := r.release(ctx, engine, q, queueURL, time.Now().Add(time.Until(stop)/2), &res, skipped); err != nil {
+			if err := r.release(ctx, engine, q, queueURL, halfway(stop), &res, skipped); err != nil {
 				errs = append(errs, fmt.Errorf("release parked deliveries: %w", err))
 			}
+			// Then the failed stream batches, with at most half of the rest:
+			// a span of many conversions does not starve the sweep.
+			errs = append(errs, r.streamBatches(ctx, engine, q, queueURL, halfway(stop), &res, log)...)
 			errs = append(errs, r.sweep(ctx, engine, q, queueURL, stop, true, &res, skipped)...)
 		}
 		if res.OutOfTime || res.Unfinished > 0 {
@@ -270,11 +307,14 @@ func (r Reconciler) Handler(engine *webhooks.Engine, q ReconcileQueue, queueURL 
 		if res.Skipped > 0 {
 			errs = append(errs, fmt.Errorf("%d items skipped until their backoff ends", res.Skipped))
 		}
-		log.Info("reconciled", "events", res.Events, "deliveries", res.Deliveries, "released", res.Released, "failed", res.Failed, "circuits", res.Circuits,
+		log.Info("reconciled", "events", res.Events, "batches", res.Batches, "conversions", res.Conversions, "deliveries", res.Deliveries, "released", res.Released, "failed", res.Failed, "circuits", res.Circuits,
 			"backlog", res.Backlog, "deferred", res.Deferred, "skipped", res.Skipped, "unfinished", res.Unfinished, "outOfTime", res.OutOfTime)
 		return res, errors.Join(errs...)
 	}
 }
+
+// halfway is half the time from now to stop.
+func halfway(stop time.Time) time.Time { return time.Now().Add(time.Until(stop) / 2) }
 
 // stopAt is when a run starts nothing more (Margin).
 func (r Reconciler) stopAt(ctx context.Context) time.Time {
@@ -288,7 +328,7 @@ func (r Reconciler) stopAt(ctx context.Context) time.Time {
 // read all or stop: the events fanned out again, and, when deliveries, the
 // overdue deliveries queued again. It returns the errors that stopped it.
 func (r Reconciler) sweep(ctx context.Context, engine *webhooks.Engine, q queue.Queue, queueURL string, stop time.Time, deliveries bool, res *ReconcilerResult, skipped func([]webhooks.Skipped)) []error {
-	sw := engine.Sweep(engine.Now().Add(-r.Grace), r.Page, r.Workers)
+	sw := engine.Sweep(engine.Now().Add(-r.Grace), r.Page)
 	for !sw.Done() {
 		if time.Now().After(stop) {
 			res.OutOfTime = true
@@ -299,7 +339,7 @@ func (r Reconciler) sweep(ctx context.Context, engine *webhooks.Engine, q queue.
 		if err != nil {
 			return []error{err}
 		}
-		done, failed, left := r.fanOutAll(ctx, q, queueURL, redrives(engine, page), stop)
+		done, failed, left := r.fanOutAll(ctx, engine, q, queueURL, page.Events, stop)
 		res.Events += done
 		res.OutOfTime = res.OutOfTime || left
 		skipped(failed)
@@ -331,58 +371,54 @@ func (r Reconciler) release(ctx context.Context, engine *webhooks.Engine, q queu
 	return err
 }
 
-// redrive is the fan-out of an event a sweep found, and the skip of what
-// found it when that fails.
-type redrive struct {
-	dispatch func(context.Context, *webhooks.Reads) ([]webhooks.DeliveryMessage, error)
-	skip     func(context.Context, error) webhooks.Skipped
-}
-
-// redrives are the fan-outs of a sweep's page: its events, by id
-// (webhooks.Engine.Dispatch, skipped with SkipEvent), and its conversions,
-// whose conversion.created is made from them (DispatchOutboxed, skipped
-// with SkipOutboxed).
-func redrives(engine *webhooks.Engine, page webhooks.Dropped) []redrive {
-	var out []redrive
-	for _, id := range page.Events {
-		out = append(out, redrive{
-			dispatch: func(ctx context.Context, reads *webhooks.Reads) ([]webhooks.DeliveryMessage, error) {
-				return engine.Dispatch(ctx, id, reads)
-			},
-			skip: func(ctx context.Context, err error) webhooks.Skipped { return engine.SkipEvent(ctx, id, err) },
-		})
-	}
-	for _, o := range page.Conversions {
-		out = append(out, redrive{
-			dispatch: func(ctx context.Context, reads *webhooks.Reads) ([]webhooks.DeliveryMessage, error) {
-				return engine.DispatchOutboxed(ctx, o, reads)
-			},
-			skip: func(ctx context.Context, err error) webhooks.Skipped { return engine.SkipOutboxed(ctx, o, err) },
-		})
-	}
-	return out
-}
-
 // fanOutAll fans out events, Workers at a time, then queues their messages
-// together (send); it starts no fan-out after stop. It returns how many it
-// fanned out, those that failed (their fan-out or the queueing of one of
-// their messages), skipped, and whether it left some for stop.
-func (r Reconciler) fanOutAll(ctx context.Context, q queue.Queue, queueURL string, evts []redrive, stop time.Time) (int, []webhooks.Skipped, bool) {
-	msgs := make([][]webhooks.DeliveryMessage, len(evts))
-	errs := make([]error, len(evts))
-	var left atomic.Bool
+// together (dispatchAll); it starts no fan-out after stop. It returns how
+// many it fanned out, those that failed (their fan-out or the queueing of
+// one of their messages), skipped (webhooks.Engine.SkipEvent), and whether
+// it left some for stop.
+func (r Reconciler) fanOutAll(ctx context.Context, engine *webhooks.Engine, q queue.Queue, queueURL string, evts []string, stop time.Time) (int, []webhooks.Skipped, bool) {
 	reads := webhooks.NewReads()
+	errs, left := r.dispatchAll(ctx, q, queueURL, len(evts), stop, func(i int) ([]webhooks.DeliveryMessage, error) {
+		return engine.Dispatch(ctx, evts[i], reads)
+	})
+	var failed []webhooks.Skipped
+	var mu sync.Mutex
+	done := 0
 	each(len(evts), r.Workers, func(i int) {
+		switch {
+		case errs[i] == nil:
+			mu.Lock()
+			done++
+			mu.Unlock()
+		case errs[i] != errLeft:
+			s := engine.SkipEvent(ctx, evts[i], errs[i])
+			mu.Lock()
+			failed = append(failed, s)
+			mu.Unlock()
+		}
+	})
+	return done, failed, left
+}
+
+// dispatchAll calls dispatch for 0 to n-1, Workers at a time, then queues
+// their messages together (sendChunks); it starts no dispatch after stop.
+// It returns each one's error (errLeft: left for stop; else its dispatch's,
+// or its messages' queueing's), and whether it left some.
+func (r Reconciler) dispatchAll(ctx context.Context, q queue.Queue, queueURL string, n int, stop time.Time, dispatch func(i int) ([]webhooks.DeliveryMessage, error)) ([]error, bool) {
+	msgs := make([][]webhooks.DeliveryMessage, n)
+	errs := make([]error, n)
+	var left atomic.Bool
+	each(n, r.Workers, func(i int) {
 		if time.Now().After(stop) {
 			left.Store(true)
 			errs[i] = errLeft
 			return
 		}
-		msgs[i], errs[i] = evts[i].dispatch(ctx, reads)
+		msgs[i], errs[i] = dispatch(i)
 	})
 	var all []queue.Message
-	var owner []int // the event of each of all
-	for i := range evts {
+	var owner []int // the dispatch of each of all
+	for i := range n {
 		for _, m := range msgs[i] {
 			all, owner = append(all, m), append(owner, i)
 		}
@@ -395,23 +431,126 @@ func (r Reconciler) fanOutAll(ctx context.Context, q queue.Queue, queueURL strin
 			}
 		}
 	}
-	var failed []webhooks.Skipped
-	var mu sync.Mutex
-	done := 0
-	each(len(evts), r.Workers, func(i int) {
-		switch {
-		case errs[i] == nil:
-			mu.Lock()
-			done++
-			mu.Unlock()
-		case errs[i] != errLeft:
-			s := evts[i].skip(ctx, errs[i])
-			mu.Lock()
-			failed = append(failed, s)
-			mu.Unlock()
+	return errs, left.Load()
+}
+
+// streamBatches takes the fan-out's failed stream batches from FanoutDLQ,
+// until it is empty or stop. For each it dispatches again, as the fan-out
+// would have, the conversions made within its records' arrival span
+// (widened by BatchMargin, across brands: webhooks.Engine.StreamConversions),
+// Workers at a time, and queues their messages; the events the batch held
+// are in the outbox, for the sweep. It deletes a batch's message once all of
+// its conversions are dispatched and queued. One whose time ran out is
+// queued again with where it got to (failedBatch.Resume) for the next run;
+// one it could not read or whose dispatch failed is left
+// (batchVisibility), and a later run dispatches it again, repeating
+// nothing already done. It returns the errors.
+func (r Reconciler) streamBatches(ctx context.Context, engine *webhooks.Engine, q queue.Queue, queueURL string, stop time.Time, res *ReconcilerResult, log *slog.Logger) []error {
+	if r.FanoutDLQ == nil {
+		return nil
+	}
+	var errs []error
+	for time.Now().Before(stop) {
+		msgs, err := r.FanoutDLQ.Client.Receive(ctx, r.FanoutDLQ.URL, sqsjson.MaxBatch, batchVisibility)
+		if err != nil {
+			return append(errs, fmt.Errorf("take failed stream batches: %w", err))
 		}
+		if len(msgs) == 0 {
+			return errs
+		}
+		for _, m := range msgs {
+			b, err := readBatch(m.Body)
+			if err == nil {
+				err = r.streamBatch(ctx, engine, q, queueURL, &b, stop, res)
+			}
+			if errors.Is(err, errLeft) {
+				res.OutOfTime = true
+				err = r.FanoutDLQ.Client.SendBatch(ctx, r.FanoutDLQ.URL, sqsjson.Messages(b.body()))
+			}
+			if err == nil {
+				err = r.FanoutDLQ.Client.Delete(ctx, r.FanoutDLQ.URL, m.ReceiptHandle)
+			}
+			if err != nil {
+				log.Warn("a failed stream batch is left for a later run", "batch", m.Body, "err", err.Error())
+				errs = append(errs, fmt.Errorf("failed stream batch: %w", err))
+				continue
+			}
+			if res.OutOfTime {
+				return errs // the others received come back after batchVisibility
+			}
+			res.Batches++
+		}
+	}
+	res.OutOfTime = true
+	return errs
+}
+
+// streamBatch dispatches again the conversions of b (streamBatches), and
+// moves b.Resume past each page it dispatched; errLeft when stop came
+// first.
+func (r Reconciler) streamBatch(ctx context.Context, engine *webhooks.Engine, q queue.Queue, queueURL string, b *failedBatch, stop time.Time, res *ReconcilerResult) error {
+	reads := webhooks.NewReads()
+	var failed error
+	err := engine.StreamConversions(ctx, b.First.Add(-BatchMargin), b.Last.Add(BatchMargin), b.Resume, func(items []store.Item, next webhooks.StreamPosition) bool {
+		errs, _ := r.dispatchAll(ctx, q, queueURL, len(items), stop, func(i int) ([]webhooks.DeliveryMessage, error) {
+			return engine.DispatchConversion(ctx, items[i], reads)
+		})
+		for i, err := range errs {
+			switch {
+			case err == nil:
+				res.Conversions++
+			case failed == nil:
+				failed = fmt.Errorf("conversion %s: %w", items[i].SK, err)
+			}
+		}
+		if failed == nil {
+			b.Resume = next
+		}
+		return failed == nil
 	})
-	return done, failed, left.Load()
+	return errors.Join(err, failed)
+}
+
+// failedBatch is a FanoutDLQ message: Lambda's on-failure record of a
+// stream batch, whose DDBStreamBatchInfo says when its first and last
+// records reached the stream, and, once a run ran out of time on it,
+// where that run got to.
+type failedBatch struct {
+	First, Last time.Time
+	Resume      webhooks.StreamPosition
+	fields      map[string]json.RawMessage // the message's, kept as they are
+}
+
+// resumeField is the field of a FanoutDLQ message the reconciler adds.
+const resumeField = "tallyResume"
+
+// readBatch reads a FanoutDLQ message.
+func readBatch(body string) (failedBatch, error) {
+	var b failedBatch
+	var info struct {
+		First time.Time `json:"approximateArrivalOfFirstRecord"`
+		Last  time.Time `json:"approximateArrivalOfLastRecord"`
+	}
+	if err := json.Unmarshal([]byte(body), &b.fields); err != nil {
+		return b, fmt.Errorf("read the message: %w", err)
+	}
+	if err := json.Unmarshal(b.fields["DDBStreamBatchInfo"], &info); err != nil || info.First.IsZero() || info.Last.Before(info.First) {
+		return b, fmt.Errorf("the message gives no arrival times (DDBStreamBatchInfo.approximateArrivalOfFirstRecord, …LastRecord)")
+	}
+	b.First, b.Last = info.First, info.Last
+	if raw, ok := b.fields[resumeField]; ok {
+		if err := json.Unmarshal(raw, &b.Resume); err != nil {
+			return b, fmt.Errorf("read the message's %s: %w", resumeField, err)
+		}
+	}
+	return b, nil
+}
+
+// body is the message of b, with where it got to.
+func (b failedBatch) body() string {
+	b.fields[resumeField] = records.MustJSON(b.Resume)
+	out, _ := json.Marshal(b.fields) // raw JSON fields always marshal
+	return string(out)
 }
 
 // errLeft marks an event a run had no time to fan out.
