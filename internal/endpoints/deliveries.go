@@ -73,7 +73,6 @@ func deliveryItem(rec DeliveryRecord, keep time.Duration, packed []packedAnswer)
 	shard := keys.ShardOf(rec.ID)
 	it := store.Item{
 		Key:       keys.Delivery(rec.BrandID, rec.ID),
-		GSI1:      store.IndexKey{PK: keys.DeliveriesByTypeStatus(rec.BrandID, rec.Type, rec.Status, shard), SK: rec.ID},
 		GSI2:      store.IndexKey{PK: keys.DeliveriesByEndpoint(rec.BrandID, rec.EndpointID(), shard), SK: rec.ID},
 		Attrs:     map[string]string{"status": rec.Status, "attempts": strconv.Itoa(len(rec.Attempts))},
 		ExpiresAt: rec.UpdatedAt.Add(keep).Unix(),
@@ -93,6 +92,13 @@ func deliveryItem(rec DeliveryRecord, keep time.Duration, packed []packedAnswer)
 		it.Bins = map[string][]byte{responsesAttr: appendAnswers(nil, packed)}
 	}
 	it.Data = records.MustJSON(rec)
+	// GSI1 holds the deliveries that are not succeeded, for the log's
+	// pending and failed filters: most deliveries succeed, and the log
+	// lists those from the table (Log.Deliveries). A delivery that
+	// succeeds loses its entry; one retried gets it back.
+	if rec.Status != tally.DeliverySucceeded {
+		it.GSI1 = store.IndexKey{PK: keys.DeliveriesByTypeStatus(rec.BrandID, rec.Type, rec.Status, shard), SK: rec.ID}
+	}
 	switch {
 	case rec.Status != tally.DeliveryPending:
 	case rec.Parked:

@@ -160,9 +160,14 @@ type DeliveryFilter struct {
 
 // Deliveries lists the brand's deliveries, newest first. Each filter is
 // served by keys (docs/data-model.md): an endpoint's deliveries by GSI2, a
-// type and status by GSI1, a time span and an event id by sort-key bounds
-// (ids sort by their event's time); the event name narrows what those
-// read.
+// pending or failed status (and a type with it) by GSI1, a time span and
+// an event id by sort-key bounds (ids sort by their event's time). GSI1
+// holds no succeeded delivery (deliveryItem): status succeeded, and a type
+// without a status, filter the table's delivery partitions as they are
+// read. Succeeded deliveries are most of the log, so that reads little
+// more than it lists; a rare type reads at most records.MaxScan items a
+// page and answers what it found with a cursor to go on. The event name
+// narrows what those read.
 func (s *Log) Deliveries(ctx context.Context, brandID string, f DeliveryFilter, p records.ListParams) ([]tally.Delivery, string, error) {
 	if err := validate.First(
 		validate.OneOf("type", &f.Type, "", tally.DeliveryWebhook, tally.DeliveryPostback),
@@ -200,24 +205,21 @@ func (s *Log) Deliveries(ctx context.Context, brandID string, f DeliveryFilter, 
 		sp.From = max(sp.From, ids.Floor("wh_", ulid.Time(t.Time())))
 	}
 	sp.Filter = fmt.Sprintf("%q", []string{f.Type, f.Status, f.Event, f.SubscriptionID, f.PartnerID, f.EventID, f.ConversionID})
-	types, statuses := deliveryTypes, deliveryStatuses
+	types := deliveryTypes
 	if f.Type != "" {
 		types = []string{f.Type}
-	}
-	if f.Status != "" {
-		statuses = []string{f.Status}
 	}
 	for shard := range keys.Shards {
 		switch {
 		case f.SubscriptionID != "" || f.PartnerID != "":
 			sp.Parts = append(sp.Parts, records.Partition{Index: store.GSI2, PK: keys.DeliveriesByEndpoint(brandID, f.SubscriptionID+f.PartnerID, shard)})
-		case f.Type != "" || f.Status != "":
+		case f.Status == tally.DeliveryPending || f.Status == tally.DeliveryFailed:
 			for _, typ := range types {
-				for _, status := range statuses {
-					sp.Parts = append(sp.Parts, records.Partition{Index: store.GSI1, PK: keys.DeliveriesByTypeStatus(brandID, typ, status, shard)})
-				}
+				sp.Parts = append(sp.Parts, records.Partition{Index: store.GSI1, PK: keys.DeliveriesByTypeStatus(brandID, typ, f.Status, shard)})
 			}
 		default:
+			// The table alone: a succeeded delivery written with a GSI1
+			// entry is listed once.
 			sp.Parts = append(sp.Parts, records.Partition{PK: keys.DeliveryPK(brandID, shard)})
 		}
 	}
@@ -296,12 +298,9 @@ func (s *Log) restart(ctx context.Context, rec DeliveryRecord) (DeliveryRecord, 
 	return rec, nil
 }
 
-// deliveryTypes and deliveryStatuses are every value of the two, for the
-// index partitions a list reads.
-var (
-	deliveryTypes    = []string{tally.DeliveryWebhook, tally.DeliveryPostback}
-	deliveryStatuses = []string{tally.DeliveryPending, tally.DeliverySucceeded, tally.DeliveryFailed}
-)
+// deliveryTypes are every delivery type, for the index partitions a list
+// reads.
+var deliveryTypes = []string{tally.DeliveryWebhook, tally.DeliveryPostback}
 
 // DefaultDeliveryRetention is how long a delivery and its attempts stay in
 // the log after its last change, unless the deployment says otherwise.

@@ -362,8 +362,8 @@ func Endpoints(brandID string) store.Key {
 
 // Deliveries live in the brand's delivery shards, sorted by id (ids sort by
 // the event's time, so a time span and an event id are sort-key ranges).
-// GSI1 lists them per type and status (what the delivery log is filtered by
-// most), GSI2 per endpoint (a subscription or a partner's postback); while
+// GSI1 lists those not succeeded per type and status (the delivery log's
+// pending and failed filters), GSI2 per endpoint (a subscription or a partner's postback); while
 // pending, GSI3 holds them by due time across brands (the local pipeline's
 // queue). Each index is sharded like the table.
 func DeliveryPK(brandID string, shard int) string {
