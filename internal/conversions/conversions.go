@@ -455,7 +455,36 @@ func capExpiry(cap string, now time.Time) int64 {
 
 // Conversion returns one of the brand's conversions.
 func (s *Service) Conversion(ctx context.Context, brandID, conversionID string) (tally.Conversion, error) {
-	return records.GetByID[tally.Conversion](ctx, s.db, "conversion", "cnv_", conversionID, func() store.Key { return keys.Conversion(brandID, conversionID) })
+	c, _, err := s.stored(ctx, brandID, conversionID)
+	return c, err
+}
+
+// stored returns one of the brand's conversions and its item as read,
+// whose attributes a change keeps (rewrite).
+func (s *Service) stored(ctx context.Context, brandID, conversionID string) (tally.Conversion, store.Item, error) {
+	var c tally.Conversion
+	if !ids.Valid("cnv_", conversionID) {
+		return c, store.Item{}, records.NotFound(store.ErrNotFound, "conversion", conversionID)
+	}
+	it, err := s.db.Get(ctx, keys.Conversion(brandID, conversionID))
+	if err != nil {
+		return c, it, records.NotFound(err, "conversion", conversionID)
+	}
+	return c, it, records.Decode(it, &c)
+}
+
+// rewrite is the item of c, changed, as read: it keeps the attributes
+// only its first write sets (how the stream treats it, the request's
+// span), which the reconciler reads to dispatch it again when its stream
+// record was lost (webhooks.Engine.StreamConversions).
+func rewrite(c tally.Conversion, read store.Item) store.Item {
+	item := Item(c)
+	for name, v := range read.Attrs {
+		if _, set := item.Attrs[name]; !set {
+			item.Attrs[name] = v
+		}
+	}
+	return item
 }
 
 // ConversionByTxn returns the conversion recorded for an offer with an
@@ -528,7 +557,7 @@ func (s *Service) RejectConversion(ctx context.Context, brandID, conversionID st
 // decisions (say a manual rejection and the hold-time approval) exactly one
 // takes effect.
 func (s *Service) decideConversion(ctx context.Context, brandID, conversionID, to, reason string) (tally.Conversion, error) {
-	c, err := s.Conversion(ctx, brandID, conversionID)
+	c, read, err := s.stored(ctx, brandID, conversionID)
 	if err != nil {
 		return c, err
 	}
@@ -540,7 +569,7 @@ func (s *Service) decideConversion(ctx context.Context, brandID, conversionID, t
 	// little behind the one that recorded it: an approval at its createdAt
 	// would read as an approval on creation (AsCreated).
 	now := s.db.Now()
-	if !now.After(c.CreatedAt.Time) {
+	if !tally.NewTime(now).After(c.CreatedAt.Time) { // in the milliseconds it is stored in
 		now = c.CreatedAt.Add(time.Millisecond)
 	}
 	c.Status, c.UpdatedAt, c.ApproveAt = to, tally.NewTime(now), nil
@@ -552,7 +581,7 @@ func (s *Service) decideConversion(ctx context.Context, brandID, conversionID, t
 	if err != nil {
 		return c, err
 	}
-	ops := append([]store.Op{store.Put(Item(c), store.AttrEquals("status", tally.ConversionPending))}, reports.ConversionIncrements(c, reports.Decided(c, to))...)
+	ops := append([]store.Op{store.Put(rewrite(c, read), store.AttrEquals("status", tally.ConversionPending))}, reports.ConversionIncrements(c, reports.Decided(c, to))...)
 	ops = append(ops, ledger.Decided(c)...)
 	ops = append(ops, audit.Record(ctx, brandID, name, c.ID, auditSummary(c, tally.ConversionPending), now)...)
 	err = s.events.Transact(ctx, append(ops, evt)...)

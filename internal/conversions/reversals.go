@@ -37,7 +37,7 @@ func (s *Service) ReverseConversion(ctx context.Context, brandID, conversionID s
 		return tally.Conversion{}, err
 	}
 	for {
-		c, err := s.Conversion(ctx, brandID, conversionID)
+		c, read, err := s.stored(ctx, brandID, conversionID)
 		if err != nil {
 			return c, err
 		}
@@ -54,7 +54,7 @@ func (s *Service) ReverseConversion(ctx context.Context, brandID, conversionID s
 		if err != nil {
 			return c, err
 		}
-		ops := append([]store.Op{store.Put(Item(c), store.AttrEquals("status", tally.ConversionApproved))},
+		ops := append([]store.Op{store.Put(rewrite(c, read), store.AttrEquals("status", tally.ConversionApproved))},
 			reports.ConversionIncrements(c, reports.Decided(c, tally.ConversionReversed))...)
 		ops = append(ops, ledger.Reversed(c)...)
 		ops = append(ops, audit.Record(ctx, brandID, tally.EventConversionReversed, c.ID,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tally-hq/tally"
+	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/servicetest"
@@ -163,4 +164,50 @@ func TestOverdueAndAbandon(t *testing.T) {
 			t.Errorf("a manual retry of the abandoned delivery: %v", err)
 		}
 	})
+}
+
+// A conversion decided or reversed after its record keeps what says the
+// fan-out makes its conversion.created: when the stream batch that held
+// its insert is given up, the reconciler still finds it in the batch's
+// time span and dispatches it again.
+func TestDecidedConversionsStayFoundForTheReconciler(t *testing.T) {
+	st := testenv.DynamoDB(t)
+	f := newFixture(t, st)
+	svc := servicetest.New(st, service.WithClock(f.clock.Now), service.WithStreamConversions())
+	manual, auto, partner := f.offer(tally.ApprovalManual, 0, tally.Caps{}), f.offer(tally.ApprovalAuto, 0, tally.Caps{}), f.partner(true)
+	record := func(offerID, txn string) tally.Conversion {
+		t.Helper()
+		c, _, err := svc.Conversions.RecordConversion(f.ctx, f.brandID, conversions.ConversionInput{OfferID: &offerID, PartnerID: &partner.ID, ExternalTxnID: ptr(txn)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	approved, rejected, reversed := record(manual.ID, "a"), record(manual.ID, "b"), record(auto.ID, "c")
+	f.clock.Advance(time.Minute)
+	if _, err := svc.Conversions.ApproveConversion(f.ctx, f.brandID, approved.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Conversions.RejectConversion(f.ctx, f.brandID, rejected.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Conversions.ReverseConversion(f.ctx, f.brandID, reversed.ID, conversions.ReversalInput{Reason: ptr(tally.ReversalRefund)}); err != nil {
+		t.Fatal(err)
+	}
+	var found []string
+	err := svc.Webhooks.StreamConversions(f.ctx, start.Add(-time.Minute), start.Add(time.Minute), webhooks.StreamPosition{}, func(items []store.Item, _ webhooks.StreamPosition) bool {
+		for _, it := range items {
+			found = append(found, it.SK)
+		}
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(found)
+	want := []string{approved.ID, rejected.ID, reversed.ID}
+	slices.Sort(want)
+	if !slices.Equal(found, want) {
+		t.Errorf("the reconciler finds %v in the span of their records, want the decided and reversed %v", found, want)
+	}
 }
