@@ -178,12 +178,12 @@ func (s *Service) RecordConversion(ctx context.Context, brandID string, in Conve
 		if err := s.writing.admit(ctx, s, offer.Offer, c); err != nil {
 			return s.refusedUnlessRecorded(ctx, c, err)
 		}
-		created, err = s.insertConversion(ctx, c, offer, now)
+		created, err = s.insertConversion(ctx, c, offer, now, false)
+		if err == nil && !created {
+			c, created, err = s.replay(ctx, c, offer, now)
+		}
 		if errors.Is(err, offers.ErrChanged) && attempt < offers.MaxReloads {
 			continue // the cache had an older revision, now replaced: build c again
-		}
-		if err == nil && !created {
-			c, created, err = s.replay(ctx, c)
 		}
 		if err == nil && created {
 			s.entered(c.Status)
@@ -305,7 +305,10 @@ type capState struct {
 }
 
 // insertConversion writes c with everything that goes with it. It returns
-// false when c's (offer, externalTxnId) is already recorded.
+// false when c's (offer, externalTxnId) is already recorded. With
+// markerKept, c completes what its marker's request left (replay): the
+// marker, which names c's id, is checked rather than put, and false means
+// another request completed it first.
 //
 // Caps are counters with conditions, so the store enforces them under any
 // concurrency. A transaction first assumes it stays below every cap (counter
@@ -314,13 +317,16 @@ type capState struct {
 // one conversion can find the counter at limit-1, so the event is written
 // exactly once. When that fails too, the cap is full. Counters only grow, so
 // this ends within one retry per cap.
-func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offer offers.Entry, now time.Time) (bool, error) {
+func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offer offers.Entry, now time.Time, markerKept bool) (bool, error) {
 	var caps []*capState
 	for _, cl := range offers.CapsOf(offer.Offer.Caps) {
 		period := offers.CapPeriod(cl.Name, now)
 		caps = append(caps, &capState{Cap: cl, key: keys.Cap(c.OfferID, period), period: period, reaching: cl.Limit == 1})
 	}
-	if s.writing.apart(c, len(caps)) {
+	switch {
+	case s.writing.apart(c, len(caps)) && markerKept:
+		return s.putNew(ctx, c)
+	case s.writing.apart(c, len(caps)):
 		return s.putConversion(ctx, c)
 	}
 	created, err := s.writing.created(s, c, now)
@@ -333,10 +339,15 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 		// growing from 8 to 16 copied 2.4 KB a conversion.
 		ops := make([]store.Op, 0, 6+2*len(caps)+len(rollups))
 		markerAt := -1
-		if c.ExternalTxnID != "" {
+		switch {
+		case markerKept:
+			markerAt = len(ops)
+			ops = append(ops, store.Check(keys.Txn(c.BrandID, c.OfferID, c.ExternalTxnID), store.Exists()))
+		case c.ExternalTxnID != "":
 			markerAt = len(ops)
 			ops = append(ops, store.Put(txnMarker(c, idJSON(c.ID)), store.NotExists()))
 		}
+		conversionAt := len(ops)
 		ops = append(ops, store.Put(s.newConversionItem(ctx, c), store.NotExists()))
 		offerAt, partnerAt := -1, -1
 		if s.writing.checks() { // else read just before (admit)
@@ -377,7 +388,7 @@ func (s *Service) insertConversion(ctx context.Context, c tally.Conversion, offe
 		switch {
 		case !failed:
 			return err == nil, err
-		case i == markerAt:
+		case i == markerAt, i == conversionAt: // recorded, or completed, by another request
 			return false, nil
 		case i == offerAt:
 			return false, s.offers.NotActive(ctx, offer, "conversions")
@@ -692,15 +703,15 @@ func (s *Service) firstRecorded(ctx context.Context, c tally.Conversion) (first 
 // (firstRecorded), this request writes it, from its own body with the
 // marker's id, and answers created; of requests racing to, one writes it
 // and the others read it.
-func (s *Service) replay(ctx context.Context, c tally.Conversion) (tally.Conversion, bool, error) {
+func (s *Service) replay(ctx context.Context, c tally.Conversion, offer offers.Entry, now time.Time) (tally.Conversion, bool, error) {
 	first, written, err := s.firstRecorded(ctx, c)
 	if err != nil || written {
 		return first, false, err
 	}
-	if !s.writing.apart(first, 0) { // its marker and conversion are one transaction
+	if !s.writing.completes() { // its marker and conversion are one transaction
 		return first, false, fmt.Errorf("replay: the marker of %q names conversion %s, which is not there: %w", c.ExternalTxnID, first.ID, store.ErrNotFound)
 	}
-	created, err := s.putNew(ctx, first)
+	created, err := s.insertConversion(ctx, first, offer, now, true)
 	if err != nil || created {
 		return first, created, err
 	}
@@ -721,6 +732,9 @@ type Writing interface {
 	// checks says whether the transaction checks the offer's and the
 	// partner's status.
 	checks() bool
+	// completes says whether a marker can be there without its
+	// conversion (written apart, before it), which a retry completes.
+	completes() bool
 	// created is what c's transaction writes for its conversion.created.
 	created(s *Service, c tally.Conversion, now time.Time) ([]store.Op, error)
 	// mark marks a new conversion's item for what the stream does with it.
@@ -744,6 +758,7 @@ func (InTransaction) admit(context.Context, *Service, tally.Offer, tally.Convers
 
 func (InTransaction) apart(tally.Conversion, int) bool { return false }
 func (InTransaction) checks() bool                     { return true }
+func (InTransaction) completes() bool                  { return false }
 
 func (InTransaction) created(s *Service, c tally.Conversion, now time.Time) ([]store.Op, error) {
 	evt, err := s.events.Event(c.BrandID, tally.EventConversionCreated, EventData(c, ""), now)
@@ -788,6 +803,7 @@ func (ForStream) admit(ctx context.Context, s *Service, offer tally.Offer, c tal
 
 func (ForStream) apart(c tally.Conversion, caps int) bool { return caps == 0 && c.ClickID == "" }
 func (ForStream) checks() bool                            { return false }
+func (ForStream) completes() bool                         { return true }
 
 func (ForStream) created(*Service, tally.Conversion, time.Time) ([]store.Op, error) {
 	return nil, nil // the fan-out makes the event from the stream

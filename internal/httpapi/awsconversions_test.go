@@ -139,6 +139,48 @@ func TestRetriesCompleteAConversionStoppedAfterItsMarkerOnAWS(t *testing.T) {
 	}
 }
 
+// A request without a click stopped after its marker; its retries name
+// the click instead (a postback with click_id and txn_id): they complete
+// the conversion through the click's write, with the marker's id, and the
+// click is marked with it.
+func TestRetriesWithAClickCompleteAStoppedConversionOnAWS(t *testing.T) {
+	st := testenv.DynamoDB(t)
+	stopped := newEnv(t, stopBeforeConversion{st}, httpapi.Config{RateLimit: 10_000}, service.OnAWS())
+	e := newEnv(t, st, httpapi.Config{RateLimit: 10_000}, service.OnAWS())
+	brandID, key := e.brand()
+	offerID := e.offer(key, map[string]any{"destinationUrl": "https://shop.example/p?c={click_id}"})
+	partnerID := e.activePartner(brandID, key)
+	clickID := e.click(offerID, partnerID, "")
+	first := map[string]any{"offerId": offerID, "partnerId": partnerID, "externalTxnId": "order-1"}
+	if r := stopped.call("POST", "/api/v1/conversions", key, first); r.status != 500 {
+		t.Fatalf("the stopped request answered %d %s, want 500", r.status, r.body)
+	}
+	marker, err := st.Get(t.Context(), keys.Txn(brandID, offerID, "order-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var markerID string
+	if err := json.Unmarshal(marker.Data, &markerID); err != nil {
+		t.Fatal(err)
+	}
+	retry := map[string]any{"clickId": clickID, "externalTxnId": "order-1"}
+	answers, statuses := e.raceCalls(10, "POST", "/api/v1/conversions", key, func(int) any { return retry })
+	if statuses[201] != 1 || statuses[200] != 9 {
+		t.Errorf("statuses = %v, want one 201 and 9 200s", statuses)
+	}
+	for _, r := range answers {
+		if id := r.field(t, "id"); id != markerID {
+			t.Fatalf("an answer named %s (%s), want the marker's %s", id, r.body, markerID)
+		}
+	}
+	if got := e.listAll("/api/v1/conversions", key); len(got) != 1 {
+		t.Errorf("%d conversions stored, want 1", len(got))
+	}
+	if got := e.must(200, e.call("GET", "/api/v1/clicks/"+clickID, key, nil)).field(t, "conversionId"); got != markerID {
+		t.Errorf("the click's conversionId is %q, want %s", got, markerID)
+	}
+}
+
 // A marker holding the whole conversion (written by an older version of
 // the conversions function) still replays: with the conversion stored, the
 // retry answers 200 with it; without it (its request stopped), the retry
