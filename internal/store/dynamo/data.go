@@ -36,7 +36,9 @@ var (
 	unpackers = sync.Pool{New: func() any { return flate.NewReader(nil) }}
 )
 
-// packData returns data as stored: packed when that is shorter.
+// packData returns data as stored: packed when that is shorter, and
+// always when it begins with the version byte, which unpacked it would be
+// read as.
 func packData(data []byte) []byte {
 	var b bytes.Buffer
 	b.Grow(len(data))
@@ -44,7 +46,10 @@ func packData(data []byte) []byte {
 	w := packers.Get().(*flate.Writer)
 	defer packers.Put(w)
 	w.Reset(&b)
-	if _, err := w.Write(data); err != nil || w.Close() != nil || b.Len() >= len(data) {
+	if _, err := w.Write(data); err != nil || w.Close() != nil {
+		panic(fmt.Sprintf("dynamo: packing data: %v", err)) // writes to memory do not fail
+	}
+	if b.Len() >= len(data) && (len(data) == 0 || data[0] != packedV1) {
 		return data
 	}
 	return b.Bytes()

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -40,7 +41,8 @@ func TestDataIsStoredPacked(t *testing.T) {
 	conversion := []byte(`{"id":"cnv_01m8h6by19ng321ktrw9yg2srp","brandId":"brd_01m8h6br3k4k1nmdky3a0p6vnz","offerId":"off_01m8h6bw4g6zrsnme9da2yyyke","partnerId":"prt_01m8h6bw5vffnhhf95pbj964h3","revenueCents":8990,"payoutCents":1500,"currency":"EUR","status":"approved","sub1":"newsletter-nov","sub2":"","sub3":"","sub4":"","sub5":"","externalTxnId":"order-6","approveAt":null,"approvedAt":"2027-03-02T08:13:57.737Z","createdAt":"2027-03-02T08:13:57.737Z","updatedAt":"2027-03-02T08:13:57.737Z"}`)
 	random := make([]byte, 300)
 	rand.Read(random)
-	for name, data := range map[string][]byte{"conversion": conversion, "random bytes": random, "empty": {}} {
+	versionFirst := slices.Concat([]byte{1}, random) // what packed data begins with
+	for name, data := range map[string][]byte{"conversion": conversion, "random bytes": random, "empty": {}, "the version byte first": versionFirst} {
 		t.Run(name, func(t *testing.T) {
 			it := store.Item{Key: store.Key{PK: "P#" + name, SK: "S"}, GSI1: store.IndexKey{PK: "G#" + name, SK: "S"}, Data: data}
 			if err := s.Transact(ctx, store.Put(it)); err != nil {
@@ -58,7 +60,7 @@ func TestDataIsStoredPacked(t *testing.T) {
 			if name == "conversion" && len(raw) > len(data)*2/5 {
 				t.Errorf("a conversion of %d bytes is stored in %d, want at most 40 %%", len(data), len(raw))
 			}
-			if len(raw) > len(data) {
+			if name != "the version byte first" && len(raw) > len(data) {
 				t.Errorf("%d bytes are stored in %d", len(data), len(raw))
 			}
 		})
