@@ -11,6 +11,7 @@ import (
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/endpoints"
+	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/service"
 	"github.com/tally-hq/tally/internal/servicetest"
 	"github.com/tally-hq/tally/internal/store"
@@ -209,5 +210,56 @@ func TestDecidedConversionsStayFoundForTheReconciler(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(found, want) {
 		t.Errorf("the reconciler finds %v in the span of their records, want the decided and reversed %v", found, want)
+	}
+}
+
+// StreamConversions hands every page it reads to its caller, none marked
+// too, with the position past it: a reconciler whose time is up stops
+// between any two queries, across brands without conversions in the span,
+// and the next run goes on from there.
+func TestStreamConversionsStopsBetweenAnyTwoQueries(t *testing.T) {
+	st := testenv.DynamoDB(t)
+	f := newFixture(t, st)
+	svc := servicetest.New(st, service.WithClock(f.clock.Now), service.WithStreamConversions())
+	for _, name := range []string{"Beta", "Gamma"} {
+		if _, err := svc.Identity.CreateBrand(f.ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	offer, partner := f.offer(tally.ApprovalAuto, 0, tally.Caps{}), f.partner(true)
+	c, _, err := svc.Conversions.RecordConversion(f.ctx, f.brandID, conversions.ConversionInput{OfferID: &offer.ID, PartnerID: &partner.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, to := start.Add(-time.Minute), start.Add(time.Minute)
+	var pages []webhooks.StreamPosition
+	var found []string
+	read := func(at webhooks.StreamPosition, stopAfter int) {
+		t.Helper()
+		err := svc.Webhooks.StreamConversions(f.ctx, from, to, at, func(items []store.Item, next webhooks.StreamPosition) bool {
+			pages = append(pages, next)
+			for _, it := range items {
+				found = append(found, it.SK)
+			}
+			return len(pages) != stopAfter
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	read(webhooks.StreamPosition{}, 0)
+	all := slices.Clone(pages)
+	if len(all) < 3*keys.Shards || !slices.Equal(found, []string{c.ID}) {
+		t.Fatalf("a whole read handed over %d pages and %v, want every shard of the 3 brands and %s", len(all), found, c.ID)
+	}
+	// Stopped after the fifth page, then resumed from its position: the
+	// pages after it, and the conversion once.
+	pages, found = nil, nil
+	read(webhooks.StreamPosition{}, 5)
+	stoppedAt := pages[4]
+	pages = nil
+	read(stoppedAt, 0)
+	if first := len(found); first > 1 || len(pages) < len(all)-5 {
+		t.Errorf("resumed at %+v: %d pages and %v, want the %d after it and the conversion once", stoppedAt, len(pages), found, len(all)-5)
 	}
 }

@@ -660,3 +660,24 @@ func TestReconcileConversionRequestStopped(t *testing.T) {
 	}
 	p.recoveredConversions(t, c.ID)
 }
+
+// A FanoutDLQ message the reconciler cannot read (no arrival times) is
+// logged and deleted, and the run reports it (its errors alarm): it does
+// not come back to fail every run for the queue's 14 days.
+func TestReconcileDeletesAnUnreadableFailedBatch(t *testing.T) {
+	t.Parallel()
+	p := newConversionPipeline(t)
+	if _, err := p.sqs.SendMessage(t.Context(), &sqs.SendMessageInput{QueueUrl: &p.fanoutDLQ.URL, MessageBody: ptr(`{"requestContext":{}}`)}); err != nil {
+		t.Fatal(err)
+	}
+	svc := servicetest.New(dynamo.New(p.client, p.table), service.OnAWS())
+	r := fanout.DefaultReconciler
+	r.FanoutDLQ = &fanout.DLQ{Client: p.send, URL: p.fanoutDLQ.URL}
+	h := r.Handler(svc.Webhooks, p.send, p.queue.URL, p.log)
+	if _, err := h(lambdaContext(t.Context(), "reconciler"), events.EventBridgeEvent{}); err == nil || !strings.Contains(err.Error(), "unreadable failed stream batch") {
+		t.Errorf("the run with an unreadable message answered %v, want it reported", err)
+	}
+	if res := p.reconcile(t); res.Batches != 0 {
+		t.Errorf("the next run %+v, want no batch: the unreadable one deleted", res)
+	}
+}

@@ -83,7 +83,8 @@ type StreamPosition struct {
 // for the fan-out (conversions.FanOutAttr) and whose ids (which sort by
 // the time they were made) fall between from and to, from the position at
 // on (brands in id order, then shards, then ids), and hands them to fn, a
-// query's page at a time, with the position past that page: the
+// query's page at a time (one with none of them too), with the position
+// past that page: the
 // conversions whose stream records a fan-out batch it gave up on may have
 // held, its records' arrival times being all that FanoutDLQ keeps of it.
 // The caller dispatches them again (DispatchConversion), which repeats
@@ -126,12 +127,16 @@ func (s *Engine) streamConversionsOf(ctx context.Context, pos StreamPosition, sk
 	cursor := ""
 	for {
 		page, err := s.db.Query(ctx, store.Query{PK: keys.ConversionPK(pos.Brand, pos.Shard), SKFrom: skFrom, SKTo: skTo, Limit: records.MaxScan, Cursor: cursor})
-		if err != nil || len(page.Items) == 0 {
-			return err == nil, err
+		if err != nil {
+			return false, err
 		}
-		pos.After = page.Items[len(page.Items)-1].SK
+		if len(page.Items) > 0 {
+			pos.After = page.Items[len(page.Items)-1].SK
+		}
+		// fn sees every page, none marked too: it may stop between any two
+		// queries (its time is up) and go on later from pos.
 		marked := slices.DeleteFunc(page.Items, func(it store.Item) bool { return it.Attrs[conversions.FanOutAttr] != conversions.FanOutFromStream })
-		if len(marked) > 0 && !fn(marked, pos) {
+		if !fn(marked, pos) {
 			return false, nil
 		}
 		if cursor = page.Cursor; cursor == "" {

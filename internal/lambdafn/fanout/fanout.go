@@ -460,9 +460,14 @@ func (r Reconciler) streamBatches(ctx context.Context, engine *webhooks.Engine, 
 		}
 		for _, m := range msgs {
 			b, err := readBatch(m.Body)
-			if err == nil {
-				err = r.streamBatch(ctx, engine, q, queueURL, &b, stop, res)
+			if err != nil {
+				// It never will be read: deleted, and this run fails once
+				// (ReconcilerFunctionErrorsAlarm) with the message logged.
+				log.Error("an unreadable failed stream batch is deleted", "batch", m.Body, "err", err.Error())
+				errs = append(errs, fmt.Errorf("unreadable failed stream batch: %w", errors.Join(err, r.FanoutDLQ.Client.Delete(ctx, r.FanoutDLQ.URL, m.ReceiptHandle))))
+				continue
 			}
+			err = r.streamBatch(ctx, engine, q, queueURL, &b, stop, res)
 			if errors.Is(err, errLeft) {
 				res.OutOfTime = true
 				err = r.FanoutDLQ.Client.SendBatch(ctx, r.FanoutDLQ.URL, sqsjson.Messages(b.body()))
@@ -492,6 +497,10 @@ func (r Reconciler) streamBatch(ctx context.Context, engine *webhooks.Engine, q 
 	reads := webhooks.NewReads()
 	var failed error
 	err := engine.StreamConversions(ctx, b.First.Add(-BatchMargin), b.Last.Add(BatchMargin), b.Resume, func(items []store.Item, next webhooks.StreamPosition) bool {
+		if time.Now().After(stop) {
+			failed = errLeft
+			return false
+		}
 		errs, _ := r.dispatchAll(ctx, q, queueURL, len(items), stop, func(i int) ([]webhooks.DeliveryMessage, error) {
 			return engine.DispatchConversion(ctx, items[i], reads)
 		})
