@@ -230,6 +230,14 @@ func (s *Engine) planFanOut(ctx context.Context, eventID string, reads *Reads) (
 	return s.planFanOutOf(ctx, item, reads)
 }
 
+// subscribedAfter says whether sub was created after evt happened, beyond
+// the clocks' disagreement between the functions that wrote them: an event
+// fanned out again later (a stream batch given up, hours after) goes to the
+// subscriptions there were, as its first fan-out would have.
+func subscribedAfter(sub endpoints.SubscriptionRecord, evt tally.Event) bool {
+	return sub.CreatedAt.After(evt.CreatedAt.Add(time.Minute))
+}
+
 // planFanOutOf is planFanOut of the event item read as item.
 func (s *Engine) planFanOutOf(ctx context.Context, item store.Item, reads *Reads) (*fanOutPlan, error) {
 	var evt tally.Event
@@ -244,7 +252,7 @@ func (s *Engine) planFanOutOf(ctx context.Context, item store.Item, reads *Reads
 	plan := &fanOutPlan{event: item, outboxed: inOutbox(item)}
 	for _, sub := range brandSubs {
 		if target := item.Attrs["subscriptionId"]; target != "" && target != sub.Rec.ID ||
-			target == "" && (!slices.Contains(sub.Rec.Events, evt.Event) || sub.Rec.Status == tally.EndpointDisabled) {
+			target == "" && (!slices.Contains(sub.Rec.Events, evt.Event) || sub.Rec.Status == tally.EndpointDisabled || subscribedAfter(sub.Rec, evt)) {
 			continue
 		}
 		plan.recs = append(plan.recs, endpoints.DeliveryRecord{
