@@ -2,7 +2,7 @@
 // (package secretbox) with a KMS key of the stack. It calls KMS's JSON API
 // itself, signed with the SDK's SigV4 signer, rather than through the SDK's
 // KMS client: of the client's many operations it needs two, and the client
-// would add 0.4 MiB to the webhooks function and 0.8 MiB to the dashboard
+// would add 0.44 MiB to the webhooks function and 1.1 MiB to the dashboard
 // (whose html/template keeps every method of a linked type), past their
 // size bounds (internal/lambdacheck). Only the functions that sign or set
 // secrets link it.
