@@ -1,29 +1,19 @@
 // Package awskms wraps the data key that seals webhook signing secrets
-// (package secretbox) with a KMS key of the stack. It calls KMS's JSON API
-// itself, signed with the SDK's SigV4 signer, rather than through the SDK's
-// KMS client: of the client's many operations it needs two, and the client
-// would add 0.44 MiB to the webhooks function and 1.1 MiB to the dashboard
-// (whose html/template keeps every method of a linked type), past their
-// size bounds (internal/lambdacheck). Only the functions that sign or set
-// secrets link it.
+// (package secretbox) with a KMS key of the stack, over KMS's JSON
+// protocol (package awsjson: the SDK's KMS client put the webhooks and
+// dashboard functions past their size bounds). Only the functions that
+// sign or set secrets link it (internal/lambdacheck).
 package awskms
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
 	"github.com/tally-hq/tally/internal/awsenv"
+	"github.com/tally-hq/tally/internal/awsjson"
 )
 
 // EnvKeyARN names the KMS key that wraps the data key: set for the
@@ -34,9 +24,7 @@ const EnvKeyARN = "TALLY_SECRETS_KEY_ARN"
 type Key struct {
 	arn      string
 	endpoint string
-	cfg      aws.Config
-	signer   *v4.Signer
-	client   *http.Client
+	json     *awsjson.Client
 }
 
 // FromEnv is the Key EnvKeyARN names, called with the function's role
@@ -59,59 +47,20 @@ func FromEnv() (Key, error) {
 }
 
 // New is the Key arn names, called at endpoint with cfg's region and
-// credentials.
+// credentials, each call tried 3 times as the SDK's standard retryer does.
 func New(cfg aws.Config, arn, endpoint string) Key {
-	return Key{arn: arn, endpoint: endpoint, cfg: cfg, signer: v4.NewSigner(), client: &http.Client{Timeout: 10 * time.Second}}
+	return Key{arn: arn, endpoint: endpoint,
+		json: awsjson.New(cfg, awsjson.Protocol{Service: "kms", Target: "TrentService", ContentType: "application/x-amz-json-1.1"}, 3)}
 }
 
 func (k Key) GenerateDataKey(ctx context.Context) (plain, wrapped []byte, err error) {
 	var out struct{ Plaintext, CiphertextBlob []byte }
-	err = k.call(ctx, "GenerateDataKey", map[string]string{"KeyId": k.arn, "KeySpec": "AES_256"}, &out)
+	err = k.json.Call(ctx, k.endpoint, "GenerateDataKey", map[string]string{"KeyId": k.arn, "KeySpec": "AES_256"}, &out)
 	return out.Plaintext, out.CiphertextBlob, err
 }
 
 func (k Key) Decrypt(ctx context.Context, wrapped []byte) ([]byte, error) {
 	var out struct{ Plaintext []byte }
-	err := k.call(ctx, "Decrypt", map[string]any{"KeyId": k.arn, "CiphertextBlob": wrapped}, &out)
+	err := k.json.Call(ctx, k.endpoint, "Decrypt", map[string]any{"KeyId": k.arn, "CiphertextBlob": wrapped}, &out)
 	return out.Plaintext, err
-}
-
-// call makes one KMS request (its JSON 1.1 protocol: blobs in base64).
-func (k Key) call(ctx context.Context, operation string, in, out any) error {
-	body, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, k.endpoint, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/x-amz-json-1.1")
-	req.Header.Set("X-Amz-Target", "TrentService."+operation)
-	creds, err := k.cfg.Credentials.Retrieve(ctx)
-	if err != nil {
-		return err
-	}
-	sum := sha256.Sum256(body)
-	if err := k.signer.SignHTTP(ctx, creds, req, hex.EncodeToString(sum[:]), "kms", k.cfg.Region, time.Now()); err != nil {
-		return err
-	}
-	resp, err := k.client.Do(req)
-	if err != nil {
-		return fmt.Errorf("kms %s: %w", operation, err)
-	}
-	defer resp.Body.Close()
-	answer, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-	if err != nil {
-		return fmt.Errorf("kms %s: %w", operation, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Type    string `json:"__type"`
-			Message string `json:"message"`
-		}
-		_ = json.Unmarshal(answer, &e)
-		return fmt.Errorf("kms %s: %d %s: %s", operation, resp.StatusCode, e.Type, e.Message)
-	}
-	return json.Unmarshal(answer, out)
 }
