@@ -54,6 +54,7 @@ const (
 	envTable                = "TALLY_TABLE"
 	envDeliveryQueueURL     = "TALLY_DELIVERY_QUEUE_URL"
 	envRetryStateMachineARN = "TALLY_RETRY_STATE_MACHINE_ARN"
+	envSecretsKeyARN        = "TALLY_SECRETS_KEY_ARN"
 	envRateLimit            = "TALLY_RATE_LIMIT"
 	envApplicationRateLimit = "TALLY_APPLICATION_RATE_LIMIT"
 	envClickRateLimit       = "TALLY_CLICK_RATE_LIMIT"
@@ -279,3 +280,13 @@ var queriesIndexes = []kind{apiFunction, approverFunction, reconcilerFunction}
 // sendsDeliveries are the functions with TALLY_DELIVERY_QUEUE_URL: they
 // queue deliveries (deliver queues a paced one again, to wait its turn).
 var sendsDeliveries = []string{"FanoutFunction", "DeliveriesFunction", "DashboardFunction", "ReconcilerFunction", "DeliverFunction"}
+
+// usesSecrets are the functions with TALLY_SECRETS_KEY_ARN and what they
+// may do with the key: those that sign open the signing secrets; those
+// that set them seal them too, and the first to need it makes the data key.
+var usesSecrets = map[string][]string{
+	"WebhooksFunction":  {"kms:Decrypt", "kms:GenerateDataKey"},
+	"DashboardFunction": {"kms:Decrypt", "kms:GenerateDataKey"},
+	"DeliverFunction":   {"kms:Decrypt"},
+	"AttemptFunction":   {"kms:Decrypt"},
+}

@@ -315,6 +315,18 @@ func NewTallyStack(scope constructs.Construct, id string, props *TallyStackProps
 		byID[id].AddEnvironment(jsii.String(envDeliveryQueueURL), deliveryQueue.QueueUrl(), nil)
 	}
 	deliver.AddEnvironment(jsii.String(envRetryStateMachineARN), retry.StateMachineArn(), nil)
+	// The key that wraps the data key sealing webhook signing secrets in the
+	// table: retained with it, as the secrets it keeps open with it only.
+	secretsKey := awskms.NewKey(stack, jsii.String("SecretsKey"), &awskms.KeyProps{
+		Description:       jsii.String("Tally webhook signing secrets (the data key sealing them)"),
+		EnableKeyRotation: jsii.Bool(true),
+		RemovalPolicy:     awscdk.RemovalPolicy_RETAIN,
+	})
+	overrideID(secretsKey, "SecretsKey")
+	for id, actions := range usesSecrets {
+		byID[id].AddEnvironment(jsii.String(envSecretsKeyARN), secretsKey.KeyArn(), nil)
+		allow(roles[id], secretsKey.KeyArn(), nil, actions...)
+	}
 	byID["ReconcilerFunction"].AddEnvironment(jsii.String(envDeliverConcurrency), deliverConcurrency.ValueAsString(), nil)
 	byID["ReconcilerFunction"].AddEnvironment(jsii.String(envFanoutDLQURL), fanoutDLQ.QueueUrl(), nil)
 

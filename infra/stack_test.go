@@ -137,6 +137,10 @@ func wantEnv(id string) map[string]any {
 		env["TALLY_RETRY_STATE_MACHINE_ARN"] = ref("RetryStateMachine")
 		env["TALLY_DELIVERY_QUEUE_URL"] = ref("DeliveryQueue") // paced deliveries wait in it
 	}
+	switch id {
+	case "WebhooksFunction", "DashboardFunction", "DeliverFunction", "AttemptFunction": // they set or sign webhook secrets
+		env["TALLY_SECRETS_KEY_ARN"] = getAtt("SecretsKey", "Arn")
+	}
 	if id == "ReconcilerFunction" {
 		env["TALLY_DELIVER_MAX_CONCURRENCY"] = ref("DeliverMaxConcurrency")
 		env["TALLY_FANOUT_DLQ_URL"] = ref("FanoutDLQ")
@@ -151,7 +155,7 @@ func TestResources(t *testing.T) {
 	want := map[string]string{
 		"Table": "AWS::DynamoDB::Table", "HttpApi": "AWS::ApiGatewayV2::Api",
 		"DeliveryQueue": "AWS::SQS::Queue", "DeliveryDLQ": "AWS::SQS::Queue", "FanoutDLQ": "AWS::SQS::Queue", "RollupDLQ": "AWS::SQS::Queue",
-		"RollupDLQAlarm": "AWS::CloudWatch::Alarm", "AlarmTopicKey": "AWS::KMS::Key",
+		"RollupDLQAlarm": "AWS::CloudWatch::Alarm", "AlarmTopicKey": "AWS::KMS::Key", "SecretsKey": "AWS::KMS::Key",
 		"RetryStateMachine": "AWS::StepFunctions::StateMachine",
 		"DeliveryDLQAlarm":  "AWS::CloudWatch::Alarm", "FanoutDLQAlarm": "AWS::CloudWatch::Alarm",
 		"RetryFailedExecutionsAlarm": "AWS::CloudWatch::Alarm", "RetryTimedOutExecutionsAlarm": "AWS::CloudWatch::Alarm",
@@ -188,7 +192,7 @@ func TestResources(t *testing.T) {
 		"AWS::Events::Rule":                float64(len(schedules)),
 		// An errors and a throttles alarm per function, and 13 others.
 		"AWS::CloudWatch::Alarm": float64(len(timeouts) + 2 + 14), // errors of each function, throttles of the 2 reserved ones and of the account
-		"AWS::KMS::Key":          1,                               // AlarmTopic's
+		"AWS::KMS::Key":          2,                               // AlarmTopic's, the signing secrets'
 		"AWS::SNS::Topic":        1,
 		"AWS::SNS::Subscription": 1, // with AlarmEmail set
 		"AWS::Logs::LogGroup":    float64(len(timeouts)),
@@ -250,6 +254,7 @@ func TestFunctions(t *testing.T) {
 				"TALLY_DELIVERY_RETENTION_DAYS": ref("DeliveryRetentionDays"),
 				"TALLY_RETRY_STATE_MACHINE_ARN": ref("RetryStateMachine"),
 				"TALLY_DELIVERY_QUEUE_URL":      ref("DeliveryQueue"),
+				"TALLY_SECRETS_KEY_ARN":         getAtt("SecretsKey", "Arn"),
 			})},
 		})
 	})
@@ -917,6 +922,12 @@ func TestLeastPrivilege(t *testing.T) {
 	want["grant DeliveriesFunction DeliveryQueue"] = "sqs:SendMessage"
 	want["grant DashboardFunction DeliveryQueue"] = "sqs:SendMessage"
 	want["grant RetryStateMachine AttemptFunction"] = "lambda:InvokeFunction"
+	// The signing secrets: opened by those that sign, sealed by those that
+	// set them, which may make the data key.
+	want["grant WebhooksFunction SecretsKey"] = "kms:Decrypt kms:GenerateDataKey"
+	want["grant DashboardFunction SecretsKey"] = "kms:Decrypt kms:GenerateDataKey"
+	want["grant DeliverFunction SecretsKey"] = "kms:Decrypt"
+	want["grant AttemptFunction SecretsKey"] = "kms:Decrypt"
 	got := map[string]string{}
 	for k, v := range f {
 		if strings.HasPrefix(k, "grant ") {

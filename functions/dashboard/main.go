@@ -6,6 +6,7 @@
 package main
 
 import (
+	"github.com/tally-hq/tally/internal/awskms"
 	"github.com/tally-hq/tally/internal/dashboard"
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/lambdafn"
@@ -18,10 +19,15 @@ import (
 
 func main() {
 	log := lambdafn.Logger()
+	key, err := awskms.FromEnv()
+	if err != nil {
+		lambdafn.Fatal(log, err)
+	}
 	api.Serve([]string{httpapi.GroupDashboard},
 		api.WithPages(dashboard.New),
 		api.WithPortal(portal.New),
 		api.WithZones(tzdb.LoadLocation), // the reports page; see functions/reports
 		api.WithPasswords(password.Argon2id{}),
-		api.WithRequeue(queue.FromEnv(log)))
+		api.WithRequeue(queue.FromEnv(log)),
+		api.WithSecrets(key))
 }

@@ -4,8 +4,16 @@
 package main
 
 import (
+	"github.com/tally-hq/tally/internal/awskms"
 	"github.com/tally-hq/tally/internal/httpapi"
+	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/lambdafn/api"
 )
 
-func main() { api.Serve([]string{httpapi.GroupWebhooks}) }
+func main() {
+	key, err := awskms.FromEnv()
+	if err != nil {
+		lambdafn.Fatal(lambdafn.Logger(), err)
+	}
+	api.Serve([]string{httpapi.GroupWebhooks}, api.WithSecrets(key))
+}

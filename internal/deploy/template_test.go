@@ -22,6 +22,7 @@ import (
 
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/app"
+	"github.com/tally-hq/tally/internal/awskms"
 	"github.com/tally-hq/tally/internal/conversions"
 	"github.com/tally-hq/tally/internal/deploy"
 	"github.com/tally-hq/tally/internal/endpoints"
@@ -525,6 +526,7 @@ func TestEnvironment(t *testing.T) {
 		app.EnvDeliveryRetention:         deploy.Ref("DeliveryRetentionDays"),
 		lambdafn.EnvDeliveryQueueURL:     deploy.Ref("DeliveryQueue"),
 		lambdafn.EnvRetryStateMachineARN: deploy.Ref("RetryStateMachine"),
+		awskms.EnvKeyARN:                 deploy.GetAtt("SecretsKey", "Arn"),
 		lambdafn.EnvDeliverConcurrency:   deploy.Ref("DeliverMaxConcurrency"),
 		lambdafn.EnvFanoutDLQURL:         deploy.Ref("FanoutDLQ"),
 		app.EnvRateLimit:                 deploy.Ref("RateLimit"),
@@ -992,6 +994,14 @@ func TestLeastPrivilege(t *testing.T) {
 		if m.Serve == "ServeReconciler" {
 			add("DeliveryQueue", "sqs:GetQueueAttributes")                                 // the backlog
 			add("FanoutDLQ", "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:SendMessage") // failed stream batches
+		}
+		if f.Environment[awskms.EnvKeyARN] != nil {
+			// Those that sign open secrets; those that set them (the API's)
+			// seal them, and the first to need it makes the data key.
+			add("SecretsKey", "kms:Decrypt")
+			if m.Serve == "ServeAPI" {
+				add("SecretsKey", "kms:GenerateDataKey")
+			}
 		}
 		if f.Environment[lambdafn.EnvRetryStateMachineARN] != nil {
 			add("RetryStateMachine", "states:StartExecution")

@@ -16,6 +16,7 @@ import (
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/outbox"
 	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/secretbox"
 	"github.com/tally-hq/tally/internal/store"
 )
 
@@ -26,6 +27,8 @@ type Service struct {
 	partners partnerReader
 	// checkURL vets receiver URLs (package ssrf).
 	checkURL func(string) error
+	// secrets seals the subscriptions' signing secrets.
+	secrets *secretbox.Box
 }
 
 // partnerReader reads the partner whose postback is set.
@@ -34,9 +37,10 @@ type partnerReader interface {
 }
 
 // New returns the Service over db, writing through events, whose
-// receiver URLs checkURL vets.
-func New(db *records.DB, events *outbox.Writer, p partnerReader, checkURL func(string) error) *Service {
-	return &Service{db: db, events: events, partners: p, checkURL: checkURL}
+// receiver URLs checkURL vets and signing secrets secrets seals (nil: the
+// service sets no secret, and fails a change that would).
+func New(db *records.DB, events *outbox.Writer, p partnerReader, checkURL func(string) error, secrets *secretbox.Box) *Service {
+	return &Service{db: db, events: events, partners: p, checkURL: checkURL, secrets: secrets}
 }
 
 // Endpoint health: every recorded attempt updates the endpoint it went to (a

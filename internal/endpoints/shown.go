@@ -97,7 +97,8 @@ func Envelope(ctx context.Context, db *records.DB, rec DeliveryRecord) ([]byte, 
 }
 
 // subscriptionOf reads the subscription of a webhook delivery, once per
-// subscription (a deleted one signs nothing).
+// subscription (a deleted one signs nothing), its secrets replaced by
+// stand-ins.
 func (s *Log) subscriptionOf(ctx context.Context, rec DeliveryRecord, subs map[string]*SubscriptionRecord) (*SubscriptionRecord, error) {
 	if sub, ok := subs[rec.SubscriptionID]; ok {
 		return sub, nil
@@ -106,8 +107,20 @@ func (s *Log) subscriptionOf(ctx context.Context, rec DeliveryRecord, subs map[s
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return nil, err
 	}
+	sub.Secret, sub.PreviousSecret = standIn(sub.Secret, sub.SignatureAlgorithm), standIn(sub.PreviousSecret, sub.SignatureAlgorithm)
 	subs[rec.SubscriptionID] = &sub
 	return &sub, nil
+}
+
+// standIn is a key of the algorithm's kind in place of a stored secret
+// (none for none): the log masks every signature, so its requests sign with
+// stand-ins and the log opens no secret.
+func standIn(stored, algorithm string) string {
+	if stored == "" {
+		return ""
+	}
+	key, _ := newKey(algorithm)
+	return key
 }
 
 // conversionEvents tells whether a delivery is of an event a conversion

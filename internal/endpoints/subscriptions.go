@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/outbox"
 	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/secretbox"
 	"github.com/tally-hq/tally/internal/ssrf"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/validate"
@@ -57,6 +59,28 @@ func (r SubscriptionRecord) SigningSecrets(now time.Time) []string {
 		out = append(out, r.PreviousSecret)
 	}
 	return out
+}
+
+// Key is the key of the subscription's item, to which its sealed secrets
+// are bound.
+func (r SubscriptionRecord) Key() store.Key { return keys.Subscription(r.BrandID, r.ID) }
+
+// Sealed is r with its secrets sealed by box, as stored.
+func (r SubscriptionRecord) Sealed(ctx context.Context, box *secretbox.Box) (SubscriptionRecord, error) {
+	return r.withSecrets(func(s string) (string, error) { return box.Seal(ctx, s, r.Key()) })
+}
+
+// Opened is r, as stored, with its secrets opened by box, to sign with or
+// compare.
+func (r SubscriptionRecord) Opened(ctx context.Context, box *secretbox.Box) (SubscriptionRecord, error) {
+	return r.withSecrets(func(s string) (string, error) { return box.Open(ctx, s, r.Key()) })
+}
+
+func (r SubscriptionRecord) withSecrets(f func(string) (string, error)) (SubscriptionRecord, error) {
+	var err, errPrevious error
+	r.Secret, err = f(r.Secret)
+	r.PreviousSecret, errPrevious = f(r.PreviousSecret)
+	return r, errors.Join(err, errPrevious)
 }
 
 func (r *SubscriptionRecord) FromItem(it store.Item) {
@@ -183,8 +207,12 @@ func (s *Service) CreateSubscription(ctx context.Context, brandID string, in Sub
 			generated = rec.Secret
 		}
 	}
-	item := newEndpointItem(keys.Subscription(brandID, rec.ID), rec)
-	err := s.events.Transact(ctx, append([]store.Op{
+	sealed, err := rec.Sealed(ctx, s.secrets)
+	if err != nil {
+		return tally.Subscription{}, err
+	}
+	item := newEndpointItem(rec.Key(), sealed)
+	err = s.events.Transact(ctx, append([]store.Op{
 		store.Increment(keys.SubscriptionCount(brandID), map[string]int64{"n": 1}, store.NumLess("n", maxSubscriptions)),
 		store.Put(item, store.NotExists()),
 		outbox.CountEndpoint(brandID)},
@@ -222,7 +250,11 @@ func (s *Service) RotateSubscriptionKey(ctx context.Context, brandID, subscripti
 		key, publicKey := newKey(rec.SignatureAlgorithm)
 		rec.PreviousSecret, rec.PreviousSecretExpiresAt = rec.Secret, ptrTo(tally.NewTime(now.Add(SecretRotationWindow)))
 		rec.Secret, rec.PublicKey, rec.UpdatedAt = key, publicKey, tally.NewTime(now)
-		err = s.events.Transact(ctx, append([]store.Op{replaceEndpointRecord(it, rec)},
+		op, err := s.replaceSubscription(ctx, it, rec)
+		if err != nil {
+			return tally.Subscription{}, err
+		}
+		err = s.events.Transact(ctx, append([]store.Op{op},
 			audit.Record(ctx, brandID, audit.WebhookUpdated, rec.ID, rec.URL+": signing key rotated", now)...)...)
 		if _, raced := store.FailedOp(err); raced {
 			continue
@@ -237,15 +269,27 @@ func (s *Service) RotateSubscriptionKey(ctx context.Context, brandID, subscripti
 	}
 }
 
-// subscriptionItem reads a subscription's item and record, for a change
-// conditioned on the item as read.
+// subscriptionItem reads a subscription's item and record, its secrets
+// opened, for a change conditioned on the item as read.
 func (s *Service) subscriptionItem(ctx context.Context, brandID, subscriptionID string) (store.Item, SubscriptionRecord, error) {
 	var rec SubscriptionRecord
 	it, err := s.db.Get(ctx, keys.Subscription(brandID, subscriptionID))
 	if err != nil {
 		return it, rec, records.NotFound(err, "webhook subscription", subscriptionID)
 	}
-	return it, rec, records.Decode(it, &rec)
+	if err := records.Decode(it, &rec); err != nil {
+		return it, rec, err
+	}
+	rec, err = rec.Opened(ctx, s.secrets)
+	return it, rec, err
+}
+
+// replaceSubscription rewrites the subscription's item as read (it) with
+// rec, its secrets sealed: so a secret written in clear is sealed at its
+// subscription's next change.
+func (s *Service) replaceSubscription(ctx context.Context, it store.Item, rec SubscriptionRecord) (store.Op, error) {
+	sealed, err := rec.Sealed(ctx, s.secrets)
+	return replaceEndpointRecord(it, sealed), err
 }
 
 // Subscription returns one of the brand's subscriptions.
@@ -404,7 +448,11 @@ func (s *Service) UpdateSubscription(ctx context.Context, brandID, subscriptionI
 		if in.Secret != nil && *in.Secret != beforeSecret {
 			summary = strings.TrimPrefix(summary+", signing secret changed", ", ")
 		}
-		err = s.events.Transact(ctx, append([]store.Op{replaceEndpointRecord(it, rec)},
+		op, err := s.replaceSubscription(ctx, it, rec)
+		if err != nil {
+			return tally.Subscription{}, err
+		}
+		err = s.events.Transact(ctx, append([]store.Op{op},
 			audit.Record(ctx, brandID, audit.WebhookUpdated, rec.ID, rec.URL+": "+summary, now)...)...)
 		if _, raced := store.FailedOp(err); raced {
 			continue // an attempt or another change came first: apply to the new state

@@ -398,6 +398,10 @@ func DueQueueSK(due time.Time, deliveryID string) string { return HoldQueueSK(du
 // deployment (store).
 func CursorKeyring() store.Key { return store.Key{PK: "CONFIG", SK: "#CURSORKEYS"} }
 
+// SecretKey holds the data key that seals webhook signing secrets, wrapped
+// (package secretbox), one per deployment (store).
+func SecretKey() store.Key { return store.Key{PK: "CONFIG", SK: "#SECRETKEY"} }
+
 // Readiness is never written: GET /readyz reads it to see the store answer.
 func Readiness() store.Key { return store.Key{PK: "CONFIG", SK: "#READY"} }
 

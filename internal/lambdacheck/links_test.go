@@ -45,6 +45,13 @@ var (
 	servesAPI = []link{{httpapi, "it serves its API group"}, {emf, "it publishes its requests' metrics"}}
 	sends     = []link{{delivery, "it makes the delivery attempts"}, {emf, "it publishes its attempts' metrics"}}
 	emf       = module + "/internal/emf"
+
+	// The KMS calls that unwrap the data key sealing webhook signing
+	// secrets: only the functions that sign or set secrets have
+	// kms:Decrypt.
+	kmsClient = module + "/internal/awskms"
+	noSecrets = []link{{kmsClient, "unwraps the key of the webhook signing secrets: only deliver, attempt, webhooks and dashboard sign or set them"}}
+	secrets   = link{kmsClient, "it signs or sets webhook signing secrets"}
 )
 
 // everyFunction holds for all functions: `make build`'s tags drop the
@@ -65,35 +72,38 @@ var everyFunction = []link{
 // it is added ({} when nothing is ruled out yet).
 var linkRules = map[string]struct{ mustNot, must []link }{
 	// API functions that neither send nor sign.
-	"offers":       {mustNot: noSending, must: servesAPI},
-	"partners":     {mustNot: noSending, must: servesAPI},
-	"conversions":  {mustNot: noSending, must: servesAPI},
-	"reports":      {mustNot: noSending, must: servesAPI},
-	"payouts":      {mustNot: noSending, must: servesAPI},
-	"click":        {mustNot: noSending, must: servesAPI},
-	"applications": {mustNot: noSending, must: servesAPI},
-	"keys":         {mustNot: noSending, must: servesAPI},
-	"fraud":        {mustNot: noSending, must: servesAPI},
-	"health":       {mustNot: noSending, must: servesAPI},
+	"offers":       {mustNot: slices.Concat(noSending, noSecrets), must: servesAPI},
+	"partners":     {mustNot: slices.Concat(noSending, noSecrets), must: servesAPI},
+	"conversions":  {mustNot: slices.Concat(noSending, noSecrets), must: servesAPI},
+	"reports":      {mustNot: slices.Concat(noSending, noSecrets), must: servesAPI},
+	"payouts":      {mustNot: slices.Concat(noSending, noSecrets), must: servesAPI},
+	"click":        {mustNot: slices.Concat(noSending, noSecrets), must: servesAPI},
+	"applications": {mustNot: slices.Concat(noSending, noSecrets), must: servesAPI},
+	"keys":         {mustNot: slices.Concat(noSending, noSecrets), must: servesAPI},
+	"fraud":        {mustNot: slices.Concat(noSending, noSecrets), must: servesAPI},
+	"health":       {mustNot: slices.Concat(noSending, noSecrets), must: servesAPI},
 
 	// API functions that queue a delivery (a test event, a manual retry,
 	// a recovery) but leave its attempts to deliver and attempt, and the
 	// fallback, which calls nothing.
-	"webhooks":   {mustNot: noSending, must: servesAPI},
-	"deliveries": {mustNot: noSending, must: servesAPI},
-	"fallback":   {mustNot: noSending, must: servesAPI},
-	// The dashboard signs its users in (argon2), and sends nothing.
-	"dashboard": {mustNot: noSending[:1], must: servesAPI},
+	// webhooks sets signing secrets; the delivery log shows signatures
+	// masked, signed with stand-ins.
+	"webhooks":   {mustNot: noSending, must: append(servesAPI, secrets)},
+	"deliveries": {mustNot: slices.Concat(noSending, noSecrets), must: servesAPI},
+	"fallback":   {mustNot: slices.Concat(noSending, noSecrets), must: servesAPI},
+	// The dashboard signs its users in (argon2), sets signing secrets, and
+	// sends nothing.
+	"dashboard": {mustNot: noSending[:1], must: append(servesAPI, secrets)},
 
 	// The webhook pipeline.
-	"fanout":     {mustNot: noAPI},
-	"reconciler": {mustNot: noAPI},
-	"deliver":    {mustNot: noAPI, must: sends},
-	"attempt":    {mustNot: noAPI, must: sends},
+	"fanout":     {mustNot: slices.Concat(noAPI, noSecrets)},
+	"reconciler": {mustNot: slices.Concat(noAPI, noSecrets)},
+	"deliver":    {mustNot: noAPI, must: append(sends, secrets)},
+	"attempt":    {mustNot: noAPI, must: append(sends, secrets)},
 
 	// The jobs on conversions and reports serve no request and send nothing.
-	"approver": {mustNot: slices.Concat(noAPI, noSending), must: []link{{emf, "it publishes the approvals' metrics"}}},
-	"rollup":   {mustNot: slices.Concat(noAPI, noSending)},
+	"approver": {mustNot: slices.Concat(noAPI, noSending, noSecrets), must: []link{{emf, "it publishes the approvals' metrics"}}},
+	"rollup":   {mustNot: slices.Concat(noAPI, noSending, noSecrets)},
 }
 
 // TestFunctionLinks checks, with one `go list -deps` of every function as

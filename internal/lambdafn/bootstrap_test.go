@@ -49,6 +49,8 @@ import (
 	"github.com/tally-hq/tally/internal/lambdafn/attempt"
 	"github.com/tally-hq/tally/internal/lambdafn/deliver"
 	"github.com/tally-hq/tally/internal/lambdafn/fanout"
+	"github.com/tally-hq/tally/internal/secretbox"
+	"github.com/tally-hq/tally/internal/secretbox/secretboxtest"
 	"github.com/tally-hq/tally/internal/sfntest"
 	"github.com/tally-hq/tally/internal/sqstest"
 	"github.com/tally-hq/tally/internal/store/dynamo"
@@ -399,6 +401,12 @@ func TestBootstrap(t *testing.T) {
 		"AWS_EXECUTION_ENV=AWS_Lambda_provided.al2023", "_HANDLER=bootstrap", "TZ=:UTC",
 	}
 	fanoutDLQ := sqstest.NewQueue(t, deliveryQueue.direct, nil)
+	// KMS cannot run here: its stand-in keeps the data key unwrapped
+	// (secretbox.Unwrapped), as the fixtures' services and the retry
+	// workflow's attempts, which share the table, do.
+	const keyARN = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+	kms := secretboxtest.KMSServer(t, secretbox.Unwrapped{}, "us-east-1", keyARN)
+	base = append(base, "AWS_ENDPOINT_URL_KMS="+kms.URL)
 	// The environment of each function, per docs/aws.md.
 	envOf := func(fn function) []string {
 		env := slices.Clone(base)
@@ -410,6 +418,9 @@ func TestBootstrap(t *testing.T) {
 		}
 		if fn.kind == kindDeliver {
 			env = append(env, "TALLY_RETRY_STATE_MACHINE_ARN="+smARN)
+		}
+		if fn.kind == kindDeliver || fn.kind == kindAttempt || fn.name == "webhooks" || fn.name == "dashboard" {
+			env = append(env, "TALLY_SECRETS_KEY_ARN="+keyARN)
 		}
 		return env
 	}

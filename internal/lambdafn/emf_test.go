@@ -19,6 +19,7 @@ import (
 	"github.com/tally-hq/tally/internal/httpapi"
 	"github.com/tally-hq/tally/internal/lambdafn/api"
 	"github.com/tally-hq/tally/internal/lambdafn/attempt"
+	"github.com/tally-hq/tally/internal/secretbox"
 	"github.com/tally-hq/tally/internal/testenv"
 	"github.com/tally-hq/tally/internal/webhooks"
 )
@@ -133,7 +134,7 @@ func TestFunctionsPublishEMF(t *testing.T) {
 
 	f.subscribe(t, []string{tally.EventPartnerApplied}, "", 503)
 	evt := f.applied(t, "Metered Deals")
-	engine := attempt.NewEngine(f.svc.DB, settings, metrics)
+	engine := attempt.NewEngine(f.svc.DB, settings, metrics, secretbox.New(f.svc.DB.Store, secretbox.Unwrapped{}))
 	refs, err := engine.FanOut(t.Context(), evt.ID)
 	if err != nil || len(refs) != 1 {
 		t.Fatalf("fan-out: %v, %v", refs, err)

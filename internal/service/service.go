@@ -29,6 +29,7 @@ import (
 	"github.com/tally-hq/tally/internal/ratelimit"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/reports"
+	"github.com/tally-hq/tally/internal/secretbox"
 	"github.com/tally-hq/tally/internal/ssrf"
 	"github.com/tally-hq/tally/internal/store"
 	"github.com/tally-hq/tally/internal/webhooks"
@@ -82,6 +83,7 @@ type config struct {
 	writes            webhooks.FanOutWrites
 	pipeline          *pipelineConfig
 	observer          Observer
+	secrets           secretbox.Wrapper
 }
 
 type pipelineConfig struct {
@@ -180,6 +182,11 @@ func ForDynamoDB() Option {
 	return func(c *config) { c.ids, c.writes = records.SpreadIDs{}, webhooks.Apart{} }
 }
 
+// WithSecrets wraps the data key that seals webhook signing secrets with w
+// (the tests' stand-in for KMS); by default it is kept unwrapped in the
+// store (secretbox.Unwrapped), as the local server has no key service.
+func WithSecrets(w secretbox.Wrapper) Option { return func(c *config) { c.secrets = w } }
+
 // WithPipeline delivers in this process: a webhooks.Pipeline sending with
 // sender, each brand with up to workers attempts under way, told of every
 // event the Service writes.
@@ -215,6 +222,7 @@ func New(st store.Store, opts ...Option) *Service {
 		writing:           conversions.InTransaction{},
 		ids:               records.ShardZeroIDs{},
 		writes:            webhooks.Batched{},
+		secrets:           secretbox.Unwrapped{},
 	}
 	for _, o := range opts {
 		o(&c)
@@ -224,7 +232,9 @@ func New(st store.Store, opts ...Option) *Service {
 	if c.sharedPace {
 		pace = ratelimit.NewShared(s.DB)
 	}
-	s.Webhooks = webhooks.New(s.DB, webhooks.Config{Health: c.health, RetryScale: c.retryScale, DeliveryRetention: c.deliveryRetention, Writes: c.writes, Observer: c.observer, Pace: pace})
+	secrets := secretbox.New(st, c.secrets)
+	s.Webhooks = webhooks.New(s.DB, webhooks.Config{Health: c.health, RetryScale: c.retryScale, DeliveryRetention: c.deliveryRetention, Writes: c.writes, Observer: c.observer, Pace: pace,
+		Secrets: secrets})
 	var notify func([]string)
 	if p := c.pipeline; p != nil {
 		s.Pipeline = webhooks.NewPipeline(s.Webhooks, p.sender, p.workers, p.log, p.opts...)
@@ -243,7 +253,7 @@ func New(st store.Store, opts ...Option) *Service {
 	s.Reports = reports.New(s.DB, c.zones)
 	s.Clicks = clicks.New(s.DB, s.Events, s.Offers, s.Partners, c.rollups, c.cacheTTL, c.observer)
 	s.Conversions = conversions.New(s.DB, s.Events, s.Offers, s.Partners, c.rollups, c.writing, c.observer)
-	s.Endpoints = endpoints.New(s.DB, s.Events, s.Partners, c.checkURL)
+	s.Endpoints = endpoints.New(s.DB, s.Events, s.Partners, c.checkURL, secrets)
 	s.Deliveries = endpoints.NewLog(s.DB, s.Endpoints, c.deliveryRetention, c.requeue)
 	s.Payouts = payouts.New(s.DB, s.Events, s.Partners)
 	s.Portal = portalaccess.New(s.DB, s.Partners, s.Identity, password.Argon2id{})

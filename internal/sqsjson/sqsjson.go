@@ -1,35 +1,25 @@
 // Package sqsjson is the SQS client of Tally's Lambda functions: the
 // calls they make (SendMessageBatch, GetQueueAttributes, and the
-// reconciler's ReceiveMessage and DeleteMessage) over SQS's JSON protocol, signed with Signature Version 4 by the SDK's signer (which the
-// DynamoDB client links anyway).
-//
-// The SDK's SQS client registers every operation's schema at init and adds
-// 330 KB to a function; the deliveries function, an API function that
-// queues manual retries, went over its 8.5 MiB budget with it. This client
-// is a few KB. It retries as the SDK's standard retryer does (3 attempts,
-// exponential backoff with jitter, on transport errors, 5xx and
-// throttling); a retried send may queue a message twice, which the
-// pipeline tolerates (every stage is idempotent), as it does with the SDK.
+// reconciler's ReceiveMessage and DeleteMessage) over SQS's JSON protocol
+// (package awsjson: the SDK's SQS client adds 330 KB to a function; the
+// deliveries function, an API function that queues manual retries, went
+// over its 8.5 MiB budget with it). It retries as the SDK's standard
+// retryer does (3 attempts); a retried send may queue a message twice,
+// which the pipeline tolerates (every stage is idempotent), as it does
+// with the SDK.
 package sqsjson
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"math/rand/v2"
-	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+
+	"github.com/tally-hq/tally/internal/awsjson"
 )
 
 // MaxBatch is SendMessageBatch's most entries per call.
@@ -37,69 +27,32 @@ const MaxBatch = 10
 
 // Client calls SQS.
 type Client struct {
-	region   string
-	creds    aws.CredentialsProvider
 	endpoint string // base URL; "" is the queue URL's scheme and host
-	http     *http.Client
-	signer   *v4.Signer
-	// attempts and backoff are the retry policy.
+	json     *awsjson.Client
 	attempts int
-	backoff  time.Duration
 }
 
 // Option adjusts a Client.
 type Option func(*Client)
 
 // Attempts sets how many times a call is tried (1: no retry; default 3).
-func Attempts(n int) Option { return func(c *Client) { c.attempts = max(n, 1) } }
+func Attempts(n int) Option { return func(c *Client) { c.attempts = n } }
 
 // New returns a client with cfg's region and credentials. endpoint is the
 // service's URL (an emulator's, AWS_ENDPOINT_URL_SQS); nil or "" sends
 // each request to its queue URL's host, which is SQS's endpoint in every
 // partition (https://sqs.<region>.amazonaws.com/<account>/<name>).
 func New(cfg aws.Config, endpoint *string, opts ...Option) *Client {
-	hc := &http.Client{Timeout: 30 * time.Second}
-	if c, ok := cfg.HTTPClient.(*http.Client); ok && c != nil {
-		hc = c
-	}
-	c := &Client{
-		region:   cfg.Region,
-		creds:    cfg.Credentials,
-		endpoint: strings.TrimSuffix(aws.ToString(endpoint), "/"),
-		http:     hc,
-		signer:   v4.NewSigner(),
-		attempts: 3,
-		backoff:  20 * time.Millisecond,
-	}
+	c := &Client{endpoint: strings.TrimSuffix(aws.ToString(endpoint), "/"), attempts: 3}
 	for _, o := range opts {
 		o(c)
 	}
+	c.json = awsjson.New(cfg, awsjson.Protocol{Service: "sqs", Target: "AmazonSQS", ContentType: "application/x-amz-json-1.0"}, c.attempts)
 	return c
 }
 
 // Error is an error SQS answered.
-type Error struct {
-	Operation string
-	Status    int    // HTTP status
-	Code      string // QueueDoesNotExist, ThrottlingException, …
-	Message   string
-}
-
-func (e *Error) Error() string {
-	return fmt.Sprintf("sqs %s: %s: %s (HTTP %d)", e.Operation, e.Code, e.Message, e.Status)
-}
-
-// retryable says whether the standard retryer retries e.
-func (e *Error) retryable() bool {
-	if e.Status >= 500 || e.Status == http.StatusTooManyRequests {
-		return true
-	}
-	switch e.Code {
-	case "ThrottlingException", "RequestThrottled", "RequestThrottledException", "Throttling", "ThrottledException", "TooManyRequestsException", "RequestLimitExceeded":
-		return true
-	}
-	return false
-}
+type Error = awsjson.Error
 
 // Refused is the entries of a batch that SQS did not queue.
 type Refused struct {
@@ -234,10 +187,6 @@ func (c *Client) Delete(ctx context.Context, queueURL, receiptHandle string) err
 
 // call makes one operation's request, retried.
 func (c *Client) call(ctx context.Context, op, queueURL string, in, out any) error {
-	body, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
 	endpoint := c.endpoint
 	if endpoint == "" {
 		u, err := url.Parse(queueURL)
@@ -246,95 +195,5 @@ func (c *Client) call(ctx context.Context, op, queueURL string, in, out any) err
 		}
 		endpoint = u.Scheme + "://" + u.Host
 	}
-	sum := sha256.Sum256(body)
-	hash := hex.EncodeToString(sum[:])
-	for attempt := 1; ; attempt++ {
-		err := c.do(ctx, op, endpoint+"/", body, hash, out)
-		if err == nil || attempt == c.attempts || !retryable(ctx, err) {
-			return err
-		}
-		// Full jitter over an exponential ceiling, as the SDK's standard
-		// retryer.
-		wait := time.Duration(rand.Int64N(int64(c.backoff) << attempt))
-		select {
-		case <-ctx.Done():
-			return errors.Join(err, ctx.Err())
-		case <-time.After(wait):
-		}
-	}
-}
-
-func retryable(ctx context.Context, err error) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	var e *Error
-	if errors.As(err, &e) {
-		return e.retryable()
-	}
-	return true // the request did not get an answer
-}
-
-// do sends one signed request and decodes the answer into out.
-func (c *Client) do(ctx context.Context, op, endpoint string, body []byte, hash string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/x-amz-json-1.0")
-	req.Header.Set("X-Amz-Target", "AmazonSQS."+op)
-	creds, err := c.creds.Retrieve(ctx)
-	if err != nil {
-		return fmt.Errorf("sqs %s: credentials: %w", op, err)
-	}
-	if err := c.signer.SignHTTP(ctx, creds, req, hash, "sqs", c.region, time.Now()); err != nil {
-		return fmt.Errorf("sqs %s: sign: %w", op, err)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("sqs %s: %w", op, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return fmt.Errorf("sqs %s: read the answer: %w", op, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return answerError(op, resp, data)
-	}
-	if out == nil {
-		return nil // an answer without a result (DeleteMessage)
-	}
-	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("sqs %s: the answer: %w", op, err)
-	}
-	return nil
-}
-
-// answerError reads an error answer: {"__type": "com.amazonaws.sqs#Code",
-// "message": "…"}, the code perhaps in the X-Amzn-ErrorType header
-// instead.
-func answerError(op string, resp *http.Response, data []byte) error {
-	var body struct {
-		Type     string `json:"__type"`
-		Message  string `json:"message"`
-		MessageC string `json:"Message"`
-	}
-	_ = json.Unmarshal(data, &body) // an unreadable body leaves the status
-	code := body.Type
-	if code == "" {
-		code = resp.Header.Get("X-Amzn-ErrorType")
-	}
-	code, _, _ = strings.Cut(code, ":")
-	if i := strings.LastIndex(code, "#"); i >= 0 {
-		code = code[i+1:]
-	}
-	if code == "" {
-		code = http.StatusText(resp.StatusCode)
-	}
-	msg := body.Message
-	if msg == "" {
-		msg = body.MessageC
-	}
-	return &Error{Operation: op, Status: resp.StatusCode, Code: code, Message: msg}
+	return c.json.Call(ctx, endpoint+"/", op, in, out)
 }

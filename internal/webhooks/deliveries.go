@@ -670,7 +670,7 @@ func (s *Engine) send(ctx context.Context, rec endpoints.DeliveryRecord, ep stor
 			return s.recordAttempt(ctx, rec, nil, nil)
 		}
 	}
-	req, err := s.request(rec, ep, envelope)
+	req, err := s.request(ctx, rec, ep, envelope)
 	if err != nil {
 		return AttemptResult{}, err
 	}
@@ -696,7 +696,7 @@ func (s *Engine) send(ctx context.Context, rec endpoints.DeliveryRecord, ep stor
 
 // request is what an attempt of rec to its endpoint, read as ep, sends; a
 // webhook's body is its event's envelope.
-func (s *Engine) request(rec endpoints.DeliveryRecord, ep store.Item, envelope []byte) (outgoing.Request, error) {
+func (s *Engine) request(ctx context.Context, rec endpoints.DeliveryRecord, ep store.Item, envelope []byte) (outgoing.Request, error) {
 	var sub *endpoints.SubscriptionRecord
 	if rec.Type != tally.DeliveryPostback {
 		sub = &endpoints.SubscriptionRecord{}
@@ -704,15 +704,22 @@ func (s *Engine) request(rec endpoints.DeliveryRecord, ep store.Item, envelope [
 			return outgoing.Request{}, err
 		}
 	}
-	return s.requestTo(rec, sub, envelope), nil
+	return s.requestTo(ctx, rec, sub, envelope)
 }
 
-// requestTo is request with the endpoint decoded: the subscription, or nil
-// for a postback.
-func (s *Engine) requestTo(rec endpoints.DeliveryRecord, sub *endpoints.SubscriptionRecord, envelope []byte) outgoing.Request {
+// requestTo is request with the endpoint decoded: the subscription, its
+// secrets as stored (opened here, to sign), or nil for a postback.
+func (s *Engine) requestTo(ctx context.Context, rec endpoints.DeliveryRecord, sub *endpoints.SubscriptionRecord, envelope []byte) (outgoing.Request, error) {
+	if sub != nil {
+		opened, err := sub.Opened(ctx, s.secrets)
+		if err != nil {
+			return outgoing.Request{}, err
+		}
+		sub = &opened
+	}
 	req := rec.Request(sub, envelope, s.db.Now())
 	req.Traceparent = trace.Next(rec.Trace)
-	return req
+	return req, nil
 }
 
 // claim holds a pending delivery's next attempt for this process until the

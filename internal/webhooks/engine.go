@@ -14,6 +14,7 @@ import (
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/keys"
 	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/secretbox"
 )
 
 // Engine fans events out and makes their deliveries' attempts.
@@ -29,6 +30,7 @@ type Engine struct {
 	writes            FanOutWrites
 	observer          Observer
 	pacer             Pacer
+	secrets           *secretbox.Box
 }
 
 // Config is how an Engine runs.
@@ -49,6 +51,9 @@ type Config struct {
 	// attempt past it is not made, and its step says when to ask again
 	// (AttemptResult.Paced).
 	Pace Pacer
+	// Secrets opens the subscriptions' signing secrets (nil: the engine
+	// signs nothing, as the fan-out, which makes no attempt).
+	Secrets *secretbox.Box
 }
 
 // New returns an Engine over db.
@@ -57,7 +62,7 @@ func New(db *records.DB, c Config) *Engine {
 		c.RetryScale = 1
 	}
 	return &Engine{db: db, health: c.Health, retryScale: c.RetryScale, deliveryRetention: c.DeliveryRetention,
-		answers: endpoints.NewAnswers(db, c.DeliveryRetention), writes: c.Writes, observer: c.Observer, pacer: c.Pace}
+		answers: endpoints.NewAnswers(db, c.DeliveryRetention), writes: c.Writes, observer: c.Observer, pacer: c.Pace, secrets: c.Secrets}
 }
 
 // Now is the engine's time, in UTC to the millisecond.

@@ -395,7 +395,10 @@ func (p *Pipeline) attemptFirst(plans []*fanOutPlan) []*fastAttempt {
 	for _, plan := range plans {
 		for i, rec := range plan.recs {
 			j := jobOf(rec)
-			req := p.svc.requestTo(rec, plan.subs[i], plan.event.Data)
+			req, err := p.svc.requestTo(context.Background(), rec, plan.subs[i], plan.event.Data)
+			if err != nil {
+				continue // no fast attempt: the delivery's attempt tells the error
+			}
 			done, ok := p.sched.reserve(j)
 			if !ok {
 				continue

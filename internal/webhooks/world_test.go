@@ -14,6 +14,7 @@ import (
 	"github.com/tally-hq/tally/internal/ratelimit"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/reports"
+	"github.com/tally-hq/tally/internal/secretbox"
 	"github.com/tally-hq/tally/internal/ssrf"
 	"github.com/tally-hq/tally/internal/store"
 )
@@ -84,7 +85,8 @@ func newWorld(t *testing.T, st store.Store, opts ...worldOption) *world {
 	w.partnersService = partners.New(db, w.events, w.identityService)
 	w.offersService = offers.New(db, time.Minute)
 	w.conversionsService = conversions.New(db, w.events, w.offersService, w.partnersService, reports.InWrite{}, conversions.InTransaction{}, nil)
-	w.endpointsService = endpoints.New(db, w.events, w.partnersService, func(u string) error { return ssrf.CheckURL(u, c.loopback) })
+	secrets := secretbox.New(st, secretbox.Unwrapped{})
+	w.endpointsService = endpoints.New(db, w.events, w.partnersService, func(u string) error { return ssrf.CheckURL(u, c.loopback) }, secrets)
 	var pace Pacer
 	if c.pace {
 		pace = ratelimit.NewShared(db)
@@ -95,6 +97,7 @@ func newWorld(t *testing.T, st store.Store, opts ...worldOption) *world {
 		Writes:            Batched{},
 		Observer:          c.observer,
 		Pace:              pace,
+		Secrets:           secrets,
 	})
 	w.Log = endpoints.NewLog(db, w.endpointsService, 30*24*time.Hour, endpoints.NoRequeue)
 	return w

@@ -40,6 +40,7 @@ import (
 	"github.com/tally-hq/tally/internal/ratelimit"
 	"github.com/tally-hq/tally/internal/records"
 	"github.com/tally-hq/tally/internal/reports"
+	"github.com/tally-hq/tally/internal/secretbox"
 	"github.com/tally-hq/tally/internal/ssrf"
 )
 
@@ -196,6 +197,7 @@ type options struct {
 	requeue   endpoints.Requeue
 	passwords accounts.Passwords
 	observer  Observer
+	secrets   secretbox.Wrapper
 }
 
 // Observer is told of the clicks and conversions the function records
@@ -236,6 +238,10 @@ func WithRequeue(requeue endpoints.Requeue) Option { return func(o *options) { o
 func WithPasswords(passwords accounts.Passwords) Option {
 	return func(o *options) { o.passwords = passwords }
 }
+
+// WithSecrets seals and opens the webhook signing secrets with the data
+// key secrets wraps (awskms.Key); without it the function sets no secret.
+func WithSecrets(secrets secretbox.Wrapper) Option { return func(o *options) { o.secrets = secrets } }
 
 // cacheTTL is how long an instance trusts the keys, offers and fraud
 // settings it read.
@@ -305,7 +311,11 @@ func Services(db *records.DB, settings app.Settings, opts ...Option) httpapi.Ser
 	s.Offers.WithPartners(s.Partners)
 	s.Clicks = clicks.New(db, w, s.Offers, s.Partners, reports.FromStream{}, cacheTTL, o.observer)
 	s.Conversions = conversions.New(db, w, s.Offers, s.Partners, reports.FromStream{}, conversions.ForStream{}, o.observer)
-	s.Endpoints = endpoints.New(db, w, s.Partners, func(u string) error { return ssrf.CheckURL(u, false) })
+	var secrets *secretbox.Box
+	if o.secrets != nil {
+		secrets = secretbox.New(db.Store, o.secrets)
+	}
+	s.Endpoints = endpoints.New(db, w, s.Partners, func(u string) error { return ssrf.CheckURL(u, false) }, secrets)
 	s.Deliveries = endpoints.NewLog(db, s.Endpoints, settings.DeliveryRetention, requeue)
 	s.Payouts = payouts.New(db, w, s.Partners)
 	if o.passwords != nil {

@@ -11,12 +11,14 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/tally-hq/tally"
 	"github.com/tally-hq/tally/internal/app"
+	"github.com/tally-hq/tally/internal/awskms"
 	"github.com/tally-hq/tally/internal/delivery"
 	"github.com/tally-hq/tally/internal/emf"
 	"github.com/tally-hq/tally/internal/endpoints"
 	"github.com/tally-hq/tally/internal/lambdafn"
 	"github.com/tally-hq/tally/internal/ratelimit"
 	"github.com/tally-hq/tally/internal/records"
+	"github.com/tally-hq/tally/internal/secretbox"
 	"github.com/tally-hq/tally/internal/webhooks"
 )
 
@@ -31,16 +33,21 @@ func Serve() {
 // lines on stdout). A configuration error ends the process.
 func Engine(log *slog.Logger, metrics *emf.Metrics) *webhooks.Engine {
 	db, settings := lambdafn.Start(log)
-	return NewEngine(db, settings, metrics)
+	key, err := awskms.FromEnv()
+	if err != nil {
+		lambdafn.Fatal(log, err)
+	}
+	return NewEngine(db, settings, metrics, secretbox.New(db.Store, key))
 }
 
 // NewEngine is the webhook engine over db with settings, as Engine makes
-// it, telling observer (nil: nobody) of each attempt recorded. Attempts to
+// it, telling observer (nil: nobody) of each attempt recorded and opening
+// the signing secrets with secrets. Attempts to
 // an endpoint with a maxPerSecond take a place in its counter for the
 // second (ratelimit.Shared), shared by every instance of both functions.
-func NewEngine(db *records.DB, settings app.Settings, observer webhooks.Observer) *webhooks.Engine {
+func NewEngine(db *records.DB, settings app.Settings, observer webhooks.Observer, secrets *secretbox.Box) *webhooks.Engine {
 	return webhooks.New(db, webhooks.Config{Health: settings.Health(), DeliveryRetention: settings.DeliveryRetention, Writes: webhooks.Apart{}, Observer: observer,
-		Pace: ratelimit.NewShared(db)})
+		Pace: ratelimit.NewShared(db), Secrets: secrets})
 }
 
 // CloudSender sends to public https receivers only (the SSRF guard).
