@@ -59,6 +59,7 @@ const (
 	pricePITRGB     = 0.20         // point-in-time recovery, per GB-month of the table (not its GSIs)
 	priceAlarm      = 0.10         // a standard-resolution alarm, per metric it watches, per month
 	priceMetric     = 0.30         // a custom metric (one name and set of dimension values), per month
+	priceKMSKey     = 1.00         // a customer managed KMS key, per month
 )
 
 // What the cost tables assume beyond what the code does.
@@ -471,9 +472,10 @@ func (f *fixture) storage(t *testing.T, before map[string]map[string]types.Attri
 	return b
 }
 
-// alarms is the bill of the stack's alarms, spread over alarmVolume
-// conversions a month: for n of them. CloudWatch bills an alarm per metric
-// it watches: one on metric math, per metric the math reads.
+// alarms is the bill of the stack's alarms and KMS keys, spread over
+// alarmVolume conversions a month: for n of them. CloudWatch bills an
+// alarm per metric it watches: one on metric math, per metric the math
+// reads.
 func alarms(t *testing.T, n int) bill {
 	t.Helper()
 	tpl, err := deploy.Parse(readTemplate(t))
@@ -488,8 +490,9 @@ func alarms(t *testing.T, n int) bill {
 	for _, a := range all {
 		metrics += max(1, len(a.Inputs))
 	}
-	return bill{stage: fmt.Sprintf("alarms (%d, watching %d metrics, at %.0f M conversions a month)", len(all), metrics, alarmVolume/1e6), db: dynamotest.Usage{Calls: map[string]int{}},
-		fixed: float64(metrics) * priceAlarm * float64(n) / alarmVolume}
+	keys := len(tpl.IDs("AWS::KMS::Key")) // the alarm topic's and the signing secrets'
+	return bill{stage: fmt.Sprintf("alarms (%d, watching %d metrics) and KMS keys (%d), at %.0f M conversions a month", len(all), metrics, keys, alarmVolume/1e6), db: dynamotest.Usage{Calls: map[string]int{}},
+		fixed: (float64(metrics)*priceAlarm + float64(keys)*priceKMSKey) * float64(n) / alarmVolume}
 }
 
 func readTemplate(t *testing.T) []byte {
