@@ -473,15 +473,7 @@ func (s *Service) Conversion(ctx context.Context, brandID, conversionID string) 
 // stored returns one of the brand's conversions and its item as read,
 // whose attributes a change keeps (rewrite).
 func (s *Service) stored(ctx context.Context, brandID, conversionID string) (tally.Conversion, store.Item, error) {
-	var c tally.Conversion
-	if !ids.Valid("cnv_", conversionID) {
-		return c, store.Item{}, records.NotFound(store.ErrNotFound, "conversion", conversionID)
-	}
-	it, err := s.db.Get(ctx, keys.Conversion(brandID, conversionID))
-	if err != nil {
-		return c, it, records.NotFound(err, "conversion", conversionID)
-	}
-	return c, it, records.Decode(it, &c)
+	return records.GetItemByID[tally.Conversion](ctx, s.db, "conversion", "cnv_", conversionID, func() store.Key { return keys.Conversion(brandID, conversionID) })
 }
 
 // rewrite is the item of c, changed, as read: it keeps the attributes

@@ -38,12 +38,22 @@ func Get[T any](ctx context.Context, st store.Store, key store.Key) (T, error) {
 // GetByID reads one of a brand's records by its id: an id without the
 // record type's prefix, or of another brand, is not found.
 func GetByID[T any](ctx context.Context, st store.Store, what, prefix, id string, key func() store.Key) (T, error) {
+	v, _, err := GetItemByID[T](ctx, st, what, prefix, id, key)
+	return v, err
+}
+
+// GetItemByID is GetByID that also returns the item as read, for a change
+// that keeps what is stored beside the record (its attributes).
+func GetItemByID[T any](ctx context.Context, st store.Store, what, prefix, id string, key func() store.Key) (T, store.Item, error) {
+	var v T
 	if !ids.Valid(prefix, id) {
-		var zero T
-		return zero, NotFound(store.ErrNotFound, what, id)
+		return v, store.Item{}, NotFound(store.ErrNotFound, what, id)
 	}
-	v, err := Get[T](ctx, st, key())
-	return v, NotFound(err, what, id)
+	it, err := st.Get(ctx, key())
+	if err != nil {
+		return v, it, NotFound(err, what, id)
+	}
+	return v, it, Decode(it, &v)
 }
 
 func Decode(it store.Item, v any) error {
