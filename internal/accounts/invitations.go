@@ -60,12 +60,18 @@ func (s *Service) Invite(ctx context.Context, brandID, by string, in InvitationI
 	case !errors.Is(err, store.ErrNotFound):
 		return Invitation{}, "", err
 	}
+	// Pending invitations count: each can become a user without another
+	// check when it is accepted.
 	page, err := s.db.Query(ctx, store.Query{Index: store.GSI1, PK: keys.UsersByBrand(brandID), Limit: MaxTeam})
 	if err != nil {
 		return Invitation{}, "", err
 	}
-	if len(page.Items) >= MaxTeam {
-		return Invitation{}, "", tally.Errorf(tally.ECodeConflict, "A brand has at most %d users; remove one first.", MaxTeam)
+	pending, err := s.Invitations(ctx, brandID)
+	if err != nil {
+		return Invitation{}, "", err
+	}
+	if len(page.Items)+len(pending) >= MaxTeam {
+		return Invitation{}, "", tally.Errorf(tally.ECodeConflict, "A brand has at most %d users, pending invitations included; remove a user or withdraw an invitation first.", MaxTeam)
 	}
 	b, err := s.brands.Brand(ctx, brandID)
 	if err != nil {

@@ -2,6 +2,7 @@ package accounts_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -343,4 +344,21 @@ func TestPasswordResets(t *testing.T) {
 			t.Errorf("audit log %q", got)
 		}
 	})
+}
+
+// Pending invitations count toward a brand's users: each could be accepted
+// without another check, which would take the team past its bound.
+func TestInvitationsCountTowardTheTeamBound(t *testing.T) {
+	tm := newTeam(t, testenv.Bolt(t))
+	role := tally.RoleViewer
+	for i := range accounts.MaxTeam - 1 { // and the owner
+		email := fmt.Sprintf("v%d@acme.example", i)
+		if _, _, err := tm.svc.Accounts.Invite(tm.ctx, tm.brandID, tm.owner.Email, accounts.InvitationInput{Email: &email, Role: &role}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	email := "one-more@acme.example"
+	if _, _, err := tm.svc.Accounts.Invite(tm.ctx, tm.brandID, tm.owner.Email, accounts.InvitationInput{Email: &email, Role: &role}); code(err) != tally.ECodeConflict {
+		t.Errorf("an invitation past %d users and invitations: %v, want conflict", accounts.MaxTeam, err)
+	}
 }
