@@ -498,19 +498,11 @@ func (s *Service) ConversionByTxn(ctx context.Context, brandID, offerID, externa
 	if externalTxnID == "" || !ids.Valid("off_", offerID) {
 		return tally.Conversion{}, records.NotFound(store.ErrNotFound, "conversion", externalTxnID)
 	}
-	marker, err := s.db.Get(ctx, keys.Txn(brandID, offerID, externalTxnID))
-	if err != nil {
-		return tally.Conversion{}, records.NotFound(err, "conversion", externalTxnID)
+	first, written, err := s.firstRecorded(ctx, tally.Conversion{BrandID: brandID, OfferID: offerID, ExternalTxnID: externalTxnID})
+	if err == nil && !written {
+		err = store.ErrNotFound
 	}
-	var id string
-	if json.Unmarshal(marker.Data, &id) != nil { // a marker holding the whole conversion
-		var first tally.Conversion
-		if err := records.Decode(marker, &first); err != nil {
-			return first, err
-		}
-		id = first.ID
-	}
-	return s.Conversion(ctx, brandID, id)
+	return first, records.NotFound(err, "conversion", externalTxnID)
 }
 
 // ConversionFilter narrows GET /conversions. From and To are RFC 3339

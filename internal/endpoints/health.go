@@ -318,7 +318,7 @@ func (s *Service) enableEndpoint(ctx context.Context, key store.Key, entry enabl
 		if h.Status == tally.EndpointDisabled {
 			now := s.db.Now()
 			up.Set["statusChangedAt"] = strconv.FormatInt(now.UnixMilli(), 10)
-			logged = audit.Record(ctx, entry.brandID, entry.action, entry.targetID, entry.summary(it), now)
+			logged = audit.Record(ctx, entry.brandID, entry.action, entry.targetID, endpointURL(it), now)
 		}
 		after, err := s.updateLogged(ctx, up, logged)
 		if _, changed := store.FailedOp(err); changed {
@@ -334,11 +334,10 @@ func (s *Service) enableEndpoint(ctx context.Context, key store.Key, entry enabl
 	}
 }
 
-// enabledEntry is the audit log's entry for an endpoint enabled again:
-// summary makes its text from the endpoint's item.
+// enabledEntry is the audit log's entry for an endpoint enabled again;
+// its text is the endpoint's URL (endpointURL).
 type enabledEntry struct {
 	brandID, action, targetID string
-	summary                   func(store.Item) string
 }
 
 // updateLogged applies up, with the audit log's entry when there is one
@@ -369,7 +368,7 @@ func (s *Service) EnableSubscription(ctx context.Context, brandID, subscriptionI
 		return tally.Subscription{}, err
 	}
 	var rec SubscriptionRecord
-	err := s.enableAndDecode(ctx, keys.Subscription(brandID, subscriptionID), &rec, enabledEntry{brandID, audit.WebhookEnabled, subscriptionID, endpointURL})
+	err := s.enableAndDecode(ctx, keys.Subscription(brandID, subscriptionID), &rec, enabledEntry{brandID, audit.WebhookEnabled, subscriptionID})
 	return rec.Subscription, records.NotFound(err, "webhook subscription", subscriptionID)
 }
 
@@ -379,7 +378,7 @@ func (s *Service) EnablePostback(ctx context.Context, brandID, partnerID string)
 		return tally.Postback{}, err
 	}
 	var rec PostbackRecord
-	err := s.enableAndDecode(ctx, keys.Postback(brandID, partnerID), &rec, enabledEntry{brandID, audit.PostbackEnabled, partnerID, endpointURL})
+	err := s.enableAndDecode(ctx, keys.Postback(brandID, partnerID), &rec, enabledEntry{brandID, audit.PostbackEnabled, partnerID})
 	return rec.Postback, records.NotFound(err, "postback of partner", partnerID)
 }
 

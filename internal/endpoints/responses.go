@@ -116,13 +116,20 @@ func parseAnswers(b []byte) ([]packedAnswer, error) {
 	return out, nil
 }
 
+// inflaters are reused: a flate reader is some 40 KB to make, and every
+// read of a delivery inflates its answers compressed alone.
+var inflaters = sync.Pool{New: func() any { return flate.NewReader(nil) }}
+
 // text is the answer a holds, given its dictionary when it has one.
 func (a packedAnswer) text(dict []byte) (string, error) {
 	if a.form == answerText {
 		return string(a.bytes), nil
 	}
-	r := flate.NewReaderDict(bytes.NewReader(a.bytes), dict)
-	defer r.Close()
+	r := inflaters.Get().(io.ReadCloser)
+	defer inflaters.Put(r)
+	if err := r.(flate.Resetter).Reset(bytes.NewReader(a.bytes), dict); err != nil {
+		return "", err
+	}
 	b, err := io.ReadAll(io.LimitReader(r, maxResponsesJSON))
 	return string(b), err
 }

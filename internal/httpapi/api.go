@@ -427,7 +427,10 @@ func (a *API) guard(mode auth, handle handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, err := a.admit(w, r, mode)
 		if err == nil {
-			err = handle(w, r.WithContext(actorOf(r.Context(), mode, p)), p)
+			if ctx := actorOf(r.Context(), mode, p); ctx != r.Context() {
+				r = r.WithContext(ctx) // the pages' and the public routes' requests have none
+			}
+			err = handle(w, r, p)
 		}
 		if err != nil {
 			writeError(w, r, err)
@@ -611,7 +614,7 @@ func (a *API) limit(w http.ResponseWriter, r *http.Request, bucket string, limit
 // with attributes costs allocations on every request.
 type requestInfo struct {
 	id      string
-	traceID string
+	span    trace.Span
 	brandID string
 	logged  bool // the Requests observer wrote the request's line (RequestLineObserver)
 
@@ -625,7 +628,7 @@ type requestInfo struct {
 // its metrics (route, method, status, duration) do not hold: the path only
 // when it is not the route's pattern, the brand only when the request had one.
 func (info *requestInfo) lineFields(r *http.Request, route string) []slog.Attr {
-	fields := []slog.Attr{slog.String("requestId", info.id), slog.String("traceId", info.traceID)}
+	fields := []slog.Attr{slog.String("requestId", info.id), slog.String("traceId", info.span.TraceIDString())}
 	if info.brandID != "" {
 		fields = append(fields, slog.String("brandId", info.brandID))
 	}
@@ -658,7 +661,7 @@ func (a *API) observe(next http.Handler) http.Handler {
 		reqID := ids.New("req_", start)
 		w.Header().Set("X-Request-Id", reqID)
 		span := trace.Continue(r.Header.Values(trace.Header))
-		info := &requestInfo{id: reqID, traceID: span.TraceIDString(), base: a.cfg.Logger, attrs: func() []any {
+		info := &requestInfo{id: reqID, span: span, base: a.cfg.Logger, attrs: func() []any {
 			attrs := []any{"requestId", reqID, "traceId", span.TraceIDString(), "spanId", span.SpanIDString()}
 			if a.cfg.RequestAttrs != nil {
 				attrs = append(attrs, a.cfg.RequestAttrs(r)...)

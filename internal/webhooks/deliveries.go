@@ -133,11 +133,12 @@ func (s *Engine) dispatch(ctx context.Context, item store.Item, reads *Reads) ([
 	if err != nil || plan == nil {
 		return nil, err
 	}
-	if n := len(plan.recs); n > 0 && n <= maxCarried && (plan.outboxed || fromStream(item)) {
+	made := fromStream(item)
+	if n := len(plan.recs); n > 0 && n <= maxCarried && (plan.outboxed || made) {
 		msgs := make([]DeliveryMessage, n)
 		for i, rec := range plan.recs {
 			msgs[i] = DeliveryMessage{DeliveryRef: rec.Ref(), Planned: records.MustJSON(rec)}
-			if fromStream(item) {
+			if made {
 				msgs[i].Envelope = item.Data
 				continue
 			}
@@ -658,6 +659,13 @@ func (s *Engine) attempt(ctx context.Context, ref endpoints.DeliveryRef, n int, 
 // records it; with a lease it claims the attempt first (claim). A webhook's
 // envelope is its event's (endpoints.Envelope) unless given.
 func (s *Engine) send(ctx context.Context, rec endpoints.DeliveryRecord, ep store.Item, envelope []byte, sender Sender, lease time.Duration) (AttemptResult, error) {
+	// The pace first: an attempt that must wait for its turn reads and
+	// signs nothing.
+	if next, ok, err := s.takePace(ctx, rec, ep); err != nil {
+		return AttemptResult{}, err
+	} else if !ok {
+		return s.paced(rec, next), nil
+	}
 	if rec.Type == tally.DeliveryWebhook && envelope == nil {
 		var err error
 		if envelope, err = endpoints.Envelope(ctx, s.db, rec); err != nil {
@@ -673,11 +681,6 @@ func (s *Engine) send(ctx context.Context, rec endpoints.DeliveryRecord, ep stor
 	req, err := s.request(ctx, rec, ep, envelope)
 	if err != nil {
 		return AttemptResult{}, err
-	}
-	if next, ok, err := s.takePace(ctx, rec, ep); err != nil {
-		return AttemptResult{}, err
-	} else if !ok {
-		return s.paced(rec, next), nil
 	}
 	if lease > 0 {
 		if err := s.claim(ctx, rec, lease); err != nil {

@@ -11,10 +11,6 @@ import (
 	"github.com/tally-hq/tally/internal/trace"
 )
 
-// outboxAttr, on an event made from the stream, names the conversion it
-// was made from; the fan-out's stream filter passes no event that has it.
-const outboxAttr = "outbox"
-
 // conversionAttr, on a conversion.created made from its conversion and
 // not stored (createdEvent), names the conversion: its deliveries name it
 // too (endpoints.DeliveryRecord.Conversion), and each attempt makes the
@@ -28,7 +24,7 @@ const conversionAttr = "conversion"
 // It keeps the span the item kept, read as from.
 func createdEvent(c tally.Conversion, from store.Item) store.Item {
 	evt := conversions.CreatedEvent(c)
-	attrs := map[string]string{"type": evt.Event, "brandId": c.BrandID, outboxAttr: c.ID, conversionAttr: c.ID}
+	attrs := map[string]string{"type": evt.Event, "brandId": c.BrandID, conversionAttr: c.ID}
 	if span := from.Attrs[trace.Attr]; span != "" {
 		attrs[trace.Attr] = span
 	}
@@ -58,5 +54,5 @@ func inOutbox(event store.Item) bool {
 // (createdEvent): it is in no outbox, and a fan-out of it that failed is
 // made again from FanoutDLQ (StreamConversions).
 func fromStream(event store.Item) bool {
-	return event.Attrs[outboxAttr] != ""
+	return event.Attrs[conversionAttr] != ""
 }
