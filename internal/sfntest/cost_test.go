@@ -379,8 +379,10 @@ func (p *costPipeline) run(t *testing.T, tag string, n int, key, offerID, partne
 
 	h := emf.PerInvocation(p.metrics, deliver.DeliverHandler(p.deliverer.Webhooks, loopbackSender(), p.ex, stateMachineARN, deliver.Later(p.q, deliveryQueue.URL), p.log)) // as deliver.ServeDeliver starts it
 	msgs := 0
-	for {
-		got := sqstest.Receive(t, client, deliveryQueue, deliverBatch, 0)
+	for msgs < n {
+		// A receive may return fewer than are queued, none even: it waits
+		// up to a second for more before the count is judged.
+		got := sqstest.Receive(t, client, deliveryQueue, deliverBatch, time.Second)
 		if len(got) == 0 {
 			break
 		}
